@@ -1,0 +1,28 @@
+"""pods-rl: Policy Optimization with Down-Sampling (PODS) for RL with verifiable rewards.
+
+The down-sampling rules (``downsample``, ``group_advantages``, ``register_rule``, ``available_rules``)
+are plain tensor code and import nothing heavy; the TRL-based trainer (``PODSConfig``,
+``PODSTrainer``) is imported lazily so that other frameworks can use the rules alone.
+"""
+
+from pods_rl.downsample import available_rules, downsample, group_advantages, register_rule
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PODSConfig",
+    "PODSTrainer",
+    "available_rules",
+    "downsample",
+    "group_advantages",
+    "register_rule",
+]
+
+
+def __getattr__(name):
+    # Lazy: importing TRL takes seconds and is not needed to call the rules.
+    if name in ("PODSConfig", "PODSTrainer"):
+        from pods_rl import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module 'pods_rl' has no attribute {name!r}")

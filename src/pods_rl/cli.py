@@ -1,0 +1,47 @@
+"""The ``pods`` command: a thin dispatcher; each sub-command's options live beside the code it runs.
+
+    pods train [--config recipe.yaml] [--key value ...]   RL training (GRPO / GRPO-PODS) -> run directory
+    pods eval  MODEL_OR_RUN_DIR [--task ...]              accuracy over checkpoints -> eval.json
+    pods plot  RUN_DIR[=LABEL] ...                        accuracy vs training time, time per phase
+    pods compare RUN_DIR[=LABEL] ...                      time-to-target and speed-up vs a baseline
+    pods build-tiny                                       rebuild the embedded tiny model
+"""
+
+from __future__ import annotations
+
+import sys
+
+COMMANDS = {
+    "train": ("pods_rl.train", "main"),
+    "eval": ("pods_rl.evaluate", "main"),
+    "plot": ("pods_rl.plots", "plot_main"),
+    "compare": ("pods_rl.plots", "compare_main"),
+    "build-tiny": ("pods_rl.tiny", "main"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``pods`` console script. With no sub-command, runs ``pods train``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if argv and argv[0] in ("-V", "--version"):
+        from pods_rl import __version__
+
+        print(__version__)
+        return 0
+    command = "train" if not argv or argv[0].startswith("-") else argv.pop(0)
+    if command not in COMMANDS:
+        print(f"pods: unknown command {command!r}; choose one of: {', '.join(COMMANDS)} (see `pods --help`)",
+              file=sys.stderr)
+        return 2
+    import importlib
+
+    module_name, func_name = COMMANDS[command]
+    func = getattr(importlib.import_module(module_name), func_name)
+    return int(func(argv) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
