@@ -1,0 +1,219 @@
+"""The run directory and the training-time clock.
+
+A run directory holds everything one run produced::
+
+    run_dir/
+      config.yaml          the resolved configuration
+      metrics.jsonl        append-only log: one JSON object per logging step, each with "step" and
+                           "train_seconds" (cumulative training time, excluding checkpointing and evaluation)
+      checkpoint-<step>/   HF checkpoint + pods_clock.json {"step", "train_seconds"}; pods_clock.json is
+                           written last, atomically, so a checkpoint without it is incomplete
+      final/               the final model + pods_clock.json
+      eval.json            results of `pods eval`
+
+The paper compares methods per wall-clock hour, so ``TrainingClock`` measures training time as the sum of
+optimizer-step durations, saves every ``save_every_seconds`` of it and stops at ``max_train_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+CLOCK_FILE = "pods_clock.json"
+METRICS_FILE = "metrics.jsonl"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    """Write ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (never half-written)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=_json_default)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _json_default(value):
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def read_clock(checkpoint_dir: str | os.PathLike) -> dict | None:
+    """The ``{"step", "train_seconds"}`` record of a checkpoint, or None if it is missing (incomplete)."""
+    path = Path(checkpoint_dir) / CLOCK_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def list_checkpoints(run_dir: str | os.PathLike, complete_only: bool = True) -> list[Path]:
+    """``checkpoint-<step>`` directories of a run, sorted by step; by default only complete ones."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = []
+    for child in run_dir.iterdir():
+        match = _CHECKPOINT_RE.match(child.name)
+        if match and child.is_dir() and (not complete_only or read_clock(child) is not None):
+            found.append((int(match.group(1)), child))
+    return [path for _, path in sorted(found)]
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
+    """Rows of ``metrics.jsonl``; a torn last line (a run killed mid-write) is ignored."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            logger.warning("ignoring a torn line in %s", path)
+    return rows
+
+
+def prepare_resume(run_dir: str | os.PathLike) -> tuple[Path | None, float]:
+    """Make ``run_dir`` consistent for resuming and return (last complete checkpoint, its training seconds).
+
+    - checkpoints without ``pods_clock.json`` (killed while saving) are renamed ``checkpoint-N.incomplete``
+      so that neither the trainer nor ``pods eval`` picks them up (kept on disk, not deleted);
+    - metrics rows logged after the resumed checkpoint are moved to ``metrics.rolled_back.jsonl``: those steps
+      are trained again, so keeping them would duplicate steps in the log.
+    """
+    run_dir = Path(run_dir)
+    for path in list_checkpoints(run_dir, complete_only=False):
+        if read_clock(path) is None:
+            target = path.with_name(path.name + ".incomplete")
+            logger.warning("checkpoint %s is incomplete (no %s): moved to %s", path, CLOCK_FILE, target.name)
+            os.replace(path, target)
+    checkpoints = list_checkpoints(run_dir)
+    last = checkpoints[-1] if checkpoints else None
+    clock = read_clock(last) if last else {"step": 0, "train_seconds": 0.0}
+    rows = read_metrics(run_dir)
+    keep = [r for r in rows if r.get("step", 0) <= clock["step"]]
+    dropped = [r for r in rows if r.get("step", 0) > clock["step"]]
+    if dropped or len(keep) != len(rows) or (run_dir / METRICS_FILE).exists():
+        if dropped:
+            with open(run_dir / "metrics.rolled_back.jsonl", "a") as f:
+                for row in dropped:
+                    f.write(json.dumps(row, default=_json_default) + "\n")
+        tmp = run_dir / f".{METRICS_FILE}.tmp"
+        with open(tmp, "w") as f:
+            for row in keep:
+                f.write(json.dumps(row, default=_json_default) + "\n")
+        os.replace(tmp, run_dir / METRICS_FILE)
+    return last, float(clock["train_seconds"])
+
+
+class TrainingClock(TrainerCallback):
+    """Training-time clock, time-based checkpoints and stop, periodic evaluation, and ``metrics.jsonl``.
+
+    Args:
+        run_dir: the run directory (``metrics.jsonl`` and checkpoints live there).
+        save_every_seconds: save a checkpoint every this many training seconds (None: off).
+        max_train_seconds: stop and save once training time reaches this (None: off).
+        eval_fn: ``eval_fn(model) -> dict`` of metrics (e.g. ``{"accuracy": 0.4}``); logged as ``eval/<key>``.
+        eval_every_seconds: run ``eval_fn`` every this many training seconds (and at step 0 and at the end).
+        train_seconds: training time already spent (when resuming).
+        is_main_process: only the main process writes files.
+    """
+
+    def __init__(self, run_dir, save_every_seconds=None, max_train_seconds=None,
+                 eval_fn: Callable | None = None, eval_every_seconds=None, train_seconds=0.0,
+                 is_main_process=True):
+        self.run_dir = Path(run_dir)
+        self.save_every_seconds = save_every_seconds
+        self.max_train_seconds = max_train_seconds
+        self.eval_fn = eval_fn
+        self.eval_every_seconds = eval_every_seconds
+        self.train_seconds = float(train_seconds)
+        self.is_main_process = is_main_process
+        self._step_start = None
+        self._next_save = self._next_multiple(save_every_seconds)
+        self._next_eval = self._next_multiple(eval_every_seconds)
+        self.eval_seconds = 0.0  # wall time spent evaluating (not training time)
+
+    def _next_multiple(self, every):
+        if not every:
+            return math.inf
+        return (math.floor(self.train_seconds / every) + 1) * every
+
+    def append_metrics(self, row: dict) -> None:
+        """Append one row to ``metrics.jsonl`` (one write + flush per row: a kill can tear at most the last line)."""
+        if not self.is_main_process:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / METRICS_FILE, "a") as f:
+            f.write(json.dumps(row, default=_json_default) + "\n")
+            f.flush()
+
+    def evaluate(self, model, step: int) -> dict:
+        """Run ``eval_fn`` now (outside the training clock) and log its metrics."""
+        start = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        try:
+            results = self.eval_fn(model)
+        finally:
+            model.train(was_training)
+        self.eval_seconds += time.perf_counter() - start
+        row = {"step": step, "train_seconds": round(self.train_seconds, 3)}
+        row.update({f"eval/{k}": v for k, v in results.items() if isinstance(v, (int, float))})
+        self.append_metrics(row)
+        return results
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.eval_fn is not None and self.eval_every_seconds and state.global_step == 0:
+            self.evaluate(model, 0)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self._step_start is not None:
+            self.train_seconds += time.perf_counter() - self._step_start
+            self._step_start = None
+        if self.train_seconds >= self._next_save:
+            control.should_save = True
+            self._next_save = self._next_multiple(self.save_every_seconds)
+        if self.max_train_seconds is not None and self.train_seconds >= self.max_train_seconds:
+            control.should_training_stop = True
+            control.should_save = True
+        last_step = control.should_training_stop or (state.max_steps and state.global_step >= state.max_steps)
+        if self.eval_fn is not None and (self.train_seconds >= self._next_eval or last_step):
+            self._next_eval = self._next_multiple(self.eval_every_seconds)
+            self.evaluate(model, state.global_step)
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        row = {"step": state.global_step, "train_seconds": round(self.train_seconds, 3)}
+        row.update(logs or {})
+        self.append_metrics(row)
+
+    def on_save(self, args, state, control, **kwargs):
+        # Written last and atomically: its presence marks the checkpoint complete.
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if self.is_main_process and checkpoint.is_dir():
+            write_json_atomic(checkpoint / CLOCK_FILE,
+                              {"step": state.global_step, "train_seconds": self.train_seconds})

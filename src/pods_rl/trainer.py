@@ -1,0 +1,345 @@
+"""GRPO-PODS on top of TRL: generate n rollouts per prompt, keep m, update on the m.
+
+This is the only module of pods-rl that knows TRL's internals (tested with ``trl>=1.16,<1.17``).
+
+How a training step flows (``PODSTrainer._generate_and_score_completions``)::
+
+    prompts (B per process, each repeated n times)          # the sampler yields whole groups per process
+      -> self._generate                       (B*n rollouts) # phase "generation"
+      -> self._calculate_rewards              (B*n, F)       # phase "scoring"
+      -> pods_rl.downsample(total reward, m)  (B, m)         # phase "selection"
+      -> GRPOTrainer._generate_and_score_completions on the B*m kept rows only
+         (padding, old/reference log-probs, TRL's metrics), with `_generate` and
+         `_calculate_rewards` answered from what was already computed above
+      -> advantages = pods_rl.group_advantages(kept rewards) # recomputed on the kept subset
+      -> loss / backward / optimizer step on B*m rows        # phase "update"
+
+Nothing is computed for the n - m discarded rollouts after selection: no log-probs, no loss, no backward.
+Batch sizes (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``steps_per_generation``,
+``generation_batch_size``) all count *kept* rollouts, so a PODS run and a GRPO run with n = m have the
+same update cost; only the generation batch is n/m times larger.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from accelerate.utils import gather
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler, nanstd, repeat_iterable_dataset
+
+from pods_rl.downsample import available_rules, downsample, group_advantages
+
+PHASES = ("generation", "scoring", "selection", "update")
+
+
+@dataclass
+class PODSConfig(GRPOConfig):
+    """``trl.GRPOConfig`` plus the PODS knobs. Parses from YAML and flags like any TRL config.
+
+    ``num_generations`` keeps TRL's meaning: n, rollouts sampled per prompt. All batch sizes count the
+    m kept rollouts (the update batch), e.g. ``per_device_train_batch_size=16`` with n=64 -> m=16 trains on
+    one group of 16 kept rollouts per device and micro-step, sampled from 64.
+    """
+
+    downsample_to: int | None = field(
+        default=None,
+        metadata={"help": "m: rollouts per prompt kept for the policy update (PODS). Default: num_generations "
+                  "(keep all n, which is plain GRPO)."},
+    )
+    downsample_rule: str = field(
+        default="max_variance",
+        metadata={"help": "Down-sampling rule, a name from pods_rl.available_rules(): max_variance, "
+                  "max_reward, random, or one you registered."},
+    )
+    save_every_seconds: float | None = field(
+        default=None,
+        metadata={"help": "Save a checkpoint every this many seconds of training time (excludes checkpointing "
+                  "and evaluation). None: use TRL's step-based save_strategy only."},
+    )
+    max_train_seconds: float | None = field(
+        default=None,
+        metadata={"help": "Stop (and save) once this many seconds of training time have elapsed."},
+    )
+
+    def __post_init__(self):
+        n = self.num_generations
+        if self.downsample_to is None:
+            self.downsample_to = n
+        m = self.downsample_to
+        if isinstance(m, bool) or not isinstance(m, int):
+            raise ValueError(f"downsample_to (m) must be an integer, got {m!r}.")
+        if n is not None and m > n:
+            raise ValueError(
+                f"downsample_to (m={m}) is larger than num_generations (n={n}): PODS keeps m of the n rollouts "
+                f"sampled per prompt, so m <= n. Raise num_generations or lower downsample_to."
+            )
+        if m < 2:
+            raise ValueError(
+                f"downsample_to (m={m}) must be at least 2: group-normalized advantages of a single kept rollout "
+                f"are always 0, so nothing would be learned."
+            )
+        if self.downsample_rule not in available_rules():
+            raise ValueError(
+                f"Unknown downsample_rule {self.downsample_rule!r}; available rules: {available_rules()} "
+                f"(add your own with pods_rl.register_rule)."
+            )
+        for name in ("save_every_seconds", "max_train_seconds"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}.")
+        # TRL checks that the generation batch holds whole groups of `num_generations`. Under PODS the batch
+        # sizes count kept rollouts, so the same check must be made against m: run TRL's validation with m.
+        self.num_generations = m
+        try:
+            super().__post_init__()
+        except ValueError as err:
+            if "divisible by num_generations" not in str(err):
+                raise
+            raise ValueError(
+                f"generation_batch_size ({self.generation_batch_size}, counted in kept rollouts) is not a multiple "
+                f"of downsample_to (m={m}): the update batch must hold whole groups of m kept rollouts. Make "
+                f"per_device_train_batch_size * num_processes * steps_per_generation a multiple of {m}."
+            ) from None
+        finally:
+            self.num_generations = n
+        local_kept = self.per_device_train_batch_size * self.steps_per_generation
+        if local_kept % m != 0:
+            raise ValueError(
+                f"per_device_train_batch_size * steps_per_generation = {self.per_device_train_batch_size} * "
+                f"{self.steps_per_generation} = {local_kept} kept rollouts per process and generation round is "
+                f"not a multiple of downsample_to (m={m}). Each process must hold whole groups so that selection "
+                f"never splits a group: make per_device_train_batch_size * steps_per_generation a multiple of {m}."
+            )
+
+    @property
+    def is_pods(self) -> bool:
+        """True when rollouts are down-sampled (m < n)."""
+        return self.downsample_to < self.num_generations
+
+
+class _PhaseClock(TrainerCallback):
+    """Wall-clock seconds of each phase of one optimizer step, pushed into TRL's metrics as ``time/<phase>``.
+
+    ``update`` is the step's total minus generation, scoring and selection: the old/reference log-probs of
+    the kept rows, forward, backward and the optimizer step. On CUDA the device is synchronized at each
+    boundary so that asynchronous kernels are charged to the phase that launched them.
+    """
+
+    def __init__(self, trainer: PODSTrainer):
+        self.trainer = trainer
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.step_start = None
+
+    def _sync(self):
+        if torch.cuda.is_available() and self.trainer.accelerator.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def _reset_peak_memory(self):
+        if self.trainer.accelerator.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+    @contextmanager
+    def phase(self, name: str):
+        """Charge the time spent inside the block to phase ``name``."""
+        self._sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._sync()
+            self.seconds[name] += time.perf_counter() - start
+            if name in ("scoring", "selection"):  # what follows is the update: measure its peak memory alone
+                self._reset_peak_memory()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._sync()
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self._reset_peak_memory()
+        self.step_start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.step_start is None:
+            return
+        self._sync()
+        step_seconds = time.perf_counter() - self.step_start
+        self.step_start = None
+        self.seconds["update"] = max(
+            0.0, step_seconds - sum(self.seconds[p] for p in ("generation", "scoring", "selection"))
+        )
+        metrics = self.trainer._metrics["train"]
+        for name, seconds in self.seconds.items():
+            metrics[f"time/{name}"].append(seconds)
+        metrics["time/step"].append(step_seconds)
+        self.last_step_seconds = step_seconds
+        if self.trainer.accelerator.device.type == "cuda":
+            metrics["memory/update_peak_gb"].append(torch.cuda.max_memory_allocated() / 2**30)
+
+
+class PODSTrainer(GRPOTrainer):
+    """``trl.GRPOTrainer`` that samples n rollouts per prompt and trains on m of them (``PODSConfig``).
+
+    With ``downsample_to == num_generations`` it is exactly ``GRPOTrainer`` (plus phase timing).
+    Takes the same arguments as ``GRPOTrainer``; ``args`` must be a ``PODSConfig``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if not isinstance(config, PODSConfig):
+            raise TypeError(f"PODSTrainer needs args=PODSConfig(...), got {type(config).__name__}.")
+        self._pods_stash = None  # (kept generation outputs, gathered kept rewards) during the inner TRL call
+        super().__init__(*args, **kwargs)
+        if config.is_pods and (self.environment_factories is not None or self.tools):
+            raise ValueError("PODS down-sampling does not support tools or environments yet; use downsample_to="
+                             "num_generations (plain GRPO) for multi-turn rollouts.")
+        if config.is_pods and self.args.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError("PODS selects on the weighted sum of rewards; use multi_objective_aggregation="
+                             "'sum_then_normalize'.")
+        self.downsample_to = config.downsample_to
+        self.downsample_rule = config.downsample_rule
+        # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
+        self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
+        self.phase_clock = _PhaseClock(self)
+        self.add_callback(self.phase_clock)
+
+    # ---- batching: the dataloader yields n rollouts per prompt, the batch sizes count the m kept --------
+
+    def _prompts_per_generation_round(self) -> int:
+        return self.args.generation_batch_size // self.downsample_to  # global, whole groups
+
+    def _get_train_sampler(self, dataset=None):
+        if self.downsample_to == self.num_generations:
+            return super()._get_train_sampler(dataset)
+        return RepeatSampler(
+            data_source=self.train_dataset if dataset is None else dataset,
+            mini_repeat_count=self.num_generations,
+            batch_size=self._prompts_per_generation_round(),
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=self.shuffle_dataset,
+            seed=self.args.seed,
+        )
+
+    def get_train_dataloader(self):
+        if self.downsample_to == self.num_generations:
+            return super().get_train_dataloader()
+        from datasets import IterableDataset
+
+        dataset = self.train_dataset
+        if isinstance(dataset, IterableDataset):
+            if self.shuffle_dataset:
+                dataset = dataset.shuffle(seed=self.args.seed)
+            dataset = repeat_iterable_dataset(
+                dataset,
+                mini_repeat_count=self.num_generations,
+                batch_size=self._prompts_per_generation_round(),
+                repeat_count=self.num_iterations * self.args.steps_per_generation,
+            )
+        # Per process and generation round: (kept rows / m) prompts x n rollouts each.
+        local_kept = self._train_batch_size * self.args.steps_per_generation
+        return self._get_dataloader(
+            dataset=dataset,
+            description="Training",
+            batch_size=local_kept // self.downsample_to * self.num_generations,
+            sampler_fn=self._get_train_sampler,
+            is_training=True,
+        )
+
+    # ---- the PODS step -------------------------------------------------------------------------------
+
+    def _generate(self, prompts: list):
+        if self._pods_stash is not None:
+            return self._pods_stash["generated"]
+        with self.phase_clock.phase("generation"):
+            return super()._generate(prompts)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self._pods_stash is not None:
+            return self._pods_stash["rewards_per_func"]
+        with self.phase_clock.phase("scoring"):
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    def _generate_and_score_completions(self, inputs):
+        if not self.model.training or self.downsample_to == self.num_generations:
+            return super()._generate_and_score_completions(inputs)
+        n, m = self.num_generations, self.downsample_to
+        if len(inputs) % n != 0:
+            raise RuntimeError(f"PODS expects whole groups of n={n} rollouts per process, got {len(inputs)} rows.")
+        num_groups = len(inputs) // n  # B, local
+        inputs = [dict(x) for x in inputs]  # rows are annotated below; leave the dataloader's dicts alone
+        prompts = [x["prompt"] for x in inputs]
+
+        generated = self._generate(prompts)  # (B*n) rollouts
+        completions, completion_ids_list, extra_fields = generated[3], generated[1], generated[5]
+        for key, values in (extra_fields or {}).items():  # rollout_func extras are reward inputs (as in TRL)
+            for i, row in enumerate(inputs):
+                row[key] = values[i] if isinstance(values, list) else values
+        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N, F)
+
+        with self.phase_clock.phase("selection"):
+            process_slice = slice(self.accelerator.process_index * len(inputs),
+                                  (self.accelerator.process_index + 1) * len(inputs))
+            local_rewards_per_func = rewards_per_func[process_slice].cpu()  # (B*n, F)
+            weights = self.reward_weights.cpu().to(local_rewards_per_func.dtype)
+            rewards = (local_rewards_per_func * weights).nansum(dim=1)  # (B*n,)
+            unscorable = torch.isnan(local_rewards_per_func).all(dim=1)
+            rewards = rewards.masked_fill(unscorable, float("nan")).view(num_groups, n)  # (B, n)
+            # A rollout no reward function could score is treated as an average one for selection only;
+            # TRL then gives it advantage 0.
+            group_mean = torch.nan_to_num(torch.nanmean(rewards, dim=1, keepdim=True), nan=0.0)
+            rewards_for_selection = torch.where(torch.isnan(rewards), group_mean, rewards)
+            kept = downsample(rewards_for_selection, m, self.downsample_rule,
+                              generator=self._selection_generator)  # (B, m)
+            kept_rows = (kept + n * torch.arange(num_groups).unsqueeze(1)).flatten().tolist()  # (B*m,)
+            kept_generated = _select_generated(generated, kept_rows, len(inputs))
+            kept_rewards_per_func = gather(local_rewards_per_func[kept_rows].to(rewards_per_func.device))
+
+        # Everything below (log-probs, metrics, the loss) sees only the kept rows.
+        self._pods_stash = {"generated": kept_generated, "rewards_per_func": kept_rewards_per_func}
+        self.num_generations = m  # TRL groups the kept rewards by num_generations
+        try:
+            output = super()._generate_and_score_completions([inputs[i] for i in kept_rows])
+        finally:
+            self.num_generations = n
+            self._pods_stash = None
+
+        # Advantages on the kept subset with the library function (same numbers as TRL's, tested).
+        kept_rewards = (kept_rewards_per_func * self.reward_weights.to(kept_rewards_per_func.device)).nansum(1)
+        kept_rewards[torch.isnan(kept_rewards_per_func).all(dim=1)] = float("nan")
+        advantages = group_advantages(kept_rewards.view(-1, m), eps=1e-4, scale=self.scale_rewards)  # (G, m)
+        local = slice(self.accelerator.process_index * num_groups * m,
+                      (self.accelerator.process_index + 1) * num_groups * m)
+        output["advantages"] = advantages.flatten()[local].to(output["advantages"].device)
+        self._log_selection_metrics(rewards_per_func, kept_rewards.view(-1, m), n)
+        return output
+
+    def _log_selection_metrics(self, rewards_per_func, kept_rewards, n):
+        """Reward statistics over all n sampled and over the m kept rollouts (global over processes)."""
+        all_rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(1)
+        all_rewards[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")
+        all_rewards = all_rewards.view(-1, n)  # (G, n)
+        metrics = self._metrics["train"]
+        metrics["pods/reward_all_mean"].append(torch.nanmean(all_rewards).item())
+        metrics["pods/reward_all_std"].append(nanstd(all_rewards).item())
+        metrics["pods/reward_kept_mean"].append(torch.nanmean(kept_rewards).item())
+        metrics["pods/reward_kept_std"].append(nanstd(kept_rewards).item())
+        zero_all = torch.isclose(nanstd(all_rewards, dim=1), torch.zeros(()).to(all_rewards))
+        zero_kept = torch.isclose(nanstd(kept_rewards, dim=1), torch.zeros(()).to(kept_rewards))
+        metrics["pods/frac_zero_std_all"].append(zero_all.float().mean().item())
+        metrics["pods/frac_zero_std_kept"].append(zero_kept.float().mean().item())
+
+
+def _select_generated(generated: tuple, rows: list[int], num_rows: int) -> tuple:
+    """Keep ``rows`` of every per-rollout entry of ``GRPOTrainer._generate``'s output tuple."""
+
+    def pick(value):
+        if isinstance(value, list) and len(value) == num_rows:
+            return [value[i] for i in rows]
+        if isinstance(value, dict):
+            return {k: pick(v) for k, v in value.items()}
+        return value  # None, or a per-batch scalar
+
+    return tuple(pick(value) for value in generated)

@@ -1,0 +1,184 @@
+"""PODSTrainer on tiny random models: equivalence with GRPO at m == n, B*m rows in the update, hand-checked
+advantages and loss, LoRA, accumulation, num_iterations, and bad configs."""
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+from pods_rl import downsample
+from pods_rl.trainer import PODSConfig, PODSTrainer
+
+
+def digit_reward(completions, **kwargs):
+    """A cheap reward with variance inside groups: digits in the completion, mod 4."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [float(sum(ch.isdigit() for ch in t) % 4) for t in texts]
+
+
+def length_reward(completions, **kwargs):
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [min(len(t), 8) / 8 for t in texts]
+
+
+def make_dataset(num=16):
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}+{i * 3}="}] for i in range(num)]})
+
+
+def common_args(tmp_path, **overrides):
+    args = dict(output_dir=str(tmp_path / "out"), use_cpu=True, seed=3, learning_rate=1e-2, max_steps=2,
+                max_completion_length=8, num_generations=4, per_device_train_batch_size=4, logging_steps=1,
+                report_to="none", save_strategy="no", beta=0.0, temperature=1.0, bf16=False,
+                dataloader_num_workers=0)
+    args.update(overrides)
+    return args
+
+
+def make_trainer(tmp_path, model_dir, reward_funcs=(digit_reward,), peft_config=None, **overrides):
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    config = PODSConfig(**common_args(tmp_path, **overrides))
+    return PODSTrainer(model=model, reward_funcs=list(reward_funcs), args=config, train_dataset=make_dataset(),
+                       processing_class=tokenizer, peft_config=peft_config)
+
+
+def test_m_equals_n_matches_grpo_trainer(tmp_path, tiny_model_dir):
+    pods = make_trainer(tmp_path / "pods", tiny_model_dir)  # downsample_to defaults to n
+    pods.train()
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    grpo = GRPOTrainer(model=model, reward_funcs=[digit_reward], args=GRPOConfig(**common_args(tmp_path / "grpo")),
+                       train_dataset=make_dataset(), processing_class=tokenizer)
+    grpo.train()
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    pods_state, grpo_state = pods.model.state_dict(), grpo.model.state_dict()
+    moved = [k for k in initial if not torch.equal(initial[k], pods_state[k])]
+    assert moved, "training did not change any weight"
+    for key in initial:
+        torch.testing.assert_close(pods_state[key], grpo_state[key], msg=f"{key} differs from GRPOTrainer's")
+
+
+def _count_logp_rows(trainer):
+    """Record the number of rows of every log-prob forward (old/ref log-probs and the loss)."""
+    rows = []
+    original = trainer._get_per_token_logps_and_entropies
+
+    def spy(model, input_ids, *args, **kwargs):
+        rows.append(input_ids.shape[0])
+        return original(model, input_ids, *args, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = spy
+    return rows
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_update_phase_sees_exactly_kept_rows(tmp_path, tiny_model_dir, num_iterations):
+    n, m, prompts_per_step = 8, 2, 2
+    trainer = make_trainer(tmp_path, tiny_model_dir, num_generations=n, downsample_to=m,
+                           per_device_train_batch_size=m * prompts_per_step, num_iterations=num_iterations,
+                           gradient_accumulation_steps=1, steps_per_generation=2, max_steps=4)
+    reward_calls = []
+    trainer.reward_funcs[0] = lambda completions, **kw: reward_calls.append(len(completions)) or digit_reward(
+        completions)
+    trainer.reward_func_names[0] = "digit_reward"
+    rows = _count_logp_rows(trainer)
+    forward_rows = []
+    hook = trainer.model.register_forward_hook(
+        lambda mod, args, kwargs, out: forward_rows.append(kwargs["input_ids"].shape[0])
+        if torch.is_grad_enabled() else None, with_kwargs=True)
+    trainer.train()
+    hook.remove()
+    # Scoring sees all n rollouts of each prompt: 2 steps per generation round -> 2 * 2 prompts * 8 rollouts.
+    assert reward_calls and all(c == 2 * prompts_per_step * n for c in reward_calls)
+    # Log-prob forwards hold kept rows only: old log-probs (steps and generations are misaligned here) for
+    # the round's 2 steps x B*m kept rows, once per generation round; then B*m rows per loss.
+    rounds = 4 // (2 * num_iterations)
+    assert sorted(rows) == sorted([2 * prompts_per_step * m] * rounds + [prompts_per_step * m] * 4)
+    # Forwards with gradients (the update) hold exactly B*m rows, once per optimizer step.
+    assert forward_rows == [prompts_per_step * m] * 4
+
+
+def test_kept_rows_advantages_and_loss_by_hand(tmp_path, tiny_model_dir):
+    n, m = 8, 4
+    trainer = make_trainer(tmp_path, tiny_model_dir, reward_funcs=(digit_reward, length_reward),
+                           reward_weights=[1.0, 0.5], num_generations=n, downsample_to=m,
+                           per_device_train_batch_size=2 * m, max_steps=1)
+    trainer.model.train()
+    seen = {}
+    original_reward = trainer.reward_funcs[0]
+
+    def recording_reward(completions, **kw):
+        seen["completions"] = [c[0]["content"] for c in completions]
+        return original_reward(completions)
+
+    trainer.reward_funcs[0] = recording_reward
+    batch = [row for row in make_dataset(2) for _ in range(n)]  # 2 prompts x n rollouts
+    out = trainer._generate_and_score_completions(batch)
+
+    texts = seen["completions"]  # (2*n,)
+    rewards = torch.tensor([d + 0.5 * le for d, le in zip(digit_reward(texts), length_reward(texts))]).view(2, n)
+    kept = downsample(rewards, m, "max_variance")  # (2, m)
+    kept_rewards = rewards.gather(1, kept)  # (2, m)
+    # GRPO advantage by hand: unbiased std, eps 1e-4, as in TRL.
+    mean = kept_rewards.mean(1, keepdim=True)
+    std = kept_rewards.std(1, keepdim=True)
+    expected_adv = ((kept_rewards - mean) / (std + 1e-4)).flatten()
+    torch.testing.assert_close(out["advantages"], expected_adv)
+
+    # The kept completions are the ones selected, in group order.
+    kept_texts = [texts[g * n + i] for g in range(2) for i in kept[g].tolist()]
+    decoded = trainer.processing_class.batch_decode(out["completion_ids"], skip_special_tokens=True)
+    assert [d.strip() for d in decoded] == [t.strip() for t in kept_texts]
+    assert out["completion_ids"].shape[0] == 2 * m
+
+    # DAPO loss at ratio 1 (on-policy, beta 0): -sum_i A_i * len_i / sum_i len_i.
+    lengths = out["completion_mask"].sum(1).float()
+    expected_loss = -(expected_adv * lengths).sum() / lengths.sum()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop, which this test bypasses
+    loss = trainer.compute_loss(trainer.model, out)
+    torch.testing.assert_close(loss.detach(), expected_loss, atol=1e-5, rtol=1e-4)
+
+
+def test_lora_with_accumulation(tmp_path, tiny_model_dir):
+    from peft import LoraConfig
+
+    trainer = make_trainer(tmp_path, tiny_model_dir, num_generations=8, downsample_to=4,
+                           per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=2,
+                           peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    base = {k: v.clone() for k, v in trainer.model.named_parameters() if "lora" not in k}
+    lora = {k: v.clone() for k, v in trainer.model.named_parameters() if "lora_B" in k}
+    assert lora, "no LoRA parameters were created"
+    trainer.train()
+    params = dict(trainer.model.named_parameters())
+    assert all(torch.equal(params[k], v) for k, v in base.items()), "base weights must stay frozen"
+    assert any(not torch.equal(params[k], v) for k, v in lora.items()), "LoRA weights did not move"
+    history = [h for h in trainer.state.log_history if "time/generation" in h]
+    assert len(history) == 2
+    for h in history:
+        assert h["time/generation"] > 0 and h["time/update"] > 0 and h["time/selection"] >= 0
+        assert h["time/step"] >= h["time/generation"] + h["time/scoring"] + h["time/selection"]
+        assert 0 <= h["pods/frac_zero_std_kept"] <= 1 and "pods/reward_all_mean" in h
+
+
+def test_llama_pods_step_runs(tmp_path, tiny_llama_dir):
+    trainer = make_trainer(tmp_path, tiny_llama_dir, num_generations=6, downsample_to=3,
+                           per_device_train_batch_size=3, max_steps=1, downsample_rule="random")
+    trainer.train()
+    assert trainer.state.global_step == 1
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(num_generations=4, downsample_to=8), "larger than num_generations"),
+        (dict(num_generations=4, downsample_to=1), "at least 2"),
+        (dict(num_generations=4, downsample_to=2, downsample_rule="best"), "Unknown downsample_rule"),
+        (dict(num_generations=8, downsample_to=4, per_device_train_batch_size=6), "multiple of 4"),
+        (dict(num_generations=8, downsample_to=4, max_train_seconds=-1), "max_train_seconds"),
+        (dict(num_generations=8, downsample_to=2.5), "integer"),
+    ],
+)
+def test_bad_configs_fail_fast(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        PODSConfig(**common_args(tmp_path, **overrides))
