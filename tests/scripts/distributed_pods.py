@@ -1,0 +1,43 @@
+"""Run by tests/test_distributed.py under `accelerate launch --num_processes 2 --cpu`: a few PODS steps with a
+tiny model; each rank records how many kept rows reached its loss and which prompts it generated for."""
+
+import json
+import sys
+from pathlib import Path
+
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pods_rl.trainer import PODSConfig, PODSTrainer
+
+
+def digit_reward(completions, **kwargs):
+    return [float(sum(ch.isdigit() for ch in c[0]["content"]) % 4) for c in completions]
+
+
+def main(model_dir: str, out_dir: str) -> None:
+    n, m = 6, 2
+    config = PODSConfig(output_dir=out_dir, use_cpu=True, seed=0, learning_rate=1e-2, max_steps=2, beta=0.0,
+                        max_completion_length=6, num_generations=n, downsample_to=m,
+                        per_device_train_batch_size=2 * m, logging_steps=1, report_to="none", save_strategy="no")
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}*{i}="}] for i in range(32)]})
+    trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[digit_reward],
+                          args=config, train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(model_dir))
+    record = {"rank": trainer.accelerator.process_index, "world": trainer.accelerator.num_processes,
+              "loss_rows": [], "generated_prompts": [], "advantages_group_sums": []}
+    generate = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        record["generated_prompts"].append([x["prompt"][0]["content"] for x in inputs])
+        out = generate(inputs)
+        record["loss_rows"].append(out["completion_ids"].shape[0])
+        record["advantages_group_sums"].append(out["advantages"].view(-1, m).sum(1).tolist())
+        return out
+
+    trainer._generate_and_score_completions = spy
+    trainer.train()
+    Path(out_dir, f"rank{record['rank']}.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

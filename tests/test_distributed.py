@@ -1,0 +1,45 @@
+"""Two processes on CPU (gloo) under `accelerate launch`: whole groups per process, equal kept rows per rank."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).parent / "scripts" / "distributed_pods.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_process_pods_run(tmp_path, tiny_model_dir):
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    # `--multi_gpu` selects accelerate's torchrun launcher; with no GPU, torch.distributed falls back to gloo
+    # (`--cpu` would pick the single-process launcher).
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", str(_free_port()),
+           str(SCRIPT), str(tiny_model_dir), str(out)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    records = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["world"] for r in records] == [2, 2]
+    for record in records:
+        # 2 steps; per step each rank trains on 2 prompts x m=2 kept rollouts.
+        assert record["loss_rows"] == [4, 4]
+        for prompts in record["generated_prompts"]:
+            # Each rank generated whole groups: 2 prompts x n=6 rollouts, each prompt's 6 rows together.
+            assert len(prompts) == 12
+            groups = [prompts[i:i + 6] for i in range(0, 12, 6)]
+            assert all(len(set(g)) == 1 for g in groups)
+        # Advantages are normalized within each kept group: they sum to ~0 per group.
+        for sums in record["advantages_group_sums"]:
+            assert all(abs(s) < 1e-3 for s in sums)
+    # The two ranks worked on different prompts in each step.
+    for step in range(2):
+        assert set(records[0]["generated_prompts"][step]).isdisjoint(records[1]["generated_prompts"][step])
