@@ -1,0 +1,528 @@
+"""Tests for pods_rl.downsample: the down-sampling rules and GRPO group advantages.
+
+The max_variance rule is checked against brute force over every subset (itertools.combinations) for small
+groups; group_advantages against a hand computation and against TRL's own formula.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import math
+import statistics
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pods_rl
+from pods_rl import available_rules, downsample, group_advantages, register_rule
+
+# `pods_rl.downsample` is the function (re-exported in __init__), so fetch the module itself this way.
+ds_module = importlib.import_module("pods_rl.downsample")
+
+HYPOTHESIS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Brute-force references
+
+
+def population_variance(values) -> float:
+    values = [float(v) for v in values]
+    mean = math.fsum(values) / len(values)
+    return math.fsum((v - mean) ** 2 for v in values) / len(values)
+
+
+def brute_force_max_variance(group: list[float], m: int) -> float:
+    """Largest population variance over all size-m subsets of ``group``."""
+    return max(population_variance(c) for c in itertools.combinations(group, m))
+
+
+def assert_valid_indices(kept: torch.Tensor, n: int, m: int) -> None:
+    """kept (B, m): int64, in [0, n), strictly ascending (so distinct) within each row."""
+    assert kept.dtype == torch.long
+    assert kept.shape[-1] == m
+    assert bool(((kept >= 0) & (kept < n)).all())
+    if m > 1:
+        assert bool((kept[..., 1:] > kept[..., :-1]).all())
+
+
+def kept_variance_is_max(group: list[float], kept: list[int], m: int) -> bool:
+    best = brute_force_max_variance(group, m)
+    got = population_variance([group[i] for i in kept])
+    return math.isclose(got, best, rel_tol=1e-9, abs_tol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# max_variance is exact
+
+
+@pytest.mark.parametrize("kind", ["int_ties", "float", "bool", "float_offset"])
+def test_max_variance_matches_brute_force_for_every_n_and_m(kind):
+    gen = torch.Generator().manual_seed(0)
+    for n in range(1, 11):
+        groups = 6
+        if kind == "int_ties":
+            rewards = torch.randint(0, 3, (groups, n), generator=gen)  # many ties
+        elif kind == "float":
+            rewards = torch.randn((groups, n), generator=gen, dtype=torch.float64)
+        elif kind == "bool":
+            rewards = torch.rand((groups, n), generator=gen) < 0.5
+        else:  # a large common offset must not cancel the variance away
+            rewards = 1e6 + torch.rand((groups, n), generator=gen, dtype=torch.float64)
+        for m in range(1, n + 1):
+            kept = downsample(rewards, m)  # (groups, m), all groups at once
+            assert kept.shape == (groups, m)
+            assert_valid_indices(kept, n, m)
+            for group, row in zip(rewards.double().tolist(), kept.tolist()):
+                assert kept_variance_is_max(group, row, m), (kind, n, m, group, row)
+
+
+def test_max_variance_known_examples_and_tie_rule():
+    # Sorted by reward descending with ties in index order; keep the j highest and the m - j lowest,
+    # smallest k = m - j among ties: the low side takes the highest index among equal low rewards.
+    assert downsample(torch.tensor([0.0, 1.0, 0.0, 1.0]), 2).tolist() == [1, 2]
+    assert downsample(torch.tensor([0.0, 0.0, 1.0, 1.0]), 2).tolist() == [1, 2]
+    assert downsample(torch.tensor([5.0, 1.0, 3.0, 9.0, 7.0]), 2).tolist() == [1, 3]
+    assert downsample(torch.tensor([5.0, 1.0, 3.0, 9.0, 7.0]), 3).tolist() == [1, 3, 4]
+    # All-equal groups (common: every rollout right or every one wrong) keep the lowest indices, like
+    # max_reward; so does m == 1 (variance 0 for every choice).
+    assert downsample(torch.ones(6), 3).tolist() == [0, 1, 2]
+    assert downsample(torch.tensor([2.0, 7.0, 7.0, 1.0]), 1).tolist() == [1]
+    assert downsample(torch.tensor([2.0, 7.0, 7.0, 1.0]), 1, "max_reward").tolist() == [1]
+
+
+def test_max_variance_is_deterministic_and_batched_equals_per_group():
+    gen = torch.Generator().manual_seed(1)
+    rewards = torch.randint(0, 4, (64, 12), generator=gen).float()  # (B, n), many ties
+    for rule in ["max_variance", "max_reward"]:
+        batched = downsample(rewards, 5, rule)
+        assert torch.equal(batched, downsample(rewards.clone(), 5, rule))
+        per_group = torch.stack([downsample(group, 5, rule) for group in rewards])
+        assert torch.equal(batched, per_group)
+
+
+def test_max_variance_large_group_against_candidate_scan():
+    # Beyond brute-force sizes: compare with an independent O(m^2) scan over the k lowest + m-k highest.
+    gen = torch.Generator().manual_seed(2)
+    rewards = torch.rand((8, 200), generator=gen, dtype=torch.float64)
+    m = 37
+    kept = downsample(rewards, m)
+    assert_valid_indices(kept, 200, m)
+    for group, row in zip(rewards, kept):
+        values = group.sort().values
+        best = max(
+            population_variance(torch.cat([values[:k], values[200 - (m - k) :]]).tolist())
+            for k in range(m + 1)
+        )
+        got = population_variance(group[row].tolist())
+        assert math.isclose(got, best, rel_tol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Property tests
+
+group_of_floats = st.lists(
+    st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, allow_infinity=False, width=32),
+    min_size=1,
+    max_size=10,
+)
+group_of_ints = st.lists(st.integers(min_value=-3, max_value=3), min_size=1, max_size=10)
+
+
+@HYPOTHESIS
+@given(group=st.one_of(group_of_floats, group_of_ints), data=st.data())
+def test_property_max_variance_valid_and_maximal(group, data):
+    n = len(group)
+    m = data.draw(st.integers(min_value=1, max_value=n), label="m")
+    rewards = torch.tensor(group, dtype=torch.float32)
+    kept = downsample(rewards, m)
+    assert kept.shape == (m,)
+    assert_valid_indices(kept, n, m)
+    exact = rewards.double().tolist()
+    assert kept_variance_is_max(exact, kept.tolist(), m)
+
+
+@HYPOTHESIS
+@given(group=st.one_of(group_of_floats, group_of_ints), data=st.data())
+def test_property_max_reward_keeps_a_top_m_multiset(group, data):
+    n = len(group)
+    m = data.draw(st.integers(min_value=1, max_value=n), label="m")
+    rewards = torch.tensor(group, dtype=torch.float32)
+    kept = downsample(rewards, m, "max_reward")
+    assert_valid_indices(kept, n, m)
+    assert sorted(rewards[kept].tolist()) == sorted(rewards.tolist())[n - m :]
+    # Among equal rewards the lowest indices: every dropped rollout is strictly worse than a kept one
+    # with a higher index.
+    kept_set = set(kept.tolist())
+    for dropped in set(range(n)) - kept_set:
+        assert not any(rewards[i] == rewards[dropped] and i > dropped for i in kept_set)
+
+
+@HYPOTHESIS
+@given(
+    n=st.integers(min_value=1, max_value=12),
+    batch=st.integers(min_value=1, max_value=5),
+    seed=st.integers(min_value=0, max_value=2**31),
+    data=st.data(),
+)
+def test_property_random_valid_and_reproducible(n, batch, seed, data):
+    m = data.draw(st.integers(min_value=1, max_value=n), label="m")
+    rewards = torch.zeros(batch, n)
+    first = downsample(rewards, m, "random", generator=torch.Generator().manual_seed(seed))
+    again = downsample(rewards, m, "random", generator=torch.Generator().manual_seed(seed))
+    assert first.shape == (batch, m)
+    assert_valid_indices(first, n, m)
+    assert torch.equal(first, again)
+
+
+def test_random_is_uniform_over_subsets():
+    # 6000 groups of n=5, m=2: each of the 10 pairs should come up ~600 times. Seeded, so not flaky;
+    # the bound (+-25%, about 6 standard deviations) still fails a rule biased towards any pair.
+    kept = downsample(torch.zeros(6000, 5), 2, "random", generator=torch.Generator().manual_seed(0))
+    counts = {pair: 0 for pair in itertools.combinations(range(5), 2)}
+    for row in kept.tolist():
+        counts[tuple(row)] += 1
+    assert all(450 <= c <= 750 for c in counts.values()), counts
+    # Different seeds give different draws.
+    other = downsample(torch.zeros(6000, 5), 2, "random", generator=torch.Generator().manual_seed(1))
+    assert not torch.equal(kept, other)
+
+
+def test_random_without_generator_is_valid():
+    kept = downsample(torch.arange(10.0), 4, "random")
+    assert_valid_indices(kept, 10, 4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Shapes, dtypes, devices
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+    ],
+)
+@pytest.mark.parametrize("rule", ["max_variance", "max_reward"])
+def test_every_dtype_gives_the_float64_answer(dtype, rule):
+    gen = torch.Generator().manual_seed(3)
+    values = torch.randint(0, 2 if dtype == torch.bool else 5, (16, 9), generator=gen)
+    rewards = values.to(dtype)  # exactly representable in every dtype
+    kept = downsample(rewards, 4, rule)
+    assert kept.dtype == torch.long and kept.shape == (16, 4)
+    assert torch.equal(kept, downsample(values.double(), 4, rule))
+
+
+def test_non_integer_float_dtypes_keep_a_maximal_subset():
+    gen = torch.Generator().manual_seed(4)
+    for dtype in [torch.float16, torch.bfloat16]:
+        rewards = torch.rand((10, 8), generator=gen).to(dtype)
+        kept = downsample(rewards, 3)
+        for group, row in zip(rewards.double().tolist(), kept.tolist()):
+            assert kept_variance_is_max(group, row, 3)
+
+
+def test_accepts_lists_and_keeps_rank():
+    assert downsample([0.0, 1.0, 0.5], 2).tolist() == [0, 1]
+    assert downsample([[0, 1, 2], [2, 1, 0]], 2).tolist() == [[0, 2], [0, 2]]
+    assert downsample(torch.tensor([3.0]), 1).tolist() == [0]
+
+
+@pytest.mark.parametrize("rule", ["max_variance", "max_reward", "random"])
+def test_m_equal_n_keeps_everything(rule):
+    rewards = torch.tensor([[3.0, 1.0, 2.0], [0.0, 0.0, 0.0]])
+    assert downsample(rewards, 3, rule).tolist() == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_zero_groups_give_empty_result():
+    kept = downsample(torch.zeros(0, 8), 3)
+    assert kept.shape == (0, 3) and kept.dtype == torch.long
+
+
+def test_m_may_be_an_integer_tensor_or_numpy_int():
+    np = pytest.importorskip("numpy")
+    rewards = torch.tensor([0.0, 5.0, 1.0, 4.0])
+    assert (
+        downsample(rewards, torch.tensor(2)).tolist() == downsample(rewards, np.int64(2)).tolist() == [0, 1]
+    )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cpu_and_cuda_agree():
+    gen = torch.Generator().manual_seed(5)
+    for rewards in [
+        torch.randint(0, 3, (256, 16), generator=gen).float(),
+        torch.rand((256, 64), generator=gen),
+    ]:
+        for rule in ["max_variance", "max_reward"]:
+            on_gpu = downsample(rewards.cuda(), 8, rule)
+            assert on_gpu.device.type == "cuda"
+            assert torch.equal(on_gpu.cpu(), downsample(rewards, 8, rule))
+        kept = downsample(rewards.cuda(), 8, "random", generator=torch.Generator("cuda").manual_seed(0))
+        assert kept.device.type == "cuda"
+        assert_valid_indices(kept.cpu(), rewards.shape[1], 8)
+    adv = torch.tensor([[1.0, 0.0, float("nan"), 1.0]])
+    assert torch.allclose(group_advantages(adv.cuda()).cpu(), group_advantages(adv))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad input: clear ValueErrors
+
+
+@pytest.mark.parametrize(
+    ("m", "match"),
+    [
+        (0, r"1 <= m <= n \(group size n=4\), got m=0"),
+        (5, r"1 <= m <= n \(group size n=4\), got m=5"),
+        (-1, "got m=-1"),
+        (2.0, "m must be an integer.*float 2.0"),
+        (True, "m must be an integer.*bool"),
+        ("2", "m must be an integer.*str"),
+        (None, "m must be an integer.*NoneType"),
+    ],
+)
+def test_bad_m(m, match):
+    with pytest.raises(ValueError, match=match):
+        downsample(torch.zeros(4), m)
+
+
+def test_unknown_rule_lists_available_rules():
+    with pytest.raises(
+        ValueError, match=r"unknown down-sampling rule 'max_var'.*'max_reward', 'max_variance', 'random'"
+    ):
+        downsample(torch.zeros(4), 2, "max_var")
+
+
+@pytest.mark.parametrize("shape", [(), (2, 3, 4)])
+def test_wrong_rank(shape):
+    with pytest.raises(ValueError, match=rf"shape \(n,\) or \(B, n\).*{len(shape)}-d"):
+        downsample(torch.zeros(shape), 1)
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0)])
+def test_empty_group(shape):
+    with pytest.raises(ValueError, match="empty group"):
+        downsample(torch.zeros(shape), 1)
+
+
+def test_nan_names_the_groups():
+    rewards = torch.zeros(10, 4)
+    rewards[3, 1] = float("nan")
+    rewards[7, 0] = float("nan")
+    rewards[5, 2] = float("inf")
+    for rule in available_rules():
+        with pytest.raises(ValueError, match=r"rewards contain NaN in group\(s\) \[3, 7\]"):
+            downsample(rewards, 2, rule)
+    with pytest.raises(ValueError, match=r"rewards contain NaN in group\(s\) \[0\]"):
+        downsample(torch.tensor([0.0, float("nan")]), 1)
+
+
+def test_inf_names_the_groups():
+    rewards = torch.zeros(4, 3, dtype=torch.float16)
+    rewards[2, 0] = float("-inf")
+    with pytest.raises(ValueError, match=r"infinite values in group\(s\) \[2\]"):
+        downsample(rewards, 2)
+
+
+@pytest.mark.parametrize(
+    ("rewards", "match"),
+    [
+        ([[1.0, 2.0], [3.0]], "must be a tensor"),
+        (["a", "b"], "must be a tensor"),
+        (torch.zeros(3, dtype=torch.complex64), "real numbers"),
+    ],
+)
+def test_unusable_rewards(rewards, match):
+    with pytest.raises(ValueError, match=match):
+        downsample(rewards, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Registry
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """A copy of the rule registry, so rules registered by a test vanish after it."""
+    monkeypatch.setattr(ds_module, "_RULES", dict(ds_module._RULES))
+
+
+def test_builtin_rules_are_discoverable():
+    assert {"max_variance", "max_reward", "random"} <= set(available_rules())
+    assert available_rules() == sorted(available_rules())
+    assert pods_rl.available_rules is available_rules
+
+
+def test_register_custom_rule(scratch_registry):
+    @register_rule("min_reward")
+    def min_reward(rewards, m, generator):
+        # Deliberately returns the indices unsorted: downsample sorts them.
+        return torch.sort(rewards, dim=1, descending=True, stable=True).indices[:, -m:].flip(1)
+
+    assert "min_reward" in available_rules()
+    assert downsample(torch.tensor([[4.0, 1.0, 3.0, 0.0]]), 2, "min_reward").tolist() == [[1, 3]]
+    assert downsample(torch.tensor([4.0, 1.0, 3.0, 0.0]), 2, "min_reward").tolist() == [1, 3]
+    # Integer rewards reach a rule as floats.
+    seen = []
+    register_rule("spy", lambda r, m, g: seen.append(r.dtype) or torch.arange(m).expand(r.shape[0], m))
+    downsample(torch.tensor([1, 2, 3]), 2, "spy")
+    assert seen and seen[0].is_floating_point
+
+
+def test_register_rule_refuses_duplicates_and_non_callables(scratch_registry):
+    with pytest.raises(ValueError, match="already registered.*overwrite=True"):
+        register_rule("max_variance", lambda r, m, g: None)
+    with pytest.raises(ValueError, match="must be callable"):
+        register_rule("broken", 42)
+    with pytest.raises(ValueError, match="non-empty string"):
+        register_rule("", lambda r, m, g: None)
+    replacement = register_rule("max_reward", ds_module._RULES["max_variance"], overwrite=True)
+    assert replacement is ds_module._RULES["max_reward"]
+
+
+@pytest.mark.parametrize(
+    ("output", "match"),
+    [
+        (lambda r, m: torch.zeros(r.shape[0], m + 1, dtype=torch.long), r"shape \(B, m\) = \(2, 2\)"),
+        (lambda r, m: torch.zeros(r.shape[0], m), "integer indices"),
+        (lambda r, m: torch.full((r.shape[0], m), 9), r"outside \[0, 4\)"),
+        (lambda r, m: torch.zeros(r.shape[0], m, dtype=torch.long), "repeated indices"),
+    ],
+)
+def test_bad_custom_rule_output_is_caught(scratch_registry, output, match):
+    register_rule("bad", lambda rewards, m, generator: output(rewards, m))
+    with pytest.raises(ValueError, match=match):
+        downsample(torch.zeros(2, 4), 2, "bad")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# group_advantages
+
+
+def test_group_advantages_by_hand():
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [2.0, 2.0, 2.0, 2.0]])
+    adv = group_advantages(rewards)
+    std = statistics.stdev([1.0, 0.0, 0.0, 1.0])  # unbiased: sqrt(1/3)
+    expected = [0.5 / (std + 1e-4), -0.5 / (std + 1e-4)]
+    assert adv.dtype == torch.float32 and adv.shape == (2, 4)
+    assert adv[0].tolist() == pytest.approx([expected[0], expected[1], expected[1], expected[0]], rel=1e-6)
+    assert adv[1].tolist() == [0.0, 0.0, 0.0, 0.0]  # zero-variance group: no signal
+    # scale="none": no division; scale="batch": mean per group, one std over the batch.
+    assert group_advantages(rewards, scale="none")[0].tolist() == [0.5, -0.5, -0.5, 0.5]
+    batch_std = statistics.stdev(rewards.flatten().tolist())
+    assert group_advantages(rewards, scale="batch")[0, 0].item() == pytest.approx(0.5 / (batch_std + 1e-4))
+    assert group_advantages(rewards, eps=0.5)[0, 0].item() == pytest.approx(0.5 / (std + 0.5))
+    # Boolean scale as TRL's old scale_rewards; 1-D input.
+    assert torch.equal(group_advantages(rewards, scale=True), adv)
+    assert torch.equal(group_advantages(rewards, scale=False), group_advantages(rewards, scale="none"))
+    assert torch.equal(group_advantages(rewards[0]), adv[0])
+
+
+def test_group_advantages_nan_rows_are_ignored_and_get_zero():
+    rewards = torch.tensor([[1.0, float("nan"), 0.0, 0.0], [float("nan"), 3.0, float("nan"), float("nan")]])
+    adv = group_advantages(rewards)
+    std = statistics.stdev([1.0, 0.0, 0.0])  # mean 1/3 over the three scorable rollouts
+    high, low = (2 / 3) / (std + 1e-4), (-1 / 3) / (std + 1e-4)
+    assert adv[0].tolist() == pytest.approx([high, 0.0, low, low], rel=1e-6)
+    assert adv[0, 1].item() == 0.0  # the unscorable rollout
+    assert adv[1].tolist() == [0.0, 0.0, 0.0, 0.0]  # one scorable rollout: std undefined -> 0 (as TRL)
+
+
+def test_group_advantages_dtypes_and_single_rollout():
+    assert group_advantages(torch.tensor([[1, 0, 1]])).dtype == torch.float32
+    assert group_advantages(torch.tensor([[True, False]])).dtype == torch.float32
+    assert group_advantages(torch.tensor([[1.0, 0.0]], dtype=torch.float64)).dtype == torch.float64
+    assert group_advantages(torch.tensor([[1.0, 0.0]], dtype=torch.bfloat16)).dtype == torch.bfloat16
+    assert group_advantages(torch.tensor([[5.0], [1.0]])).tolist() == [[0.0], [0.0]]  # m == 1
+
+
+def trl_sum_then_normalize(
+    rewards_flat: torch.Tensor, num_generations: int, scale_rewards: str
+) -> torch.Tensor:
+    """TRL 1.16 GRPOTrainer._generate_and_score_completions, sum_then_normalize branch, copied inline."""
+    from trl.trainer.utils import nanstd
+
+    rewards = rewards_flat.clone()
+    mean_grouped_rewards = torch.nanmean(rewards.view(-1, num_generations), dim=1)
+    mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(num_generations, dim=0)
+    if scale_rewards in ["group", "none"]:
+        if num_generations > 1:
+            std_rewards = nanstd(rewards.view(-1, num_generations), dim=1)
+            std_rewards = std_rewards.repeat_interleave(num_generations, dim=0)
+        else:
+            std_rewards = torch.zeros_like(rewards)
+    elif scale_rewards == "batch":
+        if rewards.numel() > 1:
+            std_rewards = nanstd(rewards).expand_as(rewards)
+        else:
+            std_rewards = torch.zeros_like(rewards)
+    advantages = rewards - mean_grouped_rewards
+    if scale_rewards != "none":
+        advantages = advantages / (std_rewards + 1e-4)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_group_advantages_match_trl_exactly(scale):
+    gen = torch.Generator().manual_seed(6)
+    for B, m in [(1, 1), (1, 4), (7, 4), (16, 8), (3, 1)]:
+        rewards = torch.rand((B, m), generator=gen) * 3 - 1
+        rewards[torch.rand((B, m), generator=gen) < 0.2] = float("nan")  # unscorable rows
+        rewards[0] = torch.round(rewards[0])
+        expected = trl_sum_then_normalize(rewards.flatten(), m, scale).view(B, m)
+        got = group_advantages(rewards, scale=scale)
+        assert torch.equal(got, expected), (B, m, scale)  # bit-identical, not just close
+
+
+def test_private_nanstd_matches_trl():
+    from trl.trainer.utils import nanstd
+
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn((5, 6), generator=gen)
+    x[1, 2] = x[4] = float("nan")
+    x[3, 1:] = float("nan")
+    for dim in [None, 0, 1]:
+        for keepdim in [False, True]:
+            ours = ds_module._nanstd(x, dim=dim, keepdim=keepdim)
+            theirs = nanstd(x, dim=dim, keepdim=keepdim)
+            assert ours.shape == theirs.shape
+            assert torch.equal(ours.isnan(), theirs.isnan())
+            assert torch.equal(ours.nan_to_num(-1.0), theirs.nan_to_num(-1.0))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "rewards", "match"),
+    [
+        ({"scale": "groups"}, torch.zeros(2, 3), r"scale must be one of \['group', 'batch', 'none'\]"),
+        ({"eps": -1.0}, torch.zeros(2, 3), "eps must be a non-negative number"),
+        ({}, torch.zeros(2, 3, 4), r"shape \(m,\) or \(B, m\)"),
+        ({}, torch.zeros(2, 0), "empty group"),
+        ({}, torch.tensor([[1.0, float("inf")], [0.0, 1.0]]), r"infinite values in group\(s\) \[0\]"),
+    ],
+)
+def test_group_advantages_bad_input(kwargs, rewards, match):
+    with pytest.raises(ValueError, match=match):
+        group_advantages(rewards, **kwargs)
+
+
+def test_downsample_then_advantages_end_to_end():
+    rewards = torch.tensor(
+        [[1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]]
+    )
+    keep = downsample(rewards, 4)  # (2, 4)
+    kept = rewards.gather(1, keep)
+    # max_variance keeps the lone odd rollout plus the most balanced mix possible.
+    assert kept.sum(1).tolist() == [3.0, 1.0]
+    assert 3 in keep[0].tolist() and 6 in keep[1].tolist()
+    adv = group_advantages(kept)
+    assert adv.shape == (2, 4) and bool((adv != 0).all())
