@@ -191,9 +191,11 @@ def test_evaluate_model_in_memory_needs_tokenizer(tiny_model):
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     with pytest.raises(ValueError, match="tokenizer"):
         ev.evaluate_model(model, FakeTask(), k=1, max_new_tokens=2)
-    record = ev.evaluate_model(model, FakeTask(size=2), k=2, max_new_tokens=3,
-                               tokenizer=AutoTokenizer.from_pretrained(tiny_model))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer.padding_side = "right"  # e.g. a trainer's tokenizer: evaluation must not change it
+    record = ev.evaluate_model(model, FakeTask(size=2), k=2, max_new_tokens=3, tokenizer=tokenizer)
     assert record["checkpoint"] == "<in-memory>" and record["num_problems"] == 2
+    assert tokenizer.padding_side == "right"
 
 
 def test_evaluate_model_loads_peft_adapter(tiny_model, tmp_path):
@@ -236,7 +238,11 @@ RECORD_FIELDS = {
 
 
 def test_find_checkpoints_sorted_and_final_deduplicated(tiny_model, tmp_path):
+    import shutil
+
     run_dir = make_run_dir(tmp_path, tiny_model, steps=(10, 2), seconds=(30.0, 5.0))
+    shutil.copytree(tiny_model, run_dir / "checkpoint-12")  # no pods_clock.json yet: still being saved
+    shutil.copytree(run_dir / "checkpoint-10", run_dir / "checkpoint-8.incomplete")  # set aside by a resume
     found = ev.find_checkpoints(run_dir)
     assert [c["name"] for c in found] == ["checkpoint-2", "checkpoint-10"]  # numeric, not lexical, order
     assert [c["train_seconds"] for c in found] == [5.0, 30.0]

@@ -22,7 +22,8 @@ def make_run(root, name, times, accs, config=None, stderrs=None, phase_rows=(), 
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     rows = list(phase_rows)
     if eval_in_metrics:
-        rows += [{"step": i, "train_seconds": t, "eval/accuracy": a} for i, (t, a) in enumerate(zip(times, accs))]
+        rows += [{"step": i, "train_seconds": t, "eval/accuracy": a, "eval/accuracy_stderr": 0.01}
+                 for i, (t, a) in enumerate(zip(times, accs))]
     else:
         records = [{"checkpoint": f"checkpoint-{i}", "task": "arithmetic", "split": "test", "k": 4,
                     "temperature": 0.9, "step": i, "train_seconds": t, "accuracy": a, "format_accuracy": 1.0,
@@ -73,6 +74,7 @@ def test_load_run_eval_json_and_metrics_fallback(tmp_path):
     fallback = plots.load_run(make_run(tmp_path, "b", [10.0, 20.0], [0.2, 0.4], eval_in_metrics=True), label="X")
     assert fallback.source == "metrics.jsonl" and fallback.label == "X"
     assert fallback.times.tolist() == [10.0, 20.0] and fallback.values.tolist() == [0.2, 0.4]
+    assert fallback.stderrs.tolist() == [0.01, 0.01]
 
     with pytest.raises(ValueError, match="does not exist"):
         plots.load_run(tmp_path / "missing")

@@ -34,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -150,11 +151,12 @@ def load_model_and_tokenizer(path, device=None):
     return model.to(device).eval(), tokenizer
 
 
-def _prepare_tokenizer(tokenizer):
-    tokenizer.padding_side = "left"  # decoder-only generation continues from the right end
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
+def _pad_id(tokenizer) -> int:
+    """Pad id for left padding (we pad by hand, so the caller's tokenizer is never modified)."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_id is None:
+        raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
+    return int(pad_id)
 
 
 def render_prompt(prompt, tokenizer) -> tuple[str, bool]:
@@ -196,7 +198,8 @@ def generate_hf(model, tokenizer, prompt_ids: list[list[int]], k: int, temperatu
                 batch_size: int, seed: int, desc: str = "generate") -> tuple[list[list[str]], np.ndarray]:
     """Sample ``k`` completions per prompt with transformers ``generate``.
 
-    Work items are (prompt, sample) pairs, chunked into batches of ``batch_size`` sequences, left padded.
+    Work items are (prompt, sample) pairs, chunked into batches of ``batch_size`` sequences, left padded
+    by hand (the tokenizer is not modified: during training it is the trainer's).
     Returns (completions (P lists of k str), completion_tokens (P, k) int array). Greedy (temperature 0)
     decodes once per prompt and repeats the result k times.
     """
@@ -209,9 +212,10 @@ def generate_hf(model, tokenizer, prompt_ids: list[list[int]], k: int, temperatu
     completions = [[""] * samples_per_prompt for _ in prompt_ids]
     lengths = np.zeros((len(prompt_ids), samples_per_prompt), dtype=int)
     eos_ids = _eos_ids(model, tokenizer)
-    pad_id = tokenizer.pad_token_id
+    pad_id = _pad_id(tokenizer)
     device = next(model.parameters()).device
-    gen_kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=sorted(eos_ids))
+    gen_kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=sorted(eos_ids),
+                      use_cache=True)
     if greedy:
         gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
     else:
@@ -384,7 +388,7 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
         tok_src = model_path
         if is_adapter_dir(model_path) and not _has_tokenizer_files(model_path):
             tok_src = json.loads((model_path / "adapter_config.json").read_text())["base_model_name_or_path"]
-        tokenizer = _prepare_tokenizer(tokenizer or AutoTokenizer.from_pretrained(str(tok_src)))
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(tok_src))
         texts, prompt_ids = encode_prompts(prompts, tokenizer)
         completions, lengths = generate_vllm(model_path, prompt_ids, k, temperature, max_new_tokens, seed)
     else:
@@ -393,7 +397,6 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
         else:
             model, loaded_tokenizer = load_model_and_tokenizer(model_path)
             tokenizer = tokenizer or loaded_tokenizer
-        tokenizer = _prepare_tokenizer(tokenizer)
         texts, prompt_ids = encode_prompts(prompts, tokenizer)
         desc = name or (model_path.name if model_path else "model")
         completions, lengths = generate_hf(model, tokenizer, prompt_ids, k, temperature, max_new_tokens,
@@ -484,51 +487,35 @@ def _is_model_dir(path: Path) -> bool:
 def is_run_dir(path) -> bool:
     """A run directory has ``checkpoint-*`` or ``final`` model dirs (and usually config.yaml)."""
     path = Path(path)
-    return path.is_dir() and not _is_model_dir(path) and bool(find_checkpoints(path, include_base=False))
+    return path.is_dir() and not _is_model_dir(path) and bool(find_checkpoints(path, verbose=False))
 
 
-def _step_from_metrics(run_dir: Path, step: int) -> float | None:
-    """train_seconds of the last metrics.jsonl row at or before ``step`` (checkpoints without a clock file)."""
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
-        return None
-    best = None
-    for line in metrics.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a torn last line of an append-only log
-        if "train_seconds" in row and int(row.get("step", -1)) <= step:
-            best = float(row["train_seconds"])
-    return best
-
-
-def find_checkpoints(run_dir, include_base: bool = False) -> list[dict]:
+def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True) -> list[dict]:
     """Model dirs of a run, sorted by step: [{"name", "path", "step", "train_seconds"}].
 
-    ``checkpoint-<N>`` and ``final`` dirs; ``final`` is dropped when a checkpoint has the same step (same
-    weights). ``include_base`` prepends the run's initial model (config.yaml's model_name_or_path) at step 0.
+    ``checkpoint-<N>`` and ``final`` dirs that hold a model and ``pods_clock.json``. The trainer writes the
+    clock file last, so a dir without it is incomplete (being saved, or killed mid-save) and is skipped with
+    a warning; ``checkpoint-N.incomplete`` dirs never match. ``final`` is dropped when a checkpoint has the
+    same step (same weights). ``include_base`` prepends the run's initial model (config.yaml's
+    ``model_name_or_path``) at step 0, 0 seconds.
     """
     run_dir = Path(run_dir)
+    candidates = [p for p in run_dir.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
     found = []
-    for path in sorted(run_dir.glob("checkpoint-*")) + [run_dir / "final"]:
+    for path in candidates + [run_dir / "final"]:
         if not (path.is_dir() and _is_model_dir(path)):
             continue
-        if (path / CLOCK_FILE).is_file():
-            step, seconds = read_clock(path)
-        else:
-            suffix = path.name.split("-")[-1]
-            step = int(suffix) if suffix.isdigit() else -1
-            seconds = _step_from_metrics(run_dir, step) if step >= 0 else None
-            if path.name == "final" and step < 0:
-                step = max((c["step"] for c in found), default=0)
+        if not (path / CLOCK_FILE).is_file():
+            if verbose:
+                print(f"warning: skipping {path}: no {CLOCK_FILE} (incomplete checkpoint)", file=sys.stderr)
+            continue
+        step, seconds = read_clock(path)
         found.append({"name": path.name, "path": path, "step": step, "train_seconds": seconds})
     checkpoint_steps = {c["step"] for c in found if c["name"] != "final"}
     found = [c for c in found if not (c["name"] == "final" and c["step"] in checkpoint_steps)]
     found.sort(key=lambda c: (c["step"], c["name"] == "final"))
     if include_base:
-        config = load_run_config(run_dir)
-        base = config.get("model_name_or_path")
+        base = load_run_config(run_dir).get("model_name_or_path")
         if not base:
             raise ValueError(f"{run_dir}/config.yaml names no model_name_or_path; cannot evaluate the base model")
         found.insert(0, {"name": "base", "path": Path(base), "step": 0, "train_seconds": 0.0})
@@ -586,9 +573,6 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
         record = evaluate_model(ckpt["path"], task_obj, split=split, k=k, temperature=temperature,
                                 max_new_tokens=max_new_tokens, limit=limit, batch_size=batch_size, seed=seed,
                                 task_args=task_args, backend=backend, name=name)
-        # The run's clock wins over a checkpoint without pods_clock.json (read_clock gave 0/0 there).
-        if not (Path(ckpt["path"]) / CLOCK_FILE).is_file() and ckpt.get("train_seconds") is not None:
-            record["step"], record["train_seconds"] = int(ckpt["step"]), float(ckpt["train_seconds"])
         upsert_result(out, record)
         results.append(record)
         if verbose:

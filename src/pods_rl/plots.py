@@ -166,7 +166,9 @@ def load_run(run_dir, label: str | None = None, metric: str = "accuracy", task: 
         run.source = "eval.json"
     else:
         key = f"eval/{metric}"
-        points = [(float(row["train_seconds"]), float(row[key]), np.nan, int(row.get("step", -1)))
+        stderr_key = "eval/accuracy_stderr" if metric == "accuracy" else None
+        points = [(float(row["train_seconds"]), float(row[key]), float(row.get(stderr_key, np.nan)),
+                   int(row.get("step", -1)))
                   for row in rows if key in row and "train_seconds" in row]
         run.source = "metrics.jsonl" if points else None
     points.sort(key=lambda p: (p[0], p[3]))
