@@ -251,6 +251,14 @@ def test_find_checkpoints_sorted_and_final_deduplicated(tiny_model, tmp_path):
     assert with_base[0]["name"] == "base" and with_base[0]["step"] == 0
 
 
+def test_evaluate_run_include_base(tiny_model, tmp_path):
+    run_dir = make_run_dir(tmp_path, tiny_model, steps=(2,), seconds=(10.0,), final=False)
+    results = ev.evaluate_run(run_dir, FakeTask(size=2), k=1, max_new_tokens=2, include_base=True,
+                              verbose=False)
+    assert [(r["checkpoint"], r["step"], r["train_seconds"]) for r in results] == [
+        ("base", 0, 0.0), ("checkpoint-2", 2, 10.0)]
+
+
 def test_cli_eval_run_dir_appends_skips_and_forces(tiny_model, tmp_path, fake_task_by_name, capsys):
     run_dir = make_run_dir(tmp_path, tiny_model)
     args = [str(run_dir), "--task", "fake", "--k", "2", "--max-new-tokens", "4", "--limit", "3",

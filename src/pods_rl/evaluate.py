@@ -562,7 +562,8 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
     settings = {"limit": limit, "max_new_tokens": int(max_new_tokens), "seed": int(seed)}
     results = []
     for ckpt in checkpoints:
-        name = _checkpoint_name(Path(ckpt["path"]), out)
+        # The run's initial model is "base" whatever its path (often a hub id), so the key survives moves.
+        name = "base" if ckpt["name"] == "base" else _checkpoint_name(Path(ckpt["path"]), out)
         key = (name, task_name, split, int(k), float(temperature))
         existing = load_results(out)
         if not force and _already_done(existing, key, settings):
