@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from pods_rl.tasks import rewards
 
 # The paper's instruct-style system prompt (R1-style reasoning then answer tags).
 SYSTEM_PROMPT = (
@@ -14,39 +16,120 @@ SYSTEM_PROMPT = (
     "<answer> answer here </answer>."
 )
 
+PROMPT_STYLES = ("instruct", "base")
+
 
 @dataclass
 class Task:
     """A verifiable-reward task.
 
     Subclasses implement ``_load_raw(split)`` returning a ``datasets.Dataset`` with at least the
-    columns ``question`` (str) and ``answer`` (str, the gold final answer); ``load`` adds the
-    ``prompt`` column that TRL's GRPOTrainer consumes.
+    columns ``question`` (str) and ``answer`` (str, the gold final answer); ``load`` validates it and
+    adds the ``prompt`` column that TRL's GRPOTrainer consumes. To change how correctness is judged,
+    override ``is_correct`` (and list any dataset columns it needs in ``extra_reward_columns``).
 
     Attributes:
         name: registry name, e.g. ``"gsm8k"``.
         prompt_style: ``"instruct"`` (chat messages with ``system_prompt``) or ``"base"`` (plain text).
-        system_prompt: the system message used in instruct style.
-        reward_weights: weights of (correctness, format, tag_count) rewards.
+        system_prompt: the system message (instruct) or preamble (base).
+        reward_weights: weights of ``reward_funcs()`` (correctness, format, tag_count), same order.
+        grading_timeout_s: per-completion bound on correctness grading; a timeout scores 0.
+        splits: the split names ``load`` accepts.
+        extra_reward_columns: dataset columns passed to ``is_correct`` as keyword arguments.
     """
 
     name: str = "task"
     prompt_style: str = "instruct"
     system_prompt: str = SYSTEM_PROMPT
-    reward_weights: tuple[float, ...] = (1.0, 0.1, 0.1)
-    splits: tuple[str, ...] = field(default=("train", "test"))
+    reward_weights: list[float] | tuple[float, ...] = (1.0, 0.1, 0.1)
+    grading_timeout_s: float = rewards.DEFAULT_TIMEOUT_S
+    splits: tuple[str, ...] = ("train", "test")
+    extra_reward_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
+        try:
+            self.reward_weights = [float(w) for w in self.reward_weights]
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"reward_weights must be a sequence of numbers, got {self.reward_weights!r}") from err
+        n_funcs = len(self.reward_funcs())
+        if len(self.reward_weights) != n_funcs:
+            raise ValueError(
+                f"reward_weights has {len(self.reward_weights)} entries but task {self.name!r} has "
+                f"{n_funcs} reward functions ({[f.__name__ for f in self.reward_funcs()]}); pass one weight each"
+            )
+        if not self.grading_timeout_s or self.grading_timeout_s <= 0:
+            raise ValueError(f"grading_timeout_s must be > 0 seconds, got {self.grading_timeout_s!r}")
+
+    # ------------------------------------------------------------------------------------------------
+    # data
 
     def _load_raw(self, split: str):  # pragma: no cover - abstract
+        """Return split ``split`` as a ``datasets.Dataset`` with ``question`` and ``answer`` columns."""
         raise NotImplementedError
+
+    def format_prompt(self, question: str):
+        """The model input for one question: chat messages (instruct) or a plain string (base)."""
+        if self.prompt_style == "instruct":
+            return [
+                {"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": question},
+            ]
+        # Base models: a plain-text dialogue whose last line cues the assistant to answer.
+        return f"{self.system_prompt}\nUser: {question}\nAssistant:"
 
     def load(self, split: str = "train", limit: int | None = None):
-        """Load ``split`` as a ``datasets.Dataset`` with columns ``prompt``, ``question``, ``answer``."""
-        raise NotImplementedError
+        """Load ``split`` as a ``datasets.Dataset`` with columns ``prompt``, ``question``, ``answer``.
+
+        Args:
+            split: one of ``self.splits``.
+            limit: keep only the first ``limit`` rows (None: all).
+        """
+        if split not in self.splits:
+            raise ValueError(f"task {self.name!r} has no split {split!r}; use one of {list(self.splits)}")
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+        dataset = self._load_raw(split)
+        for column in ("question", "answer"):
+            if column not in dataset.column_names:
+                raise ValueError(
+                    f"task {self.name!r} split {split!r} has no {column!r} column (columns: "
+                    f"{dataset.column_names}); rename your field to {column!r}"
+                )
+        if len(dataset) == 0:
+            raise ValueError(f"task {self.name!r} split {split!r} is empty; check the data source")
+        if limit is not None and limit < len(dataset):
+            dataset = dataset.select(range(limit))
+        if "prompt" in dataset.column_names:
+            dataset = dataset.remove_columns("prompt")
+        prompts = [self.format_prompt(q) for q in dataset["question"]]
+        return dataset.add_column("prompt", prompts)
+
+    # ------------------------------------------------------------------------------------------------
+    # rewards
+
+    def is_correct(self, completion: str, answer: str, **extra) -> bool:
+        """Whether a completion's final answer matches the gold ``answer`` (unbounded; callers bound it)."""
+        return rewards._answers_match_unbounded(completion, answer)
 
     def reward_funcs(self) -> list[Callable]:
-        """Reward functions with TRL's signature ``f(prompts, completions, answer, **kw) -> list[float]``."""
-        raise NotImplementedError
+        """Reward functions with TRL's signature ``f(prompts, completions, answer, **kw) -> list[float]``:
+        ``correctness_reward``, ``format_reward``, ``tag_count_reward`` (unweighted, in [0, 1])."""
+        # The default grader goes through ``answers_match``, which also bounds time off the main thread.
+        is_correct = None if type(self).is_correct is Task.is_correct else self.is_correct
+        correctness = rewards.make_correctness_reward(
+            is_correct, timeout_s=self.grading_timeout_s, extra_columns=self.extra_reward_columns
+        )
+        return [correctness, rewards.format_reward, rewards.tag_count_reward]
 
-    def is_correct(self, completion: str, answer: str) -> bool:
-        """Whether a completion's final answer matches the gold ``answer``."""
-        raise NotImplementedError
+    def score(self, completion, answer: str, **extra) -> dict:
+        """Evaluation scores of one completion (str or chat messages): ``{"correct": bool, "format": bool}``."""
+        text = rewards.completion_text(completion)
+        if type(self).is_correct is Task.is_correct:
+            correct = rewards.answers_match(text, answer, timeout_s=self.grading_timeout_s)
+        else:
+            correct = rewards.call_with_time_limit(
+                self.is_correct, text, answer, timeout_s=self.grading_timeout_s, default=False, **extra
+            )
+        return {"correct": bool(correct), "format": rewards.format_score(text) == 1.0}

@@ -1,0 +1,67 @@
+"""Task registry: ``get_task(name, **kwargs) -> Task``.
+
+Built-in names: ``gsm8k``, ``math``, ``math500``, ``amc23``, ``arithmetic``, ``jsonl:<path>``,
+``reasoning_gym:<dataset_name>``. Task modules are imported lazily, only when a task is requested, so
+``import pods_rl.tasks`` stays cheap and optional dependencies (reasoning-gym) stay optional.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from pods_rl.tasks.base import SYSTEM_PROMPT, Task
+
+# name -> "module:attribute" (imported on first use) or a factory callable registered at runtime.
+_REGISTRY: dict[str, str | Callable[..., Task]] = {
+    "gsm8k": "pods_rl.tasks.gsm8k:GSM8KTask",
+    "math": "pods_rl.tasks.math_tasks:MATHTask",
+    "math500": "pods_rl.tasks.math_tasks:MATH500Task",
+    "amc23": "pods_rl.tasks.math_tasks:AMC23Task",
+    "arithmetic": "pods_rl.tasks.arithmetic:ArithmeticTask",
+}
+# "prefix:<argument>" names: the argument is passed as the factory's first positional argument.
+_PREFIXES: dict[str, str] = {
+    "jsonl": "pods_rl.tasks.jsonl:JSONLTask",
+    "reasoning_gym": "pods_rl.tasks.reasoning_gym:ReasoningGymTask",
+}
+
+
+def _resolve(target: str | Callable[..., Task]) -> Callable[..., Task]:
+    if callable(target):
+        return target
+    module_name, attr = target.split(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def available_tasks() -> list[str]:
+    """Names ``get_task`` accepts (prefixed families shown as ``"jsonl:<path>"`` etc.)."""
+    prefixed = {"jsonl": "jsonl:<path>", "reasoning_gym": "reasoning_gym:<dataset_name>"}
+    return sorted(_REGISTRY) + [prefixed.get(p, f"{p}:<arg>") for p in sorted(_PREFIXES)]
+
+
+def register_task(name: str, factory: Callable[..., Task]) -> None:
+    """Register ``factory(**kwargs) -> Task`` under ``name`` (overrides an existing entry)."""
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ValueError(f"task name must be a non-empty str without ':', got {name!r}")
+    if not callable(factory):
+        raise ValueError(f"factory for task {name!r} must be callable, got {type(factory).__name__}")
+    _REGISTRY[name] = factory
+
+
+def get_task(name: str, **kwargs) -> Task:
+    """Build the task called ``name`` with keyword arguments such as ``data_dir``, ``prompt_style``,
+    ``reward_weights``, ``seed``, ``size`` (which ones apply depends on the task)."""
+    if not isinstance(name, str):
+        raise ValueError(f"task name must be a str, got {type(name).__name__}")
+    if name in _REGISTRY:
+        return _resolve(_REGISTRY[name])(**kwargs)
+    prefix, sep, argument = name.partition(":")
+    if sep and prefix in _PREFIXES:
+        if not argument:
+            raise ValueError(f"task {name!r} needs an argument after ':', e.g. {available_tasks()}")
+        return _resolve(_PREFIXES[prefix])(argument, **kwargs)
+    raise ValueError(f"unknown task {name!r}; available tasks: {available_tasks()}")
+
+
+__all__ = ["SYSTEM_PROMPT", "Task", "available_tasks", "get_task", "register_task"]
