@@ -193,9 +193,14 @@ def test_evaluate_model_in_memory_needs_tokenizer(tiny_model):
         ev.evaluate_model(model, FakeTask(), k=1, max_new_tokens=2)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     tokenizer.padding_side = "right"  # e.g. a trainer's tokenizer: evaluation must not change it
+    import torch
+
+    torch.manual_seed(99)
+    rng_before = torch.get_rng_state()
     record = ev.evaluate_model(model, FakeTask(size=2), k=2, max_new_tokens=3, tokenizer=tokenizer)
     assert record["checkpoint"] == "<in-memory>" and record["num_problems"] == 2
     assert tokenizer.padding_side == "right"
+    assert torch.equal(torch.get_rng_state(), rng_before)  # a trainer's RNG stream is left alone
 
 
 def test_evaluate_model_loads_peft_adapter(tiny_model, tmp_path):

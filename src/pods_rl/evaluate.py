@@ -220,25 +220,28 @@ def generate_hf(model, tokenizer, prompt_ids: list[list[int]], k: int, temperatu
         gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
     else:
         gen_kwargs.update(do_sample=True, temperature=float(temperature), top_p=1.0, top_k=0)
-    torch.manual_seed(seed)  # one seed for the whole pass: reproducible for the same settings and batch size
-    for start in tqdm(range(0, len(items), batch_size), desc=desc, unit="batch", leave=False):
-        batch = items[start : start + batch_size]
-        longest = max(len(prompt_ids[p]) for p, _ in batch)
-        input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)  # (B, L) left padded
-        attention_mask = torch.zeros((len(batch), longest), dtype=torch.long)
-        for row, (p, _) in enumerate(batch):
-            ids = prompt_ids[p]
-            input_ids[row, longest - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, longest - len(ids) :] = 1
-        with torch.no_grad():
-            output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                                    **gen_kwargs)
-        generated = output[:, longest:].cpu()  # (B, T) new tokens, padded after eos
-        for row, (p, j) in enumerate(batch):
-            tokens = generated[row].tolist()
-            end = next((i + 1 for i, t in enumerate(tokens) if t in eos_ids), len(tokens))
-            lengths[p, j] = end
-            completions[p][j] = tokenizer.decode(tokens[:end], skip_special_tokens=True)
+    # Seed inside a forked RNG: reproducible, and the caller's RNG (a trainer's, mid-training) is untouched.
+    rng_devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=rng_devices):
+        torch.manual_seed(seed)  # one seed per pass: reproducible for the same settings and batch size
+        for start in tqdm(range(0, len(items), batch_size), desc=desc, unit="batch", leave=False):
+            batch = items[start : start + batch_size]
+            longest = max(len(prompt_ids[p]) for p, _ in batch)
+            input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)  # (B, L) left padded
+            attention_mask = torch.zeros((len(batch), longest), dtype=torch.long)
+            for row, (p, _) in enumerate(batch):
+                ids = prompt_ids[p]
+                input_ids[row, longest - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                attention_mask[row, longest - len(ids) :] = 1
+            with torch.no_grad():
+                output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                        **gen_kwargs)
+            generated = output[:, longest:].cpu()  # (B, T) new tokens, padded after eos
+            for row, (p, j) in enumerate(batch):
+                tokens = generated[row].tolist()
+                end = next((i + 1 for i, t in enumerate(tokens) if t in eos_ids), len(tokens))
+                lengths[p, j] = end
+                completions[p][j] = tokenizer.decode(tokens[:end], skip_special_tokens=True)
     if greedy:
         completions = [c * k for c in completions]
         lengths = np.repeat(lengths, k, axis=1)
