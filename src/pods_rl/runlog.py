@@ -134,7 +134,8 @@ class TrainingClock(TrainerCallback):
         save_every_seconds: save a checkpoint every this many training seconds (None: off).
         max_train_seconds: stop and save once training time reaches this (None: off).
         eval_fn: ``eval_fn(model) -> dict`` of metrics (e.g. ``{"accuracy": 0.4}``); logged as ``eval/<key>``.
-        eval_every_seconds: run ``eval_fn`` every this many training seconds (and at step 0 and at the end).
+        eval_every_seconds: run ``eval_fn`` every this many training seconds; with ``eval_fn`` it also runs
+            before the first step and after the last.
         train_seconds: training time already spent (when resuming).
         is_main_process: only the main process writes files.
     """
@@ -184,7 +185,7 @@ class TrainingClock(TrainerCallback):
         return results
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.eval_fn is not None and self.eval_every_seconds and state.global_step == 0:
+        if self.eval_fn is not None and state.global_step == 0:
             self.evaluate(model, 0)
 
     def on_step_begin(self, args, state, control, **kwargs):
