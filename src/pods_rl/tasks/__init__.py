@@ -8,6 +8,7 @@ Built-in names: ``gsm8k``, ``math``, ``math500``, ``amc23``, ``arithmetic``, ``j
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 
 from pods_rl.tasks.base import SYSTEM_PROMPT, Task
@@ -20,10 +21,10 @@ _REGISTRY: dict[str, str | Callable[..., Task]] = {
     "amc23": "pods_rl.tasks.math_tasks:AMC23Task",
     "arithmetic": "pods_rl.tasks.arithmetic:ArithmeticTask",
 }
-# "prefix:<argument>" names: the argument is passed as the factory's first positional argument.
-_PREFIXES: dict[str, str] = {
-    "jsonl": "pods_rl.tasks.jsonl:JSONLTask",
-    "reasoning_gym": "pods_rl.tasks.reasoning_gym:ReasoningGymTask",
+# "prefix:<argument>" names -> (factory, the keyword argument that receives <argument>).
+_PREFIXES: dict[str, tuple[str, str]] = {
+    "jsonl": ("pods_rl.tasks.jsonl:JSONLTask", "path"),
+    "reasoning_gym": ("pods_rl.tasks.reasoning_gym:ReasoningGymTask", "dataset_name"),
 }
 
 
@@ -55,13 +56,30 @@ def get_task(name: str, **kwargs) -> Task:
     if not isinstance(name, str):
         raise ValueError(f"task name must be a str, got {type(name).__name__}")
     if name in _REGISTRY:
-        return _resolve(_REGISTRY[name])(**kwargs)
+        return _build(name, _resolve(_REGISTRY[name]), kwargs)
     prefix, sep, argument = name.partition(":")
     if sep and prefix in _PREFIXES:
         if not argument:
             raise ValueError(f"task {name!r} needs an argument after ':', e.g. {available_tasks()}")
-        return _resolve(_PREFIXES[prefix])(argument, **kwargs)
+        target, keyword = _PREFIXES[prefix]
+        if keyword in kwargs:
+            raise ValueError(f"task {name!r} already names its {keyword}; don't also pass {keyword}=")
+        return _build(name, _resolve(target), {keyword: argument, **kwargs})
     raise ValueError(f"unknown task {name!r}; available tasks: {available_tasks()}")
+
+
+def _build(name: str, factory: Callable[..., Task], kwargs: dict) -> Task:
+    """``factory(**kwargs)``, turning a wrong keyword into a ValueError that lists the accepted ones."""
+    try:
+        return factory(**kwargs)
+    except TypeError as err:
+        if "unexpected keyword argument" not in str(err):
+            raise
+        try:
+            accepted = sorted(p for p in inspect.signature(factory).parameters if p not in ("self", "kwargs"))
+        except (TypeError, ValueError):
+            accepted = "see the task's docstring"
+        raise ValueError(f"task {name!r} got an unknown argument ({err}); accepted: {accepted}") from err
 
 
 __all__ = ["SYSTEM_PROMPT", "Task", "available_tasks", "get_task", "register_task"]

@@ -52,7 +52,9 @@ class Task:
         try:
             self.reward_weights = [float(w) for w in self.reward_weights]
         except (TypeError, ValueError) as err:
-            raise ValueError(f"reward_weights must be a sequence of numbers, got {self.reward_weights!r}") from err
+            raise ValueError(
+                f"reward_weights must be a sequence of numbers, got {self.reward_weights!r}"
+            ) from err
         n_funcs = len(self.reward_funcs())
         if len(self.reward_weights) != n_funcs:
             raise ValueError(

@@ -392,7 +392,9 @@ def call_with_time_limit(fn: Callable, *args, timeout_s: float = DEFAULT_TIMEOUT
     except GradingTimeout:
         if _signals_usable():
             _disarm()  # in case the timeout fired during the context manager's own cleanup
-        logger.warning("Grading timed out after %.2f s; scoring 0 (%s)", timeout_s, getattr(fn, "__name__", fn))
+        logger.warning(
+            "Grading timed out after %.2f s; scoring 0 (%s)", timeout_s, getattr(fn, "__name__", fn)
+        )
         return default
     except RecursionError:
         logger.warning("Grading hit the recursion limit; scoring 0 (%s)", getattr(fn, "__name__", fn))
@@ -410,7 +412,9 @@ def answers_match(text: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) ->
     """
     text, gold = completion_text(text), str(gold)
     if _signals_usable() or getattr(_bound_state, "active", False):
-        return bool(call_with_time_limit(_answers_match_unbounded, text, gold, timeout_s=timeout_s, default=False))
+        return bool(
+            call_with_time_limit(_answers_match_unbounded, text, gold, timeout_s=timeout_s, default=False)
+        )
     # Off the main thread: decide what we can cheaply here, send only sympy work to the worker process.
     if not any(fast_match(c, gold) is None for c in candidate_answers(text)):
         return any(fast_match(c, gold) for c in candidate_answers(text))
@@ -442,10 +446,14 @@ def make_correctness_reward(
     def correctness_reward(prompts, completions, answer, **kwargs) -> list[float]:
         """1.0 per completion (B,) whose final answer matches its gold ``answer`` (B,), else 0.0."""
         if len(answer) != len(completions):
-            raise ValueError(f"correctness_reward got {len(completions)} completions but {len(answer)} answers")
+            raise ValueError(
+                f"correctness_reward got {len(completions)} completions but {len(answer)} answers"
+            )
         missing = [col for col in extra_columns if col not in kwargs]
         if missing:
-            raise ValueError(f"correctness_reward needs dataset column(s) {missing}; keep them in the dataset")
+            raise ValueError(
+                f"correctness_reward needs dataset column(s) {missing}; keep them in the dataset"
+            )
         scores = []
         for i, (completion, gold) in enumerate(zip(completions, answer)):
             text = completion_text(completion)

@@ -1,0 +1,67 @@
+"""`gsm8k`: grade-school math word problems (Cobbe et al. 2021); gold = the number after ``####``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pods_rl.tasks.base import Task
+from pods_rl.tasks.jsonl import pick_field, read_jsonl, rows_to_dataset
+
+HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
+
+
+def gsm8k_gold(solution: str) -> str:
+    """The final answer of a GSM8K reference solution: the text after the last ``####``, no commas.
+
+    ``"... 9 * 2 = $<<9*2=18>>18 ...\\n#### 1,018"`` -> ``"1018"``.
+    """
+    if "####" not in solution:
+        raise ValueError(f"GSM8K solution has no '#### <answer>' line: {solution[-80:]!r}")
+    return solution.rsplit("####", 1)[1].strip().replace(",", "").rstrip(".")
+
+
+@dataclass
+class GSM8KTask(Task):
+    """GSM8K from the hub (``openai/gsm8k``, ``main``) or from local JSONL.
+
+    Args:
+        data_dir: a directory with ``{split}.jsonl`` files in the original grade-school-math format
+            (``question``, ``answer`` ending in ``#### N``); None loads from the Hugging Face hub.
+    Columns: ``question``, ``answer`` (the gold number), ``solution`` (the reference solution).
+    """
+
+    name: str = "gsm8k"
+    data_dir: str | None = None
+
+    def _load_raw(self, split: str):
+        if self.data_dir is not None:
+            path = Path(self.data_dir).expanduser() / f"{split}.jsonl"
+            if not path.is_file():
+                raise ValueError(f"gsm8k split {split!r}: no file {path}; data_dir must hold {split}.jsonl")
+            raw = read_jsonl(path)
+            source = str(path)
+        else:
+            raw = _load_hub(split)
+            source = f"{HUB_ID}:{split}"
+        rows = []
+        for line, row in enumerate(raw, start=1):
+            solution = str(pick_field(row, ("answer",), source, line))
+            question = pick_field(row, ("question",), source, line)
+            rows.append({"question": question, "answer": gsm8k_gold(solution), "solution": solution})
+        if not rows:
+            raise ValueError(f"gsm8k split {split!r} from {source} is empty")
+        return rows_to_dataset(rows)
+
+
+def _load_hub(split: str):
+    """Rows of ``openai/gsm8k`` (main) ``split``; a clear ValueError when offline."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(HUB_ID, HUB_CONFIG, split=split)
+    except Exception as err:  # noqa: BLE001 - offline, no cache, renamed split...: all need the same advice
+        raise ValueError(
+            f"could not load {HUB_ID} ({HUB_CONFIG}) split {split!r} from the Hugging Face hub ({type(err).__name__}: "
+            f"{err}); pass data_dir=<dir with {split}.jsonl in the grade-school-math format> to load local files"
+        ) from err

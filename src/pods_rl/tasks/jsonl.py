@@ -1,0 +1,119 @@
+"""`jsonl:<path>`: your own prompts and gold answers, plus the JSONL helpers the other loaders share.
+
+Each line is a JSON object with the question under ``question`` (or ``prompt``, a str) and the gold
+final answer under ``answer``. ``<path>`` is either one file (served as the ``train`` split) or a
+directory holding ``{split}.jsonl`` files (e.g. ``train.jsonl``, ``test.jsonl``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pods_rl.tasks.base import Task
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Rows of a JSON-lines file (blank lines skipped); a bad line -> ValueError naming file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no such JSONL file: {path}")
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"{path}:{line_no} is not valid JSON ({err.msg}); fix or remove that line"
+                ) from err
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{line_no} is a JSON {type(row).__name__}, expected an object")
+            rows.append(row)
+    return rows
+
+
+def answer_to_str(value) -> str:
+    """A gold answer as a string; integral floats lose their ``.0`` (``27.0`` -> ``"27"``)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def pick_field(row: dict, keys: tuple[str, ...], source: str, line: int):
+    """``row[k]`` for the first ``k`` of ``keys`` present; ValueError naming the missing field otherwise."""
+    for key in keys:
+        if key in row and row[key] is not None:
+            return row[key]
+    raise ValueError(
+        f"{source} row {line} has none of the fields {list(keys)} (it has {sorted(row)}); "
+        f"rename the field to {keys[0]!r}"
+    )
+
+
+def rows_to_dataset(rows: list[dict]):
+    """A ``datasets.Dataset`` from a list of flat dicts with the same keys."""
+    import datasets
+
+    return datasets.Dataset.from_list(rows)
+
+
+def split_files(directory: Path) -> dict[str, Path]:
+    """``{split: path}`` for every ``{split}.jsonl`` in ``directory``."""
+    return {p.stem: p for p in sorted(directory.glob("*.jsonl"))}
+
+
+@dataclass
+class JSONLTask(Task):
+    """Prompts and answers from local JSON-lines: ``{"question": ..., "answer": ...}`` per line.
+
+    Args:
+        path: a ``.jsonl`` file (the ``train`` split) or a directory of ``{split}.jsonl`` files.
+    """
+
+    path: str = ""
+    name: str = "jsonl"
+    files: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        location = Path(self.path).expanduser()
+        if location.is_dir():
+            self.files = split_files(location)
+            if not self.files:
+                raise ValueError(
+                    f"directory {location} has no *.jsonl files; add e.g. train.jsonl and test.jsonl"
+                )
+        elif location.is_file():
+            self.files = {"train": location}
+        else:
+            raise ValueError(f"jsonl task path {str(location)!r} is neither a file nor a directory")
+        self.splits = tuple(self.files)
+        self.name = f"jsonl:{self.path}"
+        super().__post_init__()
+
+    def load(self, split: str = "train", limit: int | None = None):
+        """Load ``split`` (see ``Task.load``); a single file only has the ``train`` split."""
+        if split not in self.files and len(self.files) == 1 and "train" in self.files:
+            raise ValueError(
+                f"{self.name!r} is a single file, i.e. only split 'train'; for a {split!r} split point the task at a "
+                f"directory with train.jsonl and {split}.jsonl, or evaluate on split 'train'"
+            )
+        return super().load(split, limit)
+
+    def _load_raw(self, split: str):
+        path = self.files[split]
+        rows = []
+        for line, row in enumerate(read_jsonl(path), start=1):
+            question = pick_field(row, ("question", "prompt", "problem"), str(path), line)
+            if not isinstance(question, str):
+                raise ValueError(
+                    f"{path} row {line}: the question must be a str, got {type(question).__name__}"
+                )
+            answer = pick_field(row, ("answer",), str(path), line)
+            rows.append({"question": question, "answer": answer_to_str(answer)})
+        if not rows:
+            raise ValueError(f"{path} has no rows; split {split!r} is empty")
+        return rows_to_dataset(rows)

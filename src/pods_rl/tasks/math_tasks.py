@@ -1,0 +1,151 @@
+"""Competition math: ``math`` (Hendrycks MATH), ``math500`` (MATH-500) and ``amc23`` (AMC 2023).
+
+(This module is not called ``math.py`` so it can never shadow the standard library's ``math``.)
+
+Each task loads from the Hugging Face hub by default, or from local files with ``data_dir=``:
+``{data_dir}/{split}.jsonl`` (one problem per line), or, for MATH, the original release layout
+``{data_dir}/{split}/{subject}/{id}.json``. Rows need the problem under ``problem`` (or ``question``)
+and either ``answer`` or a ``solution`` whose last ``\\boxed{...}`` / ``\\fbox{...}`` is the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pods_rl.tasks.base import Task
+from pods_rl.tasks.jsonl import answer_to_str, pick_field, read_jsonl, rows_to_dataset
+from pods_rl.tasks.rewards import extract_last_boxed
+
+MATH_SUBJECTS = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)
+
+
+def boxed_answer(solution: str) -> str:
+    """The content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (balanced braces) of a solution."""
+    answer = extract_last_boxed(solution)
+    if answer is None:
+        raise ValueError(f"solution has no \\boxed{{...}} answer: ...{solution[-120:]!r}")
+    return answer
+
+
+def normalize_math_rows(raw, source: str) -> list[dict]:
+    """Rows with ``question``, ``answer`` (and ``solution``/``level``/``subject`` when known) from
+    MATH-like rows (``problem``/``question`` + ``answer`` and/or ``solution``)."""
+    rows = []
+    for line, row in enumerate(raw, start=1):
+        question = pick_field(row, ("problem", "question", "prompt"), source, line)
+        solution = row.get("solution")
+        if row.get("answer") is not None:
+            answer = answer_to_str(row["answer"])
+        elif solution is not None:
+            try:
+                answer = boxed_answer(str(solution))
+            except ValueError as err:
+                raise ValueError(f"{source} row {line}: {err}") from err
+        else:
+            raise ValueError(
+                f"{source} row {line} has neither 'answer' nor 'solution' (it has {sorted(row)})"
+            )
+        out = {"question": str(question), "answer": answer, "solution": str(solution or "")}
+        out["level"] = str(row.get("level", ""))
+        out["subject"] = str(row.get("subject", row.get("type", "")))
+        rows.append(out)
+    if not rows:
+        raise ValueError(f"{source} has no rows")
+    return rows
+
+
+def load_local(data_dir: str, split: str, task_name: str) -> tuple[list[dict], str]:
+    """Raw rows of ``split`` from ``{data_dir}/{split}.jsonl`` or ``{data_dir}/{split}/**/*.json``."""
+    root = Path(data_dir).expanduser()
+    jsonl = root / f"{split}.jsonl"
+    if jsonl.is_file():
+        return read_jsonl(jsonl), str(jsonl)
+    tree = root / split
+    if tree.is_dir():
+        rows = []
+        for path in sorted(tree.rglob("*.json")):
+            row = json.loads(path.read_text(encoding="utf-8"))
+            row.setdefault("subject", path.parent.name)
+            rows.append(row)
+        if rows:
+            return rows, str(tree)
+    raise ValueError(
+        f"{task_name} split {split!r}: found neither {jsonl} nor JSON files under {tree}; "
+        f"data_dir must hold {split}.jsonl (or the original MATH layout {split}/<subject>/<id>.json)"
+    )
+
+
+def load_hub(hub_id: str, configs: tuple[str | None, ...], split: str):
+    """Rows of ``hub_id`` ``split``, concatenated over ``configs``; a clear ValueError when offline."""
+    import datasets
+
+    try:
+        parts = [datasets.load_dataset(hub_id, config, split=split) for config in configs]
+    except Exception as err:  # noqa: BLE001 - offline, no cache, missing split: all need the same advice
+        raise ValueError(
+            f"could not load {hub_id} split {split!r} from the Hugging Face hub ({type(err).__name__}: {err}); "
+            f"pass data_dir=<dir with {split}.jsonl> to load local files"
+        ) from err
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+
+
+@dataclass
+class MATHTask(Task):
+    """Hendrycks MATH (12.5k problems); gold = last ``\\boxed{}`` of the reference solution.
+
+    Args:
+        data_dir: local ``{split}.jsonl`` or original-layout directory; None loads ``hub_id``.
+        hub_id: hub dataset with one config per subject (default ``EleutherAI/hendrycks_math``).
+    """
+
+    name: str = "math"
+    data_dir: str | None = None
+    hub_id: str = "EleutherAI/hendrycks_math"
+
+    def _hub_configs(self) -> tuple[str | None, ...]:
+        return MATH_SUBJECTS
+
+    def _load_raw(self, split: str):
+        if self.data_dir is not None:
+            raw, source = load_local(self.data_dir, split, self.name)
+        else:
+            raw, source = load_hub(self.hub_id, self._hub_configs(), split), f"{self.hub_id}:{split}"
+        return rows_to_dataset(normalize_math_rows(raw, source))
+
+
+@dataclass
+class MATH500Task(MATHTask):
+    """MATH-500 (Lightman et al.'s test subset of MATH): ``HuggingFaceH4/MATH-500``, split ``test`` only."""
+
+    name: str = "math500"
+    hub_id: str = "HuggingFaceH4/MATH-500"
+    splits: tuple[str, ...] = ("test",)
+
+    def _hub_configs(self) -> tuple[str | None, ...]:
+        return (None,)
+
+
+@dataclass
+class AMC23Task(MATHTask):
+    """AMC 2023 (40 problems, numeric answers): ``math-ai/amc23``, split ``test`` only.
+
+    Another source with ``problem``/``question`` and ``answer`` columns works too, e.g.
+    ``hub_id="AI-MO/aimo-validation-amc"`` (whose only split is ``train``: pass ``splits=("train",)``).
+    """
+
+    name: str = "amc23"
+    hub_id: str = "math-ai/amc23"
+    splits: tuple[str, ...] = ("test",)
+
+    def _hub_configs(self) -> tuple[str | None, ...]:
+        return (None,)

@@ -1,0 +1,234 @@
+"""Verifiable rewards: extraction, correctness, format, tag count, and time bounds on adversarial output."""
+
+import logging
+import re
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pods_rl.tasks import rewards
+from pods_rl.tasks.rewards import (
+    answers_match,
+    call_with_time_limit,
+    completion_text,
+    extract_answer_block,
+    extract_last_boxed,
+    format_reward,
+    format_score,
+    last_number,
+    make_correctness_reward,
+    tag_count_reward,
+    tag_count_score,
+)
+
+GOOD = "<think>16 - 3 - 4 = 9 eggs, 9 * 2 = 18</think>\n<answer>18</answer>"
+
+
+def chat(text):
+    return [{"role": "assistant", "content": text}]
+
+
+# ---------------------------------------------------------------------------------------------------
+# extraction
+
+
+def test_completion_text_str_and_conversational():
+    assert completion_text("abc") == "abc"
+    assert completion_text(chat("abc")) == "abc"
+    assert completion_text([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) == "a"
+    assert completion_text([]) == ""
+    assert completion_text(None) == ""
+    assert completion_text(b"\xff7") == "\ufffd7"
+
+
+def test_extractors():
+    assert extract_answer_block("<think>x</think><answer> 42 </answer>") == "42"
+    assert extract_answer_block("<answer>1</answer> then <answer>2</answer>") == "2"
+    assert extract_answer_block("no tags 42") is None
+    assert extract_answer_block("</answer><answer>") is None
+    assert (
+        extract_last_boxed(r"so \boxed{\frac{1}{2}} and \boxed{\frac{3}{\sqrt{4}}}") == r"\frac{3}{\sqrt{4}}"
+    )
+    assert extract_last_boxed(r"\fbox{7}") == "7"
+    assert extract_last_boxed(r"\boxed 5$") == "5"
+    assert extract_last_boxed(r"\boxed{\frac{1}{2}") is None  # unbalanced
+    assert last_number("She makes 9 * 2 = $<<9*2=18>>18 every day.\n#### 1,018") == "1018"
+    assert last_number("about -3.5.") == "-3.5"
+    assert last_number("no digits") is None
+
+
+# ---------------------------------------------------------------------------------------------------
+# correctness
+
+
+@pytest.mark.parametrize(
+    "completion, gold",
+    [
+        (GOOD, "18"),
+        ("<think>..</think><answer>$18</answer>", "18"),
+        ("<think>..</think><answer>1,018</answer>", "1018"),
+        ("<think>..</think><answer>18.0</answer>", "18"),
+        ("<think>..</think><answer>\\frac{1}{2}</answer>", "0.5"),
+        ("<answer>\\dfrac{\\sqrt{2}}{2}</answer>", "\\frac{\\sqrt2}{2}"),
+        ("<answer>x = 3</answer>", "3"),
+        ("The answer is \\boxed{\\frac{3}{4}}.", "\\frac34"),
+        ("no tags at all, but the result is 72", "72"),
+        ("9 * 2 = $<<9*2=18>>18 every day.\n#### 18", "18"),
+    ],
+)
+def test_correct_answers_score_one(completion, gold):
+    assert answers_match(completion, gold)
+    assert make_correctness_reward()(["p"], [completion], answer=[gold]) == [1.0]
+
+
+@pytest.mark.parametrize(
+    "completion, gold",
+    [
+        ("<think>..</think><answer>17</answer>", "18"),
+        ("<think>..</think><answer>\\frac{1}{3}</answer>", "0.5"),
+        ("<think>I am not sure</think><answer>many</answer>", "18"),
+        ("", "18"),
+        ("<answer></answer>", "18"),
+        ("<think>unterminated 18", "19"),
+    ],
+)
+def test_wrong_or_malformed_answers_score_zero(completion, gold):
+    assert not answers_match(completion, gold)
+    assert make_correctness_reward()(["p"], [completion], answer=[gold]) == [0.0]
+
+
+def test_conversational_and_str_completions_score_the_same():
+    reward = make_correctness_reward()
+    completions = [GOOD, "<answer>17</answer>"]
+    assert reward(["p", "p"], completions, answer=["18", "18"]) == [1.0, 0.0]
+    assert reward(["p", "p"], [chat(c) for c in completions], answer=["18", "18"]) == [1.0, 0.0]
+    assert format_reward(["p"], [chat(GOOD)]) == format_reward(["p"], [GOOD]) == [1.0]
+    assert tag_count_reward(["p"], [chat(GOOD)]) == tag_count_reward(["p"], [GOOD]) == [1.0]
+
+
+def test_correctness_reward_validates_lengths_and_extra_columns():
+    with pytest.raises(ValueError, match="2 completions but 1 answers"):
+        make_correctness_reward()(["p", "p"], ["1", "2"], answer=["1"])
+    reward = make_correctness_reward(lambda text, gold, key: key == "ok", extra_columns=("key",))
+    assert reward(["p", "p"], ["a", "b"], answer=["1", "1"], key=["ok", "no"]) == [1.0, 0.0]
+    with pytest.raises(ValueError, match="'key'"):
+        reward(["p"], ["a"], answer=["1"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# format and tag count
+
+PAPER_FORMAT_RE = re.compile(r"^<think>.*?</think>\s*<answer>.*?</answer>$", re.DOTALL)
+
+
+def test_format_and_tag_count_examples():
+    assert format_score(GOOD) == 1.0
+    assert format_score("  " + GOOD + "\n") == 1.0  # surrounding whitespace is ignored
+    assert format_score("<think>x</think> text <answer>1</answer>") == 0.0
+    assert format_score("<answer>1</answer>") == 0.0
+    assert format_score("<think>x</think><answer>1</answer> trailing") == 0.0
+    assert format_score("<think></answer>") == 0.0
+    assert tag_count_score(GOOD) == 1.0
+    assert tag_count_score("<think>x</think>") == 0.5
+    assert tag_count_score("<think><think></think><answer>1</answer>") == 0.75
+    assert tag_count_score("") == 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", " ", "\n", "x", "7"]), max_size=12
+    )
+)
+def test_format_score_is_the_papers_regex(pieces):
+    text = "".join(pieces)
+    assert format_score(text) == (1.0 if PAPER_FORMAT_RE.match(text.strip()) else 0.0)
+
+
+def test_format_score_is_linear_on_many_tags():
+    text = "<think>" + "</think><answer></answer>x" * 20000  # quadratic for the lazy regex
+    started = time.perf_counter()
+    assert format_score(text) == 0.0
+    assert time.perf_counter() - started < 1.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# time bounds
+
+ADVERSARIAL = [
+    "<answer>" + "9" * 100_000 + "</answer>",  # a 100,000-digit number
+    "<answer>" + "\\frac{1}{" * 10_000 + "2" + "}" * 10_000 + "</answer>",  # 10,000 nested \frac
+    "<answer>$9^{9^{9^{9}}}$</answer>",  # short, but sympy would compute a gigantic power
+    "so $9^{9^{9^{9}}}$",  # the same as the whole (short) text
+    "<answer>(10^{100})!</answer>",
+    "<answer>" + "\\sqrt{" * 200 + "2" + "}" * 200 + "</answer>",
+    bytes(range(256)).decode("latin-1") * 200,  # binary junk
+    "<think>" + "a" * 2_000_000 + "</think><answer>" + "{" * 100_000 + "</answer>",  # huge strings
+    "\\boxed{" * 50_000,
+    "1," * 100_000,
+]
+
+
+def test_adversarial_completions_are_bounded_and_score_zero(caplog):
+    reward = make_correctness_reward(timeout_s=1.0)
+    started = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="pods_rl.tasks.rewards"):
+        scores = reward(["p"] * len(ADVERSARIAL), ADVERSARIAL, answer=["72"] * len(ADVERSARIAL))
+    elapsed = time.perf_counter() - started
+    assert scores == [0.0] * len(ADVERSARIAL)
+    assert elapsed < 20.0, f"grading {len(ADVERSARIAL)} adversarial items took {elapsed:.1f} s"
+    assert any("timed out" in r.getMessage() for r in caplog.records)  # the 9^9^9^9 items hit the bound
+    # ... and grading still works afterwards (the timer was disarmed).
+    assert reward(["p"], [GOOD], answer=["18"]) == [1.0]
+
+
+def test_time_limit_interrupts_code_that_swallows_exceptions(caplog):
+    def stubborn():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(0.01)
+            except Exception:  # noqa: BLE001 - like sympy's broad handlers
+                pass
+        return 1.0
+
+    started = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="pods_rl.tasks.rewards"):
+        assert call_with_time_limit(stubborn, timeout_s=0.3, default=0.0) == 0.0
+    assert time.perf_counter() - started < 5.0
+    assert "timed out" in caplog.text
+
+
+def test_grader_errors_score_zero_not_crash(caplog):
+    def broken(text, gold):
+        raise KeyError("bug")
+
+    with caplog.at_level(logging.WARNING, logger="pods_rl.tasks.rewards"):
+        assert make_correctness_reward(broken)(["p"], ["x"], answer=["1"]) == [0.0]
+    assert "KeyError" in caplog.text
+
+
+def test_answers_match_off_the_main_thread_is_bounded():
+    """Signals only work in the main thread; elsewhere sympy work goes to a killable worker process."""
+    results = {}
+
+    def grade():
+        started = time.perf_counter()
+        results["hard"] = answers_match("<answer>$9^{9^{9^{9}}}$</answer>", "72", timeout_s=1.0)
+        results["hard_s"] = time.perf_counter() - started
+        results["sympy_needed"] = answers_match(
+            "<answer>\\frac{1}{2}</answer>", "\\frac{2}{4}", timeout_s=30.0
+        )
+        results["fast"] = answers_match(GOOD, "18", timeout_s=1.0)
+
+    thread = threading.Thread(target=grade)
+    thread.start()
+    thread.join(timeout=90)
+    assert not thread.is_alive()
+    assert results["hard"] is False and results["hard_s"] < 60  # includes spawning the worker once
+    assert results["sympy_needed"] is True
+    assert results["fast"] is True
+    assert rewards._bound_state.__dict__.get("active", False) is False
