@@ -93,6 +93,8 @@ def test_correct_answers_score_one(completion, gold):
         ("", "18"),
         ("<answer></answer>", "18"),
         ("<think>unterminated 18", "19"),
+        ("<think>18 in the reasoning</think><answer>17</answer>", "18"),  # the committed answer counts
+        ("<answer>The answer is 17, not 18</answer>", "18"),  # no last-number second chance for a hedge
     ],
 )
 def test_wrong_or_malformed_answers_score_zero(completion, gold):

@@ -13,16 +13,20 @@ numbers, 10,000 nested ``\\frac``, binary junk, megabyte strings). Defences, che
 2. a fast exact / numeric comparison decides most items without sympy;
 3. candidates longer than ``MAX_PARSE_CHARS`` are never handed to ``math_verify`` (sympy);
 4. every grading call runs under a wall-clock limit: a ``SIGALRM`` interval timer in the main thread
-   (cheap; sympy is interruptible), or, off the main thread where signals are unavailable, a spawned
-   worker process that is killed on timeout. A timed-out item scores 0 and logs a warning.
+   (cheap; sympy is interruptible), or, off the main thread where signals are unavailable, a worker
+   subprocess that is killed on timeout (POSIX). A timed-out item scores 0 and logs a warning.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import multiprocessing
+import os
 import re
+import select
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -248,23 +252,38 @@ def _math_verify_match_unbounded(candidate: str, gold: str) -> bool:
     return bool(math_verify.verify(gold_parsed, pred, timeout_seconds=None))
 
 
+def _has_exactly_one_number(text: str) -> bool:
+    matches = _NUMBER_RE.finditer(text)
+    return next(matches, None) is not None and next(matches, None) is None
+
+
 def candidate_answers(text: str) -> list[str]:
-    """Answer candidates from a completion, in the order tried: the ``<answer>`` block, the last
-    ``\\boxed{}``, the whole text (if short enough to parse), the last number."""
-    candidates = []
+    """Answer candidates from a completion, in the order tried (any one matching counts as correct).
+
+    With a non-empty ``<answer>`` block the model has committed to an answer, so only the block is
+    graded: the block itself, plus its number if it holds exactly one (``"18 dollars"`` -> ``"18"``;
+    a hedge like ``"17, not 18"`` gets no second chance). Without a block: the last ``\boxed{}``, the
+    whole text (if at most ``MAX_PARSE_CHARS``), then the last number (GSM8K's ``#### 72`` convention).
+    """
     block = extract_answer_block(text)
-    if block is not None:
-        candidates.append(block)
+    if block:
+        candidates = [block]
+        if _has_exactly_one_number(block):
+            number = last_number(block)
+            if number != block:
+                candidates.append(number)
+        return candidates
+    candidates = []
     boxed = extract_last_boxed(text)
-    if boxed is not None:
+    if boxed:
         candidates.append(boxed)
     stripped = text.strip()
-    if len(stripped) <= MAX_PARSE_CHARS and stripped not in candidates:
+    if stripped and len(stripped) <= MAX_PARSE_CHARS and stripped not in candidates:
         candidates.append(stripped)
     number = last_number(text)
     if number is not None and number not in candidates:
         candidates.append(number)
-    return [c for c in candidates if c]
+    return candidates
 
 
 def _answers_match_unbounded(text: str, gold: str) -> bool:
@@ -326,55 +345,72 @@ def _alarm(timeout_s: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _worker_loop(conn) -> None:  # pragma: no cover - runs in the child process
-    """Child process: grade (text, gold) pairs from ``conn`` forever."""
-    while True:
+def worker_main() -> None:  # pragma: no cover - runs in the child process
+    """Grading worker: read ``[text, gold]`` JSON lines on stdin, answer ``1``/``0`` lines on stdout."""
+    for line in sys.stdin:
         try:
-            text, gold = conn.recv()
-        except EOFError:
-            return
-        try:
-            conn.send(_answers_match_unbounded(text, gold))
+            text, gold = json.loads(line)
+            ok = _answers_match_unbounded(text, gold)
         except Exception:  # noqa: BLE001 - a grading error means "not correct"
-            conn.send(False)
+            ok = False
+        sys.stdout.write("1\n" if ok else "0\n")
+        sys.stdout.flush()
 
 
 class _GradingWorker:
-    """A spawned child process that grades off the main thread; killed and restarted on timeout."""
+    """A child Python process that grades off the main thread; killed and restarted on timeout.
+
+    A plain ``python -c`` subprocess rather than multiprocessing: no fork of a threaded (torch) parent,
+    and no re-import of the user's ``__main__`` script as ``spawn`` would do.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._process = None
-        self._conn = None
+        self._process: subprocess.Popen | None = None
 
     def _start(self) -> None:
-        ctx = multiprocessing.get_context("spawn")  # fork is unsafe in a threaded (torch) parent
-        parent_conn, child_conn = ctx.Pipe()
-        self._process = ctx.Process(target=_worker_loop, args=(child_conn,), daemon=True)
-        self._process.start()
-        self._conn = parent_conn
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", "from pods_rl.tasks.rewards import worker_main; worker_main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
 
     def _kill(self) -> None:
         if self._process is not None:
             self._process.kill()
-            self._process.join(timeout=5)
-        self._process, self._conn = None, None
+            self._process.wait(timeout=5)
+        self._process = None
 
-    def grade(self, text: str, gold: str, timeout_s: float) -> bool:
-        with self._lock:
-            if self._process is None or not self._process.is_alive():
-                self._start()
-                # The first call also pays for the child's imports; don't count that against the item.
-                self._conn.send(("0", "0"))
-                if not self._conn.poll(60):
-                    self._kill()
-                    raise GradingTimeout("grading worker did not start")
-                self._conn.recv()
-            self._conn.send((text, gold))
-            if self._conn.poll(timeout_s):
-                return bool(self._conn.recv())
+    def _ask(self, text: str, gold: str, timeout_s: float) -> bool:
+        """Send one item and wait up to ``timeout_s`` for the verdict; kill the worker on timeout."""
+        try:
+            self._process.stdin.write(json.dumps([text, gold]) + "\n")
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._kill()
+            raise GradingTimeout("grading worker died") from None
+        ready, _, _ = select.select([self._process.stdout], [], [], timeout_s)
+        if not ready:
             self._kill()
             raise GradingTimeout(f"grading exceeded {timeout_s} s")
+        verdict = self._process.stdout.readline()
+        if not verdict:  # EOF: the worker crashed
+            self._kill()
+            raise GradingTimeout("grading worker died")
+        return verdict.strip() == "1"
+
+    def grade(self, text: str, gold: str, timeout_s: float) -> bool:
+        """Whether ``text`` matches ``gold``, decided in the worker within ``timeout_s`` seconds."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._start()
+                # The first item also pays for the child's imports (sympy); don't count that against it.
+                self._ask("0", "0", timeout_s=120)
+            return self._ask(text, gold, timeout_s)
 
 
 _worker = _GradingWorker()
