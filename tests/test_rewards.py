@@ -72,6 +72,7 @@ def test_extractors():
         ("<think>..</think><answer>1,018</answer>", "1018"),
         ("<think>..</think><answer>18.0</answer>", "18"),
         ("<think>..</think><answer>\\frac{1}{2}</answer>", "0.5"),
+        ("<answer>3/4</answer>", "0.75"),
         ("<answer>\\dfrac{\\sqrt{2}}{2}</answer>", "\\frac{\\sqrt2}{2}"),
         ("<answer>x = 3</answer>", "3"),
         ("The answer is \\boxed{\\frac{3}{4}}.", "\\frac34"),
@@ -166,6 +167,8 @@ ADVERSARIAL = [
     "<answer>$9^{9^{9^{9}}}$</answer>",  # short, but sympy would compute a gigantic power
     "so $9^{9^{9^{9}}}$",  # the same as the whole (short) text
     "<answer>(10^{100})!</answer>",
+    "<answer>1e99999999</answer>",  # Fraction() would build this int in C, out of a signal's reach
+    "<answer>9^{999999999}</answer>",
     "<answer>" + "\\sqrt{" * 200 + "2" + "}" * 200 + "</answer>",
     bytes(range(256)).decode("latin-1") * 200,  # binary junk
     "<think>" + "a" * 2_000_000 + "</think><answer>" + "{" * 100_000 + "</answer>",  # huge strings

@@ -43,6 +43,8 @@ MAX_NUMBER_CHARS = 100  # longer digit strings are compared as strings, never co
 THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = "<think>", "</think>", "<answer>", "</answer>"
 _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _THINK_TO_ANSWER_RE = re.compile(r"</think>\s*<answer>")
+_PLAIN_NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+_PLAIN_INT_RE = re.compile(r"[+-]?\d+")
 
 
 class GradingTimeout(BaseException):
@@ -191,13 +193,13 @@ def _as_number(s: str) -> Fraction | None:
     if len(s) > MAX_NUMBER_CHARS:
         return None
     s = s.replace(",", "")
-    try:
-        if "/" in s:
-            num, den = s.split("/", 1)
-            return Fraction(int(num), int(den))
+    # Only plain decimals: Fraction("1e999999999") would build a giant int in C, beyond any signal's reach.
+    if _PLAIN_NUMBER_RE.fullmatch(s):
         return Fraction(s)
-    except (ValueError, ZeroDivisionError):
-        return None
+    num, slash, den = s.partition("/")
+    if slash and _PLAIN_INT_RE.fullmatch(num) and _PLAIN_INT_RE.fullmatch(den) and int(den) != 0:
+        return Fraction(int(num), int(den))
+    return None
 
 
 def fast_match(candidate: str, gold: str) -> bool | None:
