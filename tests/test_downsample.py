@@ -104,18 +104,18 @@ def test_max_variance_is_deterministic_and_batched_equals_per_group():
         assert torch.equal(batched, per_group)
 
 
-def test_max_variance_large_group_against_candidate_scan():
+@pytest.mark.parametrize("n", [200, 1500])  # 1500: large groups take the mask path to sorted output
+def test_max_variance_large_group_against_candidate_scan(n):
     # Beyond brute-force sizes: compare with an independent O(m^2) scan over the k lowest + m-k highest.
     gen = torch.Generator().manual_seed(2)
-    rewards = torch.rand((8, 200), generator=gen, dtype=torch.float64)
+    rewards = torch.rand((8, n), generator=gen, dtype=torch.float64)
     m = 37
     kept = downsample(rewards, m)
-    assert_valid_indices(kept, 200, m)
+    assert_valid_indices(kept, n, m)
     for group, row in zip(rewards, kept):
         values = group.sort().values
         best = max(
-            population_variance(torch.cat([values[:k], values[200 - (m - k) :]]).tolist())
-            for k in range(m + 1)
+            population_variance(torch.cat([values[:k], values[n - (m - k) :]]).tolist()) for k in range(m + 1)
         )
         got = population_variance(group[row].tolist())
         assert math.isclose(got, best, rel_tol=1e-12)
@@ -232,6 +232,22 @@ def test_non_integer_float_dtypes_keep_a_maximal_subset():
             assert kept_variance_is_max(group, row, 3)
 
 
+def test_both_ways_of_sorting_kept_indices_agree(monkeypatch):
+    gen = torch.Generator().manual_seed(8)
+    rewards = torch.randint(0, 5, (32, 300), generator=gen).float()
+    results = []
+    for threshold in [10**9, 1]:  # sort of the (B, m) indices, then the (B, n) mask
+        monkeypatch.setattr(ds_module, "_MASK_FROM_N", threshold)
+        results.append(
+            [
+                downsample(rewards, 75, rule, generator=torch.Generator().manual_seed(0))
+                for rule in available_rules()
+            ]
+        )
+    for by_sort, by_mask in zip(*results):
+        assert torch.equal(by_sort, by_mask)
+
+
 def test_accepts_lists_and_keeps_rank():
     assert downsample([0.0, 1.0, 0.5], 2).tolist() == [0, 1]
     assert downsample([[0, 1, 2], [2, 1, 0]], 2).tolist() == [[0, 2], [0, 2]]
@@ -325,6 +341,25 @@ def test_nan_names_the_groups():
             downsample(rewards, 2, rule)
     with pytest.raises(ValueError, match=r"rewards contain NaN in group\(s\) \[0\]"):
         downsample(torch.tensor([0.0, float("nan")]), 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_found_in_every_float_dtype_and_position(dtype, bad):
+    for row, col in [(0, 0), (1, 3), (2, 5)]:
+        rewards = torch.arange(18.0).view(3, 6).to(dtype)
+        rewards[row, col] = bad
+        for rule in available_rules():
+            with pytest.raises(ValueError, match=rf"in group\(s\) \[{row}\]"):
+                downsample(rewards, 2, rule)
+
+
+def test_huge_float64_rewards_are_refused_not_mangled():
+    for rewards in [[1e308, 1.5e308, 0.0], [1.5e308, 0.0, -1.5e308], [1e200, 0.0, 1.0]]:
+        with pytest.raises(ValueError, match="spread too wide"):
+            downsample(torch.tensor(rewards, dtype=torch.float64), 2)
+    # A huge common offset with a small spread is fine.
+    assert downsample(torch.tensor([1e200, 1e200, 1e200], dtype=torch.float64), 2).tolist() == [0, 1]
 
 
 def test_inf_names_the_groups():

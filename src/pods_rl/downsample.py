@@ -18,12 +18,12 @@ Built-in rules (``available_rules()`` lists all, including user-registered ones)
 * ``"max_reward"``: the ``m`` highest rewards.
 * ``"random"``: ``m`` rollouts uniformly at random without replacement (reproducible with ``generator``).
 
-Tie rule (deterministic, identical on CPU and CUDA for integer and dyadic rewards): rollouts are ordered by
-reward descending with a stable sort, so equal rewards keep their index order (lower index first).
-``max_reward`` keeps the first ``m`` of that order, i.e. among equal rewards the lowest indices.
-``max_variance`` keeps the first ``m - k`` (highest) and the last ``k`` (lowest) of that order; among
-values of ``k`` whose variance ties with the best (within a relative 1e-12, to absorb float64 rounding)
-the smallest ``k`` wins. So an all-equal group, or ``m == 1``, keeps exactly what ``max_reward`` keeps.
+Tie rule (deterministic; exact for integer and dyadic rewards such as 0/0.5/1, so identical on CPU and
+CUDA for them): rollouts are ordered by reward descending with a stable sort, so equal rewards keep their
+index order (lower index first). ``max_reward`` keeps the first ``m`` of that order, i.e. among equal
+rewards the lowest indices. ``max_variance`` keeps the first ``m - k`` (highest) and the last ``k``
+(lowest) of that order, and among values of ``k`` with equal (float64) variance the smallest ``k`` wins.
+So an all-equal group, or ``m == 1``, keeps exactly what ``max_reward`` keeps.
 """
 
 from __future__ import annotations
@@ -38,19 +38,28 @@ __all__ = ["available_rules", "downsample", "group_advantages", "register_rule"]
 # A rule maps rewards (B, n) float, m, generator -> kept indices (B, m) int64.
 Rule = Callable[[torch.Tensor, int, "torch.Generator | None"], torch.Tensor]
 
-# Scores of the max_variance candidates within this relative distance of the best count as ties. Float64
-# rounding of the candidate scores is ~1e-15 relative for realistic m; integer rewards are computed exactly
-# (and stay distinguishable) while m * (max - min) < 1e6.
-_VARIANCE_TIE_RTOL = 1e-12
-
-
 # ----------------------------------------------------------------------------------------------------------
-# Built-in rules. Each gets a validated, finite, floating rewards tensor of shape (B, n) with 1 <= m < n.
+# Built-in rules. Each gets a validated floating rewards tensor of shape (B, n) with 1 <= m < n. Sort-based
+# rules check finiteness themselves on the sorted extremes (cheaper than a pass over all rewards).
+
+
+def _sort_checked(rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stable descending sort of rewards (B, n) -> (values, order), raising ValueError on NaN/inf.
+
+    torch.sort puts NaN above +inf, so a group holds NaN or +-inf iff its first or last sorted value is
+    not finite: a (B, 2) check instead of a pass over all B*n rewards.
+    """
+    sorted_rewards, order = torch.sort(rewards, dim=1, descending=True, stable=True)  # (B, n) each
+    if rewards.device.type != "cpu":  # the full check is cheap there; don't rely on NaN placement
+        _check_finite(rewards)
+    elif not bool(torch.isfinite(sorted_rewards[:, [0, -1]]).all()):
+        _check_finite(rewards)  # words the error, naming the groups
+    return sorted_rewards, order
 
 
 def _max_reward(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """Keep the m highest rewards per group; among equal rewards the lowest indices. (B, n) -> (B, m)."""
-    order = torch.sort(rewards, dim=1, descending=True, stable=True).indices  # (B, n)
+    order = _sort_checked(rewards)[1]  # (B, n)
     return _ascending(order[:, :m], rewards.shape[1])
 
 
@@ -60,6 +69,7 @@ def _random(rewards: torch.Tensor, m: int, generator: torch.Generator | None = N
     Draws B*n uniform keys from ``generator`` (on the generator's device) and keeps the m smallest keys
     of each row, which is a uniformly random m-subset; reproducible for a seeded generator.
     """
+    _check_finite(rewards)  # the rewards are not used, but bad ones still mean a bug upstream
     B, n = rewards.shape
     key_device = generator.device if generator is not None else rewards.device
     keys = torch.rand((B, n), generator=generator, device=key_device)  # (B, n)
@@ -73,54 +83,74 @@ def _max_variance(rewards: torch.Tensor, m: int, generator: torch.Generator | No
     With rewards sorted descending, candidate j in 0..m keeps the j highest and the m - j lowest; by the
     paper's Lemma 3.1 one of them is optimal. Its sum and sum of squares come from prefix sums over the
     m highest and the m lowest values, and m^2 * variance = m * sum(x^2) - sum(x)^2.
+    (Few ops on purpose: at PODS sizes each op's fixed cost is comparable to the sort's per-row work.)
     """
     B, n = rewards.shape
     sorted_rewards, order = torch.sort(rewards, dim=1, descending=True, stable=True)  # (B, n) each
 
-    # Only the m highest and m lowest values can be kept. Work in float64 and shift by the group's
-    # mid-range before squaring, so large reward offsets do not cancel catastrophically.
-    # (Few, large ops on purpose: each op over a big tensor is a parallel region, and those stall when
-    # other processes occupy the cores.)
-    mid = (sorted_rewards[:, :1].double() + sorted_rewards[:, -1:].double()) / 2  # (B, 1)
-    ends = torch.cat([sorted_rewards[:, :m], sorted_rewards[:, n - m :]], dim=1).double() - mid  # (B, 2m)
-    powers = torch.stack([ends, ends * ends])  # (2, B, 2m): x and x^2
-    # prefix[..., t] = sum of the first t entries of ends (t = 0..2m).
-    prefix = torch.nn.functional.pad(powers.cumsum(-1), (1, 0))  # (2, B, 2m+1)
+    # Only the m highest and m lowest values can be kept: ends = the m highest then the m lowest, in
+    # float64, shifted by the group's mid-range before squaring so that large reward offsets do not
+    # cancel catastrophically; for integer and dyadic rewards every step below is then exact.
+    # prefix[0] / prefix[1] hold the running sums of ends / ends^2 with a leading 0 (t = 0..2m), built in
+    # place to keep the working set small.
+    prefix = torch.zeros((2, B, 2 * m + 1), dtype=torch.float64, device=rewards.device)
+    ends = prefix[0, :, 1:]  # (B, 2m) view
+    ends[:, :m] = sorted_rewards[:, :m]
+    ends[:, m:] = sorted_rewards[:, n - m :]
+    half_range = (ends[:, :1] - ends[:, -1:]) * 0.5  # (B, 1): (max - min) / 2
+    # NaN sorts first and +-inf sort to the ends, so this is False for NaN/inf groups (see _sort_checked),
+    # and for spreads whose squares would overflow float64.
+    if rewards.device.type != "cpu" or not bool((half_range < 1e150).all()):
+        _check_finite(rewards)
+        if not bool((half_range < 1e150).all()):
+            raise ValueError(
+                "rewards spread too wide (max - min > ~1e150) for a float64 variance; rescale them"
+            )
+    mid = ends[:, -1:] + half_range  # (B, 1): (max + min) / 2, without overflow
+    ends -= mid
+    torch.mul(ends, ends, out=prefix[1, :, 1:])
+    prefix.cumsum_(-1)  # (2, B, 2m+1)
+
     # Candidate j keeps ends[:j] (the j highest) and ends[m + j : 2m] (the m - j lowest).
-    sums = prefix[..., : m + 1] + (prefix[..., 2 * m :] - prefix[..., m:])  # (2, B, m+1)
-    score = m * sums[1] - sums[0] * sums[0]  # (B, m+1): m^2 * population variance of candidate j
+    sums = prefix[..., : m + 1] + prefix[..., 2 * m :]  # (2, B, m+1)
+    sums -= prefix[..., m:]
+    score = sums[1] * m  # (B, m+1): m * sum(x^2) - sum(x)^2 = m^2 * variance of candidate j
+    score.addcmul_(sums[0], sums[0], value=-1)
 
-    # Smallest k = m - j among (near-)ties means the largest such j.
-    best = score.amax(dim=1, keepdim=True)  # (B, 1)
-    is_best = score >= best - _VARIANCE_TIE_RTOL * best.abs()  # (B, m+1)
-    j = torch.arange(m + 1, device=rewards.device)
-    n_top = torch.where(is_best, j, -1).amax(dim=1, keepdim=True)  # (B, 1)
+    # Flipped, column k is the candidate with k lowest; argmax returns the first maximum: the smallest k.
+    n_top = m - score.flip(1).argmax(dim=1, keepdim=True)  # (B, 1): j = number of highest kept
 
-    # Sorted positions kept: [0, n_top) and [n - m + n_top, n); map them to original indices and
-    # mark those in a (B, n) mask, which masked_select reads back in ascending order.
+    # Sorted positions kept: [0, n_top) and [n - m + n_top, n).
     slot = torch.arange(m, device=rewards.device)  # (m,)
     kept_sorted = torch.where(slot < n_top, slot, slot + (n - m))  # (B, m)
-    kept = order.gather(1, kept_sorted)  # (B, m) original indices, unsorted
-    return _ascending(kept, n)
+    return _ascending(order.gather(1, kept_sorted), n)
 
 
 def _ascending(kept: torch.Tensor, n: int) -> torch.Tensor:
-    """Sort each row of distinct indices kept (B, m) in [0, n) ascending, in O(n) via a mask."""
-    B = kept.shape[0]
+    """Sort each row of distinct indices kept (B, m) in [0, n) ascending.
+
+    Small groups: a sort of the (B, m) indices. Large groups: mark them in a (B, n) mask and read it back
+    with masked_select, which walks row-major and so yields each row ascending in O(n) (measured faster
+    from n ~ 1024 on CPU; see benchmarks/bench_downsample.py).
+    """
+    B, m = kept.shape
+    if n < _MASK_FROM_N:
+        return kept.sort(dim=1).values
     keep = torch.zeros((B, n), dtype=torch.bool, device=kept.device).scatter_(1, kept, True)  # (B, n)
     positions = torch.arange(n, device=kept.device).expand(B, n)
-    # masked_select walks the mask row-major, so each row's indices come out ascending. (Not
-    # positions[keep]: that index kernel stalls for milliseconds when its OpenMP threads compete with
-    # other processes for the cores; masked_select does not.)
-    return torch.masked_select(positions, keep).view(B, -1)
+    # (Not positions[keep]: that index kernel stalls for milliseconds when its OpenMP threads compete
+    # with other processes for the cores; masked_select does not.)
+    return torch.masked_select(positions, keep).view(B, m)
 
+
+_MASK_FROM_N = 1024
 
 _RULES: dict[str, Rule] = {
     "max_variance": _max_variance,
     "max_reward": _max_reward,
     "random": _random,
 }
-_BUILTIN_RULES = frozenset(_RULES)
+_BUILTIN_FNS = (_max_variance, _max_reward, _random)  # trusted output; user rules' output is checked
 
 
 def register_rule(name: str, fn: Rule | None = None, *, overwrite: bool = False):
@@ -246,7 +276,9 @@ def downsample(
     m = _check_m(m, n)
     if not isinstance(rule, str) or rule not in _RULES:
         raise ValueError(f"unknown down-sampling rule {rule!r}; available rules: {available_rules()}")
-    _check_finite(grouped)
+    rule_fn = _RULES[rule]
+    if m == n or B == 0 or rule_fn not in _BUILTIN_FNS:
+        _check_finite(grouped)  # built-in rules check on their own, more cheaply
 
     if m == n:
         kept = torch.arange(n, device=grouped.device).expand(B, n).clone()
@@ -255,8 +287,8 @@ def downsample(
     else:
         if not grouped.is_floating_point():
             grouped = grouped.double()  # exact for integers up to 2**53; rules see floats
-        kept = _RULES[rule](grouped, m, generator)
-        if rule not in _BUILTIN_RULES:
+        kept = rule_fn(grouped, m, generator)
+        if rule_fn not in _BUILTIN_FNS:
             kept = _check_rule_output(kept, rule, B, n, m, grouped.device)
     return kept[0] if single_group else kept
 
