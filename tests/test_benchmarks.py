@@ -1,0 +1,105 @@
+"""Smoke tests of the two training benchmarks in --quick mode on a tiny random model (subprocesses, ~1 minute).
+
+They check the scripts end to end (trainer built like `pods train`, JSON schema, figures), not the speed of this
+machine: the only timing claim asserted is that sampling 32x more rollouts takes longer.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def _run(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.mark.slow
+def test_bench_phases_quick(tmp_path, tiny_model_dir):
+    proc = _run("bench_phases.py", "--quick", "--model", str(tiny_model_dir), "--out", str(tmp_path),
+                "--threads", "1")
+    data = json.loads((tmp_path / "bench_phases_quick.json").read_text())
+    assert (tmp_path / "bench_phases_quick.png").stat().st_size > 1000
+    for key in ("command", "model", "device", "machine", "generation", "update", "asymmetry", "repeats"):
+        assert key in data, key
+    assert data["machine"]["cpu_model"] and data["device"] == "cpu"
+
+    generation = sorted(data["generation"], key=lambda r: r["n"])
+    assert [r["n"] for r in generation] == [2, 64]
+    for r in generation:
+        assert r["seconds"] > 0 and r["rollouts"] == data["prompts"] * r["n"]
+        assert r["peak_mib"] >= 0 and r["total_peak_mib"] > 0
+        assert 0 < r["mean_completion_tokens"] <= r["max_new_tokens"]
+    # 32x more rollouts of the same prompts cost more, even on a tiny model dominated by per-token overhead.
+    assert generation[-1]["seconds"] > generation[0]["seconds"]
+
+    update = {r["m"]: r for r in data["update"] if not r["control"]}
+    assert sorted(update) == [2, 8]
+    for m, r in update.items():
+        assert r["seconds"] > 0 and r["rollouts"] == data["prompts"] * m  # the step trained on P*m kept rows
+        assert r["n_source"] == 8
+    assert update[2]["rule"] == "max_variance" and update[8]["rule"] == "none (GRPO)"
+    assert "generation" in proc.stdout and "update" in proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_pods_vs_grpo_quick(tmp_path, tiny_model_dir):
+    out = tmp_path / "bench"
+    proc = _run("bench_pods_vs_grpo.py", "--quick", "--model", str(tiny_model_dir), "--out", str(out),
+                "--budget", "3", "--eval-every", "1.5", "--threads", "1")
+    data = json.loads((out / "bench_pods_vs_grpo.json").read_text())
+    for key in ("command", "budget_seconds", "machine", "configs", "compare", "plan", "failed_runs"):
+        assert key in data, key
+    assert data["budget_seconds"] == 3 and data["failed_runs"] == []
+    assert set(data["configs"]) == {"grpo-n16", "pods-mv-n64m16"}
+    assert data["kept_rollouts_per_step"] == {"grpo-n16": 64, "pods-mv-n64m16": 64}
+    for name, config in data["configs"].items():
+        assert config["seeds_done"] == 1, name
+        assert 0.0 <= config["final_accuracy_mean"] <= 1.0
+        run = config["runs"][0]
+        assert run["steps"] >= 1 and run["train_seconds"] >= 3  # stopped by the time budget, not a step cap
+        assert run["evaluations"] >= 2 and run["eval_source"] == "metrics.jsonl"
+        assert run["phase_seconds_per_step"]["generation"] > 0
+    assert data["configs"]["pods-mv-n64m16"]["n"] == 64 and data["configs"]["pods-mv-n64m16"]["m"] == 16
+    compare = data["compare"]
+    assert compare["baseline"] == data["configs"]["grpo-n16"]["label"]
+    assert set(compare["labels"]) == {c["label"] for c in data["configs"].values()}
+    for stem in ("accuracy_vs_time", "step_time_by_phase"):
+        assert (out / f"{stem}.png").stat().st_size > 1000, stem
+    assert "final acc" in proc.stdout
+
+    # Resumable: a second invocation skips the finished runs and rebuilds the same summary.
+    proc = _run("bench_pods_vs_grpo.py", "--quick", "--model", str(tiny_model_dir), "--out", str(out),
+                "--budget", "3", "--eval-every", "1.5", "--threads", "1")
+    assert proc.stdout.count("skipped") == 2
+    again = json.loads((out / "bench_pods_vs_grpo.json").read_text())
+    assert again["configs"]["grpo-n16"]["final_accuracy_mean"] == data["configs"]["grpo-n16"]["final_accuracy_mean"]
+
+
+def test_configs_and_plan():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import bench_pods_vs_grpo as bench
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    names = [c.name for c in bench.make_configs(16)]
+    assert names == ["grpo-n16", "pods-mv-n64m16", "pods-mv-n32m16", "pods-random-n64m16", "pods-maxreward-n64m16"]
+    assert [c.name for c in bench.make_configs(8, [128, 64])][:3] == ["grpo-n8", "pods-mv-n128m8", "pods-mv-n64m8"]
+    with pytest.raises(ValueError, match="exceed m"):
+        bench.make_configs(16, [16])
+    plan = bench.planned_seconds(25, bench.DEFAULT_BUDGET_S, bench.DEFAULT_EVAL_EVERY_S, bench.DEFAULT_EVAL_PROBLEMS,
+                                 bench.DEFAULT_EVAL_K)
+    assert plan["total_seconds"] <= 3600  # the default benchmark is planned to fit in an hour
+    assert bench._mean_se([0.5, 0.7])[0] == pytest.approx(0.6) and bench._mean_se([0.5])[1] is None
