@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pods_rl.runlog import read_metrics
+
 PHASES = ("generation", "scoring", "selection", "update")
 PHASE_COLORS = {"generation": "#4C72B0", "scoring": "#DD8452", "selection": "#55A868", "update": "#C44E52",
                 "other": "#BBBBBB"}
@@ -106,19 +108,6 @@ def parse_run_spec(spec) -> tuple[Path, str | None]:
     return Path(spec), None
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue  # a torn last line of an append-only log is not fatal
-    return rows
-
-
 def _select_eval_records(records: list[dict], filters: dict, path: Path) -> list[dict]:
     """Records matching ``filters``; if several (task, split, k, temperature) settings remain, the most common
     one (with a warning naming the filters that would pick another)."""
@@ -149,8 +138,7 @@ def load_run(run_dir, label: str | None = None, metric: str = "accuracy", task: 
     run = RunData(run_dir=run_dir, label=label or default_label(config, fallback=run_dir.name), config=config,
                   seed=config.get("seed"), metric=metric)
 
-    metrics_path = run_dir / "metrics.jsonl"
-    rows = _read_jsonl(metrics_path) if metrics_path.is_file() else []
+    rows = read_metrics(run_dir)  # a torn last line of the append-only log is skipped
     points = []  # (train_seconds, value, stderr, step)
     eval_path = run_dir / "eval.json"
     records = load_results(eval_path) if eval_path.is_file() else []
