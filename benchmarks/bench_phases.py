@@ -288,7 +288,7 @@ def asymmetry(generation: list[dict], update: list[dict]) -> dict:
     same_m = [r for r in upd if control and r["m"] == control[0]["m"]]
     if control and same_m:
         out["update_same_m_pods_over_grpo"] = same_m[0]["seconds"] / control[0]["seconds"]
-        out["control"] = f"m={control[0]['m']}: kept from n={same_m[0]['n_source']} vs from n={control[0]['n']}"
+        out["control"] = f"m={control[0]['m']}: kept from n={same_m[0]['n_source']} vs from n={control[0]['n_source']}"
     return out
 
 
@@ -322,7 +322,7 @@ def plot(generation: list[dict], update: list[dict], path: Path, title: str) -> 
     if control:
         r = control[0]
         axes[1].plot([r["m"]], [r["seconds"]], "s", color="black", fillstyle="none",
-                     label=f"m={r['m']} kept from n={r['n']} (GRPO)")
+                     label=f"m={r['m']} kept from n={r['n_source']} (GRPO)")
     axes[0].set_ylabel("seconds per call")
     for ax in axes:
         ax.legend(fontsize=7, frameon=False)
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-list", type=_parse_int_list, default=None, help=f"default {FULL_N}")
     parser.add_argument("--m-list", type=_parse_int_list, default=None,
                         help=f"default {FULL_M}; each m >= 2, batches are kept from n = max(m list)")
-    parser.add_argument("--repeats", type=int, default=None, help="timed calls after a warm-up (default 3)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed calls after a warm-up (default 5; quick 1)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's choice). On a CPU shared with other jobs, 1 "
                         "avoids timing OpenMP threads that wait for a busy core")
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     n_list = args.n_list or (QUICK_N if args.quick else FULL_N)
     m_list = args.m_list or (QUICK_M if args.quick else FULL_M)
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats or (1 if args.quick else 5)
     if min(m_list) < 2:
         parser.error("every m must be >= 2 (group-normalized advantages of one rollout are 0)")
     if args.prompts < 1 or repeats < 1:

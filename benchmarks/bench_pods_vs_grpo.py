@@ -335,6 +335,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"output: {out_dir}")
 
     threads = str(args.threads or info.get("usable_cores") or os.cpu_count() or 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if args.device == "cpu" and int(threads) > 1 and load > 0.5:
+        # Measured on a 2-core machine with one other busy process: 2 OpenMP threads made steps ~30x slower
+        # than 1 thread (threads spin waiting for the busy core). Timings would measure the contention.
+        print(f"warning: load average {load:.1f} before starting: other processes use the CPU, and runs with "
+              f"{threads} threads slow down badly when a core is shared; wait for a quiet machine or pass "
+              f"--threads 1", file=sys.stderr)
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
            "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)}
@@ -405,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         "recipe": args.recipe,
         "device": args.device,
         "threads_per_run": int(threads),
+        "load_average_at_start": load,
         "extra_train_args": args.train_args,
         "order": "seed-major (for seed: for config), one run at a time",
         "plan": plan,
