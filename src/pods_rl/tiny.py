@@ -1,0 +1,321 @@
+"""The embedded tiny model: a character-level tokenizer, random tiny causal LMs, and the SFT build.
+
+    make_tokenizer()                 -> PreTrainedTokenizerFast (char-level, <think>/<answer> tags, chat template)
+    build_random_model(out_dir, ...) -> Path  (random Qwen2/Llama + tokenizer, for fast tests)
+    build_tiny(out_dir, ...)         -> Path  (random init + TRL SFT on the `arithmetic` task; `pods build-tiny`)
+    model_path()                     -> Path  (the copy shipped in pods_rl/assets/tiny)
+
+Everything is built locally: nothing is downloaded from the Hugging Face hub.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+# Role markers are special (generation prompt tokens are skipped on decode); the reasoning/answer tags are
+# ordinary added tokens so that they survive `decode(..., skip_special_tokens=True)` and reach the rewards.
+ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
+TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
+# The pre-tokenizer of Qwen2Tokenizer. transformers 5 loads any `model_type: qwen2` checkpoint's tokenizer as
+# Qwen2Tokenizer, which rebuilds the pipeline (NFC + this split + ByteLevel) around the saved vocabulary; using
+# the very same pipeline here makes the tokenizer identical whichever class AutoTokenizer picks.
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+
+def _byte_alphabet() -> list[str]:
+    """The 256 printable stand-ins of GPT-2 byte-level BPE, in byte order (space -> 'Ġ', newline -> 'Ċ')."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    stand_in, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            stand_in[byte] = chr(byte)
+        else:
+            stand_in[byte] = chr(256 + extra)
+            extra += 1
+    return [stand_in[byte] for byte in range(256)]
+
+
+# Compact chat template: `<s><|system|>SYS\n<|user|>Q\n<|assistant|>A</s>`. Only assistant turns end with eos,
+# so generation stops at eos; `add_generation_prompt` appends the assistant marker.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ '<|system|>' + message['content'] + '\n' }}"
+    "{% elif message['role'] == 'user' %}{{ '<|user|>' + message['content'] + '\n' }}"
+    "{% elif message['role'] == 'assistant' %}"
+    "{{ '<|assistant|>' }}{% generation %}{{ message['content'] + eos_token }}{% endgeneration %}"
+    "{% else %}{{ raise_exception('unknown role: ' + message['role']) }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "tiny"
+
+
+def make_tokenizer():
+    """Build the byte-level, merge-free tokenizer locally (no hub): one token per UTF-8 byte.
+
+    Vocabulary (267): 4 special tokens (pad/bos/eos/unk), the 256 byte tokens, 3 role markers (special) and
+    the 4 reasoning/answer tags (non-special added tokens, one id each). Any string round-trips. Saved with
+    ``save_pretrained`` it loads back identically with ``AutoTokenizer.from_pretrained``, also as the
+    Qwen2Tokenizer that transformers forces on qwen2 checkpoints. Returns a ``PreTrainedTokenizerFast``.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS.values())}
+    for ch in _byte_alphabet():
+        vocab[ch] = len(vocab)
+    # BPE without merges = one token per byte (the byte-level pre-tokenizer maps bytes to the alphabet).
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False, byte_fallback=False))
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=SPECIAL_TOKENS["bos"],
+        eos_token=SPECIAL_TOKENS["eos"],
+        pad_token=SPECIAL_TOKENS["pad"],
+        unk_token=SPECIAL_TOKENS["unk"],
+        additional_special_tokens=ROLE_TOKENS,
+        clean_up_tokenization_spaces=False,
+        model_max_length=1024,
+        padding_side="left",
+    )
+    tokenizer.add_tokens(TAG_TOKENS, special_tokens=False)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def _tiny_config(tokenizer, arch: str, hidden_size: int, num_layers: int, num_heads: int | None,
+                 max_position_embeddings: int = 512):
+    """A Qwen2Config / LlamaConfig sized for CPU: intermediate = 4 * hidden, head dim 16 by default."""
+    from transformers import LlamaConfig, Qwen2Config
+
+    if arch not in ("qwen2", "llama"):
+        raise ValueError(f"arch must be 'qwen2' or 'llama', got {arch!r}")
+    if hidden_size < 8 or num_layers < 1:
+        raise ValueError(f"hidden_size must be >= 8 and num_layers >= 1, got {hidden_size}, {num_layers}")
+    num_heads = num_heads or max(1, hidden_size // 16)
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+    )
+    config_cls = Qwen2Config if arch == "qwen2" else LlamaConfig
+    return config_cls(**common)
+
+
+def build_random_model(out_dir, arch: str = "qwen2", hidden_size: int = 32, num_layers: int = 2,
+                       num_heads: int | None = None, seed: int = 0) -> Path:
+    """Save a randomly initialized tiny causal LM (Qwen2 or Llama) and the char tokenizer to ``out_dir``.
+
+    Meant for tests: the default (hidden 32, 2 layers, ~30k parameters) builds and saves in well under a second.
+    Returns ``out_dir`` as a Path; load it with ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    out_dir = Path(out_dir)
+    tokenizer = make_tokenizer()
+    config = _tiny_config(tokenizer, arch, hidden_size, num_layers, num_heads)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def model_path() -> Path:
+    """Path of the tiny model shipped inside the package (``pods_rl/assets/tiny``), HF format."""
+    if not (ASSETS_DIR / "config.json").is_file():
+        raise FileNotFoundError(
+            f"the embedded tiny model is missing from {ASSETS_DIR}; rebuild it with "
+            f"`pods build-tiny --out {ASSETS_DIR}` (or reinstall pods-rl)"
+        )
+    return ASSETS_DIR
+
+
+def sampled_accuracy(model, tokenizer, task, split: str = "test", num_problems: int = 200, k: int = 4,
+                     temperature: float = 1.0, max_new_tokens: int = 48, batch_size: int = 256,
+                     seed: int = 0) -> dict:
+    """Accuracy of ``model`` on ``num_problems`` problems of ``task`` with ``k`` samples each.
+
+    ``temperature=0`` decodes greedily (then ``k`` is forced to 1). Returns ``{"accuracy": mean over
+    problems x samples, "format": share well-formatted, "num_problems", "k", "temperature"}``.
+    """
+    import torch
+
+    dataset = task.load(split, limit=num_problems)
+    greedy = temperature == 0
+    k = 1 if greedy else k
+    prompts = [p for p in dataset["prompt"] for _ in range(k)]  # (num_problems * k,)
+    answers = [a for a in dataset["answer"] for _ in range(k)]
+    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+             if isinstance(p, list) else p for p in prompts]
+    tokenizer.padding_side = "left"
+    torch.manual_seed(seed)
+    model.eval()
+    correct, formatted = [], []
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True,
+                              add_special_tokens=False)
+            generate_kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature,
+                                                                         top_k=0, top_p=1.0)
+            output_ids = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                        **generate_kwargs)
+            completions = tokenizer.batch_decode(output_ids[:, batch["input_ids"].shape[1] :],
+                                                 skip_special_tokens=True)
+            for completion, answer in zip(completions, answers[start : start + batch_size]):
+                score = task.score(completion, answer)
+                correct.append(score["correct"])
+                formatted.append(score["format"])
+    return {"accuracy": sum(correct) / len(correct), "format": sum(formatted) / len(formatted),
+            "num_problems": len(dataset), "k": k, "temperature": temperature}
+
+
+def _sft_dataset(task, size: int):
+    """Conversational prompt/completion pairs for TRL's SFTTrainer: the task prompt -> its worked solution."""
+    from datasets import Dataset
+
+    problems = task.load("train", limit=size)
+    completions = [[{"role": "assistant", "content": solution}] for solution in problems["solution"]]
+    return Dataset.from_dict({"prompt": problems["prompt"], "completion": completions})
+
+
+def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_rate: float = 3e-3,
+               arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 4, seed: int = 0,
+               eval_problems: int = 200, eval_samples: int = 4, task_kwargs: dict | None = None,
+               log=print) -> Path:
+    """Build the embedded tiny model from scratch: random init, then TRL ``SFTTrainer`` on `arithmetic`.
+
+    The SFT is deliberately short (``steps``): the model ends partly right (sampled held-out accuracy well
+    below 100%) so that RL has reward variance to learn from. Saves safetensors + tokenizer +
+    ``build_info.json`` (config, steps, seconds, held-out accuracy) to ``out_dir`` (default: the package's
+    ``assets/tiny``) and returns it. Deterministic given ``seed`` (on the same machine and thread count).
+    """
+    import tempfile
+
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig, set_seed
+    from trl import SFTConfig, SFTTrainer
+
+    from pods_rl.tasks.arithmetic import ArithmeticTask
+
+    if steps < 1 or batch_size < 1 or learning_rate <= 0:
+        raise ValueError(f"steps, batch_size and learning_rate must be positive, got {steps}, {batch_size}, "
+                         f"{learning_rate}")
+    out_dir = Path(out_dir) if out_dir is not None else ASSETS_DIR
+    task_kwargs = dict(task_kwargs or {})
+    task = ArithmeticTask(**task_kwargs)
+    tokenizer = make_tokenizer()
+    set_seed(seed)
+    model = AutoModelForCausalLM.from_config(_tiny_config(tokenizer, arch, hidden_size, num_layers, None))
+    num_params = sum(p.numel() for p in model.parameters())
+    log(f"build-tiny: {arch} hidden={hidden_size} layers={num_layers} ({num_params:,} parameters); "
+        f"SFT {steps} steps x {batch_size} on arithmetic {task_kwargs or '(defaults)'}")
+    train_dataset = _sft_dataset(task, min(steps * batch_size, task.train_size))
+
+    start = time.time()
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        config = SFTConfig(
+            output_dir=scratch_dir, max_steps=steps, per_device_train_batch_size=batch_size,
+            learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20),
+            weight_decay=0.0, max_length=256, seed=seed, data_seed=seed, use_cpu=not torch.cuda.is_available(),
+            bf16=False, gradient_checkpointing=False, save_strategy="no", report_to=[],
+            logging_steps=max(1, steps // 10), disable_tqdm=True, dataset_num_proc=None,
+        )
+        trainer = SFTTrainer(model=model, args=config, train_dataset=train_dataset, processing_class=tokenizer)
+        trainer.train()
+    sft_seconds = time.time() - start
+    model = trainer.model.to("cpu").eval()
+    model.config.use_cache = True  # the trainer turns the KV cache off; generation needs it back
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+    accuracy = {
+        "sampled_t1": sampled_accuracy(model, tokenizer, task, num_problems=eval_problems, k=eval_samples,
+                                       temperature=1.0, seed=seed),
+        "greedy": sampled_accuracy(model, tokenizer, task, num_problems=eval_problems, temperature=0),
+    }
+    log(f"build-tiny: SFT took {sft_seconds:.0f} s; held-out accuracy sampled(T=1, k={eval_samples}) "
+        f"{accuracy['sampled_t1']['accuracy']:.3f}, greedy {accuracy['greedy']['accuracy']:.3f}")
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)  # safetensors
+    tokenizer.save_pretrained(out_dir)
+    build_info = {
+        "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers, "num_parameters": num_params,
+        "seed": seed, "sft": {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate,
+                              "lr_scheduler": "cosine", "seconds": round(sft_seconds, 1)},
+        "task": {"name": "arithmetic", "digits": task.digits, "operands": task.operands, "ops": task.ops,
+                 "seed": task.seed, "train_problems": len(train_dataset)},
+        "held_out_accuracy": accuracy,
+        "versions": {"torch": torch.__version__, "transformers": _version("transformers"),
+                     "trl": _version("trl"), "python": platform.python_version()},
+        "threads": torch.get_num_threads(),
+    }
+    (out_dir / "build_info.json").write_text(json.dumps(build_info, indent=2) + "\n")
+    log(f"build-tiny: saved to {out_dir}")
+    return out_dir
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``pods build-tiny [--out DIR] [--steps N] ...``: rebuild the embedded tiny model (see ``build_tiny``)."""
+    parser = argparse.ArgumentParser(prog="pods build-tiny", description=build_tiny.__doc__.split("\n")[0])
+    parser.add_argument("--out", default=None, help=f"output directory (default: the shipped copy, {ASSETS_DIR})")
+    parser.add_argument("--steps", type=int, default=1500, help="SFT optimizer steps (fewer = weaker model)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2")
+    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--num-layers", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub
+    try:
+        build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, arch=args.arch,
+                   hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed)
+    except ValueError as err:
+        print(f"pods build-tiny: {err}", file=__import__("sys").stderr)
+        return 2
+    return 0
