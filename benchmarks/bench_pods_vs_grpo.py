@@ -23,10 +23,12 @@ GRPO's peak mean accuracy and its speed-up with a bootstrap 95% CI over seeds (p
 table, and bench_pods_vs_grpo.json (final accuracy mean ± SE per config, the compare result, the budget, the
 machine, the commands).
 
-    python benchmarks/bench_pods_vs_grpo.py                          # 5 configs x 5 seeds, CPU, ~1 hour
+    python benchmarks/bench_pods_vs_grpo.py                          # 5 configs x 5 seeds, CPU, ~50 min
+    python benchmarks/bench_pods_vs_grpo.py --dry-run                # the plan and the 25 commands only
     python benchmarks/bench_pods_vs_grpo.py --configs grpo-n16,pods-mv-n64m16 --seeds 3
     python benchmarks/bench_pods_vs_grpo.py --quick --model PATH --out /tmp/x   # smoke test (~1 min)
-    python benchmarks/bench_pods_vs_grpo.py --device cuda --model BIGGER_TINY --n-list 64,128 --budget 600
+    pods build-tiny --hidden-size 256 --num-layers 8 --out /tmp/tiny256      # a larger model, same recipe
+    python benchmarks/bench_pods_vs_grpo.py --device cuda --model /tmp/tiny256 --n-list 64,128 --budget 600
 Results: benchmarks/results/<machine>/pods_vs_grpo/ (or --out DIR).
 """
 
@@ -52,13 +54,14 @@ from _machine import machine_info, machine_slug, results_dir  # noqa: E402
 
 RULE_ABBREVIATIONS = {"max_variance": "mv", "random": "random", "max_reward": "maxreward"}
 DEFAULT_SEEDS = 5
-DEFAULT_BUDGET_S = 90.0  # 25 runs x (90 s training + evaluations + start-up) fit in an hour on 2 CPU cores
-DEFAULT_EVAL_EVERY_S = 30.0
+DEFAULT_BUDGET_S = 100.0  # 25 runs x (100 s training + evaluations + start-up) ~ 51 min on 2 CPU cores
+DEFAULT_EVAL_EVERY_S = 15.0
 DEFAULT_EVAL_PROBLEMS = 100
 DEFAULT_EVAL_K = 4
-# Planning estimates for a 2-core CPU and the tiny model (measured; the plan is revised from real runs):
-STARTUP_S = 15.0  # python + torch/trl import, model load, final save, figure
-EVAL_S_PER_SAMPLE = 0.012  # one evaluation sample (completion) at the tiny recipe's length
+# Planning estimates for a 2-core CPU and a hidden-64, 4-layer tiny model, about 1.5x what was measured with
+# one thread (start-up + saves ~8 s; 400 eval samples of 32 tokens ~0.65 s). Revised from real runs as they end.
+STARTUP_S = 12.0  # python + torch/trl import, model load, checkpoint and final saves, figure
+EVAL_S_PER_SAMPLE = 0.003  # one evaluation sample (completion) at the tiny recipe's length
 QUICK = dict(configs=["grpo-n16", "pods-mv-n64m16"], seeds=1, budget=10.0, eval_every=5.0, eval_problems=16,
              eval_k=2)
 
