@@ -356,12 +356,12 @@ def test_cli_rejects_non_model_dir(tmp_path, fake_task_by_name, capsys):
 def test_cli_with_registered_arithmetic_task(tiny_model, tmp_path, capsys):
     """The real task registry end to end: prompts from `arithmetic`, graded by its score()."""
     out = tmp_path / "results.json"
-    assert ev.main([str(tiny_model), "--task", "arithmetic", "--task-arg", "digits=1", "--k", "2", "--limit", "2",
+    assert ev.main([str(tiny_model), "--task", "arithmetic", "--task-arg", "digits=2", "--k", "2", "--limit", "2",
                     "--max-new-tokens", "4", "--out", str(out)]) == 0
     (record,) = json.loads(out.read_text())
-    assert (record["task"], record["task_args"], record["num_problems"]) == ("arithmetic", {"digits": 1}, 2)
+    assert (record["task"], record["task_args"], record["num_problems"]) == ("arithmetic", {"digits": 2}, 2)
     assert record["checkpoint"] == str(tiny_model.resolve())  # outside the results folder: absolute path
     assert 0.0 <= record["accuracy"] <= 1.0
-    assert "Compute." in record["examples"][0]["prompt"]
+    assert "<|user|>" in record["examples"][0]["prompt"]  # rendered with the chat template
     assert ev.main([str(tiny_model), "--task", "no-such-task", "--out", str(out)]) == 2
     assert "unknown task" in capsys.readouterr().err
