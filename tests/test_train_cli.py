@@ -72,7 +72,8 @@ def test_sigkill_then_resume(tmp_path, tiny_model_dir):
     args = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(run_dir),
             "--max_steps", str(max_steps), "--save_every_seconds", "0.5", "--eval_before_after", "false"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(_pods(*args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = open(tmp_path / "first.log", "w")
+    proc = subprocess.Popen(_pods(*args), env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
     try:
         while time.time() < deadline and proc.poll() is None:
@@ -80,10 +81,12 @@ def test_sigkill_then_resume(tmp_path, tiny_model_dir):
             if done and runlog.read_clock(done[-1])["step"] >= 3:
                 break
             time.sleep(0.05)
-        assert proc.poll() is None, "training finished before it could be killed; make the run longer"
+        assert proc.poll() is None, (f"training ended (code {proc.returncode}) before it could be killed:\n"
+                                     + (tmp_path / "first.log").read_text()[-3000:])
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait()
+        log.close()
     killed_rows = [r["step"] for r in runlog.read_metrics(run_dir) if "loss" in r]
     assert killed_rows and max(killed_rows) < max_steps
     # A checkpoint cut off while saving: a directory without pods_clock.json.
