@@ -142,7 +142,7 @@ class TrainingClock(TrainerCallback):
 
     def __init__(self, run_dir, save_every_seconds=None, max_train_seconds=None,
                  eval_fn: Callable | None = None, eval_every_seconds=None, train_seconds=0.0,
-                 is_main_process=True):
+                 is_main_process=True, progress=False):
         self.run_dir = Path(run_dir)
         self.save_every_seconds = save_every_seconds
         self.max_train_seconds = max_train_seconds
@@ -154,6 +154,9 @@ class TrainingClock(TrainerCallback):
         self._next_save = self._next_multiple(save_every_seconds)
         self._next_eval = self._next_multiple(eval_every_seconds)
         self.eval_seconds = 0.0  # wall time spent evaluating (not training time)
+        # A time budget makes a step count meaningless for progress: show training seconds instead.
+        self.progress = progress and max_train_seconds is not None and is_main_process
+        self._bar = None
 
     def _next_multiple(self, every):
         if not every:
@@ -182,9 +185,17 @@ class TrainingClock(TrainerCallback):
         row = {"step": step, "train_seconds": round(self.train_seconds, 3)}
         row.update({f"eval/{k}": v for k, v in results.items() if isinstance(v, (int, float))})
         self.append_metrics(row)
+        if self._bar is not None and "accuracy" in results:
+            self._bar.write(f"step {step:>5}  training time {self.train_seconds:6.0f} s  "
+                            f"held-out accuracy {100 * results['accuracy']:.1f}%")
         return results
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=round(self.max_train_seconds), initial=round(self.train_seconds),
+                             unit="s", desc="training time", dynamic_ncols=True)
         if self.eval_fn is not None and state.global_step == 0:
             self.evaluate(model, 0)
 
@@ -195,6 +206,8 @@ class TrainingClock(TrainerCallback):
         if self._step_start is not None:
             self.train_seconds += time.perf_counter() - self._step_start
             self._step_start = None
+        if self._bar is not None:
+            self._bar.update(max(0, min(round(self.train_seconds), self._bar.total) - self._bar.n))
         if self.train_seconds >= self._next_save:
             control.should_save = True
             self._next_save = self._next_multiple(self.save_every_seconds)
@@ -211,6 +224,13 @@ class TrainingClock(TrainerCallback):
         row = {"step": state.global_step, "train_seconds": round(self.train_seconds, 3)}
         row.update(logs or {})
         self.append_metrics(row)
+        if self._bar is not None and "reward" in row:
+            self._bar.set_postfix(step=state.global_step, reward=f"{row['reward']:.3f}")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def on_save(self, args, state, control, **kwargs):
         # Written last and atomically: its presence marks the checkpoint complete.

@@ -195,7 +195,10 @@ def build(run: RunArguments, config, model_args):
         eval_fn=eval_fn,  # before the first step, every eval_every_seconds, after the last
         eval_every_seconds=run.eval_every_seconds,
         train_seconds=train_seconds,
+        progress=config.max_train_seconds is not None and not config.disable_tqdm,
     )
+    if clock.progress:  # the clock's bar (training seconds) replaces the Trainer's (steps of max_steps)
+        config.disable_tqdm = True
     trainer = PODSTrainer(
         model=model,
         reward_funcs=task.reward_funcs(),
@@ -206,6 +209,10 @@ def build(run: RunArguments, config, model_args):
         callbacks=[clock],
     )
     clock.is_main_process = trainer.accelerator.is_main_process
+    if clock.progress:
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # metrics go to metrics.jsonl and report_to, not the terminal
     return trainer, clock, eval_fn
 
 
