@@ -1,9 +1,10 @@
-"""The embedded tiny model: a character-level tokenizer, random tiny causal LMs, and the SFT build.
+"""The embedded tiny model: a byte-level tokenizer, random tiny causal LMs, and the SFT build.
 
-    make_tokenizer()                 -> PreTrainedTokenizerFast (char-level, <think>/<answer> tags, chat template)
+    make_tokenizer()                 -> PreTrainedTokenizerFast (one token per byte, <think>/<answer> tags, chat template)
     build_random_model(out_dir, ...) -> Path  (random Qwen2/Llama + tokenizer, for fast tests)
     build_tiny(out_dir, ...)         -> Path  (random init + TRL SFT on the `arithmetic` task; `pods build-tiny`)
     model_path()                     -> Path  (the copy shipped in pods_rl/assets/tiny)
+    sampled_accuracy(model, ...)     -> dict  (held-out accuracy with k samples per problem)
 
 Everything is built locally: nothing is downloaded from the Hugging Face hub.
 """
@@ -205,25 +206,45 @@ def sampled_accuracy(model, tokenizer, task, split: str = "test", num_problems: 
             "num_problems": len(dataset), "k": k, "temperature": temperature}
 
 
-def _sft_dataset(task, size: int):
-    """Conversational prompt/completion pairs for TRL's SFTTrainer: the task prompt -> its worked solution."""
+def corrupt_solution(solution: str, rng) -> str:
+    """``solution`` with its final step's result (and hence the answer) off by a random 1..10, e.g.
+    ``<think>47+8=55</think><answer>55</answer>`` -> ``<think>47+8=52</think><answer>52</answer>``."""
+    head, _, tail = solution.rpartition("=")
+    value = int(tail.split("</think>")[0])
+    wrong = value + rng.choice([d for d in range(-10, 11) if d])
+    return f"{head}={wrong}</think><answer>{wrong}</answer>"
+
+
+def _sft_dataset(task, size: int, wrong_fraction: float, seed: int):
+    """Conversational prompt/completion pairs for TRL's SFTTrainer: the task prompt -> its worked solution,
+    of which a ``wrong_fraction`` share (chosen with ``seed``) has a wrong final result."""
+    import random
+
     from datasets import Dataset
 
+    rng = random.Random(f"sft-noise-{seed}")
     problems = task.load("train", limit=size)
-    completions = [[{"role": "assistant", "content": solution}] for solution in problems["solution"]]
+    solutions = [corrupt_solution(s, rng) if rng.random() < wrong_fraction else s for s in problems["solution"]]
+    completions = [[{"role": "assistant", "content": solution}] for solution in solutions]
     return Dataset.from_dict({"prompt": problems["prompt"], "completion": completions})
 
 
 def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_rate: float = 3e-3,
-               arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 4, seed: int = 0,
+               wrong_fraction: float = 0.3, arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 4,
+               seed: int = 0,
                eval_problems: int = 200, eval_samples: int = 4, task_kwargs: dict | None = None,
                log=print) -> Path:
     """Build the embedded tiny model from scratch: random init, then TRL ``SFTTrainer`` on `arithmetic`.
 
-    The SFT is deliberately short (``steps``): the model ends partly right (sampled held-out accuracy well
-    below 100%) so that RL has reward variance to learn from. Saves safetensors + tokenizer +
-    ``build_info.json`` (config, steps, seconds, held-out accuracy) to ``out_dir`` (default: the package's
-    ``assets/tiny``) and returns it. Deterministic given ``seed`` (on the same machine and thread count).
+    The model is made *partly right on purpose*, so that RL has reward variance to learn from and room to
+    improve: the SFT is short (``steps``), and a ``wrong_fraction`` share of the SFT targets has a final
+    result off by 1..10 (see ``corrupt_solution``). The model thus learns the right computation as its mode
+    but samples a wrong result often (default build: held-out accuracy ~19% sampled at T=1, ~44% greedy),
+    like a base model that "knows" more than it reliably says; RL on the verifiable reward sharpens it.
+
+    Saves safetensors + tokenizer + ``build_info.json`` (config, steps, seconds, held-out accuracy) to
+    ``out_dir`` (default: the package's ``assets/tiny``) and returns it. Deterministic given ``seed`` on
+    the same machine and thread count.
     """
     import tempfile
 
@@ -233,6 +254,8 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
 
     from pods_rl.tasks.arithmetic import ArithmeticTask
 
+    if not 0.0 <= wrong_fraction < 1.0:
+        raise ValueError(f"wrong_fraction must be in [0, 1), got {wrong_fraction}")
     if steps < 1 or batch_size < 1 or learning_rate <= 0:
         raise ValueError(f"steps, batch_size and learning_rate must be positive, got {steps}, {batch_size}, "
                          f"{learning_rate}")
@@ -244,8 +267,9 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
     model = AutoModelForCausalLM.from_config(_tiny_config(tokenizer, arch, hidden_size, num_layers, None))
     num_params = sum(p.numel() for p in model.parameters())
     log(f"build-tiny: {arch} hidden={hidden_size} layers={num_layers} ({num_params:,} parameters); "
-        f"SFT {steps} steps x {batch_size} on arithmetic {task_kwargs or '(defaults)'}")
-    train_dataset = _sft_dataset(task, min(steps * batch_size, task.train_size))
+        f"SFT {steps} steps x {batch_size} on arithmetic {task_kwargs or '(defaults)'}, "
+        f"{wrong_fraction:.0%} of the targets with a wrong result")
+    train_dataset = _sft_dataset(task, min(steps * batch_size, task.train_size), wrong_fraction, seed)
 
     start = time.time()
     with tempfile.TemporaryDirectory() as scratch_dir:
@@ -280,7 +304,8 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
     build_info = {
         "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers, "num_parameters": num_params,
         "seed": seed, "sft": {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate,
-                              "lr_scheduler": "cosine", "seconds": round(sft_seconds, 1)},
+                              "lr_scheduler": "cosine", "wrong_fraction": wrong_fraction,
+                              "seconds": round(sft_seconds, 1)},
         "task": {"name": "arithmetic", "digits": task.digits, "operands": task.operands, "ops": task.ops,
                  "seed": task.seed, "train_problems": len(train_dataset)},
         "held_out_accuracy": accuracy,
@@ -306,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1500, help="SFT optimizer steps (fewer = weaker model)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--wrong-fraction", type=float, default=0.3,
+                        help="share of SFT targets whose final result is off by 1..10 (makes the model partly right)")
     parser.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2")
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
@@ -313,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub
     try:
-        build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, arch=args.arch,
+        build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
+                   wrong_fraction=args.wrong_fraction, arch=args.arch,
                    hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed)
     except ValueError as err:
         print(f"pods build-tiny: {err}", file=__import__("sys").stderr)
