@@ -49,6 +49,9 @@ class RunArguments:
                                              "every this many seconds of training time (and at start and end)."})
     eval_before_after: bool = field(default=True, metadata={"help": "Evaluate before and after training and print "
                                     "both."})
+    torch_threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (default: torch's "
+                                      "choice). For tiny models 1 is as fast and immune to oversubscription when "
+                                      "other processes share the cores."})
 
 
 def parse_task_args(text: str | None) -> dict:
@@ -143,6 +146,8 @@ def build(run: RunArguments, config, model_args):
     from pods_rl.tasks import get_task
     from pods_rl.trainer import PODSTrainer
 
+    if run.torch_threads:
+        torch.set_num_threads(run.torch_threads)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("pods_rl").setLevel(logging.INFO)
     if not config.output_dir or config.output_dir == "trainer_output":
