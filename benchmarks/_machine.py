@@ -114,3 +114,23 @@ if __name__ == "__main__":
 
     print(json.dumps(machine_info(), indent=2))
     print(results_dir())
+
+
+def add_threads_argument(parser) -> None:
+    """The ``--threads`` option every benchmark shares."""
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's choice). On a CPU shared with other jobs, 1 "
+                        "avoids timing OpenMP threads that wait for a busy core instead of the work itself")
+
+
+def device_or_none(name: str):
+    """``torch.device(name)``, or None after printing an error when CUDA is asked for but absent."""
+    import sys
+
+    import torch
+
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
+        return None
+    return device

@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _machine
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # pods_rl without pip install
 
-from _machine import machine_info, machine_slug, results_dir  # noqa: E402
+from _machine import add_threads_argument, device_or_none, machine_info, machine_slug, results_dir  # noqa: E402
 
 from pods_rl.downsample import downsample  # noqa: E402
 
@@ -227,19 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: cpu)")
     parser.add_argument("--quick", action="store_true", help="small grid and few repeats (smoke test)")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch CPU threads (default: torch's choice). On a small machine shared with other jobs, 1 "
-        "avoids timing OpenMP threads that wait for a busy core instead of the work itself",
-    )
+    add_threads_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: results/<machine>/)")
     args = parser.parse_args(argv)
 
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("error: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
+    device = device_or_none(args.device)
+    if device is None:
         return 2
     if args.quick:
         batch_sizes, group_sizes, blocks, block_s, ref_budget_s = [1, 512], [16, 64, 256], 3, 0.02, 2.0

@@ -43,7 +43,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _machine
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # pods_rl without pip install
 
-from _machine import machine_info, machine_slug, results_dir  # noqa: E402
+from _machine import add_threads_argument, device_or_none, machine_info, machine_slug, results_dir  # noqa: E402
 
 FULL_N = [16, 32, 64, 128]
 FULL_M = [4, 8, 16, 32, 64]
@@ -352,16 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--m-list", type=_parse_int_list, default=None,
                         help=f"default {FULL_M}; each m >= 2, batches are kept from n = max(m list)")
     parser.add_argument("--repeats", type=int, default=None, help="timed calls after a warm-up (default 5; quick 1)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice). On a CPU shared with other jobs, 1 "
-                        "avoids timing OpenMP threads that wait for a busy core")
+    add_threads_argument(parser)
     parser.add_argument("--quick", action="store_true", help=f"n {QUICK_N}, m {QUICK_M}, 1 repeat (smoke test)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: results/<machine>/)")
     args = parser.parse_args(argv)
 
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("error: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
+    device = device_or_none(args.device)
+    if device is None:
         return 2
     n_list = args.n_list or (QUICK_N if args.quick else FULL_N)
     m_list = args.m_list or (QUICK_M if args.quick else FULL_M)
