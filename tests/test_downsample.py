@@ -59,15 +59,17 @@ def kept_variance_is_max(group: list[float], kept: list[int], m: int) -> bool:
 # max_variance is exact
 
 
-@pytest.mark.parametrize("kind", ["int_ties", "float", "bool", "float_offset"])
+@pytest.mark.parametrize("kind", ["int_ties", "float", "float32", "bool", "float_offset"])
 def test_max_variance_matches_brute_force_for_every_n_and_m(kind):
     gen = torch.Generator().manual_seed(0)
     for n in range(1, 11):
         groups = 6
         if kind == "int_ties":
             rewards = torch.randint(0, 3, (groups, n), generator=gen)  # many ties
-        elif kind == "float":
+        elif kind == "float":  # not exact in float32: the float64 sort path
             rewards = torch.randn((groups, n), generator=gen, dtype=torch.float64)
+        elif kind == "float32":  # the int64-key path
+            rewards = torch.randn((groups, n), generator=gen)
         elif kind == "bool":
             rewards = torch.rand((groups, n), generator=gen) < 0.5
         else:  # a large common offset must not cancel the variance away
@@ -94,6 +96,14 @@ def test_max_variance_known_examples_and_tie_rule():
     assert downsample(torch.tensor([2.0, 7.0, 7.0, 1.0]), 1, "max_reward").tolist() == [1]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_m_equal_one_keeps_the_max_reward_for_any_floats(dtype):
+    # Every single rollout has variance 0; the tie rule must decide, not float rounding noise.
+    gen = torch.Generator().manual_seed(11)
+    rewards = (torch.randn((500, 40), generator=gen, dtype=torch.float64) * 3 + 7).to(dtype)
+    assert torch.equal(downsample(rewards, 1), downsample(rewards, 1, "max_reward"))
+
+
 def test_max_variance_is_deterministic_and_batched_equals_per_group():
     gen = torch.Generator().manual_seed(1)
     rewards = torch.randint(0, 4, (64, 12), generator=gen).float()  # (B, n), many ties
@@ -104,11 +114,12 @@ def test_max_variance_is_deterministic_and_batched_equals_per_group():
         assert torch.equal(batched, per_group)
 
 
-@pytest.mark.parametrize("n", [200, 1500])  # 1500: large groups take the mask path to sorted output
-def test_max_variance_large_group_against_candidate_scan(n):
+@pytest.mark.parametrize("n", [200, 1500])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])  # the int64-key and float64-sort paths
+def test_max_variance_large_group_against_candidate_scan(n, dtype):
     # Beyond brute-force sizes: compare with an independent O(m^2) scan over the k lowest + m-k highest.
     gen = torch.Generator().manual_seed(2)
-    rewards = torch.rand((8, n), generator=gen, dtype=torch.float64)
+    rewards = torch.rand((8, n), generator=gen, dtype=torch.float64).to(dtype)
     m = 37
     kept = downsample(rewards, m)
     assert_valid_indices(kept, n, m)
@@ -118,7 +129,7 @@ def test_max_variance_large_group_against_candidate_scan(n):
             population_variance(torch.cat([values[:k], values[n - (m - k) :]]).tolist()) for k in range(m + 1)
         )
         got = population_variance(group[row].tolist())
-        assert math.isclose(got, best, rel_tol=1e-12)
+        assert math.isclose(got, best, rel_tol=1e-12), (dtype, n)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -232,20 +243,45 @@ def test_non_integer_float_dtypes_keep_a_maximal_subset():
             assert kept_variance_is_max(group, row, 3)
 
 
-def test_both_ways_of_sorting_kept_indices_agree(monkeypatch):
-    gen = torch.Generator().manual_seed(8)
-    rewards = torch.randint(0, 5, (32, 300), generator=gen).float()
+def _mixed_rewards(B: int, n: int, seed: int) -> torch.Tensor:
+    """(B, n) float32 rewards with ties, negatives, -0.0 next to +0.0, and random floats."""
+    gen = torch.Generator().manual_seed(seed)
+    ties = torch.randint(-2, 3, (B, n), generator=gen).float() * 0.5
+    ties[ties == 0] = torch.where(torch.rand(int((ties == 0).sum()), generator=gen) < 0.5, -0.0, 0.0)
+    floats = torch.randn((B, n), generator=gen)
+    return torch.where(torch.rand((B, n), generator=gen) < 0.5, ties, floats)
+
+
+@pytest.mark.parametrize("n", [12, 300, 700])  # 700: torch.sort keeps long rows when it has > 2 threads
+def test_numpy_and_torch_sorts_agree(monkeypatch, n):
+    rewards = _mixed_rewards(16, n, seed=8)
     results = []
-    for threshold in [10**9, 1]:  # sort of the (B, m) indices, then the (B, n) mask
-        monkeypatch.setattr(ds_module, "_MASK_FROM_N", threshold)
+    for numpy_module in [ds_module._numpy, None]:  # numpy's SIMD sort on CPU, then torch.sort
+        monkeypatch.setattr(ds_module, "_numpy", numpy_module)
         results.append(
             [
-                downsample(rewards, 75, rule, generator=torch.Generator().manual_seed(0))
+                downsample(rewards, n // 4, rule, generator=torch.Generator().manual_seed(0))
                 for rule in available_rules()
             ]
         )
-    for by_sort, by_mask in zip(*results):
-        assert torch.equal(by_sort, by_mask)
+    for with_numpy, with_torch in zip(*results):
+        assert torch.equal(with_numpy, with_torch)
+
+
+def test_order_keys_and_the_float64_sort_give_the_same_order(monkeypatch):
+    # float32-exact rewards go through int64 keys; other float64 rewards through a stable sort of the
+    # values. Both must realize the same documented tie rule.
+    rewards = _mixed_rewards(64, 20, seed=9)
+    by_keys = {m: (downsample(rewards, m), downsample(rewards, m, "max_reward")) for m in (1, 5, 12, 19)}
+    monkeypatch.setattr(ds_module, "_order_keys", lambda r: None)
+    for m, (variance_keys, reward_keys) in by_keys.items():
+        assert torch.equal(downsample(rewards.double(), m), variance_keys)
+        assert torch.equal(downsample(rewards.double(), m, "max_reward"), reward_keys)
+
+
+def test_negative_zero_ties_with_zero():
+    assert downsample(torch.tensor([-0.0, 0.0, 0.0, -1.0]), 1, "max_reward").tolist() == [0]
+    assert downsample(torch.tensor([0.0, -0.0, -1.0]), 2).tolist() == [0, 2]
 
 
 def test_accepts_lists_and_keeps_rank():
@@ -258,6 +294,13 @@ def test_accepts_lists_and_keeps_rank():
 def test_m_equal_n_keeps_everything(rule):
     rewards = torch.tensor([[3.0, 1.0, 2.0], [0.0, 0.0, 0.0]])
     assert downsample(rewards, 3, rule).tolist() == [[0, 1, 2], [0, 1, 2]]
+
+
+@pytest.mark.parametrize("rule", ["max_variance", "max_reward", "random"])
+def test_rewards_that_require_grad_are_accepted(rule):
+    rewards = torch.tensor([[0.0, 3.0, 1.0, 2.0]], requires_grad=True)  # e.g. straight from a reward model
+    kept = downsample(rewards, 2, rule, generator=torch.Generator().manual_seed(0))
+    assert kept.shape == (1, 2) and not kept.requires_grad
 
 
 def test_zero_groups_give_empty_result():
