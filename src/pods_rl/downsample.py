@@ -44,8 +44,8 @@ __all__ = ["available_rules", "downsample", "group_advantages", "register_rule"]
 Rule = Callable[[torch.Tensor, int, "torch.Generator | None"], torch.Tensor]
 
 # ----------------------------------------------------------------------------------------------------------
-# Built-in rules. Each gets a validated floating rewards tensor of shape (B, n) with 1 <= m < n. Sort-based
-# rules check finiteness themselves on the sorted extremes (cheaper than a pass over all rewards).
+# Built-in rules. Each gets a validated floating rewards tensor of shape (B, n) with 1 <= m < n and checks
+# finiteness itself (max_variance on the sorted extremes, cheaper than a pass over all rewards).
 #
 # The tie-broken order: ascending reward, and among equal rewards descending index. It is the reverse of a
 # stable descending sort, so "the m highest" take the lowest indices among equal rewards. Every rollout
@@ -108,7 +108,7 @@ def _ends(rewards: torch.Tensor, m: int) -> torch.Tensor:
 def _max_reward(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """Keep the m highest rewards per group; among equal rewards the lowest indices. (B, n) -> (B, m)."""
     _check_finite(rewards)
-    return _ascending(_ends(rewards, m)[:, m:], rewards.shape[1])
+    return _sort_rows(_ends(rewards, m)[:, m:])  # (B, m) ascending
 
 
 def _random(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -122,7 +122,7 @@ def _random(rewards: torch.Tensor, m: int, generator: torch.Generator | None = N
     key_device = generator.device if generator is not None else rewards.device
     keys = torch.rand((B, n), generator=generator, device=key_device)  # (B, n)
     kept = keys.argsort(dim=1)[:, :m].to(rewards.device)  # (B, m)
-    return _ascending(kept, n)
+    return _sort_rows(kept)  # (B, m) ascending
 
 
 def _max_variance(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -161,12 +161,7 @@ def _max_variance(rewards: torch.Tensor, m: int, generator: torch.Generator | No
     # Keep the first n_low of the low half and the first m - n_low of the high half: m per row.
     take = torch.arange(m, device=rewards.device) < torch.cat([n_low, m - n_low], dim=1).unsqueeze(2)
     kept = torch.masked_select(ends_idx, take.view(B, 2 * m)).view(B, m)  # (B, m)
-    return _ascending(kept, n)
-
-
-def _ascending(kept: torch.Tensor, n: int) -> torch.Tensor:
-    """Sort each row of distinct indices kept (B, m) in [0, n) ascending."""
-    return _sort_rows(kept)
+    return _sort_rows(kept)  # (B, m) ascending
 
 
 _RULES: dict[str, Rule] = {
@@ -293,8 +288,8 @@ def downsample(
             f"tensor of shape {tuple(rewards.shape)}"
         )
     single_group = rewards.dim() == 1
-    grouped = rewards.detach()  # choosing indices is not differentiable; rules may use out= ops
-    grouped = grouped.unsqueeze(0) if single_group else grouped  # (B, n)
+    # .detach(): choosing indices is not differentiable, and rules may use out= ops.
+    grouped = (rewards.unsqueeze(0) if single_group else rewards).detach()  # (B, n)
     B, n = grouped.shape
     if n == 0:
         raise ValueError(f"rewards has an empty group (shape {tuple(rewards.shape)}); need n >= 1 rollouts")
