@@ -182,3 +182,23 @@ def test_llama_pods_step_runs(tmp_path, tiny_llama_dir):
 def test_bad_configs_fail_fast(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         PODSConfig(**common_args(tmp_path, **overrides))
+
+
+def test_phase_times_exclude_work_done_by_step_end_callbacks(tmp_path, tiny_model_dir):
+    """A callback that evaluates at step end (pods train's TrainingClock) must not be charged to the step."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class SlowEval(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            time.sleep(0.5)
+
+    config = PODSConfig(**common_args(tmp_path, num_generations=4, downsample_to=2, per_device_train_batch_size=4,
+                                      max_steps=2))
+    trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir), reward_funcs=[digit_reward],
+                          args=config, train_dataset=make_dataset(),
+                          processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                          callbacks=[SlowEval()])  # given first, as pods train gives its TrainingClock
+    trainer.train()
+    assert trainer.phase_clock.last_step_seconds < 0.5

@@ -136,18 +136,21 @@ class TrainingClock(TrainerCallback):
         eval_fn: ``eval_fn(model) -> dict`` of metrics (e.g. ``{"accuracy": 0.4}``); logged as ``eval/<key>``.
         eval_every_seconds: run ``eval_fn`` every this many training seconds; with ``eval_fn`` it also runs
             before the first step and after the last.
+        eval_every_steps: run ``eval_fn`` every this many optimizer steps (as well as, or instead of, the
+            seconds-based schedule): curves against policy updates then share their x values across runs.
         train_seconds: training time already spent (when resuming).
         is_main_process: only the main process writes files.
     """
 
     def __init__(self, run_dir, save_every_seconds=None, max_train_seconds=None,
                  eval_fn: Callable | None = None, eval_every_seconds=None, train_seconds=0.0,
-                 is_main_process=True, progress=False):
+                 is_main_process=True, progress=False, eval_every_steps=None):
         self.run_dir = Path(run_dir)
         self.save_every_seconds = save_every_seconds
         self.max_train_seconds = max_train_seconds
         self.eval_fn = eval_fn
         self.eval_every_seconds = eval_every_seconds
+        self.eval_every_steps = eval_every_steps
         self.train_seconds = float(train_seconds)
         self.is_main_process = is_main_process
         self._step_start = None
@@ -215,7 +218,8 @@ class TrainingClock(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         last_step = control.should_training_stop or (state.max_steps and state.global_step >= state.max_steps)
-        if self.eval_fn is not None and (self.train_seconds >= self._next_eval or last_step):
+        step_due = bool(self.eval_every_steps) and state.global_step % self.eval_every_steps == 0
+        if self.eval_fn is not None and (self.train_seconds >= self._next_eval or step_due or last_step):
             self._next_eval = self._next_multiple(self.eval_every_seconds)
             self.evaluate(model, state.global_step)
         return control

@@ -47,6 +47,9 @@ class RunArguments:
     eval_batch_size: int = field(default=64)
     eval_every_seconds: float | None = field(default=None, metadata={"help": "Evaluate on the held-out split "
                                              "every this many seconds of training time (and at start and end)."})
+    eval_every_steps: int | None = field(default=None, metadata={"help": "Evaluate on the held-out split every "
+                                         "this many optimizer steps (and at start and end); combines with "
+                                         "eval_every_seconds."})
     eval_before_after: bool = field(default=True, metadata={"help": "Evaluate before and after training and print "
                                     "both."})
     torch_threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (default: torch's "
@@ -191,7 +194,7 @@ def build(run: RunArguments, config, model_args):
         config_file.write_text(yaml.safe_dump(flat, sort_keys=True))
 
     eval_fn = None
-    if run.eval_every_seconds or run.eval_before_after:
+    if run.eval_every_seconds or run.eval_every_steps or run.eval_before_after:
         eval_fn = _make_eval_fn(run, config, task, tokenizer)
     clock = runlog.TrainingClock(
         run_dir,
@@ -199,6 +202,7 @@ def build(run: RunArguments, config, model_args):
         max_train_seconds=config.max_train_seconds,
         eval_fn=eval_fn,  # before the first step, every eval_every_seconds, after the last
         eval_every_seconds=run.eval_every_seconds,
+        eval_every_steps=run.eval_every_steps,
         train_seconds=train_seconds,
         progress=config.max_train_seconds is not None and not config.disable_tqdm,
     )

@@ -204,7 +204,9 @@ class PODSTrainer(GRPOTrainer):
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
         self.phase_clock = _PhaseClock(self)
-        self.add_callback(self.phase_clock)
+        # First in line, so that its step ends before any callback that evaluates or saves at step end
+        # (pods train's TrainingClock): those seconds are not part of the step.
+        self.callback_handler.callbacks.insert(0, self.phase_clock)
 
     # ---- batching: the dataloader yields n rollouts per prompt, the batch sizes count the m kept --------
 
