@@ -506,6 +506,21 @@ def test_group_advantages_by_hand():
     assert torch.equal(group_advantages(rewards[0]), adv[0])
 
 
+def test_group_advantages_huge_finite_rewards_are_not_silent_zeros():
+    # (r - mean)^2 overflows float32 at |r| ~ 1e38: the advantages must still be those of the scaled rewards.
+    small = torch.tensor([[1.0, -1.0, 3.0, 0.5], [2.0, 2.0, 0.0, float("nan")]])
+    huge = small * 1e38
+    adv = group_advantages(huge)
+    assert torch.isfinite(adv).all() and adv.dtype == torch.float32
+    assert torch.allclose(adv, group_advantages(small, eps=0.0), rtol=1e-5)
+    assert adv[0].abs().min() > 0.05  # not silently zeroed
+    assert torch.allclose(group_advantages(huge, scale="batch"), group_advantages(small, eps=0.0, scale="batch"),
+                          rtol=1e-5)
+    assert torch.allclose(group_advantages(huge.double()).float(), adv, rtol=1e-5)
+    with pytest.raises(ValueError, match="overflow"):  # r - mean itself does not fit: say so
+        group_advantages(torch.tensor([[3e38, -3e38]]), scale="none")
+
+
 def test_group_advantages_nan_rows_are_ignored_and_get_zero():
     rewards = torch.tensor([[1.0, float("nan"), 0.0, 0.0], [float("nan"), 3.0, float("nan"), float("nan")]])
     adv = group_advantages(rewards)

@@ -28,6 +28,7 @@ So an all-equal group, or ``m == 1``, keeps exactly what ``max_reward`` keeps.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 
@@ -399,6 +400,19 @@ def group_advantages(rewards, eps: float = 1e-4, scale: str | bool = "group") ->
     _check_finite(grouped, allow_nan=True)
     B, m = grouped.shape
 
+    # Huge finite rewards (|r| ~ 1e38 in float32) overflow the squares inside the std, which then reads inf and
+    # turns every advantage into a silent 0. Advantages are scale-free, so compute them on r / s (s a power of
+    # two: exact) with eps / s. Below the threshold nothing changes, so TRL's numbers are reproduced bit for bit.
+    peak = float(torch.nan_to_num(grouped, nan=0.0).abs().max()) if grouped.numel() else 0.0
+    if peak > math.sqrt(torch.finfo(grouped.dtype).max / (4.0 * grouped.numel())):
+        if scale == "none":
+            raise ValueError(
+                f"rewards up to {peak:.3g} overflow {grouped.dtype} in r - mean with scale='none'; rescale the "
+                "rewards (or use scale='group' / 'batch', which is scale-free)"
+            )
+        s = 2.0 ** math.floor(math.log2(peak))
+        advantages = group_advantages(grouped / s, eps=eps / s, scale=scale)
+        return advantages[0] if single_group else advantages
     mean = torch.nanmean(grouped, dim=1, keepdim=True)  # (B, 1)
     if scale in ("group", "none"):  # TRL computes the group std for "none" too (logging only)
         std = _nanstd(grouped, dim=1, keepdim=True) if m > 1 else torch.zeros_like(grouped)
