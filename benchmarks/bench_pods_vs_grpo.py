@@ -19,7 +19,7 @@ summary.json is skipped, so the script can be stopped and started again; an unfi
 to ``runs/_incomplete/`` (kept) and the run starts over.
 
 Afterwards: accuracy-vs-time and time-per-phase figures (pods_rl.plots), the time each method needs to reach
-GRPO's peak mean accuracy and its speed-up with a bootstrap 95% CI over seeds (pods_rl.plots.compare_runs), a
+GRPO's peak mean accuracy and its speed-up with a bootstrap 95% CI over seeds (pods_rl.stats.compare_runs), a
 table, and bench_pods_vs_grpo.json (final accuracy mean ± SE per config, the compare result, the budget, the
 machine, the commands).
 

@@ -1,0 +1,484 @@
+"""Statistics over run directories: seed-mean curves, time (or steps) to a target accuracy, speed-ups, and
+percentile-bootstrap confidence intervals over seeds. Used by `pods compare`, `pods plot` and the benchmarks.
+
+Runs are given as ``RUN_DIR`` or ``RUN_DIR=LABEL``. Runs with the same label are seeds of one method and are
+aggregated. The default label comes from the run's config.yaml: ``GRPO (n=16)`` when ``downsample_to`` is
+unset or equals ``num_generations``, else ``PODS max_variance (n=64→m=16)``.
+
+Curves. A run's curve is its evaluated checkpoints, (x, accuracy) sorted by x, from ``eval.json`` (``pods
+eval``) or, when that is absent, the ``eval/accuracy`` rows of ``metrics.jsonl``. The x-axis is either
+``x="time"``: cumulative training seconds (``train_seconds``; checkpointing and evaluation excluded), or
+``x="steps"``: optimizer steps (policy updates).
+
+Mean curve of a label. Each seed's curve is interpolated LINEARLY between its checkpoints onto a common grid:
+the union of all seeds' checkpoint x values inside the window where every seed has data, [max of first x, min
+of last x] (no extrapolation). The mean is over seeds at each grid point; the band is ± 1.96 x the standard
+error across seeds (std with ddof=1 / sqrt(num_seeds)). A label with a single seed has no across-seed spread:
+its band is ± 1.96 x the eval's own standard error over the k samples (``accuracy_stderr``), none if unknown.
+
+Target. By default the baseline's peak mean accuracy: the maximum of the baseline label's mean curve (the
+paper's "vanilla GRPO's peak test accuracy"), so the baseline reaches it by construction. With
+``target_gain_fraction=f``: start + f x (peak - start) of the baseline mean curve (start = its first point),
+a target the baseline reaches earlier than its peak, less sensitive to one lucky evaluation. Or a fixed
+``target`` accuracy.
+
+Time (steps) to target. The x of the first checkpoint whose accuracy is >= target (checkpoint resolution, no
+interpolation across the crossing; ``inf`` if never). A label's value is read off its mean curve; each seed's
+own value (on its raw curve) is reported too, ``null`` when not reached. Speed-up = baseline / method. When the
+method never reaches the target, the speed-up is an UPPER bound, baseline / (method's last x); when only the
+baseline never reaches it (a fixed target), a LOWER bound, (baseline's last x) / method; when neither does,
+undefined. The 95% confidence interval is a percentile bootstrap over seeds (each label's seeds resampled with
+replacement, independently; a derived target re-derived from each resampled baseline; fixed RNG seed),
+available when every compared label has >= 2 seeds.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pods_rl.runlog import read_metrics
+
+PHASES = ("generation", "scoring", "selection", "update")
+METRICS = ("accuracy", "format_accuracy", "both_accuracy", "pass_at_k")
+# x-axis name -> (unit, result key of the value at the target, result key of the last observed x).
+X_AXES = {"time": ("seconds", "time_to_target", "last_time"),
+          "steps": ("steps", "steps_to_target", "last_step")}
+TARGET_TOLERANCE = 1e-9  # mean curves are float averages; "reaches" forgives rounding below the target
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Loading runs
+# ------------------------------------------------------------------------------------------------------------
+@dataclass
+class RunData:
+    """What one run directory contributes to the figures.
+
+    Attributes:
+        run_dir: the run directory.
+        label: method label (runs sharing it are seeds of one method).
+        config: the run's config.yaml ({} if absent).
+        seed: config's seed (None if absent).
+        times: (E,) cumulative training seconds of each evaluated checkpoint, increasing.
+        values: (E,) the metric at those checkpoints.
+        stderrs: (E,) the eval standard error over k samples (nan where unknown).
+        steps: (E,) optimizer steps of those checkpoints (-1 where unknown).
+        metric: which metric ``values`` holds.
+        source: "eval.json", "metrics.jsonl", or None (no evaluations found).
+        phase_seconds: mean seconds per training step of each phase ("generation", ..., "step").
+    """
+
+    run_dir: Path
+    label: str
+    config: dict = field(default_factory=dict)
+    seed: int | None = None
+    times: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    values: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    stderrs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    metric: str = "accuracy"
+    source: str | None = None
+    phase_seconds: dict = field(default_factory=dict)
+
+
+def default_label(config: dict, fallback: str = "run") -> str:
+    """``GRPO (n=16)`` or ``PODS <rule> (n=64→m=16)`` from a run config; ``fallback`` without num_generations."""
+    n = config.get("num_generations")
+    if n is None:
+        return fallback
+    m = config.get("downsample_to")
+    if m is None or int(m) == int(n):
+        return f"GRPO (n={n})"
+    rule = config.get("downsample_rule", "max_variance")
+    return f"PODS {rule} (n={n}→m={m})"
+
+
+def parse_run_spec(spec) -> tuple[Path, str | None]:
+    """``"RUN_DIR=LABEL"`` -> (Path(RUN_DIR), LABEL); ``"RUN_DIR"`` -> (Path(RUN_DIR), None)."""
+    spec = str(spec)
+    left, sep, label = spec.rpartition("=")
+    if sep and left and not Path(spec).exists():
+        return Path(left), (label or None)
+    return Path(spec), None
+
+
+def _select_eval_records(records: list[dict], filters: dict, path: Path) -> list[dict]:
+    """Records matching ``filters``; if several (task, split, k, temperature) settings remain, the most common
+    one (with a warning naming the filters that would pick another)."""
+    kept = [r for r in records if all(v is None or r.get(f) == v for f, v in filters.items())]
+    groups: dict[tuple, list[dict]] = {}
+    for r in kept:
+        groups.setdefault((r.get("task"), r.get("split"), r.get("k"), r.get("temperature")), []).append(r)
+    if len(groups) > 1:
+        chosen = max(groups, key=lambda g: len(groups[g]))
+        print(f"warning: {path} holds several eval settings {sorted(groups, key=str)}; using "
+              f"task/split/k/temperature = {chosen} (choose with --task/--split/--k/--temperature)",
+              file=sys.stderr)
+        return groups[chosen]
+    return kept
+
+
+def load_run(run_dir, label: str | None = None, metric: str = "accuracy", task: str | None = None,
+             split: str | None = None, k: int | None = None, temperature: float | None = None) -> RunData:
+    """Read a run directory's config.yaml, eval.json (or metrics.jsonl eval rows) and phase times."""
+    from pods_rl.evaluate import load_results, load_run_config
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"run directory {run_dir} does not exist")
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    config = load_run_config(run_dir)
+    run = RunData(run_dir=run_dir, label=label or default_label(config, fallback=run_dir.name), config=config,
+                  seed=config.get("seed"), metric=metric)
+
+    rows = read_metrics(run_dir)  # a torn last line of the append-only log is skipped
+    points = []  # (train_seconds, value, stderr, step)
+    eval_path = run_dir / "eval.json"
+    records = load_results(eval_path) if eval_path.is_file() else []
+    records = _select_eval_records(records, {"task": task, "split": split, "k": k, "temperature": temperature},
+                                   eval_path)
+    for r in records:
+        if r.get("train_seconds") is None or r.get(metric) is None:
+            continue
+        stderr = r.get("accuracy_stderr") if metric == "accuracy" else None
+        points.append((float(r["train_seconds"]), float(r[metric]), np.nan if stderr is None else float(stderr),
+                       int(r.get("step", -1))))
+    if points:
+        run.source = "eval.json"
+    else:
+        key = f"eval/{metric}"
+        stderr_key = "eval/accuracy_stderr" if metric == "accuracy" else None
+        points = [(float(row["train_seconds"]), float(row[key]), float(row.get(stderr_key, np.nan)),
+                   int(row.get("step", -1)))
+                  for row in rows if key in row and "train_seconds" in row]
+        run.source = "metrics.jsonl" if points else None
+    points.sort(key=lambda p: (p[0], p[3]))
+    if points:
+        times, values, stderrs, steps = (np.array(col) for col in zip(*points))
+        run.times, run.values, run.stderrs, run.steps = times.astype(float), values.astype(float), \
+            stderrs.astype(float), steps.astype(int)
+
+    # Mean seconds per step of each phase over the training log rows that carry it.
+    for phase in (*PHASES, "step"):
+        samples = [float(row[f"time/{phase}"]) for row in rows if f"time/{phase}" in row]
+        if samples:
+            run.phase_seconds[phase] = float(np.mean(samples))
+    return run
+
+
+def load_runs(specs: Sequence, **kwargs) -> list[RunData]:
+    """``load_run`` over ``RUN_DIR[=LABEL]`` specs (RunData objects pass through)."""
+    runs = []
+    for spec in specs:
+        if isinstance(spec, RunData):
+            runs.append(spec)
+            continue
+        run_dir, label = parse_run_spec(spec)
+        runs.append(load_run(run_dir, label=label, **kwargs))
+    if not runs:
+        raise ValueError("give at least one run directory")
+    return runs
+
+
+def group_by_label(runs: Sequence[RunData]) -> dict[str, list[RunData]]:
+    """{label: [runs]} in order of first appearance."""
+    groups: dict[str, list[RunData]] = {}
+    for run in runs:
+        groups.setdefault(run.label, []).append(run)
+    return groups
+
+
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Curves
+# ------------------------------------------------------------------------------------------------------------
+def _check_x(x: str) -> None:
+    if x not in X_AXES:
+        raise ValueError(f"x must be one of {list(X_AXES)}, got {x!r}")
+
+
+def run_curve(run: RunData, x: str = "time") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One run's evaluated checkpoints on the chosen x-axis.
+
+    Returns (xs (E,) training seconds or optimizer steps, increasing; values (E,); stderrs (E,), nan = unknown).
+    """
+    _check_x(x)
+    if x == "time":
+        return run.times, run.values, run.stderrs
+    if (run.steps < 0).any():
+        raise ValueError(f"{run.run_dir}: some evaluations carry no optimizer step; use x='time'")
+    order = np.argsort(run.steps, kind="stable")
+    return run.steps[order].astype(float), run.values[order], run.stderrs[order]
+
+
+def mean_curve(runs: Sequence[RunData], x: str = "time") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean curve of the seeds of one label on a common grid (see module docstring).
+
+    Returns (grid (G,) seconds or steps, mean (G,), half_width (G,) of the 95% band: 1.96 x the standard error
+    across seeds, or for one seed 1.96 x its eval standard error (nan where unknown)).
+    """
+    if any(not len(r.times) for r in runs):
+        missing = [str(r.run_dir) for r in runs if not len(r.times)]
+        raise ValueError(f"no evaluations found in {missing}: run `pods eval RUN_DIR --task ...` first")
+    curves = [run_curve(r, x) for r in runs]
+    if len(curves) == 1:
+        xs, values, stderrs = curves[0]
+        return xs.copy(), values.copy(), 1.96 * stderrs
+    start = max(c[0][0] for c in curves)
+    end = min(c[0][-1] for c in curves)
+    if start > end:
+        raise ValueError(f"the seeds of {runs[0].label!r} cover disjoint {x} ranges; cannot average")
+    grid = np.unique(np.concatenate([xs[(xs >= start) & (xs <= end)] for xs, _, _ in curves]))  # (G,)
+    values = np.stack([np.interp(grid, xs, v) for xs, v, _ in curves])  # (S, G)
+    mean = values.mean(axis=0)
+    half_width = 1.96 * values.std(axis=0, ddof=1) / math.sqrt(len(curves))
+    return grid, mean, half_width
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Time (steps) to target and speed-up
+# ------------------------------------------------------------------------------------------------------------
+def time_to_target(times, accs, target: float) -> float:
+    """x (training time or steps) of the first checkpoint with accuracy >= ``target`` (``inf`` if none).
+
+    Args:
+        times: (E,) checkpoint x values, seconds or steps (any order; sorted here).
+        accs: (E,) accuracies at those checkpoints.
+    """
+    times, accs = np.asarray(times, dtype=float), np.asarray(accs, dtype=float)
+    if times.shape != accs.shape or times.ndim != 1:
+        raise ValueError(f"times and accs must be 1-D of equal length, got {times.shape} and {accs.shape}")
+    order = np.argsort(times, kind="stable")
+    reached = np.nonzero(accs[order] >= target - TARGET_TOLERANCE)[0]
+    return float(times[order][reached[0]]) if len(reached) else math.inf
+
+
+steps_to_target = time_to_target  # the same first crossing, read on a steps axis
+
+
+def speedup(base_time: float, method_time: float, base_end: float, method_end: float) -> tuple[float | None, str]:
+    """(baseline x / method x, kind) with kind "estimate", "lower_bound", "upper_bound" or "undefined".
+
+    ``base_end``/``method_end`` are the last observed x, used as bounds for a side that never reaches.
+    """
+    base_ok, method_ok = math.isfinite(base_time), math.isfinite(method_time)
+    if base_ok and method_ok:
+        if method_time == 0:
+            return (1.0 if base_time == 0 else math.inf), "estimate"
+        return base_time / method_time, "estimate"
+    if method_ok:  # baseline never got there within base_end
+        return (base_end / method_time if method_time > 0 else math.inf), "lower_bound"
+    if base_ok:  # method never got there within method_end
+        return (base_time / method_end if method_end > 0 else math.inf), "upper_bound"
+    return None, "undefined"
+
+
+def baseline_target(mean, gain_fraction: float | None = None) -> float:
+    """The target accuracy derived from the baseline's mean curve ``mean`` (G,), in x order.
+
+    ``gain_fraction=None``: the peak, max(mean). Else start + gain_fraction x (peak - start), start = mean[0].
+    """
+    mean = np.asarray(mean, dtype=float)
+    peak = float(np.max(mean))
+    if gain_fraction is None:
+        return peak
+    start = float(mean[0])
+    return start + gain_fraction * (peak - start)
+
+
+def _label_times(groups: dict[str, list[RunData]], baseline: str, target: float | None,
+                 gain_fraction: float | None, x: str):
+    """(target, {label: (x at target on the mean curve, last x of the mean curve)}) for one (resampled) set."""
+    curves = {label: mean_curve(runs, x) for label, runs in groups.items()}
+    if target is None:
+        target = baseline_target(curves[baseline][1], gain_fraction)
+    times = {label: (time_to_target(grid, mean, target), float(grid[-1]))
+             for label, (grid, mean, _) in curves.items()}
+    return target, times
+
+
+def compare_runs(runs: Sequence, baseline: str | None = None, target: float | None = None,
+                 target_gain_fraction: float | None = None, x: str = "time", metric: str = "accuracy",
+                 n_boot: int = 2000, seed: int = 0, **load_kwargs) -> dict:
+    """Time (``x="time"``) or optimizer steps (``x="steps"``) to reach the target per label (mean curve) and
+    per seed, and the speed-up baseline / method with a percentile-bootstrap 95% CI over seeds.
+
+    Args:
+        runs: RunData objects or ``RUN_DIR[=LABEL]`` specs.
+        baseline: the reference label (default: the first label starting with "GRPO", else the first label).
+        target: a fixed accuracy to reach. Default: the baseline's peak mean accuracy.
+        target_gain_fraction: f in (0, 1]: target = start + f x (peak - start) of the baseline mean curve.
+        x: "time" (training seconds) or "steps" (optimizer steps).
+        n_boot: bootstrap replicates for the 95% CI of the speed-up (0 disables it).
+        seed: the bootstrap RNG seed.
+    Returns a JSON-ready dict: metric, x, x_unit, baseline, target, target_source, bootstrap, and labels:
+    {label: {num_seeds, time_to_target | steps_to_target (null = not reached), reached, peak_mean,
+    last_time | last_step, speedup, speedup_kind, speedup_ci95, ci_note, seeds: [...]}}.
+    """
+    _check_x(x)
+    if target is not None and target_gain_fraction is not None:
+        raise ValueError("give either target or target_gain_fraction, not both")
+    if target_gain_fraction is not None and not 0 < target_gain_fraction <= 1:
+        raise ValueError(f"target_gain_fraction must be in (0, 1], got {target_gain_fraction}")
+    runs = load_runs(runs, metric=metric, **load_kwargs)
+    groups = group_by_label(runs)
+    if baseline is None:
+        baseline = next((label for label in groups if label.startswith("GRPO")), next(iter(groups)))
+    if baseline not in groups:
+        raise ValueError(f"baseline label {baseline!r} is not among the runs' labels {list(groups)}")
+    fixed = target
+    if fixed is not None:
+        target_source = "user"
+    elif target_gain_fraction is None:
+        target_source = "baseline peak mean accuracy"
+    else:
+        target_source = f"baseline start + {target_gain_fraction:g} x (peak - start) of the mean accuracy"
+    target, times = _label_times(groups, baseline, fixed, target_gain_fraction, x)
+
+    # Bootstrap over seeds: resample each label's seeds, recompute curves, (derived) target, times, ratio.
+    can_bootstrap = n_boot > 0 and all(len(g) >= 2 for g in groups.values())
+    boot_ratios: dict[str, list] = {label: [] for label in groups if label != baseline}
+    if can_bootstrap:
+        rng = np.random.default_rng(seed)
+        for _ in range(n_boot):
+            sample = {label: resample(g, rng) for label, g in groups.items()}
+            _, t = _label_times(sample, baseline, fixed, target_gain_fraction, x)
+            for label in boot_ratios:
+                boot_ratios[label].append(speedup(t[baseline][0], t[label][0], t[baseline][1], t[label][1]))
+
+    unit, to_key, last_key = X_AXES[x]
+    base_time, base_end = times[baseline]
+    result = {"metric": metric, "x": x, "x_unit": unit, "baseline": baseline, "target": target,
+              "target_source": target_source, "target_gain_fraction": target_gain_fraction,
+              "bootstrap": {"replicates": n_boot if can_bootstrap else 0, "seed": seed}, "labels": {}}
+    for label, label_runs in groups.items():
+        label_time, label_end = times[label]
+        seeds = []
+        for run in label_runs:
+            xs, values, _ = run_curve(run, x)
+            t = time_to_target(xs, values, target)
+            seeds.append({"run_dir": str(run.run_dir), "seed": run.seed, "source": run.source,
+                          to_key: _finite_or_none(t), "reached": math.isfinite(t),
+                          "peak": float(values.max()), last_key: float(xs[-1])})
+        entry = {"num_seeds": len(label_runs), to_key: _finite_or_none(label_time),
+                 "reached": math.isfinite(label_time), "peak_mean": float(np.max(mean_curve(label_runs, x)[1])),
+                 last_key: label_end, "seeds": seeds}
+        if label == baseline:
+            entry.update(speedup=1.0, speedup_kind="baseline", speedup_ci95=None)
+        else:
+            value, kind = speedup(base_time, label_time, base_end, label_end)
+            entry.update(speedup=_finite_or_none(value), speedup_kind=kind)
+            entry.update(_bootstrap_ci(boot_ratios[label], can_bootstrap))
+        result["labels"][label] = entry
+    return result
+
+
+def _finite_or_none(x):
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Bootstrap
+# ------------------------------------------------------------------------------------------------------------
+def resample(values: Sequence, rng: np.random.Generator) -> list:
+    """``len(values)`` items drawn from ``values`` with replacement (one bootstrap resample of seeds)."""
+    return [values[i] for i in rng.integers(0, len(values), len(values))]
+
+
+def percentile_interval(replicates, level: float = 0.95) -> tuple[float, float] | None:
+    """(low, high) percentile interval of bootstrap replicates (R,), nan/None dropped; None if none is left.
+
+    The quantiles use the inverted CDF, so each bound is an observed replicate (no interpolation with inf).
+    """
+    values = np.array([v for v in replicates if v is not None], dtype=float)
+    values = values[~np.isnan(values)]
+    if not len(values):
+        return None
+    low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")
+    return float(low), float(high)
+
+
+def bootstrap_ci(values_or_callable, statistic: Callable = np.mean, n_boot: int = 2000, seed: int = 0,
+                 level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap confidence interval (default 95%) over seeds.
+
+    Args:
+        values_or_callable: either per-seed values, array-like (S,) or (S, ...): each replicate resamples the
+            S rows with replacement and applies ``statistic`` (default: the mean); or a callable
+            ``replicate(rng) -> float | None`` computing one replicate with the numpy Generator it is given
+            (e.g. a ratio of two methods' means, each resampled with ``resample(values, rng)``); None / nan
+            replicates are dropped.
+        statistic: (S, ...) array -> float, for the array form.
+        n_boot: number of replicates. seed: RNG seed (the interval is deterministic for a given seed).
+        level: coverage of the interval.
+    Returns (low, high), or None with fewer than 2 values or no valid replicate.
+
+    Example: ``bootstrap_ci(final_accuracy_per_seed)``; ``bootstrap_ci(lambda rng:
+    np.mean(resample(grpo_s, rng)) / np.mean(resample(pods_s, rng)))``.
+    """
+    rng = np.random.default_rng(seed)
+    if callable(values_or_callable):
+        replicates = [values_or_callable(rng) for _ in range(n_boot)]
+    else:
+        values = np.asarray(values_or_callable, dtype=float)
+        if values.ndim == 0 or len(values) < 2:
+            return None
+        replicates = [statistic(values[rng.integers(0, len(values), len(values))]) for _ in range(n_boot)]
+    return percentile_interval(replicates, level)
+
+
+def _bootstrap_ci(replicates: list, available: bool) -> dict:
+    """95% percentile interval of bootstrap speed-ups (value, kind); undefined replicates are dropped and
+    counted, bounds are kept as values."""
+    if not available:
+        return {"speedup_ci95": None, "ci_note": "needs >= 2 seeds for every label"}
+    bounded = sum(kind in ("lower_bound", "upper_bound") for _, kind in replicates)
+    undefined = sum(kind == "undefined" for _, kind in replicates)
+    interval = percentile_interval([v if kind != "undefined" else None for v, kind in replicates])
+    if interval is None:
+        return {"speedup_ci95": None, "ci_note": "target never reached in any bootstrap replicate"}
+    note = "percentile bootstrap over seeds"
+    if bounded or undefined:
+        note += f"; {bounded} replicates were bounds and {undefined} undefined of {len(replicates)}"
+    return {"speedup_ci95": [_finite_or_none(v) for v in interval], "ci_note": note}
+
+
+def format_compare_table(result: dict) -> str:
+    """The compare result as a text table (times in minutes, or steps)."""
+    x = result.get("x", "time")
+    _, to_key, _ = X_AXES[x]
+    column = "t_target(min)" if x == "time" else "steps_to_target"
+    lines = [f"target {result['metric']} = {result['target']:.4f} ({result['target_source']}); "
+             f"baseline: {result['baseline']}",
+             f"{'label':<36} {'seeds':>5} {'peak':>6} {column:>15} {'per-seed':<24} "
+             f"{'speed-up':>9} {'95% CI':>15}"]
+    lines.append("-" * len(lines[1]))
+
+    def show(v, per_seed=False):
+        if v is None:
+            return "—" if per_seed else "not reached"
+        if x == "time":
+            return f"{v / 60:.1f}" if per_seed else f"{v / 60:.2f}"
+        return f"{v:.0f}"
+
+    for label, e in result["labels"].items():
+        per_seed = ",".join(show(s[to_key], per_seed=True) for s in e["seeds"])
+        sp = e["speedup"]
+        mark = {"lower_bound": ">", "upper_bound": "<"}.get(e["speedup_kind"], "")
+        sp_text = "undefined" if sp is None and e["speedup_kind"] == "undefined" else \
+            ("inf" if sp is None else f"{mark}{sp:.2f}x")
+        ci = e.get("speedup_ci95")
+        ci_text = "—" if not ci else "[" + ", ".join("inf" if c is None else f"{c:.2f}" for c in ci) + "]"
+        lines.append(f"{label[:36]:<36} {e['num_seeds']:>5} {e['peak_mean']:>6.3f} "
+                     f"{show(e[to_key]):>15} {per_seed[:24]:<24} {sp_text:>9} {ci_text:>15}")
+    unit = "min" if x == "time" else "steps"
+    lines.append(f"per-seed in {unit}; — = seed never reached the target; >x / <x = lower / upper bound "
+                 "(one side never reached it)")
+    return "\n".join(lines)
