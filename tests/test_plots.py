@@ -258,3 +258,32 @@ def test_plot_cli(tmp_path, capsys):
     assert plots.plot_main([str(empty), "--out", str(tmp_path / "none")]) == 2
     assert "nothing to plot" in capsys.readouterr().err
     assert np.isfinite(plots.load_run(with_phases).phase_seconds["step"])
+
+
+def test_plot_and_compare_on_steps(tmp_path, capsys):
+    """--x steps: the figure's x is optimizer steps; compare counts steps to target (make_run's eval rows
+    carry step = 0, 1, 2, 3, so GRPO reaches its peak mean 0.7 at step 3 and PODS' mean 0.75 at step 2)."""
+    runs = make_compare_runs(tmp_path)
+    fig = plots.plot_accuracy([str(r) for r in runs], x="steps")
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "Policy updates (optimizer steps)"
+    pods_line = [line for line in ax.get_lines() if line.get_label().startswith("PODS")][0]
+    assert pods_line.get_xdata().tolist() == [0, 1, 2, 3]
+
+    out = tmp_path / "figs"
+    assert plots.plot_main([*map(str, runs), "--x", "steps", "--out", str(out)]) == 0
+    assert (out / "accuracy_vs_steps.png").stat().st_size > 1000 and not (out / "accuracy_vs_time.png").exists()
+
+    cmp_out = tmp_path / "cmp.json"
+    assert plots.compare_main([*map(str, runs), "--x", "steps", "--bootstrap", "0", "--out", str(cmp_out)]) == 0
+    saved = json.loads(cmp_out.read_text())
+    pods = saved["labels"]["PODS max_variance (n=64→m=16)"]
+    assert saved["x"] == "steps" and saved["labels"]["GRPO (n=16)"]["steps_to_target"] == 3.0
+    assert pods["steps_to_target"] == 2.0 and pods["speedup"] == pytest.approx(1.5)
+    # 0.5 of GRPO's gain: 0.1 + 0.5 * (0.7 - 0.1) = 0.4: GRPO at step 2 (0.5), PODS at step 1 (0.4).
+    assert plots.compare_main([*map(str, runs), "--x", "steps", "--target-gain-fraction", "0.5",
+                               "--bootstrap", "0", "--out", str(cmp_out)]) == 0
+    assert json.loads(cmp_out.read_text())["labels"]["PODS max_variance (n=64→m=16)"]["speedup"] == 2.0
+    capsys.readouterr()
+    assert plots.compare_main([*map(str, runs), "--target-gain-fraction", "1.5", "--out", str(cmp_out)]) == 2
+    assert "(0, 1]" in capsys.readouterr().err
