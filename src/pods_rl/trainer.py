@@ -1,6 +1,6 @@
 """GRPO-PODS on top of TRL: generate n rollouts per prompt, keep m, update on the m.
 
-This is the only module of pods-rl that knows TRL's internals (tested with ``trl>=1.16,<1.17``).
+This is the only module of pods-rl that knows TRL's internals (``TRL_RANGE``; CI tests both ends).
 
 How a training step flows (``PODSTrainer._generate_and_score_completions``)::
 
@@ -25,6 +25,27 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib.metadata import version
+
+from packaging.specifiers import SpecifierSet
+
+# The TRL versions whose GRPOTrainer internals this module was tested against (pyproject.toml's pin; a test
+# keeps the two equal). The internals used here (`_generate`'s 8-tuple, `_calculate_rewards`,
+# `_generate_and_score_completions`, `get_train_dataloader`, `_get_train_sampler`) kept their shape in it.
+TRL_RANGE = ">=1.12,<1.17"
+
+
+def _require_supported_trl(trl_version: str) -> None:
+    """Refuse a TRL outside ``TRL_RANGE`` before touching its internals: one clear message, not an AttributeError
+    in the middle of a training step."""
+    if not SpecifierSet(TRL_RANGE).contains(trl_version, prereleases=True):
+        raise ImportError(
+            f"pods_rl.trainer supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its internals), "
+            f"but trl {trl_version} is installed. Install a supported version: pip install \"trl{TRL_RANGE}\"."
+        )
+
+
+_require_supported_trl(version("trl"))  # before the imports below, which reach into TRL's internals
 
 import torch
 from accelerate.utils import gather
