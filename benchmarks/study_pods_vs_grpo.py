@@ -92,7 +92,7 @@ def train_command(method: Method, seed: int, lr: float, run_dir: Path, args) -> 
            "--per_device_train_batch_size", str(args.prompts_per_step * method.m),
            "--gradient_accumulation_steps", "1", "--max_steps", str(args.steps),
            "--max_train_seconds", "1e9", "--save_every_seconds", "1e9", "--logging_steps", "5",
-           "--eval_every_steps", str(args.eval_every), "--eval_num_problems", str(args.eval_problems),
+           "--eval_every_steps", str(args.eval_every), "--eval_every_seconds", "1e9", "--eval_num_problems", str(args.eval_problems),
            "--eval_k", str(args.eval_k), "--eval_batch_size", "1000", "--torch_threads", "1",
            "--disable_tqdm", "true"]
     return cmd + shlex.split(args.train_args or "")
@@ -203,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps (default 25)")
     parser.add_argument("--eval-problems", type=int, default=None, help="held-out problems (default 500)")
     parser.add_argument("--eval-k", type=int, default=None, help="samples per problem (default 4)")
-    parser.add_argument("--prompts-per-step", type=int, default=4,
-                        help="prompts per step; kept rollouts per step = this x 16 (default 4)")
+    parser.add_argument("--prompts-per-step", type=int, default=8,
+                        help="prompts per step; kept rollouts per step = this x 16 (default 8, as the tiny "
+                        "recipe's 128 rows)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (one thread each; default 2)")
     parser.add_argument("--train-args", default=None, help="extra `pods train` flags for every run")
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny runs, 1 seed, 2 methods")
