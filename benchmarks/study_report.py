@@ -1,0 +1,223 @@
+"""Statistics, figures and study.json for study_pods_vs_grpo.py (the evidence study).
+
+From the finished run directories under ``OUT/sweep/runs`` and ``OUT/study/runs`` it reports:
+
+- the sweep: per learning rate, GRPO's mean held-out accuracy over the second half of training (the
+  selection criterion: fast AND stable learning), its start, peak and gain, over seeds;
+- (1) learning per update: steps each method needs to reach the target on its seed-mean curve, and the
+  ratio GRPO / method with a percentile-bootstrap 95% CI over seeds (``pods_rl.stats.compare_runs``, x=steps);
+- (2) the step-time ratio: mean seconds per optimizer step of the method / GRPO's (bootstrap CI over seeds);
+- (3) the wall-clock speed-up: the same comparison on the training-time axis (x=time), next to (1)/(2);
+- targets: GRPO's peak seed-mean accuracy (the paper's definition) and 80% of GRPO's gain;
+- evaluation noise (mean standard error of one evaluation) against the seed-to-seed spread at equal steps;
+- a PROJECTION: the wall-clock speed-up that the measured learning per update implies at other step-time
+  ratios (the paper's single-GPU step times, this machine's), and the break-even ratio.
+
+    python benchmarks/study_pods_vs_grpo.py report [--out DIR]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+sys.path.insert(0, str(SRC))
+
+from pods_rl.runlog import read_metrics  # noqa: E402
+from pods_rl.stats import (  # noqa: E402
+    bootstrap_ci,
+    compare_runs,
+    load_run,
+    resample,
+)
+
+GAIN_FRACTION = 0.8
+
+
+def _runs(runs_dir: Path) -> dict[str, list]:
+    """{run name prefix (method or method-lr): [RunData, ...]} of finished runs (summary.json present)."""
+    groups: dict[str, list] = {}
+    for run_dir in sorted(runs_dir.glob("*-s[0-9]*")):
+        if not (run_dir / "summary.json").is_file():
+            continue
+        prefix = run_dir.name.rsplit("-s", 1)[0]
+        groups.setdefault(prefix, []).append(load_run(run_dir, label=prefix))
+    return groups
+
+
+def _mean_se(values) -> tuple[float | None, float | None]:
+    values = np.asarray([v for v in values if v is not None], dtype=float)
+    if not len(values):
+        return None, None
+    se = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else None
+    return float(values.mean()), se
+
+
+def sweep_report(sweep_dir: Path) -> dict | None:
+    """Per learning rate: mean accuracy over the second half of training (criterion), start, peak, final."""
+    groups = _runs(sweep_dir / "runs")
+    if not groups:
+        return None
+    rows = {}
+    for prefix, runs in groups.items():
+        lr = float(prefix.split("-lr", 1)[1])
+        second_half = [float(r.values[r.steps >= r.steps.max() / 2].mean()) for r in runs]
+        rows[prefix] = {"lr": lr, "seeds": len(runs), "second_half_mean_accuracy": _mean_se(second_half),
+                        "start": _mean_se([float(r.values[0]) for r in runs]),
+                        "peak": _mean_se([float(r.values.max()) for r in runs]),
+                        "final": _mean_se([float(r.values[-1]) for r in runs])}
+    best = max(rows.values(), key=lambda row: row["second_half_mean_accuracy"][0])
+    return {"criterion": "mean held-out accuracy over the evaluations of the second half of training, mean over "
+                         "seeds", "learning_rates": dict(sorted(rows.items(), key=lambda kv: kv[1]["lr"])),
+            "best_lr": best["lr"]}
+
+
+def step_seconds(run) -> float:
+    """Mean seconds per optimizer step of a run (time/step as logged, evaluation excluded)."""
+    samples = [row["time/step"] for row in read_metrics(run.run_dir) if "time/step" in row]
+    return float(np.mean(samples))
+
+
+def noise_report(groups: dict[str, list]) -> dict:
+    """Evaluation noise (mean stderr of one evaluation) vs seed-to-seed spread (std over seeds at equal steps)."""
+    out = {}
+    for name, runs in groups.items():
+        eval_se = float(np.nanmean(np.concatenate([r.stderrs for r in runs])))
+        common = sorted(set.intersection(*(set(r.steps.tolist()) for r in runs)) - {0})
+        by_step = np.array([[r.values[list(r.steps).index(s)] for s in common] for r in runs])  # (S, E)
+        spread = float(by_step.std(axis=0, ddof=1).mean()) if len(runs) > 1 and common else None
+        start = np.array([r.values[0] for r in runs])  # the same model for every seed: eval noise only
+        out[name] = {"eval_stderr_mean": eval_se, "seed_std_mean_over_steps": spread,
+                     "seed_std_at_step_0": float(start.std(ddof=1)) if len(runs) > 1 else None}
+    return out
+
+
+def projection(step_ratio_ci: dict, efficiency: dict) -> dict:
+    """Wall-clock speed-up = learning-per-update ratio E / step-time ratio r, at assumed ratios r.
+
+    ``efficiency``: {method: (E, (E_low, E_high))}; ``step_ratio_ci``: {source: {n: r}}. Break-even r = E.
+    """
+    table = {}
+    for method, (e, e_ci) in efficiency.items():
+        rows = {}
+        for source, ratios in step_ratio_ci.items():
+            for n, r in ratios.items():
+                rows[f"{source}, n={n}"] = {"step_ratio": r, "speedup": e / r if e else None,
+                                            "speedup_range": [v / r for v in e_ci] if e_ci else None}
+        table[method] = {"learning_per_update_ratio": e, "ci95": e_ci, "break_even_step_ratio": e,
+                         "break_even_ci95": e_ci, "rows": rows}
+    return table
+
+
+def study_report(study_dir: Path, out: Path) -> dict | None:
+    """(1)-(3), noise, projection and figures for the study runs."""
+    groups = _runs(study_dir / "runs")
+    if "grpo-n16" not in groups or len(groups) < 2:
+        return None
+    from pods_rl.plots import plot_accuracy, plot_phase_times
+
+    labelled = []
+    for name, runs in groups.items():
+        for run in runs:
+            run.label = name
+            labelled.append(run)
+    result = {"methods": {}, "noise": noise_report(groups)}
+    comparisons = {}
+    for x in ("steps", "time"):
+        for fraction in (None, GAIN_FRACTION):
+            key = f"{x}/{'peak' if fraction is None else 'gain80'}"
+            comparisons[key] = compare_runs(labelled, baseline="grpo-n16", x=x, target_gain_fraction=fraction)
+    result["comparisons"] = comparisons
+
+    seconds = {name: [step_seconds(r) for r in runs] for name, runs in groups.items()}
+    base = seconds["grpo-n16"]
+    for name, runs in groups.items():
+        ratio = float(np.mean(seconds[name]) / np.mean(base))
+        ci = bootstrap_ci(lambda rng, s=seconds[name]: np.mean(resample(s, rng)) / np.mean(resample(base, rng)))
+        phases = {p: float(np.mean([r.phase_seconds.get(p, np.nan) for r in runs]))
+                  for p in ("generation", "scoring", "selection", "update", "step")}
+        entry = {"seeds": len(runs), "seconds_per_step": _mean_se(seconds[name]), "step_ratio": ratio,
+                 "step_ratio_ci95": ci, "phase_seconds": phases,
+                 "start_accuracy": _mean_se([float(r.values[0]) for r in runs]),
+                 "final_accuracy": _mean_se([float(r.values[-1]) for r in runs]),
+                 "peak_accuracy": _mean_se([float(r.values.max()) for r in runs])}
+        for key, comparison in comparisons.items():
+            label = comparison["labels"][name]
+            entry[key] = {"to_target": label.get("steps_to_target", label.get("time_to_target")),
+                          "ratio": label["speedup"], "kind": label["speedup_kind"],
+                          "ci95": label.get("speedup_ci95")}
+        steps_ratio = entry["steps/peak"]["ratio"]
+        entry["predicted_wall_speedup"] = steps_ratio / ratio if steps_ratio else None
+        result["methods"][name] = entry
+
+    efficiency = {name: (e["steps/peak"]["ratio"], e["steps/peak"]["ci95"])
+                  for name, e in result["methods"].items() if name != "grpo-n16"}
+    paper = {n: round(s / 7.6, 3) for n, s in {32: 7.9, 64: 10.1, 128: 13.8}.items()}
+    measured = {int(name.split("-n")[1].split("m")[0]): round(e["step_ratio"], 3)
+                for name, e in result["methods"].items() if name.startswith("pods-mv")}
+    result["projection"] = projection({"paper 1xGPU GSM8K (7.6 s at n=16)": paper, "this machine": measured},
+                                      efficiency)
+    figures = []
+    for x in ("steps", "time"):
+        plot_accuracy(labelled, out=out, x=x, title=f"embedded task, {len(base)} seeds per method")
+        figures.append(f"accuracy_vs_{x}.png")
+    plot_phase_times(labelled, out=out, title="seconds per step by phase")
+    figures.append("step_time_by_phase.png")
+    result["figures"] = figures
+    return result
+
+
+def _fmt_ci(ci) -> str:
+    if not ci:
+        return "—"
+    return "[" + ", ".join("inf" if v is None else f"{v:.2f}" for v in ci) + "]"
+
+
+def print_tables(report: dict) -> None:
+    """The sweep, the three numbers and the projection as text tables."""
+    sweep = report.get("sweep")
+    if sweep:
+        print(f"sweep ({sweep['criterion']}):")
+        for row in sweep["learning_rates"].values():
+            m, se = row["second_half_mean_accuracy"]
+            print(f"  lr {row['lr']:<8g} seeds {row['seeds']}  2nd-half acc {m:.3f} ± {se or 0:.3f}  "
+                  f"start {row['start'][0]:.3f}  peak {row['peak'][0]:.3f}  final {row['final'][0]:.3f}")
+        print(f"  best: {sweep['best_lr']:g}")
+    study = report.get("study")
+    if not study:
+        return
+    for key in ("steps/peak", "steps/gain80", "time/peak", "time/gain80"):
+        c = study["comparisons"][key]
+        print(f"\n{key}: target {c['target']:.4f} ({c['target_source']})")
+        for name, e in study["methods"].items():
+            entry = e[key]
+            mark = {"upper_bound": "<", "lower_bound": ">"}.get(entry["kind"], "")
+            ratio = "—" if entry["ratio"] is None else f"{mark}{entry['ratio']:.2f}x"
+            print(f"  {name:<20} to target {entry['to_target']}  ratio {ratio}  95% CI {_fmt_ci(entry['ci95'])}")
+    print("\nstep-time ratio and predicted wall-clock speed-up = (1)/(2):")
+    for name, e in study["methods"].items():
+        pred = e["predicted_wall_speedup"]
+        print(f"  {name:<20} s/step {e['seconds_per_step'][0]:.3f}  ratio {e['step_ratio']:.2f} "
+              f"{_fmt_ci(e['step_ratio_ci95'])}  (1)/(2) {'—' if pred is None else f'{pred:.2f}x'}  "
+              f"final acc {e['final_accuracy'][0]:.3f} ± {e['final_accuracy'][1] or 0:.3f}")
+    print("\nnoise: eval stderr vs seed-to-seed std")
+    for name, n in study["noise"].items():
+        print(f"  {name:<20} eval SE {n['eval_stderr_mean']:.4f}  seed std {n['seed_std_mean_over_steps']}  "
+              f"(step 0 std: {n['seed_std_at_step_0']})")
+
+
+def write_report(out: Path, command: str | None = None) -> dict:
+    """Compute everything from ``out/{sweep,study}/runs``, print it, and write ``out/study.json``."""
+    from _machine import machine_info
+
+    report = {"command": command, "machine": {**machine_info(), "gpu": None},
+              "sweep": sweep_report(out / "sweep"), "study": study_report(out / "study", out)}
+    print_tables(report)
+    (out / "study.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+    print(f"\nwrote {out / 'study.json'}")
+    return report
