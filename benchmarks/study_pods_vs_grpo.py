@@ -54,9 +54,7 @@ sys.path.insert(0, str(SRC))  # pods_rl without pip install
 
 from _machine import machine_info, machine_slug, results_dir  # noqa: E402
 
-# The paper's single-GPU GSM8K seconds per step (Qwen2.5-3B-Instruct, m = 16): n -> seconds.
-PAPER_GPU_STEP_SECONDS = {16: 7.6, 32: 7.9, 64: 10.1, 128: 13.8}
-QUICK = dict(steps=6, eval_every=3, eval_problems=16, eval_k=2, seeds=1, sweep_seeds=1, lrs=[2e-4],
+QUICK = dict(steps=4, eval_every=2, eval_problems=16, eval_k=2, seeds=2, sweep_seeds=2, lrs=[2e-4],
              methods=["grpo-n16", "pods-mv-n64m16"])
 
 
@@ -208,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                         "recipe's 128 rows)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (one thread each; default 2)")
     parser.add_argument("--train-args", default=None, help="extra `pods train` flags for every run")
-    parser.add_argument("--quick", action="store_true", help="smoke test: tiny runs, 1 seed, 2 methods")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 4-step runs, 2 seeds, 2 methods")
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/<machine>/study")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)

@@ -37,6 +37,8 @@ from pods_rl.stats import (  # noqa: E402
 )
 
 GAIN_FRACTION = 0.8
+# The paper's single-GPU GSM8K seconds per step (Qwen2.5-3B-Instruct, m = 16), n -> seconds.
+PAPER_GPU_STEP_SECONDS = {16: 7.6, 32: 7.9, 64: 10.1, 128: 13.8}
 
 
 def _runs(runs_dir: Path) -> dict[str, list]:
@@ -97,21 +99,24 @@ def noise_report(groups: dict[str, list]) -> dict:
     return out
 
 
-def projection(step_ratio_ci: dict, efficiency: dict) -> dict:
-    """Wall-clock speed-up = learning-per-update ratio E / step-time ratio r, at assumed ratios r.
+def projection(step_ratios: dict[str, float], efficiency: dict) -> dict:
+    """PROJECTED wall-clock speed-up = learning-per-update ratio E / step-time ratio r, at assumed ratios r.
 
-    ``efficiency``: {method: (E, (E_low, E_high))}; ``step_ratio_ci``: {source: {n: r}}. Break-even r = E.
+    Args:
+        step_ratios: {description: r}, e.g. {"paper 1xGPU GSM8K n=64 (10.1 s / 7.6 s)": 1.33}.
+        efficiency: {method: (E, (E_low, E_high) or None)}: steps GRPO needs / steps the method needs.
+    Returns {"rows": [{"source", "step_ratio", method: {"speedup", "ci95"}}...], "break_even": {method: ...}}.
+    PODS stops paying where r exceeds E (the break-even step-time ratio).
     """
-    table = {}
-    for method, (e, e_ci) in efficiency.items():
-        rows = {}
-        for source, ratios in step_ratio_ci.items():
-            for n, r in ratios.items():
-                rows[f"{source}, n={n}"] = {"step_ratio": r, "speedup": e / r if e else None,
-                                            "speedup_range": [v / r for v in e_ci] if e_ci else None}
-        table[method] = {"learning_per_update_ratio": e, "ci95": e_ci, "break_even_step_ratio": e,
-                         "break_even_ci95": e_ci, "rows": rows}
-    return table
+    rows = []
+    for source, r in sorted(step_ratios.items(), key=lambda kv: kv[1]):
+        row = {"source": source, "step_ratio": r}
+        for method, (e, e_ci) in efficiency.items():
+            ci = [None if v is None else v / r for v in e_ci] if e_ci else None  # a None bound is infinite
+            row[method] = {"speedup": None if e is None else e / r, "ci95": ci}
+        rows.append(row)
+    return {"rows": rows, "break_even": {method: {"step_ratio": e, "ci95": e_ci}
+                                         for method, (e, e_ci) in efficiency.items()}}
 
 
 def study_report(study_dir: Path, out: Path) -> dict | None:
@@ -157,11 +162,13 @@ def study_report(study_dir: Path, out: Path) -> dict | None:
 
     efficiency = {name: (e["steps/peak"]["ratio"], e["steps/peak"]["ci95"])
                   for name, e in result["methods"].items() if name != "grpo-n16"}
-    paper = {n: round(s / 7.6, 3) for n, s in {32: 7.9, 64: 10.1, 128: 13.8}.items()}
-    measured = {int(name.split("-n")[1].split("m")[0]): round(e["step_ratio"], 3)
-                for name, e in result["methods"].items() if name.startswith("pods-mv")}
-    result["projection"] = projection({"paper 1xGPU GSM8K (7.6 s at n=16)": paper, "this machine": measured},
-                                      efficiency)
+    ratios = {f"paper 1xGPU GSM8K, n={n} -> 16 ({sec} s / 7.6 s)": round(sec / PAPER_GPU_STEP_SECONDS[16], 3)
+              for n, sec in PAPER_GPU_STEP_SECONDS.items() if n > 16}
+    for name, e in result["methods"].items():
+        if name != "grpo-n16":
+            ratios[f"this machine, {name}"] = round(e["step_ratio"], 3)
+    ratios.update({f"assumed {r:g}": r for r in (1.0, 1.5, 2.0, 3.0)})
+    result["projection"] = projection(ratios, efficiency)
     figures = []
     for x in ("steps", "time"):
         plot_accuracy(labelled, out=out, x=x, title=f"embedded task, {len(base)} seeds per method")
@@ -205,6 +212,16 @@ def print_tables(report: dict) -> None:
         print(f"  {name:<20} s/step {e['seconds_per_step'][0]:.3f}  ratio {e['step_ratio']:.2f} "
               f"{_fmt_ci(e['step_ratio_ci95'])}  (1)/(2) {'—' if pred is None else f'{pred:.2f}x'}  "
               f"final acc {e['final_accuracy'][0]:.3f} ± {e['final_accuracy'][1] or 0:.3f}")
+    proj = study["projection"]
+    methods = list(proj["break_even"])
+    print("\nPROJECTION: wall-clock speed-up = (1) / step-time ratio")
+    for row in proj["rows"]:
+        cells = "  ".join(f"{m}: {'—' if row[m]['speedup'] is None else format(row[m]['speedup'], '.2f')}x "
+                          f"{_fmt_ci(row[m]['ci95'])}" for m in methods)
+        print(f"  r={row['step_ratio']:<6.3g} {row['source']:<48} {cells}")
+    print("  break-even step-time ratio: " + ", ".join(
+        f"{m} {'—' if v['step_ratio'] is None else format(v['step_ratio'], '.2f')} {_fmt_ci(v['ci95'])}"
+        for m, v in proj["break_even"].items()))
     print("\nnoise: eval stderr vs seed-to-seed std")
     for name, n in study["noise"].items():
         print(f"  {name:<20} eval SE {n['eval_stderr_mean']:.4f}  seed std {n['seed_std_mean_over_steps']}  "

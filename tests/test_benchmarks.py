@@ -103,3 +103,36 @@ def test_configs_and_plan():
                                  bench.DEFAULT_EVAL_K)
     assert plan["total_seconds"] <= 3600  # the default benchmark is planned to fit in an hour
     assert bench._mean_se([0.5, 0.7])[0] == pytest.approx(0.6) and bench._mean_se([0.5])[1] is None
+
+
+@pytest.mark.slow
+def test_study_quick_sweep_then_study_then_report(tmp_path):
+    """The evidence study end to end on the shipped tiny model: sweep, study (reusing the sweep's identical
+    GRPO runs), report with the three numbers, the projection and the figures; then resumable."""
+    out = tmp_path / "study"
+    _run("study_pods_vs_grpo.py", "sweep", "--quick", "--out", str(out))
+    proc = _run("study_pods_vs_grpo.py", "study", "--quick", "--out", str(out))
+    assert proc.stdout.count("reused the sweep's identical run") == 2  # GRPO seeds 0 and 1 at the same rate
+    report = json.loads((out / "study.json").read_text())
+    assert report["sweep"]["best_lr"] == 2e-4
+    study = report["study"]
+    assert set(study["methods"]) == {"grpo-n16", "pods-mv-n64m16"}
+    pods, grpo = study["methods"]["pods-mv-n64m16"], study["methods"]["grpo-n16"]
+    assert grpo["step_ratio"] == 1.0 and pods["seeds"] == 2
+    assert pods["step_ratio"] > 1.0  # sampling 4x the rollouts costs something, even on a tiny model
+    for key in ("steps/peak", "steps/gain80", "time/peak", "time/gain80"):
+        assert study["comparisons"][key]["baseline"] == "grpo-n16"
+        assert pods[key]["kind"] in ("estimate", "upper_bound", "lower_bound", "undefined")
+    projection = study["projection"]
+    assert projection["break_even"]["pods-mv-n64m16"]["step_ratio"] == pods["steps/peak"]["ratio"]
+    paper64 = next(row for row in projection["rows"] if row["source"].startswith("paper 1xGPU GSM8K, n=64"))
+    assert paper64["step_ratio"] == round(10.1 / 7.6, 3)
+    if pods["steps/peak"]["ratio"] is not None:
+        assert paper64["pods-mv-n64m16"]["speedup"] == pytest.approx(pods["steps/peak"]["ratio"] / (10.1 / 7.6),
+                                                                     rel=1e-3)
+    for name in study["figures"]:
+        assert (out / name).stat().st_size > 1000, name
+    rows = [json.loads(line) for line in (out / "commands.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all("--max_steps 4" in c for c in rows[1]["runs"].values())
+    proc = _run("study_pods_vs_grpo.py", "study", "--quick", "--out", str(out))
+    assert "4 runs, 4 done before; 0 to go" in proc.stdout
