@@ -1,4 +1,4 @@
-"""Smoke tests of the two training benchmarks in --quick mode on a tiny random model (subprocesses, ~1 minute).
+"""Smoke tests of the training benchmarks (bench_phases, the evidence study) in --quick mode on a tiny random model (subprocesses, ~1 minute).
 
 They check the scripts end to end (trainer built like `pods train`, JSON schema, figures), not the speed of this
 machine: the only timing claim asserted is that sampling 32x more rollouts takes longer.
@@ -52,57 +52,6 @@ def test_bench_phases_quick(tmp_path, tiny_model_dir):
         assert r["n_source"] == 8
     assert update[2]["rule"] == "max_variance" and update[8]["rule"] == "none (GRPO)"
     assert "generation" in proc.stdout and "update" in proc.stdout
-
-
-@pytest.mark.slow
-def test_bench_pods_vs_grpo_quick(tmp_path, tiny_model_dir):
-    out = tmp_path / "bench"
-    proc = _run("bench_pods_vs_grpo.py", "--quick", "--model", str(tiny_model_dir), "--out", str(out),
-                "--budget", "3", "--eval-every", "1.5", "--threads", "1")
-    data = json.loads((out / "bench_pods_vs_grpo.json").read_text())
-    for key in ("command", "budget_seconds", "machine", "configs", "compare", "plan", "failed_runs"):
-        assert key in data, key
-    assert data["budget_seconds"] == 3 and data["failed_runs"] == []
-    assert set(data["configs"]) == {"grpo-n16", "pods-mv-n64m16"}
-    assert data["kept_rollouts_per_step"] == {"grpo-n16": 64, "pods-mv-n64m16": 64}
-    for name, config in data["configs"].items():
-        assert config["seeds_done"] == 1, name
-        assert 0.0 <= config["final_accuracy_mean"] <= 1.0
-        run = config["runs"][0]
-        assert run["steps"] >= 1 and run["train_seconds"] >= 3  # stopped by the time budget, not a step cap
-        assert run["evaluations"] >= 2 and run["eval_source"] == "metrics.jsonl"
-        assert run["phase_seconds_per_step"]["generation"] > 0
-    assert data["configs"]["pods-mv-n64m16"]["n"] == 64 and data["configs"]["pods-mv-n64m16"]["m"] == 16
-    compare = data["compare"]
-    assert compare["baseline"] == data["configs"]["grpo-n16"]["label"]
-    assert set(compare["labels"]) == {c["label"] for c in data["configs"].values()}
-    for stem in ("accuracy_vs_time", "step_time_by_phase"):
-        assert (out / f"{stem}.png").stat().st_size > 1000, stem
-    assert "final acc" in proc.stdout
-
-    # Resumable: a second invocation skips the finished runs and rebuilds the same summary.
-    proc = _run("bench_pods_vs_grpo.py", "--quick", "--model", str(tiny_model_dir), "--out", str(out),
-                "--budget", "3", "--eval-every", "1.5", "--threads", "1")
-    assert proc.stdout.count("skipped") == 2
-    again = json.loads((out / "bench_pods_vs_grpo.json").read_text())
-    assert again["configs"]["grpo-n16"]["final_accuracy_mean"] == data["configs"]["grpo-n16"]["final_accuracy_mean"]
-
-
-def test_configs_and_plan():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import bench_pods_vs_grpo as bench
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    names = [c.name for c in bench.make_configs(16)]
-    assert names == ["grpo-n16", "pods-mv-n64m16", "pods-mv-n32m16", "pods-random-n64m16", "pods-maxreward-n64m16"]
-    assert [c.name for c in bench.make_configs(8, [128, 64])][:3] == ["grpo-n8", "pods-mv-n128m8", "pods-mv-n64m8"]
-    with pytest.raises(ValueError, match="exceed m"):
-        bench.make_configs(16, [16])
-    plan = bench.planned_seconds(25, bench.DEFAULT_BUDGET_S, bench.DEFAULT_EVAL_EVERY_S, bench.DEFAULT_EVAL_PROBLEMS,
-                                 bench.DEFAULT_EVAL_K)
-    assert plan["total_seconds"] <= 3600  # the default benchmark is planned to fit in an hour
-    assert bench._mean_se([0.5, 0.7])[0] == pytest.approx(0.6) and bench._mean_se([0.5])[1] is None
 
 
 @pytest.mark.slow
