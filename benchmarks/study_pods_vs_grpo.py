@@ -171,24 +171,6 @@ def study_jobs(args) -> list[tuple]:
     return [(METHODS[name], seed, args.lr, f"{name}-s{seed}") for seed in range(args.seeds) for name in args.methods]
 
 
-def reuse_sweep_runs(out: Path, jobs: list[tuple], args) -> None:
-    """GRPO runs of the sweep at the chosen rate ARE study runs (same command but the directory): copy them in
-    rather than train them again. Their study_run.json says so."""
-    for method, seed, lr, name in jobs:
-        source = out / "sweep" / "runs" / f"{method.name}-lr{_lr_name(lr)}-s{seed}"
-        target = out / "study" / "runs" / name
-        if not method.is_grpo or target.exists() or not (source / "summary.json").is_file():
-            continue
-        record = json.loads((source / "study_run.json").read_text())
-        expected = train_command(method, seed, lr, source, args)
-        if record.get("command") != shlex.join(expected):
-            continue  # different steps, evaluation or flags: not the same experiment
-        shutil.copytree(source, target, ignore=shutil.ignore_patterns("checkpoint-*", "final"))
-        record["reused_from"] = str(source)
-        (target / "study_run.json").write_text(json.dumps(record, indent=1) + "\n")
-        print(f"{name}: reused the sweep's identical run {source.name}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stage", choices=["sweep", "study", "report"])
@@ -239,8 +221,6 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "benchmarks/study_pods_vs_grpo.py", *(sys.argv[1:] if argv is None else argv)])
     if args.stage in ("sweep", "study"):
         jobs = sweep_jobs(args) if args.stage == "sweep" else study_jobs(args)
-        if args.stage == "study":
-            reuse_sweep_runs(out, jobs, args)
         records = run_jobs(jobs, out / args.stage / "runs", args)
         if args.dry_run:
             return 0
