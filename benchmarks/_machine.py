@@ -10,83 +10,14 @@ by accident.
 
 from __future__ import annotations
 
-import os
-import platform
 import re
-from importlib import metadata
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # pods_rl without pip install
+from pods_rl.machine import machine_info  # noqa: E402  (re-exported: the benchmarks import it from here)
+
 RESULTS_ROOT = Path(__file__).resolve().parent / "results"
-
-
-def _cpu_model() -> str:
-    """CPU model name from /proc/cpuinfo (Linux), else platform.processor(), else 'unknown-cpu'."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown-cpu"
-
-
-def _ram_gib() -> float | None:
-    """Total RAM in GiB from /proc/meminfo, or None where that is unavailable."""
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) / 2**20, 1)  # kB -> GiB
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _gpu_name() -> str | None:
-    """Name of CUDA device 0 via torch, or None without torch or CUDA."""
-    try:
-        import torch
-
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception:  # a broken driver must not stop a CPU benchmark
-        return None
-
-
-def machine_info() -> dict:
-    """The machine and software a benchmark ran on (no hostname or user names).
-
-    Keys: cpu_model, logical_cores, usable_cores (this process's CPU affinity), torch_threads, ram_gib,
-    gpu (name or None), gpu_count, platform, python, torch, transformers, trl.
-    """
-    info: dict = {
-        "cpu_model": _cpu_model(),
-        "logical_cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "ram_gib": _ram_gib(),
-        "gpu": _gpu_name(),
-        "gpu_count": 0,
-        "platform": f"{platform.system()} {platform.machine()}",
-        "python": platform.python_version(),
-        "torch": _version("torch"),
-        "transformers": _version("transformers"),
-        "trl": _version("trl"),
-    }
-    try:
-        import torch
-
-        info["torch_threads"] = torch.get_num_threads()
-        info["gpu_count"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        info["torch_threads"] = None
-    return info
 
 
 def _slugify(text: str) -> str:

@@ -4,6 +4,7 @@
     pods eval  MODEL_OR_RUN_DIR [--task ...]              accuracy over checkpoints -> eval.json
     pods plot  RUN_DIR[=LABEL] ...                        accuracy vs training time, time per phase
     pods compare RUN_DIR[=LABEL] ...                      time-to-target and speed-up vs a baseline
+    pods cost  [--config recipe.yaml] [--n 8,16,32] ...   seconds per step: GRPO (n = m) vs PODS (n -> m)
     pods build-tiny                                       rebuild the embedded tiny model
 """
 
@@ -16,6 +17,7 @@ COMMANDS = {
     "eval": ("pods_rl.evaluate", "main"),
     "plot": ("pods_rl.plots", "plot_main"),
     "compare": ("pods_rl.plots", "compare_main"),
+    "cost": ("pods_rl.cost", "main"),
     "build-tiny": ("pods_rl.tiny", "main"),
 }
 

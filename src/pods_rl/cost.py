@@ -1,0 +1,372 @@
+"""`pods cost`: what a GRPO step (n = m) and each PODS step (n -> m) cost on YOUR recipe, before you train.
+
+    pods cost                                            # the embedded default: tiny model, m=8, n = 8, 16, 32
+    pods cost --config gsm8k/pods --n 16,64 --steps 3    # a paper recipe (needs its GPU); any pods train flag
+    pods cost --config my.yaml --model_name_or_path ./m --per_device_train_batch_size 8 --out cost.json
+
+For each n (always including n = m, the GRPO reference with the same update batch) it builds the REAL
+``pods train`` trainer (``pods_rl.train.parse_args`` + ``build``: same model, task, device, batch sizes, with
+``num_generations=n``, ``downsample_to=m``, ``max_steps = warmup + steps``, ``logging_steps=1``, no evaluation,
+no checkpoints, the run directory in a temporary folder), trains it, and reads back the per-step values that
+``PODSTrainer`` logs to ``metrics.jsonl``: ``time/generation|scoring|selection|update|step``,
+``memory/update_peak_gb`` (CUDA only), and the reward statistics selection had to work with. There is no second
+timing code path: these are the numbers a `pods train` run of the same settings logs.
+
+Schedule. ``interleaved`` (default on CPU): all settings' trainers live in one process and take their optimizer
+steps in turn, round-robin (trainer 1 step, trainer 2 step, ...; one at a time, the others wait before their
+step's clock starts), so that a noisy, shared machine slows all settings alike and their RATIOS stay fair.
+``sequential`` (default on CUDA): one setting after the other, each trainer freed before the next is built, so
+that peak GPU memory belongs to one setting and large models need not fit several times. The first ``warmup``
+steps of each setting are dropped (allocations, caches, lazy initialization).
+
+Reading the table. ``ratio`` = mean step seconds of the setting / those of n = m. PODS pays off in wall-clock
+time when its learning per step exceeds this ratio: with ratio 1.4, each PODS step must make at least 1.4x the
+progress of a GRPO step (compare accuracy against steps with ``pods compare --x steps``). ``gen ms/rollout`` is
+generation seconds per sampled rollout, ``upd ms/kept`` update seconds per kept rollout: the asymmetry PODS
+starts from (cheap sampling, costly updates) shows as the first being much smaller than the second. The
+reward columns are what selection had to work with: the fraction of groups whose rewards are all equal among
+the n sampled (nothing to learn from them, whatever is kept) and among the m kept, and the std of the kept
+rewards.
+
+Agreement with `pods train`. The numbers are the rows a `pods train` run of the same settings writes to its
+metrics.jsonl (``tests/test_cost.py`` checks that the rows cost reads are those of the real trainer, with the
+phases adding up to ``time/step``). Checked on the project's 2-core CPU (2026-11-22, shared with other
+training jobs at load average 6-7): `pods cost` on the embedded default (5 steps after 1 warm-up) gave mean
+step times 6.64 / 8.74 / 11.58 s and ratios 1.32 / 1.74 for n = 8 / 16 / 32 (m = 8); three `pods train` runs
+of the same settings right after it (one after the other, 6 steps, mean time/step of steps 2-6 in
+metrics.jsonl) logged 6.16 / 8.14 / 11.91 s, ratios 1.32 / 1.93 (medians 1.32 / 1.83). The n = 32 ratio
+differs by 10%, within the drift of the machine's load between those sequential runs (an earlier pair of
+checks under a rising load gave 2.01 vs 3.81), which is why cost interleaves its settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+PHASES = ("generation", "scoring", "selection", "update", "step")
+DEFAULT_STEPS = 5
+DEFAULT_WARMUP = 1
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Round-robin turns between trainers that live in threads of one process
+# ------------------------------------------------------------------------------------------------------------
+class _Turns:
+    """A baton passed round-robin: trainer ``i`` runs only while ``turn == i``; finished trainers are skipped."""
+
+    def __init__(self, count: int):
+        self.cond = threading.Condition()
+        self.turn = 0
+        self.done = [False] * count
+
+    def wait(self, i: int) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.turn == i)
+
+    def pass_on(self, i: int) -> None:
+        with self.cond:
+            count = len(self.done)
+            for j in range(1, count + 1):
+                if not self.done[(i + j) % count]:
+                    self.turn = (i + j) % count
+                    break
+            self.cond.notify_all()
+
+    def finish(self, i: int) -> None:
+        with self.cond:
+            self.done[i] = True
+            if self.turn == i:
+                self.pass_on(i)  # re-entrant: Condition wraps an RLock
+
+
+def _turn_callback(turns: _Turns, i: int):
+    """A TrainerCallback that waits for trainer ``i``'s turn before each step (before its clocks start)."""
+    from transformers import TrainerCallback
+
+    class TakeTurns(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            turns.wait(i)
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            turns.pass_on(i)  # everything since our last step (logging, the next batch) ran in our turn
+            turns.wait(i)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            turns.finish(i)
+
+    return TakeTurns()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Measuring
+# ------------------------------------------------------------------------------------------------------------
+def _settings_argv(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path) -> list[str]:
+    """The `pods train` flags of one measured setting: the user's recipe + overrides (later flags win)."""
+    return [*recipe_argv, "--num_generations", str(n), "--downsample_to", str(m), "--max_steps", str(max_steps),
+            "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+            "--eval_before_after", "false", "--output_dir", str(output_dir)]
+
+
+def _build(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path):
+    """The real `pods train` trainer for one setting, without evaluation, checkpoints or a time limit."""
+    from transformers.trainer_callback import PrinterCallback
+
+    from pods_rl import train
+
+    run, config, model_args = train.parse_args(_settings_argv(recipe_argv, n, m, max_steps, output_dir))
+    run.eval_every_seconds = run.eval_every_steps = None
+    config.max_train_seconds = config.save_every_seconds = None  # stop by steps, never save
+    trainer, clock, _ = train.build(run, config, model_args)
+    trainer.remove_callback(PrinterCallback)  # the per-step log dicts go to metrics.jsonl only
+    return trainer, clock.run_dir
+
+
+def _train_interleaved(trainers: list) -> None:
+    """``trainer.train()`` for every trainer, each in a thread, taking optimizer steps in turn (round-robin)."""
+    turns = _Turns(len(trainers))
+    errors: list[BaseException] = []
+    for i, trainer in enumerate(trainers):
+        # First in line: the wait must come before PODSTrainer's phase clock starts timing the step.
+        trainer.callback_handler.callbacks.insert(0, _turn_callback(turns, i))
+
+    def work(i: int, trainer) -> None:
+        try:
+            trainer.train()
+        except BaseException as err:  # re-raised after all threads end; never leave the others waiting
+            errors.append(err)
+        finally:
+            turns.finish(i)
+
+    threads = [threading.Thread(target=work, args=(i, t), daemon=True) for i, t in enumerate(trainers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def step_rows(run_dir: Path, warmup: int) -> list[dict]:
+    """The measured per-step rows of a cost run's metrics.jsonl: rows with ``time/step``, warm-up steps dropped."""
+    from pods_rl.runlog import read_metrics
+
+    rows = sorted((r for r in read_metrics(run_dir) if "time/step" in r), key=lambda r: r["step"])
+    return [r for r in rows if r["step"] > warmup]
+
+
+def summarize(rows: list[dict], n: int, m: int, kept_per_step: int) -> dict:
+    """One table row from measured per-step rows (``step_rows``): mean, std, min, max seconds of each phase,
+    seconds per sampled / kept rollout, peak update memory and the selection statistics.
+
+    Args:
+        rows: S >= 1 per-step metric dicts.
+        kept_per_step: rollouts the update trains on per optimizer step (all processes); sampled = x n / m.
+    """
+    import numpy as np
+
+    if not rows:
+        raise ValueError(f"no measured steps for n={n} (the run logged no time/step rows after the warm-up)")
+
+    def column(key):
+        values = [float(r[key]) for r in rows if r.get(key) is not None]
+        return np.array(values) if values else None
+
+    seconds, std, low, high = {}, {}, {}, {}
+    for phase in PHASES:
+        values = column(f"time/{phase}")
+        seconds[phase] = float(values.mean())
+        std[phase] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+        low[phase], high[phase] = float(values.min()), float(values.max())
+    sampled_per_step = kept_per_step * n // m
+
+    def mean_of(*keys):
+        for key in keys:  # the PODS metric when the trainer selected, else TRL's (n = m: all kept)
+            values = column(key)
+            if values is not None:
+                return float(values.mean())
+        return None
+
+    memory = column("memory/update_peak_gb")
+    return {
+        "n": n, "m": m, "steps": len(rows),
+        "seconds": seconds, "seconds_std": std, "seconds_min": low, "seconds_max": high,
+        "step_ratio": None,  # filled in against n = m by add_ratios
+        "sampled_per_step": sampled_per_step, "kept_per_step": kept_per_step,
+        "generation_ms_per_sampled_rollout": 1e3 * seconds["generation"] / sampled_per_step,
+        "update_ms_per_kept_rollout": 1e3 * seconds["update"] / kept_per_step,
+        "update_peak_gb": float(memory.max()) if memory is not None else None,
+        "frac_zero_std_all": mean_of("pods/frac_zero_std_all", "frac_reward_zero_std"),
+        "frac_zero_std_kept": mean_of("pods/frac_zero_std_kept", "frac_reward_zero_std"),
+        "kept_reward_std": mean_of("pods/reward_kept_std", "reward_std"),
+    }
+
+
+def add_ratios(rows: list[dict]) -> list[dict]:
+    """Set each row's ``step_ratio`` = its mean step seconds / those of the n = m row (the GRPO reference)."""
+    reference = next(r for r in rows if r["n"] == r["m"])
+    for row in rows:
+        row["step_ratio"] = row["seconds"]["step"] / reference["seconds"]["step"]
+    return rows
+
+
+def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = DEFAULT_STEPS,
+            warmup: int = DEFAULT_WARMUP, schedule: str = "auto") -> dict:
+    """Train the recipe for ``warmup + steps`` optimizer steps at each n (keeping m) and summarize the cost.
+
+    Args:
+        recipe_argv: `pods train` flags (``--config``, overrides).
+        ns: rollouts sampled per prompt, each >= m; n = m is the GRPO reference and must be among them.
+        schedule: "interleaved", "sequential" or "auto" (sequential on CUDA, interleaved otherwise).
+    Returns ``{"machine", "settings", "rows": [one dict per n, see summarize()]}``.
+    """
+    from pods_rl.machine import machine_info
+
+    if m not in ns:
+        raise ValueError(f"the n list {list(ns)} must include n = m = {m}, the GRPO reference")
+    run_dirs, described, waiting = {}, {}, []  # waiting: (n, trainer) to be trained interleaved
+    with tempfile.TemporaryDirectory(prefix="pods-cost-") as tmp:
+        for n in ns:
+            trainer, run_dirs[n] = _build(list(recipe_argv), n, m, warmup + steps, Path(tmp) / f"n{n}")
+            if schedule == "auto":
+                schedule = "sequential" if trainer.accelerator.device.type == "cuda" else "interleaved"
+            if schedule == "sequential":  # train now and free it: the next setting gets the device alone
+                trainer.train()
+                described[n] = _describe(trainer)
+                del trainer
+                _free_memory()
+            else:
+                waiting.append((n, trainer))
+        if waiting:
+            _train_interleaved([trainer for _, trainer in waiting])
+            described.update((n, _describe(trainer)) for n, trainer in waiting)
+            del waiting, trainer
+            _free_memory()
+        rows = [summarize(step_rows(run_dirs[n], warmup), n, m, described[n]["kept_per_step"]) for n in ns]
+    machine = {**machine_info(), "device": described[ns[0]]["device"]}
+    settings = {"m": m, "n": list(ns), "steps": steps, "warmup": warmup, "schedule": schedule,
+                "recipe_argv": list(recipe_argv)}
+    return {"machine": machine, "settings": settings, "rows": add_ratios(rows)}
+
+
+def _describe(trainer) -> dict:
+    """What the summary needs from a trainer (so that the trainer itself can be freed)."""
+    import torch
+
+    args, device = trainer.args, trainer.accelerator.device
+    name = str(device)
+    if device.type == "cuda":
+        name += f" ({torch.cuda.get_device_name(device)})"
+    return {"kept_per_step": args.per_device_train_batch_size * args.gradient_accumulation_steps
+            * trainer.accelerator.num_processes, "device": name}
+
+
+def _free_memory() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Table and CLI
+# ------------------------------------------------------------------------------------------------------------
+def format_table(result: dict) -> str:
+    """The cost result as a text table: milliseconds per optimizer step of each phase (mean ± std over the
+    measured steps), the step-time ratio to n = m, per-rollout costs, peak update memory, selection statistics."""
+    rows = result["rows"]
+    head = (f"{'n -> m':>8} {'generation':>13} {'scoring':>11} {'selection':>10} {'update':>13} {'step':>13} "
+            f"{'ratio':>6} {'gen/rollout':>11} {'upd/kept':>8} {'peak GB':>7} {'0-std all/kept':>14} "
+            f"{'kept std':>8}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        cells = [f"{1e3 * r['seconds'][p]:.1f}±{1e3 * r['seconds_std'][p]:.1f}" for p in PHASES]
+        widths = (13, 11, 10, 13, 13)
+        memory = "—" if r["update_peak_gb"] is None else f"{r['update_peak_gb']:.2f}"
+        zero = "—" if r["frac_zero_std_all"] is None else \
+            f"{r['frac_zero_std_all']:.2f} / {r['frac_zero_std_kept']:.2f}"
+        std = "—" if r["kept_reward_std"] is None else f"{r['kept_reward_std']:.3f}"
+        name = f"{r['n']} -> {r['m']}"
+        lines.append(f"{name:>8} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths))
+                     + f" {r['step_ratio']:>5.2f}x {r['generation_ms_per_sampled_rollout']:>11.2f}"
+                     f" {r['update_ms_per_kept_rollout']:>8.2f} {memory:>7} {zero:>14} {std:>8}")
+    s, machine = result["settings"], result["machine"]
+    lines.append(f"ms per optimizer step, mean ± std over {s['steps']} steps after {s['warmup']} warm-up "
+                 f"({s['schedule']}); ratio = step time / step time at n = m (GRPO)")
+    lines.append("gen/rollout = generation ms per sampled rollout; upd/kept = update ms per kept rollout; "
+                 "0-std = fraction of groups whose rewards are all equal")
+    lines.append(f"device {machine['device']}; {machine['cpu_model']}, {machine['usable_cores']} cores, "
+                 f"torch {machine['torch']}, transformers {machine['transformers']}, trl {machine['trl']}")
+    return "\n".join(lines)
+
+
+def _int_at_least(name: str, text: str, low: int = 1) -> int:
+    """``int(text)`` if it is an integer >= low, else a ValueError naming the flag."""
+    kind = "a positive integer" if low == 1 else f"an integer >= {low}"
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be {kind}, got {text!r}") from None
+    if value < low:
+        raise ValueError(f"{name} must be {kind}, got {text!r}")
+    return value
+
+
+def resolve_ns(text: str | None, m: int) -> list[int]:
+    """``"16,64"`` -> [m, 16, 64] (sorted, unique, n = m always included); default [m, 2m, 4m]."""
+    if text is None:
+        return [m, 2 * m, 4 * m]
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"--n needs comma-separated integers, e.g. --n {m},{2 * m},{4 * m}")
+    ns = [_int_at_least("--n", item) for item in items]
+    small = [n for n in ns if n < m]
+    if small:
+        raise ValueError(f"--n {small} is smaller than m={m}: PODS keeps m of the n sampled rollouts, so n >= m")
+    return sorted({m, *ns})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``pods cost``: measure the step cost of GRPO (n = m) and PODS (each n -> m) on a recipe; exit code."""
+    parser = argparse.ArgumentParser(
+        prog="pods cost", allow_abbrev=False,
+        description="Seconds per training step by phase for GRPO (n = m) and PODS (n -> m) on your recipe, "
+        "measured with the real trainer. Any `pods train` flag (--config, --model_name_or_path, batch sizes, "
+        "...) sets the recipe.")
+    parser.add_argument("--n", default=None, help="rollouts sampled per prompt, comma-separated (default: m, "
+                        "2m, 4m; n = m is always measured as the GRPO reference)")
+    parser.add_argument("--m", default=None, help="rollouts kept per prompt (default: the recipe's downsample_to)")
+    parser.add_argument("--steps", default=str(DEFAULT_STEPS), help="measured optimizer steps per setting")
+    parser.add_argument("--warmup", default=str(DEFAULT_WARMUP), help="unmeasured steps first, per setting")
+    parser.add_argument("--schedule", choices=("auto", "interleaved", "sequential"), default="auto",
+                        help="interleaved: settings take steps in turn in one process (fair under machine "
+                        "noise); sequential: one after the other (GPU memory per setting). auto: sequential on "
+                        "CUDA, else interleaved")
+    parser.add_argument("--out", default=None, help="write the result as JSON here")
+    args, recipe_argv = parser.parse_known_args(list(argv) if argv is not None else sys.argv[1:])
+    try:
+        steps = _int_at_least("--steps", args.steps)
+        warmup = _int_at_least("--warmup", args.warmup, low=0)
+        from pods_rl.train import parse_args
+
+        _, config, _ = parse_args(recipe_argv)  # the recipe as the user gave it: its m, and early errors
+        m = config.downsample_to if args.m is None else _int_at_least("--m", args.m, low=2)
+        ns = resolve_ns(args.n, m)
+        result = measure(recipe_argv, ns, m, steps=steps, warmup=warmup, schedule=args.schedule)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"pods cost: error: {err}", file=sys.stderr)
+        return 2
+    print(format_table(result))
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1, allow_nan=False))
+        print(f"wrote {out}")
+    return 0

@@ -1,0 +1,138 @@
+"""`pods cost`: the real trainer per setting, interleaved turns, the summary arithmetic, flags and JSON."""
+
+import json
+import threading
+import time
+
+import pytest
+
+from pods_rl import cost
+
+
+def test_turns_are_round_robin_and_skip_finished():
+    turns, order = cost._Turns(3), []
+    steps = {0: 3, 1: 1, 2: 2}  # trainer 1 finishes early and must be skipped afterwards
+
+    def trainer(i):
+        turns.wait(i)  # on_train_begin
+        for _ in range(steps[i]):
+            turns.pass_on(i)  # on_step_begin
+            turns.wait(i)
+            order.append(i)
+            time.sleep(0.001)
+        turns.finish(i)
+
+    threads = [threading.Thread(target=trainer, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
+    assert order == [0, 1, 2, 0, 2, 0]
+
+
+def row(step, gen, upd, **extra):
+    return {"step": step, "time/generation": gen, "time/scoring": 0.1, "time/selection": 0.0,
+            "time/update": upd, "time/step": gen + 0.1 + upd, **extra}
+
+
+def test_summarize_means_per_rollout_costs_and_ratios():
+    grpo = cost.summarize([row(2, 1.0, 2.0, frac_reward_zero_std=0.5, reward_std=0.2),
+                           row(3, 1.0, 2.0, frac_reward_zero_std=0.25, reward_std=0.4)], n=8, m=8,
+                          kept_per_step=16)
+    pods = cost.summarize([row(2, 3.0, 2.0, **{"pods/frac_zero_std_all": 0.5, "pods/frac_zero_std_kept": 0.0,
+                                                "pods/reward_kept_std": 0.3}),
+                           row(3, 5.0, 2.2, **{"pods/frac_zero_std_all": 0.3, "pods/frac_zero_std_kept": 0.1,
+                                                "pods/reward_kept_std": 0.5})], n=32, m=8, kept_per_step=16)
+    assert grpo["seconds"] == pytest.approx({"generation": 1.0, "scoring": 0.1, "selection": 0.0, "update": 2.0,
+                                             "step": 3.1})
+    assert pods["seconds"]["generation"] == pytest.approx(4.0) and pods["seconds_std"]["generation"] == \
+        pytest.approx(2 ** 0.5)  # std(ddof=1) of 3 and 5
+    assert (pods["seconds_min"]["update"], pods["seconds_max"]["update"]) == pytest.approx((2.0, 2.2))
+    # 16 kept rollouts per step, sampled 16 x 32/8 = 64: 4 s / 64 = 62.5 ms; update 2.1 s / 16 = 131.25 ms.
+    assert pods["sampled_per_step"] == 64 and pods["generation_ms_per_sampled_rollout"] == pytest.approx(62.5)
+    assert pods["update_ms_per_kept_rollout"] == pytest.approx(131.25)
+    # GRPO has no pods/* metrics: TRL's own (all n kept) stand for both.
+    assert grpo["frac_zero_std_all"] == grpo["frac_zero_std_kept"] == pytest.approx(0.375)
+    assert grpo["kept_reward_std"] == pytest.approx(0.3) and grpo["update_peak_gb"] is None
+    assert (pods["frac_zero_std_all"], pods["frac_zero_std_kept"]) == pytest.approx((0.4, 0.05))
+    rows = cost.add_ratios([grpo, pods])
+    assert rows[0]["step_ratio"] == 1.0 and rows[1]["step_ratio"] == pytest.approx((4.0 + 0.1 + 2.1) / 3.1)
+    with pytest.raises(ValueError, match="no measured steps"):
+        cost.summarize([], n=8, m=8, kept_per_step=16)
+
+
+def test_resolve_ns():
+    assert cost.resolve_ns(None, 8) == [8, 16, 32]
+    assert cost.resolve_ns("64, 16", 16) == [16, 64]  # n = m always measured, sorted
+    with pytest.raises(ValueError, match="smaller than m=8"):
+        cost.resolve_ns("4,16", 8)
+    with pytest.raises(ValueError, match="positive integer"):
+        cost.resolve_ns("16,x", 8)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--n", "0"], "--n must be a positive integer, got '0'"),
+    (["--n", "2.5"], "--n must be a positive integer"),
+    (["--n", "2"], "smaller than m=4"),
+    (["--steps", "0"], "--steps must be a positive integer"),
+    (["--warmup", "-1"], "--warmup must be an integer >= 0"),
+    (["--m", "1"], "--m must be an integer >= 2"),
+])
+def test_bad_flags_one_line_exit_2(flags, message, capsys):
+    assert cost.main(["--config", "cpu/smoke", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("pods cost: error:") and err.count("\n") == 1
+
+
+def test_bad_recipe_one_line_exit_2(capsys):
+    assert cost.main(["--config", "no/such/recipe"]) == 2
+    err = capsys.readouterr().err
+    assert "packaged recipes" in err and err.startswith("pods cost: error:") and err.count("\n") == 1
+
+
+def check_schema(result, ns, m):
+    assert set(result) == {"machine", "settings", "rows"}
+    for key in ("cpu_model", "usable_cores", "torch", "transformers", "trl", "device"):
+        assert key in result["machine"], key
+    assert [r["n"] for r in result["rows"]] == ns and all(r["m"] == m for r in result["rows"])
+    for r in result["rows"]:
+        assert set(r["seconds"]) == {"generation", "scoring", "selection", "update", "step"}
+        assert r["seconds"]["generation"] > 0 and r["seconds"]["step"] > 0
+        # update is the step minus the other phases: the phases add up to the step, per step and in the mean
+        parts = sum(r["seconds"][p] for p in ("generation", "scoring", "selection", "update"))
+        assert parts == pytest.approx(r["seconds"]["step"], rel=1e-6)
+        assert r["step_ratio"] == pytest.approx(r["seconds"]["step"] / result["rows"][0]["seconds"]["step"])
+    assert result["rows"][0]["step_ratio"] == 1.0
+
+
+def test_cost_cli_on_a_tiny_model(tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "cost.json"
+    code = cost.main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--n", "8",
+                      "--steps", "2", "--warmup", "1", "--out", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "4 -> 4" in text and "8 -> 4" in text and "1.00x" in text and "interleaved" in text
+    result = json.loads(out.read_text())
+    check_schema(result, [4, 8], 4)  # m = the recipe's downsample_to, and n = m added
+    assert result["settings"]["schedule"] == "interleaved" and result["machine"]["device"] == "cpu"
+    assert all(r["steps"] == 2 and r["kept_per_step"] == 8 for r in result["rows"])
+    assert [r["sampled_per_step"] for r in result["rows"]] == [8, 16]
+    pods_row = result["rows"][1]
+    assert 0.0 <= pods_row["frac_zero_std_kept"] <= pods_row["frac_zero_std_all"] <= 1.0  # max_variance keeps
+
+
+def test_cost_on_the_paper_recipe_with_a_local_model_and_data(tmp_path, tiny_model_dir):
+    """gsm8k/pods (LoRA r=64, n=64 -> m=16, vLLM, bf16) made CPU-sized: local model and GSM8K-format JSONL."""
+    data = tmp_path / "gsm8k"
+    data.mkdir()
+    items = [{"question": f"What is {a} + {a}?", "answer": f"{a} + {a} = {2 * a}\n#### {2 * a}"} for a in range(8)]
+    (data / "train.jsonl").write_text("".join(json.dumps(x) + "\n" for x in items))
+    recipe = ["--config", "gsm8k/pods", "--model_name_or_path", str(tiny_model_dir),
+              "--task_args", f"data_dir={data}", "--use_vllm", "false", "--bf16", "false", "--dtype", "float32",
+              "--use_cpu", "true", "--max_completion_length", "8", "--gradient_accumulation_steps", "1",
+              "--per_device_train_batch_size", "4", "--torch_threads", "1"]
+    result = cost.measure(recipe, ns=[4, 8], m=4, steps=1, warmup=1, schedule="sequential")
+    check_schema(result, [4, 8], 4)
+    assert result["settings"]["schedule"] == "sequential"
+    assert result["rows"][1]["sampled_per_step"] == 8 and result["rows"][1]["kept_per_step"] == 4
