@@ -1,5 +1,7 @@
-"""`pods train` end to end on a tiny model: the run directory, refusing to clobber a run, and resuming after a
-SIGKILL with a consistent metrics log and no half-written checkpoint."""
+"""`pods train` end to end on a tiny model: the run directory, refusing to clobber a run, one-line errors checked
+before the model loads, resuming exactly what was asked (explicit checkpoint, changed settings, finished run),
+a graceful stop on SIGTERM, and resuming after a SIGKILL with a consistent metrics log and no half-written
+checkpoint."""
 
 import json
 import os
@@ -9,6 +11,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from pods_rl import runlog
 from pods_rl.train import main as train_main
@@ -45,10 +48,96 @@ def test_bad_recipe_and_flags_give_one_line_errors(capsys):
         parse_task_args("oops")
 
 
+def _one_error_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if "pods train: " in line or "Traceback" in line]
+    assert len(err) == 1, err
+    return err[0][err[0].index("pods train: "):]  # a progress bar may precede it on the same line
+
+
+def test_user_errors_are_one_line_and_need_no_model(tmp_path, capsys, monkeypatch):
+    # None of these may load a model: make loading impossible.
+    import transformers
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the error was found")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_loading)
+    smoke = ["--config", "cpu/smoke", "--output_dir", str(tmp_path / "run")]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    one_file_task = tmp_path / "one.jsonl"
+    one_file_task.write_text('{"question": "1+1", "answer": "2"}\n')
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("task: arithmetic\nnum_generations: [8\n")
+    task_args_dict = tmp_path / "task_args.yaml"
+    task_args_dict.write_text("task: arithmetic\ntask_args: {train_size: 3}\nuse_cpu: true\nbf16: false\n")
+    cases = [
+        (["--config", str(bad_yaml)], f"{bad_yaml}:3: YAML syntax error"),
+        ([*smoke, "--downsample_to", "2.5"], "--downsample_to/--downsample-to: invalid int value: '2.5'"),
+        ([*smoke, "--learning_rate", "-1"], "--learning_rate must be > 0, got -1.0"),
+        ([*smoke, "--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be > 0"),
+        ([*smoke, "--eval_k", "0"], "--eval_k must be > 0"),
+        ([*smoke, "--eval_num_problems", "-3"], "--eval_num_problems must be > 0"),
+        ([*smoke, "--torch_threads", "0"], "--torch_threads must be > 0"),
+        ([*smoke, "--eval_split", "bogus"], "unknown --eval_split 'bogus' for task 'arithmetic'; choose one of"),
+        ([*smoke, "--task", f"jsonl:{one_file_task}"], "pass --eval_split train, or --eval_before_after false"),
+        (["--config", str(task_args_dict)], "task_args must be a string of key=value pairs"),
+        ([*smoke, "--task_args", "train_size=abc"], "train_size='abc' must be int, got str"),
+        ([*smoke, "--model_name_or_path", str(tmp_path / "no/such/dir")], "no/such/dir: no such directory"),
+        ([*smoke, "--model_name_or_path", str(tmp_path)], "holds no model (no config.json)"),
+        ([*smoke, "--model_name_or_path", "nobody/not-cached"], "not in the local hub cache and HF_HUB_OFFLINE=1"),
+        (["--config", "cpu/smoke", "--output_dir", str(a_file)], "is a file; pass a directory path"),
+        (["--config", "cpu/smoke", "--output_dir", str(a_file / "run")], "which is a file; pass another path"),
+        (["--config", "cpu/smoke", "--resume_from_checkpoint", "true"], "pass --output_dir RUN_DIR"),
+    ]
+    for argv, expected in cases:
+        assert train_main(argv) == 2, argv
+        line = _one_error_line(capsys)
+        assert line.startswith("pods train: error: ") and expected in line, (argv, line)
+    assert not (tmp_path / "run").exists()  # a failed start leaves no run directory behind
+    # Not writable (checked with os.access: as root a chmod would not show it).
+    monkeypatch.setattr("os.access", lambda path, mode: False)
+    assert train_main(smoke) == 2
+    assert "is not writable; pass a path in a writable place" in _one_error_line(capsys)
+
+
+def test_failed_start_leaves_no_run_dir_and_debug_shows_the_traceback(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    def broken_trainer(*args, **kwargs):
+        raise RuntimeError("trainer exploded")
+
+    monkeypatch.setattr("pods_rl.trainer.PODSTrainer", broken_trainer)
+    argv = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "r")]
+    assert train_main(argv) == 1
+    assert "RuntimeError: trainer exploded (--debug shows the full traceback)" in _one_error_line(capsys)
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(RuntimeError, match="exploded"):
+        train_main([*argv, "--debug"])
+
+
+def test_disk_full_while_saving_is_one_line(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    from pods_rl.trainer import PODSTrainer
+
+    def full(self, *args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed")
+
+    monkeypatch.setattr(PODSTrainer, "_save_checkpoint", full)
+    run_dir = tmp_path / "r"
+    assert train_main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir",
+                       str(run_dir), "--max_steps", "1", "--save_steps", "1", "--save_strategy", "steps",
+                       "--eval_before_after", "false"]) == 1
+    line = _one_error_line(capsys)
+    assert f"disk full while saving checkpoint-1 in {run_dir}: nothing complete was lost" in line
+    assert f"resume with --output_dir {run_dir} --resume_from_checkpoint true" in line
+    assert runlog.disk_full_message(OSError(28, "No space left on device"), run_dir, 5) is not None
+    assert runlog.disk_full_message(RuntimeError("CUDA out of memory"), run_dir, 5) is None
+
+
 def test_train_end_to_end_writes_run_dir(tmp_path, tiny_model_dir):
     run_dir = tmp_path / "run"
     code = train_main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir),
-                       "--output_dir", str(run_dir), "--max_steps", "2"])
+                       "--output_dir", str(run_dir), "--max_steps", "2", "--save_strategy", "steps",
+                       "--save_steps", "1"])
     assert code == 0
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "accuracy_vs_time.png"):
         assert (run_dir / name).is_file(), name
@@ -64,6 +153,89 @@ def test_train_end_to_end_writes_run_dir(tmp_path, tiny_model_dir):
     assert train_main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir),
                        "--output_dir", str(run_dir)]) == 2
     assert (run_dir / "metrics.jsonl").read_text() == before
+
+
+def test_resume_does_what_was_asked(tmp_path, tiny_model_dir, capsys):
+    run_dir = tmp_path / "run"
+    args = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(run_dir),
+            "--save_strategy", "steps", "--save_steps", "1", "--eval_before_after", "false"]
+    assert train_main([*args, "--max_steps", "3"]) == 0
+    capsys.readouterr()
+    # A finished run: says so, changes nothing.
+    files = sorted(p.name for p in run_dir.iterdir())
+    assert train_main([*args, "--max_steps", "3", "--resume_from_checkpoint", "true"]) == 0
+    assert "already finished (final/ at step 3" in capsys.readouterr().out
+    assert sorted(p.name for p in run_dir.iterdir()) == files
+    # An explicit earlier checkpoint with a changed learning rate: refused in one line, naming the field...
+    resume = [*args, "--max_steps", "4", "--resume_from_checkpoint", str(run_dir / "checkpoint-1"),
+              "--learning_rate", "0.05"]
+    assert train_main(resume) == 2
+    line = _one_error_line(capsys)
+    assert "learning_rate 0.001 -> 0.05; pass --accept_config_changes true" in line
+    assert sorted(p.name for p in run_dir.iterdir()) == files
+    # ... and accepted with the flag: resumes from checkpoint-1 (not 3), with the new rate, recorded.
+    assert train_main([*resume, "--accept_config_changes", "true"]) == 0
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"checkpoint-2.rolled_back", "checkpoint-3.rolled_back", "final.rolled_back"} <= names
+    assert {"checkpoint-2", "checkpoint-3", "checkpoint-4", "final", "config.until-step-1.yaml"} <= names
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["learning_rate"] == 0.05
+    assert yaml.safe_load((run_dir / "config.until-step-1.yaml").read_text())["learning_rate"] == 0.001
+    rows = [r for r in runlog.read_metrics(run_dir) if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert rows[0]["learning_rate"] == pytest.approx(1e-3)
+    assert rows[1]["learning_rate"] == pytest.approx(0.05 * (1 - 1 / 4))  # the new rate, linear decay over 4
+    rolled_back = [json.loads(line) for line in (run_dir / "metrics.rolled_back.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rolled_back if "loss" in r] == [2, 3]
+    assert runlog.read_clock(run_dir / "final")["step"] == 4
+
+
+def test_prepare_resume_with_leftovers(tmp_path):
+    # An earlier checkpoint-2.incomplete must not make the next move fail ("Directory not empty").
+    run_dir = tmp_path
+    for name, complete in (("checkpoint-1", True), ("checkpoint-2", False), ("checkpoint-2.incomplete", False)):
+        (run_dir / name).mkdir()
+        (run_dir / name / "model.safetensors").write_text("x")
+        if complete:
+            runlog.write_json_atomic(run_dir / name / runlog.CLOCK_FILE, {"step": 1, "train_seconds": 2.5})
+    last, seconds = runlog.prepare_resume(run_dir)
+    assert (last.name, seconds) == ("checkpoint-1", 2.5)
+    assert {p.name for p in run_dir.iterdir()} == {"checkpoint-1", "checkpoint-2.incomplete",
+                                                   "checkpoint-2.incomplete-2"}
+    (run_dir / "checkpoint-5.incomplete").mkdir()
+    removed = runlog.remove_incomplete(run_dir, 3)
+    assert sorted(p.name for p in removed) == ["checkpoint-2.incomplete", "checkpoint-2.incomplete-2"]
+    assert {p.name for p in run_dir.iterdir()} == {"checkpoint-1", "checkpoint-5.incomplete"}
+
+
+def test_sigterm_stops_gracefully_and_resumes(tmp_path, tiny_model_dir):
+    run_dir = tmp_path / "run"
+    args = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(run_dir),
+            "--max_steps", "200", "--eval_before_after", "false"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(_pods(*args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and not [
+                r for r in runlog.read_metrics(run_dir) if "loss" in r]:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    step = summary["steps"]
+    assert summary["stopped_by"] == "SIGTERM" and 1 <= step < 200
+    assert runlog.read_clock(run_dir / f"checkpoint-{step}") == {"step": step, "train_seconds": pytest.approx(
+        summary["train_seconds"], abs=0.1)}
+    assert not (run_dir / "final").exists()
+    assert (f"stopped by SIGTERM: saved {run_dir / f'checkpoint-{step}'}" in out
+            and f"--output_dir {run_dir} --resume_from_checkpoint true" in out)
+    # The resume goes on from that checkpoint (here for one more step).
+    assert train_main([*args, "--max_steps", str(step + 1), "--resume_from_checkpoint", "true"]) == 0
+    assert runlog.read_clock(run_dir / "final")["step"] == step + 1
+    assert [r["step"] for r in runlog.read_metrics(run_dir) if "loss" in r] == list(range(1, step + 2))
 
 
 def test_sigkill_then_resume(tmp_path, tiny_model_dir):
@@ -93,6 +265,7 @@ def test_sigkill_then_resume(tmp_path, tiny_model_dir):
     half = run_dir / f"checkpoint-{max(killed_rows) + 1}"
     half.mkdir(exist_ok=True)
     (half / "model.safetensors").write_bytes(b"partial")
+    (run_dir / f"{half.name}.incomplete").mkdir()  # a leftover from an earlier crash: must not break the move
 
     result = subprocess.run(_pods(*args, "--resume_from_checkpoint", "true"), env=env, capture_output=True,
                             text=True, timeout=600)
@@ -103,5 +276,7 @@ def test_sigkill_then_resume(tmp_path, tiny_model_dir):
     assert seconds == sorted(seconds)  # the training clock carried over from the checkpoint
     leftovers = [p for p in runlog.list_checkpoints(run_dir, complete_only=False) if runlog.read_clock(p) is None]
     assert leftovers == []  # no half-written checkpoint is left where trainer or eval would pick it up
-    assert (run_dir / f"{half.name}.incomplete" / "model.safetensors").exists()  # moved aside, not deleted
+    # Moved aside, then removed once a later checkpoint was complete, and the log says so.
+    assert not (run_dir / f"{half.name}.incomplete").exists()
+    assert f"removed the incomplete leftover {half.name}.incomplete" in result.stderr
     assert runlog.read_clock(run_dir / "final")["step"] == max_steps

@@ -17,13 +17,18 @@ optimizer-step durations, saves every ``save_every_seconds`` of it and stops at 
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import os
 import re
+import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -93,22 +98,50 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
     return rows
 
 
-def prepare_resume(run_dir: str | os.PathLike) -> tuple[Path | None, float]:
-    """Make ``run_dir`` consistent for resuming and return (last complete checkpoint, its training seconds).
+def is_checkpoint_name(name: str) -> bool:
+    """Whether ``name`` is a ``checkpoint-<step>`` directory name."""
+    return _CHECKPOINT_RE.match(name) is not None
+
+
+def move_aside(path: Path, suffix: str) -> Path:
+    """Rename ``path`` to ``<name><suffix>`` (``-2``, ``-3``... appended if taken: an earlier leftover of the same
+    name must never make a resume fail) and return the new path."""
+    target, i = path.with_name(path.name + suffix), 2
+    while target.exists():
+        target = path.with_name(f"{path.name}{suffix}-{i}")
+        i += 1
+    os.replace(path, target)
+    return target
+
+
+def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None
+                   ) -> tuple[Path | None, float]:
+    """Make ``run_dir`` consistent for resuming and return (the checkpoint to resume, its training seconds).
 
     - checkpoints without ``pods_clock.json`` (killed while saving) are renamed ``checkpoint-N.incomplete``
-      so that neither the trainer nor ``pods eval`` picks them up (kept on disk, not deleted);
+      so that neither the trainer nor ``pods eval`` picks them up (kept until a later checkpoint is complete);
+    - with an explicit ``checkpoint``, later checkpoints (and ``final/``) are renamed ``*.rolled_back``: the run
+      continues from the one asked for, not from the newest;
     - metrics rows logged after the resumed checkpoint are moved to ``metrics.rolled_back.jsonl``: those steps
       are trained again, so keeping them would duplicate steps in the log.
     """
     run_dir = Path(run_dir)
     for path in list_checkpoints(run_dir, complete_only=False):
         if read_clock(path) is None:
-            target = path.with_name(path.name + ".incomplete")
+            target = move_aside(path, ".incomplete")
             logger.warning("checkpoint %s is incomplete (no %s): moved to %s", path, CLOCK_FILE, target.name)
-            os.replace(path, target)
     checkpoints = list_checkpoints(run_dir)
-    last = checkpoints[-1] if checkpoints else None
+    if checkpoint is not None:
+        last = Path(checkpoint)
+        step = read_clock(last)["step"]
+        later = [p for p in checkpoints if read_clock(p)["step"] > step]
+        if (run_dir / "final").is_dir():
+            later.append(run_dir / "final")
+        for path in later:
+            target = move_aside(path, ".rolled_back")
+            logger.warning("resuming from %s: moved the later %s aside to %s", last.name, path.name, target.name)
+    else:
+        last = checkpoints[-1] if checkpoints else None
     clock = read_clock(last) if last else {"step": 0, "train_seconds": 0.0}
     rows = read_metrics(run_dir)
     keep = [r for r in rows if r.get("step", 0) <= clock["step"]]
@@ -124,6 +157,36 @@ def prepare_resume(run_dir: str | os.PathLike) -> tuple[Path | None, float]:
                 f.write(json.dumps(row, default=_json_default) + "\n")
         os.replace(tmp, run_dir / METRICS_FILE)
     return last, float(clock["train_seconds"])
+
+
+_INCOMPLETE_RE = re.compile(r"^checkpoint-(\d+)\.incomplete(-\d+)?$")
+
+
+def remove_incomplete(run_dir: str | os.PathLike, complete_step: int) -> list[Path]:
+    """Delete ``checkpoint-N.incomplete*`` leftovers with N <= ``complete_step`` (a complete checkpoint now
+    covers them); returns what was removed."""
+    removed = []
+    for child in Path(run_dir).iterdir():
+        match = _INCOMPLETE_RE.match(child.name)
+        if match and int(match.group(1)) <= complete_step and child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+            logger.info("removed the incomplete leftover %s: checkpoint-%d is complete", child.name, complete_step)
+            removed.append(child)
+    return removed
+
+
+def disk_full_message(err: BaseException, run_dir: str | os.PathLike, step: int) -> str | None:
+    """One line for an error raised by a full disk while saving, or None if ``err`` is something else."""
+    text = str(err)
+    full = (getattr(err, "errno", None) == errno.ENOSPC or "No space left" in text
+            or "file write failed" in text or "inline_container" in text)
+    if not full:
+        return None
+    complete = list_checkpoints(run_dir)
+    kept = f"the last complete checkpoint is {complete[-1].name}" if complete else "no checkpoint was complete yet"
+    return (f"disk full while saving checkpoint-{step} in {run_dir}: nothing complete was lost ({kept}; the partial "
+            f"checkpoint-{step} will be moved aside); free some space, then resume with --output_dir {run_dir} "
+            "--resume_from_checkpoint true")
 
 
 class TrainingClock(TrainerCallback):
@@ -242,3 +305,68 @@ class TrainingClock(TrainerCallback):
         if self.is_main_process and checkpoint.is_dir():
             write_json_atomic(checkpoint / CLOCK_FILE,
                               {"step": state.global_step, "train_seconds": self.train_seconds})
+            remove_incomplete(self.run_dir, state.global_step)
+
+
+class GracefulStop(TrainerCallback):
+    """SIGTERM / SIGINT: finish the current optimizer step, save a complete checkpoint, stop training.
+
+    ``handling_signals()`` installs the handlers (main thread only) for the duration of ``trainer.train``; the
+    first signal is noted and acted on at the end of the step; a second one raises KeyboardInterrupt at once.
+    """
+
+    def __init__(self):
+        self.signal_name: str | None = None
+
+    def _handle(self, signum, frame):
+        if self.signal_name is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting")
+        self.signal_name = signal.Signals(signum).name
+        logger.warning("%s: finishing this step, then saving a checkpoint and stopping (send it again to abort "
+                       "at once)", self.signal_name)
+
+    @contextmanager
+    def handling_signals(self):
+        """Route SIGTERM and SIGINT to this callback inside the block (no-op off the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.signal_name is not None:
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+
+class ApplyOptimizerSettings(TrainerCallback):
+    """On a resume with accepted config changes: the checkpoint's optimizer and scheduler state carry the old
+    learning rate, betas, epsilon and weight decay (``load_state_dict`` restores them); put the new ones in."""
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        if optimizer is None:
+            return
+        groups = optimizer.param_groups
+        for group in groups:
+            group["initial_lr"] = args.learning_rate
+            if "betas" in group:
+                group["betas"] = (args.adam_beta1, args.adam_beta2)
+            if "eps" in group:
+                group["eps"] = args.adam_epsilon
+            if group.get("weight_decay"):  # groups without decay (biases, norms) stay without
+                group["weight_decay"] = args.weight_decay
+        if lr_scheduler is not None and hasattr(lr_scheduler, "base_lrs"):
+            lr_scheduler.base_lrs = [args.learning_rate] * len(groups)
+            lambdas = getattr(lr_scheduler, "lr_lambdas", None)
+            for group, base, fn in zip(groups, lr_scheduler.base_lrs, lambdas or [None] * len(groups)):
+                group["lr"] = base * fn(lr_scheduler.last_epoch) if fn else base
+            lr_scheduler._last_lr = [group["lr"] for group in groups]  # what get_last_lr() (the log) reports
+        else:
+            for group in groups:
+                group["lr"] = args.learning_rate

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ class RunArguments:
                                          "eval_every_seconds."})
     eval_before_after: bool = field(default=True, metadata={"help": "Evaluate before and after training and print "
                                     "both."})
+    accept_config_changes: bool = field(default=False, metadata={"help": "On resume, accept settings that differ "
+                                        "from the run's config.yaml (the old one is kept as "
+                                        "config.until-step-N.yaml)."})
     torch_threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (default: torch's "
                                       "choice). For tiny models 1 is as fast and immune to oversubscription when "
                                       "other processes share the cores."})
@@ -101,8 +105,124 @@ def parse_args(argv: list[str] | None = None):
         argv[i + 1] = str(resolve_recipe(argv[i + 1]))
     else:
         argv = ["--config", str(resolve_recipe(DEFAULT_RECIPE)), *argv]
+    check_recipe_yaml(argv[argv.index("--config") + 1])
     parser = TrlParser((RunArguments, PODSConfig, ModelConfig))
+
+    def one_line_error(message):  # argparse would print the whole usage (200 lines) and exit
+        raise ValueError(f"{message} (see `pods train --help`)")
+
+    parser.error = one_line_error
     return parser.parse_args_and_config(args=argv)
+
+
+def check_recipe_yaml(path: str | Path) -> None:
+    """Raise a one-line ValueError (``file:line``) if the recipe is not a YAML mapping."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the recipe as UTF-8") from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ValueError(f"{where}: YAML syntax error ({err.problem or err.context}); fix that line of the "
+                         "recipe") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({err})") from None
+    if data is not None and not isinstance(data, dict):
+        raise ValueError(f"{path}: a recipe is a mapping of `field: value` lines, got a YAML {type(data).__name__}")
+
+
+def validate(run: RunArguments, config, model_args) -> None:
+    """Check the settings that need no task or model; a ValueError names the flag and its fix."""
+    positive = {
+        "learning_rate": config.learning_rate,
+        "per_device_train_batch_size": config.per_device_train_batch_size,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "generation_batch_size": getattr(config, "generation_batch_size", None),
+        "num_generations": config.num_generations,
+        "eval_batch_size": run.eval_batch_size,
+        "eval_k": run.eval_k,
+        "eval_num_problems": run.eval_num_problems,
+        "eval_every_seconds": run.eval_every_seconds,
+        "eval_every_steps": getattr(run, "eval_every_steps", None),
+        "train_limit": run.train_limit,
+        "torch_threads": run.torch_threads,
+        "save_every_seconds": config.save_every_seconds,
+        "max_train_seconds": config.max_train_seconds,
+    }
+    for name, value in positive.items():
+        if value is not None and not value > 0:
+            raise ValueError(f"--{name} must be > 0, got {value}")
+    if run.task_args is not None and not isinstance(run.task_args, str):
+        raise ValueError(f"task_args must be a string of key=value pairs such as 'data_dir=data/gsm8k,"
+                         f"prompt_style=instruct', got a {type(run.task_args).__name__}: {run.task_args!r}")
+
+
+def wants_eval(run: RunArguments) -> bool:
+    """Whether training evaluates on the held-out split at all."""
+    return bool(run.eval_every_seconds or getattr(run, "eval_every_steps", None) or run.eval_before_after)
+
+
+def check_splits(run: RunArguments, task) -> None:
+    """The train split, and the eval split when training evaluates, must exist in the task."""
+    splits = list(getattr(task, "splits", ()))
+    if run.train_split not in splits:
+        raise ValueError(f"unknown --train_split {run.train_split!r} for task {run.task!r}; choose one of {splits}")
+    if wants_eval(run) and run.eval_split not in splits:
+        if splits == ["train"]:
+            raise ValueError(f"task {run.task!r} is a single file (split 'train' only) but evaluation needs split "
+                             f"{run.eval_split!r}: pass --eval_split train, or --eval_before_after false (and no "
+                             "eval_every_*), or point the task at a directory with train.jsonl and test.jsonl")
+        raise ValueError(f"unknown --eval_split {run.eval_split!r} for task {run.task!r}; choose one of {splits}")
+
+
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is switched off (``HF_HUB_OFFLINE``)."""
+    import os
+
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def looks_local(name: str) -> bool:
+    """Whether ``name`` is meant as a local path rather than a hub id (``org/name``)."""
+    return (Path(name).expanduser().exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1
+            or "\\" in name or ("/" in name and Path(name.split("/")[0]).is_dir()))
+
+
+def check_model_path(name: str, revision: str | None = None) -> None:
+    """A local model path must exist and hold a model; a hub id must be reachable (or cached when offline)."""
+    path = Path(name).expanduser()
+    if looks_local(name):
+        if not path.exists():
+            raise ValueError(f"--model_name_or_path {name}: no such directory; pass a saved model directory or a "
+                             "hub id like Qwen/Qwen2.5-3B-Instruct")
+        if not (path / "config.json").is_file():
+            raise ValueError(f"--model_name_or_path {name} holds no model (no config.json); pass a directory "
+                             "written by save_pretrained (e.g. a run's final/) or a hub id")
+        return
+    if hub_offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
+            raise ValueError(f"model {name!r} is not in the local hub cache and HF_HUB_OFFLINE=1: download it on a "
+                             f"machine with network (hf download {name}) or pass a local model directory")
+
+
+def check_output_dir(run_dir: Path) -> None:
+    """``run_dir`` must be a directory (or creatable as one) in a writable place."""
+    import os
+
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"--output_dir {run_dir} is a file; pass a directory path")
+    ancestor = run_dir.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"--output_dir {run_dir} lies under {ancestor}, which is a file; pass another path")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"--output_dir {run_dir}: {ancestor} is not writable; pass a path in a writable place")
 
 
 def default_run_dir(run: RunArguments, config) -> Path:
@@ -121,16 +241,58 @@ def _to_yaml_dict(obj) -> dict:
     return {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool, list, type(None)))}
 
 
+class RunFinished(Exception):
+    """Resuming a run that already finished: nothing to do (not an error)."""
+
+
+class RunFailed(Exception):
+    """An expected failure (disk full...) whose message already says what happened and what to do."""
+
+
+# Settings that do not change what is trained: budgets, saving, logging, evaluation, threads. A resume may change
+# them freely; any other difference from config.yaml needs --accept_config_changes.
+NOT_TRAINING_FIELDS = frozenset({
+    "output_dir", "resume_from_checkpoint", "accept_config_changes", "overwrite_output_dir", "max_steps",
+    "num_train_epochs", "max_train_seconds", "save_every_seconds", "save_steps", "save_strategy", "save_total_limit",
+    "save_only_model", "logging_dir", "logging_steps", "logging_strategy", "logging_first_step", "report_to",
+    "run_name", "disable_tqdm", "log_completions", "num_completions_to_print", "log_level", "push_to_hub",
+    "hub_model_id", "hub_strategy", "hub_private_repo", "dataloader_num_workers", "torch_threads", "eval_split",
+    "eval_num_problems", "eval_k", "eval_temperature", "eval_max_new_tokens", "eval_batch_size",
+    "eval_every_seconds", "eval_every_steps", "eval_before_after",
+})
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``pods train``; returns the exit code."""
+    """Run ``pods train``; returns the exit code (0 done, 2 bad input, 128 + signal number when stopped)."""
+    argv = list(argv or [])
+    debug = "--debug" in argv  # the full traceback instead of one line
+    argv = [a for a in argv if a != "--debug"]
     try:
         run, config, model_args = parse_args(argv)
         trainer, clock, eval_fn = build(run, config, model_args)
-    except (ValueError, FileNotFoundError) as err:  # bad recipe, flags, task or paths: one clear line
-        print(f"pods train: error: {err}", file=sys.stderr)
-        return 2
-    fit(trainer, clock, eval_fn)
-    return 0
+        summary = fit(trainer, clock, eval_fn)
+    except RunFinished as done:
+        print(f"pods train: {done}")
+        return 0
+    except KeyboardInterrupt:  # a second SIGINT / SIGTERM, or Ctrl-C before training started
+        if debug:
+            raise
+        print("pods train: aborted; the run directory keeps its last complete checkpoint (resume with "
+              "--resume_from_checkpoint true)", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if debug:
+            raise
+        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if isinstance(err, (ValueError, FileNotFoundError)):  # bad recipe, flags, task or paths: one clear line
+            print(f"pods train: error: {text}", file=sys.stderr)
+            return 2
+        if isinstance(err, RunFailed):
+            print(f"pods train: error: {text}", file=sys.stderr)
+            return 1
+        print(f"pods train: error: {type(err).__name__}: {text} (--debug shows the full traceback)", file=sys.stderr)
+        return 1
+    return summary.get("exit_code", 0)
 
 
 def train(run: RunArguments, config, model_args) -> dict:
@@ -138,8 +300,56 @@ def train(run: RunArguments, config, model_args) -> dict:
     return fit(*build(run, config, model_args))
 
 
+def resolved_config(run: RunArguments, config, model_args) -> dict:
+    """The flat ``{field: value}`` written to config.yaml (plain YAML values only)."""
+    return {**_to_yaml_dict(config), **_to_yaml_dict(model_args), **_to_yaml_dict(run)}
+
+
+def config_changes(old: dict, new: dict) -> dict:
+    """``{field: (old, new)}`` for the training fields whose values differ (fields new in this version skipped)."""
+    return {key: (old[key], new.get(key)) for key in sorted(old)
+            if key not in NOT_TRAINING_FIELDS and key in new and old[key] != new[key]}
+
+
+def plan_resume(run: RunArguments, config, output_dir_given: bool) -> Path | None:
+    """Check a resume request before anything loads; returns the explicit checkpoint asked for, if any."""
+    from pods_rl import runlog
+
+    value = config.resume_from_checkpoint
+    explicit = None if str(value).lower() == "true" else Path(value)
+    if not output_dir_given:
+        hint = f" {explicit.parent}" if explicit is not None else " RUN_DIR"
+        raise ValueError(f"--resume_from_checkpoint needs the run directory to continue: pass --output_dir{hint}")
+    run_dir = Path(config.output_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"--resume_from_checkpoint is set but the run directory {run_dir} does not exist; drop "
+                         "--resume_from_checkpoint to start a new run there")
+    if explicit is not None:
+        complete = [p.name for p in runlog.list_checkpoints(run_dir)]
+        if (not explicit.is_dir() or explicit.resolve().parent != run_dir.resolve()
+                or not runlog.is_checkpoint_name(explicit.name)):
+            raise ValueError(f"--resume_from_checkpoint {explicit} is not a checkpoint directory of --output_dir "
+                             f"{run_dir}; complete checkpoints there: {complete}")
+        if runlog.read_clock(explicit) is None:
+            raise ValueError(f"--resume_from_checkpoint {explicit} is incomplete (no {runlog.CLOCK_FILE}); "
+                             f"choose a complete one: {complete}")
+        return explicit
+    finished = runlog.read_clock(run_dir / "final")
+    if finished is not None:
+        last = runlog.list_checkpoints(run_dir)
+        raise RunFinished(
+            f"{run_dir} already finished (final/ at step {finished['step']}, "
+            f"{float(finished['train_seconds']):.0f} s of training); nothing was changed. To train on, resume from "
+            f"an explicit checkpoint (--resume_from_checkpoint {last[-1] if last else run_dir / 'checkpoint-N'} "
+            "with a larger budget) or start a new run from --model_name_or_path " + str(run_dir / "final"))
+    return None
+
+
 def build(run: RunArguments, config, model_args):
-    """Check the run directory, load task, model and tokenizer, and build the trainer and its clock."""
+    """Check everything that can be checked cheaply, load task, model and tokenizer, prepare the run directory
+    (resume) and build the trainer and its clock. Nothing is written before all checks pass."""
+    import shutil
+
     import torch
     import yaml
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -149,74 +359,116 @@ def build(run: RunArguments, config, model_args):
     from pods_rl.tasks import get_task
     from pods_rl.trainer import PODSTrainer
 
-    if run.torch_threads:
-        torch.set_num_threads(run.torch_threads)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("pods_rl").setLevel(logging.INFO)
-    if not config.output_dir or config.output_dir == "trainer_output":
+    validate(run, config, model_args)
+    output_dir_given = bool(config.output_dir) and config.output_dir != "trainer_output"
+    if not output_dir_given:
         config.output_dir = str(default_run_dir(run, config))
     run_dir = Path(config.output_dir)
+    check_output_dir(run_dir)
 
-    resume_checkpoint, train_seconds = None, 0.0
-    if config.resume_from_checkpoint not in (None, False, "false", "False", ""):
-        if not run_dir.is_dir():
-            raise ValueError(f"resume_from_checkpoint is set but the run directory {run_dir} does not exist.")
-        resume_checkpoint, train_seconds = runlog.prepare_resume(run_dir)
-        if resume_checkpoint is None:
-            logger.warning("no complete checkpoint in %s: starting from scratch", run_dir)
-        config.resume_from_checkpoint = str(resume_checkpoint) if resume_checkpoint else None
-    elif runlog.list_checkpoints(run_dir, complete_only=False) or (run_dir / runlog.METRICS_FILE).exists():
+    resume = config.resume_from_checkpoint not in (None, False, "false", "False", "")
+    explicit = plan_resume(run, config, output_dir_given) if resume else None
+    if not resume and (runlog.list_checkpoints(run_dir, complete_only=False)
+                       or (run_dir / runlog.METRICS_FILE).exists()):
         raise ValueError(f"{run_dir} already holds a run; pass --resume_from_checkpoint true to continue it, or "
                          f"choose another --output_dir (nothing was overwritten).")
-    run_dir.mkdir(parents=True, exist_ok=True)
 
     task = get_task(run.task, **parse_task_args(run.task_args))
+    check_splits(run, task)
     train_dataset = task.load(run.train_split, limit=run.train_limit)
+    if wants_eval(run):  # a broken or missing held-out split fails now, not after the model loaded
+        task.load(run.eval_split, limit=run.eval_num_problems)
     if config.reward_weights is None:
         config.reward_weights = list(task.reward_weights)
-
-    model_path = model_args.model_name_or_path
-    if not model_path:
+    if not model_args.model_name_or_path:
         from pods_rl.tiny import model_path as tiny_model_path
 
-        model_path = str(tiny_model_path())
-        model_args.model_name_or_path = model_path
-    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_path, revision=model_args.model_revision, dtype=dtype)
+        model_args.model_name_or_path = str(tiny_model_path())
+    model_path = model_args.model_name_or_path
+    check_model_path(model_path, model_args.model_revision)
 
     config_file = run_dir / "config.yaml"
-    resolved = {"run": _to_yaml_dict(run), "model": _to_yaml_dict(model_args), "training": _to_yaml_dict(config)}
-    flat = {**resolved["training"], **resolved["model"], **resolved["run"]}
-    if not config_file.exists():  # a resumed run keeps the config it started with
-        config_file.write_text(yaml.safe_dump(flat, sort_keys=True))
+    flat = resolved_config(run, config, model_args)
+    changes = {}
+    if resume and config_file.is_file():
+        changes = config_changes(yaml.safe_load(config_file.read_text()) or {}, flat)
+        if changes and not run.accept_config_changes:
+            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+            raise ValueError(f"this resume changes training settings of {run_dir}: {listed}; pass "
+                             "--accept_config_changes true to continue with them, or drop those flags to continue "
+                             "as the run started")
 
-    eval_fn = None
-    if run.eval_every_seconds or run.eval_every_steps or run.eval_before_after:
-        eval_fn = _make_eval_fn(run, config, task, tokenizer)
-    clock = runlog.TrainingClock(
-        run_dir,
-        save_every_seconds=config.save_every_seconds,
-        max_train_seconds=config.max_train_seconds,
-        eval_fn=eval_fn,  # before the first step, every eval_every_seconds, after the last
-        eval_every_seconds=run.eval_every_seconds,
-        eval_every_steps=run.eval_every_steps,
-        train_seconds=train_seconds,
-        progress=config.max_train_seconds is not None and not config.disable_tqdm,
-    )
-    if clock.progress:  # the clock's bar (training seconds) replaces the Trainer's (steps of max_steps)
-        config.disable_tqdm = True
-    trainer = PODSTrainer(
-        model=model,
-        reward_funcs=task.reward_funcs(),
-        args=config,
-        train_dataset=train_dataset,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-        callbacks=[clock],
-    )
+    if run.torch_threads:
+        torch.set_num_threads(run.torch_threads)
+    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+        model = AutoModelForCausalLM.from_pretrained(model_path, revision=model_args.model_revision, dtype=dtype)
+    except OSError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        hint = "" if hub_offline() or looks_local(model_path) else (
+            "; without network, set HF_HUB_OFFLINE=1 and use a cached model or a local directory")
+        raise ValueError(f"could not load model {model_path!r}: {first}{hint}") from err
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        resume_checkpoint, train_seconds = None, 0.0
+        if resume:
+            resume_checkpoint, train_seconds = runlog.prepare_resume(run_dir, checkpoint=explicit)
+            if resume_checkpoint is None:
+                logger.warning("no complete checkpoint in %s: starting from scratch", run_dir)
+            config.resume_from_checkpoint = str(resume_checkpoint) if resume_checkpoint else None
+        # config.yaml describes what runs: written only now that every check passed. A changed config keeps the
+        # previous one beside it, named after the step from which the new one applies.
+        flat["resume_from_checkpoint"] = config.resume_from_checkpoint
+        if config_file.is_file() and resume:
+            old = yaml.safe_load(config_file.read_text()) or {}
+            if {k: v for k, v in old.items() if k != "resume_from_checkpoint"} != {
+                    k: v for k, v in flat.items() if k != "resume_from_checkpoint"}:
+                step = runlog.read_clock(resume_checkpoint)["step"] if resume_checkpoint else 0
+                os.replace(config_file, _free_name(run_dir / f"config.until-step-{step}.yaml"))
+                if changes:
+                    logger.warning("training settings changed from step %d on: %s (previous config kept as "
+                                   "config.until-step-%d.yaml)", step, ", ".join(changes), step)
+        if not config_file.is_file() or not resume:
+            config_file.write_text(yaml.safe_dump(flat, sort_keys=True))
+
+        eval_fn = None
+        if wants_eval(run):
+            eval_fn = _make_eval_fn(run, config, task, tokenizer)
+        clock = runlog.TrainingClock(
+            run_dir,
+            save_every_seconds=config.save_every_seconds,
+            max_train_seconds=config.max_train_seconds,
+            eval_fn=eval_fn,  # before the first step, every eval_every_seconds, after the last
+            eval_every_seconds=run.eval_every_seconds,
+            eval_every_steps=run.eval_every_steps,
+            train_seconds=train_seconds,
+            progress=config.max_train_seconds is not None and not config.disable_tqdm,
+        )
+        if clock.progress:  # the clock's bar (training seconds) replaces the Trainer's (steps of max_steps)
+            config.disable_tqdm = True
+        callbacks = [clock, runlog.GracefulStop()]
+        if changes:  # the optimizer state in the checkpoint carries the old hyper-parameters: apply the new ones
+            callbacks.append(runlog.ApplyOptimizerSettings())
+        trainer = PODSTrainer(
+            model=model,
+            reward_funcs=task.reward_funcs(),
+            args=config,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+            peft_config=get_peft_config(model_args),
+            callbacks=callbacks,
+        )
+    except BaseException:
+        if created:  # a failed start leaves no empty run directory behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     clock.is_main_process = trainer.accelerator.is_main_process
     if clock.progress:
         from transformers.trainer_callback import PrinterCallback
@@ -225,12 +477,31 @@ def build(run: RunArguments, config, model_args):
     return trainer, clock, eval_fn
 
 
+def _free_name(path: Path) -> Path:
+    """``path``, or ``path`` with ``-2``, ``-3``... before the suffix if it is taken."""
+    candidate, i = path, 2
+    while candidate.exists():
+        candidate = path.with_name(f"{path.stem}-{i}{path.suffix}")
+        i += 1
+    return candidate
+
 def fit(trainer, clock, eval_fn) -> dict:
     """Train, save ``final/``, evaluate at the end if needed, write summary.json and the figure."""
     from pods_rl import runlog
 
     config, run_dir, tokenizer = trainer.args, clock.run_dir, trainer.processing_class
-    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+    stop = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, runlog.GracefulStop)), None)
+    stop = stop or runlog.GracefulStop()
+    try:
+        with stop.handling_signals():  # SIGTERM / SIGINT: finish the step, save, stop; a second one aborts
+            trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+    except (OSError, RuntimeError) as err:
+        message = runlog.disk_full_message(err, run_dir, trainer.state.global_step)
+        if message is None:
+            raise
+        raise RunFailed(message) from err
+    if stop.signal_name is not None:
+        return _stopped(trainer, clock, stop.signal_name)
 
     final_dir = run_dir / "final"
     trainer.save_model(str(final_dir))
@@ -238,6 +509,7 @@ def fit(trainer, clock, eval_fn) -> dict:
         tokenizer.save_pretrained(final_dir)
         runlog.write_json_atomic(final_dir / runlog.CLOCK_FILE,
                                  {"step": trainer.state.global_step, "train_seconds": clock.train_seconds})
+        runlog.remove_incomplete(run_dir, trainer.state.global_step)  # final/ covers earlier leftovers
     rows = [r for r in runlog.read_metrics(run_dir) if "eval/accuracy" in r]
     if eval_fn is not None and (not rows or rows[-1]["step"] != trainer.state.global_step):
         clock.evaluate(trainer.model, trainer.state.global_step)  # training ended before a scheduled eval
@@ -250,6 +522,27 @@ def fit(trainer, clock, eval_fn) -> dict:
 
     if trainer.accelerator.is_main_process:
         _finish(run_dir, summary)
+    return summary
+
+
+def _stopped(trainer, clock, signal_name: str) -> dict:
+    """After a graceful stop: summary.json (no final/, no final evaluation) and one line on how to resume."""
+    import signal
+
+    from pods_rl import runlog
+
+    run_dir, step = clock.run_dir, trainer.state.global_step
+    checkpoint = run_dir / f"checkpoint-{step}"
+    saved = runlog.read_clock(checkpoint) is not None
+    summary = {"run_dir": str(run_dir), "stopped_by": signal_name, "train_seconds": round(clock.train_seconds, 1),
+               "steps": step, "checkpoint": str(checkpoint) if saved else None,
+               "exit_code": 128 + int(getattr(signal, signal_name))}
+    if trainer.accelerator.is_main_process:
+        runlog.write_json_atomic(run_dir / "summary.json", summary)
+        where = f"saved {checkpoint} (step {step}, {clock.train_seconds:.0f} s of training)" if saved else (
+            "no checkpoint could be saved")
+        print(f"pods train: stopped by {signal_name}: {where}; resume with the same command plus "
+              f"--output_dir {run_dir} --resume_from_checkpoint true")
     return summary
 
 

@@ -7,8 +7,11 @@ Built-in names: ``gsm8k``, ``math``, ``math500``, ``amc23``, ``arithmetic``, ``j
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
+import types
+import typing
 from collections.abc import Callable
 
 from pods_rl.tasks.base import SYSTEM_PROMPT, Task
@@ -68,8 +71,33 @@ def get_task(name: str, **kwargs) -> Task:
     raise ValueError(f"unknown task {name!r}; available tasks: {available_tasks()}")
 
 
+def _check_types(name: str, factory, kwargs: dict) -> None:
+    """A ValueError for a keyword whose value has the wrong type for a dataclass task's field (``size=abc``)."""
+    if not dataclasses.is_dataclass(factory):
+        return
+    try:
+        hints = typing.get_type_hints(factory)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: leave the check to the task
+        return
+    simple = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+    for key, value in kwargs.items():
+        hint = hints.get(key)
+        options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        if value is None and type(None) in options:
+            continue
+        accepted = [simple[t] for t in options if t in simple]
+        if len(accepted) != len(options):  # a container or class type: not checked here
+            continue
+        ok = any(isinstance(value, a) and not (isinstance(value, bool) and bool not in a) for a in accepted)
+        if not ok:
+            wanted = " or ".join(t.__name__ for t in options if t is not type(None))
+            raise ValueError(f"task {name!r}: {key}={value!r} must be {wanted}, got {type(value).__name__}"
+                             "; fix it in task_args (values are read as JSON: 3 is a number, \"3\" a string)")
+
+
 def _build(name: str, factory: Callable[..., Task], kwargs: dict) -> Task:
     """``factory(**kwargs)``, turning a wrong keyword into a ValueError that lists the accepted ones."""
+    _check_types(name, factory, kwargs)
     try:
         return factory(**kwargs)
     except TypeError as err:

@@ -20,8 +20,15 @@ def read_jsonl(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise ValueError(f"no such JSONL file: {path}")
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    with path.open("rb") as f:  # bytes, so that a bad encoding can be reported with its line
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{path}:{line_no} is not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1}); "
+                    "re-save the file as UTF-8"
+                ) from None
             if not line.strip():
                 continue
             try:
