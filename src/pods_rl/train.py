@@ -485,6 +485,7 @@ def _free_name(path: Path) -> Path:
         i += 1
     return candidate
 
+
 def fit(trainer, clock, eval_fn) -> dict:
     """Train, save ``final/``, evaluate at the end if needed, write summary.json and the figure."""
     from pods_rl import runlog
