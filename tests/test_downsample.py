@@ -10,6 +10,7 @@ import importlib
 import itertools
 import math
 import statistics
+from fractions import Fraction
 
 import pytest
 import torch
@@ -83,10 +84,10 @@ def test_max_variance_matches_brute_force_for_every_n_and_m(kind):
 
 
 def test_max_variance_known_examples_and_tie_rule():
-    # Sorted by reward descending with ties in index order; keep the j highest and the m - j lowest,
-    # smallest k = m - j among ties: the low side takes the highest index among equal low rewards.
-    assert downsample(torch.tensor([0.0, 1.0, 0.0, 1.0]), 2).tolist() == [1, 2]
-    assert downsample(torch.tensor([0.0, 0.0, 1.0, 1.0]), 2).tolist() == [1, 2]
+    # Keep the k lowest and m - k highest (smallest k among equal variances); among equal rewards the
+    # lowest indices, at both ends (before issue #13 the low end took the highest indices: [1, 2], [1, 2]).
+    assert downsample(torch.tensor([0.0, 1.0, 0.0, 1.0]), 2).tolist() == [0, 1]
+    assert downsample(torch.tensor([0.0, 0.0, 1.0, 1.0]), 2).tolist() == [0, 2]
     assert downsample(torch.tensor([5.0, 1.0, 3.0, 9.0, 7.0]), 2).tolist() == [1, 3]
     assert downsample(torch.tensor([5.0, 1.0, 3.0, 9.0, 7.0]), 3).tolist() == [1, 3, 4]
     # All-equal groups (common: every rollout right or every one wrong) keep the lowest indices, like
@@ -273,7 +274,7 @@ def test_order_keys_and_the_float64_sort_give_the_same_order(monkeypatch):
     # values. Both must realize the same documented tie rule.
     rewards = _mixed_rewards(64, 20, seed=9)
     by_keys = {m: (downsample(rewards, m), downsample(rewards, m, "max_reward")) for m in (1, 5, 12, 19)}
-    monkeypatch.setattr(ds_module, "_order_keys", lambda r: None)
+    monkeypatch.setattr(ds_module, "_order_keys", lambda values, low=None: None)
     for m, (variance_keys, reward_keys) in by_keys.items():
         assert torch.equal(downsample(rewards.double(), m), variance_keys)
         assert torch.equal(downsample(rewards.double(), m, "max_reward"), reward_keys)
@@ -426,6 +427,120 @@ def test_unusable_rewards(rewards, match):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# tiebreak: same kept reward values, then smaller tiebreak, then lower index (issue #13)
+
+
+def reference_keep(group: list[float], m: int, rule: str, tiebreak: list[float] | None) -> list[int]:
+    """The documented rule, computed the slow way with exact arithmetic.
+
+    Kept values: max_reward -> the m highest; max_variance -> the k lowest + m - k highest sorted values for
+    the smallest k of maximal exact variance (checked against all subsets for small n). Then, for each
+    reward value kept c times, the c rollouts with that reward that come first by (tiebreak, index).
+    """
+    n = len(group)
+    values = sorted(Fraction(v) for v in group)
+    if rule == "max_reward":
+        kept_values = values[n - m :]
+    else:
+
+        def exact_var(vs):
+            mean = sum(vs) / len(vs)
+            return sum((v - mean) ** 2 for v in vs) / len(vs)
+
+        candidates = [values[:k] + values[n - m + k :] for k in range(m + 1)]
+        scores = [exact_var(c) for c in candidates]
+        kept_values = candidates[scores.index(max(scores))]
+        if n <= 10:
+            assert max(scores) == max(
+                exact_var([Fraction(group[i]) for i in c]) for c in itertools.combinations(range(n), m)
+            )
+    tb = tiebreak if tiebreak is not None else [0] * n
+    kept = []
+    for value in set(kept_values):
+        same = sorted((i for i in range(n) if Fraction(group[i]) == value), key=lambda i: (tb[i], i))
+        kept += same[: kept_values.count(value)]
+    return sorted(kept)
+
+
+def _tie_cases(seed: int):
+    """(rewards (B, n) float32, tiebreak (B, n) or None) with many ties in both, all-equal groups included."""
+    gen = torch.Generator().manual_seed(seed)
+    for n in range(1, 10):
+        rewards = torch.randint(0, 3, (12, n), generator=gen).float()
+        rewards[:3] = torch.randint(0, 2, (3, 1), generator=gen).float()  # all-equal groups
+        rewards[3:6] = (torch.rand((3, n), generator=gen) < 0.5).float()  # binary
+        yield rewards, None
+        yield rewards, torch.randint(0, 3, (12, n), generator=gen)  # tied tiebreaks: the index decides
+        yield rewards, torch.randn((12, n), generator=gen, dtype=torch.float64)  # not float32-exact
+
+
+@pytest.mark.parametrize("rule", ["max_variance", "max_reward"])
+@pytest.mark.parametrize("path", ["keys", "float64_sort"])
+def test_tiebreak_matches_brute_force(monkeypatch, rule, path):
+    if path == "float64_sort":  # the sort of float64 values (rewards not exact in float32), stable sorts
+        monkeypatch.setattr(ds_module, "_order_keys", lambda values, low=None: None)
+    for rewards, tiebreak in _tie_cases(seed=3):
+        n = rewards.shape[1]
+        for m in range(1, n + 1):
+            kept = downsample(rewards, m, rule, tiebreak=tiebreak)
+            assert_valid_indices(kept, n, m)
+            for b in range(rewards.shape[0]):
+                tb = None if tiebreak is None else tiebreak[b].tolist()
+                expected = reference_keep(rewards[b].tolist(), m, rule, tb)
+                assert kept[b].tolist() == expected, (rule, rewards[b].tolist(), tb, m)
+                # batched == per group
+                one = downsample(rewards[b], m, rule, tiebreak=None if tiebreak is None else tiebreak[b])
+                assert one.tolist() == expected
+
+
+@pytest.mark.parametrize("rule", ["max_variance", "max_reward"])
+def test_tiebreak_keeps_the_same_reward_values(rule):
+    # Large groups with few reward values: the tiebreak changes which rollouts, never which values.
+    gen = torch.Generator().manual_seed(4)
+    rewards = torch.randint(0, 4, (64, 300), generator=gen).float() * 0.25
+    lengths = torch.randint(1, 1000, (64, 300), generator=gen)
+    for m in (1, 7, 150, 299):
+        plain = downsample(rewards, m, rule)
+        by_length = downsample(rewards, m, rule, tiebreak=lengths)
+        assert torch.equal(rewards.gather(1, plain).sort(1).values, rewards.gather(1, by_length).sort(1).values)
+        for b in range(0, 64, 9):
+            expected = reference_keep(rewards[b].tolist(), m, rule, lengths[b].tolist())
+            assert by_length[b].tolist() == expected
+
+
+def test_tiebreak_examples():
+    rewards = torch.tensor([0.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    lengths = torch.tensor([50, 40, 10, 30, 20, 60])
+    # max_variance keeps two 0s and two 1s: the shortest of each.
+    assert downsample(rewards, 4, tiebreak=lengths).tolist() == [0, 2, 3, 4]
+    assert downsample(rewards, 4, tiebreak=-lengths).tolist() == [0, 1, 3, 5]  # longest first
+    assert downsample(rewards, 2, "max_reward", tiebreak=lengths).tolist() == [3, 4]
+    # Equal tiebreaks fall back to the index; m == 1 and all-equal groups keep the preferred top reward.
+    assert downsample(rewards, 4, tiebreak=torch.zeros(6)).tolist() == downsample(rewards, 4).tolist()
+    assert downsample(rewards, 1, tiebreak=lengths).tolist() == [4]
+    assert downsample(torch.ones(4), 2, tiebreak=torch.tensor([3.0, 1.0, 2.0, 1.0])).tolist() == [1, 3]
+    # random ignores the tiebreak.
+    g = lambda: torch.Generator().manual_seed(0)  # noqa: E731
+    assert torch.equal(downsample(rewards, 3, "random", tiebreak=lengths, generator=g()),
+                       downsample(rewards, 3, "random", generator=g()))
+
+
+@pytest.mark.parametrize(
+    ("tiebreak", "match"),
+    [
+        (torch.zeros(2, 5), r"tiebreak must have the shape of rewards \(2, 4\).*\(2, 5\)"),
+        (torch.zeros(4), r"tiebreak must have the shape of rewards \(2, 4\)"),
+        (torch.tensor([[0.0, float("nan"), 0, 0], [0, 0, 0, 0]]), r"tiebreak contains NaN in group\(s\) \[0\]"),
+        (torch.zeros(2, 4, dtype=torch.complex64), "real numbers"),
+        ("abc", "tiebreak must be a tensor"),
+    ],
+)
+def test_bad_tiebreak(tiebreak, match):
+    with pytest.raises(ValueError, match=match):
+        downsample(torch.zeros(2, 4), 2, tiebreak=tiebreak)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Registry
 
 
@@ -433,6 +548,7 @@ def test_unusable_rewards(rewards, match):
 def scratch_registry(monkeypatch):
     """A copy of the rule registry, so rules registered by a test vanish after it."""
     monkeypatch.setattr(ds_module, "_RULES", dict(ds_module._RULES))
+    monkeypatch.setattr(ds_module, "_FEATURE_RULES", set(ds_module._FEATURE_RULES))
 
 
 def test_builtin_rules_are_discoverable():
@@ -466,6 +582,76 @@ def test_register_rule_refuses_duplicates_and_non_callables(scratch_registry):
         register_rule("", lambda r, m, g: None)
     replacement = register_rule("max_reward", ds_module._RULES["max_variance"], overwrite=True)
     assert replacement is ds_module._RULES["max_reward"]
+
+
+def test_register_rule_checks_the_signature_when_registered(scratch_registry):
+    # Issue #11: a rule that cannot be called as fn(rewards, m, generator) fails at registration.
+    for bad in [lambda rewards, m: None, lambda rewards, m, generator, extra: None, lambda *, rewards: None]:
+        with pytest.raises(ValueError, match=r"must be callable as fn\(rewards, m, generator\).*signature"):
+            register_rule("bad", bad)
+        assert "bad" not in available_rules()
+
+    def needs_features_positionally(rewards, m, generator, features, extra):
+        return None
+
+    with pytest.raises(ValueError, match="signature"):
+        register_rule("bad", needs_features_positionally)
+    # Accepted: plain rules, *args, defaults, callables objects, and rules that take features.
+    register_rule("a", lambda rewards, m, generator=None: None)
+    register_rule("b", lambda *args: None)
+    register_rule("c", lambda r, m, g, *, features: None)
+    register_rule("d", lambda r, m, g, **kwargs: None)
+    register_rule("e", lambda r, m, g, features=None: None)
+    register_rule("f", type("Rule", (), {"__call__": lambda self, r, m, g: None})())
+    assert [ds_module.rule_takes_features(x) for x in "abcdef"] == [False, False, True, True, True, False]
+    assert not ds_module.rule_takes_features("max_variance")
+    register_rule("c", lambda r, m, g: None, overwrite=True)  # re-registering updates the flag
+    assert not ds_module.rule_takes_features("c")
+
+
+def reward_per_token(rewards, m, generator, *, features):
+    """GFPO-style example rule: keep the m rollouts with the highest reward per completion token
+    (ties: the shorter, then the lower index)."""
+    lengths = features["lengths"].to(rewards.dtype).clamp(min=1)  # (B, n)
+    efficiency = rewards / lengths  # (B, n)
+    # rank by (-efficiency, length, index) with two stable sorts
+    by_length = torch.sort(lengths, dim=1, stable=True).indices
+    order = torch.sort(-efficiency.gather(1, by_length), dim=1, stable=True).indices
+    return by_length.gather(1, order)[:, :m]
+
+
+def test_feature_rule_sees_the_rollouts(scratch_registry):
+    register_rule("reward_per_token", reward_per_token)
+    rewards = torch.tensor([[1.0, 1.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]])
+    lengths = torch.tensor([[100, 20, 5, 50], [10, 30, 30, 10]])
+    kept = downsample(rewards, 2, "reward_per_token", features={"lengths": lengths})
+    assert kept.tolist() == [[1, 3], [1, 2]]
+    # One group (1-d rewards): features get the group dimension too.
+    assert downsample(rewards[0], 2, "reward_per_token", features={"lengths": lengths[0]}).tolist() == [1, 3]
+
+    seen = {}
+
+    @register_rule("spy")
+    def spy(rewards, m, generator, *, features):
+        seen.update(features)
+        return torch.arange(m).expand(rewards.shape[0], m)
+
+    per_func = torch.zeros(2, 4, 3)
+    downsample(rewards, 2, "spy", tiebreak=lengths, features={"rewards_per_func": per_func})
+    assert seen["rewards_per_func"].shape == (2, 4, 3)
+    assert seen["tiebreak"].tolist() == lengths.double().tolist()
+    seen.clear()
+    downsample(rewards, 2, "spy")
+    assert seen == {}  # no features passed: an empty dict
+    with pytest.raises(ValueError, match=r"feature 'lengths' must start with the shape of rewards \(2, 4\)"):
+        downsample(rewards, 2, "spy", features={"lengths": torch.zeros(4, 2)})
+    with pytest.raises(ValueError, match="features must be a dict"):
+        downsample(rewards, 2, "spy", features=[1, 2])
+    # A plain rule cannot use a tiebreak (it would be silently ignored).
+    register_rule("plain", lambda r, m, g: torch.arange(m).expand(r.shape[0], m))
+    with pytest.raises(ValueError, match="does not take features, so it cannot use a tiebreak"):
+        downsample(rewards, 2, "plain", tiebreak=lengths)
+    assert downsample(rewards, 2, "plain", features={"lengths": lengths}).tolist() == [[0, 1], [0, 1]]
 
 
 @pytest.mark.parametrize(

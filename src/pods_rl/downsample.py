@@ -19,15 +19,20 @@ Built-in rules (``available_rules()`` lists all, including user-registered ones)
 * ``"random"``: ``m`` rollouts uniformly at random without replacement (reproducible with ``generator``).
 
 Tie rule (deterministic; exact for integer and dyadic rewards such as 0/0.5/1, so identical on CPU and
-CUDA for them): rollouts are ordered by reward descending with a stable sort, so equal rewards keep their
-index order (lower index first). ``max_reward`` keeps the first ``m`` of that order, i.e. among equal
-rewards the lowest indices. ``max_variance`` keeps the first ``m - k`` (highest) and the last ``k``
-(lowest) of that order, and among values of ``k`` with equal (float64) variance the smallest ``k`` wins.
-So an all-equal group, or ``m == 1``, keeps exactly what ``max_reward`` keeps.
+CUDA for them): the rule fixes the multiset of kept reward values (``max_reward``: the m highest;
+``max_variance``: the k lowest and m - k highest of the sorted rewards, and among values of k with equal
+(float64) variance the smallest k). Among rollouts with equal reward, those with the smaller ``tiebreak``
+(optional, e.g. completion length) are kept first, then those with the lower index, at both ends. So an
+all-equal group, or ``m == 1``, keeps exactly what ``max_reward`` keeps.
+
+Changed (after 0.1.0): the low end of ``max_variance`` used to keep the *highest* indices among equal lowest
+rewards (e.g. ``[0, 0, 1, 1] -> m=2`` kept ``[1, 2]``); it now keeps the lowest (``[0, 2]``), like the
+high end. The kept reward values, and so the variance and the advantages, are unchanged.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 from collections.abc import Callable
@@ -39,38 +44,48 @@ try:  # optional, only for its fast CPU sort (see _sort_rows); torch alone gives
 except ImportError:  # pragma: no cover - numpy comes with every install of pods-rl's dependencies
     _numpy = None
 
-__all__ = ["available_rules", "downsample", "group_advantages", "register_rule"]
+__all__ = ["available_rules", "downsample", "group_advantages", "register_rule", "rule_takes_features"]
 
 # A rule maps rewards (B, n) float, m, generator -> kept indices (B, m) int64.
 Rule = Callable[[torch.Tensor, int, "torch.Generator | None"], torch.Tensor]
 
 # ----------------------------------------------------------------------------------------------------------
 # Built-in rules. Each gets a validated floating rewards tensor of shape (B, n) with 1 <= m < n and checks
-# finiteness itself (max_variance on the sorted extremes, cheaper than a pass over all rewards).
+# finiteness itself (max_variance on the sorted extremes, cheaper than a pass over all rewards), plus an
+# optional validated float64 ``tiebreak`` (B, n) without NaN.
 #
-# The tie-broken order: ascending reward, and among equal rewards descending index. It is the reverse of a
-# stable descending sort, so "the m highest" take the lowest indices among equal rewards. Every rollout
-# gets a distinct int64 key in that order (the float32 reward's bits, made order-preserving, above the
-# reversed index), so one plain sort of the keys yields the order, and any sort algorithm (numpy's SIMD
-# sort, torch.sort on any device) gives the same answer.
+# The tie-broken order: ascending reward, then ascending tiebreak, then ascending index. Every rollout gets
+# a distinct int64 key in that order (the float32 reward's bits, made order-preserving, above the index, or
+# above the rank of (tiebreak, index) when there is a tiebreak), so one plain sort of the keys yields the
+# order, and any sort algorithm (numpy's SIMD sort, torch.sort on any device) gives the same answer.
+#
+# A rule first decides how many of the lowest (k) and highest (m - k) positions of that order to keep:
+# this fixes the multiset of kept reward values. Then, within each reward value, the first rollouts of its
+# run in the order are kept: the low end's partial run already starts at its first rollouts; the high
+# end's partial run (the run at position n - m + k) is moved to the start of its run (or right after the
+# low end's rollouts when both ends share that run). See _kept_positions.
 
 
-def _order_keys(rewards: torch.Tensor) -> torch.Tensor | None:
-    """Distinct int64 keys (B, n) whose ascending order is the tie-broken order of rewards (B, n).
+def _order_keys(values: torch.Tensor, low: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Distinct int64 keys (B, n) whose ascending order is values ascending, then ``low`` ascending.
 
-    None when the rewards are float64 values that float32 cannot hold exactly (the caller then sorts the
-    float64 values themselves). float16/bfloat16 and integers up to 2**24 are exact in float32.
+    ``low``: distinct int64 values in [0, 2**32) per row (a rank), broadcastable to (B, n); default the
+    index. None when the values are float64 values that float32 cannot hold exactly (the caller then sorts
+    the float64 values themselves). float16/bfloat16 and integers up to 2**24 are exact in float32.
     """
-    B, n = rewards.shape
-    rewards32 = rewards.float()  # (B, n); no copy for float32
-    if rewards.dtype == torch.float64 and not torch.equal(rewards32.double(), rewards):
+    B, n = values.shape
+    values32 = values.float()  # (B, n); no copy for float32
+    if values.dtype == torch.float64 and not torch.equal(values32.double(), values):
         return None  # (NaN lands here too: NaN != NaN; the float64 path reports it)
-    bits = (rewards32 + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into +0.0, so the two tie as floats do
+    bits = (values32 + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into +0.0, so the two tie as floats do
     # IEEE 754 is sign-magnitude: flipping the magnitude bits of negatives makes int32 order = float order
     # (with -NaN below -inf and +NaN above +inf).
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # (B, n) int32
-    keys = ordered.to(torch.int64) << 32
-    keys |= torch.arange(n - 1, -1, -1, device=rewards.device)  # equal rewards: lower index, larger key
+    ordered = bits >> 31  # (B, n) int32 (in-place ops below: fewer allocations at PODS sizes)
+    ordered &= 0x7FFFFFFF
+    ordered ^= bits
+    keys = ordered.to(torch.int64)
+    keys <<= 32
+    keys |= torch.arange(n, device=values.device) if low is None else low  # equal values: by `low`
     return keys
 
 
@@ -87,36 +102,111 @@ def _sort_rows(values: torch.Tensor) -> torch.Tensor:
     return torch.sort(values, dim=1).values
 
 
-def _ends(rewards: torch.Tensor, m: int) -> torch.Tensor:
-    """Indices (B, 2m) of each group's m lowest rewards, lowest first, then its m highest, highest first.
+_LOW32 = 0xFFFFFFFF
 
-    Row b is [o_0 .. o_{m-1}, o_{n-1} .. o_{n-m}] for group b's tie-broken order o (ascending): both ends
-    of the order read from the outside in. The halves share rollouts when 2m > n. NaN and +-inf sit at
-    the outer ends (columns 0 and m) of the float32-key path; the float64 path checks on its own.
+
+class _TieOrder:
+    """Each group's rollouts sorted into the tie-broken order (reward, tiebreak, index), all ascending.
+
+    Positions index that order: position 0 holds the group's lowest reward. Two representations:
+    ``keys`` (B, n) sorted int64 keys (float32-exact rewards; the index, or the rank of (tiebreak, index),
+    sits in the low 32 bits), or ``values`` (B, n) sorted float64 rewards with ``order`` (B, n) indices.
     """
-    B, n = rewards.shape
-    keys = _order_keys(rewards)  # (B, n) int64, or None
-    if keys is None:  # float64 rewards: a stable descending sort of the values is o reversed
-        _check_finite(rewards)  # (don't rely on where a sort puts NaN)
-        order = torch.sort(rewards, dim=1, descending=True, stable=True).indices  # (B, n)
-        return torch.cat([order[:, n - m :].flip(1), order[:, :m]], dim=1)
-    sorted_keys = _sort_rows(keys)  # (B, n)
-    ends = torch.cat([sorted_keys[:, :m], sorted_keys[:, n - m :].flip(1)], dim=1)  # (B, 2m)
-    ends &= 0xFFFFFFFF  # the reversed index n - 1 - i
-    return (n - 1) - ends
+
+    def __init__(self, rewards: torch.Tensor, tiebreak: torch.Tensor | None):
+        B, n = rewards.shape
+        self.by_rank = None  # (B, n): by_rank[b, r] = index of group b's r-th rollout by (tiebreak, index)
+        low = None
+        if tiebreak is not None:
+            tb_keys = _order_keys(tiebreak)
+            if tb_keys is None:
+                self.by_rank = torch.sort(tiebreak, dim=1, stable=True).indices
+            else:
+                self.by_rank = _sort_rows(tb_keys) & _LOW32
+            low = torch.empty_like(self.by_rank)
+            low.scatter_(1, self.by_rank, torch.arange(n, device=rewards.device).expand(B, n))  # the ranks
+        self.keys = _order_keys(rewards, low)
+        if self.keys is not None:
+            self.keys = _sort_rows(self.keys)
+            return
+        _check_finite(rewards)  # float64 path: don't rely on where a sort puts NaN
+        if self.by_rank is None:
+            self.values, self.order = torch.sort(rewards, dim=1, stable=True)
+        else:  # a stable sort by reward of the rollouts in (tiebreak, index) order
+            self.values, order = torch.sort(rewards.gather(1, self.by_rank), dim=1, stable=True)
+            self.order = self.by_rank.gather(1, order)
+
+    def indices(self, positions: torch.Tensor) -> torch.Tensor:
+        """Rollout indices (B, k) at ``positions`` (B, k) of the order."""
+        if self.keys is None:
+            return self.order.gather(1, positions)
+        low = self.keys.gather(1, positions) & _LOW32
+        return low if self.by_rank is None else self.by_rank.gather(1, low)
+
+    def ends(self, m: int) -> torch.Tensor:
+        """Indices (B, 2m): positions 0..m-1 (the m lowest, lowest first), then n-1..n-m (highest first).
+
+        The halves share rollouts when 2m > n. NaN and +-inf sit at the outer ends (columns 0 and m) of the
+        key path; the float64 path checks on its own.
+        """
+        n = self.n
+        if self.keys is None:
+            return torch.cat([self.order[:, :m], self.order[:, n - m :].flip(1)], dim=1)
+        low = torch.cat([self.keys[:, :m], self.keys[:, n - m :].flip(1)], dim=1) & _LOW32
+        return low if self.by_rank is None else self.by_rank.gather(1, low)
+
+    @property
+    def n(self) -> int:
+        return (self.keys if self.keys is not None else self.values).shape[1]
+
+    def high_run(self, m: int, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For ``position`` (B, 1): where its run of equal rewards starts (B, 1), and a (B, m) mask of the
+        last m positions n-m..n-1 that hold the same reward (those at or above ``position`` form its run's
+        upper part)."""
+        n = self.n
+        if self.keys is None:
+            value = self.values.gather(1, position)
+            return torch.searchsorted(self.values, value), self.values[:, n - m :] == value
+        run = self.keys.gather(1, position) & ~_LOW32  # the smallest key of the run
+        start = torch.searchsorted(self.keys, run)
+        return start, self.keys[:, n - m :] < run + (1 << 32)  # (keys at or above position are >= run)
 
 
-def _max_reward(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Keep the m highest rewards per group; among equal rewards the lowest indices. (B, n) -> (B, m)."""
+def _kept_positions(order: _TieOrder, m: int, n_low: torch.Tensor) -> torch.Tensor:
+    """Kept indices (B, m), ascending, for keeping the ``n_low`` (B, 1) lowest and m - n_low highest rewards.
+
+    The multiset of kept rewards is that of positions 0..k-1 and n-m+k..n-1 (k = n_low). Within each reward
+    value the first rollouts of its run are kept (smallest tiebreak, then lowest index): the low end's runs
+    start at position 0, so only the high end's lowest run, which may be cut, needs moving to the start of
+    its run, or to position k when the low end took the start of the same run.
+    """
+    n = order.n
+    column = torch.arange(m, device=n_low.device)  # (m,): column c keeps position c (low) or n - m + c (high)
+    high = column >= n_low  # (B, m)
+    # The high end's lowest position n - m + k (n when it keeps none: then nothing moves).
+    start, same_run = order.high_run(m, (n - m + n_low).clamp(max=n - 1))  # (B, 1), (B, m)
+    moved = high & same_run  # (B, m): high positions in that run; they move to max(start, k) onwards
+    positions = torch.where(moved, column + (torch.maximum(start, n_low) - n_low), column + high * (n - m))
+    return _sort_rows(order.indices(positions))
+
+
+def _max_reward(
+    rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Keep the m highest rewards per group; among equal rewards the smallest tiebreak, then lowest index."""
     _check_finite(rewards)
-    return _sort_rows(_ends(rewards, m)[:, m:])  # (B, m) ascending
+    order = _TieOrder(rewards, tiebreak)
+    return _kept_positions(order, m, torch.zeros((rewards.shape[0], 1), dtype=torch.long, device=rewards.device))
 
 
-def _random(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def _random(
+    rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None
+) -> torch.Tensor:
     """Keep m rollouts per group uniformly at random without replacement. (B, n) -> (B, m).
 
     Draws B*n uniform keys from ``generator`` (on the generator's device) and keeps the m smallest keys
-    of each row, which is a uniformly random m-subset; reproducible for a seeded generator.
+    of each row, which is a uniformly random m-subset; reproducible for a seeded generator. Ignores the
+    tiebreak (there are no ties to break).
     """
     _check_finite(rewards)  # the rewards are not used, but bad ones still mean a bug upstream
     B, n = rewards.shape
@@ -126,7 +216,9 @@ def _random(rewards: torch.Tensor, m: int, generator: torch.Generator | None = N
     return _sort_rows(kept)  # (B, m) ascending
 
 
-def _max_variance(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def _max_variance(
+    rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None
+) -> torch.Tensor:
     """Keep the size-m subset with the largest reward variance per group (exact). (B, n) -> (B, m).
 
     In the sorted (tie-broken) order o, candidate k in 0..m keeps the k lowest and the m - k highest:
@@ -136,13 +228,15 @@ def _max_variance(rewards: torch.Tensor, m: int, generator: torch.Generator | No
     comparable to the sort's per-row work.)
     """
     B, n = rewards.shape
-    ends_idx = _ends(rewards, m)  # (B, 2m): the m lowest, lowest first, then the m highest, highest first
+    order = _TieOrder(rewards, tiebreak)
+    ends_idx = order.ends(m)  # (B, 2m): the m lowest, lowest first, then the m highest, highest first
 
     # prefix[0, b, 0, k]: sum of the k lowest values; prefix[0, b, 1, j]: sum of the j highest; prefix[1]:
     # the same for squares. Leading zeros make k = 0 and j = 0 the empty sums. Sums are built by adding,
     # never as differences of prefix sums, so an m = 1 or all-equal group scores exactly 0 for every
     # candidate and the tie rule below decides, not rounding noise.
-    prefix = torch.zeros((2, B, 2, m + 1), dtype=torch.float64, device=rewards.device)
+    prefix = torch.empty((2, B, 2, m + 1), dtype=torch.float64, device=rewards.device)
+    prefix[0, :, :, 0] = 0.0  # (prefix[1] is all written by the mul below)
     values = prefix[0, :, :, 1:]  # (B, 2, m) view
     values.copy_(rewards.gather(1, ends_idx).view(B, 2, m))
     # Shift by the group's mid-range before squaring so that a large common offset does not cancel
@@ -158,11 +252,7 @@ def _max_variance(rewards: torch.Tensor, m: int, generator: torch.Generator | No
     sums = prefix[:, :, 0] + prefix[:, :, 1].flip(-1)  # (2, B, m+1): candidate k = 0..m
     score = sums[1] * m - sums[0] * sums[0]  # (B, m+1): m^2 * variance (separate ops: no fused rounding)
     n_low = score.argmax(dim=1, keepdim=True)  # (B, 1); argmax returns the first maximum: the smallest k
-
-    # Keep the first n_low of the low half and the first m - n_low of the high half: m per row.
-    take = torch.arange(m, device=rewards.device) < torch.cat([n_low, m - n_low], dim=1).unsqueeze(2)
-    kept = torch.masked_select(ends_idx, take.view(B, 2 * m)).view(B, m)  # (B, m)
-    return _sort_rows(kept)  # (B, m) ascending
+    return _kept_positions(order, m, n_low)
 
 
 _RULES: dict[str, Rule] = {
@@ -171,6 +261,35 @@ _RULES: dict[str, Rule] = {
     "random": _random,
 }
 _BUILTIN_FNS = (_max_variance, _max_reward, _random)  # trusted output; user rules' output is checked
+_FEATURE_RULES: set[str] = set()  # names of registered rules that take a ``features`` keyword
+
+
+def _takes_features(name: str, fn) -> bool:
+    """Check that ``fn`` can be called as fn(rewards, m, generator); True if it also takes ``features=``.
+
+    Raises ValueError naming the rule and its signature otherwise, so a wrong rule fails when it is
+    registered, not at the first training step.
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have no inspectable signature: trust them
+        return False
+    params = signature.parameters.values()
+    takes_features = any(
+        p.kind is p.VAR_KEYWORD or (p.name == "features" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        for p in params
+    )
+    try:
+        if takes_features:
+            signature.bind(None, None, None, features=None)
+        else:
+            signature.bind(None, None, None)
+    except TypeError as err:
+        raise ValueError(
+            f"rule {name!r} must be callable as fn(rewards, m, generator) (optionally with a features= keyword), "
+            f"but its signature is {signature}: {err}"
+        ) from None
+    return takes_features
 
 
 def register_rule(name: str, fn: Rule | None = None, *, overwrite: bool = False):
@@ -180,6 +299,15 @@ def register_rule(name: str, fn: Rule | None = None, *, overwrite: bool = False)
     ``1 <= m < n`` an int, ``generator`` a ``torch.Generator`` or None; it returns (B, m) integer indices
     into each group, distinct within a group (``downsample`` checks this and sorts them). Usable as a
     decorator: ``@register_rule("my_rule")``. Re-registering an existing name needs ``overwrite=True``.
+
+    A rule that also accepts a ``features`` keyword (``fn(rewards, m, generator, *, features)``) sees the
+    rollouts: ``features`` is a dict of tensors whose first two dims are (B, n), whatever the caller of
+    ``downsample(..., features=...)`` passed (never None: an empty dict when nothing was passed). The
+    trainer passes ``"lengths"`` (B, n) completion token counts, ``"rewards_per_func"`` (B, n, F) each
+    reward function's reward (NaN where one could not score) and ``"truncated"`` (B, n) bool, True where
+    generation hit the length limit; and ``"tiebreak"`` (B, n) when ``downsample`` got one.
+
+    The signature is checked here: a function that cannot be called that way raises ValueError now.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"rule name must be a non-empty string, got {name!r}")
@@ -189,10 +317,22 @@ def register_rule(name: str, fn: Rule | None = None, *, overwrite: bool = False)
             raise ValueError(f"rule {name!r} must be callable as fn(rewards, m, generator), got {rule_fn!r}")
         if name in _RULES and not overwrite:
             raise ValueError(f"rule {name!r} is already registered; pass overwrite=True to replace it")
+        takes_features = rule_fn not in _BUILTIN_FNS and _takes_features(name, rule_fn)
         _RULES[name] = rule_fn
+        if takes_features:
+            _FEATURE_RULES.add(name)
+        else:
+            _FEATURE_RULES.discard(name)
         return rule_fn
 
     return _register if fn is None else _register(fn)
+
+
+def rule_takes_features(rule: str) -> bool:
+    """True if the registered rule ``rule`` takes the ``features`` keyword (see ``register_rule``)."""
+    if rule not in _RULES:
+        raise ValueError(f"unknown down-sampling rule {rule!r}; available rules: {available_rules()}")
+    return rule in _FEATURE_RULES
 
 
 def available_rules() -> list[str]:
@@ -264,7 +404,13 @@ def _check_m(m, n: int) -> int:
 
 
 def downsample(
-    rewards, m: int, rule: str = "max_variance", *, generator: torch.Generator | None = None
+    rewards,
+    m: int,
+    rule: str = "max_variance",
+    *,
+    tiebreak=None,
+    generator: torch.Generator | None = None,
+    features: dict | None = None,
 ) -> torch.Tensor:
     """Choose which m of each group's n rollouts to keep.
 
@@ -275,7 +421,14 @@ def downsample(
         m: number of rollouts to keep per group, 1 <= m <= n.
         rule: a name from ``available_rules()``: "max_variance" (default), "max_reward", "random", or a
             rule added with ``register_rule``.
+        tiebreak: optional real values shaped like ``rewards`` (no NaN), e.g. completion lengths. For
+            "max_variance" and "max_reward" the multiset of kept reward values does not depend on it; among
+            rollouts with equal reward, those with the smaller tiebreak are kept first, then the lower
+            index. "random" ignores it; a registered rule gets it as ``features["tiebreak"]`` and must then
+            take ``features`` (see ``register_rule``).
         generator: torch.Generator for random rules (reproducible draws); ignored by deterministic rules.
+        features: optional dict of per-rollout tensors, each shaped (n, ...) or (B, n, ...) like
+            ``rewards``, passed on to registered rules that take ``features`` (built-in rules ignore it).
 
     Returns:
         int64 indices into each group, shape (m,) or (B, m) matching the input's rank, distinct and sorted
@@ -298,7 +451,17 @@ def downsample(
     if not isinstance(rule, str) or rule not in _RULES:
         raise ValueError(f"unknown down-sampling rule {rule!r}; available rules: {available_rules()}")
     rule_fn = _RULES[rule]
-    if m == n or B == 0 or rule_fn not in _BUILTIN_FNS:
+    builtin = rule_fn in _BUILTIN_FNS
+    if tiebreak is not None:
+        tiebreak = _as_tiebreak(tiebreak, rewards.shape, single_group, grouped.device)
+        if not builtin and rule not in _FEATURE_RULES:
+            raise ValueError(
+                f"rule {rule!r} does not take features, so it cannot use a tiebreak; register it as "
+                "fn(rewards, m, generator, *, features) and read features['tiebreak'], or drop the tiebreak"
+            )
+    if features is not None:
+        features = _as_features(features, rewards.shape, single_group)
+    if m == n or B == 0 or not builtin:
         _check_finite(grouped)  # built-in rules check on their own, more cheaply
 
     if m == n:
@@ -308,10 +471,51 @@ def downsample(
     else:
         if not grouped.is_floating_point():
             grouped = grouped.double()  # exact for integers up to 2**53; rules see floats
-        kept = rule_fn(grouped, m, generator)
-        if rule_fn not in _BUILTIN_FNS:
+        if builtin:
+            kept = rule_fn(grouped, m, generator, tiebreak=tiebreak)
+        elif rule in _FEATURE_RULES:
+            features = dict(features or {})
+            if tiebreak is not None:
+                features["tiebreak"] = tiebreak
+            kept = rule_fn(grouped, m, generator, features=features)
+        else:
+            kept = rule_fn(grouped, m, generator)
+        if not builtin:
             kept = _check_rule_output(kept, rule, B, n, m, grouped.device)
     return kept[0] if single_group else kept
+
+
+def _as_tiebreak(tiebreak, shape: torch.Size, single_group: bool, device: torch.device) -> torch.Tensor:
+    """The tiebreak as a (B, n) float64 tensor on ``device``; ValueError for a bad shape, dtype or NaN."""
+    tiebreak = _as_reward_tensor(tiebreak, "tiebreak")
+    if tiebreak.shape != shape:
+        raise ValueError(
+            f"tiebreak must have the shape of rewards {tuple(shape)} (one value per rollout), got shape "
+            f"{tuple(tiebreak.shape)}"
+        )
+    tiebreak = tiebreak.detach().to(device=device, dtype=torch.float64)  # exact for integers up to 2**53
+    if single_group:
+        tiebreak = tiebreak.unsqueeze(0)
+    nan_rows = torch.isnan(tiebreak).any(dim=1)
+    if bool(nan_rows.any()):
+        raise ValueError(f"tiebreak contains NaN in group(s) {_group_list(nan_rows)}; NaN has no order")
+    return tiebreak + 0.0  # -0.0 ties with +0.0
+
+
+def _as_features(features, shape: torch.Size, single_group: bool) -> dict:
+    """features as a dict of tensors each (B, n, ...); ValueError naming a feature of the wrong shape."""
+    if not isinstance(features, dict):
+        raise ValueError(f"features must be a dict of per-rollout tensors, got {type(features).__name__}")
+    checked = {}
+    for key, value in features.items():
+        value = torch.as_tensor(value)
+        if tuple(value.shape[: len(shape)]) != tuple(shape):
+            raise ValueError(
+                f"feature {key!r} must start with the shape of rewards {tuple(shape)} (one entry per rollout), "
+                f"got shape {tuple(value.shape)}"
+            )
+        checked[key] = value.unsqueeze(0) if single_group else value
+    return checked
 
 
 def _check_rule_output(kept, rule: str, B: int, n: int, m: int, device: torch.device) -> torch.Tensor:
