@@ -7,7 +7,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from pods_rl import downsample
+from pods_rl import downsample, register_rule
 from pods_rl.trainer import PODSConfig, PODSTrainer
 
 
@@ -140,6 +140,96 @@ def test_kept_rows_advantages_and_loss_by_hand(tmp_path, tiny_model_dir):
     torch.testing.assert_close(loss.detach(), expected_loss, atol=1e-5, rtol=1e-4)
 
 
+def parity_reward(completions, **kwargs):
+    """Binary reward (digit count is odd): most rollouts tie, so the tiebreak decides which are kept."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [float(sum(ch.isdigit() for ch in t) % 2) for t in texts]
+
+
+def _score_one_batch(trainer, n):
+    """Run one PODS generate-score-select on 2 prompts; return (output, rewards (2, n), lengths (2, n), texts)."""
+    trainer.model.train()
+    seen = {}
+
+    def recording_reward(completions, completion_ids, **kw):
+        seen["texts"] = [c[0]["content"] for c in completions]
+        seen["lengths"] = [len(ids) for ids in completion_ids]
+        return parity_reward(completions)
+
+    trainer.reward_funcs[0] = recording_reward
+    original_generate = trainer._generate
+
+    def varied_lengths(prompts):  # a random tiny model rarely stops early: cut completions to varied lengths
+        generated = original_generate(prompts)
+        if trainer._pods_stash is not None:
+            return generated
+        ids = [row[: 1 + (7 * i) % len(row)] for i, row in enumerate(generated[1])]
+        texts = trainer.processing_class.batch_decode(ids, skip_special_tokens=True)
+        return (generated[0], ids, generated[2], [[{"role": "assistant", "content": t}] for t in texts],
+                *generated[4:])
+
+    trainer._generate = varied_lengths
+    batch = [row for row in make_dataset(2) for _ in range(n)]  # 2 prompts x n rollouts
+    out = trainer._generate_and_score_completions(batch)
+    rewards = torch.tensor(parity_reward(seen["texts"])).view(2, n)
+    return out, rewards, torch.tensor(seen["lengths"]).view(2, n), seen["texts"]
+
+
+def _kept_texts(trainer, out):
+    return [t.strip() for t in trainer.processing_class.batch_decode(out["completion_ids"], skip_special_tokens=True)]
+
+
+@pytest.mark.parametrize("tiebreak", ["shorter", "longer"])
+def test_downsample_tiebreak_by_completion_length(tmp_path, tiny_model_dir, tiebreak):
+    n, m = 8, 4
+    trainer = make_trainer(tmp_path, tiny_model_dir, reward_funcs=(parity_reward,), num_generations=n,
+                           downsample_to=m, per_device_train_batch_size=2 * m, max_steps=1, max_completion_length=12,
+                           downsample_tiebreak=tiebreak)
+    out, rewards, lengths, texts = _score_one_batch(trainer, n)
+    kept = downsample(rewards, m, "max_variance", tiebreak=lengths if tiebreak == "shorter" else -lengths)
+    assert _kept_texts(trainer, out) == [texts[g * n + i].strip() for g in range(2) for i in kept[g].tolist()]
+    # Same kept reward values as the index tiebreak; among equal rewards the shorter (longer) ones.
+    plain = downsample(rewards, m, "max_variance")
+    assert torch.equal(rewards.gather(1, kept).sort(1).values, rewards.gather(1, plain).sort(1).values)
+    sign = 1 if tiebreak == "shorter" else -1
+    for g in range(2):
+        for value in (0.0, 1.0):
+            kept_len = [sign * lengths[g, i].item() for i in kept[g].tolist() if rewards[g, i] == value]
+            dropped = [sign * lengths[g, i].item() for i in range(n)
+                       if rewards[g, i] == value and i not in kept[g].tolist()]
+            assert not kept_len or not dropped or max(kept_len) <= min(dropped)
+
+
+def test_feature_rule_sees_lengths_rewards_per_func_and_truncation(tmp_path, tiny_model_dir, monkeypatch):
+    import importlib
+
+    ds_module = importlib.import_module("pods_rl.downsample")
+    monkeypatch.setattr(ds_module, "_RULES", dict(ds_module._RULES))
+    monkeypatch.setattr(ds_module, "_FEATURE_RULES", set(ds_module._FEATURE_RULES))
+    seen = {}
+
+    @register_rule("reward_per_token")
+    def reward_per_token(rewards, m, generator, *, features):
+        seen.update(features)
+        per_token = rewards / features["lengths"].to(rewards.dtype).clamp(min=1)  # (B, n)
+        return per_token.topk(m, dim=1).indices
+
+    n, m, max_len = 8, 4, 6
+    trainer = make_trainer(tmp_path, tiny_model_dir, reward_funcs=(parity_reward,), num_generations=n,
+                           downsample_to=m, per_device_train_batch_size=2 * m, max_steps=1,
+                           max_completion_length=max_len, downsample_rule="reward_per_token",
+                           downsample_tiebreak="shorter")
+    out, rewards, lengths, texts = _score_one_batch(trainer, n)
+    assert torch.equal(seen["lengths"], lengths)
+    assert torch.equal(seen["tiebreak"], lengths.double())
+    assert seen["rewards_per_func"].shape == (2, n, 1)
+    assert torch.equal(seen["rewards_per_func"][..., 0], rewards)
+    assert seen["truncated"].dtype == torch.bool and seen["truncated"].shape == (2, n)
+    assert bool(seen["truncated"].any()) and bool((~seen["truncated"]).any())
+    kept = (rewards / lengths.clamp(min=1)).topk(m, dim=1).indices.sort(1).values
+    assert _kept_texts(trainer, out) == [texts[g * n + i].strip() for g in range(2) for i in kept[g].tolist()]
+
+
 def test_lora_with_accumulation(tmp_path, tiny_model_dir):
     from peft import LoraConfig
 
@@ -177,6 +267,7 @@ def test_llama_pods_step_runs(tmp_path, tiny_llama_dir):
         (dict(num_generations=8, downsample_to=4, per_device_train_batch_size=6), "multiple of 4"),
         (dict(num_generations=8, downsample_to=4, max_train_seconds=-1), "max_train_seconds"),
         (dict(num_generations=8, downsample_to=2.5), "integer"),
+        (dict(num_generations=8, downsample_to=4, downsample_tiebreak="short"), "downsample_tiebreak must be one of"),
     ],
 )
 def test_bad_configs_fail_fast(tmp_path, overrides, message):

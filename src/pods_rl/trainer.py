@@ -53,9 +53,11 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, nanstd, repeat_iterable_dataset
 
-from pods_rl.downsample import available_rules, downsample, group_advantages
+from pods_rl.downsample import available_rules, downsample, group_advantages, rule_takes_features
 
 PHASES = ("generation", "scoring", "selection", "update")
+_TIEBREAKS = ("index", "shorter", "longer")
+_BUILTIN_RULES = ("max_variance", "max_reward", "random")
 
 
 @dataclass
@@ -76,6 +78,12 @@ class PODSConfig(GRPOConfig):
         default="max_variance",
         metadata={"help": "Down-sampling rule, a name from pods_rl.available_rules(): max_variance, "
                   "max_reward, random, or one you registered."},
+    )
+    downsample_tiebreak: str = field(
+        default="index",
+        metadata={"help": "Which rollouts a rule keeps among equal rewards (max_variance, max_reward and rules "
+                  "that take features): index (lower index first), shorter or longer (by completion tokens). "
+                  "The kept reward values do not change.", "choices": ["index", "shorter", "longer"]},
     )
     save_every_seconds: float | None = field(
         default=None,
@@ -109,6 +117,14 @@ class PODSConfig(GRPOConfig):
                 f"Unknown downsample_rule {self.downsample_rule!r}; available rules: {available_rules()} "
                 f"(add your own with pods_rl.register_rule)."
             )
+        if self.downsample_tiebreak not in _TIEBREAKS:
+            raise ValueError(f"downsample_tiebreak must be one of {list(_TIEBREAKS)}, got {self.downsample_tiebreak!r}.")
+        if (self.downsample_tiebreak != "index" and self.downsample_rule not in _BUILTIN_RULES
+                and not rule_takes_features(self.downsample_rule)):
+            raise ValueError(
+                f"downsample_tiebreak={self.downsample_tiebreak!r} needs a rule that sees the rollouts, but rule "
+                f"{self.downsample_rule!r} takes no features keyword (see pods_rl.register_rule); use "
+                f"downsample_tiebreak=index or add `*, features` to the rule.")
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -314,8 +330,9 @@ class PODSTrainer(GRPOTrainer):
             # TRL then gives it advantage 0.
             group_mean = torch.nan_to_num(torch.nanmean(rewards, dim=1, keepdim=True), nan=0.0)
             rewards_for_selection = torch.where(torch.isnan(rewards), group_mean, rewards)
-            kept = downsample(rewards_for_selection, m, self.downsample_rule,
-                              generator=self._selection_generator)  # (B, m)
+            tiebreak, features = self._selection_inputs(generated, local_rewards_per_func, num_groups, n)
+            kept = downsample(rewards_for_selection, m, self.downsample_rule, tiebreak=tiebreak,
+                              generator=self._selection_generator, features=features)  # (B, m)
             kept_rows = (kept + n * torch.arange(num_groups).unsqueeze(1)).flatten().tolist()  # (B*m,)
             kept_generated = _select_generated(generated, kept_rows, len(inputs))
             kept_rewards_per_func = gather(local_rewards_per_func[kept_rows].to(rewards_per_func.device))
@@ -338,6 +355,28 @@ class PODSTrainer(GRPOTrainer):
         output["advantages"] = advantages.flatten()[local].to(output["advantages"].device)
         self._log_selection_metrics(rewards_per_func, kept_rewards.view(-1, m), n)
         return output
+
+    def _selection_inputs(self, generated, local_rewards_per_func, num_groups: int, n: int):
+        """The tiebreak (B, n) of ``downsample_tiebreak`` and, for rules that take them, the rollout features:
+        ``lengths`` (B, n) completion tokens, ``rewards_per_func`` (B, n, F), ``truncated`` (B, n) bool."""
+        tiebreak_mode = self.args.downsample_tiebreak
+        takes_features = rule_takes_features(self.downsample_rule)
+        if tiebreak_mode == "index" and not takes_features:
+            return None, None
+        completion_ids, tool_mask = generated[1], generated[2]
+        counts = [sum(mask) for mask in tool_mask] if tool_mask is not None else [len(ids) for ids in completion_ids]
+        lengths = torch.tensor(counts, dtype=torch.long).view(num_groups, n)  # (B, n)
+        tiebreak = {"index": None, "shorter": lengths, "longer": -lengths}[tiebreak_mode]
+        if not takes_features:
+            return tiebreak, None
+        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        truncated = torch.tensor([len(ids) > 0 and ids[-1] not in eos_and_pad for ids in completion_ids])
+        features = {
+            "lengths": lengths,
+            "rewards_per_func": local_rewards_per_func.view(num_groups, n, -1),  # (B, n, F)
+            "truncated": truncated.view(num_groups, n),  # (B, n): hit max_completion_length (as TRL's clipped_ratio)
+        }
+        return tiebreak, features
 
     def _log_selection_metrics(self, rewards_per_func, kept_rewards, n):
         """Reward statistics over all n sampled and over the m kept rollouts (global over processes)."""
