@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -334,7 +333,16 @@ def resolve_ns(text: str | None, m: int) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``pods cost``: measure the step cost of GRPO (n = m) and PODS (each n -> m) on a recipe; exit code."""
+    """``pods cost``: measure the step cost of GRPO (n = m) and PODS (each n -> m) on a recipe; exit code
+    (0, 2 on bad input, 1 on another failure)."""
+    from pods_rl.cli import run_guarded
+
+    return run_guarded("pods cost", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    from pods_rl.cli import one_line_parser_errors
+
     parser = argparse.ArgumentParser(
         prog="pods cost", allow_abbrev=False,
         description="Seconds per training step by phase for GRPO (n = m) and PODS (n -> m) on your recipe, "
@@ -350,19 +358,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "noise); sequential: one after the other (GPU memory per setting). auto: sequential on "
                         "CUDA, else interleaved")
     parser.add_argument("--out", default=None, help="write the result as JSON here")
-    args, recipe_argv = parser.parse_known_args(list(argv) if argv is not None else sys.argv[1:])
-    try:
-        steps = _int_at_least("--steps", args.steps)
-        warmup = _int_at_least("--warmup", args.warmup, low=0)
-        from pods_rl.train import parse_args
+    one_line_parser_errors(parser)
+    args, recipe_argv = parser.parse_known_args(argv)
+    steps = _int_at_least("--steps", args.steps)
+    warmup = _int_at_least("--warmup", args.warmup, low=0)
+    from pods_rl.train import parse_args
 
-        _, config, _ = parse_args(recipe_argv)  # the recipe as the user gave it: its m, and early errors
-        m = config.downsample_to if args.m is None else _int_at_least("--m", args.m, low=2)
-        ns = resolve_ns(args.n, m)
-        result = measure(recipe_argv, ns, m, steps=steps, warmup=warmup, schedule=args.schedule)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"pods cost: error: {err}", file=sys.stderr)
-        return 2
+    _, config, _ = parse_args(recipe_argv)  # the recipe as the user gave it: its m, and early errors
+    m = config.downsample_to if args.m is None else _int_at_least("--m", args.m, low=2)
+    ns = resolve_ns(args.n, m)
+    result = measure(recipe_argv, ns, m, steps=steps, warmup=warmup, schedule=args.schedule)
     print(format_table(result))
     if args.out:
         out = Path(args.out)

@@ -632,19 +632,11 @@ def format_table(records: list[dict], header: bool = True) -> str:
 # CLI
 # ------------------------------------------------------------------------------------------------------------
 def parse_task_args(pairs: Sequence[str] | None) -> dict:
-    """``["digits=3", "ops=+-"]`` -> {"digits": 3, "ops": "+-"} (values parsed as YAML scalars)."""
-    import yaml
+    """``["digits=3", "ops=+-"]`` -> {"digits": 3, "ops": "+-"} (see ``pods_rl.tasks.parse_task_args``: the same
+    rules as `pods train --task_args`)."""
+    from pods_rl.tasks import parse_task_args as parse
 
-    parsed = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--task-arg expects key=value, got {pair!r}")
-        try:
-            parsed[key] = yaml.safe_load(value) if value else ""
-        except yaml.YAMLError:
-            parsed[key] = value
-    return parsed
+    return parse(list(pairs or []))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -664,41 +656,55 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
     parser.add_argument("--batch-size", type=int, default=64, help="sequences per generate call (transformers)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--task-arg", action="append", default=[], metavar="KEY=VALUE",
-                        help="task constructor argument (repeatable)")
+    parser.add_argument("--task-arg", "--task_arg", "--task-args", "--task_args", dest="task_arg", action="append",
+                        default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                        help="task options (repeatable; the same spellings as `pods train`)")
     parser.add_argument("--out", default=None, help="results JSON (default: RUN_DIR/eval.json)")
     parser.add_argument("--force", action="store_true", help="re-evaluate checkpoints already in the results")
     parser.add_argument("--backend", choices=("auto", "hf", "vllm"), default="auto",
                         help="generation engine (auto: vLLM if installed and CUDA present)")
     parser.add_argument("--include-base", action="store_true",
                         help="for a run directory, also evaluate its initial model (step 0)")
+    from pods_rl.cli import one_line_parser_errors
+
+    one_line_parser_errors(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``pods eval``: returns 0 on success, 2 on bad input."""
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
-    try:
-        task_args = parse_task_args(args.task_arg)
-        if args.limit is not None and args.limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {args.limit}")
-        common = dict(split=args.split, k=args.k, temperature=args.temperature,
-                      max_new_tokens=args.max_new_tokens, limit=args.limit, batch_size=args.batch_size,
-                      seed=args.seed, task_args=task_args, backend=args.backend, force=args.force)
-        target = Path(args.target)
-        if is_run_dir(target):
-            out = Path(args.out) if args.out else target / DEFAULT_EVAL_FILE
-            records = evaluate_run(target, args.task, out=out, include_base=args.include_base, **common)
-        else:
-            if target.exists() and not _is_model_dir(target):
-                raise ValueError(f"{target} is neither a run directory (checkpoint-*/, final/) nor a model "
-                                 "directory (config.json or adapter_config.json)")
-            out = Path(args.out) if args.out else default_out_for_model(target)
-            ckpt = {"name": target.name, "path": target, "step": None, "train_seconds": None}
-            records = evaluate_checkpoints([ckpt], args.task, out, **common)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"pods eval: error: {err}", file=sys.stderr)
-        return 2
+    """``pods eval``: returns 0 on success, 2 on bad input, 1 on another failure (``--debug``: its traceback)."""
+    from pods_rl.cli import run_guarded
+
+    return run_guarded("pods eval", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    task_args = parse_task_args(args.task_arg)
+    for name in ("k", "limit", "batch_size", "max_new_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.temperature < 0:
+        raise ValueError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    common = dict(split=args.split, k=args.k, temperature=args.temperature,
+                  max_new_tokens=args.max_new_tokens, limit=args.limit, batch_size=args.batch_size,
+                  seed=args.seed, task_args=task_args, backend=args.backend, force=args.force)
+    target = Path(args.target)
+    if is_run_dir(target):
+        out = Path(args.out) if args.out else target / DEFAULT_EVAL_FILE
+        records = evaluate_run(target, args.task, out=out, include_base=args.include_base, **common)
+    else:
+        if target.exists() and not _is_model_dir(target):
+            raise ValueError(f"{target} is neither a run directory (checkpoint-*/, final/) nor a model "
+                             "directory (config.json or adapter_config.json)")
+        if not target.exists():  # a path that is not there fails now, not after minutes of hub retries
+            from pods_rl.train import check_model_path
+
+            check_model_path(args.target, what="")
+        out = Path(args.out) if args.out else default_out_for_model(target)
+        ckpt = {"name": target.name, "path": target, "step": None, "train_seconds": None}
+        records = evaluate_checkpoints([ckpt], args.task, out, **common)
     print(format_table(records))
     print(f"results: {out}")
     return 0

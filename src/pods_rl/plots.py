@@ -189,35 +189,40 @@ def _selection(args) -> dict:
 
 def plot_main(argv: Sequence[str] | None = None) -> int:
     """``pods plot``: accuracy_vs_time (or accuracy_vs_steps with ``--x steps``) and step_time_by_phase
-    figures (PNG + PDF)."""
+    figures (PNG + PDF). Exit code 0, 2 on bad input, 1 on another failure."""
+    from pods_rl.cli import run_guarded
+
+    return run_guarded("pods plot", _plot_main, argv)
+
+
+def _plot_main(argv: list[str]) -> int:
+    from pods_rl.cli import one_line_parser_errors
+
     parser = argparse.ArgumentParser(prog="pods plot", description=__doc__.split("\n\n")[0])
+    one_line_parser_errors(parser)
     _add_selection_args(parser)
     parser.add_argument("--out", default="figures", help="output folder (default ./figures)")
     parser.add_argument("--title", default=None)
     parser.add_argument("--time-unit", choices=list(TIME_UNITS), default="min")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    try:
-        runs = load_runs(args.runs, metric=args.metric, **_selection(args))
-        written = []
-        if any(len(r.times) for r in runs):
-            with_evals = [r for r in runs if len(r.times)]
-            if len(with_evals) < len(runs):
-                skipped = [str(r.run_dir) for r in runs if not len(r.times)]
-                print(f"warning: no evaluations in {skipped}; left out of the accuracy figure", file=sys.stderr)
-            plot_accuracy(with_evals, out=args.out, x=args.x, metric=args.metric, title=args.title,
-                          time_unit=args.time_unit)
-            written.append(f"accuracy_vs_{args.x}")
-        else:
-            print("warning: no run has evaluations (eval.json or eval/accuracy rows); no accuracy figure",
-                  file=sys.stderr)
-        if any(r.phase_seconds for r in runs):
-            plot_phase_times(runs, out=args.out, title=args.title)
-            written.append("step_time_by_phase")
-        else:
-            print("warning: no run has phase times in metrics.jsonl; no phase figure", file=sys.stderr)
-    except ValueError as err:
-        print(f"pods plot: error: {err}", file=sys.stderr)
-        return 2
+    args = parser.parse_args(argv)
+    runs = load_runs(args.runs, metric=args.metric, **_selection(args))
+    written = []
+    if any(len(r.times) for r in runs):
+        with_evals = [r for r in runs if len(r.times)]
+        if len(with_evals) < len(runs):
+            skipped = [str(r.run_dir) for r in runs if not len(r.times)]
+            print(f"warning: no evaluations in {skipped}; left out of the accuracy figure", file=sys.stderr)
+        plot_accuracy(with_evals, out=args.out, x=args.x, metric=args.metric, title=args.title,
+                      time_unit=args.time_unit)
+        written.append(f"accuracy_vs_{args.x}")
+    else:
+        print("warning: no run has evaluations (eval.json or eval/accuracy rows); no accuracy figure",
+              file=sys.stderr)
+    if any(r.phase_seconds for r in runs):
+        plot_phase_times(runs, out=args.out, title=args.title)
+        written.append("step_time_by_phase")
+    else:
+        print("warning: no run has phase times in metrics.jsonl; no phase figure", file=sys.stderr)
     if not written:
         print("pods plot: error: nothing to plot", file=sys.stderr)
         return 2
@@ -227,7 +232,16 @@ def plot_main(argv: Sequence[str] | None = None) -> int:
 
 
 def compare_main(argv: Sequence[str] | None = None) -> int:
-    """``pods compare``: time (or steps) to a target accuracy and speed-up vs a baseline, as a table and JSON."""
+    """``pods compare``: time (or steps) to a target accuracy and speed-up vs a baseline, as a table and JSON.
+    Exit code 0, 2 on bad input, 1 on another failure."""
+    from pods_rl.cli import run_guarded
+
+    return run_guarded("pods compare", _compare_main, argv)
+
+
+def _compare_main(argv: list[str]) -> int:
+    from pods_rl.cli import one_line_parser_errors
+
     parser = argparse.ArgumentParser(
         prog="pods compare",
         description="Training time (--x time) or optimizer steps (--x steps) for each label to first reach a "
@@ -242,14 +256,11 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates (0 = no CI)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed")
     parser.add_argument("--out", default="compare.json", help="JSON output (default ./compare.json)")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    try:
-        result = compare_runs(args.runs, baseline=args.baseline, target=args.target,
-                              target_gain_fraction=args.target_gain_fraction, x=args.x, metric=args.metric,
-                              n_boot=args.bootstrap, seed=args.seed, **_selection(args))
-    except ValueError as err:
-        print(f"pods compare: error: {err}", file=sys.stderr)
-        return 2
+    one_line_parser_errors(parser)
+    args = parser.parse_args(argv)
+    result = compare_runs(args.runs, baseline=args.baseline, target=args.target,
+                          target_gain_fraction=args.target_gain_fraction, x=args.x, metric=args.metric,
+                          n_boot=args.bootstrap, seed=args.seed, **_selection(args))
     print(format_compare_table(result))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -325,7 +325,16 @@ def _version(package: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``pods build-tiny [--out DIR] [--steps N] ...``: rebuild the embedded tiny model (see ``build_tiny``)."""
+    """``pods build-tiny [--out DIR] [--steps N] ...``: rebuild the embedded tiny model (see ``build_tiny``);
+    exit code 0, 2 on bad input, 1 on another failure."""
+    from pods_rl.cli import run_guarded
+
+    return run_guarded("pods build-tiny", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    from pods_rl.cli import one_line_parser_errors
+
     parser = argparse.ArgumentParser(prog="pods build-tiny", description=build_tiny.__doc__.split("\n")[0])
     parser.add_argument("--out", default=None, help=f"output directory (default: the shipped copy, {ASSETS_DIR})")
     parser.add_argument("--steps", type=int, default=1500, help="SFT optimizer steps (fewer = weaker model)")
@@ -337,13 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    one_line_parser_errors(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub
-    try:
-        build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
-                   wrong_fraction=args.wrong_fraction, arch=args.arch,
-                   hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed)
-    except ValueError as err:
-        print(f"pods build-tiny: {err}", file=__import__("sys").stderr)
-        return 2
+    build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
+               wrong_fraction=args.wrong_fraction, arch=args.arch,
+               hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed)
     return 0

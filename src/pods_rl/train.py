@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pods_rl.cli import CommandFailed, one_line_parser_errors
+
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DEFAULT_RECIPE = "tiny"
 
@@ -62,21 +64,44 @@ class RunArguments:
 
 
 def parse_task_args(text: str | None) -> dict:
-    """``"a=1,b=x"`` -> ``{"a": 1, "b": "x"}`` (values parsed as JSON when they parse, else kept as strings)."""
-    if not text:
-        return {}
-    out = {}
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        if "=" not in item:
-            raise ValueError(f"task_args item {item!r} is not key=value (e.g. task_args='data_dir=data/gsm8k').")
-        key, value = item.split("=", 1)
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value.strip()
-    return out
+    """``"a=1,b=x"`` -> ``{"a": 1, "b": "x"}`` (see ``pods_rl.tasks.parse_task_args``)."""
+    from pods_rl.tasks import parse_task_args as parse
+
+    return parse(text)
+
+
+TASK_ARG_FLAGS = ("--task-arg", "--task_arg")  # repeatable key=value, the spelling `pods eval` has always had
+
+
+def merge_task_arg_flags(argv: list[str]) -> list[str]:
+    """Fold every ``--task-arg KEY=VALUE`` into one ``--task_args`` value (after any given ``--task_args``), so that
+    `pods train`, `pods cost` and `pods eval` accept the same spellings. Like any flag, the result replaces the
+    recipe's ``task_args`` as a whole."""
+    rest, pairs, i = [], [], 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name in TASK_ARG_FLAGS:
+            if not eq:
+                if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                    raise ValueError(f"{name} needs KEY=VALUE, e.g. {name} data_dir=data/gsm8k")
+                i += 1
+                value = argv[i]
+            pairs.append(value)
+        else:
+            rest.append(argv[i])
+        i += 1
+    if not pairs:
+        return rest
+    given = None
+    for j, item in enumerate(rest):
+        name, eq, value = item.partition("=")
+        if name in ("--task_args", "--task-args"):
+            if eq:
+                given, rest[j:j + 1] = value, []
+            elif j + 1 < len(rest):
+                given, rest[j:j + 2] = rest[j + 1], []
+            break
+    return [*rest, "--task_args", ",".join([*([given] if given else []), *pairs])]
 
 
 def resolve_recipe(name_or_path: str) -> Path:
@@ -97,7 +122,7 @@ def parse_args(argv: list[str] | None = None):
 
     from pods_rl.trainer import PODSConfig
 
-    argv = list(argv or [])
+    argv = merge_task_arg_flags(list(argv or []))
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
@@ -106,13 +131,40 @@ def parse_args(argv: list[str] | None = None):
     else:
         argv = ["--config", str(resolve_recipe(DEFAULT_RECIPE)), *argv]
     check_recipe_yaml(argv[argv.index("--config") + 1])
-    parser = TrlParser((RunArguments, PODSConfig, ModelConfig))
+    parser = TrlParser((RunArguments, PODSConfig, ModelConfig), prog="pods train")
+    one_line_parser_errors(parser)
+    import warnings
 
-    def one_line_error(message):  # argparse would print the whole usage (200 lines) and exit
-        raise ValueError(f"{message} (see `pods train --help`)")
+    with warnings.catch_warnings():
+        # TRL's defaults set a field transformers renamed; the warning is not the user's to act on.
+        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
+        try:
+            return parser.parse_args_and_config(args=argv)
+        except ValueError as err:
+            if "arguments are not used" not in str(err):
+                raise
+            import ast
 
-    parser.error = one_line_error
-    return parser.parse_args_and_config(args=argv)
+            try:  # HfArgumentParser ends the message with the list of what it could not use
+                leftover = ast.literal_eval(str(err)[str(err).index("["):])
+            except (ValueError, SyntaxError):
+                leftover = argv
+            raise ValueError(unknown_flags_message(parser, leftover)) from None
+
+
+def unknown_flags_message(parser, leftover: list[str]) -> str:
+    """One line naming the flags `pods train` does not know, with the nearest known spelling of each."""
+    import difflib
+
+    known = [o for action in parser._actions for o in action.option_strings]
+    unknown = [a.split("=")[0] for a in leftover if a.startswith("-") and a.split("=")[0] not in known]
+    hints = []
+    for flag in unknown:
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+        hints.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
+    if not hints:
+        return f"unexpected arguments {leftover} (flags take the form --name value; see `pods train --help`)"
+    return f"unknown flag{'s' if len(hints) != 1 else ''} {', '.join(hints)} (see `pods train --help`)"
 
 
 def check_recipe_yaml(path: str | Path) -> None:
@@ -155,9 +207,11 @@ def validate(run: RunArguments, config, model_args) -> None:
     for name, value in positive.items():
         if value is not None and not value > 0:
             raise ValueError(f"--{name} must be > 0, got {value}")
+    if isinstance(run.task_args, dict):  # a YAML mapping in the recipe: the same options, written as a mapping
+        run.task_args = ",".join(f"{key}={json.dumps(value)}" for key, value in run.task_args.items())
     if run.task_args is not None and not isinstance(run.task_args, str):
-        raise ValueError(f"task_args must be a string of key=value pairs such as 'data_dir=data/gsm8k,"
-                         f"prompt_style=instruct', got a {type(run.task_args).__name__}: {run.task_args!r}")
+        raise ValueError(f"task_args must be key=value pairs such as 'data_dir=data/gsm8k,prompt_style=instruct' "
+                         f"(or a mapping in the recipe), got a {type(run.task_args).__name__}: {run.task_args!r}")
 
 
 def wants_eval(run: RunArguments) -> bool:
@@ -191,23 +245,45 @@ def looks_local(name: str) -> bool:
             or "\\" in name or ("/" in name and Path(name.split("/")[0]).is_dir()))
 
 
-def check_model_path(name: str, revision: str | None = None) -> None:
-    """A local model path must exist and hold a model; a hub id must be reachable (or cached when offline)."""
-    path = Path(name).expanduser()
+def check_model_path(name: str, revision: str | None = None, what: str = "--model_name_or_path") -> None:
+    """Fail in one line, before anything loads, for a model that cannot be loaded: a local path that does not
+    exist or holds no model, a hub id that is not cached while offline, or not on a hub that cannot be reached
+    (a hub id is probed once, without the download's retries). ``what`` names the flag in the message."""
+    path, label = Path(name).expanduser(), f"{what} {name}".strip()
     if looks_local(name):
         if not path.exists():
-            raise ValueError(f"--model_name_or_path {name}: no such directory; pass a saved model directory or a "
+            raise ValueError(f"{label}: no such directory; pass a saved model directory or a "
                              "hub id like Qwen/Qwen2.5-3B-Instruct")
-        if not (path / "config.json").is_file():
-            raise ValueError(f"--model_name_or_path {name} holds no model (no config.json); pass a directory "
+        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+            raise ValueError(f"{label} holds no model (no config.json); pass a directory "
                              "written by save_pretrained (e.g. a run's final/) or a hub id")
         return
-    if hub_offline():
-        from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache
 
-        if not isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
-            raise ValueError(f"model {name!r} is not in the local hub cache and HF_HUB_OFFLINE=1: download it on a "
-                             f"machine with network (hf download {name}) or pass a local model directory")
+    if isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
+        return  # cached: loads without the network
+    if hub_offline():
+        raise ValueError(f"{label}: no such local directory, and hub model {name!r} is not in the local hub "
+                         f"cache and HF_HUB_OFFLINE=1: download it with network (hf download {name}) or pass a local "
+                         "model directory")
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        HfApi().model_info(name, revision=revision, timeout=10)
+    except GatedRepoError:
+        raise ValueError(f"model {name!r} is gated on the hub: accept its terms on huggingface.co and log in "
+                         "(hf auth login), or pass a local model directory") from None
+    except RevisionNotFoundError:
+        raise ValueError(f"model {name!r} has no revision {revision!r} on the hub") from None
+    except RepositoryNotFoundError:
+        raise ValueError(f"{label}: no such local directory, and no model {name!r} on the hub (or it is "
+                         "private: log in with hf auth login)") from None
+    except Exception as err:  # noqa: BLE001 - connection refused, DNS, timeout, proxy: all mean "no hub"
+        raise ValueError(f"{label}: no such local directory, and cannot reach the Hugging Face hub to get it "
+                         f"({type(err).__name__}: "
+                         f"{str(err).strip()[:120]}); when offline, set HF_HUB_OFFLINE=1 and use a cached model, "
+                         "or pass a local model directory") from None
 
 
 def check_output_dir(run_dir: Path) -> None:
@@ -223,6 +299,15 @@ def check_output_dir(run_dir: Path) -> None:
         raise ValueError(f"--output_dir {run_dir} lies under {ancestor}, which is a file; pass another path")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ValueError(f"--output_dir {run_dir}: {ancestor} is not writable; pass a path in a writable place")
+    # os.access trusts permission bits; a read-only mount or a pseudo file system (/proc) only shows when one tries.
+    # An empty directory made and removed at once leaves nothing behind.
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".pods-write-test-", dir=ancestor))
+    except OSError as err:
+        raise ValueError(f"--output_dir {run_dir}: cannot create anything in {ancestor} ({err.strerror}); pass a "
+                         "path in a writable place") from None
 
 
 def default_run_dir(run: RunArguments, config) -> Path:
@@ -245,8 +330,12 @@ class RunFinished(Exception):
     """Resuming a run that already finished: nothing to do (not an error)."""
 
 
-class RunFailed(Exception):
-    """An expected failure (disk full...) whose message already says what happened and what to do."""
+class RunFailed(CommandFailed):
+    """An expected failure (disk full, aborted...) whose message already says what happened and what to do."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 # Settings that do not change what is trained: budgets, saving, logging, evaluation, threads. A resume may change
@@ -263,35 +352,26 @@ NOT_TRAINING_FIELDS = frozenset({
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``pods train``; returns the exit code (0 done, 2 bad input, 128 + signal number when stopped)."""
-    argv = list(argv or [])
-    debug = "--debug" in argv  # the full traceback instead of one line
-    argv = [a for a in argv if a != "--debug"]
+    """Run ``pods train``; returns the exit code (0 done or already finished, 2 bad input, 1 failed,
+    128 + signal number when stopped by a signal, 130 when aborted). ``--debug``: a traceback, not one line."""
+    from pods_rl.cli import run_guarded
+
+    return run_guarded("pods train", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    config = None
     try:
         run, config, model_args = parse_args(argv)
         trainer, clock, eval_fn = build(run, config, model_args)
         summary = fit(trainer, clock, eval_fn)
-    except RunFinished as done:
+    except RunFinished as done:  # not an error: nothing to do
         print(f"pods train: {done}")
         return 0
-    except KeyboardInterrupt:  # a second SIGINT / SIGTERM, or Ctrl-C before training started
-        if debug:
-            raise
-        print("pods train: aborted; the run directory keeps its last complete checkpoint (resume with "
-              "--resume_from_checkpoint true)", file=sys.stderr)
-        return 130
-    except Exception as err:
-        if debug:
-            raise
-        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if isinstance(err, (ValueError, FileNotFoundError)):  # bad recipe, flags, task or paths: one clear line
-            print(f"pods train: error: {text}", file=sys.stderr)
-            return 2
-        if isinstance(err, RunFailed):
-            print(f"pods train: error: {text}", file=sys.stderr)
-            return 1
-        print(f"pods train: error: {type(err).__name__}: {text} (--debug shows the full traceback)", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt as err:  # a second SIGINT / SIGTERM, or Ctrl-C before training started
+        run_dir = config.output_dir if config is not None and config.output_dir else "RUN_DIR"
+        raise RunFailed(f"aborted; {run_dir} keeps its complete checkpoints (resume with --output_dir {run_dir} "
+                        "--resume_from_checkpoint true)", exit_code=130) from err
     return summary.get("exit_code", 0)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import json
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -51,6 +53,35 @@ def register_task(name: str, factory: Callable[..., Task]) -> None:
     if not callable(factory):
         raise ValueError(f"factory for task {name!r} must be callable, got {type(factory).__name__}")
     _REGISTRY[name] = factory
+
+
+# A comma starts a new item only when ``key=`` follows it, so values may hold commas (``ops=+,-``).
+_ITEM_SPLIT = re.compile(r",(?=\s*[A-Za-z_][A-Za-z0-9_.-]*\s*=)")
+
+
+def parse_task_args(items: str | list[str] | tuple[str, ...] | None) -> dict:
+    """Task options as given on any command line -> keyword arguments for ``get_task``.
+
+    ``items`` is one ``"key=value,key=value"`` string (``--task_args``) or a list of them (``--task-arg``,
+    repeatable); both spellings mean the same everywhere. Values are read as JSON when they parse (``3`` is a
+    number, ``true`` a bool, ``"3"`` a string), else kept as text. Later keys win.
+    """
+    if items is None:
+        return {}
+    out = {}
+    for text in [items] if isinstance(items, str) else list(items):
+        for item in _ITEM_SPLIT.split(text):
+            if not item.strip():
+                continue
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"task argument {item!r} is not key=value (e.g. --task-arg data_dir=data/gsm8k or "
+                                 "--task_args 'data_dir=data/gsm8k,prompt_style=instruct')")
+            try:
+                out[key.strip()] = json.loads(value)
+            except json.JSONDecodeError:
+                out[key.strip()] = value.strip()
+    return out
 
 
 def get_task(name: str, **kwargs) -> Task:
