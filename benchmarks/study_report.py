@@ -94,7 +94,10 @@ def noise_report(groups: dict[str, list]) -> dict:
         by_step = np.array([[r.values[list(r.steps).index(s)] for s in common] for r in runs])  # (S, E)
         spread = float(by_step.std(axis=0, ddof=1).mean()) if len(runs) > 1 and common else None
         start = np.array([r.values[0] for r in runs])  # the same model for every seed: eval noise only
+        # The spread over seeds at equal steps holds evaluation noise too; what is left without it:
+        between = math.sqrt(max(spread**2 - eval_se**2, 0.0)) if spread is not None else None
         out[name] = {"eval_stderr_mean": eval_se, "seed_std_mean_over_steps": spread,
+                     "seed_std_without_eval_noise": between,
                      "seed_std_at_step_0": float(start.std(ddof=1)) if len(runs) > 1 else None}
     return out
 
@@ -156,9 +159,18 @@ def study_report(study_dir: Path, out: Path) -> dict | None:
             entry[key] = {"to_target": label.get("steps_to_target", label.get("time_to_target")),
                           "ratio": label["speedup"], "kind": label["speedup_kind"],
                           "ci95": label.get("speedup_ci95")}
-        steps_ratio = entry["steps/peak"]["ratio"]
-        entry["predicted_wall_speedup"] = steps_ratio / ratio if steps_ratio else None
+        for target in ("peak", "gain80"):  # check (3) against (1)/(2) at both targets
+            steps_ratio = entry[f"steps/{target}"]["ratio"]
+            entry[f"predicted_wall_speedup/{target}"] = steps_ratio / ratio if steps_ratio else None
         result["methods"][name] = entry
+
+    # Selection against its control: the same n -> m generation, max_variance vs random choice of the kept.
+    if {"pods-mv-n64m16", "pods-random-n64m16"} <= set(groups):
+        control = [r for r in labelled if r.label in ("pods-mv-n64m16", "pods-random-n64m16")]
+        result["selection_vs_random"] = {
+            f"steps/{'peak' if f is None else 'gain80'}": compare_runs(
+                control, baseline="pods-random-n64m16", x="steps", target_gain_fraction=f)
+            for f in (None, GAIN_FRACTION)}
 
     efficiency = {name: (e["steps/peak"]["ratio"], e["steps/peak"]["ci95"])
                   for name, e in result["methods"].items() if name != "grpo-n16"}
@@ -206,12 +218,18 @@ def print_tables(report: dict) -> None:
             mark = {"upper_bound": "<", "lower_bound": ">"}.get(entry["kind"], "")
             ratio = "—" if entry["ratio"] is None else f"{mark}{entry['ratio']:.2f}x"
             print(f"  {name:<20} to target {entry['to_target']}  ratio {ratio}  95% CI {_fmt_ci(entry['ci95'])}")
-    print("\nstep-time ratio and predicted wall-clock speed-up = (1)/(2):")
+    print("\nstep-time ratio and predicted wall-clock speed-up = (1)/(2), at the peak and gain80 targets:")
     for name, e in study["methods"].items():
-        pred = e["predicted_wall_speedup"]
+        pred = [e[f"predicted_wall_speedup/{t}"] for t in ("peak", "gain80")]
+        pred = " / ".join("—" if p is None else f"{p:.2f}x" for p in pred)
         print(f"  {name:<20} s/step {e['seconds_per_step'][0]:.3f}  ratio {e['step_ratio']:.2f} "
-              f"{_fmt_ci(e['step_ratio_ci95'])}  (1)/(2) {'—' if pred is None else f'{pred:.2f}x'}  "
+              f"{_fmt_ci(e['step_ratio_ci95'])}  (1)/(2) {pred}  "
               f"final acc {e['final_accuracy'][0]:.3f} ± {e['final_accuracy'][1] or 0:.3f}")
+    for key, c in study.get("selection_vs_random", {}).items():
+        label = c["labels"]["pods-mv-n64m16"]
+        print(f"selection vs its control ({key}, target {c['target']:.4f}): max_variance n=64 -> 16 needs "
+              f"{label.get('steps_to_target')} steps, random {c['labels']['pods-random-n64m16'].get('steps_to_target')}"
+              f": ratio {'—' if label['speedup'] is None else format(label['speedup'], '.2f')}x {_fmt_ci(label.get('speedup_ci95'))}")
     proj = study["projection"]
     methods = list(proj["break_even"])
     print("\nPROJECTION: wall-clock speed-up = (1) / step-time ratio")
@@ -224,8 +242,9 @@ def print_tables(report: dict) -> None:
         for m, v in proj["break_even"].items()))
     print("\nnoise: eval stderr vs seed-to-seed std")
     for name, n in study["noise"].items():
-        print(f"  {name:<20} eval SE {n['eval_stderr_mean']:.4f}  seed std {n['seed_std_mean_over_steps']}  "
-              f"(step 0 std: {n['seed_std_at_step_0']})")
+        print(f"  {name:<20} eval SE {n['eval_stderr_mean']:.4f}  seed std {n['seed_std_mean_over_steps']:.4f}  "
+              f"without eval noise {n['seed_std_without_eval_noise']:.4f}  (step 0, the same model for every "
+              f"seed: {n['seed_std_at_step_0']:.4f})")
 
 
 def write_report(out: Path, command: str | None = None) -> dict:
