@@ -20,6 +20,8 @@ Stages:
     sweep    GRPO alone at several learning rates (--lrs), --sweep-seeds seeds each: pick the rate for GRPO;
     study    all methods at that rate (--lr), --seeds seeds each, --steps updates, held-out evaluation every
              --eval-every steps on --eval-problems x --eval-k samples (500 x 4 by default);
+    options  PODS 32 -> 16 against itself with a selection option on (issue #13): ``downsample_tiebreak:
+             shorter`` and ``oversample_prompts: 2``, --seeds seeds each, the study's protocol (options.json);
     report   statistics, figures and study.json from whatever runs are finished (runs after each stage too).
 
 Every run is ``pods train --config tiny`` with overrides, in its own subprocess with one torch thread;
@@ -66,6 +68,7 @@ class Method:
     n: int
     m: int
     rule: str
+    extra: tuple[str, ...] = ()  # more `pods train` flags (the selection options of the options stage)
 
     @property
     def is_grpo(self) -> bool:
@@ -77,6 +80,12 @@ METHODS = {m.name: m for m in (
     Method("pods-mv-n32m16", 32, 16, "max_variance"),
     Method("pods-mv-n64m16", 64, 16, "max_variance"),
     Method("pods-random-n64m16", 64, 16, "random"),
+)}
+# The options stage (issue #13): PODS 32 -> 16 against itself with one selection option switched on.
+OPTION_BASELINE = "pods-mv-n32m16"
+OPTIONS = {m.name: m for m in (
+    Method("pods-mv-n32m16-shorter", 32, 16, "max_variance", ("--downsample_tiebreak", "shorter")),
+    Method("pods-mv-n32m16-over2", 32, 16, "max_variance", ("--oversample_prompts", "2")),
 )}
 LABELS = {"grpo-n16": "GRPO (n=16)", "pods-mv-n32m16": "PODS max_variance (n=32→m=16)",
           "pods-mv-n64m16": "PODS max_variance (n=64→m=16)", "pods-random-n64m16": "PODS random (n=64→m=16)"}
@@ -92,7 +101,7 @@ def train_command(method: Method, seed: int, lr: float, run_dir: Path, args) -> 
            "--max_train_seconds", "1e9", "--save_every_seconds", "1e9", "--logging_steps", "5",
            "--eval_every_steps", str(args.eval_every), "--eval_every_seconds", "1e9", "--eval_num_problems", str(args.eval_problems),
            "--eval_k", str(args.eval_k), "--eval_batch_size", "1000", "--torch_threads", "1",
-           "--disable_tqdm", "true"]
+           "--disable_tqdm", "true", *method.extra]
     return cmd + shlex.split(args.train_args or "")
 
 
@@ -171,9 +180,15 @@ def study_jobs(args) -> list[tuple]:
     return [(METHODS[name], seed, args.lr, f"{name}-s{seed}") for seed in range(args.seeds) for name in args.methods]
 
 
+def options_jobs(args) -> list[tuple]:
+    """PODS 32 -> 16 and each selection option at --lr, seed-major."""
+    methods = [METHODS[OPTION_BASELINE], *OPTIONS.values()]
+    return [(m, seed, args.lr, f"{m.name}-s{seed}") for seed in range(args.seeds) for m in methods]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["sweep", "study", "report"])
+    parser.add_argument("stage", choices=["sweep", "study", "options", "report"])
     parser.add_argument("--lrs", default="1e-4,2e-4,5e-4,1e-3", help="sweep: learning rates for GRPO")
     parser.add_argument("--sweep-seeds", type=int, default=2, help="sweep: seeds per learning rate")
     parser.add_argument("--lr", type=float, default=None, help="study: the learning rate (from the sweep)")
@@ -211,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
     if min(args.steps, args.eval_every, args.eval_problems, args.eval_k, args.seeds, args.jobs) < 1:
         parser.error("--steps, --eval-every, --eval-problems, --eval-k, --seeds and --jobs must be >= 1")
-    if args.stage == "study" and args.lr is None:
+    if args.stage in ("study", "options") and args.lr is None:
         args.lr = args.lrs[0] if args.quick else None
         if args.lr is None:
             parser.error("study needs --lr (run the sweep first and take GRPO's best rate)")
@@ -219,8 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or results_dir(machine_slug({**machine_info(), "gpu": None})) / "study"
     out.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "benchmarks/study_pods_vs_grpo.py", *(sys.argv[1:] if argv is None else argv)])
-    if args.stage in ("sweep", "study"):
-        jobs = sweep_jobs(args) if args.stage == "sweep" else study_jobs(args)
+    if args.stage in ("sweep", "study", "options"):
+        jobs = {"sweep": sweep_jobs, "study": study_jobs, "options": options_jobs}[args.stage](args)
         records = run_jobs(jobs, out / args.stage / "runs", args)
         if args.dry_run:
             return 0

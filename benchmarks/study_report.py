@@ -145,8 +145,7 @@ def study_report(study_dir: Path, out: Path) -> dict | None:
     seconds = {name: [step_seconds(r) for r in runs] for name, runs in groups.items()}
     base = seconds["grpo-n16"]
     for name, runs in groups.items():
-        ratio = float(np.mean(seconds[name]) / np.mean(base))
-        ci = bootstrap_ci(lambda rng, s=seconds[name]: np.mean(resample(s, rng)) / np.mean(resample(base, rng)))
+        ratio, ci = _step_ratio(seconds[name], base)
         phases = {p: float(np.mean([r.phase_seconds.get(p, np.nan) for r in runs]))
                   for p in ("generation", "scoring", "selection", "update", "step")}
         entry = {"seeds": len(runs), "seconds_per_step": _mean_se(seconds[name]), "step_ratio": ratio,
@@ -189,6 +188,93 @@ def study_report(study_dir: Path, out: Path) -> dict | None:
     figures.append("step_time_by_phase.png")
     result["figures"] = figures
     return result
+
+
+def _step_ratio(seconds: list[float], base: list[float]) -> tuple[float, list | None]:
+    """Mean step seconds of a method / the baseline's, with a bootstrap 95% CI over seeds."""
+    ratio = float(np.mean(seconds) / np.mean(base))
+    return ratio, bootstrap_ci(lambda rng: np.mean(resample(seconds, rng)) / np.mean(resample(base, rng)))
+
+
+def _train_mean(run, key: str) -> float | None:
+    """Mean over a run's logged training rows of ``key`` (e.g. completions/mean_length), None if never logged."""
+    values = [row[key] for row in read_metrics(run.run_dir) if key in row]
+    return float(np.mean(values)) if values else None
+
+
+def options_report(options_dir: Path, baseline: str = "pods-mv-n32m16") -> dict | None:
+    """Each selection option against PODS without it: (1)-(3) as in the study, plus completion length.
+
+    Length: the mean completion length of the kept rollouts over training (``completions/mean_length``, what
+    the update sees) and of held-out samples over the second half of training (``eval/mean_completion_tokens``),
+    each as option / baseline with a bootstrap 95% CI over seeds.
+    """
+    groups = _runs(options_dir / "runs")
+    if baseline not in groups or len(groups) < 2:
+        return None
+    from pods_rl.plots import plot_accuracy
+
+    labelled = [run for runs in groups.values() for run in runs]
+    comparisons = {f"{x}/{'peak' if f is None else 'gain80'}": compare_runs(labelled, baseline=baseline, x=x,
+                                                                           target_gain_fraction=f)
+                   for x in ("steps", "time") for f in (None, GAIN_FRACTION)}
+    seconds = {name: [step_seconds(r) for r in runs] for name, runs in groups.items()}
+
+    def held_out_length(run) -> float:
+        length = load_run(run.run_dir, label=run.label, metric="mean_completion_tokens")
+        return float(length.values[length.steps >= length.steps.max() / 2].mean())
+
+    lengths = {name: {"train_kept": [_train_mean(r, "completions/mean_length") for r in runs],
+                      "held_out_second_half": [held_out_length(r) for r in runs]} for name, runs in groups.items()}
+    pods_keys = sorted({k for runs in groups.values() for r in runs for row in read_metrics(r.run_dir)
+                        for k in row if k.startswith("pods/")})
+    methods = {}
+    for name, runs in groups.items():
+        ratio, ratio_ci = _step_ratio(seconds[name], seconds[baseline])
+        entry = {"seeds": len(runs), "seconds_per_step": _mean_se(seconds[name]), "step_ratio": ratio,
+                 "step_ratio_ci95": ratio_ci, "final_accuracy": _mean_se([float(r.values[-1]) for r in runs]),
+                 "pods_metrics": {k: _mean_se([_train_mean(r, k) for r in runs]) for k in pods_keys}}
+        for key, comparison in comparisons.items():
+            label = comparison["labels"][name]
+            entry[key] = {"to_target": label.get("steps_to_target", label.get("time_to_target")),
+                          "ratio": label["speedup"], "kind": label["speedup_kind"],
+                          "ci95": label.get("speedup_ci95")}
+        for kind, values in lengths[name].items():
+            base = [v for v in lengths[baseline][kind] if v is not None]
+            values = [v for v in values if v is not None]
+            entry[f"length/{kind}"] = {
+                "mean": _mean_se(values),
+                "ratio_to_baseline": float(np.mean(values) / np.mean(base)) if values and base else None,
+                "ci95": bootstrap_ci(lambda rng, v=values, b=base: np.mean(resample(v, rng)) /
+                                     np.mean(resample(b, rng))) if values and base else None}
+        methods[name] = entry
+    out = options_dir
+    for x in ("steps", "time"):
+        plot_accuracy(labelled, out=out, x=x, title=f"selection options, {len(groups[baseline])} seeds each")
+    plot_accuracy(labelled, out=out, x="steps", metric="mean_completion_tokens",
+                  title="held-out completion length")
+    return {"baseline": baseline, "comparisons": comparisons, "methods": methods,
+            "figures": ["options/accuracy_vs_steps.png", "options/accuracy_vs_time.png",
+                        "options/mean_completion_tokens_vs_steps.png"]}
+
+
+def print_options(report: dict) -> None:
+    """The options stage as a text table."""
+    print(f"\noptions against {report['baseline']} (ratio baseline / option; > 1 favours the option):")
+    for name, e in report["methods"].items():
+        cells = []
+        for key in ("steps/peak", "steps/gain80", "time/gain80"):
+            entry = e[key]
+            mark = {"upper_bound": "<", "lower_bound": ">"}.get(entry["kind"], "")
+            ratio = "—" if entry["ratio"] is None else f"{mark}{entry['ratio']:.2f}x"
+            cells.append(f"{key} {ratio} {_fmt_ci(entry['ci95'])}")
+        length = e["length/train_kept"]
+        held = e["length/held_out_second_half"]
+        print(f"  {name:<24} " + "  ".join(cells) + f"  step ratio {e['step_ratio']:.2f} "
+              f"{_fmt_ci(e['step_ratio_ci95'])}  kept length {length['mean'][0]:.2f} "
+              f"(x{length['ratio_to_baseline']:.3f} {_fmt_ci(length['ci95'])})  held-out length "
+              f"{held['mean'][0]:.2f} (x{held['ratio_to_baseline']:.3f} {_fmt_ci(held['ci95'])})  "
+              f"final acc {e['final_accuracy'][0]:.3f} ± {e['final_accuracy'][1] or 0:.3f}")
 
 
 def _fmt_ci(ci) -> str:
@@ -252,8 +338,11 @@ def write_report(out: Path, command: str | None = None) -> dict:
     from _machine import machine_info
 
     report = {"command": command, "machine": {**machine_info(), "gpu": None},
-              "sweep": sweep_report(out / "sweep"), "study": study_report(out / "study", out)}
+              "sweep": sweep_report(out / "sweep"), "study": study_report(out / "study", out),
+              "options": options_report(out / "options") if (out / "options" / "runs").is_dir() else None}
     print_tables(report)
+    if report["options"]:
+        print_options(report["options"])
     (out / "study.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
     print(f"\nwrote {out / 'study.json'}")
     return report

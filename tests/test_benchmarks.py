@@ -6,6 +6,7 @@ machine: the only timing claim asserted is that sampling 32x more rollouts takes
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,22 @@ def test_study_quick_sweep_then_study_then_report(tmp_path):
     assert all("--max_steps 4" in c and "--eval_every_steps 2" in c for c in rows[1]["runs"].values())
     proc = _run("study_pods_vs_grpo.py", "study", "--quick", "--out", str(out))
     assert "4 runs, 4 done before; 0 to go" in proc.stdout
+
+    # The options stage: its runs carry the option's flag; its report compares each option with PODS alone.
+    proc = _run("study_pods_vs_grpo.py", "options", "--quick", "--dry-run", "--out", str(out))
+    commands = proc.stdout.strip().splitlines()
+    assert len(commands) == 6 and sum("--downsample_tiebreak shorter" in c for c in commands) == 2
+    assert sum("--oversample_prompts 2" in c for c in commands) == 2
+    runs = out / "study" / "runs"
+    for seed in (0, 1):  # finished runs stand in for the options' runs (the report only reads run directories)
+        shutil.copytree(runs / f"pods-mv-n64m16-s{seed}", out / "options" / "runs" / f"pods-mv-n32m16-s{seed}")
+        shutil.copytree(runs / f"grpo-n16-s{seed}", out / "options" / "runs" / f"pods-mv-n32m16-shorter-s{seed}")
+    _run("study_pods_vs_grpo.py", "report", "--out", str(out))
+    options = json.loads((out / "study.json").read_text())["options"]
+    assert options["baseline"] == "pods-mv-n32m16" and set(options["methods"]) == {
+        "pods-mv-n32m16", "pods-mv-n32m16-shorter"}
+    shorter = options["methods"]["pods-mv-n32m16-shorter"]
+    assert shorter["step_ratio"] < 1.0  # the stand-in is GRPO n=16: cheaper than 64 -> 16
+    assert shorter["length/train_kept"]["mean"][0] > 0 and shorter["length/held_out_second_half"]["mean"][0] > 0
+    for name in options["figures"]:
+        assert (out / name).stat().st_size > 1000, name

@@ -69,7 +69,7 @@ def plot_accuracy(runs: Sequence, out=None, x: str = "time", metric: str = "accu
     a 95% band over seeds (see ``pods_rl.stats``); thin lines = seeds.
 
     ``runs``: RunData objects or ``RUN_DIR[=LABEL]`` specs. Saves ``out/accuracy_vs_time.{png,pdf}`` (or
-    ``accuracy_vs_steps``) when ``out`` is given. Returns the matplotlib Figure.
+    ``accuracy_vs_steps``; ``<metric>_vs_<x>`` for another metric) when ``out`` is given. Returns the Figure.
     """
     import matplotlib
 
@@ -98,17 +98,18 @@ def plot_accuracy(runs: Sequence, out=None, x: str = "time", metric: str = "accu
             if np.isfinite(half_width).any():
                 ax.fill_between(grid / divisor, mean - half_width, mean + half_width, color=color, alpha=0.2,
                                 linewidth=0)
-        pretty = {"accuracy": "Test accuracy", "format_accuracy": "Format accuracy",
-                  "both_accuracy": "Correct and formatted", "pass_at_k": "pass@k"}[metric]
+        ylabel = {"accuracy": "Test accuracy (fraction)", "format_accuracy": "Format accuracy (fraction)",
+                  "both_accuracy": "Correct and formatted (fraction)", "pass_at_k": "pass@k (fraction)",
+                  "mean_completion_tokens": "Held-out completion length (tokens)"}[metric]
         ax.set_xlabel(f"Training time ({unit_name})" if x == "time" else "Policy updates (optimizer steps)")
-        ax.set_ylabel(f"{pretty} (fraction)")
+        ax.set_ylabel(ylabel)
         ax.set_xlim(left=0)
         ax.grid(alpha=0.3, linewidth=0.5)
         ax.legend(frameon=False, loc="lower right")
         if title:
             ax.set_title(title)
         fig.tight_layout()
-        _save(fig, out, f"accuracy_vs_{x}")
+        _save(fig, out, f"accuracy_vs_{x}" if metric == "accuracy" else f"{metric}_vs_{x}")
     return fig
 
 

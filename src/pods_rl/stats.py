@@ -45,7 +45,9 @@ import numpy as np
 from pods_rl.runlog import read_metrics
 
 PHASES = ("generation", "scoring", "selection", "update")
-METRICS = ("accuracy", "format_accuracy", "both_accuracy", "pass_at_k")
+# Per-evaluation metrics a curve can follow (keys of eval.json records / ``eval/*`` rows of metrics.jsonl);
+# mean_completion_tokens is the held-out completion length (a length-aware tiebreak should move it).
+METRICS = ("accuracy", "format_accuracy", "both_accuracy", "pass_at_k", "mean_completion_tokens")
 # x-axis name -> (unit, result key of the value at the target, result key of the last observed x).
 X_AXES = {"time": ("seconds", "time_to_target", "last_time"),
           "steps": ("steps", "steps_to_target", "last_step")}
