@@ -1,4 +1,5 @@
-"""Two processes on CPU (gloo) under `accelerate launch`: whole groups per process, equal kept rows per rank."""
+"""Two processes on CPU (gloo) under `accelerate launch`: whole groups per process, equal kept rows per rank, and a
+SIGTERM seen by one rank stops both at the same step."""
 
 import json
 import os
@@ -29,6 +30,8 @@ def test_two_process_pods_run(tmp_path, tiny_model_dir):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     records = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["world"] for r in records] == [2, 2]
+    # Rank 1 alone got SIGTERM at step 2 of 3: both ranks stopped there (the graceful stop agrees across ranks).
+    assert [(r["stopped_at"], r["stop_signal"]) for r in records] == [(2, "SIGTERM"), (2, "SIGTERM")]
     for record in records:
         # 2 steps; per step each rank trains on 2 prompts x m=2 kept rollouts.
         assert record["loss_rows"] == [4, 4]

@@ -160,6 +160,41 @@ def test_prepare_resume_with_leftovers(tmp_path):
     assert {p.name for p in run_dir.iterdir()} == {"checkpoint-1", "checkpoint-5.incomplete"}
 
 
+def test_signal_handling_first_notes_second_aborts():
+    stop = runlog.GracefulStop()
+    with stop.handling_signals():
+        # Before training (model loading): nothing to finish, so abort at once.
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+        stop.on_train_begin(None, None, None)
+        os.kill(os.getpid(), signal.SIGTERM)  # noted, training goes on
+        assert stop.signal_name == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGTERM)  # at once again: the same request delivered twice, not an abort
+
+        class Control:
+            should_save = should_training_stop = False
+
+        control = stop.on_step_end(None, None, Control())
+        assert control.should_save and control.should_training_stop
+        with pytest.raises(KeyboardInterrupt):  # the second one does not wait
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+
+def test_signal_while_starting_aborts_and_leaves_no_run_dir(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    def signalled_trainer(*args, **kwargs):  # the run directory exists by now
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the signal did not abort")
+
+    monkeypatch.setattr("pods_rl.trainer.PODSTrainer", signalled_trainer)
+    run_dir = tmp_path / "r"
+    argv = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(run_dir)]
+    assert train_main(argv) == 130
+    assert f"aborted; {run_dir} keeps its complete checkpoints" in _one_error_line(capsys)
+    assert not run_dir.exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def test_sigterm_stops_gracefully_and_resumes(tmp_path, tiny_model_dir):
     run_dir = tmp_path / "run"
     args = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(run_dir),

@@ -311,19 +311,38 @@ class TrainingClock(TrainerCallback):
 class GracefulStop(TrainerCallback):
     """SIGTERM / SIGINT: finish the current optimizer step, save a complete checkpoint, stop training.
 
-    ``handling_signals()`` installs the handlers (main thread only) for the duration of ``trainer.train``; the
-    first signal is noted and acted on at the end of the step; a second one raises KeyboardInterrupt at once.
+    ``handling_signals()`` installs the handlers (main thread only). While training runs, the first signal is
+    noted and acted on at the end of the step (the checkpoint save that follows writes the training clock); a
+    second one raises KeyboardInterrupt at once. Outside training (model loading, the final save and evaluation)
+    there is no step to finish, so a signal aborts at once. A SIGTERM within ``DUPLICATE_SECONDS`` of the first
+    is taken as the same request.
+
+    With several processes, the ranks agree at each step end (one all-reduce of a flag): a launcher may deliver
+    the signal to the ranks at different moments, and a rank that stopped a step before the others would leave
+    them waiting in the next collective.
     """
+
+    # A SIGTERM this soon after the first is the same request delivered twice (a scheduler signals every process
+    # of the job, and the launcher passes its own copy on to the ranks), not a user insisting.
+    DUPLICATE_SECONDS = 2.0
 
     def __init__(self):
         self.signal_name: str | None = None
+        self.training = False
+        self._first_at = 0.0
 
     def _handle(self, signum, frame):
-        if self.signal_name is not None:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting")
-        self.signal_name = signal.Signals(signum).name
+        name = signal.Signals(signum).name
+        if (name == "SIGTERM" and self.signal_name == "SIGTERM"
+                and time.monotonic() - self._first_at < self.DUPLICATE_SECONDS):
+            logger.warning("SIGTERM again within %.0f s: the same request, still finishing the step",
+                           self.DUPLICATE_SECONDS)
+            return
+        if self.signal_name is not None or not self.training:
+            raise KeyboardInterrupt(f"{name}: aborting")
+        self.signal_name, self._first_at = name, time.monotonic()
         logger.warning("%s: finishing this step, then saving a checkpoint and stopping (send it again to abort "
-                       "at once)", self.signal_name)
+                       "at once)", name)
 
     @contextmanager
     def handling_signals(self):
@@ -338,11 +357,39 @@ class GracefulStop(TrainerCallback):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.training = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.training = False
+
     def on_step_end(self, args, state, control, **kwargs):
-        if self.signal_name is not None:
+        requested = self.signal_name is not None
+        if _world_size() > 1:
+            requested = _any_rank(requested)
+            if requested and self.signal_name is None:
+                self.signal_name = "SIGTERM"  # another rank got it; this one stops at the same step
+        if requested:
             control.should_save = True
             control.should_training_stop = True
         return control
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _any_rank(flag: bool) -> bool:
+    """Whether ``flag`` is true on any rank (all ranks must call this at the same point)."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    value = torch.tensor([1 if flag else 0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
 class ApplyOptimizerSettings(TrainerCallback):

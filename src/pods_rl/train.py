@@ -360,11 +360,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    config = None
+    from pods_rl.runlog import GracefulStop
+
+    config, stop = None, GracefulStop()
     try:
         run, config, model_args = parse_args(argv)
-        trainer, clock, eval_fn = build(run, config, model_args)
-        summary = fit(trainer, clock, eval_fn)
+        # From here a signal aborts at once (and a run directory made by this start is removed) until training
+        # begins; then it finishes the step and saves.
+        with stop.handling_signals():
+            trainer, clock, eval_fn = build(run, config, model_args, stop=stop)
+            summary = fit(trainer, clock, eval_fn)
     except RunFinished as done:  # not an error: nothing to do
         print(f"pods train: {done}")
         return 0
@@ -425,9 +430,10 @@ def plan_resume(run: RunArguments, config, output_dir_given: bool) -> Path | Non
     return None
 
 
-def build(run: RunArguments, config, model_args):
+def build(run: RunArguments, config, model_args, stop=None):
     """Check everything that can be checked cheaply, load task, model and tokenizer, prepare the run directory
-    (resume) and build the trainer and its clock. Nothing is written before all checks pass."""
+    (resume) and build the trainer and its clock. Nothing is written before all checks pass. ``stop``: the
+    ``runlog.GracefulStop`` whose signal handlers are installed (a new one otherwise; ``fit`` installs it)."""
     import shutil
 
     import torch
@@ -533,7 +539,7 @@ def build(run: RunArguments, config, model_args):
         )
         if clock.progress:  # the clock's bar (training seconds) replaces the Trainer's (steps of max_steps)
             config.disable_tqdm = True
-        callbacks = [clock, runlog.GracefulStop()]
+        callbacks = [clock, stop or runlog.GracefulStop()]
         if changes:  # the optimizer state in the checkpoint carries the old hyper-parameters: apply the new ones
             callbacks.append(runlog.ApplyOptimizerSettings())
         trainer = PODSTrainer(

@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+from pods_rl.runlog import GracefulStop
 from pods_rl.trainer import PODSConfig, PODSTrainer
 
 
@@ -17,12 +18,23 @@ def digit_reward(completions, **kwargs):
 
 def main(model_dir: str, out_dir: str) -> None:
     n, m = 6, 2
-    config = PODSConfig(output_dir=out_dir, use_cpu=True, seed=0, learning_rate=1e-2, max_steps=2, beta=0.0,
+    config = PODSConfig(output_dir=out_dir, use_cpu=True, seed=0, learning_rate=1e-2, max_steps=3, beta=0.0,
                         max_completion_length=6, num_generations=n, downsample_to=m,
                         per_device_train_batch_size=2 * m, logging_steps=1, report_to="none", save_strategy="no")
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}*{i}="}] for i in range(32)]})
+    stop = GracefulStop()
+
+    class SignalOnRankOne(TrainerCallback):
+        """At the end of step 2, rank 1 alone has received SIGTERM (as its handler would note it): both ranks
+        must stop after step 2 (of 3), or rank 0 would wait for rank 1 in step 3."""
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 2 and state.is_world_process_zero is False:
+                stop.signal_name = "SIGTERM"
+
     trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[digit_reward],
-                          args=config, train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(model_dir))
+                          args=config, train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(model_dir),
+                          callbacks=[SignalOnRankOne(), stop])
     record = {"rank": trainer.accelerator.process_index, "world": trainer.accelerator.num_processes,
               "loss_rows": [], "generated_prompts": [], "advantages_group_sums": []}
     generate = trainer._generate_and_score_completions
@@ -36,6 +48,7 @@ def main(model_dir: str, out_dir: str) -> None:
 
     trainer._generate_and_score_completions = spy
     trainer.train()
+    record.update(stopped_at=trainer.state.global_step, stop_signal=stop.signal_name)
     Path(out_dir, f"rank{record['rank']}.json").write_text(json.dumps(record))
 
 
