@@ -109,17 +109,25 @@ def check_schema(result, ns, m):
 def test_cost_cli_on_a_tiny_model(tmp_path, tiny_model_dir, capsys):
     out = tmp_path / "cost.json"
     code = cost.main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--n", "8",
-                      "--steps", "2", "--warmup", "1", "--out", str(out)])
+                      "--steps", "2", "--warmup", "1", "--out", str(out), "--oversample_prompts", "2"])
     assert code == 0
     text = capsys.readouterr().out
     assert "4 -> 4" in text and "8 -> 4" in text and "1.00x" in text and "interleaved" in text
+    assert "8 -> 4 x2" in text and "its step takes" in text
     result = json.loads(out.read_text())
-    check_schema(result, [4, 8], 4)  # m = the recipe's downsample_to, and n = m added
+    # Each n with and without over-sampling: (4, 1), (4, 2), (8, 1), (8, 2).
+    assert [(r["n"], r["oversample_prompts"]) for r in result["rows"]] == [(4, 1.0), (4, 2.0), (8, 1.0), (8, 2.0)]
+    plain = [r for r in result["rows"] if r["oversample_prompts"] == 1.0]
+    check_schema({**result, "rows": plain}, [4, 8], 4)  # m = the recipe's downsample_to, and n = m added
     assert result["settings"]["schedule"] == "interleaved" and result["machine"]["device"] == "cpu"
+    assert result["settings"]["oversample_prompts"] == 2.0
     assert all(r["steps"] == 2 and r["kept_per_step"] == 8 for r in result["rows"])
-    assert [r["sampled_per_step"] for r in result["rows"]] == [8, 16]
-    pods_row = result["rows"][1]
+    assert [r["sampled_per_step"] for r in result["rows"]] == [8, 16, 16, 32]
+    pods_row = result["rows"][2]
     assert 0.0 <= pods_row["frac_zero_std_kept"] <= pods_row["frac_zero_std_all"] <= 1.0  # max_variance keeps
+    for over, base in [(result["rows"][1], result["rows"][0]), (result["rows"][3], result["rows"][2])]:
+        assert over["oversample_step_ratio"] == pytest.approx(over["seconds"]["step"] / base["seconds"]["step"])
+        assert base["oversample_step_ratio"] is None
 
 
 def test_cost_on_the_paper_recipe_with_a_local_model_and_data(tmp_path, tiny_model_dir):

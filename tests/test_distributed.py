@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parent / "scripts" / "distributed_pods.py"
 
 
@@ -17,7 +19,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_process_pods_run(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("oversample", [1, 2])
+def test_two_process_pods_run(tmp_path, tiny_model_dir, oversample):
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     # `--multi_gpu` selects accelerate's torchrun launcher; with no GPU, torch.distributed falls back to gloo
@@ -25,7 +28,7 @@ def test_two_process_pods_run(tmp_path, tiny_model_dir):
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "--main_process_port", str(_free_port()),
-           str(SCRIPT), str(tiny_model_dir), str(out)]
+           str(SCRIPT), str(tiny_model_dir), str(out), str(oversample)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     records = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
@@ -35,11 +38,15 @@ def test_two_process_pods_run(tmp_path, tiny_model_dir):
     for record in records:
         # 2 steps; per step each rank trains on 2 prompts x m=2 kept rollouts.
         assert record["loss_rows"] == [4, 4]
-        for prompts in record["generated_prompts"]:
-            # Each rank generated whole groups: 2 prompts x n=6 rollouts, each prompt's 6 rows together.
-            assert len(prompts) == 12
-            groups = [prompts[i:i + 6] for i in range(0, 12, 6)]
+        for prompts, kept in zip(record["generated_prompts"], record["kept_prompts"]):
+            # Each rank generated whole groups: 2 * oversample prompts x n=6 rollouts, each prompt's rows together.
+            assert len(prompts) == 12 * oversample
+            groups = [prompts[i:i + 6] for i in range(0, len(prompts), 6)]
             assert all(len(set(g)) == 1 for g in groups)
+            # The update got 2 whole kept groups (m=2 rows each) of this rank's own prompts.
+            kept_groups = [kept[i:i + 2] for i in range(0, 4, 2)]
+            assert len(kept) == 4 and all(len(set(g)) == 1 for g in kept_groups)
+            assert all(any(p in g[0] for p in set(prompts)) for g in kept_groups)
         # Advantages are normalized within each kept group: they sum to ~0 per group.
         for sums in record["advantages_group_sums"]:
             assert all(abs(s) < 1e-3 for s in sums)

@@ -230,6 +230,56 @@ def test_feature_rule_sees_lengths_rewards_per_func_and_truncation(tmp_path, tin
     assert _kept_texts(trainer, out) == [texts[g * n + i].strip() for g in range(2) for i in kept[g].tolist()]
 
 
+def half_informative_reward(prompts, completions, **kwargs):
+    """Even prompts: reward 1.0 for every rollout (a zero-variance group); odd prompts: digit_reward (varies)."""
+    varied = digit_reward(completions)
+    return [1.0 if int(p[0]["content"].split("+")[0]) % 2 == 0 else v for p, v in zip(prompts, varied)]
+
+
+def test_oversample_prompts_keeps_informative_groups_and_b_times_m_rows(tmp_path, tiny_model_dir):
+    n, m, groups, steps = 8, 4, 2, 4
+    trainer = make_trainer(tmp_path, tiny_model_dir, reward_funcs=(half_informative_reward,), num_generations=n,
+                           downsample_to=m, per_device_train_batch_size=groups * m, max_steps=steps,
+                           oversample_prompts=2)
+    informative = []  # per round: sampled groups whose n rewards are not all equal
+
+    def recording_reward(prompts, completions, **kw):
+        rewards = torch.tensor(half_informative_reward(prompts, completions)).view(-1, n)
+        informative.append(int((rewards != rewards[:, :1]).any(1).sum()))
+        return rewards.flatten().tolist()
+
+    trainer.reward_funcs[0] = recording_reward
+    trainer.reward_func_names[0] = "half_informative_reward"
+    forward_rows = []
+    hook = trainer.model.register_forward_hook(
+        lambda mod, args, kwargs, out: forward_rows.append(kwargs["input_ids"].shape[0])
+        if torch.is_grad_enabled() else None, with_kwargs=True)
+    trainer.train()
+    hook.remove()
+    # The update holds B*m rows per step, as without over-sampling; 2 * B prompts were sampled per step.
+    assert forward_rows == [groups * m] * steps
+    logs = [row for row in trainer.state.log_history if "pods/prompts_sampled" in row]
+    assert len(logs) == steps == len(informative)
+    assert [row["pods/prompts_sampled"] for row in logs] == [2 * groups] * steps
+    for row, good in zip(logs, informative):
+        assert row["pods/groups_zero_std"] == 2 * groups - good
+        # max_variance keeps a varied subset of a varied group: zero-variance groups reach the update only
+        # when fewer than B informative groups were sampled.
+        assert row["pods/frac_zero_std_kept"] == max(0, groups - good) / groups
+        assert row["pods/groups_zero_std_kept"] == max(0, groups - good)
+        assert row["pods/kept_groups_var_mean"] > 0
+    # The case the test is about happened: zero-variance groups were sampled and none reached the update.
+    assert any(row["pods/groups_zero_std"] > 0 and row["pods/frac_zero_std_kept"] == 0 for row in logs)
+
+
+def test_oversample_prompts_config(tmp_path):
+    config = PODSConfig(**common_args(tmp_path, num_generations=8, downsample_to=4, per_device_train_batch_size=8,
+                                      oversample_prompts=1.5))
+    assert config.sampled_prompts_per_process() == 3 and config.selects  # ceil(1.5 * 2 groups)
+    config = PODSConfig(**common_args(tmp_path, num_generations=4, oversample_prompts=2))  # GRPO + over-sampling
+    assert config.sampled_prompts_per_process() == 2 and config.selects and not config.is_pods
+
+
 def test_lora_with_accumulation(tmp_path, tiny_model_dir):
     from peft import LoraConfig
 
@@ -268,6 +318,7 @@ def test_llama_pods_step_runs(tmp_path, tiny_llama_dir):
         (dict(num_generations=8, downsample_to=4, max_train_seconds=-1), "max_train_seconds"),
         (dict(num_generations=8, downsample_to=2.5), "integer"),
         (dict(num_generations=8, downsample_to=4, downsample_tiebreak="short"), "downsample_tiebreak must be one of"),
+        (dict(num_generations=8, downsample_to=4, oversample_prompts=0.5), "oversample_prompts must be a number >= 1"),
     ],
 )
 def test_bad_configs_fail_fast(tmp_path, overrides, message):

@@ -3,6 +3,7 @@
     pods cost                                            # the embedded default: tiny model, m=8, n = 8, 16, 32
     pods cost --config gsm8k/pods --n 16,64 --steps 3    # a paper recipe (needs its GPU); any pods train flag
     pods cost --config my.yaml --model_name_or_path ./m --per_device_train_batch_size 8 --out cost.json
+    pods cost --n 16 --oversample_prompts 2              # what sampling 2x the prompts adds to a step
 
 For each n (always including n = m, the GRPO reference with the same update batch) it builds the REAL
 ``pods train`` trainer (``pods_rl.train.parse_args`` + ``build``: same model, task, device, batch sizes, with
@@ -27,6 +28,11 @@ starts from (cheap sampling, costly updates) shows as the first being much small
 reward columns are what selection had to work with: the fraction of groups whose rewards are all equal among
 the n sampled (nothing to learn from them, whatever is kept) and among the m kept, and the std of the kept
 rewards.
+
+Prompt over-sampling. With ``--oversample_prompts O`` (O > 1, a `pods train` flag, or the recipe's value) each n
+is measured twice, without and with O: the rows marked ``xO`` sample O times more prompts for the same kept
+update batch, and a line under the table gives their step time (and generation, scoring time) relative to the
+same n without over-sampling, its generation overhead; ``oversample_step_ratio`` in the JSON.
 
 Agreement with `pods train`. The numbers are the rows a `pods train` run of the same settings writes to its
 metrics.jsonl (``tests/test_cost.py`` checks that the rows cost reads are those of the real trainer, with the
@@ -106,20 +112,22 @@ def _turn_callback(turns: _Turns, i: int):
 # ------------------------------------------------------------------------------------------------------------
 # Measuring
 # ------------------------------------------------------------------------------------------------------------
-def _settings_argv(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path) -> list[str]:
+def _settings_argv(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path,
+                   oversample: float = 1.0) -> list[str]:
     """The `pods train` flags of one measured setting: the user's recipe + overrides (later flags win)."""
     return [*recipe_argv, "--num_generations", str(n), "--downsample_to", str(m), "--max_steps", str(max_steps),
+            "--oversample_prompts", repr(float(oversample)),
             "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
             "--eval_before_after", "false", "--output_dir", str(output_dir)]
 
 
-def _build(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path):
+def _build(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path, oversample: float = 1.0):
     """The real `pods train` trainer for one setting, without evaluation, checkpoints or a time limit."""
     from transformers.trainer_callback import PrinterCallback
 
     from pods_rl import train
 
-    run, config, model_args = train.parse_args(_settings_argv(recipe_argv, n, m, max_steps, output_dir))
+    run, config, model_args = train.parse_args(_settings_argv(recipe_argv, n, m, max_steps, output_dir, oversample))
     run.eval_every_seconds = run.eval_every_steps = None
     config.max_train_seconds = config.save_every_seconds = None  # stop by steps, never save
     trainer, clock, _ = train.build(run, config, model_args)
@@ -160,13 +168,16 @@ def step_rows(run_dir: Path, warmup: int) -> list[dict]:
     return [r for r in rows if r["step"] > warmup]
 
 
-def summarize(rows: list[dict], n: int, m: int, kept_per_step: int) -> dict:
+def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: float = 1.0,
+              sampled_per_step: int | None = None) -> dict:
     """One table row from measured per-step rows (``step_rows``): mean, std, min, max seconds of each phase,
     seconds per sampled / kept rollout, peak update memory and the selection statistics.
 
     Args:
         rows: S >= 1 per-step metric dicts.
-        kept_per_step: rollouts the update trains on per optimizer step (all processes); sampled = x n / m.
+        kept_per_step: rollouts the update trains on per optimizer step (all processes).
+        oversample: the setting's ``oversample_prompts``.
+        sampled_per_step: rollouts sampled per step; default kept_per_step x n / m x oversample.
     """
     import numpy as np
 
@@ -183,7 +194,8 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int) -> dict:
         seconds[phase] = float(values.mean())
         std[phase] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
         low[phase], high[phase] = float(values.min()), float(values.max())
-    sampled_per_step = kept_per_step * n // m
+    if sampled_per_step is None:
+        sampled_per_step = round(kept_per_step * n / m * oversample)
 
     def mean_of(*keys):
         for key in keys:  # the PODS metric when the trainer selected, else TRL's (n = m: all kept)
@@ -194,9 +206,10 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int) -> dict:
 
     memory = column("memory/update_peak_gb")
     return {
-        "n": n, "m": m, "steps": len(rows),
+        "n": n, "m": m, "oversample_prompts": oversample, "steps": len(rows),
         "seconds": seconds, "seconds_std": std, "seconds_min": low, "seconds_max": high,
         "step_ratio": None,  # filled in against n = m by add_ratios
+        "oversample_step_ratio": None,  # over-sampled rows: against the same n without over-sampling
         "sampled_per_step": sampled_per_step, "kept_per_step": kept_per_step,
         "generation_ms_per_sampled_rollout": 1e3 * seconds["generation"] / sampled_per_step,
         "update_ms_per_kept_rollout": 1e3 * seconds["update"] / kept_per_step,
@@ -208,49 +221,58 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int) -> dict:
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:
-    """Set each row's ``step_ratio`` = its mean step seconds / those of the n = m row (the GRPO reference)."""
-    reference = next(r for r in rows if r["n"] == r["m"])
+    """Set each row's ``step_ratio`` = its mean step seconds / those of the n = m row without over-sampling (the
+    GRPO reference), and for over-sampled rows ``oversample_step_ratio`` = step seconds / those of the same n
+    without over-sampling (the generation overhead of ``oversample_prompts``)."""
+    plain = {r["n"]: r for r in rows if r.get("oversample_prompts", 1.0) == 1.0}
+    reference = plain[next(r["m"] for r in rows)]
     for row in rows:
         row["step_ratio"] = row["seconds"]["step"] / reference["seconds"]["step"]
+        if row.get("oversample_prompts", 1.0) != 1.0 and row["n"] in plain:
+            row["oversample_step_ratio"] = row["seconds"]["step"] / plain[row["n"]]["seconds"]["step"]
     return rows
 
 
 def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = DEFAULT_STEPS,
-            warmup: int = DEFAULT_WARMUP, schedule: str = "auto") -> dict:
+            warmup: int = DEFAULT_WARMUP, schedule: str = "auto", oversample: float = 1.0) -> dict:
     """Train the recipe for ``warmup + steps`` optimizer steps at each n (keeping m) and summarize the cost.
 
     Args:
         recipe_argv: `pods train` flags (``--config``, overrides).
         ns: rollouts sampled per prompt, each >= m; n = m is the GRPO reference and must be among them.
         schedule: "interleaved", "sequential" or "auto" (sequential on CUDA, interleaved otherwise).
-    Returns ``{"machine", "settings", "rows": [one dict per n, see summarize()]}``.
+        oversample: ``oversample_prompts`` > 1 measures each n also with it (its generation overhead).
+    Returns ``{"machine", "settings", "rows": [one dict per (n, oversample), see summarize()]}``.
     """
     from pods_rl.machine import machine_info
 
     if m not in ns:
         raise ValueError(f"the n list {list(ns)} must include n = m = {m}, the GRPO reference")
-    run_dirs, described, waiting = {}, {}, []  # waiting: (n, trainer) to be trained interleaved
+    cases = [(n, o) for n in ns for o in ([1.0, float(oversample)] if oversample > 1 else [1.0])]
+    run_dirs, described, waiting = {}, {}, []  # waiting: ((n, o), trainer) to be trained interleaved
     with tempfile.TemporaryDirectory(prefix="pods-cost-") as tmp:
-        for n in ns:
-            trainer, run_dirs[n] = _build(list(recipe_argv), n, m, warmup + steps, Path(tmp) / f"n{n}")
+        for n, o in cases:
+            n_o = (n, o)
+            trainer, run_dirs[n_o] = _build(list(recipe_argv), n, m, warmup + steps, Path(tmp) / f"n{n}-o{o:g}", o)
             if schedule == "auto":
                 schedule = "sequential" if trainer.accelerator.device.type == "cuda" else "interleaved"
             if schedule == "sequential":  # train now and free it: the next setting gets the device alone
                 trainer.train()
-                described[n] = _describe(trainer)
+                described[n_o] = _describe(trainer)
                 del trainer
                 _free_memory()
             else:
-                waiting.append((n, trainer))
+                waiting.append((n_o, trainer))
         if waiting:
             _train_interleaved([trainer for _, trainer in waiting])
-            described.update((n, _describe(trainer)) for n, trainer in waiting)
+            described.update((n_o, _describe(trainer)) for n_o, trainer in waiting)
             del waiting, trainer
             _free_memory()
-        rows = [summarize(step_rows(run_dirs[n], warmup), n, m, described[n]["kept_per_step"]) for n in ns]
-    machine = {**machine_info(), "device": described[ns[0]]["device"]}
-    settings = {"m": m, "n": list(ns), "steps": steps, "warmup": warmup, "schedule": schedule,
-                "recipe_argv": list(recipe_argv)}
+        rows = [summarize(step_rows(run_dirs[c], warmup), c[0], m, described[c]["kept_per_step"], oversample=c[1],
+                          sampled_per_step=described[c]["sampled_per_step"]) for c in cases]
+    machine = {**machine_info(), "device": described[cases[0]]["device"]}
+    settings = {"m": m, "n": list(ns), "oversample_prompts": float(oversample), "steps": steps, "warmup": warmup,
+                "schedule": schedule, "recipe_argv": list(recipe_argv)}
     return {"machine": machine, "settings": settings, "rows": add_ratios(rows)}
 
 
@@ -262,8 +284,13 @@ def _describe(trainer) -> dict:
     name = str(device)
     if device.type == "cuda":
         name += f" ({torch.cuda.get_device_name(device)})"
-    return {"kept_per_step": args.per_device_train_batch_size * args.gradient_accumulation_steps
-            * trainer.accelerator.num_processes, "device": name}
+    processes = trainer.accelerator.num_processes
+    kept_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
+    # Sampled = kept x n / m, times the prompts sampled per kept group (oversample_prompts, rounded up per process).
+    kept_groups = args.per_device_train_batch_size * args.steps_per_generation // args.downsample_to
+    sampled_per_step = round(kept_per_step * args.num_generations / args.downsample_to
+                             * args.sampled_prompts_per_process() / kept_groups)
+    return {"kept_per_step": kept_per_step, "sampled_per_step": sampled_per_step, "device": name}
 
 
 def _free_memory() -> None:
@@ -281,7 +308,7 @@ def format_table(result: dict) -> str:
     """The cost result as a text table: milliseconds per optimizer step of each phase (mean ± std over the
     measured steps), the step-time ratio to n = m, per-rollout costs, peak update memory, selection statistics."""
     rows = result["rows"]
-    head = (f"{'n -> m':>8} {'generation':>13} {'scoring':>11} {'selection':>10} {'update':>13} {'step':>13} "
+    head = (f"{'n -> m':>11} {'generation':>13} {'scoring':>11} {'selection':>10} {'update':>13} {'step':>13} "
             f"{'ratio':>6} {'gen/rollout':>11} {'upd/kept':>8} {'peak GB':>7} {'0-std all/kept':>14} "
             f"{'kept std':>8}")
     lines = [head, "-" * len(head)]
@@ -293,7 +320,9 @@ def format_table(result: dict) -> str:
             f"{r['frac_zero_std_all']:.2f} / {r['frac_zero_std_kept']:.2f}"
         std = "—" if r["kept_reward_std"] is None else f"{r['kept_reward_std']:.3f}"
         name = f"{r['n']} -> {r['m']}"
-        lines.append(f"{name:>8} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths))
+        if r.get("oversample_prompts", 1.0) != 1.0:
+            name += f" x{r['oversample_prompts']:g}"
+        lines.append(f"{name:>11} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths))
                      + f" {r['step_ratio']:>5.2f}x {r['generation_ms_per_sampled_rollout']:>11.2f}"
                      f" {r['update_ms_per_kept_rollout']:>8.2f} {memory:>7} {zero:>14} {std:>8}")
     s, machine = result["settings"], result["machine"]
@@ -301,9 +330,21 @@ def format_table(result: dict) -> str:
                  f"({s['schedule']}); ratio = step time / step time at n = m (GRPO)")
     lines.append("gen/rollout = generation ms per sampled rollout; upd/kept = update ms per kept rollout; "
                  "0-std = fraction of groups whose rewards are all equal")
+    for r in rows:
+        if r.get("oversample_step_ratio") is not None:
+            lines.append(f"xO = oversample_prompts O: {r['n']} -> {r['m']} x{r['oversample_prompts']:g} samples "
+                         f"{r['sampled_per_step']} rollouts per step for the same {r['kept_per_step']} kept; its step "
+                         f"takes {r['oversample_step_ratio']:.2f}x the time of {r['n']} -> {r['m']} without "
+                         f"(generation {_ratio(r, rows, 'generation')}, scoring {_ratio(r, rows, 'scoring')})")
     lines.append(f"device {machine['device']}; {machine['cpu_model']}, {machine['usable_cores']} cores, "
                  f"torch {machine['torch']}, transformers {machine['transformers']}, trl {machine['trl']}")
     return "\n".join(lines)
+
+
+def _ratio(row: dict, rows: list[dict], phase: str) -> str:
+    """``row``'s seconds of ``phase`` over those of the same n without over-sampling, as text."""
+    plain = next(r for r in rows if r["n"] == row["n"] and r.get("oversample_prompts", 1.0) == 1.0)
+    return f"{row['seconds'][phase] / plain['seconds'][phase]:.2f}x" if plain["seconds"][phase] > 0 else "—"
 
 
 def _int_at_least(name: str, text: str, low: int = 1) -> int:
@@ -367,7 +408,8 @@ def _main(argv: list[str]) -> int:
     _, config, _ = parse_args(recipe_argv)  # the recipe as the user gave it: its m, and early errors
     m = config.downsample_to if args.m is None else _int_at_least("--m", args.m, low=2)
     ns = resolve_ns(args.n, m)
-    result = measure(recipe_argv, ns, m, steps=steps, warmup=warmup, schedule=args.schedule)
+    result = measure(recipe_argv, ns, m, steps=steps, warmup=warmup, schedule=args.schedule,
+                     oversample=config.oversample_prompts)
     print(format_table(result))
     if args.out:
         out = Path(args.out)

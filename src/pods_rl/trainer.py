@@ -4,10 +4,11 @@ This is the only module of pods-rl that knows TRL's internals (``TRL_RANGE``; CI
 
 How a training step flows (``PODSTrainer._generate_and_score_completions``)::
 
-    prompts (B per process, each repeated n times)          # the sampler yields whole groups per process
-      -> self._generate                       (B*n rollouts) # phase "generation"
-      -> self._calculate_rewards              (B*n, F)       # phase "scoring"
-      -> pods_rl.downsample(total reward, m)  (B, m)         # phase "selection"
+    prompts (P = B * oversample_prompts per process, each repeated n times)   # whole groups per process
+      -> self._generate                       (P*n rollouts) # phase "generation"
+      -> self._calculate_rewards              (P*n, F)       # phase "scoring"
+      -> pods_rl.downsample(total reward, m)  (P, m)         # phase "selection" (tiebreak, features)
+      -> keep the B groups whose kept rewards vary most     (B, m)   (all P = B without over-sampling)
       -> GRPOTrainer._generate_and_score_completions on the B*m kept rows only
          (padding, old/reference log-probs, TRL's metrics), with `_generate` and
          `_calculate_rewards` answered from what was already computed above
@@ -17,11 +18,12 @@ How a training step flows (``PODSTrainer._generate_and_score_completions``)::
 Nothing is computed for the n - m discarded rollouts after selection: no log-probs, no loss, no backward.
 Batch sizes (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``steps_per_generation``,
 ``generation_batch_size``) all count *kept* rollouts, so a PODS run and a GRPO run with n = m have the
-same update cost; only the generation batch is n/m times larger.
+same update cost; only the generation batch is n/m (times oversample_prompts) larger.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -85,6 +87,13 @@ class PODSConfig(GRPOConfig):
                   "that take features): index (lower index first), shorter or longer (by completion tokens). "
                   "The kept reward values do not change.", "choices": ["index", "shorter", "longer"]},
     )
+    oversample_prompts: float = field(
+        default=1.0,
+        metadata={"help": "Sample this many times more prompts per generation round (a number >= 1). After scoring "
+                  "and within-group selection, keep the groups whose kept rewards have the largest variance "
+                  "(zero-variance groups last), as many as the update batch needs: dynamic sampling (DAPO) on top "
+                  "of PODS. The update batch and its cost do not change; generation and scoring grow."},
+    )
     save_every_seconds: float | None = field(
         default=None,
         metadata={"help": "Save a checkpoint every this many seconds of training time (excludes checkpointing "
@@ -125,6 +134,9 @@ class PODSConfig(GRPOConfig):
                 f"downsample_tiebreak={self.downsample_tiebreak!r} needs a rule that sees the rollouts, but rule "
                 f"{self.downsample_rule!r} takes no features keyword (see pods_rl.register_rule); use "
                 f"downsample_tiebreak=index or add `*, features` to the rule.")
+        o = self.oversample_prompts
+        if isinstance(o, bool) or not isinstance(o, (int, float)) or not 1 <= o < float("inf"):
+            raise ValueError(f"oversample_prompts must be a number >= 1 (1: no over-sampling), got {o!r}.")
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -157,6 +169,16 @@ class PODSConfig(GRPOConfig):
     def is_pods(self) -> bool:
         """True when rollouts are down-sampled (m < n)."""
         return self.downsample_to < self.num_generations
+
+    @property
+    def selects(self) -> bool:
+        """True when the trainer selects rollouts or groups (m < n, or prompt over-sampling)."""
+        return self.is_pods or self.oversample_prompts > 1
+
+    def sampled_prompts_per_process(self) -> int:
+        """Prompts sampled per process and generation round: kept groups times ``oversample_prompts``, rounded up."""
+        kept_groups = self.per_device_train_batch_size * self.steps_per_generation // self.downsample_to
+        return max(kept_groups, math.ceil(kept_groups * self.oversample_prompts - 1e-9))
 
 
 class _PhaseClock(TrainerCallback):
@@ -230,14 +252,15 @@ class PODSTrainer(GRPOTrainer):
             raise TypeError(f"PODSTrainer needs args=PODSConfig(...), got {type(config).__name__}.")
         self._pods_stash = None  # (kept generation outputs, gathered kept rewards) during the inner TRL call
         super().__init__(*args, **kwargs)
-        if config.is_pods and (self.environment_factories is not None or self.tools):
+        if config.selects and (self.environment_factories is not None or self.tools):
             raise ValueError("PODS down-sampling does not support tools or environments yet; use downsample_to="
                              "num_generations (plain GRPO) for multi-turn rollouts.")
-        if config.is_pods and self.args.multi_objective_aggregation != "sum_then_normalize":
+        if config.selects and self.args.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError("PODS selects on the weighted sum of rewards; use multi_objective_aggregation="
                              "'sum_then_normalize'.")
         self.downsample_to = config.downsample_to
         self.downsample_rule = config.downsample_rule
+        self._selects = config.selects
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
         self.phase_clock = _PhaseClock(self)
@@ -248,10 +271,11 @@ class PODSTrainer(GRPOTrainer):
     # ---- batching: the dataloader yields n rollouts per prompt, the batch sizes count the m kept --------
 
     def _prompts_per_generation_round(self) -> int:
-        return self.args.generation_batch_size // self.downsample_to  # global, whole groups
+        # Global, whole groups: each process samples its kept groups times oversample_prompts.
+        return self.args.sampled_prompts_per_process() * self.accelerator.num_processes
 
     def _get_train_sampler(self, dataset=None):
-        if self.downsample_to == self.num_generations:
+        if not self._selects:
             return super()._get_train_sampler(dataset)
         return RepeatSampler(
             data_source=self.train_dataset if dataset is None else dataset,
@@ -263,7 +287,7 @@ class PODSTrainer(GRPOTrainer):
         )
 
     def get_train_dataloader(self):
-        if self.downsample_to == self.num_generations:
+        if not self._selects:
             return super().get_train_dataloader()
         from datasets import IterableDataset
 
@@ -277,12 +301,11 @@ class PODSTrainer(GRPOTrainer):
                 batch_size=self._prompts_per_generation_round(),
                 repeat_count=self.num_iterations * self.args.steps_per_generation,
             )
-        # Per process and generation round: (kept rows / m) prompts x n rollouts each.
-        local_kept = self._train_batch_size * self.args.steps_per_generation
+        # Per process and generation round: (kept rows / m) * oversample_prompts prompts x n rollouts each.
         return self._get_dataloader(
             dataset=dataset,
             description="Training",
-            batch_size=local_kept // self.downsample_to * self.num_generations,
+            batch_size=self.args.sampled_prompts_per_process() * self.num_generations,
             sampler_fn=self._get_train_sampler,
             is_training=True,
         )
@@ -302,12 +325,15 @@ class PODSTrainer(GRPOTrainer):
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
     def _generate_and_score_completions(self, inputs):
-        if not self.model.training or self.downsample_to == self.num_generations:
+        if not self.model.training or not self._selects:
             return super()._generate_and_score_completions(inputs)
         n, m = self.num_generations, self.downsample_to
         if len(inputs) % n != 0:
             raise RuntimeError(f"PODS expects whole groups of n={n} rollouts per process, got {len(inputs)} rows.")
-        num_groups = len(inputs) // n  # B, local
+        num_sampled = len(inputs) // n  # P, local: B * oversample_prompts prompts
+        num_groups = self.args.per_device_train_batch_size * self.args.steps_per_generation // m  # B, local, updated
+        if num_sampled < num_groups:
+            raise RuntimeError(f"PODS expects at least {num_groups} groups per process, got {num_sampled}.")
         inputs = [dict(x) for x in inputs]  # rows are annotated below; leave the dataloader's dicts alone
         prompts = [x["prompt"] for x in inputs]
 
@@ -325,15 +351,16 @@ class PODSTrainer(GRPOTrainer):
             weights = self.reward_weights.cpu().to(local_rewards_per_func.dtype)
             rewards = (local_rewards_per_func * weights).nansum(dim=1)  # (B*n,)
             unscorable = torch.isnan(local_rewards_per_func).all(dim=1)
-            rewards = rewards.masked_fill(unscorable, float("nan")).view(num_groups, n)  # (B, n)
+            rewards = rewards.masked_fill(unscorable, float("nan")).view(num_sampled, n)  # (P, n)
             # A rollout no reward function could score is treated as an average one for selection only;
             # TRL then gives it advantage 0.
             group_mean = torch.nan_to_num(torch.nanmean(rewards, dim=1, keepdim=True), nan=0.0)
             rewards_for_selection = torch.where(torch.isnan(rewards), group_mean, rewards)
-            tiebreak, features = self._selection_inputs(generated, local_rewards_per_func, num_groups, n)
+            tiebreak, features = self._selection_inputs(generated, local_rewards_per_func, num_sampled, n)
             kept = downsample(rewards_for_selection, m, self.downsample_rule, tiebreak=tiebreak,
-                              generator=self._selection_generator, features=features)  # (B, m)
-            kept_rows = (kept + n * torch.arange(num_groups).unsqueeze(1)).flatten().tolist()  # (B*m,)
+                              generator=self._selection_generator, features=features)  # (P, m)
+            groups = self._select_groups(rewards_for_selection.gather(1, kept), num_groups)  # (B,) ascending
+            kept_rows = (kept[groups] + n * groups.unsqueeze(1)).flatten().tolist()  # (B*m,)
             kept_generated = _select_generated(generated, kept_rows, len(inputs))
             kept_rewards_per_func = gather(local_rewards_per_func[kept_rows].to(rewards_per_func.device))
 
@@ -355,6 +382,32 @@ class PODSTrainer(GRPOTrainer):
         output["advantages"] = advantages.flatten()[local].to(output["advantages"].device)
         self._log_selection_metrics(rewards_per_func, kept_rewards.view(-1, m), n)
         return output
+
+    def _select_groups(self, kept_rewards: torch.Tensor, num_groups: int) -> torch.Tensor:
+        """The ``num_groups`` of the P sampled groups (rows of ``kept_rewards`` (P, m)) that reach the update.
+
+        Without over-sampling (P == B) all of them. Otherwise the groups whose kept rewards have the largest
+        variance, groups whose kept rewards are all equal (zero advantage: nothing to learn) last, ties by
+        sampling order. Logs prompts sampled, zero-variance groups and the kept groups' variance (global).
+        """
+        num_sampled = kept_rewards.shape[0]
+        variance = kept_rewards.double().var(dim=1, unbiased=False)  # (P,)
+        zero = (kept_rewards == kept_rewards[:, :1]).all(dim=1)  # (P,) exact: no rounding noise
+        score = torch.where(zero, torch.full_like(variance, -1.0), variance)
+        if num_sampled == num_groups:
+            groups = torch.arange(num_sampled)
+        else:
+            groups = torch.sort(score, descending=True, stable=True).indices[:num_groups].sort().values  # (B,)
+        selected = torch.zeros(num_sampled, dtype=torch.bool)
+        selected[groups] = True
+        stats = gather(torch.stack([variance, zero.double(), selected.double()], dim=1).to(self.accelerator.device))
+        variance, zero, selected = stats[:, 0], stats[:, 1].bool(), stats[:, 2].bool()  # (P * processes,) each
+        metrics = self._metrics["train"]
+        metrics["pods/prompts_sampled"].append(float(stats.shape[0]))
+        metrics["pods/groups_zero_std"].append(zero.sum().item())
+        metrics["pods/groups_zero_std_kept"].append((zero & selected).sum().item())
+        metrics["pods/kept_groups_var_mean"].append(variance[selected].mean().item())
+        return groups
 
     def _selection_inputs(self, generated, local_rewards_per_func, num_groups: int, n: int):
         """The tiebreak (B, n) of ``downsample_tiebreak`` and, for rules that take them, the rollout features:

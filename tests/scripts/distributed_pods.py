@@ -1,5 +1,6 @@
 """Run by tests/test_distributed.py under `accelerate launch --num_processes 2 --cpu`: a few PODS steps with a
-tiny model; each rank records how many kept rows reached its loss and which prompts it generated for."""
+tiny model (optionally with prompt over-sampling: argv[3]); each rank records how many kept rows reached its loss,
+which prompts it generated for and which prompts' rows reached the update."""
 
 import json
 import sys
@@ -16,10 +17,10 @@ def digit_reward(completions, **kwargs):
     return [float(sum(ch.isdigit() for ch in c[0]["content"]) % 4) for c in completions]
 
 
-def main(model_dir: str, out_dir: str) -> None:
+def main(model_dir: str, out_dir: str, oversample: float = 1.0) -> None:
     n, m = 6, 2
     config = PODSConfig(output_dir=out_dir, use_cpu=True, seed=0, learning_rate=1e-2, max_steps=3, beta=0.0,
-                        max_completion_length=6, num_generations=n, downsample_to=m,
+                        max_completion_length=6, num_generations=n, downsample_to=m, oversample_prompts=oversample,
                         per_device_train_batch_size=2 * m, logging_steps=1, report_to="none", save_strategy="no")
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}*{i}="}] for i in range(32)]})
     stop = GracefulStop()
@@ -36,13 +37,15 @@ def main(model_dir: str, out_dir: str) -> None:
                           args=config, train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(model_dir),
                           callbacks=[SignalOnRankOne(), stop])
     record = {"rank": trainer.accelerator.process_index, "world": trainer.accelerator.num_processes,
-              "loss_rows": [], "generated_prompts": [], "advantages_group_sums": []}
+              "loss_rows": [], "generated_prompts": [], "kept_prompts": [], "advantages_group_sums": []}
+    tokenizer = trainer.processing_class
     generate = trainer._generate_and_score_completions
 
     def spy(inputs):
         record["generated_prompts"].append([x["prompt"][0]["content"] for x in inputs])
         out = generate(inputs)
         record["loss_rows"].append(out["completion_ids"].shape[0])
+        record["kept_prompts"].append(tokenizer.batch_decode(out["prompt_ids"], skip_special_tokens=True))
         record["advantages_group_sums"].append(out["advantages"].view(-1, m).sum(1).tolist())
         return out
 
@@ -53,4 +56,4 @@ def main(model_dir: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], *(float(a) for a in sys.argv[3:]))
