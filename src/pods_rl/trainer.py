@@ -24,10 +24,13 @@ same update cost; only the generation batch is n/m (times oversample_prompts) la
 from __future__ import annotations
 
 import math
+import os
+import textwrap
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
+from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
@@ -445,6 +448,117 @@ class PODSTrainer(GRPOTrainer):
         zero_kept = torch.isclose(nanstd(kept_rewards, dim=1), torch.zeros(()).to(kept_rewards))
         metrics["pods/frac_zero_std_all"].append(zero_all.float().mean().item())
         metrics["pods/frac_zero_std_kept"].append(zero_kept.float().mean().item())
+
+    # ---- model card (TRL's conventions: same metadata, sections and badges; PODS, n, m and the rule added) ----
+
+    _tag_names = ["trl", "grpo", "pods"]  # TRL adds these to the model's tags and to the card's metadata
+    _name = "GRPO-PODS"
+    _paper = {
+        "title": "Not All Rollouts are Useful: Down-Sampling Rollouts in LLM Reinforcement Learning",
+        "id": "2504.13818",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @article{xu2025pods,
+                title        = {{Not All Rollouts are Useful: Down-Sampling Rollouts in LLM Reinforcement Learning}},
+                author       = {Yixuan Even Xu and Yash Savani and Fei Fang and J. Zico Kolter},
+                year         = 2025,
+                eprint       = {arXiv:2504.13818},
+            }"""),
+    }
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
+                          tags: str | list[str] | None = None):
+        """Write ``README.md`` in ``output_dir`` (as TRL does at every checkpoint): the PODS model card.
+
+        It names the base model (a hub id as a link, a local directory by its path), PODS with its rule, n and
+        m, and cites the PODS paper beside GRPO and TRL.
+        """
+        if self.is_world_process_zero():
+            self._pods_model_card(model_name, dataset_name, tags).save(os.path.join(self.args.output_dir, "README.md"))
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        """``Trainer.save_model``; a model saved on its own (not inside a checkpoint) gets its model card too."""
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call and output_dir is not None and self.is_world_process_zero():
+            card = self._pods_model_card(model_name=Path(self.args.output_dir).name)
+            card.save(os.path.join(output_dir, "README.md"))
+
+    def _pods_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """The ``huggingface_hub.ModelCard``, built as TRL's ``generate_model_card`` builds it, from our template."""
+        from huggingface_hub import ModelCard, ModelCardData
+        from transformers import is_wandb_available
+        from trl.trainer.utils import get_comet_experiment_url, get_config_model_id, get_trackio_space_url
+
+        import pods_rl
+        from pods_rl import tiny
+
+        model_id = get_config_model_id(self.model.config)
+        local = bool(model_id) and os.path.isdir(model_id)
+        if not model_id:
+            base_model_text = "a model with no recorded name"
+        elif not local:
+            base_model_text = f"[{model_id}](https://huggingface.co/{model_id})"
+        elif Path(model_id).resolve() == tiny.ASSETS_DIR.resolve():
+            base_model_text = "pods-rl's embedded tiny model (`pods_rl/assets/tiny`, built by `pods build-tiny`)"
+        else:
+            base_model_text = f"`{Path(model_id).name}` (a local model, `{model_id}`)"
+
+        tags = set() if tags is None else {tags} if isinstance(tags, str) else set(tags)
+        if hasattr(self.model.config, "unsloth_version"):
+            tags.add("unsloth")
+        if "JOB_ID" in os.environ:
+            tags.add("hf_jobs")
+        tags.update(self._tag_names)
+        trackio_url = get_trackio_space_url()
+        if trackio_url is not None:
+            tags = {t for t in tags if not t.startswith("trackio:")} | {f"trackio:{trackio_url}"}
+        wandb_url = None
+        if is_wandb_available():
+            import wandb
+
+            wandb_url = wandb.run.url if wandb.run is not None else None
+
+        args = self.args
+        card_data = ModelCardData(
+            base_model=None if local else model_id or None,  # hub metadata takes a hub id only
+            datasets=dataset_name,
+            library_name="transformers",
+            licence="license",
+            model_name=model_name,
+            tags=["generated_from_trainer", *sorted(tags)],
+        )
+        grpo_paper = GRPOTrainer._paper
+        return ModelCard.from_template(
+            card_data,
+            template_path=str(Path(__file__).parent / "templates" / "model_card.md"),
+            base_model_text=base_model_text,
+            model_name=model_name,
+            hub_model_id=self.hub_model_id,
+            dataset_name=dataset_name,
+            wandb_url=wandb_url,
+            trackio_url=trackio_url,
+            comet_url=get_comet_experiment_url(),
+            is_pods=args.is_pods,
+            n=args.num_generations,
+            m=args.downsample_to,
+            rule=args.downsample_rule,
+            per_device_train_batch_size=args.per_device_train_batch_size,
+            learning_rate=args.learning_rate,
+            beta=args.beta,
+            loss_type=args.loss_type,
+            paper_title=self._paper["title"],
+            paper_id=self._paper["id"],
+            grpo_paper_title=grpo_paper["title"],
+            grpo_paper_id=grpo_paper["id"],
+            pods_citation=self._paper["citation"],
+            grpo_citation=grpo_paper["citation"],
+            pods_rl_version=pods_rl.__version__,
+            trl_version=version("trl"),
+            transformers_version=version("transformers"),
+            pytorch_version=version("torch"),
+            datasets_version=version("datasets"),
+            tokenizers_version=version("tokenizers"),
+        )
 
 
 def _select_generated(generated: tuple, rows: list[int], num_rows: int) -> tuple:
