@@ -1,8 +1,13 @@
 """Fitting the ecosystem: the supported TRL range, the model card, logging backends, launch configs."""
 
+import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pods_rl import trainer as pods_trainer
 
@@ -25,3 +30,95 @@ def test_trl_version_check(trl_version, supported):
 def test_trl_range_is_pyproject_pin():
     # The import-time check and pip's resolver must agree on what is supported.
     assert f'"trl{pods_trainer.TRL_RANGE}"' in (ROOT / "pyproject.toml").read_text()
+
+
+def _card_trainer(tmp_path, model_dir, name_or_path, **overrides):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model.config._name_or_path = name_or_path  # as if loaded from there
+    args = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+                max_completion_length=8, num_generations=8, downsample_to=4, per_device_train_batch_size=4)
+    args.update(overrides)
+    dataset = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(8)]})
+    return pods_trainer.PODSTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                                    args=pods_trainer.PODSConfig(**args), train_dataset=dataset,
+                                    processing_class=AutoTokenizer.from_pretrained(model_dir))
+
+
+def _front_matter(card: str) -> dict:
+    return yaml.safe_load(card.split("---")[1])
+
+
+def test_model_card_names_pods_rule_n_m_base_model_and_cites_the_paper(tmp_path, tiny_model_dir):
+    trainer = _card_trainer(tmp_path, tiny_model_dir, "Qwen/Qwen2.5-0.5B-Instruct", downsample_rule="max_reward")
+    trainer.create_model_card(model_name="my-run")  # what TRL calls at every checkpoint
+    card = (tmp_path / "out" / "README.md").read_text()
+    meta = _front_matter(card)
+    # TRL's conventions: the hub metadata, its tags plus ours, and its sections.
+    assert meta["base_model"] == "Qwen/Qwen2.5-0.5B-Instruct" and meta["model_name"] == "my-run"
+    assert {"generated_from_trainer", "trl", "grpo", "pods"} <= set(meta["tags"])
+    for section in ("# Model Card for my-run", "## Quick start", "## Training procedure", "### Framework versions",
+                    "## Citations"):
+        assert section in card, section
+    assert "fine-tuned version of [Qwen/Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct)" in card
+    assert "[None]" not in card and '"None"' not in card
+    # PODS, the rule, n and m.
+    assert "GRPO-PODS" in card and "n = 8 completions were sampled" in card and "kept m = 4" in card
+    assert "`max_reward` rule" in card
+    assert "| completions sampled per prompt, n (`num_generations`) | 8 |" in card
+    assert "| completions kept per prompt for the update, m (`downsample_to`) | 4 |" in card
+    # PODS cited beside GRPO and TRL.
+    assert "https://huggingface.co/papers/2504.13818" in card and "https://huggingface.co/papers/2402.03300" in card
+    citations = card[card.index("## Citations"):]
+    assert citations.index("@article{xu2025pods") < citations.index("shao2024deepseekmath") < citations.index(
+        "vonwerra2020trl")
+    assert "Not All Rollouts are Useful: Down-Sampling Rollouts in LLM Reinforcement Learning" in citations
+    assert "Yixuan Even Xu and Yash Savani and Fei Fang and J. Zico Kolter" in citations
+    assert re.search(r"- pods-rl: \S+", card) and re.search(r"- TRL: 1\.1\d", card)
+
+
+def test_model_card_of_a_local_base_model_and_of_plain_grpo(tmp_path, tiny_model_dir):
+    trainer = _card_trainer(tmp_path, tiny_model_dir, str(tiny_model_dir), downsample_to=8,
+                            per_device_train_batch_size=8)
+    final = tmp_path / "final"
+    trainer.save_model(str(final))  # a model saved on its own gets its card too
+    card = (final / "README.md").read_text()
+    assert "base_model" not in _front_matter(card)  # the hub field takes hub ids only, as in TRL
+    assert f"`{tiny_model_dir.name}` (a local model, `{tiny_model_dir}`)" in card
+    assert f'model="{final}"' in card  # the quick start loads the saved directory
+    assert "without down-sampling: all n = m = 8 completions" in card and "2504.13818" in card
+
+
+def test_pods_train_is_quiet_and_reports_to_tensorboard(tmp_path, tiny_model_dir):
+    """A default `pods train` (the tiny recipe's progress bar and evaluation lines) with every deprecation
+    warning shown (-W default) prints none; `report_to: tensorboard` gets the pods/* and time/* scalars."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-W", "default", "-m", "pods_rl.cli", "train", "--model_name_or_path", str(tiny_model_dir),
+         "--output_dir", str(run_dir), "--max_steps", "2", "--logging_steps", "1", "--report_to", "tensorboard",
+         "--eval_num_problems", "8", "--eval_batch_size", "16", "--per_device_train_batch_size", "16",
+         "--torch_threads", "1"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warned = re.findall(r"\w*(?:FutureWarning|DeprecationWarning): .*", proc.stderr)
+    assert not warned, warned
+    assert "training time:" in proc.stderr  # the tqdm bar
+    evals = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "eval/accuracy" in r]
+    lines = [line for line in proc.stdout.splitlines() if "held-out accuracy" in line and line.startswith("step")]
+    assert len(evals) >= 2 and len(lines) == len(evals)  # one line per evaluation
+
+    events = sorted(run_dir.rglob("events.out.tfevents.*"))
+    assert events, list(run_dir.rglob("*"))
+    scalars = set()
+    for path in events:
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        scalars |= set(acc.Tags()["scalars"])
+    assert {"train/pods/frac_zero_std_all", "train/pods/frac_zero_std_kept", "train/time/step",
+            "train/time/generation", "train/time/update"} <= scalars, sorted(scalars)
+    assert "GRPO-PODS" in (run_dir / "final" / "README.md").read_text()

@@ -359,9 +359,23 @@ def main(argv: list[str] | None = None) -> int:
     return run_guarded("pods train", _main, argv)
 
 
+def quiet_library_warnings() -> None:
+    """Hide the library deprecation warnings a `pods train` user cannot act on; narrowly, by message and module.
+
+    TRL (1.12-1.16) reads ``model.is_gradient_checkpointing`` and calls ``gradient_checkpointing_disable/enable``
+    around every generation, and its configs set the ``gradient_checkpointing`` field: transformers deprecates
+    these names for ``activation_checkpointing*`` with a FutureWarning each (TRL's code, not ours or the user's).
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable|_kwargs)?` is deprecated",
+                            category=FutureWarning, module=r"transformers\.")
+
+
 def _main(argv: list[str]) -> int:
     from pods_rl.runlog import GracefulStop
 
+    quiet_library_warnings()
     config, stop = None, GracefulStop()
     try:
         run, config, model_args = parse_args(argv)

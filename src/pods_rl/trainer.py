@@ -474,17 +474,23 @@ class PODSTrainer(GRPOTrainer):
         m, and cites the PODS paper beside GRPO and TRL.
         """
         if self.is_world_process_zero():
-            self._pods_model_card(model_name, dataset_name, tags).save(os.path.join(self.args.output_dir, "README.md"))
+            card = self._pods_model_card(model_name, dataset_name, tags, model_ref=self.args.output_dir)
+            card.save(os.path.join(self.args.output_dir, "README.md"))
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         """``Trainer.save_model``; a model saved on its own (not inside a checkpoint) gets its model card too."""
         super().save_model(output_dir, _internal_call)
         if not _internal_call and output_dir is not None and self.is_world_process_zero():
-            card = self._pods_model_card(model_name=Path(self.args.output_dir).name)
+            # TRL's naming (GRPOTrainer._save_checkpoint): the hub repository's name, else the run directory's
+            hub = self.args.hub_model_id
+            name = hub.split("/")[-1] if hub else Path(self.args.output_dir).name
+            card = self._pods_model_card(model_name=name, model_ref=output_dir)
             card.save(os.path.join(output_dir, "README.md"))
 
-    def _pods_model_card(self, model_name=None, dataset_name=None, tags=None):
-        """The ``huggingface_hub.ModelCard``, built as TRL's ``generate_model_card`` builds it, from our template."""
+    def _pods_model_card(self, model_name=None, dataset_name=None, tags=None, model_ref=None):
+        """The ``huggingface_hub.ModelCard``, built as TRL's ``generate_model_card`` builds it, from our template.
+
+        ``model_ref``: what the card's quick start loads when the model has no hub id (the saved directory)."""
         from huggingface_hub import ModelCard, ModelCardData
         from transformers import is_wandb_available
         from trl.trainer.utils import get_comet_experiment_url, get_config_model_id, get_trackio_space_url
@@ -534,6 +540,7 @@ class PODSTrainer(GRPOTrainer):
             base_model_text=base_model_text,
             model_name=model_name,
             hub_model_id=self.hub_model_id,
+            model_ref=self.hub_model_id or model_ref or model_name,
             dataset_name=dataset_name,
             wandb_url=wandb_url,
             trackio_url=trackio_url,
