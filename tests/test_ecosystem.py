@@ -67,6 +67,7 @@ def test_model_card_names_pods_rule_n_m_base_model_and_cites_the_paper(tmp_path,
     # PODS, the rule, n and m.
     assert "GRPO-PODS" in card and "n = 8 completions were sampled" in card and "kept m = 4" in card
     assert "`max_reward` rule" in card
+    assert "(`downsample_tiebreak`) | `index` |" in card and "oversample_prompts" not in card
     assert "| completions sampled per prompt, n (`num_generations`) | 8 |" in card
     assert "| completions kept per prompt for the update, m (`downsample_to`) | 4 |" in card
     # PODS cited beside GRPO and TRL.

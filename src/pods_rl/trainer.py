@@ -549,6 +549,8 @@ class PODSTrainer(GRPOTrainer):
             n=args.num_generations,
             m=args.downsample_to,
             rule=args.downsample_rule,
+            tiebreak=getattr(args, "downsample_tiebreak", "index"),
+            oversample_prompts=getattr(args, "oversample_prompts", 1),
             per_device_train_batch_size=args.per_device_train_batch_size,
             learning_rate=args.learning_rate,
             beta=args.beta,
