@@ -123,3 +123,51 @@ def test_pods_train_is_quiet_and_reports_to_tensorboard(tmp_path, tiny_model_dir
     assert {"train/pods/frac_zero_std_all", "train/pods/frac_zero_std_kept", "train/time/step",
             "train/time/generation", "train/time/update"} <= scalars, sorted(scalars)
     assert "GRPO-PODS" in (run_dir / "final" / "README.md").read_text()
+
+
+def test_shipped_accelerate_configs_parse_as_accelerate_launch_reads_them():
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+    from accelerate.utils import DistributedType
+
+    from pods_rl.launch import ACCELERATE_DIR, accelerate_config, accelerate_configs
+
+    expected = {"ddp": (DistributedType.MULTI_GPU, None), "fsdp": (DistributedType.FSDP, None),
+                "zero2": (DistributedType.DEEPSPEED, 2), "zero3": (DistributedType.DEEPSPEED, 3)}
+    assert accelerate_configs() == sorted(expected)
+    # Shipped as package data, beside the recipes.
+    assert ACCELERATE_DIR.parent.parent == Path(pods_trainer.__file__).parent
+    assert '"recipes/**/*.yaml"' in (ROOT / "pyproject.toml").read_text()
+    launch_flags = {action.dest for action in launch_command_parser()._actions}
+    for name, (distributed_type, zero_stage) in expected.items():
+        path = accelerate_config(name)
+        raw = yaml.safe_load(path.read_text())
+        config = load_config_from_file(str(path))  # accelerate's own reader: unknown top-level keys raise
+        assert config.distributed_type == distributed_type, name
+        assert (config.num_machines, config.num_processes, config.mixed_precision) == (1, 8, "bf16"), name
+        assert config.machine_rank == 0 and not config.use_cpu, name
+        # `accelerate launch` turns each key of these sections into its flag of the same name.
+        for section in ("deepspeed_config", "fsdp_config"):
+            unknown = set(raw.get(section) or {}) - launch_flags
+            assert not unknown, (name, section, unknown)
+        if zero_stage is not None:
+            assert config.deepspeed_config["zero_stage"] == zero_stage
+        if name == "fsdp":
+            assert config.fsdp_config["fsdp_version"] == 2
+            assert config.fsdp_config["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+
+
+def test_accelerate_config_command_and_recipe_names(capsys):
+    from pods_rl import cli
+    from pods_rl.launch import accelerate_config
+    from pods_rl.train import resolve_recipe
+
+    assert cli.main(["accelerate-config", "zero2"]) == 0
+    assert capsys.readouterr().out.strip() == str(accelerate_config("zero2"))
+    assert cli.main(["accelerate-config", "zero4"]) == 2
+    assert "shipped: ddp, fsdp, zero2, zero3" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="an accelerate launch config, not a recipe"):
+        resolve_recipe("accelerate/zero2")
+    with pytest.raises(ValueError, match="packaged recipes") as err:
+        resolve_recipe("no/such")
+    assert "accelerate" not in str(err.value)

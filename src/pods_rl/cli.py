@@ -6,6 +6,7 @@
     pods compare RUN_DIR[=LABEL] ...                      time-to-target and speed-up vs a baseline
     pods cost  [--config recipe.yaml] [--n 8,16,32] ...   seconds per step: GRPO (n = m) vs PODS (n -> m)
     pods build-tiny                                       rebuild the embedded tiny model
+    pods accelerate-config ddp|zero2|zero3|fsdp           path of a shipped `accelerate launch` config
 
 Every sub-command reports a user error as one line on stderr (exit 2) and any other failure as one line
 naming the exception (exit 1); add --debug to see the full traceback instead.
@@ -23,6 +24,7 @@ COMMANDS = {
     "compare": ("pods_rl.plots", "compare_main"),
     "cost": ("pods_rl.cost", "main"),
     "build-tiny": ("pods_rl.tiny", "main"),
+    "accelerate-config": ("pods_rl.launch", "main"),
 }
 
 

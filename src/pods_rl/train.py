@@ -110,9 +110,13 @@ def resolve_recipe(name_or_path: str) -> Path:
     if path.is_file():
         return path
     packaged = RECIPES_DIR / (name_or_path if name_or_path.endswith(".yaml") else name_or_path + ".yaml")
+    if packaged.parent.name == "accelerate" and packaged.parent.parent == RECIPES_DIR:
+        raise ValueError(f"{name_or_path!r} is an accelerate launch config, not a recipe: accelerate launch "
+                         f"--config_file $(pods accelerate-config {packaged.stem}) -m pods_rl.cli train --config ...")
     if packaged.is_file():
         return packaged
-    names = sorted(str(p.relative_to(RECIPES_DIR).with_suffix("")) for p in RECIPES_DIR.rglob("*.yaml"))
+    names = sorted(str(p.relative_to(RECIPES_DIR).with_suffix("")) for p in RECIPES_DIR.rglob("*.yaml")
+                   if p.parent.name != "accelerate")
     raise ValueError(f"Recipe {name_or_path!r} is neither a file nor a packaged recipe; packaged recipes: {names}.")
 
 
