@@ -344,3 +344,13 @@ def test_phase_times_exclude_work_done_by_step_end_callbacks(tmp_path, tiny_mode
                           callbacks=[SlowEval()])  # given first, as pods train gives its TrainingClock
     trainer.train()
     assert trainer.phase_clock.last_step_seconds < 0.5
+
+
+def test_zero_variance_groups_are_counted_exactly():
+    """pods/frac_zero_std_*: a group of equal non-dyadic rewards counts (its float32 std is 6e-8, not 0); NaNs
+    (unscorable rollouts) are ignored; any difference makes a group informative."""
+    from pods_rl.trainer import _all_equal
+
+    nan = float("nan")
+    rewards = torch.tensor([[0.8] * 16, [0.8] * 15 + [0.8000001], [1.3, nan, 1.3, 1.3] * 4, [nan] * 16])
+    assert _all_equal(rewards).tolist() == [True, False, True, True]

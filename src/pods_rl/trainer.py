@@ -444,8 +444,7 @@ class PODSTrainer(GRPOTrainer):
         metrics["pods/reward_all_std"].append(nanstd(all_rewards).item())
         metrics["pods/reward_kept_mean"].append(torch.nanmean(kept_rewards).item())
         metrics["pods/reward_kept_std"].append(nanstd(kept_rewards).item())
-        zero_all = torch.isclose(nanstd(all_rewards, dim=1), torch.zeros(()).to(all_rewards))
-        zero_kept = torch.isclose(nanstd(kept_rewards, dim=1), torch.zeros(()).to(kept_rewards))
+        zero_all, zero_kept = _all_equal(all_rewards), _all_equal(kept_rewards)  # (G,) each
         metrics["pods/frac_zero_std_all"].append(zero_all.float().mean().item())
         metrics["pods/frac_zero_std_kept"].append(zero_kept.float().mean().item())
 
@@ -568,6 +567,16 @@ class PODSTrainer(GRPOTrainer):
             datasets_version=version("datasets"),
             tokenizers_version=version("tokenizers"),
         )
+
+
+def _all_equal(rewards: torch.Tensor) -> torch.Tensor:
+    """(G, k) rewards -> (G,) bool: every non-NaN reward of the group is the same value, exactly.
+
+    A tolerance on the std would miss many such groups: the float32 std of 16 copies of 0.8 is 6e-8, not 0.
+    """
+    top = torch.where(torch.isnan(rewards), float("-inf"), rewards).amax(dim=1)
+    bottom = torch.where(torch.isnan(rewards), float("inf"), rewards).amin(dim=1)
+    return top <= bottom
 
 
 def _select_generated(generated: tuple, rows: list[int], num_rows: int) -> tuple:
