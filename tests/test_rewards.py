@@ -237,3 +237,112 @@ def test_answers_match_off_the_main_thread_is_bounded():
     assert results["sympy_needed"] is True
     assert results["fast"] is True
     assert rewards._bound_state.__dict__.get("active", False) is False
+
+
+# ---------------------------------------------------------------------------------------------------
+# a bound per batch: explosive expressions rejected up front, and a time budget per call
+
+EXPLOSIVE = [
+    "9**9**9**9",
+    "\\boxed{9^{9^{9^9}}}",
+    "<think>big</think><answer>$9^{9^{9^{9}}}$</answer>",
+    "$10^{10^{10^{10}}}$",
+    "\\boxed{99999^{99999^{99999}}}",
+    "<answer>(10^{100})!</answer>",
+    "<answer>10^{-10^{10}}</answer>",
+    "<answer>x^{9^{9^9}}</answer>",
+    "<answer>\\sin(9^{9^{9}})</answer>",
+    "<answer>\\binom{10^{9}}{10^{8}}</answer>",
+    "<answer>\\left(10^{10}\\right)!</answer>",
+    "<answer>2^{2^{2^{2^{2^{2}}}}}</answer>",
+]
+NORMAL = [  # (completion, gold, score): fast-path and sympy-graded items, right and wrong
+    (GOOD, "18", 1.0),
+    ("<answer>17</answer>", "18", 0.0),
+    ("<answer>\\frac{\\sqrt{3}}{2}</answer>", "\\frac{\\sqrt3}{2}", 1.0),
+    ("<answer>x^2+2x+1</answer>", "(x+1)^2", 1.0),
+    ("<answer>\\sqrt{8}</answer>", "2\\sqrt{2}", 1.0),
+    ("<answer>\\frac{1}{3}</answer>", "0.5", 0.0),
+]
+
+
+@pytest.mark.parametrize("expr", [c for c in EXPLOSIVE if "answer>" not in c] + [
+    "9^{9^{9^9}}", "1e99999999", "9^{999999999}", "100000!", "\\frac{1}{9^{9^9}}", "\\sqrt{10^{10^{10}}}"])
+def test_too_explosive_catches_power_towers_and_huge_factorials(expr):
+    assert rewards.too_explosive(expr)
+
+
+@pytest.mark.parametrize("expr", [
+    "x^2+2x+1", "\\frac{\\sqrt{3}}{2}", "2^{10}", "2^{2^{2}}", "e^{i\\pi}", "x^{y^{z^{w}}}", "3!", "10!",
+    "(1, 2)", "2^{100000}", "10^{99999}", "\\sqrt[3]{27}", "0.000001", "a_{n}=2^{n}", "1 != 2", "\\{1,2\\}",
+    "1^{10^{100}}", "-" * 500 + "1", "(" * 500 + "1" + ")" * 500, "{" * 300, "^^**!!..", ""])
+def test_too_explosive_leaves_ordinary_answers_alone(expr):
+    assert not rewards.too_explosive(expr)
+
+
+def test_batch_of_256_adversarial_completions_is_graded_within_10_s(caplog):
+    """Issue requirement: 256 adversarial completions in under 10 s in all (here: well under 1 s), each
+    scoring 0 and counted in the logged metric; the normal items of the same batch graded as usual."""
+    adversarial = [EXPLOSIVE[i % len(EXPLOSIVE)] for i in range(256)]
+    completions = adversarial + [c for c, _, _ in NORMAL]
+    golds = ["42"] * 256 + [g for _, g, _ in NORMAL]
+    logged = {}
+    reward = make_correctness_reward()  # the defaults
+    started = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="pods_rl.tasks.rewards"):
+        scores = reward(["p"] * len(completions), completions, answer=golds, log_metric=logged.__setitem__)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 10.0, f"grading 256 adversarial completions took {elapsed:.1f} s"
+    assert scores == [0.0] * 256 + [s for _, _, s in NORMAL]
+    assert logged == {rewards.GRADING_METRIC: 256.0}
+    summaries = [r.getMessage() for r in caplog.records if "cut short" in r.getMessage()]
+    assert len(summaries) == 1 and "256 of 262" in summaries[0]  # one line per call, not one per item
+
+
+def test_batch_budget_bounds_slow_grading_that_passes_the_checks(caplog):
+    """Items that slip past ``too_explosive`` (here a symbolic power sympy expands, a huge Gamma) are
+    bounded per item, then per call: once the budget is spent, items that need sympy score 0 ungraded,
+    while items the fast path decides are still graded."""
+    slow = ["<answer>(x+1)^{5000}</answer>", "<answer>\\Gamma(10^{9})</answer>"] * 32
+    completions = slow + [GOOD, "<answer>17</answer>", "<answer>\\frac{\\sqrt{3}}{2}</answer>"]
+    golds = ["42"] * len(slow) + ["18", "18", "\\frac{\\sqrt3}{2}"]
+    logged = {}
+    reward = make_correctness_reward(timeout_s=0.2, batch_timeout_s=0.5)
+    started = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="pods_rl.tasks.rewards"):
+        scores = reward(["p"] * len(completions), completions, answer=golds, log_metric=logged.__setitem__)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 3.0, f"a 0.5 s budget took {elapsed:.1f} s"
+    # The last item needs sympy and comes after the budget is spent: it is cut short like the slow ones.
+    assert scores == [0.0] * len(slow) + [1.0, 0.0, 0.0]
+    assert logged == {rewards.GRADING_METRIC: len(slow) + 1.0}
+    assert "timed out" in caplog.text and "time budget was spent" in caplog.text
+    # A fresh call has a fresh budget.
+    assert reward(["p"], [completions[-1]], answer=[golds[-1]], log_metric=logged.__setitem__) == [1.0]
+    assert logged == {rewards.GRADING_METRIC: 0.0}
+
+
+def test_batch_budget_applies_to_custom_graders():
+    def slow_is_correct(text, gold):
+        time.sleep(0.05)
+        return True
+
+    reward = make_correctness_reward(slow_is_correct, timeout_s=1.0, batch_timeout_s=0.12)
+    logged = {}
+    started = time.perf_counter()
+    scores = reward(["p"] * 40, ["x"] * 40, answer=["1"] * 40, log_metric=logged.__setitem__)
+    assert time.perf_counter() - started < 1.5
+    assert 2 <= sum(scores) <= 3 and scores[-1] == 0.0  # the items graded within the budget count
+    assert logged[rewards.GRADING_METRIC] == 40 - sum(scores)
+
+
+def test_batch_budget_is_validated():
+    with pytest.raises(ValueError, match="batch_timeout_s must be > 0"):
+        make_correctness_reward(batch_timeout_s=0)
+    with pytest.raises(ValueError, match="timeout_s must be > 0"):
+        make_correctness_reward(timeout_s=-1)
+    from pods_rl.tasks import get_task
+
+    assert get_task("gsm8k", grading_batch_timeout_s=20).grading_batch_timeout_s == 20
+    with pytest.raises(ValueError, match="grading_batch_timeout_s must be > 0"):
+        get_task("gsm8k", grading_batch_timeout_s=0)

@@ -354,3 +354,26 @@ def test_zero_variance_groups_are_counted_exactly():
     nan = float("nan")
     rewards = torch.tensor([[0.8] * 16, [0.8] * 15 + [0.8000001], [1.3, nan, 1.3, 1.3] * 4, [nan] * 16])
     assert _all_equal(rewards).tolist() == [True, False, True, True]
+
+
+def test_grading_cut_short_is_a_logged_metric(tmp_path, tiny_model_dir):
+    """correctness_reward reports the completions it could not grade in time through TRL's log_metric."""
+    import time
+
+    from pods_rl.tasks.rewards import GRADING_METRIC, make_correctness_reward
+
+    def slow_is_correct(text, gold):
+        time.sleep(0.05)
+        return True
+
+    reward = make_correctness_reward(slow_is_correct, timeout_s=1.0, batch_timeout_s=0.01)
+    dataset = make_dataset().add_column("answer", ["42"] * 16)
+    config = PODSConfig(**common_args(tmp_path, num_generations=8, downsample_to=4, per_device_train_batch_size=4,
+                                      max_steps=1))
+    trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir), reward_funcs=[reward],
+                          args=config, train_dataset=dataset,
+                          processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
+    trainer.train()
+    history = [h for h in trainer.state.log_history if GRADING_METRIC in h]
+    # 1 prompt x 8 rollouts scored in the step: the first times out on the 0.01 s budget, 7 are not graded.
+    assert [h[GRADING_METRIC] for h in history] == [8.0]

@@ -34,6 +34,8 @@ class Task:
         system_prompt: the system message (instruct) or preamble (base).
         reward_weights: weights of ``reward_funcs()`` (correctness, format, tag_count), same order.
         grading_timeout_s: per-completion bound on correctness grading; a timeout scores 0.
+        grading_batch_timeout_s: bound on grading one batch (one call of ``correctness_reward``); once
+            spent, the completions left that need sympy score 0 ungraded (see ``rewards``).
         splits: the split names ``load`` accepts.
         extra_reward_columns: dataset columns passed to ``is_correct`` as keyword arguments.
     """
@@ -43,6 +45,7 @@ class Task:
     system_prompt: str = SYSTEM_PROMPT
     reward_weights: list[float] | tuple[float, ...] = (1.0, 0.1, 0.1)
     grading_timeout_s: float = rewards.DEFAULT_TIMEOUT_S
+    grading_batch_timeout_s: float = rewards.DEFAULT_BATCH_TIMEOUT_S
     splits: tuple[str, ...] = ("train", "test")
     extra_reward_columns: tuple[str, ...] = ()
 
@@ -55,14 +58,18 @@ class Task:
             raise ValueError(
                 f"reward_weights must be a sequence of numbers, got {self.reward_weights!r}"
             ) from err
+        if not self.grading_timeout_s or self.grading_timeout_s <= 0:
+            raise ValueError(f"grading_timeout_s must be > 0 seconds, got {self.grading_timeout_s!r}")
+        if not self.grading_batch_timeout_s or self.grading_batch_timeout_s <= 0:
+            raise ValueError(
+                f"grading_batch_timeout_s must be > 0 seconds, got {self.grading_batch_timeout_s!r}"
+            )
         n_funcs = len(self.reward_funcs())
         if len(self.reward_weights) != n_funcs:
             raise ValueError(
                 f"reward_weights has {len(self.reward_weights)} entries but task {self.name!r} has "
                 f"{n_funcs} reward functions ({[f.__name__ for f in self.reward_funcs()]}); pass one weight each"
             )
-        if not self.grading_timeout_s or self.grading_timeout_s <= 0:
-            raise ValueError(f"grading_timeout_s must be > 0 seconds, got {self.grading_timeout_s!r}")
 
     # ------------------------------------------------------------------------------------------------
     # data
@@ -121,7 +128,8 @@ class Task:
         # The default grader goes through ``answers_match``, which also bounds time off the main thread.
         is_correct = None if type(self).is_correct is Task.is_correct else self.is_correct
         correctness = rewards.make_correctness_reward(
-            is_correct, timeout_s=self.grading_timeout_s, extra_columns=self.extra_reward_columns
+            is_correct, timeout_s=self.grading_timeout_s, extra_columns=self.extra_reward_columns,
+            batch_timeout_s=self.grading_batch_timeout_s,
         )
         return [correctness, rewards.format_reward, rewards.tag_count_reward]
 

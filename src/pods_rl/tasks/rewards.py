@@ -12,15 +12,25 @@ numbers, 10,000 nested ``\\frac``, binary junk, megabyte strings). Defences, che
 1. all string scans are linear (no backtracking regexes over the whole completion);
 2. a fast exact / numeric comparison decides most items without sympy;
 3. candidates longer than ``MAX_PARSE_CHARS`` are never handed to ``math_verify`` (sympy);
-4. every grading call runs under a wall-clock limit: a ``SIGALRM`` interval timer in the main thread
+4. candidates whose numbers would explode (power towers such as ``9**9**9**9``, ``(10^{100})!``: any
+   value beyond ``MAX_VALUE_DIGITS`` digits, estimated in log space by a small linear parser) are
+   never handed to sympy either;
+5. every grading call runs under a wall-clock limit: a ``SIGALRM`` interval timer in the main thread
    (cheap; sympy is interruptible), or, off the main thread where signals are unavailable, a worker
-   subprocess that is killed on timeout (POSIX). A timed-out item scores 0 and logs a warning.
+   subprocess that is killed on timeout (POSIX). A timed-out item scores 0 and logs a warning;
+6. a whole call of ``correctness_reward`` is bounded too (``DEFAULT_BATCH_TIMEOUT_S``): once its budget is
+   spent, the remaining items that the fast path cannot decide score 0 without being graded.
+
+Items cut short by 4-6 score 0 and are counted: ``correctness_reward`` reports the count of each call
+through the ``log_metric`` callback that TRL passes to reward functions (``GRADING_METRIC``), and logs
+one warning line per call.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import select
@@ -28,6 +38,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from fractions import Fraction
@@ -36,6 +47,9 @@ from functools import lru_cache
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 2.0  # per-item wall-clock bound on grading
+DEFAULT_BATCH_TIMEOUT_S = 5.0  # wall-clock budget of one correctness_reward call (a batch) for slow grading
+GRADING_METRIC = "pods/grading_timeouts"  # items per call whose grading was cut short (they score 0)
+MAX_VALUE_DIGITS = 100_000  # candidates with a (sub)value beyond this many digits are not given to sympy
 MAX_PARSE_CHARS = 300  # longer answer candidates are not parsed by math_verify (sympy)
 MAX_GOLD_PARSE_CHARS = 2000  # gold answers are trusted but still capped
 MAX_NUMBER_CHARS = 100  # longer digit strings are compared as strings, never converted
@@ -217,6 +231,180 @@ def fast_match(candidate: str, gold: str) -> bool | None:
     return None
 
 
+# ----------------------------------------------------------------------------------------------------
+# explosive expressions: estimated in log space, never computed
+
+_TOKEN_RE = re.compile(r"\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\*\*|\\[a-zA-Z]+|\\.|\S")
+_IGNORED_TOKENS = frozenset(
+    {"\\left", "\\right", "\\big", "\\Big", "\\bigl", "\\bigr", "\\Bigl", "\\Bigr", "\\displaystyle",
+     "\\,", "\\!", "\\;", "\\:", "\\ ", "$"}
+)
+_OPEN_TO_CLOSE = {"(": ")", "{": "}", "[": "]"}
+_CLOSERS = frozenset(_OPEN_TO_CLOSE.values())
+_MUL_OPS = frozenset({"*", "/", "\\cdot", "\\times", "\\div"})
+_ADD_OPS = frozenset({"+", "-", "\\pm", "\\mp"})
+_FRAC_COMMANDS = frozenset({"\\frac", "\\dfrac", "\\tfrac", "\\cfrac"})
+_BINOM_COMMANDS = frozenset({"\\binom", "\\dbinom", "\\tbinom"})
+_MAX_NESTING = 40
+
+
+class _TooDeep(Exception):
+    pass
+
+
+class _SizeEstimator:
+    """Upper bounds of ``|log10|value||`` (the size in digits, of a huge or a tiny value) of the
+    numeric sub-expressions of a short math string, by recursive descent over its tokens.
+
+    A size is a float (``inf`` allowed), or None for anything symbolic (``x``, ``\\pi``, unknown
+    commands), which stays unknown through every operation. Reading never fails: a token that fits
+    nowhere is skipped. ``explosive`` is set once any sub-expression exceeds ``limit`` digits.
+    """
+
+    def __init__(self, text: str, limit: float) -> None:
+        self.tokens = [t for t in _TOKEN_RE.findall(text) if t not in _IGNORED_TOKENS]
+        self.i = 0
+        self.limit = limit
+        self.explosive = False
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def _note(self, size: float | None) -> float | None:
+        if size is not None and size > self.limit:
+            self.explosive = True
+        return size
+
+    def sequence(self, closer: str | None = None, depth: int = 0) -> float | None:
+        """Expressions (separated by anything unreadable: ``,``, ``=``, ...) up to ``closer``."""
+        if depth > _MAX_NESTING:
+            raise _TooDeep
+        sizes = []
+        while (tok := self._peek()) is not None and tok != closer:
+            start = self.i
+            sizes.append(self._sum(depth))
+            if self.i == start:
+                self.i += 1  # unreadable here (a separator, a stray closer): skip it
+        if tok == closer and closer is not None:
+            self.i += 1
+        return None if not sizes or None in sizes else max(sizes)
+
+    def _sum(self, depth: int) -> float | None:
+        size = self._product(depth)
+        while self._peek() in _ADD_OPS:
+            self.i += 1
+            other = self._product(depth)
+            size = None if size is None or other is None else self._note(max(size, other) + 0.31)
+        return size
+
+    def _starts_atom(self, tok: str | None) -> bool:
+        if tok is None or tok in _CLOSERS or tok in _MUL_OPS or tok in _ADD_OPS:
+            return False
+        return tok[0].isalnum() or _is_number(tok) or tok in _OPEN_TO_CLOSE or (
+            tok[0] == "\\" and tok[1:].isalpha()
+        )
+
+    def _product(self, depth: int) -> float | None:
+        size = self._signed(depth)
+        while True:
+            tok = self._peek()
+            if tok in _MUL_OPS:
+                self.i += 1
+            elif not self._starts_atom(tok):  # juxtaposition is a product too
+                return size
+            other = self._signed(depth)
+            size = None if size is None or other is None else self._note(size + other)
+
+    def _signed(self, depth: int) -> float | None:
+        if depth > _MAX_NESTING:
+            raise _TooDeep
+        if self._peek() in _ADD_OPS:
+            self.i += 1
+            return self._signed(depth + 1)
+        return self._power(depth)
+
+    def _power(self, depth: int) -> float | None:
+        base = self._postfix(depth)
+        if self._peek() not in ("^", "**"):
+            return base
+        self.i += 1
+        exponent = self._signed(depth + 1)  # right-associative: 9**9**9 is 9**(9**9)
+        if base is None or exponent is None:
+            return None
+        if base == 0:
+            return 0.0
+        bound = 10.0**exponent if exponent < 300 else math.inf  # |exponent| <= bound
+        return self._note(base * bound)
+
+    def _postfix(self, depth: int) -> float | None:
+        size = self._atom(depth)
+        while self._peek() == "!" and (self.i + 1 >= len(self.tokens) or self.tokens[self.i + 1] != "="):
+            self.i += 1
+            if size is not None:
+                n = 10.0**size if size < 8 else math.inf
+                size = self._note(n * max(1.0, _log10(n)))  # log10(n!) <= n log10 n
+        return size
+
+    def _atom(self, depth: int) -> float | None:
+        tok = self._peek()
+        if tok is None or not self._starts_atom(tok):
+            return None
+        self.i += 1
+        if tok in _OPEN_TO_CLOSE:
+            return self._note(self.sequence(_OPEN_TO_CLOSE[tok], depth + 1))
+        if _is_number(tok):
+            return self._note(_number_size(tok))
+        if tok in _FRAC_COMMANDS:
+            num, den = self._atom(depth + 1), self._atom(depth + 1)
+            return None if num is None or den is None else self._note(num + den)
+        if tok in _BINOM_COMMANDS:  # binom(n, k) <= 2^n
+            n, _ = self._atom(depth + 1), self._atom(depth + 1)
+            return None if n is None else self._note((10.0**n if n < 300 else math.inf) * 0.302)
+        if tok == "\\sqrt":
+            if self._peek() == "[":  # \sqrt[n]{x}: the root's degree does not make it bigger
+                self.i += 1
+                self.sequence("]", depth + 1)
+            return self._atom(depth + 1)
+        return None  # a letter or a command: symbolic
+
+
+def _is_number(tok: str) -> bool:
+    return tok[0].isdigit() or (len(tok) > 1 and tok[0] == "." and tok[1].isdigit())
+
+
+def _log10(x: float) -> float:
+    return math.log10(x) if 0 < x < math.inf else (math.inf if x > 0 else 0.0)
+
+
+def _number_size(tok: str) -> float:
+    """``|log10|x||`` (an upper bound) of a numeric literal, without float overflow on long ones."""
+    mantissa, _, exp = tok.lower().partition("e")
+    if len(mantissa) <= 15:
+        size = abs(_log10(float(mantissa))) if float(mantissa) else 0.0
+    else:
+        whole, _, frac = mantissa.partition(".")
+        whole, frac = whole.lstrip("0"), frac.rstrip("0")
+        size = float(len(whole)) if whole else float(len(frac) - len(frac.lstrip("0")) + 1)
+    if not exp:
+        return size
+    return size + abs(int(exp)) if len(exp) < 12 else math.inf
+
+
+def too_explosive(expr: str, max_digits: float = MAX_VALUE_DIGITS) -> bool:
+    """Whether ``expr`` holds a numeric (sub)value of more than ``max_digits`` digits (huge or tiny):
+    ``9**9**9**9``, ``9^{9^{9^9}}``, ``10^{-10^{10}}``, ``(10^{100})!``. Sympy would try to compute such
+    a value exactly; this decides in time linear in ``len(expr)`` without computing anything."""
+    estimator = _SizeEstimator(expr, max_digits)
+    try:
+        estimator.sequence()
+    except (_TooDeep, RecursionError):
+        return False  # deeply nested but short: left to the time bounds
+    except Exception as err:  # noqa: BLE001 - a bug here must not stop grading
+        logger.warning("too_explosive raised %s: %s; leaving %r to the time bounds", type(err).__name__, err, expr)
+        return False
+    return estimator.explosive
+
+
 def _import_math_verify():
     """math_verify, with its one-time "timeout is disabled" warning silenced: we bound time ourselves."""
     import math_verify
@@ -288,21 +476,37 @@ def candidate_answers(text: str) -> list[str]:
     return candidates
 
 
-def _answers_match_unbounded(text: str, gold: str) -> bool:
-    """Whether any candidate answer in ``text`` equals ``gold`` (fast path first, then math_verify)."""
+def _triage(text: str, gold: str) -> tuple[bool | None, list[str], bool]:
+    """The cheap part of grading ``text`` against ``gold``, without sympy.
+
+    Returns ``(verdict, undecided, rejected)``: ``verdict`` is True/False when the fast path decides
+    (None: ``math_verify`` must look at the ``undecided`` candidates); ``rejected`` says that some
+    candidate was dropped unexamined because its numbers would explode (``too_explosive``).
+    """
     gold = str(gold).strip()
-    candidates = candidate_answers(text)
-    undecided = []
-    for cand in candidates:
+    undecided, rejected = [], False
+    for cand in candidate_answers(text):
         decided = fast_match(cand, gold)
         if decided:
-            return True
-        if decided is None:
-            undecided.append(cand)
-    for cand in undecided:
-        if _math_verify_match_unbounded(cand, gold):
-            return True
-    return False
+            return True, [], False
+        if decided is None and len(cand) <= MAX_PARSE_CHARS:
+            if too_explosive(cand):
+                rejected = True
+            else:
+                undecided.append(cand)
+    return (None if undecided else False), undecided, rejected
+
+
+def _math_verify_any(candidates: Sequence[str], gold: str) -> bool:
+    """Whether ``math_verify`` finds any of ``candidates`` equal to ``gold`` (unbounded)."""
+    gold = str(gold).strip()
+    return any(_math_verify_match_unbounded(cand, gold) for cand in candidates)
+
+
+def _answers_match_unbounded(text: str, gold: str) -> bool:
+    """Whether any candidate answer in ``text`` equals ``gold`` (fast path first, then math_verify)."""
+    verdict, undecided, _ = _triage(text, gold)
+    return verdict if verdict is not None else _math_verify_any(undecided, gold)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -418,49 +622,83 @@ class _GradingWorker:
 _worker = _GradingWorker()
 
 
+def _run_limited(fn: Callable, args: tuple, kwargs: dict, timeout_s: float) -> tuple[object, str | None]:
+    """``(fn(*args, **kwargs), None)``, or ``(None, "timeout")`` past ``timeout_s`` seconds (or at the
+    recursion limit), or ``(None, "error")`` if it raised (logged: a grader bug must not kill a run).
+    In the main thread the bound is a SIGALRM timer; elsewhere it is not enforced here."""
+    try:
+        if _signals_usable() and timeout_s and timeout_s > 0:
+            with _alarm(timeout_s):
+                return fn(*args, **kwargs), None
+        return fn(*args, **kwargs), None
+    except GradingTimeout:
+        if _signals_usable():
+            _disarm()  # in case the timeout fired during the context manager's own cleanup
+        return None, "timeout"
+    except RecursionError:
+        return None, "timeout"
+    except Exception as err:  # noqa: BLE001 - a grader bug must not kill a training run
+        logger.warning("Grading raised %s: %s; scoring 0", type(err).__name__, err)
+        return None, "error"
+
+
 def call_with_time_limit(fn: Callable, *args, timeout_s: float = DEFAULT_TIMEOUT_S, default=0.0, **kwargs):
     """``fn(*args, **kwargs)``, or ``default`` (with a logged warning) if it exceeds ``timeout_s`` seconds
     or raises. In the main thread the bound is a SIGALRM timer; elsewhere it is not enforced here (use
     ``answers_match``, which falls back to a killable worker process off the main thread)."""
-    try:
-        if _signals_usable() and timeout_s and timeout_s > 0:
-            with _alarm(timeout_s):
-                return fn(*args, **kwargs)
-        return fn(*args, **kwargs)
-    except GradingTimeout:
-        if _signals_usable():
-            _disarm()  # in case the timeout fired during the context manager's own cleanup
+    value, failure = _run_limited(fn, args, kwargs, timeout_s)
+    if failure == "timeout":
         logger.warning(
-            "Grading timed out after %.2f s; scoring 0 (%s)", timeout_s, getattr(fn, "__name__", fn)
+            "Grading timed out after %.2f s (or hit the recursion limit); scoring 0 (%s)",
+            timeout_s, getattr(fn, "__name__", fn),
         )
-        return default
-    except RecursionError:
-        logger.warning("Grading hit the recursion limit; scoring 0 (%s)", getattr(fn, "__name__", fn))
-        return default
+    return default if failure else value
+
+
+def _grade(text: str, gold: str, timeout_s: float) -> tuple[bool, str | None]:
+    """Whether ``text``'s answer equals ``gold``, and why the grading was cut short (else None):
+    ``"explosive"`` (numbers too large to compute), ``"timeout"`` (sympy took over ``timeout_s`` s), or
+    ``"budget"`` (sympy was needed but ``timeout_s <= 0``: no time left). A cut item is not correct."""
+    try:
+        verdict, undecided, rejected = _triage(text, gold)
     except Exception as err:  # noqa: BLE001 - a grader bug must not kill a training run
         logger.warning("Grading raised %s: %s; scoring 0", type(err).__name__, err)
-        return default
+        return False, None
+    if verdict is not None:
+        return verdict, ("explosive" if rejected and not verdict else None)
+    if timeout_s <= 0:
+        return False, "budget"
+    if _signals_usable() or getattr(_bound_state, "active", False):
+        ok, failure = _run_limited(_math_verify_any, (undecided, gold), {}, timeout_s)
+        ok = bool(ok) and failure is None
+    else:  # off the main thread: the sympy work goes to the killable worker process
+        try:
+            ok, failure = _worker.grade(text, gold, timeout_s), None
+        except GradingTimeout:
+            ok, failure = False, "timeout"
+    if failure == "error":
+        failure = None  # logged as a grader bug, not counted as cut short
+    return ok, (failure or ("explosive" if rejected and not ok else None))
+
+
+_CUT_REASONS = {
+    "explosive": "too explosive to compute (would have timed out)",
+    "timeout": "timed out",
+    "budget": "not graded: the call's time budget was spent",
+}
 
 
 def answers_match(text: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """Whether the final answer in completion ``text`` equals ``gold``, within ``timeout_s`` seconds.
 
     Tries the ``<answer>`` block, the last ``\\boxed{}``, the whole text, then the last number; each by
-    a fast exact/numeric comparison, then ``math_verify``. Timeouts and errors count as not correct.
+    a fast exact/numeric comparison, then ``math_verify``. Timeouts, expressions too explosive to
+    compute and errors count as not correct (with a logged warning).
     """
-    text, gold = completion_text(text), str(gold)
-    if _signals_usable() or getattr(_bound_state, "active", False):
-        return bool(
-            call_with_time_limit(_answers_match_unbounded, text, gold, timeout_s=timeout_s, default=False)
-        )
-    # Off the main thread: decide what we can cheaply here, send only sympy work to the worker process.
-    if not any(fast_match(c, gold) is None for c in candidate_answers(text)):
-        return any(fast_match(c, gold) for c in candidate_answers(text))
-    try:
-        return _worker.grade(text, gold, timeout_s)
-    except GradingTimeout:
-        logger.warning("Grading timed out after %.2f s in the worker process; scoring 0", timeout_s)
-        return False
+    ok, cut = _grade(completion_text(text), str(gold), timeout_s)
+    if cut:
+        logger.warning("Grading cut short (%s, limit %.2f s); scoring 0", _CUT_REASONS[cut], timeout_s)
+    return ok
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -471,15 +709,29 @@ def make_correctness_reward(
     is_correct: Callable[..., bool] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     extra_columns: Sequence[str] = (),
+    batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S,
 ) -> Callable:
     """Build TRL's ``correctness_reward``: 1.0 if a completion's answer is correct, else 0.0.
 
     Args:
         is_correct: ``is_correct(text, answer, **extra) -> bool``; defaults to ``answers_match``.
-        timeout_s: per-item time bound; a timed-out item scores 0.0 and logs a warning.
+        timeout_s: per-item time bound; a timed-out item scores 0.0.
         extra_columns: dataset columns (passed by TRL as kwargs lists, one entry per completion) that
             ``is_correct`` needs, e.g. ``("entry",)`` for reasoning-gym scorers.
+        batch_timeout_s: time budget of one call (a batch). Each item's bound is the smaller of
+            ``timeout_s`` and what is left of the budget; once it is spent, the items the fast path
+            cannot decide (those that need sympy, or any item with a custom ``is_correct``) score 0.0
+            ungraded. ``math.inf`` turns the budget off.
+
+    Items cut short (timed out, too explosive to compute, or left when the budget was spent) score 0.0.
+    Each call logs one warning with their number when there are any, and reports it (0 included) as
+    metric ``GRADING_METRIC`` through ``log_metric(name, value)`` when the caller passes that keyword
+    (TRL's GRPOTrainer does).
     """
+    if not timeout_s or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    if not batch_timeout_s or batch_timeout_s <= 0:
+        raise ValueError(f"batch_timeout_s must be > 0 seconds, got {batch_timeout_s!r}")
 
     def correctness_reward(prompts, completions, answer, **kwargs) -> list[float]:
         """1.0 per completion (B,) whose final answer matches its gold ``answer`` (B,), else 0.0."""
@@ -492,22 +744,42 @@ def make_correctness_reward(
             raise ValueError(
                 f"correctness_reward needs dataset column(s) {missing}; keep them in the dataset"
             )
-        scores = []
+        deadline = time.monotonic() + batch_timeout_s
+        scores, cut_reasons = [], []
         for i, (completion, gold) in enumerate(zip(completions, answer)):
             text = completion_text(completion)
-            extra = {col: kwargs[col][i] for col in extra_columns}
+            limit = min(timeout_s, deadline - time.monotonic())
             if is_correct is None:
-                ok = answers_match(text, gold, timeout_s=timeout_s)
+                ok, cut = _grade(text, str(gold), limit)
+            elif limit <= 0:
+                ok, cut = False, "budget"
             else:
-                ok = call_with_time_limit(is_correct, text, gold, timeout_s=timeout_s, default=False, **extra)
+                extra = {col: kwargs[col][i] for col in extra_columns}
+                ok, cut = _run_limited(is_correct, (text, gold), extra, limit)
+                ok, cut = bool(ok), (cut if cut == "timeout" else None)
             scores.append(1.0 if ok else 0.0)
+            if cut:
+                cut_reasons.append(cut)
+        if cut_reasons:
+            counts = ", ".join(f"{cut_reasons.count(r)} {_CUT_REASONS[r]}" for r in _CUT_REASONS if r in cut_reasons)
+            logger.warning(
+                "Correctness grading cut short for %d of %d completions, which score 0 (%s; per-item limit "
+                "%.2f s, per-call budget %.2f s)", len(cut_reasons), len(completions), counts, timeout_s,
+                batch_timeout_s,
+            )
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            log_metric(GRADING_METRIC, float(len(cut_reasons)))
         return scores
 
     return correctness_reward
 
 
 __all__ = [
+    "DEFAULT_BATCH_TIMEOUT_S",
     "DEFAULT_TIMEOUT_S",
+    "GRADING_METRIC",
+    "MAX_VALUE_DIGITS",
     "MAX_PARSE_CHARS",
     "GradingTimeout",
     "answers_match",
@@ -523,4 +795,5 @@ __all__ = [
     "make_correctness_reward",
     "tag_count_reward",
     "tag_count_score",
+    "too_explosive",
 ]
