@@ -171,3 +171,45 @@ def test_accelerate_config_command_and_recipe_names(capsys):
     with pytest.raises(ValueError, match="packaged recipes") as err:
         resolve_recipe("no/such")
     assert "accelerate" not in str(err.value)
+
+
+def test_wandb_offline_gets_pods_and_time_scalars(tmp_path, tiny_model_dir, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_DISABLED", raising=False)  # conftest's default for every other test
+    for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
+                       "WANDB_PROJECT": "pods-rl-test"}.items():
+        monkeypatch.setenv(key, value)
+    trainer = _card_trainer(tmp_path, tiny_model_dir, str(tiny_model_dir), report_to="wandb", max_steps=2,
+                            logging_steps=1)
+    try:
+        trainer.train()
+    finally:
+        wandb.finish()
+    runs = list(tmp_path.rglob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1, list(tmp_path.rglob("*"))
+    keys = _wandb_history_keys(runs[0])
+    assert {"train/pods/frac_zero_std_all", "train/pods/reward_kept_mean", "train/time/step",
+            "train/time/generation", "train/time/update"} <= keys, sorted(keys)
+
+
+def _wandb_history_keys(path: Path) -> set[str]:
+    """The keys logged to an offline W&B run: its ``.wandb`` file is a LevelDB-style log (a 7-byte file header,
+    32 KiB blocks of chunks: crc32, length, type FULL/FIRST/MIDDLE/LAST) of ``Record`` protobufs."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, block, buf, keys = path.read_bytes(), 7, 32768, b"", set()
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a chunk header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        buf = chunk if kind in (1, 2) else buf + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(buf)
+            if record.HasField("history"):
+                keys |= {item.key or "/".join(item.nested_key) for item in record.history.item}
+    return keys
