@@ -174,3 +174,33 @@ def test_task_arg_spellings_mean_the_same_everywhere(tmp_path):
     run, config, model_args = parse_args(["--config", str(recipe)])
     validate(run, config, model_args)
     assert parse_task_args([run.task_args]) == want
+
+
+def test_resume_requests_are_checked_before_loading(bad_inputs, capsys):
+    import yaml
+
+    from pods_rl import runlog
+
+    run_dir = bad_inputs / "prev"
+    for step in (1, 2):
+        (run_dir / f"checkpoint-{step}").mkdir(parents=True)
+        runlog.write_json_atomic(run_dir / f"checkpoint-{step}" / runlog.CLOCK_FILE, {"step": step, "train_seconds": 1.0})
+    (run_dir / "checkpoint-3").mkdir()  # killed while saving: no clock
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"learning_rate": 1e-3, "num_generations": 8, "eval_k": 2}))
+    before = sorted(p.name for p in run_dir.iterdir())
+    resume = ["train", "--config", "cpu/smoke", "--output_dir", str(run_dir), "--resume_from_checkpoint"]
+    cases = [
+        # a changed training setting: refused, naming the field and the flag (eval_k may change freely)
+        ([*resume, "checkpoint-1", "--learning_rate", "0.05", "--eval_k", "4"],
+         "changes training settings of {run}: learning_rate 0.001 -> 0.05; pass --accept_config_changes true"),
+        ([*resume, "true", "--num_generations", "16", "--downsample_to", "8"],
+         "num_generations 8 -> 16"),
+        ([*resume, str(run_dir / "checkpoint-3")], "{run}/checkpoint-3 is incomplete (no pods_clock.json); "
+         "choose a complete one: ['checkpoint-1', 'checkpoint-2']"),
+        ([*resume, str(bad_inputs / "old" / "checkpoint-5")], "is not a checkpoint directory of --output_dir {run}"),
+    ]
+    for argv, expected in cases:
+        assert pods(argv) == 2, argv
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and expected.format(run=run_dir) in lines[0], lines
+    assert sorted(p.name for p in run_dir.iterdir()) == before  # a refused resume changes nothing

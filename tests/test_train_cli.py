@@ -80,7 +80,7 @@ def test_disk_full_while_saving_is_one_line(tmp_path, tiny_model_dir, capsys, mo
                        str(run_dir), "--max_steps", "1", "--save_steps", "1", "--save_strategy", "steps",
                        "--eval_before_after", "false"]) == 1
     line = _one_error_line(capsys)
-    assert f"disk full while saving checkpoint-1 in {run_dir}: nothing complete was lost" in line
+    assert f"disk full while saving checkpoint-1 in {run_dir} (step 1): nothing complete was lost" in line
     assert f"resume with --output_dir {run_dir} --resume_from_checkpoint true" in line
     assert runlog.disk_full_message(OSError(28, "No space left on device"), run_dir, 5) is not None
     assert runlog.disk_full_message(RuntimeError("CUDA out of memory"), run_dir, 5) is None

@@ -114,9 +114,11 @@ def move_aside(path: Path, suffix: str) -> Path:
     return target
 
 
-def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None
+def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None, modify: bool = True
                    ) -> tuple[Path | None, float]:
     """Make ``run_dir`` consistent for resuming and return (the checkpoint to resume, its training seconds).
+    With ``modify=False`` (every process but the main one) only the answer is computed: several processes
+    renaming the same directories would fail on each other's moves.
 
     - checkpoints without ``pods_clock.json`` (killed while saving) are renamed ``checkpoint-N.incomplete``
       so that neither the trainer nor ``pods eval`` picks them up (kept until a later checkpoint is complete);
@@ -126,7 +128,7 @@ def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | N
       are trained again, so keeping them would duplicate steps in the log.
     """
     run_dir = Path(run_dir)
-    for path in list_checkpoints(run_dir, complete_only=False):
+    for path in list_checkpoints(run_dir, complete_only=False) if modify else []:
         if read_clock(path) is None:
             target = move_aside(path, ".incomplete")
             logger.warning("checkpoint %s is incomplete (no %s): moved to %s", path, CLOCK_FILE, target.name)
@@ -137,12 +139,14 @@ def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | N
         later = [p for p in checkpoints if read_clock(p)["step"] > step]
         if (run_dir / "final").is_dir():
             later.append(run_dir / "final")
-        for path in later:
+        for path in later if modify else []:
             target = move_aside(path, ".rolled_back")
             logger.warning("resuming from %s: moved the later %s aside to %s", last.name, path.name, target.name)
     else:
         last = checkpoints[-1] if checkpoints else None
     clock = read_clock(last) if last else {"step": 0, "train_seconds": 0.0}
+    if not modify:
+        return last, float(clock["train_seconds"])
     rows = read_metrics(run_dir)
     keep = [r for r in rows if r.get("step", 0) <= clock["step"]]
     dropped = [r for r in rows if r.get("step", 0) > clock["step"]]
@@ -175,17 +179,20 @@ def remove_incomplete(run_dir: str | os.PathLike, complete_step: int) -> list[Pa
     return removed
 
 
-def disk_full_message(err: BaseException, run_dir: str | os.PathLike, step: int) -> str | None:
-    """One line for an error raised by a full disk while saving, or None if ``err`` is something else."""
+def disk_full_message(err: BaseException, run_dir: str | os.PathLike, step: int, saving: str | None = None
+                      ) -> str | None:
+    """One line for an error raised by a full disk while writing the run (``saving``: what was being written,
+    default ``checkpoint-<step>``), or None if ``err`` is something else."""
     text = str(err)
-    full = (getattr(err, "errno", None) == errno.ENOSPC or "No space left" in text
-            or "file write failed" in text or "inline_container" in text)
+    # torch's zip writer reports ENOSPC as "PytorchStreamWriter failed writing file ...: file write failed".
+    full = (getattr(err, "errno", None) == errno.ENOSPC or "No space left" in text or "file write failed" in text)
     if not full:
         return None
+    saving = saving or f"checkpoint-{step}"
     complete = list_checkpoints(run_dir)
     kept = f"the last complete checkpoint is {complete[-1].name}" if complete else "no checkpoint was complete yet"
-    return (f"disk full while saving checkpoint-{step} in {run_dir}: nothing complete was lost ({kept}; the partial "
-            f"checkpoint-{step} will be moved aside); free some space, then resume with --output_dir {run_dir} "
+    return (f"disk full while saving {saving} in {run_dir} (step {step}): nothing complete was lost ({kept}; a "
+            f"partial {saving} is set aside on resume); free some space, then resume with --output_dir {run_dir} "
             "--resume_from_checkpoint true")
 
 
@@ -406,7 +413,10 @@ class ApplyOptimizerSettings(TrainerCallback):
                 group["betas"] = (args.adam_beta1, args.adam_beta2)
             if "eps" in group:
                 group["eps"] = args.adam_epsilon
-            if group.get("weight_decay"):  # groups without decay (biases, norms) stay without
+        # transformers.Trainer builds [decayed weights, no-decay biases and norms]; the loaded state carries the old
+        # decay in the first group (even 0.0), and the second one stays without.
+        for i, group in enumerate(groups):
+            if "weight_decay" in group and (i == 0 if len(groups) == 2 else group["weight_decay"]):
                 group["weight_decay"] = args.weight_decay
         if lr_scheduler is not None and hasattr(lr_scheduler, "base_lrs"):
             lr_scheduler.base_lrs = [args.learning_rate] * len(groups)

@@ -424,6 +424,8 @@ def plan_resume(run: RunArguments, config, output_dir_given: bool) -> Path | Non
         hint = f" {explicit.parent}" if explicit is not None else " RUN_DIR"
         raise ValueError(f"--resume_from_checkpoint needs the run directory to continue: pass --output_dir{hint}")
     run_dir = Path(config.output_dir)
+    if explicit is not None and not explicit.exists() and (run_dir / explicit).is_dir():
+        explicit = run_dir / explicit  # a checkpoint named relative to the run directory (checkpoint-20)
     if not run_dir.is_dir():
         raise ValueError(f"--resume_from_checkpoint is set but the run directory {run_dir} does not exist; drop "
                          "--resume_from_checkpoint to start a new run there")
@@ -518,19 +520,22 @@ def build(run: RunArguments, config, model_args, stop=None):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
 
-    created = not run_dir.exists()
+    # Under a multi-process launcher every process runs this; only the first one changes the run directory.
+    main_process = os.environ.get("RANK", "0") == "0"
+    created = main_process and not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         resume_checkpoint, train_seconds = None, 0.0
         if resume:
-            resume_checkpoint, train_seconds = runlog.prepare_resume(run_dir, checkpoint=explicit)
+            resume_checkpoint, train_seconds = runlog.prepare_resume(run_dir, checkpoint=explicit,
+                                                                     modify=main_process)
             if resume_checkpoint is None:
                 logger.warning("no complete checkpoint in %s: starting from scratch", run_dir)
             config.resume_from_checkpoint = str(resume_checkpoint) if resume_checkpoint else None
         # config.yaml describes what runs: written only now that every check passed. A changed config keeps the
         # previous one beside it, named after the step from which the new one applies.
         flat["resume_from_checkpoint"] = config.resume_from_checkpoint
-        if config_file.is_file() and resume:
+        if main_process and config_file.is_file() and resume:
             old = yaml.safe_load(config_file.read_text()) or {}
             if {k: v for k, v in old.items() if k != "resume_from_checkpoint"} != {
                     k: v for k, v in flat.items() if k != "resume_from_checkpoint"}:
@@ -539,7 +544,7 @@ def build(run: RunArguments, config, model_args, stop=None):
                 if changes:
                     logger.warning("training settings changed from step %d on: %s (previous config kept as "
                                    "config.until-step-%d.yaml)", step, ", ".join(changes), step)
-        if not config_file.is_file() or not resume:
+        if main_process and (not config_file.is_file() or not resume):
             config_file.write_text(yaml.safe_dump(flat, sort_keys=True))
 
         eval_fn = None
@@ -597,23 +602,24 @@ def fit(trainer, clock, eval_fn) -> dict:
     config, run_dir, tokenizer = trainer.args, clock.run_dir, trainer.processing_class
     stop = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, runlog.GracefulStop)), None)
     stop = stop or runlog.GracefulStop()
+    saving = None
     try:
         with stop.handling_signals():  # SIGTERM / SIGINT: finish the step, save, stop; a second one aborts
             trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+        if stop.signal_name is not None:
+            return _stopped(trainer, clock, stop.signal_name)
+        final_dir, saving = run_dir / "final", "final/"
+        trainer.save_model(str(final_dir))
+        if trainer.accelerator.is_main_process:
+            tokenizer.save_pretrained(final_dir)
+            runlog.write_json_atomic(final_dir / runlog.CLOCK_FILE,
+                                     {"step": trainer.state.global_step, "train_seconds": clock.train_seconds})
     except (OSError, RuntimeError) as err:
-        message = runlog.disk_full_message(err, run_dir, trainer.state.global_step)
+        message = runlog.disk_full_message(err, run_dir, trainer.state.global_step, saving)
         if message is None:
             raise
         raise RunFailed(message) from err
-    if stop.signal_name is not None:
-        return _stopped(trainer, clock, stop.signal_name)
-
-    final_dir = run_dir / "final"
-    trainer.save_model(str(final_dir))
     if trainer.accelerator.is_main_process:
-        tokenizer.save_pretrained(final_dir)
-        runlog.write_json_atomic(final_dir / runlog.CLOCK_FILE,
-                                 {"step": trainer.state.global_step, "train_seconds": clock.train_seconds})
         runlog.remove_incomplete(run_dir, trainer.state.global_step)  # final/ covers earlier leftovers
     rows = [r for r in runlog.read_metrics(run_dir) if "eval/accuracy" in r]
     if eval_fn is not None and (not rows or rows[-1]["step"] != trainer.state.global_step):
