@@ -59,6 +59,19 @@ def test_m_equals_n_matches_grpo_trainer(tmp_path, tiny_model_dir):
         torch.testing.assert_close(pods_state[key], grpo_state[key], msg=f"{key} differs from GRPOTrainer's")
 
 
+
+def _train_recording_grad_forward_rows(trainer) -> list[int]:
+    """Train; return the row count of every model forward run with grad enabled (the loss forwards)."""
+    rows = []
+    hook = trainer.model.register_forward_hook(
+        lambda mod, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0])
+        if torch.is_grad_enabled() else None, with_kwargs=True)
+    try:
+        trainer.train()
+    finally:
+        hook.remove()
+    return rows
+
 def _count_logp_rows(trainer):
     """Record the number of rows of every log-prob forward (old/ref log-probs and the loss)."""
     rows = []
@@ -83,12 +96,7 @@ def test_update_phase_sees_exactly_kept_rows(tmp_path, tiny_model_dir, num_itera
         completions)
     trainer.reward_func_names[0] = "digit_reward"
     rows = _count_logp_rows(trainer)
-    forward_rows = []
-    hook = trainer.model.register_forward_hook(
-        lambda mod, args, kwargs, out: forward_rows.append(kwargs["input_ids"].shape[0])
-        if torch.is_grad_enabled() else None, with_kwargs=True)
-    trainer.train()
-    hook.remove()
+    forward_rows = _train_recording_grad_forward_rows(trainer)
     # Scoring sees all n rollouts of each prompt: 2 steps per generation round -> 2 * 2 prompts * 8 rollouts.
     assert reward_calls and all(c == 2 * prompts_per_step * n for c in reward_calls)
     # Log-prob forwards hold kept rows only: old log-probs (steps and generations are misaligned here) for
@@ -250,12 +258,7 @@ def test_oversample_prompts_keeps_informative_groups_and_b_times_m_rows(tmp_path
 
     trainer.reward_funcs[0] = recording_reward
     trainer.reward_func_names[0] = "half_informative_reward"
-    forward_rows = []
-    hook = trainer.model.register_forward_hook(
-        lambda mod, args, kwargs, out: forward_rows.append(kwargs["input_ids"].shape[0])
-        if torch.is_grad_enabled() else None, with_kwargs=True)
-    trainer.train()
-    hook.remove()
+    forward_rows = _train_recording_grad_forward_rows(trainer)
     # The update holds B*m rows per step, as without over-sampling; 2 * B prompts were sampled per step.
     assert forward_rows == [groups * m] * steps
     logs = [row for row in trainer.state.log_history if "pods/prompts_sampled" in row]
