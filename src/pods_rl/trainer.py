@@ -425,7 +425,10 @@ class PODSTrainer(GRPOTrainer):
         tiebreak = {"index": None, "shorter": lengths, "longer": -lengths}[tiebreak_mode]
         if not takes_features:
             return tiebreak, None
-        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        # The stop tokens TRL itself counts for clipped_ratio: TRL >= 1.13 keeps the generation config's EOS ids too
+        # (eos_token_ids); 1.12 knows only the tokenizer's.
+        eos_ids = getattr(self, "eos_token_ids", None) or [self._tokenizer.eos_token_id]
+        eos_and_pad = {*eos_ids, self._tokenizer.pad_token_id}
         truncated = torch.tensor([len(ids) > 0 and ids[-1] not in eos_and_pad for ids in completion_ids])
         features = {
             "lengths": lengths,
