@@ -27,7 +27,9 @@ Stages:
 Every run is ``pods train --config tiny`` with overrides, in its own subprocess with one torch thread;
 ``--jobs`` runs go in parallel (2 on a 2-core machine), taken in seed-major order (for seed: for method) so
 slow periods of a shared machine spread over all methods. A run whose directory holds summary.json is
-skipped: stop and start again at will; an unfinished run directory is moved to ``runs/_incomplete/``.
+skipped: stop and start again at will. An unfinished run continues from its last complete checkpoint
+(exact resume; ``--checkpoint-every`` seconds of training between saves) and without one it is moved to
+``runs/_incomplete/`` and started over.
 
     python benchmarks/study_pods_vs_grpo.py sweep --lrs 1e-4,2e-4,5e-4,1e-3
     python benchmarks/study_pods_vs_grpo.py study --lr 5e-4 --seeds 8
@@ -55,6 +57,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))  # pods_rl without pip install
 
 from _machine import machine_info, machine_slug, results_dir  # noqa: E402
+from study_report import run_finished, write_report  # noqa: E402
+
+from pods_rl import runlog  # noqa: E402
 
 QUICK = dict(steps=4, eval_every=2, eval_problems=16, eval_k=2, seeds=2, sweep_seeds=2, lrs=[2e-4],
              methods=["grpo-n16", "pods-mv-n64m16"])
@@ -98,7 +103,8 @@ def train_command(method: Method, seed: int, lr: float, run_dir: Path, args) -> 
            "--downsample_rule", method.rule, "--seed", str(seed), "--learning_rate", f"{lr:g}",
            "--per_device_train_batch_size", str(args.prompts_per_step * method.m),
            "--gradient_accumulation_steps", "1", "--max_steps", str(args.steps),
-           "--max_train_seconds", "1e9", "--save_every_seconds", "1e9", "--logging_steps", "5",
+           "--max_train_seconds", "1e9", "--save_every_seconds", f"{args.checkpoint_every:g}",
+           "--save_total_limit", "1", "--logging_steps", "5",
            "--eval_every_steps", str(args.eval_every), "--eval_every_seconds", "1e9", "--eval_num_problems", str(args.eval_problems),
            "--eval_k", str(args.eval_k), "--eval_batch_size", "1000", "--torch_threads", "1",
            "--disable_tqdm", "true", *method.extra]
@@ -110,21 +116,23 @@ def run_one(job: tuple, runs_dir: Path, args, env: dict) -> dict:
     method, seed, lr, name = job
     run_dir = runs_dir / name
     record = {"name": name, "method": method.name, "seed": seed, "lr": lr, "run_dir": str(run_dir)}
-    if (run_dir / "summary.json").is_file():
+    if run_finished(run_dir):
         return {**record, "status": "skipped"}
-    if run_dir.exists():  # interrupted: keep it aside and start over (the run must be one process)
+    resume = run_dir.exists() and bool(runlog.list_checkpoints(run_dir))
+    if run_dir.exists() and not resume:  # interrupted before its first checkpoint: keep it aside, start over
         aside = runs_dir / "_incomplete" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
         aside.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(run_dir), str(aside))
-    cmd = train_command(method, seed, lr, run_dir, args)
+    cmd = train_command(method, seed, lr, run_dir, args) + (["--resume_from_checkpoint", "true"] if resume else [])
     log_path = runs_dir / f"{name}.log"
     start = time.perf_counter()
-    with open(log_path, "w") as log:
+    with open(log_path, "a" if resume else "w") as log:
         proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - start
-    ok = proc.returncode == 0 and (run_dir / "summary.json").is_file()
-    record.update(status="done" if ok else "failed", wall_seconds=round(wall, 1), returncode=proc.returncode,
-                  command=shlex.join(cmd), log=str(log_path))
+    ok = proc.returncode == 0 and run_finished(run_dir)
+    stopped = not ok and (run_dir / "summary.json").is_file() and bool(runlog.list_checkpoints(run_dir))
+    record.update(status="done" if ok else "stopped" if stopped else "failed", wall_seconds=round(wall, 1), returncode=proc.returncode,
+                  command=shlex.join(cmd), log=str(log_path), resumed=resume)
     if ok:
         (run_dir / "study_run.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
@@ -139,7 +147,7 @@ def run_jobs(jobs: list[tuple], runs_dir: Path, args) -> list[dict]:
         for method, seed, lr, name in jobs:
             print(shlex.join(train_command(method, seed, lr, runs_dir / name, args)))
         return []
-    todo = [j for j in jobs if not (runs_dir / j[3] / "summary.json").is_file()]
+    todo = [j for j in jobs if not run_finished(runs_dir / j[3])]
     print(f"{len(jobs)} runs, {len(jobs) - len(todo)} done before; {len(todo)} to go, {args.jobs} at a time "
           f"-> {runs_dir}", flush=True)
     records, started = [], time.perf_counter()
@@ -205,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-args", default=None, help="extra `pods train` flags for every run")
     parser.add_argument("--quick", action="store_true", help="smoke test: 4-step runs, 2 seeds, 2 methods")
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/<machine>/study")
+    parser.add_argument("--checkpoint-every", type=float, default=1e9,
+                        help="seconds of training between checkpoints, so an interrupted run resumes (default: none)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
 
@@ -236,7 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "benchmarks/study_pods_vs_grpo.py", *(sys.argv[1:] if argv is None else argv)])
     if args.stage in ("sweep", "study", "options"):
         jobs = {"sweep": sweep_jobs, "study": study_jobs, "options": options_jobs}[args.stage](args)
-        records = run_jobs(jobs, out / args.stage / "runs", args)
+        try:
+            records = run_jobs(jobs, out / args.stage / "runs", args)
+        except KeyboardInterrupt:
+            print(f"study: interrupted; the runs in flight saved a checkpoint and continue from it when the same "
+                  f"command runs again ({out / args.stage / 'runs'})", file=sys.stderr)
+            return 130
         if args.dry_run:
             return 0
         log = out / "commands.jsonl"  # every invocation and its runs' exact commands
@@ -245,11 +260,6 @@ def main(argv: list[str] | None = None) -> int:
                                 "runs": {r["name"]: r.get("command") for r in records if r.get("command")}}) + "\n")
         if any(r["status"] == "failed" for r in records):
             return 1
-    try:
-        from study_report import write_report
-    except ImportError as err:
-        print(f"no report: {err}", file=sys.stderr)
-        return 0
     write_report(out, command)
     return 0
 

@@ -41,11 +41,19 @@ GAIN_FRACTION = 0.8
 PAPER_GPU_STEP_SECONDS = {16: 7.6, 32: 7.9, 64: 10.1, 128: 13.8}
 
 
+def run_finished(run_dir: Path) -> bool:
+    """Whether a run trained to its end: summary.json written, and not by a graceful stop (``stopped_by``)."""
+    try:
+        return "stopped_by" not in json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
 def _runs(runs_dir: Path) -> dict[str, list]:
-    """{run name prefix (method or method-lr): [RunData, ...]} of finished runs (summary.json present)."""
+    """{run name prefix (method or method-lr): [RunData, ...]} of finished runs (see ``run_finished``)."""
     groups: dict[str, list] = {}
     for run_dir in sorted(runs_dir.glob("*-s[0-9]*")):
-        if not (run_dir / "summary.json").is_file():
+        if not run_finished(run_dir):
             continue
         prefix = run_dir.name.rsplit("-s", 1)[0]
         groups.setdefault(prefix, []).append(load_run(run_dir, label=prefix))

@@ -103,3 +103,12 @@ def test_bad_arguments_raise_clear_errors():
         ArithmeticTask(digits=1, operands=2, ops="+").load("train")  # only 100 problems exist
     with pytest.raises(ValueError, match="split"):
         ArithmeticTask().load("validation")
+
+
+def test_limit_beyond_the_split_size_grows_the_split_and_keeps_its_prefix():
+    task = ArithmeticTask(seed=3, test_size=40)
+    small, large = task.load("test"), task.load("test", limit=90)
+    assert len(small) == 40 and len(large) == 90 and task.test_size == 40  # the task itself is unchanged
+    assert large["question"][:40] == small["question"]
+    assert len(set(large["question"])) == 90
+    assert not set(large["question"]) & set(ArithmeticTask(seed=3, train_size=2000).load("train")["question"])

@@ -105,3 +105,18 @@ def test_study_quick_sweep_then_study_then_report(tmp_path):
     assert shorter["length/train_kept"]["mean"][0] > 0 and shorter["length/held_out_second_half"]["mean"][0] > 0
     for name in options["figures"]:
         assert (out / name).stat().st_size > 1000, name
+
+
+def test_study_counts_a_gracefully_stopped_run_as_unfinished(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from study_report import run_finished
+
+    run = tmp_path / "grpo-n16-s0"
+    run.mkdir()
+    assert not run_finished(run)  # started, nothing written yet
+    (run / "summary.json").write_text(json.dumps({"stopped_by": "SIGTERM", "steps": 59, "exit_code": 143}))
+    assert not run_finished(run)  # stopped with a checkpoint: the study resumes it
+    (run / "summary.json").write_text(json.dumps({"steps": 600, "accuracy_after": 0.3}))
+    assert run_finished(run)
+    (run / "summary.json").write_text('{"steps": 6')  # torn
+    assert not run_finished(run)

@@ -67,6 +67,25 @@ def test_failed_start_leaves_no_run_dir_and_debug_shows_the_traceback(tmp_path, 
         train_main([*argv, "--debug"])
 
 
+def test_a_held_out_split_smaller_than_asked_is_named_before_loading(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, size in (("train", 6), ("test", 3)):
+        rows = [json.dumps({"question": f"{i}+1", "answer": str(i + 1)}) for i in range(size)]
+        (data / f"{split}.jsonl").write_text("\n".join(rows) + "\n")
+
+    def broken_trainer(*args, **kwargs):
+        raise RuntimeError("trainer exploded")
+
+    monkeypatch.setattr("pods_rl.trainer.PODSTrainer", broken_trainer)
+    argv = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "r"),
+            "--task", f"jsonl:{data}", "--eval_num_problems", "10"]
+    assert train_main(argv) == 1
+    out = capsys.readouterr().out
+    assert "split 'test' of task 'jsonl:" in out
+    assert "has 3 problems, so each evaluation uses 3, not the 10 of --eval_num_problems" in out
+
+
 def test_disk_full_while_saving_is_one_line(tmp_path, tiny_model_dir, capsys, monkeypatch):
     from pods_rl.trainer import PODSTrainer
 

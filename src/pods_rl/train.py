@@ -485,7 +485,10 @@ def build(run: RunArguments, config, model_args, stop=None):
     check_splits(run, task)
     train_dataset = task.load(run.train_split, limit=run.train_limit)
     if wants_eval(run):  # a broken or missing held-out split fails now, not after the model loaded
-        task.load(run.eval_split, limit=run.eval_num_problems)
+        held_out = len(task.load(run.eval_split, limit=run.eval_num_problems))
+        if held_out < run.eval_num_problems:
+            print(f"pods train: note: split {run.eval_split!r} of task {run.task!r} has {held_out} problems, so each "
+                  f"evaluation uses {held_out}, not the {run.eval_num_problems} of --eval_num_problems")
     if config.reward_weights is None:
         config.reward_weights = list(task.reward_weights)
     if not model_args.model_name_or_path:

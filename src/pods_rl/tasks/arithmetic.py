@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pods_rl.tasks import rewards
 from pods_rl.tasks.base import Task
@@ -138,6 +138,14 @@ class ArithmeticTask(Task):
                 "solution": f"<think>{','.join(steps)}</think><answer>{value}</answer>",
             })
         return problems
+
+    def load(self, split: str = "train", limit: int | None = None):
+        """As ``Task.load``, but a procedural split grows to ``limit`` rows when more are asked than
+        ``train_size`` / ``test_size``; the first rows stay the same (a longer prefix of the same stream)."""
+        size_field = {"train": "train_size", "test": "test_size"}.get(split)
+        if size_field and isinstance(limit, int) and limit > getattr(self, size_field):
+            return replace(self, **{size_field: limit}).load(split, limit)
+        return super().load(split, limit)
 
     def _load_raw(self, split: str):
         """``split`` as a Dataset with columns ``question``, ``answer``, ``solution``."""
