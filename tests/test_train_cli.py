@@ -221,11 +221,14 @@ def test_sigterm_stops_gracefully_and_resumes(tmp_path, tiny_model_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(_pods(*args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 300
+        # The signal must land while training runs: before the handlers are installed (imports), SIGTERM's
+        # default action ends the process at once. A loaded machine can take minutes to get there.
+        deadline = time.time() + 600
         while time.time() < deadline and proc.poll() is None and not [
                 r for r in runlog.read_metrics(run_dir) if "loss" in r]:
             time.sleep(0.05)
         assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert [r for r in runlog.read_metrics(run_dir) if "loss" in r], "no training step within 600 s"
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=300)
     finally:
