@@ -27,7 +27,7 @@ import math
 import os
 import textwrap
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -254,7 +254,16 @@ class PODSTrainer(GRPOTrainer):
         if not isinstance(config, PODSConfig):
             raise TypeError(f"PODSTrainer needs args=PODSConfig(...), got {type(config).__name__}.")
         self._pods_stash = None  # (kept generation outputs, gathered kept rewards) during the inner TRL call
-        super().__init__(*args, **kwargs)
+        engine_setup = nullcontext()
+        if config.use_vllm:  # imported only then: the vLLM checks and the CPU build's workaround live there
+            from pods_rl.integrations import vllm_cpu
+
+            vllm_cpu.check_vllm_settings(config.use_vllm, config.vllm_mode,
+                                         on_cpu=config.use_cpu or not torch.cuda.is_available())
+            if config.vllm_mode == "colocate":  # TRL builds the LLM in GRPOTrainer.__init__
+                engine_setup = vllm_cpu.reloadable_cpu_weights()
+        with engine_setup:
+            super().__init__(*args, **kwargs)
         if config.selects and (self.environment_factories is not None or self.tools):
             raise ValueError("PODS down-sampling does not support tools or environments yet; use downsample_to="
                              "num_generations (plain GRPO) for multi-turn rollouts.")
@@ -270,6 +279,21 @@ class PODSTrainer(GRPOTrainer):
         # First in line, so that its step ends before any callback that evaluates or saves at step end
         # (pods train's TrainingClock): those seconds are not part of the step.
         self.callback_handler.callbacks.insert(0, self.phase_clock)
+
+    def release_vllm_engine(self) -> None:
+        """Free this trainer's colocated vLLM engine (weights and KV cache) once it is done training.
+
+        For a process that builds another trainer next (``pods cost``, tests): deleting the trainer does not free
+        the engine, and vLLM sizes a new engine's KV cache from the memory left. The trainer cannot generate with
+        vLLM afterwards."""
+        generation = getattr(self, "vllm_generation", None)
+        if generation is not None and getattr(generation, "llm", None) is not None:
+            generation.llm = None
+            import gc
+
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
     # ---- batching: the dataloader yields n rollouts per prompt, the batch sizes count the m kept --------
 
