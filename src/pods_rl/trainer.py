@@ -23,6 +23,7 @@ same update cost; only the generation batch is n/m (times oversample_prompts) la
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import textwrap
@@ -289,8 +290,6 @@ class PODSTrainer(GRPOTrainer):
         generation = getattr(self, "vllm_generation", None)
         if generation is not None and getattr(generation, "llm", None) is not None:
             generation.llm = None
-            import gc
-
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
