@@ -7,7 +7,30 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
 
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
+
+# Optional engines have their own test lanes (tests/<lane>/), each run by .ci/run in that engine's own
+# environment: `python -m pytest -q --lane vllm tests/vllm`. The main suite never collects them, so it needs
+# neither engine installed.
+ENGINE_LANES = ("vllm", "verl")
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_addoption(parser):
+    parser.addoption("--lane", choices=ENGINE_LANES, default=None,
+                     help="collect one engine lane's tests (tests/<lane>/); needs that engine installed")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Leave out every engine lane's directory except the one asked for with --lane."""
+    lane = config.getoption("--lane")
+    path = Path(collection_path).resolve()
+    for engine in ENGINE_LANES:
+        if engine != lane and (path == _TESTS / engine or _TESTS / engine in path.parents):
+            return True
+    return None
 
 
 @pytest.fixture(scope="session")
