@@ -16,14 +16,14 @@ For each problem of the split we draw ``k`` completions at ``temperature`` and s
                         0 / 0 for a plain model)
     eval_seconds        wall time of this evaluation (generation + scoring)
 
-Results are kept (through ``pods_rl.runlog``) in ONE JSON file (a list of records; ``run_dir/eval.json`` by default). A record is keyed by
-(checkpoint, task, split, k, temperature): evaluating the same key again replaces the record, any other key is
-appended. The file is rewritten atomically (tmp file + ``os.replace``) after each checkpoint, so an interrupted
+Results are kept (through ``pods_rl.runlog``) in ONE JSON file (a list of records; ``run_dir/eval.json`` by
+default). A record is keyed by (checkpoint, task, split, k, temperature): evaluating the same key again replaces
+the record, any other key is appended. The file is rewritten atomically (tmp file + ``os.replace``) after each checkpoint, so an interrupted
 run keeps everything finished so far. A checkpoint is skipped when a record with its key and the same
 ``limit``, ``max_new_tokens`` and ``seed`` exists, unless ``force``.
 
-Generation (``pods_rl.generation``) uses vLLM when it is importable and CUDA is available (``backend="auto"``), otherwise transformers
-``generate`` with left padding. Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is
+Generation (``pods_rl.generation``) uses vLLM when it is importable and CUDA is available (``backend="auto"``),
+otherwise transformers ``generate`` with left padding. Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is
 greedy (one completion, repeated k times). Message prompts are rendered with the tokenizer's chat template
 (``add_generation_prompt=True``); both backends get the same token ids.
 """
