@@ -22,8 +22,8 @@ the record, any other key is appended. The file is rewritten atomically (tmp fil
 run keeps everything finished so far. A checkpoint is skipped when a record with its key and the same
 ``limit``, ``max_new_tokens`` and ``seed`` exists, unless ``force``.
 
-Generation (``pods_rl.generation``) uses vLLM when it is importable and CUDA is available (``backend="auto"``),
-otherwise transformers ``generate`` with left padding. Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is
+Generation (``pods_rl.generation``) uses vLLM when it can run the model here (``backend="auto"``: CUDA, or vLLM's
+CPU build with a head size its CPU attention takes), otherwise transformers ``generate`` with left padding. Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is
 greedy (one completion, repeated k times). Message prompts are rendered with the tokenizer's chat template
 (``add_generation_prompt=True``); both backends get the same token ids.
 """
@@ -178,7 +178,7 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
     else:
         model_path = Path(model_or_path)
         step, train_seconds = checkpoint_clock(model_path) if model_path.is_dir() else (0, 0.0)
-        chosen = choose_backend(backend)
+        chosen = choose_backend(backend, model_path)
 
     dataset = task_obj.load(split, limit=limit)
     if len(dataset) == 0:
@@ -346,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=None, help="results JSON (default: RUN_DIR/eval.json)")
     parser.add_argument("--force", action="store_true", help="re-evaluate checkpoints already in the results")
     parser.add_argument("--backend", choices=("auto", "hf", "vllm"), default="auto",
-                        help="generation engine (auto: vLLM if installed and CUDA present)")
+                        help="generation engine (auto: vLLM when it can run the model here: CUDA, or vLLM's CPU "
+                        "build with a head size its CPU attention takes)")
     parser.add_argument("--include-base", action="store_true",
                         help="for a run directory, also evaluate its initial model (step 0)")
     one_line_parser_errors(parser)

@@ -200,6 +200,12 @@ def validate(run: RunArguments, config, model_args) -> None:
     if run.task_args is not None and not isinstance(run.task_args, str):
         raise ValueError(f"task_args must be key=value pairs such as 'data_dir=data/gsm8k,prompt_style=instruct' "
                          f"(or a mapping in the recipe), got a {type(run.task_args).__name__}: {run.task_args!r}")
+    if config.use_vllm:  # vLLM missing, outside TRL's range, server mode on CPU...: one line before any model loads
+        import torch  # only to ask whether training will run on CPU
+
+        from pods_rl.integrations.vllm_cpu import check_vllm_settings
+
+        check_vllm_settings(config.use_vllm, config.vllm_mode, on_cpu=config.use_cpu or not torch.cuda.is_available())
 
 
 def wants_eval(run: RunArguments) -> bool:

@@ -88,7 +88,7 @@ _require_supported_trl(version("trl"))  # before the imports below, which reach 
 
 import torch
 from accelerate.utils import gather
-from transformers import TrainerCallback
+from transformers import AutoConfig, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, nanstd, repeat_iterable_dataset
 
@@ -293,8 +293,13 @@ class PODSTrainer(GRPOTrainer):
         if config.use_vllm:  # imported only then: the vLLM checks and the CPU build's workaround live there
             from pods_rl.integrations import vllm_cpu
 
-            vllm_cpu.check_vllm_settings(config.use_vllm, config.vllm_mode,
-                                         on_cpu=config.use_cpu or not torch.cuda.is_available())
+            on_cpu = config.use_cpu or not torch.cuda.is_available()
+            vllm_cpu.check_vllm_settings(config.use_vllm, config.vllm_mode, on_cpu=on_cpu)
+            model = kwargs.get("model", args[0] if args else None)
+            model_config = model.config if hasattr(model, "config") else AutoConfig.from_pretrained(model)
+            problem = vllm_cpu.cpu_head_size_problem(model_config) if on_cpu else None
+            if problem is not None:
+                raise ValueError(f"use_vllm on CPU: {problem}; pass --use_vllm false (transformers generation)")
             if config.vllm_mode == "colocate":  # TRL builds the LLM in GRPOTrainer.__init__
                 engine_setup = vllm_cpu.reloadable_cpu_weights()
         with engine_setup:

