@@ -147,8 +147,11 @@ def generate_vllm(model_path, prompt_ids: list[list[int]], k: int, temperature: 
     greedy = temperature == 0
     try:
         llm = LLM(model=str(model_path), seed=seed, dtype="auto", enable_prefix_caching=True, **memory)
+        # No per-request seed: SamplingParams(seed=s) gives every prompt the same random stream, so sample j of
+        # all prompts would be drawn together (correlated repeats, inflated standard error). The engine's seed
+        # (LLM(seed=...)) keeps the evaluation reproducible.
         params = SamplingParams(n=1 if greedy else k, temperature=float(temperature), top_p=1.0,
-                                max_tokens=max_new_tokens, seed=seed)
+                                max_tokens=max_new_tokens)
         outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=True)
         completions = [[o.text for o in out.outputs] for out in outputs]
         lengths = np.array([[len(o.token_ids) for o in out.outputs] for out in outputs], dtype=int)

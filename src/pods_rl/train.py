@@ -162,6 +162,12 @@ def build(run: RunArguments, config, model_args, stop=None):
         config.reward_weights = list(task.reward_weights)
     model_args.model_name_or_path = default_model_path(model_args.model_name_or_path)
     check_model_path(model_args.model_name_or_path, model_args.model_revision)
+    if config.use_vllm and (config.use_cpu or not torch.cuda.is_available()):  # before the model loads
+        from transformers import AutoConfig
+
+        from pods_rl.integrations.vllm_cpu import check_cpu_model
+
+        check_cpu_model(AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision))
 
     flat = resolved_config(run, config, model_args)
     changes = {}

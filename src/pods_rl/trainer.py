@@ -297,9 +297,8 @@ class PODSTrainer(GRPOTrainer):
             vllm_cpu.check_vllm_settings(config.use_vllm, config.vllm_mode, on_cpu=on_cpu)
             model = kwargs.get("model", args[0] if args else None)
             model_config = model.config if hasattr(model, "config") else AutoConfig.from_pretrained(model)
-            problem = vllm_cpu.cpu_head_size_problem(model_config) if on_cpu else None
-            if problem is not None:
-                raise ValueError(f"use_vllm on CPU: {problem}; pass --use_vllm false (transformers generation)")
+            if on_cpu:
+                vllm_cpu.check_cpu_model(model_config)
             if config.vllm_mode == "colocate":  # TRL builds the LLM in GRPOTrainer.__init__
                 engine_setup = vllm_cpu.reloadable_cpu_weights()
         with engine_setup:

@@ -78,6 +78,13 @@ def cpu_head_size_problem(config) -> str | None:
             f"{head_dim} (hidden_size {config.hidden_size} / {config.num_attention_heads} heads)")
 
 
+def check_cpu_model(config) -> None:
+    """One ``ValueError`` line when training with vLLM on CPU cannot serve the model of ``config``."""
+    problem = cpu_head_size_problem(config)
+    if problem is not None:
+        raise ValueError(f"use_vllm on CPU: {problem}; pass --use_vllm false (transformers generation)")
+
+
 def trl_vllm_range_problem() -> str | None:
     """TRL's own verdict on the installed vLLM version: its message when outside the range TRL supports, else None.
 
