@@ -8,9 +8,12 @@ prompts, up to 24 new tokens, temperature 1):
   * ``vllm``: what it does with ``use_vllm: true, vllm_mode: colocate``: TRL's own ``VLLMGeneration`` (the engine
     the trainer builds, in this process, with pods-rl's CPU weight-reload workaround), ``sync_weights()`` (the
     trainer pushes its weights before every round) then ``generate``. Reported with and without the sync.
+  * ``vllm_packed``: the same engine built without the workaround (vLLM's packed CPU GEMM kernels, as `pods eval`
+    uses them), ``generate`` only: it cannot take weight syncs, so it cannot train; it shows what the
+    workaround costs.
 
-Timing: one warm-up round per (size, n, backend), then ``--repeats`` rounds; within a repeat the two backends
-alternate and their order flips every repeat, so that load from other jobs on a shared machine hits both alike.
+Timing: one warm-up round per (size, n, backend), then ``--repeats`` rounds; within a repeat the backends take
+turns and their order rotates every repeat, so that load from other jobs on a shared machine hits all alike.
 Medians are reported, with min and max. Writes benchmarks/results/<machine>/generation/generation.json (machine,
 versions, command, settings, every timing).
 
@@ -35,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _machine
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # pods_rl without pip install
 
 # A fixed KV cache for the engine (GiB), not a fraction of RAM minus what this process holds.
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "3")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 from _machine import machine_info, results_dir  # noqa: E402
 
@@ -91,23 +94,26 @@ def hf_round(model, tokenizer, rows: list[list[int]], threads: int) -> tuple[flo
     return seconds, lengths.float().mean().item()
 
 
-def make_vllm(model, tokenizer):
-    """TRL's colocated engine for ``model`` (as GRPOTrainer builds it), with pods-rl's CPU workaround."""
+def make_vllm(model, tokenizer, workaround: bool = True):
+    """TRL's colocated engine for ``model`` (as GRPOTrainer builds it), with pods-rl's CPU workaround or not."""
+    from contextlib import nullcontext
+
     from accelerate import Accelerator
     from trl.generation.vllm_generation import VLLMGeneration
 
     from pods_rl.integrations import vllm_cpu
 
-    with vllm_cpu.reloadable_cpu_weights():
+    with vllm_cpu.reloadable_cpu_weights() if workaround else nullcontext():
         return VLLMGeneration(model=model, accelerator=Accelerator(cpu=True), processing_class=tokenizer,
                               mode="colocate", gpu_memory_utilization=0.3, max_completion_length=MAX_NEW_TOKENS,
                               temperature=1.0, top_p=1.0, top_k=0, logprobs=0)
 
 
-def vllm_round(engine, rows: list[list[int]]) -> tuple[float, float, float]:
+def vllm_round(engine, rows: list[list[int]], sync: bool = True) -> tuple[float, float, float]:
     """(seconds with the weight sync, seconds of the sync, mean completion tokens) of one round."""
     start = time.perf_counter()
-    engine.sync_weights()
+    if sync:
+        engine.sync_weights()
     synced = time.perf_counter()
     _, completion_ids, _, _ = engine.generate(prompts=rows, images=None, num_generations=1)
     seconds = time.perf_counter() - start
@@ -143,21 +149,26 @@ def main(argv=None) -> int:
             started = time.perf_counter()
             engine = make_vllm(model, tokenizer)
             engine_seconds = time.perf_counter() - started
+            packed = make_vllm(model, tokenizer, workaround=False)
             print(f"{size}: hidden {hidden}, {layers} layers, {heads} heads, {params:,} parameters; "
                   f"vLLM engine built in {engine_seconds:.1f} s", flush=True)
             for n in ns:
                 rows = round_prompt_ids(tokenizer, n)
-                timings = {"hf": [], "vllm": [], "vllm_sync": [], "hf_tokens": [], "vllm_tokens": []}
+                backends = ("hf", "vllm", "vllm_packed")
+                timings = {key: [] for b in backends for key in (b, f"{b}_tokens")} | {"vllm_sync": []}
                 hf_round(model, tokenizer, rows, args.threads)  # warm-up
                 vllm_round(engine, rows)
+                vllm_round(packed, rows, sync=False)
                 for repeat in range(args.repeats):
-                    order = ("hf", "vllm") if repeat % 2 == 0 else ("vllm", "hf")
+                    order = backends[repeat % 3:] + backends[:repeat % 3]
                     for backend in order:
                         if backend == "hf":
                             seconds, tokens = hf_round(model, tokenizer, rows, args.threads)
-                        else:
+                        elif backend == "vllm":
                             seconds, sync, tokens = vllm_round(engine, rows)
                             timings["vllm_sync"].append(sync)
+                        else:
+                            seconds, _, tokens = vllm_round(packed, rows, sync=False)
                         timings[backend].append(seconds)
                         timings[f"{backend}_tokens"].append(tokens)
                         raw.append({"size": size, "n": n, "repeat": repeat, "backend": backend, "seconds": seconds})
@@ -172,6 +183,8 @@ def main(argv=None) -> int:
                     "vllm": {**summary(timings["vllm"], rollouts), "mean_completion_tokens":
                              statistics.fmean(timings["vllm_tokens"])},
                     "vllm_without_sync": summary(no_sync, rollouts),
+                    "vllm_packed": {**summary(timings["vllm_packed"], rollouts), "mean_completion_tokens":
+                                    statistics.fmean(timings["vllm_packed_tokens"])},
                     "vllm_sync_median_s": statistics.median(timings["vllm_sync"]),
                     "vllm_engine_build_s": engine_seconds,
                 }
@@ -180,9 +193,10 @@ def main(argv=None) -> int:
                 print(f"  n={n:>3} ({rollouts} rollouts, prompt ~{row['mean_prompt_tokens']:.0f} tokens): "
                       f"hf {row['hf']['median_ms_per_rollout']:.2f} ms/rollout, vllm "
                       f"{row['vllm']['median_ms_per_rollout']:.2f} (sync {row['vllm_sync_median_s'] * 1e3:.0f} ms "
-                      f"per round), hf/vllm {row['hf_over_vllm']:.2f}x", flush=True)
-            engine.llm = None  # free the engine (KV cache) before the next size
-            del engine, model
+                      f"per round), vllm packed {row['vllm_packed']['median_ms_per_rollout']:.2f}; "
+                      f"hf/vllm {row['hf_over_vllm']:.2f}x", flush=True)
+            engine.llm = packed.llm = None  # free the engines (KV caches) before the next size
+            del engine, packed, model
 
     info = machine_info()
     from importlib.metadata import version
