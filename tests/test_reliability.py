@@ -1,0 +1,483 @@
+"""Reliability, round two (#27): one owner per run directory, user files never overwritten, user code cannot hang
+a run, training that cannot learn says so, and every one-liner names the thing and the way on. One table per
+class of fault; each row is a fault a user or a cluster produced, and how it must end."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pods_rl import deadline, runlock
+from pods_rl.reward_guard import (
+    MAX_TIMEOUTS_IN_A_ROW,
+    TIMEOUT_METRIC,
+    RewardFunctionError,
+    guard_reward_func,
+    guard_reward_funcs,
+    reward_weights_of,
+)
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _python(code: str, **kwargs) -> subprocess.Popen:
+    """A child Python process running ``code`` (pods_rl importable), stdout and stderr piped."""
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, **kwargs)
+
+
+def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float = 60.0) -> None:
+    """Read ``proc``'s stdout until a line contains ``text`` (fails after ``timeout`` seconds)."""
+    deadline_at = time.monotonic() + timeout
+    while time.monotonic() < deadline_at:
+        line = proc.stdout.readline()
+        if text in line:
+            return
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"child never printed {text!r}; stderr: {proc.stderr.read()[-2000:]}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 1. one owner per run directory: the lock itself (the CLI rows are further down)
+
+HOLDER = """
+    import sys, time
+    from pods_rl import runlock
+    lock = runlock.hold_run_dir(sys.argv[1], what="pods train")
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_second_holder_is_refused_naming_the_first_and_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = _python(HOLDER.replace("sys.argv[1]", repr(str(run_dir))))
+    try:
+        _wait_for_line(first, "locked")
+        with pytest.raises(runlock.RunDirInUse) as refused:
+            runlock.hold_run_dir(run_dir)
+        message = str(refused.value)
+        assert f"{run_dir} is in use by pods train (pid {first.pid} on {os.uname().nodename}, since " in message
+        assert f"kill -TERM {first.pid}" in message and "nothing was changed" in message
+        # SIGKILL: no handler runs, yet the operating system drops the lock with the process.
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        lock = runlock.hold_run_dir(run_dir)
+        assert runlock.read_holder(run_dir / runlock.LOCK_FILE)["pid"] == os.getpid()
+        lock.release()
+    finally:
+        first.kill()
+        first.wait(timeout=30)
+
+
+RMW = """
+    import json, sys
+    from pathlib import Path
+    from pods_rl import runlock
+    path, me = Path(sys.argv[1]), sys.argv[2]
+    for i in range(40):
+        with runlock.exclusive(runlock.lock_path_for(path), wait_s=60):
+            records = json.loads(path.read_text()) if path.exists() else []
+            records.append(f"{me}-{i}")
+            tmp = path.with_name(path.name + "." + me)
+            tmp.write_text(json.dumps(records))
+            tmp.replace(path)
+"""
+
+
+def test_the_short_lock_makes_concurrent_read_modify_writes_lose_nothing(tmp_path):
+    path = tmp_path / "eval.json"
+    writers = [_python(RMW.replace("sys.argv[1]", repr(str(path))).replace("sys.argv[2]", repr(name)))
+               for name in ("a", "b", "c")]
+    for proc in writers:
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    assert sorted(json.loads(path.read_text())) == sorted(f"{n}-{i}" for n in "abc" for i in range(40))
+
+
+def test_a_file_system_without_flock_runs_unlocked_with_one_warning(tmp_path, monkeypatch, caplog):
+    import errno
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(runlock.fcntl, "flock", no_flock)
+    with caplog.at_level(logging.WARNING, logger="pods_rl.runlock"):
+        lock = runlock.hold_run_dir(tmp_path)
+        runlock.hold_run_dir(tmp_path)  # nothing is locked: a second holder is not stopped, and not warned twice
+    assert lock.fd is None
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "cannot lock" in warnings[0] and "No locks available" in warnings[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 3. bounded user code: nestable time limits, and reward functions under a budget with checked returns
+
+class Inner(deadline.Expired):
+    pass
+
+
+class Outer(deadline.Expired):
+    pass
+
+
+def test_time_limits_nest_each_firing_on_its_own_time():
+    # The inner limit fires first and is stopped by its own block; the outer one still fires later.
+    start = time.monotonic()
+    with deadline.time_limit(0.6, Outer) as outer:
+        with deadline.time_limit(0.1, Inner) as inner:
+            time.sleep(5)
+        assert inner.expired and 0.05 < time.monotonic() - start < 0.5
+        time.sleep(5)
+    assert outer.expired and not deadline._active and 0.5 < time.monotonic() - start < 2.0
+    # An outer limit that expires inside an inner block unwinds both; the inner one does not swallow it.
+    with deadline.time_limit(0.1, Outer) as outer:
+        with deadline.time_limit(10, Inner) as inner:
+            time.sleep(5)
+    assert outer.expired and not inner.expired and not deadline._active
+    # Code that swallows the exception is interrupted again (the timer repeats until the block is left).
+    swallowed = 0
+    with deadline.time_limit(0.1, Outer) as outer:
+        for _ in range(3):
+            try:
+                time.sleep(5)
+            except Outer:
+                swallowed += 1
+        time.sleep(5)
+    assert outer.expired and swallowed == 3
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_time_limits_are_not_enforced_off_the_main_thread():
+    seen = {}
+
+    def body():
+        with deadline.time_limit(0.05) as limit:
+            time.sleep(0.2)
+        seen.update(enforced=limit.enforced, expired=limit.expired)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join(timeout=10)
+    assert seen == {"enforced": False, "expired": False}
+
+
+def _returning(value):
+    def my_reward(prompts, completions, **kwargs):
+        return value
+
+    return my_reward
+
+
+def _raising(prompts, completions, **kwargs):
+    return {"a": 1}["b"]
+
+
+# (what the reward function does, a substring of the error; None: accepted, with the value it becomes)
+REWARD_RETURNS = [
+    (_returning(None), "reward function 'my_reward' returned None; it must return a list of 2 numbers, one per "
+     "completion (None for one it does not score): does it end with `return rewards`?"),
+    (_returning("1.0"), "reward function 'my_reward' returned a str ('1.0')"),
+    (_returning(0.5), "reward function 'my_reward' returned a float (0.5)"),
+    (_returning({"r": [1, 0]}), "returned a dict"),
+    (_returning([1.0]), "reward function 'my_reward' returned 1 rewards for 2 completions"),
+    (_returning([1.0, 0.0, 1.0]), "returned 3 rewards for 2 completions"),
+    (_returning(["1.0", "0"]), "returned a str for completion 0 ('1.0') (convert it with float())"),
+    (_returning([1.0, [0.0]]), "returned a list for completion 1 ([0.0])"),
+    (_returning([1.0, float("inf")]), "returned inf for completion 1; rewards must be finite"),
+    (_returning([float("-inf"), 1.0]), "returned -inf for completion 0"),
+    (_raising, "reward function '_raising' raised KeyError: 'b'"),
+    (_returning([1, 0.5]), [1.0, 0.5]),
+    (_returning((True, None)), [1.0, None]),
+    (_returning(iter([0.25, 0.75])), [0.25, 0.75]),
+    (_returning([float("nan"), 1.0]), "nan"),
+]
+
+
+@pytest.mark.parametrize("func, expected", REWARD_RETURNS, ids=[str(r[1])[:40] for r in REWARD_RETURNS])
+def test_reward_function_returns_are_checked_by_name(func, expected):
+    guarded = guard_reward_func(func, timeout_s=30)
+    assert guarded.__name__ == func.__name__  # TRL names the metrics after it
+    if isinstance(expected, list):
+        assert guarded(["p", "q"], ["a", "b"]) == expected
+    elif expected == "nan":
+        out = guarded(["p", "q"], ["a", "b"])
+        assert out[0] != out[0] and out[1] == 1.0  # NaN passes through: TRL's "not scored"
+    else:
+        with pytest.raises(RewardFunctionError) as err:
+            guarded(["p", "q"], ["a", "b"])
+        assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_tensors_and_arrays_are_accepted():
+    import numpy as np
+    import torch
+
+    for value in (torch.tensor([1.0, 0.0]), np.array([1.0, 0.0]), [np.float32(1.0), torch.tensor(0.0)]):
+        assert guard_reward_func(_returning(value))(["p", "q"], ["a", "b"]) == [1.0, 0.0]
+
+
+def test_a_hanging_reward_function_is_cut_at_its_budget_and_stops_the_run_when_it_keeps_hanging(caplog):
+    calls = []
+
+    def hangs(prompts, completions, **kwargs):
+        calls.append(1)
+        while True:  # never returns, and swallows what it can
+            try:
+                time.sleep(60)
+            except Exception:  # noqa: BLE001
+                pass
+
+    logged = []
+    guarded = guard_reward_func(hangs, timeout_s=0.2)
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="pods_rl.reward_guard"):
+        for _ in range(MAX_TIMEOUTS_IN_A_ROW - 1):
+            assert guarded(["p"] * 3, ["c"] * 3, log_metric=lambda k, v: logged.append((k, v))) == [None] * 3
+        with pytest.raises(RewardFunctionError, match=f"reward function 'hangs' ran past its time budget of 0.2 s on "
+                           f"{MAX_TIMEOUTS_IN_A_ROW} calls in a row"):
+            guarded(["p"] * 3, ["c"] * 3)
+    assert time.monotonic() - start < 5 and len(calls) == MAX_TIMEOUTS_IN_A_ROW
+    assert logged == [(TIMEOUT_METRIC, 1.0)] * (MAX_TIMEOUTS_IN_A_ROW - 1)
+    assert "reward function 'hangs' ran past its time budget of 0.2 s on 3 completions" in caplog.text
+
+
+def test_a_call_within_budget_resets_the_timeout_streak_and_the_grader_keeps_its_own_bounds():
+    from pods_rl.tasks.rewards import make_correctness_reward
+
+    slow_then_fast = iter([10, 0, 10, 10, 0])
+
+    def sometimes_slow(prompts, completions, **kwargs):
+        time.sleep(next(slow_then_fast))
+        return [1.0] * len(completions)
+
+    guarded = guard_reward_func(sometimes_slow, timeout_s=0.2)
+    assert [guarded(["p"], ["c"]) for _ in range(5)] == [[None], [1.0], [None], [None], [1.0]]
+
+    # The correctness reward bounds each item itself (0.1 s here) inside the function's own budget (30 s): an
+    # item that hangs scores 0 and the call goes on, rather than the whole call being cut.
+    def hanging_grader(text, gold):
+        if text == "hang":
+            time.sleep(60)
+        return text == gold
+
+    correctness = guard_reward_func(make_correctness_reward(hanging_grader, timeout_s=0.1), timeout_s=30)
+    assert correctness(["p"] * 3, ["1", "hang", "2"], answer=["1", "1", "2"]) == [1.0, 0.0, 1.0]
+
+
+def test_async_reward_functions_get_the_budget_too():
+    import asyncio
+
+    async def slow_async(prompts, completions, **kwargs):
+        await asyncio.sleep(30)
+        return [1.0] * len(completions)
+
+    async def returns_none(prompts, completions, **kwargs):
+        return None
+
+    assert asyncio.run(guard_reward_func(slow_async, timeout_s=0.1)(["p"], ["c"])) == [None]
+    with pytest.raises(RewardFunctionError, match="'returns_none' returned None"):
+        asyncio.run(guard_reward_func(returns_none)(["p"], ["c"]))
+
+
+def test_reward_models_and_hub_ids_are_left_to_trl():
+    from torch import nn
+
+    module = nn.Linear(1, 1)
+    assert guard_reward_funcs([module, "org/reward-model"]) == [module, "org/reward-model"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 4. training that cannot learn says so; the two documented ways to train optimise the same objective
+
+def test_the_task_api_and_pods_train_give_the_same_reward_weights(tmp_path, tiny_model_dir):
+    """The README's "Train with TRL" example passes ``reward_funcs=task.reward_funcs()`` and no weights; it must
+    train the objective `pods train` trains (the task's 1 / 0.1 / 0.1), not TRL's default 1 / 1 / 1."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pods_rl import PODSConfig, PODSTrainer
+    from pods_rl.tasks import get_task
+    from pods_rl.train import parse_args
+
+    for task_args, weights in ((None, [1.0, 0.1, 0.1]), ("reward_weights=[1.0,0.5,0.0]", [1.0, 0.5, 0.0])):
+        task = get_task("arithmetic", **({} if task_args is None else {"reward_weights": weights}))
+        assert reward_weights_of(task.reward_funcs()) == weights
+        config = PODSConfig(output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, report_to="none",
+                            num_generations=4, per_device_train_batch_size=4, max_steps=1)
+        trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                              reward_funcs=task.reward_funcs(), args=config, train_dataset=task.load("train", limit=8),
+                              processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
+        assert trainer.reward_weights.tolist() == pytest.approx(weights)
+        # `pods train` with the same task: its config carries the same weights.
+        argv = ["--config", "cpu/smoke"] + ([] if task_args is None else ["--task_args", task_args])
+        run, pods_config, _ = parse_args(argv)
+        from pods_rl.tasks import parse_task_args
+
+        pods_task = get_task(run.task, **parse_task_args(run.task_args))
+        assert list(pods_task.reward_weights) == pytest.approx(weights)
+    # Weights given explicitly win over the functions' own.
+    config = PODSConfig(output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, report_to="none",
+                        num_generations=4, per_device_train_batch_size=4, max_steps=1, reward_weights=[2.0, 0.0, 0.0])
+    trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                          reward_funcs=get_task("arithmetic").reward_funcs(), args=config,
+                          train_dataset=get_task("arithmetic").load("train", limit=8),
+                          processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
+    assert trainer.reward_weights.tolist() == [2.0, 0.0, 0.0]
+
+
+def test_a_custom_task_with_its_own_reward_funcs_carries_its_weights():
+    from dataclasses import dataclass
+
+    from pods_rl.tasks import Task
+
+    def always_one(prompts, completions, **kwargs):
+        return [1.0] * len(completions)
+
+    @dataclass
+    class Mine(Task):
+        name: str = "mine"
+        reward_weights: tuple = (0.3,)
+
+        def reward_funcs(self):
+            return [always_one]
+
+    funcs = Mine().reward_funcs()
+    assert [f.__name__ for f in funcs] == ["always_one"] and reward_weights_of(funcs) == [0.3]
+    assert not hasattr(always_one, "reward_weight")  # the user's function itself is left alone
+
+
+def _gold_rows(tmp_path, rows, name="train.jsonl"):
+    path = tmp_path / "data" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" if r is not None else "\n" for r in rows))
+    return path
+
+
+# (task, its files' rows, a substring of the error); {path} is the file the rows went to
+GOLD_CASES = [
+    ("jsonl", [{"question": "1+1", "answer": "2"}, None, {"question": "2+2", "answer": ""}],
+     "{path} row 3: the gold answer is empty, so no completion could match it"),
+    ("jsonl", [{"question": "1+1", "answer": "   "}], "{path} row 1: the gold answer is empty"),
+    ("jsonl", [{"question": "1+1", "answer": [2]}], "{path} row 1: the gold answer must be a string or a number, got "
+     "a list ([2])"),
+    ("jsonl", [{"question": "1+1", "answer": {"value": 2}}], "got a dict"),
+    ("jsonl", [{"question": "1+1", "answer": None}], "got a NoneType"),
+    ("jsonl", [{"question": "1+1", "answer": True}], "got a bool"),
+    ("jsonl", [{"question": "1+1", "answer": float("nan")}], "got a float (nan)"),
+    ("gsm8k", [{"question": "q", "answer": "reasoning\n#### 7"}, {"question": "q", "answer": "reasoning\n#### "}],
+     "{path} row 2: the gold answer is empty"),
+    ("math", [{"problem": "p", "solution": "so \\boxed{}"}], "{path} row 1: the gold answer is empty"),
+    ("math", [{"problem": "p", "answer": ["1", "2"]}], "{path} row 1: the gold answer must be a string or a number"),
+]
+
+
+@pytest.mark.parametrize("task_name, rows, expected", GOLD_CASES, ids=[f"{c[0]}-{c[2][-30:]}" for c in GOLD_CASES])
+def test_empty_or_non_string_gold_answers_are_named_by_file_and_row(tmp_path, task_name, rows, expected):
+    from pods_rl.tasks import get_task
+
+    path = _gold_rows(tmp_path, rows)
+    task = get_task(f"jsonl:{path}") if task_name == "jsonl" else get_task(task_name, data_dir=str(path.parent))
+    with pytest.raises(ValueError) as err:
+        task.load("train")
+    assert expected.format(path=path) in str(err.value), str(err.value)
+
+
+def test_a_custom_loader_with_bad_gold_answers_is_named_by_task_split_and_row():
+    from dataclasses import dataclass
+
+    from datasets import Dataset
+
+    from pods_rl.tasks import Task
+
+    @dataclass
+    class Custom(Task):
+        name: str = "custom"
+
+        def _load_raw(self, split):
+            return Dataset.from_list([{"question": "a", "answer": "1"}, {"question": "b", "answer": " "}])
+
+    with pytest.raises(ValueError, match="task 'custom' split 'train' row 2: the gold answer is empty"):
+        Custom().load("train")
+
+
+def _constant_reward(prompts, completions, **kwargs):
+    return [0.5] * len(completions)
+
+
+def test_no_reward_variance_for_a_while_is_said_once_with_the_likely_cause(tmp_path, tiny_model_dir, caplog,
+                                                                           monkeypatch):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pods_rl import PODSConfig, PODSTrainer
+
+    monkeypatch.setattr(PODSTrainer, "NO_VARIANCE_WARN_ROUNDS", 2)
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}+1="}] for i in range(16)]})
+    for temperature, cause in ((1.0, "every completion of every prompt scores 0.5: a reward function that returns a "
+                                "constant"), (0.05, "near-greedy sampling (temperature 0.05)")):
+        caplog.clear()
+        config = PODSConfig(output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, report_to="none", seed=1,
+                            num_generations=4, downsample_to=2, per_device_train_batch_size=2, max_steps=4,
+                            max_completion_length=4, temperature=temperature, save_strategy="no", logging_steps=1)
+        trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                              reward_funcs=[_constant_reward], args=config, train_dataset=dataset,
+                              processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
+        with caplog.at_level(logging.WARNING, logger="pods_rl.trainer"):
+            trainer.train()
+        said = [r.getMessage() for r in caplog.records if "reward variance" in r.getMessage()]
+        assert len(said) == 1, said  # once, not every step after the second
+        assert "for the last 2 generation rounds" in said[0] and "nothing is learned" in said[0]
+        assert cause in said[0], said[0]
+
+
+def test_reward_function_faults_reach_the_trainer_by_name(tmp_path, tiny_model_dir):
+    """Inside a real PODSTrainer step: a function returning None stops with its name; one that hangs past
+    reward_timeout_s is cut, its completions unscored, the step goes on and the metric counts it."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pods_rl import PODSConfig, PODSTrainer
+
+    def forgot_return(prompts, completions, **kwargs):
+        [len(c) for c in completions]
+
+    first_call = []
+
+    def hangs_once(prompts, completions, **kwargs):
+        if not first_call:
+            first_call.append(1)
+            time.sleep(60)
+        return [float(len(c[0]["content"]) % 3) for c in completions]
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}+1="}] for i in range(16)]})
+
+    def trainer_for(func, **overrides):
+        config = PODSConfig(**{**dict(output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, report_to="none",
+                                      num_generations=4, per_device_train_batch_size=4, max_steps=2, logging_steps=1,
+                                      max_completion_length=4, save_strategy="no"), **overrides})
+        return PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir), reward_funcs=[func],
+                           args=config, train_dataset=dataset,
+                           processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
+
+    with pytest.raises(RewardFunctionError, match="reward function 'forgot_return' returned None"):
+        trainer_for(forgot_return).train()
+    trainer = trainer_for(hangs_once, reward_timeout_s=1.0)
+    start = time.monotonic()
+    trainer.train()
+    assert time.monotonic() - start < 50 and trainer.state.global_step == 2
+    assert [h[TIMEOUT_METRIC] for h in trainer.state.log_history if TIMEOUT_METRIC in h] == [1.0, 0.0]
+    with pytest.raises(ValueError, match="reward_timeout_s must be a number of seconds >= 0"):
+        trainer_for(hangs_once, reward_timeout_s=-1)
