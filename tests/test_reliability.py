@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pods_rl import deadline, runlock
+from pods_rl import deadline
 from pods_rl.reward_guard import (
     MAX_TIMEOUTS_IN_A_ROW,
     TIMEOUT_METRIC,
@@ -26,6 +26,7 @@ from pods_rl.reward_guard import (
     guard_reward_funcs,
     reward_weights_of,
 )
+from pods_rl.runlog import lock as runlock
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -55,7 +56,7 @@ def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float = 60.0) -> 
 
 HOLDER = """
     import sys, time
-    from pods_rl import runlock
+    from pods_rl.runlog import lock as runlock
     lock = runlock.hold_run_dir(sys.argv[1], what="pods train")
     print("locked", flush=True)
     time.sleep(120)
@@ -87,7 +88,7 @@ def test_a_second_holder_is_refused_naming_the_first_and_a_killed_holder_leaves_
 RMW = """
     import json, sys
     from pathlib import Path
-    from pods_rl import runlock
+    from pods_rl.runlog import lock as runlock
     path, me = Path(sys.argv[1]), sys.argv[2]
     for i in range(40):
         with runlock.exclusive(runlock.lock_path_for(path), wait_s=60):
@@ -115,7 +116,7 @@ def test_a_file_system_without_flock_runs_unlocked_with_one_warning(tmp_path, mo
         raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr(runlock.fcntl, "flock", no_flock)
-    with caplog.at_level(logging.WARNING, logger="pods_rl.runlock"):
+    with caplog.at_level(logging.WARNING, logger="pods_rl.runlog"):
         lock = runlock.hold_run_dir(tmp_path)
         runlock.hold_run_dir(tmp_path)  # nothing is locked: a second holder is not stopped, and not warned twice
     assert lock.fd is None

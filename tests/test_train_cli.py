@@ -148,7 +148,9 @@ def test_resume_does_what_was_asked(tmp_path, tiny_model_dir, capsys):
     # ... and accepted with the flag: resumes from checkpoint-1 (not 3), with the new rate, recorded.
     assert train_main([*resume, "--accept_config_changes", "true"]) == 0
     names = {p.name for p in run_dir.iterdir()}
-    assert {"checkpoint-2.rolled_back", "checkpoint-3.rolled_back", "final.rolled_back"} <= names
+    # Set aside, not in the run directory itself: TRL's save_total_limit rotation never reaches them there.
+    assert {p.name for p in (run_dir / runlog.SET_ASIDE_DIR).iterdir()} == {
+        "checkpoint-2.rolled_back", "checkpoint-3.rolled_back", "final.rolled_back"}
     assert {"checkpoint-2", "checkpoint-3", "checkpoint-4", "final", "config.until-step-1.yaml"} <= names
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["learning_rate"] == 0.05
     assert yaml.safe_load((run_dir / "config.until-step-1.yaml").read_text())["learning_rate"] == 0.001

@@ -8,8 +8,17 @@ module can use it without importing a command.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable, Sequence
+
+# How a full disk or an exceeded quota reads when a library does not raise an OSError with its errno (safetensors'
+# SafetensorError, torch's zip writer, tokenizers' Exception...).
+_DISK_FULL_TEXTS = {
+    "No space left on device": "disk full",
+    "Disk quota exceeded": "disk quota exceeded",
+    "file write failed": "disk full",  # torch's PytorchStreamWriter, reporting ENOSPC
+}
 
 
 class CommandFailed(Exception):
@@ -35,9 +44,41 @@ def split_debug(argv: Sequence[str] | None) -> tuple[list[str], bool]:
     return [a for a in argv if a != "--debug"], "--debug" in argv
 
 
+def exception_chain(err: BaseException) -> list[BaseException]:
+    """``err`` and every exception it was raised from or while handling (``__cause__``, ``__context__``)."""
+    chain, seen = [], set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    return chain
+
+
+def disk_full_cause(err: BaseException) -> str | None:
+    """``"disk full"`` (or ``"disk quota exceeded"``) if a full disk caused ``err`` anywhere in its chain, whatever
+    the library raised it as (errno ENOSPC / EDQUOT, or the message); None otherwise."""
+    for item in exception_chain(err):
+        code = getattr(item, "errno", None)
+        if code == errno.ENOSPC:
+            return _DISK_FULL_TEXTS["No space left on device"]
+        if code == getattr(errno, "EDQUOT", -1):
+            return _DISK_FULL_TEXTS["Disk quota exceeded"]
+        text = str(item)
+        for needle, words in _DISK_FULL_TEXTS.items():
+            if needle in text:
+                return words
+    return None
+
+
 def error_line(prog: str, err: BaseException) -> tuple[str, int]:
-    """The one line (and exit code) that reports ``err``: a user error (ValueError, FileNotFoundError,
-    CommandFailed) by its message; anything else also by its type, with the --debug hint."""
+    """The one line (and exit code) that reports ``err``: a full disk as such (from any library); a user error
+    (ValueError, FileNotFoundError, CommandFailed) by its message; anything else also by its type, with the --debug
+    hint."""
+    full = None if isinstance(err, CommandFailed) else disk_full_cause(err)
+    if full is not None:
+        where = getattr(next((e for e in exception_chain(err) if getattr(e, "filename", None)), None), "filename", None)
+        return (f"{prog}: error: {full}{f' writing {where}' if where else ''}: free some space (or write elsewhere) "
+                "and run the command again; what was written completely before is intact"), 1
     text = str(err).strip()
     first = text.splitlines()[0] if text else ""
     if isinstance(err, (ValueError, FileNotFoundError)):

@@ -9,8 +9,8 @@ read-modify-write of a results file (``eval.json``) by `pods eval`.
 The lock is ``fcntl.flock`` on a file inside the run directory (``LOCK_FILE``; ``eval.json``'s has its own, so
 `pods eval` never waits on a running trainer). The operating system releases it when the process ends, however it
 ends (SIGKILL, OOM killer, node crash with the file system's lease expiring): a killed job never leaves a stale
-lock in the way of its own resume, and the lock file itself stays (removing it would let two processes lock two
-different files of the same name). The holder writes its host, pid, start time and command into the file; a second
+lock in the way of its own resume (its lock file stays behind, unlocked and harmless; a clean release removes it,
+and a process that locked a file just removed notices and locks the new one). The holder writes its host, pid, start time and command into the file; a second
 writer reads them for its one-line refusal.
 
 Where it holds: local file systems (ext4, xfs, btrfs, tmpfs...): yes. NFS (v3 with lockd, v4): yes, across
@@ -33,7 +33,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("pods_rl.runlog")
 
 LOCK_FILE = ".pods-train.lock"
 # errno values meaning "this file system does not do flock" (not "someone else holds it").
@@ -79,9 +79,16 @@ class Lock:
         self.path, self.fd = path, fd
 
     def release(self) -> None:
+        """Remove the lock file and unlock (in that order: whoever opens the name next makes a new file, and one
+        who opened this one meanwhile sees, once it holds it, that it is no longer the file of that name)."""
         if self.fd is None:
             return
         try:
+            try:
+                if os.fstat(self.fd).st_ino == os.stat(self.path).st_ino:
+                    os.unlink(self.path)
+            except OSError:
+                pass
             fcntl.flock(self.fd, fcntl.LOCK_UN)
         finally:
             os.close(self.fd)
