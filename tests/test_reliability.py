@@ -482,3 +482,401 @@ def test_reward_function_faults_reach_the_trainer_by_name(tmp_path, tiny_model_d
     assert [h[TIMEOUT_METRIC] for h in trainer.state.log_history if TIMEOUT_METRIC in h] == [1.0, 0.0]
     with pytest.raises(ValueError, match="reward_timeout_s must be a number of seconds >= 0"):
         trainer_for(hangs_once, reward_timeout_s=-1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# `pods train` and `pods eval` end to end on a tiny model: the run directory's owner, its files, its faults
+
+def _train_args(model_dir, run_dir, *extra):
+    return ["--config", "cpu/smoke", "--model_name_or_path", str(model_dir), "--output_dir", str(run_dir),
+            "--eval_before_after", "false", *extra]
+
+
+def _pods_process(*argv, prelude: str = "", env: dict | None = None) -> subprocess.Popen:
+    """``pods ARGV`` in a child process (after ``prelude``, e.g. registering a task), stdout and stderr piped."""
+    code = f"import sys\n{textwrap.dedent(prelude)}\nfrom pods_rl.cli import main\nsys.exit(main(sys.argv[1:]))"
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1",
+               **(env or {}))
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, argv)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _error_lines(text: str) -> list[str]:
+    return [line[line.index("pods "):] for line in text.splitlines() if "pods train: error" in line
+            or "pods eval: error" in line or "Traceback" in line]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_model_dir):
+    """A finished 4-step run with checkpoint-2, checkpoint-4 and final/; tests copy it before changing it."""
+    from pods_rl.train import main as train_main
+
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    assert train_main(_train_args(tiny_model_dir, run_dir, "--max_steps", "4", "--save_strategy", "steps",
+                                  "--save_steps", "2")) == 0
+    return run_dir
+
+
+def _copy_run(run_dir, tmp_path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(run_dir, tmp_path / "run"))
+
+
+def test_two_trains_started_at_once_on_one_directory(tmp_path, tiny_model_dir):
+    """Exactly one owns the directory and finishes intact; the other exits 2 at once with one line naming it."""
+    from pods_rl import runlog
+
+    run_dir = tmp_path / "run"
+    argv = ["train", *_train_args(tiny_model_dir, run_dir, "--max_steps", "3", "--save_strategy", "steps",
+                                  "--save_steps", "1")]
+    procs = [_pods_process(*argv), _pods_process(*argv)]
+    outputs = [p.communicate(timeout=400) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], outputs
+    winner = next(p for p in procs if p.returncode == 0)
+    loser_err = next(o[1] for p, o in zip(procs, outputs) if p.returncode == 2)
+    lines = _error_lines(loser_err)
+    assert len(lines) == 1, loser_err[-2000:]
+    assert (f"pods train: error: {run_dir} is in use by pods train (pid {winner.pid} on {os.uname().nodename}, "
+            "since ") in lines[0] and "pass another --output_dir; nothing was changed" in lines[0]
+    steps = [r["step"] for r in runlog.read_metrics(run_dir) if "loss" in r]
+    assert steps == [1, 2, 3]  # one run's log: no step twice
+    assert [runlog.read_clock(c)["step"] for c in runlog.list_checkpoints(run_dir)] == [1, 2, 3]
+    assert runlog.read_clock(run_dir / "final")["step"] == 3
+    assert not (run_dir / runlog.LOCK_FILE).exists()  # released (and removed) at the end
+
+
+def test_two_evals_at_once_lose_no_record(tmp_path, finished_run):
+    """Two `pods eval` on one run, different settings, at the same time: every record of both is in eval.json."""
+    run_dir = _copy_run(finished_run, tmp_path)
+    common = ["eval", run_dir, "--task", "arithmetic", "--limit", "2", "--max-new-tokens", "4", "--backend", "hf"]
+    procs = [_pods_process(*common, "--k", str(k)) for k in (1, 2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+    records = json.loads((run_dir / "eval.json").read_text())
+    assert sorted((r["checkpoint"], r["k"]) for r in records) == [
+        ("checkpoint-2", 1), ("checkpoint-2", 2), ("checkpoint-4", 1), ("checkpoint-4", 2)]
+    assert not (run_dir / ".eval.json.lock").exists()
+
+
+FAULTY_TASK = """
+import os, sys, time
+from dataclasses import dataclass
+from pods_rl.tasks import register_task
+from pods_rl.tasks.arithmetic import ArithmeticTask
+
+def slow_judge(prompts, completions, trainer_state=None, **kwargs):
+    fault = os.environ.get("PODS_FAULT", "")
+    if fault == "hang" and trainer_state is not None and trainer_state.global_step >= 2:
+        open(os.environ["PODS_FAULT_MARK"], "w").write("hanging")
+        while True:  # a judge that never answers (and swallows what it can)
+            try:
+                time.sleep(3600)
+            except Exception:
+                pass
+    if fault == "none":
+        return None
+    return [0.0] * len(completions)
+
+@dataclass
+class Faulty(ArithmeticTask):
+    name: str = "faulty"
+    reward_weights: tuple = (1.0, 0.1, 0.1, 1.0)
+
+    def reward_funcs(self):
+        return [*ArithmeticTask.reward_funcs(self), slow_judge]
+
+register_task("faulty", Faulty)
+"""
+
+
+def test_sigterm_while_a_reward_function_hangs_saves_and_exits_within_the_grace(tmp_path, tiny_model_dir):
+    """Kubernetes' case: SIGTERM, then SIGKILL after the grace. A reward function that never returns is abandoned
+    once the step's share of the grace is spent; the last complete step is saved (from memory: no checkpoint was
+    due) and the process is gone within the grace, saying what it did. The saved checkpoint resumes."""
+    from pods_rl import runlog
+    from pods_rl.train import main as train_main
+
+    run_dir, mark, grace = tmp_path / "run", tmp_path / "hanging", 15
+    argv = ["train", *_train_args(tiny_model_dir, run_dir, "--task", "faulty", "--max_steps", "50",
+                                  "--stop_grace_seconds", str(grace), "--reward_timeout_s", "0")]
+    proc = _pods_process(*argv, prelude=FAULTY_TASK, env={"PODS_FAULT": "hang", "PODS_FAULT_MARK": str(mark)})
+    try:
+        deadline_at = time.monotonic() + 400
+        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline_at:
+            time.sleep(0.05)
+        assert mark.exists(), proc.communicate(timeout=30)[1][-3000:]
+        time.sleep(0.5)  # the judge is well into its endless wait
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=grace + 30)
+        took = time.monotonic() - signalled
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert took < grace, f"exited {took:.1f} s after SIGTERM, past the {grace} s grace"
+    assert ("pods train: SIGTERM: the step in progress (step 3) did not end within" in out
+            and "(it was in the reward function 'slow_judge'): abandoned; saving checkpoint-2 from the last "
+            "complete step" in out), out
+    assert f"stopped by SIGTERM: saved {run_dir / 'checkpoint-2'} (step 2" in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["abandoned_step_in"] == "the reward function 'slow_judge'" and summary["steps"] == 2
+    assert runlog.read_clock(run_dir / "checkpoint-2")["step"] == 2
+    # The checkpoint saved from memory is a real one: the run resumes from it (the judge fixed).
+    exec(compile(textwrap.dedent(FAULTY_TASK), "faulty_task", "exec"), {})
+    os.environ.pop("PODS_FAULT", None)
+    assert train_main([*argv[1:], "--max_steps", "3", "--resume_from_checkpoint", "true"]) == 0
+    assert [r["step"] for r in runlog.read_metrics(run_dir) if "loss" in r] == [1, 2, 3]
+    assert runlog.read_clock(run_dir / "final")["step"] == 3
+
+
+def test_a_reward_function_returning_none_stops_pods_train_naming_it(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    from pods_rl.train import main as train_main
+
+    exec(compile(textwrap.dedent(FAULTY_TASK), "faulty_task", "exec"), {})
+    monkeypatch.setenv("PODS_FAULT", "none")
+    run_dir = tmp_path / "run"
+    assert train_main(_train_args(tiny_model_dir, run_dir, "--task", "faulty", "--max_steps", "2")) == 2
+    lines = _error_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and lines[0].startswith("pods train: error: reward function 'slow_judge' returned None; "
+                                                   "it must return a list of 16 numbers"), lines
+    assert lines[0].endswith("no checkpoint was saved yet: fix it and run again")
+
+
+@pytest.fixture
+def forbid_loading(monkeypatch):
+    """Loading a model fails the test: the faults below must be found before."""
+    import transformers
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a model was loaded before the fault was found")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", forbidden)
+
+
+def _user_folder(tmp_path):
+    folder = tmp_path / "my-recipe"
+    folder.mkdir()
+    (folder / "README.md").write_text("# my notes\n")
+    (folder / "config.yaml").write_text("task: arithmetic\nnum_generations: 8\ndownsample_to: 4\nlearning_rate: 1e-5\n")
+    return folder
+
+
+def _jsonl_with_empty_gold(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2", "answer": ""}\n')
+    return data / "train.jsonl"
+
+
+# (how to make the fault in {tmp}, the flags, a substring of the one line); every row exits 2 before any model loads
+BEFORE_LOADING = [
+    (_user_folder, "--output_dir {dir}", "--output_dir {dir} holds files that are not a pods-rl run (README.md, "
+     "config.yaml); `pods train` writes config.yaml, README.md, metrics.jsonl and checkpoints there"),
+    (_user_folder, "--output_dir {dir} --resume_from_checkpoint true", "holds files that are not a pods-rl run"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --train_limit 1", "split 'train' of task 'arithmetic' has 1 "
+     "prompts but one generation round needs 2 (per_device_train_batch_size 8 x steps_per_generation 1 = 8 kept "
+     "rollouts / m=4): training would take 0 steps"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --train_limit 3 --oversample_prompts 2",
+     "has 3 prompts but one generation round needs 4"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --max_steps -1 --num_train_epochs 0",
+     "--num_train_epochs must be > 0 when --max_steps is not set, got 0.0"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --reward_timeout_s -5", "reward_timeout_s must be a number of "
+     "seconds >= 0"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --stop_grace_seconds 0", "--stop_grace_seconds must be > 0"),
+    (_jsonl_with_empty_gold, "--output_dir {tmp}/run --task jsonl:{dir} --eval_split train",
+     "{dir} row 2: the gold answer is empty, so no completion could match it"),
+]
+
+
+@pytest.mark.parametrize("make, flags, expected", BEFORE_LOADING, ids=[r[2][:50] for r in BEFORE_LOADING])
+def test_faults_found_before_loading_get_one_line(make, flags, expected, tmp_path, forbid_loading, capsys):
+    from pods_rl.cli import main as pods
+
+    target = make(tmp_path)
+    before = {p.name: p.read_bytes() for p in target.iterdir()} if target.is_dir() else None
+    fill = {"dir": target, "tmp": tmp_path}
+    argv = ["train", "--config", "cpu/smoke", *flags.format(**fill).split()]
+    assert pods(argv) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and expected.format(**fill) in lines[0], lines
+    if before is not None:  # a user's folder is left exactly as it was
+        assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert not (tmp_path / "run").exists()  # a refused start leaves no run directory
+
+
+def test_a_second_train_on_a_held_directory_names_the_holder_before_loading(tmp_path, forbid_loading, capsys):
+    from pods_rl.cli import main as pods
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    holder = _python(HOLDER.replace("sys.argv[1]", repr(str(run_dir))))
+    try:
+        _wait_for_line(holder, "locked")
+        assert pods(["train", "--config", "cpu/smoke", "--output_dir", str(run_dir)]) == 2
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[-1].startswith(f"pods train: error: {run_dir} is in use by pods train (pid {holder.pid} on ")
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _scramble_head(path):
+    """Zero the first record's header: the zip directory at the end still reads, the record does not."""
+    data = bytearray(path.read_bytes())
+    data[:64] = bytes(64)
+    path.write_bytes(bytes(data))
+
+
+# (what to break in the copied run, the resume flags, exit code, a substring of the one line, whether a model may
+# load first); {run} is the run directory
+RUN_FAULTS = [
+    (lambda run: _truncate(run / "checkpoint-4" / "model.safetensors"), "{run}/checkpoint-4", 2,
+     "{run}/checkpoint-4/model.safetensors is corrupt: truncated ({size} bytes, its header lists {full}); resume from "
+     "the last intact one: --resume_from_checkpoint {run}/checkpoint-2 (nothing was changed)", False),
+    (lambda run: _truncate(run / "checkpoint-4" / "optimizer.pt"), "{run}/checkpoint-4", 2,
+     "{run}/checkpoint-4/optimizer.pt is corrupt: truncated or damaged", False),
+    (lambda run: (run / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4,'), "{run}/checkpoint-4",
+     2, "{run}/checkpoint-4/trainer_state.json is corrupt: not valid JSON", False),
+    (lambda run: (run / "config.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff"), "{run}/checkpoint-4", 2,
+     "{run}/config.yaml is not text (byte 0 is not UTF-8: binary or damaged); restore it, or move it aside (mv "
+     "{run}/config.yaml {run}/config.yaml.broken) and run again", False),
+    (lambda run: (run / "config.yaml").write_text("- learning_rate\n- 0.001\n"), "{run}/checkpoint-4", 2,
+     "{run}/config.yaml must hold a mapping of settings, got a YAML list; restore it, or move it aside", False),
+    (lambda run: _scramble_head(run / "checkpoint-4" / "optimizer.pt"), "{run}/checkpoint-4", 2,
+     "{run}/checkpoint-4 cannot be loaded (", True),
+]
+
+
+@pytest.mark.parametrize("damage, resume, code, expected, loads", RUN_FAULTS, ids=[r[3][:60] for r in RUN_FAULTS])
+def test_a_damaged_run_directory_is_named_with_the_way_on(damage, resume, code, expected, loads, tmp_path,
+                                                          finished_run, tiny_model_dir, capsys, monkeypatch):
+    from pods_rl.train import main as train_main
+
+    run_dir = _copy_run(finished_run, tmp_path)
+    full = (run_dir / "checkpoint-4" / "model.safetensors").stat().st_size
+    damage(run_dir)
+    size = (run_dir / "checkpoint-4" / "model.safetensors").stat().st_size
+    if not loads:
+        import transformers
+
+        monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: 1 / 0)
+    before = sorted(p.name for p in run_dir.rglob("*"))
+    argv = _train_args(tiny_model_dir, run_dir, "--max_steps", "6", "--resume_from_checkpoint",
+                       resume.format(run=run_dir))
+    assert train_main(argv) == code
+    lines = _error_lines(capsys.readouterr().err)
+    fill = {"run": run_dir, "size": size, "full": full}
+    assert len(lines) == 1 and expected.format(**fill) in lines[0], lines
+    if loads:
+        assert f"resume from the last intact one: --resume_from_checkpoint {run_dir}/checkpoint-2" in lines[0]
+    assert sorted(p.name for p in run_dir.rglob("*")) == before  # nothing moved, nothing written
+
+
+def test_a_checkpoint_with_an_unreadable_clock_is_set_aside_with_its_weights(tmp_path, finished_run, tiny_model_dir,
+                                                                             caplog):
+    from pods_rl import runlog
+    from pods_rl.train import main as train_main
+
+    run_dir = _copy_run(finished_run, tmp_path)
+    import shutil
+
+    shutil.rmtree(run_dir / "final")
+    (run_dir / "checkpoint-4" / runlog.CLOCK_FILE).write_text('{"step": 4, "train_sec')  # torn by a bad disk
+    weights = (run_dir / "checkpoint-4" / "model.safetensors").read_bytes()
+    with caplog.at_level(logging.WARNING, logger="pods_rl.runlog"):
+        assert train_main(_train_args(tiny_model_dir, run_dir, "--max_steps", "4", "--save_strategy", "steps",
+                                      "--save_steps", "2", "--resume_from_checkpoint", "true")) == 0
+    err = caplog.text
+    aside = run_dir / runlog.SET_ASIDE_DIR / "checkpoint-4"
+    assert f"warning: {run_dir / 'checkpoint-4'} is not resumable (its pods_clock.json cannot be read" in err
+    assert f"moved to {aside} with its weights, which are kept" in err
+    assert (aside / "model.safetensors").read_bytes() == weights  # kept, byte for byte
+    assert [r["step"] for r in runlog.read_metrics(run_dir) if "loss" in r] == [1, 2, 3, 4]  # resumed from 2
+    assert runlog.read_clock(run_dir / "checkpoint-4")["step"] == 4 and runlog.read_clock(run_dir / "final")
+
+
+def test_disk_full_raised_by_safetensors_is_one_line_with_the_resume(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    """safetensors raises its own SafetensorError (not an OSError) for ENOSPC; it is still a full disk."""
+    import safetensors
+    import transformers.modeling_utils
+
+    def full(*args, **kwargs):
+        raise safetensors.SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                                          'message: "No space left on device" })')
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)
+    from pods_rl.train import main as train_main
+
+    run_dir = tmp_path / "run"
+    assert train_main(_train_args(tiny_model_dir, run_dir, "--max_steps", "1", "--save_strategy", "steps",
+                                  "--save_steps", "1")) == 1
+    lines = _error_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and lines[0].startswith(f"pods train: error: disk full while saving checkpoint-1 in "
+                                                   f"{run_dir} (step 1): nothing complete was lost"), lines
+    assert lines[0].endswith(f"resume with --output_dir {run_dir} --resume_from_checkpoint true")
+
+
+class SafetensorLike(Exception):
+    pass
+
+
+def _chained(outer, inner):
+    try:
+        try:
+            raise inner
+        except BaseException as err:
+            raise outer from err
+    except BaseException as err:
+        return err
+
+
+# (exception, the words that must open the line; None: not a full disk)
+DISK_ERRORS = [
+    (OSError(28, "No space left on device", "/runs/x/eval.json"), "disk full writing /runs/x/eval.json"),
+    (OSError(122, "Disk quota exceeded"), "disk quota exceeded"),
+    (SafetensorLike("Error while serializing: IoError(Os { code: 28, message: \"No space left on device\" })"),
+     "disk full"),
+    (RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"), "disk full"),
+    (_chained(RuntimeError("could not save"), OSError(28, "No space left on device")), "disk full"),
+    (_chained(ValueError("tokenizer save failed"), OSError(122, "Disk quota exceeded", "/q/t.json")),
+     "disk quota exceeded writing /q/t.json"),
+    (RuntimeError("CUDA out of memory"), None),
+    (OSError(13, "Permission denied"), None),
+]
+
+
+@pytest.mark.parametrize("err, words", DISK_ERRORS, ids=[repr(e[0])[:50] for e in DISK_ERRORS])
+def test_a_full_disk_is_named_whatever_library_raised_it(err, words):
+    from pods_rl.errors import error_line
+
+    line, code = error_line("pods eval", err)
+    if words is None:
+        assert "disk" not in line
+    else:
+        assert line.startswith(f"pods eval: error: {words}") and code == 1, line
+        assert "free some space (or write elsewhere) and run the command again" in line
+
+
+def test_pods_eval_skips_a_checkpoint_removed_while_it_runs(tmp_path, finished_run, capsys):
+    """A training run with save_total_limit deletes older checkpoints while `pods eval` works through the list."""
+    import shutil
+
+    from pods_rl import evaluate
+
+    run_dir = _copy_run(finished_run, tmp_path)
+    found = evaluate.find_checkpoints(run_dir)
+    assert [c["name"] for c in found] == ["checkpoint-2", "checkpoint-4"]
+    shutil.rmtree(run_dir / "checkpoint-2")  # rotated away after the scan
+    records = evaluate.evaluate_checkpoints(found, "arithmetic", run_dir / "eval.json", k=1, limit=2,
+                                            max_new_tokens=4, backend="hf")
+    assert [r["checkpoint"] for r in records] == ["checkpoint-4"]
+    assert (f"note: {run_dir / 'checkpoint-2'} was removed while pods eval ran (the training run's save_total_limit "
+            "rotation deletes older checkpoints); skipped") in capsys.readouterr().err

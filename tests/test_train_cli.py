@@ -273,6 +273,8 @@ def test_sigkill_then_resume(tmp_path, tiny_model_dir):
         log.close()
     killed_rows = [r["step"] for r in runlog.read_metrics(run_dir) if "loss" in r]
     assert killed_rows and max(killed_rows) < max_steps
+    # The killed job's lock file is still there, naming it, but the lock died with it: the resume below runs.
+    assert runlog.lock.read_holder(run_dir / runlog.LOCK_FILE)["pid"] == proc.pid
     # A checkpoint cut off while saving: a directory without pods_clock.json.
     half = run_dir / f"checkpoint-{max(killed_rows) + 1}"
     half.mkdir(exist_ok=True)

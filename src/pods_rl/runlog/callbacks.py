@@ -234,11 +234,11 @@ class GracefulStop(TrainerCallback):
     @contextmanager
     def saving(self):
         """Mark a checkpoint save in progress (never interrupted; the watchdog does not end the process)."""
-        self._save_started = time.monotonic()
+        started = self._save_started = time.monotonic()
         try:
             yield
         finally:
-            self.last_save_seconds = time.monotonic() - self._save_started
+            self.last_save_seconds = time.monotonic() - started
             self._save_started = None
 
     def finish(self) -> None:
