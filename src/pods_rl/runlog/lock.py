@@ -114,7 +114,7 @@ def try_lock(path: str | os.PathLike, record: dict | None = None, wait_s: float 
     path = Path(path)
     if fcntl is None:
         return _unsupported(path, OSError(errno.ENOSYS, "no fcntl on this platform"))
-    deadline = time.monotonic() + wait_s
+    deadline, pause = time.monotonic() + wait_s, 0.002
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -127,7 +127,8 @@ def try_lock(path: str | os.PathLike, record: dict | None = None, wait_s: float 
                 raise
             if time.monotonic() >= deadline:
                 return None
-            time.sleep(0.05)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)  # short sections (eval.json) come free within milliseconds
             continue
         # The file may have been replaced between open and flock (someone removed the directory): lock the one
         # that is there now, or two processes could each hold a different file of the same name.
