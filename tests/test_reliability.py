@@ -554,13 +554,21 @@ def test_two_trains_started_at_once_on_one_directory(tmp_path, tiny_model_dir):
 
 
 def test_two_evals_at_once_lose_no_record(tmp_path, finished_run):
-    """Two `pods eval` on one run, different settings, at the same time: every record of both is in eval.json."""
+    """Two `pods eval` on one run that is training, different settings, at the same time: neither waits for the
+    trainer, and every record of both is in eval.json."""
     run_dir = _copy_run(finished_run, tmp_path)
-    common = ["eval", run_dir, "--task", "arithmetic", "--limit", "2", "--max-new-tokens", "4", "--backend", "hf"]
-    procs = [_pods_process(*common, "--k", str(k)) for k in (1, 2)]
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-2000:]
+    # A `pods train` holds the run (as when evaluating while it trains): `pods eval` does not wait for it.
+    trainer = _python(HOLDER.replace("sys.argv[1]", repr(str(run_dir))))
+    try:
+        _wait_for_line(trainer, "locked")
+        common = ["eval", run_dir, "--task", "arithmetic", "--limit", "2", "--max-new-tokens", "4", "--backend", "hf"]
+        procs = [_pods_process(*common, "--k", str(k)) for k in (1, 2)]
+        for proc in procs:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err[-2000:]
+    finally:
+        trainer.kill()
+        trainer.wait(timeout=30)
     records = json.loads((run_dir / "eval.json").read_text())
     assert sorted((r["checkpoint"], r["k"]) for r in records) == [
         ("checkpoint-2", 1), ("checkpoint-2", 2), ("checkpoint-4", 1), ("checkpoint-4", 2)]
