@@ -700,6 +700,8 @@ BEFORE_LOADING = [
     (lambda tmp: tmp / "run", "--output_dir {dir} --reward_timeout_s -5", "reward_timeout_s must be a number of "
      "seconds >= 0"),
     (lambda tmp: tmp / "run", "--output_dir {dir} --stop_grace_seconds 0", "--stop_grace_seconds must be > 0"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --reward_weights 0 0 0", "reward_weights are all 0 ([0.0, 0.0, "
+     "0.0]): every reward would be 0 and nothing would be learned"),
     (_jsonl_with_empty_gold, "--output_dir {tmp}/run --task jsonl:{dir} --eval_split train",
      "{dir} row 2: the gold answer is empty, so no completion could match it"),
 ]
@@ -903,3 +905,28 @@ def test_pods_eval_skips_a_checkpoint_removed_while_it_runs(tmp_path, finished_r
     assert [r["checkpoint"] for r in records] == ["checkpoint-4"]
     assert (f"note: {run_dir / 'checkpoint-2'} was removed while pods eval ran (the training run's save_total_limit "
             "rotation deletes older checkpoints); skipped") in capsys.readouterr().err
+
+
+def test_pods_eval_names_a_corrupt_checkpoint_and_refuses_a_results_file_that_is_not_its_own(tmp_path, finished_run,
+                                                                                            capsys):
+    from pods_rl.cli import main as pods
+
+    run_dir = _copy_run(finished_run, tmp_path)
+    _truncate(run_dir / "checkpoint-2" / "model.safetensors")
+    notes = tmp_path / "notes.json"
+    notes.write_text('[{"title": "my notes"}]')
+    common = ["--task", "arithmetic", "--limit", "2", "--max-new-tokens", "4", "--k", "1", "--backend", "hf"]
+    assert pods(["eval", str(run_dir), *common, "--out", str(notes)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert lines == [f"pods eval: error: {notes} is not a `pods eval` results file (item 0 is not an eval record "
+                     "with ['checkpoint', 'task', 'split', 'k', 'temperature']); pass another --out, nothing was "
+                     "changed"]
+    assert notes.read_text() == '[{"title": "my notes"}]'
+    # A run with one corrupt checkpoint: that one is skipped, naming the file; the others are evaluated.
+    assert pods(["eval", str(run_dir), *common]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: skipping {run_dir / 'checkpoint-2'}: model.safetensors is corrupt (truncated" in err
+    assert [r["checkpoint"] for r in json.loads((run_dir / "eval.json").read_text())] == ["checkpoint-4"]
+    # Asked for by itself, it is an error naming the file.
+    assert pods(["eval", str(run_dir / "checkpoint-2"), *common]) == 2
+    assert f"{run_dir / 'checkpoint-2' / 'model.safetensors'} is corrupt: truncated" in capsys.readouterr().err

@@ -56,6 +56,7 @@ from pods_rl.runlog import (  # noqa: F401  (re-exported: the eval.json store an
     REUSE_FIELDS,
     already_done,
     checkpoint_clock,
+    checkpoint_problems,
     default_out_for_model,
     find_checkpoints,
     is_adapter_dir,
@@ -282,6 +283,13 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
             if verbose:
                 print(f"skip {name}: already in {out} (use --force to redo)", file=sys.stderr)
             results.append(next(r for r in existing if result_key(r) == key))
+            continue
+        problems = checkpoint_problems(ckpt["path"]) if Path(ckpt["path"]).is_dir() else []
+        if problems:
+            file, problem = problems[0]
+            if ckpt.get("step") is None:  # the one model asked for
+                raise ValueError(f"{Path(ckpt['path']) / file} is corrupt: {problem}; evaluate another checkpoint")
+            print(f"warning: skipping {ckpt['path']}: {file} is corrupt ({problem})", file=sys.stderr)
             continue
         try:
             if ckpt.get("step") is not None and not _still_there(ckpt):

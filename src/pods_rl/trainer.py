@@ -194,6 +194,10 @@ class PODSConfig(GRPOConfig):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}.")
+        weights = self.reward_weights
+        if weights is not None and len(weights) and all(float(w) == 0 for w in weights):
+            raise ValueError(f"reward_weights are all 0 ({list(weights)}): every reward would be 0 and nothing would "
+                             "be learned; give at least one reward function a weight.")
         timeout = self.reward_timeout_s
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or math.isnan(timeout) or timeout < 0):

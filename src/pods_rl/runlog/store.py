@@ -475,6 +475,11 @@ def load_results(path) -> list[dict]:
         raise ValueError(f"{path} is not valid JSON ({err}); move it away or fix it before evaluating") from err
     if not isinstance(records, list):
         raise ValueError(f"{path} must hold a JSON list of eval records, got {type(records).__name__}")
+    for i, record in enumerate(records):
+        if not isinstance(record, dict) or not set(KEY_FIELDS) <= record.keys():
+            # Not ours: writing our records into it would replace what it holds.
+            raise ValueError(f"{path} is not a `pods eval` results file (item {i} is not an eval record with "
+                             f"{list(KEY_FIELDS)}); pass another --out, nothing was changed")
     return records
 
 
