@@ -7,6 +7,7 @@
     pods cost  [--config recipe.yaml] [--n 8,16,32] ...   seconds per step: GRPO (n = m) vs PODS (n -> m)
     pods build-tiny                                       rebuild the embedded tiny model
     pods accelerate-config ddp|zero2|zero3|fsdp           path of a shipped `accelerate launch` config
+    pods verl-args --prompts B --n N --m M --dp D --mini-batch R   verl overrides for PODS in kept terms
 
 Every sub-command reports a user error as one line on stderr (exit 2) and any other failure as one line
 naming the exception (exit 1); add --debug to see the full traceback instead.
@@ -25,6 +26,7 @@ COMMANDS = {
     "cost": ("pods_rl.cost", "main"),
     "build-tiny": ("pods_rl.tiny", "main"),
     "accelerate-config": ("pods_rl.launch", "main"),
+    "verl-args": ("pods_rl.integrations.verl_args", "main"),
 }
 
 
