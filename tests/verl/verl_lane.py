@@ -38,7 +38,9 @@ def make_trainer(*overrides: str, mode: str = "sync"):
     buffer through ``PPOTrainer._build_replay_buffer`` (no workers: those need GPUs)."""
     from verl.trainer.ppo.v1 import get_trainer_cls
 
-    config = verl_config(f"trainer.v1.trainer_mode={mode}", *overrides)
+    if not any(o.startswith("trainer.v1.trainer_mode=") for o in overrides):
+        overrides = (f"trainer.v1.trainer_mode={mode}", *overrides)
+    config = verl_config(*overrides)
     return get_trainer_cls(mode)(config)
 
 
