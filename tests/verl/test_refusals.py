@@ -92,3 +92,10 @@ def test_rewards_missing_when_sampling(tq_store):
     with pytest.raises(ValueError) as excinfo:
         trainer.replay_buffer.sample(global_steps=0, partition_id="train", batch_size=1)
     _one_line_error(excinfo, "no rewards (rm_scores)", "enable_resource_pool=True")
+
+
+def test_extra_pins_the_supported_range():
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert f'verl = ["verl[verl-core]{pods_verl.VERL_RANGE}"' in pyproject
