@@ -133,3 +133,36 @@ except ImportError as err:
     assert result.stdout.count("\n") == 1
     assert result.stdout.startswith("pods_rl.integrations.verl needs verl, which is not installed")
     assert 'pip install "pods-rl[verl]"' in result.stdout
+
+
+VERL_RECIPES = ("gsm8k_grpo_pods.sh", "gsm8k_ppo_pods.sh")
+
+
+def test_verl_recipes_are_launch_scripts_not_pods_train_recipes():
+    from pods_rl.recipes import RECIPES_DIR, resolve_recipe
+
+    assert sorted(p.name for p in (RECIPES_DIR / "verl").iterdir()) == list(VERL_RECIPES)
+    with pytest.raises(ValueError, match="packaged recipes") as excinfo:
+        resolve_recipe("verl/gsm8k_grpo_pods")
+    assert "verl" not in str(excinfo.value).split("packaged recipes:")[1]  # `pods train`'s list is unchanged
+
+
+@pytest.mark.parametrize("script, critic", zip(VERL_RECIPES, (None, 512)))
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_verl_recipes_print_the_settings_of_pods_verl_args(script, critic, nodes):
+    import os
+    from pathlib import Path
+
+    from pods_rl.recipes import RECIPES_DIR
+
+    env = {**os.environ, "DRY_RUN": "1", "NNODES": str(nodes),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(["bash", str(RECIPES_DIR / "verl" / script), "trainer.total_epochs=1"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    expected = verl_batch_settings(prompts=32, n=64, m=16, dp=8 * nodes, mini_batch=512, critic_mini_batch=critic)
+    assert set(expected.overrides) <= set(lines)
+    assert f"trainer.nnodes={nodes}" in lines and lines[-1] == "trainer.total_epochs=1"  # extra args passed on
+    assert ("algorithm.adv_estimator=gae" in lines) == (critic is not None)
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct" in lines

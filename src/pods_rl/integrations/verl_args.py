@@ -174,13 +174,13 @@ def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pods_rl.cli import run_guarded
+    from pods_rl.errors import run_guarded
 
     return run_guarded("pods verl-args", _main, argv)
 
 
 def _parser() -> argparse.ArgumentParser:
-    from pods_rl.cli import one_line_parser_errors
+    from pods_rl.errors import one_line_parser_errors
 
     parser = argparse.ArgumentParser(
         prog="pods verl-args",
