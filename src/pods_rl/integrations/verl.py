@@ -254,7 +254,7 @@ class PODSReplayBuffer(ReplayBuffer):
 
 
 class PODSReplayBufferAsync(PODSReplayBuffer, ReplayBufferAsync):
-    """``PODSReplayBuffer`` with verl's ``ReplayBufferAsync`` sampling (colocate_async, separate_async)."""
+    """``PODSReplayBuffer`` with verl's ``ReplayBufferAsync`` sampling (trainer_mode colocate_async)."""
 
 
 def _split_key(key: str) -> tuple[str, str, int]:
