@@ -7,6 +7,7 @@
     pods cost  [--config recipe.yaml] [--n 8,16,32] ...   seconds per step: GRPO (n = m) vs PODS (n -> m)
     pods build-tiny                                       rebuild the embedded tiny model
     pods accelerate-config ddp|zero2|zero3|fsdp           path of a shipped `accelerate launch` config
+    pods verl-args --prompts B --n N --m M --dp D --mini-batch R   verl overrides for PODS in kept terms
 
 Each command module is imported only when its sub-command runs (TRL, torch and matplotlib load in seconds).
 Every sub-command reports a user error as one line on stderr (exit 2) and any other failure as one line
@@ -35,6 +36,7 @@ COMMANDS = {
     "cost": ("pods_rl.cost", "main"),
     "build-tiny": ("pods_rl.tiny", "main"),
     "accelerate-config": ("pods_rl.launch", "main"),
+    "verl-args": ("pods_rl.integrations.verl_args", "main"),
 }
 
 
