@@ -590,6 +590,13 @@ def slow_judge(prompts, completions, trainer_state=None, **kwargs):
                 time.sleep(3600)
             except Exception:
                 pass
+    if fault == "uninterruptible" and trainer_state is not None and trainer_state.global_step >= 2:
+        open(os.environ["PODS_FAULT_MARK"], "w").write("hanging")
+        while not os.path.exists(os.environ["PODS_FAULT_MARK"] + ".block"):
+            time.sleep(0.05)
+        import signal
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # as C code that ignores them
+        time.sleep(3600)
     if fault == "none":
         return None
     return [0.0] * len(completions)
@@ -644,6 +651,34 @@ def test_sigterm_while_a_reward_function_hangs_saves_and_exits_within_the_grace(
     assert train_main([*argv[1:], "--max_steps", "3", "--resume_from_checkpoint", "true"]) == 0
     assert [r["step"] for r in runlog.read_metrics(run_dir) if "loss" in r] == [1, 2, 3]
     assert runlog.read_clock(run_dir / "final")["step"] == 3
+
+
+def test_a_step_that_cannot_be_interrupted_still_ends_before_the_grace_runs_out(tmp_path, tiny_model_dir):
+    """The last resort: the main thread no longer takes signals (C code that blocks them, a rank waiting on a
+    collective). The watchdog ends the process itself just before the grace, naming the last complete checkpoint."""
+    run_dir, mark, grace = tmp_path / "run", tmp_path / "hanging", 10
+    argv = ["train", *_train_args(tiny_model_dir, run_dir, "--task", "faulty", "--max_steps", "50",
+                                  "--save_strategy", "steps", "--save_steps", "1", "--stop_grace_seconds", str(grace))]
+    proc = _pods_process(*argv, prelude=FAULTY_TASK,
+                         env={"PODS_FAULT": "uninterruptible", "PODS_FAULT_MARK": str(mark)})
+    try:
+        deadline_at = time.monotonic() + 400
+        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline_at:
+            time.sleep(0.05)
+        assert mark.exists(), proc.communicate(timeout=30)[1][-3000:]
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # noted by the handler; from now on the main thread takes no signal
+        Path(str(mark) + ".block").write_text("")
+        out, err = proc.communicate(timeout=grace + 30)
+        took = time.monotonic() - signalled
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert grace - 4 < took < grace, f"exited {took:.1f} s after SIGTERM (grace {grace} s)"
+    assert (f"pods train: stopped by SIGTERM: the step did not end within the grace period ({grace} s) and could not "
+            f"be interrupted; exiting without saving: the last complete checkpoint is {run_dir / 'checkpoint-2'}; "
+            f"resume with the same command plus --output_dir {run_dir} --resume_from_checkpoint true") in err
 
 
 def test_a_reward_function_returning_none_stops_pods_train_naming_it(tmp_path, tiny_model_dir, capsys, monkeypatch):
@@ -733,10 +768,11 @@ def test_a_second_train_on_a_held_directory_names_the_holder_before_loading(tmp_
     argv = ["train", "--config", "cpu/smoke", "--output_dir", str(run_dir)]
     try:
         _wait_for_line(holder, "locked")
-        assert pods(argv) == 2
-        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-        assert len(lines) == 1, lines
-        assert lines[0].startswith(f"pods train: error: {run_dir} is in use by pods train (pid {holder.pid} on ")
+        for flags in ([], ["--resume_from_checkpoint", "true"]):  # a new run, or a requeued resume
+            assert pods(argv + flags) == 2
+            lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+            assert len(lines) == 1, lines
+            assert lines[0].startswith(f"pods train: error: {run_dir} is in use by pods train (pid {holder.pid} on ")
         # Under a multi-process launcher only RANK 0 takes the lock; the other ranks go on (to loading, here
         # forbidden) rather than contend with their own rank 0.
         monkeypatch.setenv("RANK", "1")
@@ -814,6 +850,7 @@ def test_a_checkpoint_with_an_unreadable_clock_is_set_aside_with_its_weights(tmp
     import shutil
 
     shutil.rmtree(run_dir / "final")
+    (run_dir / runlog.RUN_MARKER).unlink()  # as written by a version before the marker: still recognised as a run
     (run_dir / "checkpoint-4" / runlog.CLOCK_FILE).write_text('{"step": 4, "train_sec')  # torn by a bad disk
     weights = (run_dir / "checkpoint-4" / "model.safetensors").read_bytes()
     with caplog.at_level(logging.WARNING, logger="pods_rl.runlog"):
