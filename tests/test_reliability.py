@@ -207,6 +207,7 @@ REWARD_RETURNS = [
     (_returning([1.0, float("inf")]), "returned inf for completion 1; rewards must be finite"),
     (_returning([float("-inf"), 1.0]), "returned -inf for completion 0"),
     (_raising, "reward function '_raising' raised KeyError: 'b'"),
+    (lambda prompts, completions, **kw: sys.exit(3), "reward function '<lambda>' called sys.exit(3)"),
     (_returning([1, 0.5]), [1.0, 0.5]),
     (_returning((True, None)), [1.0, None]),
     (_returning(iter([0.25, 0.75])), [0.25, 0.75]),
@@ -735,6 +736,9 @@ BEFORE_LOADING = [
     (lambda tmp: tmp / "run", "--output_dir {dir} --reward_timeout_s -5", "reward_timeout_s must be a number of "
      "seconds >= 0"),
     (lambda tmp: tmp / "run", "--output_dir {dir} --stop_grace_seconds 0", "--stop_grace_seconds must be > 0"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --temperature 0", "--temperature must be > 0, got 0.0"),
+    (lambda tmp: (tmp / "run" / ".pods-train.lock").mkdir(parents=True) or tmp / "run", "--output_dir {dir}",
+     "cannot open the lock file {dir}/.pods-train.lock (Is a directory); remove it, or choose another directory"),
     (lambda tmp: tmp / "run", "--output_dir {dir} --reward_weights 0 0 0", "reward_weights are all 0 ([0.0, 0.0, "
      "0.0]): every reward would be 0 and nothing would be learned"),
     (_jsonl_with_empty_gold, "--output_dir {tmp}/run --task jsonl:{dir} --eval_split train",
@@ -747,15 +751,21 @@ def test_faults_found_before_loading_get_one_line(make, flags, expected, tmp_pat
     from pods_rl.cli import main as pods
 
     target = make(tmp_path)
-    before = {p.name: p.read_bytes() for p in target.iterdir()} if target.is_dir() else None
+    made_run = (tmp_path / "run").exists()
+
+    def snapshot(folder):
+        return {p.name: p.read_bytes() if p.is_file() else "dir" for p in folder.iterdir()}
+
+    before = snapshot(target) if target.is_dir() else None
     fill = {"dir": target, "tmp": tmp_path}
     argv = ["train", "--config", "cpu/smoke", *flags.format(**fill).split()]
     assert pods(argv) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and expected.format(**fill) in lines[0], lines
     if before is not None:  # a user's folder is left exactly as it was
-        assert {p.name: p.read_bytes() for p in target.iterdir()} == before
-    assert not (tmp_path / "run").exists()  # a refused start leaves no run directory
+        assert snapshot(target) == before
+    if not made_run:
+        assert not (tmp_path / "run").exists()  # a refused start leaves no run directory
 
 
 def test_a_second_train_on_a_held_directory_names_the_holder_before_loading(tmp_path, forbid_loading, capsys,
@@ -910,6 +920,9 @@ DISK_ERRORS = [
     (_chained(RuntimeError("could not save"), OSError(28, "No space left on device")), "disk full"),
     (_chained(ValueError("tokenizer save failed"), OSError(122, "Disk quota exceeded", "/q/t.json")),
      "disk quota exceeded writing /q/t.json"),
+    (OSError(30, "Read-only file system", "/runs/x/config.yaml"), "the file system is read-only writing "
+     "/runs/x/config.yaml: remount it writable (or write elsewhere)"),
+    (_chained(RuntimeError("save failed"), OSError(5, "Input/output error")), "an I/O error (a failing disk"),
     (RuntimeError("CUDA out of memory"), None),
     (OSError(13, "Permission denied"), None),
 ]
@@ -924,7 +937,7 @@ def test_a_full_disk_is_named_whatever_library_raised_it(err, words):
         assert "disk" not in line
     else:
         assert line.startswith(f"pods eval: error: {words}") and code == 1, line
-        assert "free some space (or write elsewhere) and run the command again" in line
+        assert "(or write elsewhere) and run the command again; what was written completely before is intact" in line
 
 
 def test_pods_eval_skips_a_checkpoint_removed_while_it_runs(tmp_path, finished_run, capsys):
@@ -967,3 +980,12 @@ def test_pods_eval_names_a_corrupt_checkpoint_and_refuses_a_results_file_that_is
     # Asked for by itself, it is an error naming the file.
     assert pods(["eval", str(run_dir / "checkpoint-2"), *common]) == 2
     assert f"{run_dir / 'checkpoint-2' / 'model.safetensors'} is corrupt: truncated" in capsys.readouterr().err
+
+
+def test_a_metrics_log_cut_inside_a_character_is_a_torn_line_not_an_unreadable_file(tmp_path):
+    from pods_rl import runlog
+
+    row = json.dumps({"step": 1, "train_seconds": 0.5, "note": "é"}, ensure_ascii=False) + "\n"
+    cut = (json.dumps({"step": 2, "note": "é"}, ensure_ascii=False)).encode()
+    (tmp_path / runlog.METRICS_FILE).write_bytes(row.encode() + cut[: cut.index("é".encode()) + 1])
+    assert runlog.read_metrics(tmp_path) == [{"step": 1, "train_seconds": 0.5, "note": "é"}]

@@ -12,13 +12,16 @@ import errno
 import sys
 from collections.abc import Callable, Sequence
 
-# How a full disk or an exceeded quota reads when a library does not raise an OSError with its errno (safetensors'
-# SafetensorError, torch's zip writer, tokenizers' Exception...).
-_DISK_FULL_TEXTS = {
-    "No space left on device": "disk full",
-    "Disk quota exceeded": "disk quota exceeded",
-    "file write failed": "disk full",  # torch's PytorchStreamWriter, reporting ENOSPC
-}
+# How storage failures read when a library does not raise an OSError with its errno (safetensors' SafetensorError,
+# torch's zip writer, tokenizers' Exception...): (errno, words in messages, what it is, the way on).
+_STORAGE_FAULTS = (
+    (errno.ENOSPC, ("No space left on device", "file write failed"), "disk full", "free some space"),
+    (getattr(errno, "EDQUOT", -1), ("Disk quota exceeded",), "disk quota exceeded", "free some of your quota"),
+    (errno.EROFS, ("Read-only file system",), "the file system is read-only",
+     "remount it writable"),
+    (errno.EIO, ("Input/output error",), "an I/O error (a failing disk or network file system)",
+     "check the disk or network file system"),
+)
 
 
 class CommandFailed(Exception):
@@ -54,30 +57,31 @@ def exception_chain(err: BaseException) -> list[BaseException]:
     return chain
 
 
-def disk_full_cause(err: BaseException) -> str | None:
-    """``"disk full"`` (or ``"disk quota exceeded"``) if a full disk caused ``err`` anywhere in its chain, whatever
-    the library raised it as (errno ENOSPC / EDQUOT, or the message); None otherwise."""
+def storage_fault(err: BaseException) -> tuple[str, str] | None:
+    """``(what, the way on)`` when a storage fault caused ``err`` anywhere in its chain, whatever the library raised
+    it as (its errno, or its message): a full disk, an exceeded quota, a read-only or failing file system."""
     for item in exception_chain(err):
-        code = getattr(item, "errno", None)
-        if code == errno.ENOSPC:
-            return _DISK_FULL_TEXTS["No space left on device"]
-        if code == getattr(errno, "EDQUOT", -1):
-            return _DISK_FULL_TEXTS["Disk quota exceeded"]
-        text = str(item)
-        for needle, words in _DISK_FULL_TEXTS.items():
-            if needle in text:
-                return words
+        code, text = getattr(item, "errno", None), str(item)
+        for number, needles, what, way_on in _STORAGE_FAULTS:
+            if code == number or any(needle in text for needle in needles):
+                return what, way_on
     return None
+
+
+def disk_full_cause(err: BaseException) -> str | None:
+    """What the storage fault behind ``err`` is (``"disk full"``, ``"disk quota exceeded"``...), or None."""
+    fault = storage_fault(err)
+    return fault[0] if fault else None
 
 
 def error_line(prog: str, err: BaseException) -> tuple[str, int]:
     """The one line (and exit code) that reports ``err``: a full disk as such (from any library); a user error
     (ValueError, FileNotFoundError, CommandFailed) by its message; anything else also by its type, with the --debug
     hint."""
-    full = None if isinstance(err, CommandFailed) else disk_full_cause(err)
-    if full is not None:
+    fault = None if isinstance(err, CommandFailed) else storage_fault(err)
+    if fault is not None:
         where = getattr(next((e for e in exception_chain(err) if getattr(e, "filename", None)), None), "filename", None)
-        return (f"{prog}: error: {full}{f' writing {where}' if where else ''}: free some space (or write elsewhere) "
+        return (f"{prog}: error: {fault[0]}{f' writing {where}' if where else ''}: {fault[1]} (or write elsewhere) "
                 "and run the command again; what was written completely before is intact"), 1
     text = str(err).strip()
     first = text.splitlines()[0] if text else ""

@@ -198,6 +198,8 @@ def validate(run: RunArguments, config, model_args) -> None:
         "save_every_seconds": config.save_every_seconds,
         "max_train_seconds": config.max_train_seconds,
         "stop_grace_seconds": getattr(run, "stop_grace_seconds", None),
+        # Sampling: at 0 every completion of a prompt would be the same (no variance, nothing to learn).
+        "temperature": getattr(config, "temperature", None),
     }
     for name, value in positive.items():
         if value is not None and not value > 0:

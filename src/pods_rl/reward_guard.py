@@ -155,6 +155,8 @@ def guard_reward_func(func: Callable, timeout_s: float | None = DEFAULT_REWARD_T
                 return budget.timed_out(n, kwargs)
             except RewardFunctionError:
                 raise
+            except SystemExit as err:
+                raise RewardFunctionError(f"reward function {name!r} called sys.exit({err.code!r})") from err
             except Exception as err:  # noqa: BLE001 - user code: name it
                 raise _raised(name, err) from err
             budget.ok(kwargs)
@@ -167,6 +169,8 @@ def guard_reward_func(func: Callable, timeout_s: float | None = DEFAULT_REWARD_T
                     output = func(*args, **kwargs)
             except RewardFunctionError:
                 raise
+            except SystemExit as err:  # sys.exit() in user code must not end the run without a word
+                raise RewardFunctionError(f"reward function {name!r} called sys.exit({err.code!r})") from err
             except Exception as err:  # noqa: BLE001 - user code: name it
                 raise _raised(name, err) from err
             if limit.expired:

@@ -116,7 +116,14 @@ def try_lock(path: str | os.PathLike, record: dict | None = None, wait_s: float 
         return _unsupported(path, OSError(errno.ENOSYS, "no fcntl on this platform"))
     deadline, pause = time.monotonic() + wait_s, 0.002
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            if err.errno in _UNSUPPORTED:
+                return _unsupported(path, err)
+            owner = "another user's file? " if err.errno == errno.EACCES else ""
+            raise ValueError(f"cannot open the lock file {path} ({err.strerror or err}); {owner}remove it, or "
+                             "choose another directory") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:

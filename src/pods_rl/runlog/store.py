@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from pods_rl.errors import disk_full_cause
+from pods_rl.errors import storage_fault
 from pods_rl.runlog.lock import LOCK_FILE, exclusive, lock_path_for
 
 logger = logging.getLogger("pods_rl.runlog")
@@ -115,7 +115,8 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
     if not path.is_file():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    # A kill mid-write can cut a multi-byte character: undecodable bytes make that line torn, not the file unreadable.
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         line = line.strip()
         if not line:
             continue
@@ -242,16 +243,17 @@ def remove_incomplete(run_dir: str | os.PathLike, complete_step: int) -> list[Pa
 
 def disk_full_message(err: BaseException, run_dir: str | os.PathLike, step: int, saving: str | None = None
                       ) -> str | None:
-    """One line for an error raised by a full disk (or an exceeded quota) while writing the run, from any library
-    (``saving``: what was being written, default ``checkpoint-<step>``), or None if ``err`` is something else."""
-    cause = disk_full_cause(err)
-    if cause is None:
+    """One line for an error raised by a full disk (or an exceeded quota, a read-only or failing file system) while
+    writing the run, from any library (``saving``: what was being written, default ``checkpoint-<step>``), or None
+    if ``err`` is something else."""
+    fault = storage_fault(err)
+    if fault is None:
         return None
     saving = saving or f"checkpoint-{step}"
     complete = list_checkpoints(run_dir)
     kept = f"the last complete checkpoint is {complete[-1].name}" if complete else "no checkpoint was complete yet"
-    return (f"{cause} while saving {saving} in {run_dir} (step {step}): nothing complete was lost ({kept}; a "
-            f"partial {saving} is set aside on resume); free some space, then resume with --output_dir {run_dir} "
+    return (f"{fault[0]} while saving {saving} in {run_dir} (step {step}): nothing complete was lost ({kept}; a "
+            f"partial {saving} is set aside on resume); {fault[1]}, then resume with --output_dir {run_dir} "
             "--resume_from_checkpoint true")
 
 
