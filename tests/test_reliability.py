@@ -989,3 +989,31 @@ def test_a_metrics_log_cut_inside_a_character_is_a_torn_line_not_an_unreadable_f
     cut = (json.dumps({"step": 2, "note": "é"}, ensure_ascii=False)).encode()
     (tmp_path / runlog.METRICS_FILE).write_bytes(row.encode() + cut[: cut.index("é".encode()) + 1])
     assert runlog.read_metrics(tmp_path) == [{"step": 1, "train_seconds": 0.5, "note": "é"}]
+
+
+def test_a_refused_start_never_deletes_the_directory_of_the_one_that_holds_it(tmp_path, forbid_loading, monkeypatch,
+                                                                              capsys):
+    """Two starts on a directory that does not exist yet both make it; the one that loses the lock must not
+    remove what the winner is writing there."""
+    from pods_rl import runlog
+    from pods_rl.cli import main as pods
+
+    run_dir, winner = tmp_path / "new-run", []
+    real = runlog.hold_run_dir
+
+    def the_other_start_wins_the_race(path, what="pods train"):
+        # This start has made the directory; the other one takes the lock and writes in it first.
+        winner.append(_python(HOLDER.replace("sys.argv[1]", repr(str(run_dir)))))
+        _wait_for_line(winner[0], "locked")
+        (run_dir / "metrics.jsonl").write_text('{"step": 1, "train_seconds": 0.1}\n')
+        return real(path, what)
+
+    monkeypatch.setattr(runlog, "hold_run_dir", the_other_start_wins_the_race)
+    try:
+        assert pods(["train", "--config", "cpu/smoke", "--output_dir", str(run_dir)]) == 2
+    finally:
+        for proc in winner:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert "is in use by pods train" in capsys.readouterr().err
+    assert (run_dir / "metrics.jsonl").read_text() == '{"step": 1, "train_seconds": 0.1}\n'

@@ -12,6 +12,7 @@ model ``pods_rl.models``; the run directory ``pods_rl.runlog``; this module puts
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -154,8 +155,11 @@ def build(run: RunArguments, config, model_args, stop=None):
         try:
             lock = runlog.hold_run_dir(run_dir)
         except BaseException:
+            # Never more than an empty directory: two starts can both have seen it missing, and the other one,
+            # which holds it, may be writing into it.
             if created:
-                shutil.rmtree(run_dir, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()
             raise
     try:
         trainer, clock, eval_fn = _build_locked(run, config, model_args, stop, run_dir, resume, output_dir_given,
