@@ -154,9 +154,20 @@ class Plan:
 
     def settings(self) -> dict:
         """What must not change between invocations on the same ``out`` (seeds and methods may grow)."""
-        return {"recipe_argv": self.recipe_argv, "m": self.m, "prompts_per_step": self.prompts_per_step,
-                "updates": self.updates, "eval_every": self.eval_every, "eval_problems": self.eval_problems,
-                "eval_k": self.eval_k, "lrs": self.lrs, "sweep_updates": self.sweep_updates}
+        recipe, skip = [], False
+        for arg in self.recipe_argv:  # the learning rate is a setting of its own (study_lr)
+            if skip:
+                skip = False
+            elif arg == "--learning_rate":
+                skip = True
+            elif not arg.startswith("--learning_rate="):
+                recipe.append(arg)
+        settings = {"recipe_argv": recipe, "m": self.m, "prompts_per_step": self.prompts_per_step,
+                    "updates": self.updates, "eval_every": self.eval_every, "eval_problems": self.eval_problems,
+                    "eval_k": self.eval_k}
+        if self.lrs:
+            settings["sweep_updates"] = self.sweep_updates or self.updates
+        return settings
 
 
 def train_argv(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> list[str]:
@@ -274,7 +285,8 @@ def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float |
     """Run the stages of ``plan`` (each skipping what is already done) and return the report (None if the
     report stage did not run). Stops in-flight runs gracefully once ``max_minutes`` have passed."""
     plan.out.mkdir(parents=True, exist_ok=True)
-    check_plan_file(plan)
+    if set(stages) - {"report"}:  # a report alone reads what is there (committed results too) and writes no plan
+        check_plan_file(plan)
     deadline = time.monotonic() + 60 * max_minutes if max_minutes else None
     runner = Runner(plan.device, plan.jobs, plan.threads, deadline=deadline, progress_every=progress_every,
                     keep_weights=not plan.drop_weights, in_process=plan.in_process)
@@ -288,6 +300,7 @@ def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float |
             if "runs" in stages and lr is None:
                 print("pods study: the sweep has not finished; run the same command again to continue", flush=True)
             elif "runs" in stages:
+                check_plan_file(plan, study_lr=lr)
                 records = runner.run_all(study_runs(plan, lr), f"study at lr {lr:g}")
                 _log_invocation(plan, "runs", records)
                 failed = sum(r["status"] == "failed" for r in records)
@@ -329,18 +342,20 @@ def _swept_lr(plan: Plan) -> float | None:
     return json.loads(path.read_text())["best_lr"] if path.is_file() else None
 
 
-def check_plan_file(plan: Plan) -> None:
-    """Write ``OUT/plan.json``, or refuse a plan whose settings differ from the study already in ``OUT``."""
+def check_plan_file(plan: Plan, study_lr: float | None = None) -> None:
+    """Record the study's settings in ``OUT/plan.json`` (and, once known, the learning rate of its study runs), or
+    refuse settings that differ from those of the runs already in ``OUT``: their results would not compare."""
     path = plan.out / "plan.json"
     settings = json.loads(json.dumps(plan.settings()))
-    if path.is_file():
-        old = json.loads(path.read_text()).get("settings", {})
-        changed = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
-        if changed:
-            listed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())
-            raise ValueError(f"{plan.out} holds a study with other settings ({listed}); use another --out, or the "
-                             "same settings to continue it (more --seeds or methods may be added)")
-    path.write_text(json.dumps({"settings": settings, "methods": [m.name for m in plan.methods],
+    if study_lr is not None:
+        settings["study_lr"] = study_lr
+    old = json.loads(path.read_text()).get("settings", {}) if path.is_file() else {}
+    changed = {k: (old[k], v) for k, v in settings.items() if k in old and old[k] != v}
+    if changed:
+        listed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())
+        raise ValueError(f"{plan.out} holds a study with other settings ({listed}); use another --out, or the "
+                         "same settings to continue it (more --seeds or methods may be added)")
+    path.write_text(json.dumps({"settings": {**old, **settings}, "methods": [m.name for m in plan.methods],
                                 "seeds": plan.seeds, "baseline": plan.baseline}, indent=1) + "\n")
 
 

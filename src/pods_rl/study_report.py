@@ -113,8 +113,8 @@ def _ratio_entry(values: list, base: list, n_boot: int) -> dict:
     return {"mean": stats.mean_se(values), "ratio_to_baseline": ratio, "ci95": ci}
 
 
-def study_report(runs_dir: Path, out: Path, baseline: str, labels: dict[str, str] | None = None,
-                 cost: dict | None = None, title: str = "", n_boot: int = 2000) -> dict | None:
+def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[str, str] | None = None,
+                 cost: dict | None = None, title: str = "", n_boot: int = 2000, figures: bool = True) -> dict | None:
     """The three numbers, break-even, noise, controls, projection and figures for the finished study runs.
 
     Args:
@@ -122,7 +122,8 @@ def study_report(runs_dir: Path, out: Path, baseline: str, labels: dict[str, str
         out: where the figures go.
         baseline: the method the others are compared against (GRPO n = m).
         labels: {method: human label} for the figures. cost: the `pods cost` JSON, if measured.
-        n_boot: bootstrap replicates per confidence interval.
+        n_boot: bootstrap replicates per confidence interval (0: no intervals).
+        figures: draw the figures into ``out``.
     Returns None unless the baseline and one other method have finished runs.
     """
     groups = load_groups(runs_dir)
@@ -187,7 +188,7 @@ def study_report(runs_dir: Path, out: Path, baseline: str, labels: dict[str, str
             ratios[f"pods cost, n={row['n']} -> {row['m']}"] = round(row["step_ratio"], 3)
     ratios.update({f"assumed {r:g}": r for r in (1.0, 1.5, 2.0, 3.0)})
     result["projection"] = stats.projection(ratios, efficiency)
-    result["figures"] = _figures(runs, out, labels, title)
+    result["figures"] = _figures(runs, out, labels, title) if figures else []
     return result
 
 
@@ -338,6 +339,9 @@ def write_report(out: Path, plan_info: dict | None = None, command: str | None =
     report = {"command": command, "plan": plan_info, "machine": machine_info(),
               "cost": cost_summary(cost), "sweep": sweep_report(out / "sweep" / "runs")}
     baseline = plan_info.get("baseline") or _guess_baseline(out / "study" / "runs")
+    lr = _run_learning_rate(out / "study" / "runs", baseline)
+    if lr is not None:  # the rate the study's runs trained with (a report alone does not know it otherwise)
+        report["plan"] = plan_info = {**plan_info, "lr": lr}
     report["study"] = study_report(out / "study" / "runs", out, baseline, plan_info.get("labels"), report["cost"],
                                    plan_info.get("title", ""), plan_info.get("bootstrap", 2000)) if baseline else None
     report["headline"] = headline(report["study"]) if report["study"] else None
@@ -348,6 +352,14 @@ def write_report(out: Path, plan_info: dict | None = None, command: str | None =
     print(f"\nwrote {out / 'study.json'}, {out / 'report.txt'}" + (
         ", " + ", ".join(report["study"]["figures"]) if report["study"] else ""))
     return report
+
+
+def _run_learning_rate(runs_dir: Path, baseline: str | None) -> float | None:
+    """The learning rate in the config.yaml of the baseline's first finished study run, if any."""
+    for run_dir in sorted(Path(runs_dir).glob(f"{baseline}-s[0-9]*")) if baseline else []:
+        if run_finished(run_dir):
+            return stats.load_run(run_dir).config.get("learning_rate")
+    return None
 
 
 def _guess_baseline(runs_dir: Path) -> str | None:

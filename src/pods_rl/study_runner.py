@@ -120,6 +120,20 @@ def redirected(main, argv: list[str], log) -> int:
         os.close(saved[1])
 
 
+def prepare(run: Run) -> tuple[list[str], bool]:
+    """The `pods train` flags that start or continue ``run``, and whether it resumes: from its last complete
+    checkpoint if it has one; a run directory without one (stopped before its first save) is moved to
+    ``_incomplete/`` beside it (nothing is deleted) and the run starts over."""
+    run_dir = Path(run.run_dir)
+    resume = has_checkpoint(run_dir)
+    if run_dir.exists() and not resume:
+        aside = run_dir.parent / "_incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(run_dir), str(aside))
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    return [*run.argv, *(["--resume_from_checkpoint", "true"] if resume else [])], resume
+
+
 class Runner:
     """Runs `pods train` subprocesses ``jobs`` at a time, one per slot; prints progress; honours a deadline."""
 
@@ -204,13 +218,7 @@ class Runner:
 
     def _run_one(self, run: Run, slot: int) -> dict:
         run_dir = run.run_dir
-        resume = has_checkpoint(run_dir)
-        if run_dir.exists() and not resume:  # stopped before its first checkpoint: keep it aside, start over
-            aside = run_dir.parent / "_incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-            aside.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(run_dir), str(aside))
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
-        argv = [*run.argv, *(["--resume_from_checkpoint", "true"] if resume else [])]
+        argv, resume = prepare(run)
         env = {**os.environ, **self.envs[slot]}
         log_path = run_dir.parent / f"{run_dir.name}.log"
         start = time.monotonic()
