@@ -88,7 +88,7 @@ def test_study_script_is_a_call_of_pods_study(tmp_path, capsys, monkeypatch):
 
 
 def test_study_counts_a_gracefully_stopped_run_as_unfinished(tmp_path):
-    from pods_rl.study_report import run_finished
+    from pods_rl.runlog import run_finished
 
     run = tmp_path / "grpo-n16-s0"
     run.mkdir()

@@ -59,6 +59,8 @@ class RunArguments:
     torch_threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (default: torch's "
                                       "choice). For tiny models 1 is as fast and immune to oversubscription when "
                                       "other processes share the cores."})
+    run_figure: bool = field(default=True, metadata={"help": "Draw accuracy_vs_time.png/.pdf into the run "
+                             "directory at the end (pods study draws its own and skips it)."})
 
 
 TASK_ARG_FLAGS = ("--task-arg", "--task_arg")  # repeatable key=value, the spelling `pods eval` has always had

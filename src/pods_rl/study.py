@@ -43,8 +43,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pods_rl.cli import run_guarded
-from pods_rl.study_report import run_finished
+from pods_rl.errors import one_line_parser_errors, run_guarded
+from pods_rl.runlog import run_finished
 from pods_rl.study_runner import Run, Runner, redirected, slot_envs, visible_gpus
 
 STAGES = ("cost", "sweep", "runs", "report")
@@ -55,7 +55,7 @@ STUDY_FLAGS = {"--num_generations": "--n / --m", "--downsample_to": "--m", "--do
                "--per_device_train_batch_size": "--prompts-per-step", "--eval_every_steps": "--eval-every",
                "--eval_num_problems": "--eval-problems", "--eval_k": "--eval-k",
                "--resume_from_checkpoint": "(resuming is automatic)"}
-SMOKE = dict(m=4, n=[8], prompts_per_step=2, seeds=2, updates=2, eval_every=1, eval_problems=8, eval_k=2,
+SMOKE = dict(m=4, n=[8], prompts_per_step=2, seeds=2, updates=2, eval_every=2, eval_problems=8, eval_k=2,
              cost_steps=1, cost_warmup=1, bootstrap=200, recipe=["--max_completion_length", "12", "--eval_batch_size", "64"])
 
 
@@ -179,7 +179,7 @@ def train_argv(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, 
             "--save_every_seconds", f"{plan.checkpoint_every:g}", "--save_total_limit", "1",
             "--logging_steps", str(plan.logging_steps), "--eval_every_steps", str(plan.eval_every),
             "--eval_every_seconds", "1e9", "--eval_num_problems", str(plan.eval_problems),
-            "--eval_k", str(plan.eval_k), "--disable_tqdm", "true"]
+            "--eval_k", str(plan.eval_k), "--disable_tqdm", "true", "--run_figure", "false"]
     if plan.device == "cpu" and plan.threads:
         argv += ["--torch_threads", str(plan.threads)]
     return argv + list(method.extra)
@@ -373,8 +373,6 @@ def _ints(flag: str, text: str | None, low: int = 1) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pods_rl.cli import one_line_parser_errors
-
     parser = argparse.ArgumentParser(prog="pods study", allow_abbrev=False, description=__doc__.split("\n\n")[0],
                                      epilog="Any other flag is a `pods train` flag and sets the recipe.")
     add = parser.add_argument
@@ -419,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
 def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
     """Resolve the study flags against the recipe (parsed and checked here, before anything runs)."""
     from pods_rl.machine import machine_info
-    from pods_rl.train import parse_args
+    from pods_rl.recipes import parse_args  # TRL's parser: seconds to import
 
     for flag, instead in STUDY_FLAGS.items():
         if any(a == flag or a.startswith(flag + "=") for a in recipe_argv):
@@ -433,7 +431,8 @@ def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
             setattr(args, key, SMOKE[key])
         args.m, args.n = args.m or str(SMOKE["m"]), args.n or ",".join(map(str, SMOKE["n"]))
         args.checkpoint_every = 1e9
-        args.in_process, args.bootstrap, args.jobs = True, SMOKE["bootstrap"], 1
+        # One process, one thread: on a small shared CPU more threads only wait for each other.
+        args.in_process, args.bootstrap, args.jobs, args.threads = True, SMOKE["bootstrap"], 1, 1
     _, config, _ = parse_args(list(recipe_argv))
     recipe_m = config.downsample_to or config.num_generations
     m = _ints("--m", args.m, low=2)[0] if args.m else recipe_m

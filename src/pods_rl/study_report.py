@@ -28,20 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from pods_rl import stats
+from pods_rl.runlog import run_finished
 
 GAIN_FRACTION = 0.8
 TARGETS = {"peak": None, "gain80": GAIN_FRACTION}  # target name -> fraction of the baseline's gain (None = peak)
 # The paper's single-GPU GSM8K seconds per step (Qwen2.5-3B-Instruct, m = 16), n -> seconds.
 PAPER_GPU_STEP_SECONDS = {16: 7.6, 32: 7.9, 64: 10.1, 128: 13.8}
 PHASES = ("generation", "scoring", "selection", "update", "step")
-
-
-def run_finished(run_dir: Path) -> bool:
-    """Whether a run trained to its end: summary.json written, and not by a graceful stop (``stopped_by``)."""
-    try:
-        return "stopped_by" not in json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, ValueError):
-        return False
 
 
 def load_groups(runs_dir: Path) -> dict[str, list[stats.RunData]]:
@@ -199,15 +192,22 @@ def _metric_keys(run: stats.RunData) -> set:
 
 
 def _figures(runs: list, out: Path, labels: dict[str, str], title: str) -> list[str]:
-    """accuracy_vs_steps, accuracy_vs_time, step_time_by_phase (PNG and PDF) in ``out``; their PNG names."""
-    from pods_rl.plots import plot_accuracy, plot_phase_times
+    """accuracy_vs_steps, accuracy_vs_time and step_time_by_phase as PNG in ``out``; their names."""
+    import matplotlib.pyplot as plt
+
+    from pods_rl.plots import STYLE, plot_accuracy, plot_phase_times
 
     named = [dataclasses.replace(r, label=labels.get(r.label, r.label)) for r in runs]
     seeds = min(len(g) for g in stats.group_by_label(named).values())
-    for x in ("steps", "time"):
-        plot_accuracy(named, out=out, x=x, title=f"{title}{', ' if title else ''}{seeds}+ seeds per method")
-    plot_phase_times(named, out=out, title="seconds per step by phase")
-    return ["accuracy_vs_steps.png", "accuracy_vs_time.png", "step_time_by_phase.png"]
+    figures = {f"accuracy_vs_{x}.png": plot_accuracy(named, x=x, title=f"{title}{', ' if title else ''}"
+                                                     f"{seeds}+ seeds per method") for x in ("steps", "time")}
+    figures["step_time_by_phase.png"] = plot_phase_times(named, title="seconds per step by phase")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with plt.rc_context({**STYLE, "savefig.dpi": 150}):
+        for name, fig in figures.items():
+            fig.savefig(Path(out) / name, bbox_inches="tight")
+            plt.close(fig)
+    return list(figures)
 
 
 def headline(study: dict) -> dict:

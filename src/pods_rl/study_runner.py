@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pods_rl.study_report import run_finished
+from pods_rl.runlog import list_checkpoints, read_metrics, run_finished, run_stopped
 
 
 @dataclass(frozen=True)
@@ -43,15 +43,11 @@ class Run:
 
 def current_step(run_dir: Path) -> int:
     """The last optimizer step a run logged (0 before its first log row)."""
-    from pods_rl.runlog import read_metrics
-
     steps = [row["step"] for row in read_metrics(run_dir) if "step" in row] if Path(run_dir).is_dir() else []
     return int(max(steps, default=0))
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    from pods_rl.runlog import list_checkpoints
-
     return Path(run_dir).is_dir() and bool(list_checkpoints(run_dir))
 
 
@@ -86,17 +82,9 @@ def drop_weights(run_dir: Path) -> None:
             shutil.rmtree(path)
 
 
-def _stopped_gracefully(run_dir: Path) -> bool:
-    """Whether a run's summary.json says a signal stopped it (it saved a checkpoint to resume from)."""
-    try:
-        return "stopped_by" in json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, ValueError):
-        return False
-
-
 def _train_here(argv: list[str], log) -> int:
     """``pods train ARGV`` in this process (the same code as the command), its output to ``log``."""
-    from pods_rl.train import main as train_main
+    from pods_rl.train import main as train_main  # a command (TRL, seconds to import): only when asked
 
     return redirected(train_main, argv, log)
 
@@ -238,7 +226,7 @@ class Runner:
                 with self.lock:
                     self.procs.pop(run_dir.name, None)
         finished = returncode == 0 and run_finished(run_dir)
-        stopped = _stopped_gracefully(run_dir) or (self.stop.is_set() and has_checkpoint(run_dir))
+        stopped = run_stopped(run_dir) or (self.stop.is_set() and has_checkpoint(run_dir))
         status = "done" if finished else "stopped" if stopped else "failed"
         if stopped:
             self.stop.set()
