@@ -220,7 +220,8 @@ def cost_stage(plan: Plan) -> None:
         return
     argv = [*plan.recipe_argv, "--n", ",".join(map(str, plan.cost_n)), "--m", str(plan.m),
             "--steps", str(plan.cost_steps), "--warmup", str(plan.cost_warmup),
-            "--per_device_train_batch_size", str(plan.prompts_per_step * plan.m), "--out", str(path)]
+            "--per_device_train_batch_size", str(plan.prompts_per_step * plan.m), "--downsample_to", str(plan.m),
+            "--out", str(path)]
     if plan.device == "cpu" and plan.threads:
         argv += ["--torch_threads", str(plan.threads)]
     print(f"pods study: cost: pods cost for n = {plan.cost_n} -> m = {plan.m} ({plan.cost_warmup} warm-up + "
