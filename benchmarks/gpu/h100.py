@@ -16,10 +16,12 @@ Each step is one command that ends well inside 10 minutes and writes small resul
     python benchmarks/gpu/h100.py pack DIR    # the small result files (no weights) as DIR/results.tgz
     python benchmarks/gpu/h100.py all --device cpu --tiny --root /tmp/dry    # every step at toy sizes on CPU
 
-The model lives outside the repository (``--model-dir``, default /tmp/pods-h100-model): a step that needs it
-builds it when it is missing (a fresh machine). Its weights' sha256 is recorded with the study, which refuses
-to continue with a different model (a rebuild on another GPU need not be bit-identical): pass a new
-``--study-name`` then. See benchmarks/gpu/README.md for the wheels to carry and the exact command lines.
+The model lives outside the repository (``--model-dir``, default /tmp/pods-h100-model; 300 MB cannot come back
+from the machine): a step that needs it builds it when it is missing (a fresh machine), with deterministic
+kernels where torch has them. The study's folder is named after the weights' sha256 (``study-<12 hex>``), so a
+rebuild that gives the same weights continues the same study on another machine, and one that does not starts
+its own folder instead of mixing models. See benchmarks/gpu/README.md for the wheels to carry and the exact
+command lines.
 """
 
 from __future__ import annotations
@@ -123,10 +125,15 @@ def step_model(args) -> int:
     return code
 
 
+def study_dir(args) -> Path:
+    """ROOT/study-<sha256 of the model's weights, 12 hex> unless --study-name names another folder."""
+    name = args.study_name or f"study-{weights_sha256(args.model_dir)[:12]}"
+    return args.root / name
+
+
 def study_argv(args, *extra: str) -> list[str]:
     size = TINY_STUDY if args.tiny else STUDY
-    argv = ["--config", str(RECIPE), "--model_name_or_path", str(args.model_dir),
-            "--out", str(args.root / args.study_name), "--m", str(size["m"]), "--n", str(size["n"]),
+    argv = ["--config", str(RECIPE), "--model_name_or_path", str(args.model_dir), "--out", str(study_dir(args)), "--m", str(size["m"]), "--n", str(size["n"]),
             "--seeds", str(size["seeds"]), "--updates", str(size["updates"]), "--eval-every", str(size["eval_every"]),
             "--eval-problems", str(size["eval_problems"]), "--eval-k", str(size["eval_k"]),
             "--cost-n", f"{size['m']},{2 * size['m']},{size['n']}" if args.tiny else COST_N,
@@ -157,22 +164,15 @@ def step_cost(args) -> int:
 
 
 def ensure_model(args) -> int:
-    """Build the model first on a machine that lacks it; refuse a study with another model's runs."""
+    """Build the model first on a machine that lacks it (the time it takes comes off --minutes)."""
     start = time.time()
     code = step_model(args)
     args.minutes -= (time.time() - start) / 60
-    if code:
-        return code
-    study = args.root / args.study_name
-    sha = weights_sha256(args.model_dir)
-    recorded = study / "model_sha256.txt"
-    if recorded.is_file() and recorded.read_text().strip() != sha:
-        print(f"the study in {study} ran with model {recorded.read_text().strip()[:12]}, this one is {sha[:12]} (rebuilt "
-              "on another machine?): pass --study-name NEW to start another study with it", file=sys.stderr)
-        return 2
-    study.mkdir(parents=True, exist_ok=True)
-    recorded.write_text(sha + "\n")
-    return 0
+    if code == 0:
+        study = study_dir(args)
+        study.mkdir(parents=True, exist_ok=True)
+        (study / "model_sha256.txt").write_text(weights_sha256(args.model_dir) + "\n")
+    return code
 
 
 def step_study(args) -> int:
@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="toy sizes (the CPU dry run)")
     parser.add_argument("--root", type=Path, default=None, help="results folder (default benchmarks/results/<machine>)")
     parser.add_argument("--model-dir", type=Path, default=None, help="default /tmp/pods-h100-model (tiny: ROOT/../model)")
-    parser.add_argument("--study-name", default="study", help="the study's folder under ROOT (default study)")
+    parser.add_argument("--study-name", default=None, help="the study's folder under ROOT (default study-<the "
+                        "model's sha256, 12 hex>)")
     parser.add_argument("--minutes", type=float, default=8.0, help="study: stop gracefully after this long (default 8)")
     args = parser.parse_args(argv)
     info = machine_info()

@@ -298,6 +298,10 @@ def format_report(report: dict) -> str:
         for name, e in study["methods"].items() if name != study["baseline"]))
     lines.append("  break-even: 'pays' = (1)'s CI lies above (2)'s, 'does not pay' = below, 'undecided' = they "
                  "overlap (more seeds or updates)")
+    last = c["steps/peak"]["labels"][study["baseline"]]["last_step"]
+    if base["steps/peak"]["to_target"] == last:
+        lines.append(f"  note: {study['baseline']}'s seed-mean accuracy peaks at its last evaluation ({last:.0f} "
+                     "updates): it is still rising, so its 'peak' is the end of the budget, not a plateau")
     lines.append(f"  final accuracy (start {base['start_accuracy'][0]:.3f}): " + ", ".join(
         f"{e['label']} {e['final_accuracy'][0]:.3f} ± {e['final_accuracy'][1] or 0:.3f}" for e in study["methods"].values()))
     for pair, comparison in study.get("selection_vs_random", {}).items():

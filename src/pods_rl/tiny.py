@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from pods_rl.errors import one_line_parser_errors, run_guarded
@@ -294,7 +295,8 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
         callbacks = [_stop_after(max_seconds)] if max_seconds else None
         trainer = SFTTrainer(model=model, args=config, train_dataset=train_dataset, processing_class=tokenizer,
                              callbacks=callbacks)
-        trainer.train()
+        with _deterministic(device == "cuda"):
+            trainer.train()
     sft_seconds = time.time() - start
     steps_done = trainer.state.global_step
     model = trainer.model.eval()  # evaluated where it trained
@@ -332,6 +334,24 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
     (out_dir / "build_info.json").write_text(json.dumps(build_info, indent=2) + "\n")
     log(f"build-tiny: saved to {out_dir}")
     return out_dir
+
+
+@contextmanager
+def _deterministic(on: bool):
+    """Deterministic kernels where torch has them (a warning, not an error, where it has none), so that a GPU
+    rebuild on another machine of the same kind can give the same weights; the previous setting is restored."""
+    if not on:
+        yield
+        return
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def _stop_after(seconds: float):
