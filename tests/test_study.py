@@ -190,6 +190,8 @@ def test_smoke_runs_the_whole_study_and_resumes(tmp_path, capsys):
     assert set(report["study"]["methods"]) == {"grpo-n4", "pods-mv-n8m4", "pods-random-n8m4"}
     assert all(m["seeds"] == 2 for m in report["study"]["methods"].values())
     assert "(1) learning per update" in (out / "report.txt").read_text()
+    logged = json.loads((out / "commands.jsonl").read_text().splitlines()[0])
+    assert logged["command"] == f"pods study --smoke --out {out}" and len(logged["runs"]) == 6
     capsys.readouterr()
     assert main(["--smoke", "--out", str(out), "--stage", "runs"]) == 0
     assert "6 runs, 6 done before, 0 to go" in capsys.readouterr().out

@@ -243,13 +243,13 @@ def cost_stage(plan: Plan) -> None:
     print("\n".join(line for line in text.splitlines() if not line.startswith("wrote ")), flush=True)
 
 
-def sweep_stage(plan: Plan, runner: Runner) -> float | None:
+def sweep_stage(plan: Plan, runner: Runner, command: str | None = None) -> float | None:
     """GRPO at each rate of ``plan.lrs``; returns the best rate once every sweep run finished (else None)."""
     from pods_rl.study_report import sweep_report
 
     runs = sweep_runs(plan)
     records = runner.run_all(runs, "sweep")
-    _log_invocation(plan, "sweep", records)
+    _log_invocation(plan, "sweep", records, command)
     if not all(run_finished(r.run_dir) for r in runs):
         return None
     report = sweep_report(plan.out / "sweep" / "runs")
@@ -259,13 +259,12 @@ def sweep_stage(plan: Plan, runner: Runner) -> float | None:
     return report["best_lr"]
 
 
-def _log_invocation(plan: Plan, stage: str, records: list[dict]) -> None:
-    """Append this invocation's runs and their exact commands to ``OUT/commands.jsonl``."""
+def _log_invocation(plan: Plan, stage: str, records: list[dict], command: str | None) -> None:
+    """Append this invocation's command, its runs and their exact commands to ``OUT/commands.jsonl``."""
     if not records:
         return
     with open(plan.out / "commands.jsonl", "a") as f:
-        f.write(json.dumps({"command": shlex.join(["pods", "study", *sys.argv[2:]]) if sys.argv[1:2] == ["study"]
-                            else None, "stage": stage, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        f.write(json.dumps({"command": command, "stage": stage, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
                             "runs": {r["name"]: {"status": r["status"], "command": r["command"]} for r in records}})
                 + "\n")
 
@@ -297,13 +296,13 @@ def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float |
             if "cost" in stages and plan.cost_n:
                 cost_stage(plan)
             if plan.lrs:
-                lr = sweep_stage(plan, runner) if "sweep" in stages else _swept_lr(plan)
+                lr = sweep_stage(plan, runner, command) if "sweep" in stages else _swept_lr(plan)
             if "runs" in stages and lr is None:
                 print("pods study: the sweep has not finished; run the same command again to continue", flush=True)
             elif "runs" in stages:
                 check_plan_file(plan, study_lr=lr)
                 records = runner.run_all(study_runs(plan, lr), f"study at lr {lr:g}")
-                _log_invocation(plan, "runs", records)
+                _log_invocation(plan, "runs", records, command)
                 failed = sum(r["status"] == "failed" for r in records)
                 if failed:
                     raise RuntimeError(f"{failed} run(s) failed; their logs are beside their run directories in "
