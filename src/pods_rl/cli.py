@@ -8,6 +8,7 @@
     pods study [--config recipe.yaml] [--seeds 4] ...     does PODS pay here? GRPO vs PODS over seeds, with CIs
     pods build-tiny                                       rebuild the embedded tiny model
     pods accelerate-config ddp|zero2|zero3|fsdp           path of a shipped `accelerate launch` config
+    pods verl-args --prompts B --n N --m M --dp D --mini-batch R   verl overrides for PODS in kept terms
 
 Each command module is imported only when its sub-command runs (TRL, torch and matplotlib load in seconds).
 Every sub-command reports a user error as one line on stderr (exit 2) and any other failure as one line
@@ -37,6 +38,7 @@ COMMANDS = {
     "study": ("pods_rl.study", "main"),
     "build-tiny": ("pods_rl.tiny", "main"),
     "accelerate-config": ("pods_rl.launch", "main"),
+    "verl-args": ("pods_rl.integrations.verl_args", "main"),
 }
 
 
