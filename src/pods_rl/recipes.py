@@ -65,6 +65,8 @@ class RunArguments:
                                       "of --signal). The step in progress gets what remains after an estimate of the "
                                       "checkpoint save; if it is still running then (a slow reward function, "
                                       "generation, an evaluation), it is abandoned and the last complete step saved."})
+    run_figure: bool = field(default=True, metadata={"help": "Draw accuracy_vs_time.png/.pdf into the run "
+                             "directory at the end (pods study draws its own and skips it)."})
 
 
 TASK_ARG_FLAGS = ("--task-arg", "--task_arg")  # repeatable key=value, the spelling `pods eval` has always had

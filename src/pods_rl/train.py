@@ -265,6 +265,7 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
         callbacks=callbacks,
     )
     clock.is_main_process = trainer.accelerator.is_main_process
+    clock.run_figure = run.run_figure  # read by fit
     if clock.progress:
         trainer.remove_callback(PrinterCallback)  # metrics go to metrics.jsonl and report_to, not the terminal
     return trainer, clock, eval_fn
@@ -386,7 +387,7 @@ def _fit(trainer, clock, eval_fn) -> dict:
     summary.update(train_seconds=round(clock.train_seconds, 1), steps=trainer.state.global_step)
 
     if trainer.accelerator.is_main_process:
-        _finish(run_dir, summary)
+        _finish(run_dir, summary, figure=getattr(clock, "run_figure", True))
     return summary
 
 
@@ -448,11 +449,13 @@ def _make_eval_fn(run: RunArguments, config, task, tokenizer):
     return eval_fn
 
 
-def _finish(run_dir: Path, summary: dict) -> None:
-    """Write summary.json and a figure of accuracy vs training time; print the result."""
+def _finish(run_dir: Path, summary: dict, figure: bool = True) -> None:
+    """Write summary.json and (unless ``figure`` is False) a figure of accuracy vs training time; print the
+    result."""
     runlog.write_summary(run_dir, summary)
     try:
-        plot_accuracy_vs_time([run_dir], run_dir)
+        if figure:
+            plot_accuracy_vs_time([run_dir], run_dir)
     except Exception as err:  # a figure must never cost the run
         logger.warning("could not draw the accuracy figure: %s", err)
     before, after = summary.get("accuracy_before"), summary.get("accuracy_after")

@@ -262,6 +262,27 @@ def write_summary(run_dir: str | os.PathLike, summary: dict) -> None:
     write_json_atomic(Path(run_dir) / SUMMARY_FILE, summary)
 
 
+def read_summary(run_dir: str | os.PathLike) -> dict | None:
+    """A run's ``summary.json``, or None when it is absent or torn (the run has not ended)."""
+    try:
+        summary = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def run_finished(run_dir: str | os.PathLike) -> bool:
+    """Whether a run trained to its end: summary.json written, and not by a graceful stop (``stopped_by``)."""
+    summary = read_summary(run_dir)
+    return summary is not None and "stopped_by" not in summary
+
+
+def run_stopped(run_dir: str | os.PathLike) -> bool:
+    """Whether a signal stopped the run gracefully (summary.json says ``stopped_by``; it can resume)."""
+    summary = read_summary(run_dir)
+    return summary is not None and "stopped_by" in summary
+
+
 def write_clock(model_dir: str | os.PathLike, step: int, train_seconds: float) -> None:
     """``pods_clock.json`` of a saved model: written last, its presence marks the directory complete."""
     write_json_atomic(Path(model_dir) / CLOCK_FILE, {"step": step, "train_seconds": train_seconds})
@@ -277,7 +298,8 @@ NOT_TRAINING_FIELDS = frozenset({
     "run_name", "disable_tqdm", "log_completions", "num_completions_to_print", "log_level", "push_to_hub",
     "hub_model_id", "hub_strategy", "hub_private_repo", "dataloader_num_workers", "torch_threads", "eval_split",
     "eval_num_problems", "eval_k", "eval_temperature", "eval_max_new_tokens", "eval_batch_size",
-    "eval_every_seconds", "eval_every_steps", "eval_before_after", "stop_grace_seconds", "reward_timeout_s",
+    "eval_every_seconds", "eval_every_steps", "eval_before_after", "run_figure", "stop_grace_seconds",
+    "reward_timeout_s",
 })
 
 
