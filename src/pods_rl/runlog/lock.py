@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import socket
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,8 +50,9 @@ class RunDirInUse(ValueError):
 
 def holder_record(what: str) -> dict:
     """What a holder writes into the lock file: who, where, since when, doing what."""
+    # Not the command line: it may carry tokens (--hub_token) into a file others can read.
     return {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-            "since_unix": round(time.time(), 3), "command": what, "argv": sys.argv[1:][:40]}
+            "since_unix": round(time.time(), 3), "command": what}
 
 
 def read_holder(lock_path: str | os.PathLike) -> dict | None:
