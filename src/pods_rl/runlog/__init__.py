@@ -1,6 +1,7 @@
 """The run directory: everything one run produced, read and written through this package alone.
 
     lock.py       one owner per run directory (flock, released with the process), short locks for eval.json
+    ours.py       what a pods-rl run directory is (the marker, runs of earlier versions); others are refused
     integrity.py  cheap checks of a checkpoint's files (which one is corrupt) before anything loads
     store.py      the files: config.yaml (+ its history), metrics.jsonl, checkpoints and their clocks, eval.json,
                   summary.json; scanning a run's saved models; starting and resuming (plan, consistency)
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from pods_rl.runlog.integrity import checkpoint_problems  # noqa: F401
 from pods_rl.runlog.lock import LOCK_FILE, RunDirInUse, hold_run_dir  # noqa: F401
+from pods_rl.runlog.ours import check_not_foreign, foreign_entries, is_pods_run  # noqa: F401
 from pods_rl.runlog.store import (  # noqa: F401  (the package's API)
     CLOCK_FILE,
     CONFIG_FILE,
@@ -29,7 +31,6 @@ from pods_rl.runlog.store import (  # noqa: F401  (the package's API)
     SUMMARY_FILE,
     RunFinished,
     already_done,
-    check_not_foreign,
     check_output_dir,
     checkpoint_clock,
     clock_problem,
@@ -37,13 +38,11 @@ from pods_rl.runlog.store import (  # noqa: F401  (the package's API)
     default_out_for_model,
     disk_full_message,
     find_checkpoints,
-    foreign_entries,
     free_name,
     holds_a_run,
     is_adapter_dir,
     is_checkpoint_name,
     is_model_dir,
-    is_pods_run,
     is_run_dir,
     list_checkpoints,
     load_results,
