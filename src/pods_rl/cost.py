@@ -138,6 +138,8 @@ def _build(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: P
     run.eval_every_seconds = run.eval_every_steps = None
     config.max_train_seconds = config.save_every_seconds = None  # stop by steps, never save
     trainer, clock, _ = train.build(run, config, model_args)
+    if getattr(clock, "run_lock", None) is not None:
+        clock.run_lock.release()  # a private temporary directory: no `fit` here to release it at the end
     trainer.remove_callback(PrinterCallback)  # the per-step log dicts go to metrics.jsonl only
     return trainer, clock.run_dir
 

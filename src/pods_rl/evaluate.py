@@ -56,6 +56,7 @@ from pods_rl.runlog import (  # noqa: F401  (re-exported: the eval.json store an
     REUSE_FIELDS,
     already_done,
     checkpoint_clock,
+    checkpoint_problems,
     default_out_for_model,
     find_checkpoints,
     is_adapter_dir,
@@ -253,6 +254,12 @@ def _checkpoint_name(model_path: Path, out: Path) -> str:
         return str(model_path.resolve()) if model_path.exists() else str(model_path)
 
 
+def _still_there(ckpt: dict) -> bool:
+    """Whether a checkpoint found by ``find_checkpoints`` is still a complete model directory."""
+    path = Path(ckpt["path"])
+    return ckpt["name"] == "base" or (path.is_dir() and (path / CLOCK_FILE).is_file())
+
+
 def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test", k: int = 5,
                          temperature: float = 0.9, max_new_tokens: int = 512, limit: int | None = None,
                          batch_size: int = 64, seed: int = 0, task_args: dict | None = None,
@@ -277,9 +284,27 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                 print(f"skip {name}: already in {out} (use --force to redo)", file=sys.stderr)
             results.append(next(r for r in existing if result_key(r) == key))
             continue
-        record = evaluate_model(ckpt["path"], task_obj, split=split, k=k, temperature=temperature,
-                                max_new_tokens=max_new_tokens, limit=limit, batch_size=batch_size, seed=seed,
-                                task_args=task_args, backend=backend, name=name)
+        problems = checkpoint_problems(ckpt["path"]) if Path(ckpt["path"]).is_dir() else []
+        if problems:
+            file, problem = problems[0]
+            if ckpt.get("step") is None:  # the one model asked for
+                raise ValueError(f"{Path(ckpt['path']) / file} is corrupt: {problem}; evaluate another checkpoint")
+            print(f"warning: skipping {ckpt['path']}: {file} is corrupt ({problem})", file=sys.stderr)
+            continue
+        try:
+            if ckpt.get("step") is not None and not _still_there(ckpt):
+                raise FileNotFoundError(ckpt["path"])
+            record = evaluate_model(ckpt["path"], task_obj, split=split, k=k, temperature=temperature,
+                                    max_new_tokens=max_new_tokens, limit=limit, batch_size=batch_size, seed=seed,
+                                    task_args=task_args, backend=backend, name=name)
+        except Exception:
+            # A run that is still training rotates its checkpoints (save_total_limit): one listed at the start may
+            # be gone by the time its turn comes, or while it loads. That is not an error of this evaluation.
+            if ckpt.get("step") is None or _still_there(ckpt):
+                raise
+            print(f"note: {ckpt['path']} was removed while pods eval ran (the training run's save_total_limit "
+                  "rotation deletes older checkpoints); skipped", file=sys.stderr)
+            continue
         upsert_result(out, record)
         results.append(record)
         if verbose:

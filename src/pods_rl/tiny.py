@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from pods_rl.errors import one_line_parser_errors, run_guarded
@@ -194,7 +195,7 @@ def sampled_accuracy(model, tokenizer, task, split: str = "test", num_problems: 
     with torch.no_grad():
         for start in range(0, len(texts), batch_size):
             batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True,
-                              add_special_tokens=False)
+                              add_special_tokens=False).to(model.device)
             generate_kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature,
                                                                          top_k=0, top_p=1.0)
             output_ids = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
@@ -236,7 +237,8 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
                wrong_fraction: float = 0.3, arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 4,
                seed: int = 0,
                eval_problems: int = 200, eval_samples: int = 4, task_kwargs: dict | None = None,
-               log=print) -> Path:
+               log=print, num_heads: int | None = None, max_seconds: float | None = None,
+               device: str | None = None) -> Path:
     """Build the embedded tiny model from scratch: random init, then TRL ``SFTTrainer`` on `arithmetic`.
 
     The model is made *partly right on purpose*, so that RL has reward variance to learn from and room to
@@ -247,7 +249,9 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
 
     Saves safetensors + tokenizer + ``build_info.json`` (config, steps, seconds, held-out accuracy) to
     ``out_dir`` (default: the package's ``assets/tiny``) and returns it. Deterministic given ``seed`` on
-    the same machine and thread count.
+    the same machine and thread count. Larger models (the GPU preset's ~75M) take ``num_heads`` (default
+    hidden_size / 16), ``device`` ("cpu" or "cuda"; default cuda when available) and ``max_seconds``: the SFT
+    stops after that much time even before ``steps`` (``build_info.json`` says how many steps it took).
     """
     import tempfile
 
@@ -257,6 +261,11 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
 
     if not 0.0 <= wrong_fraction < 1.0:
         raise ValueError(f"wrong_fraction must be in [0, 1), got {wrong_fraction}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda but torch sees no CUDA device; use --device cpu")
     if steps < 1 or batch_size < 1 or learning_rate <= 0:
         raise ValueError(f"steps, batch_size and learning_rate must be positive, got {steps}, {batch_size}, "
                          f"{learning_rate}")
@@ -265,9 +274,11 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
     task = ArithmeticTask(**task_kwargs)
     tokenizer = make_tokenizer()
     set_seed(seed)
-    model = AutoModelForCausalLM.from_config(_tiny_config(tokenizer, arch, hidden_size, num_layers, None))
+    model_config = _tiny_config(tokenizer, arch, hidden_size, num_layers, num_heads)
+    model = AutoModelForCausalLM.from_config(model_config)
     num_params = sum(p.numel() for p in model.parameters())
-    log(f"build-tiny: {arch} hidden={hidden_size} layers={num_layers} ({num_params:,} parameters); "
+    log(f"build-tiny: {arch} hidden={hidden_size} layers={num_layers} heads={model_config.num_attention_heads} "
+        f"({num_params:,} parameters) on {device}; "
         f"SFT {steps} steps x {batch_size} on arithmetic {task_kwargs or '(defaults)'}, "
         f"{wrong_fraction:.0%} of the targets with a wrong result")
     train_dataset = _sft_dataset(task, min(steps * batch_size, task.train_size), wrong_fraction, seed)
@@ -277,14 +288,18 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
         config = SFTConfig(
             output_dir=scratch_dir, max_steps=steps, per_device_train_batch_size=batch_size,
             learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20),
-            weight_decay=0.0, max_length=256, seed=seed, data_seed=seed, use_cpu=not torch.cuda.is_available(),
-            bf16=False, gradient_checkpointing=False, save_strategy="no", report_to=[],
+            weight_decay=0.0, max_length=256, seed=seed, data_seed=seed, use_cpu=device == "cpu",
+            bf16=False, tf32=device == "cuda", gradient_checkpointing=False, save_strategy="no", report_to=[],
             logging_steps=max(1, steps // 10), disable_tqdm=True, dataset_num_proc=None,
         )
-        trainer = SFTTrainer(model=model, args=config, train_dataset=train_dataset, processing_class=tokenizer)
-        trainer.train()
+        callbacks = [_stop_after(max_seconds)] if max_seconds else None
+        trainer = SFTTrainer(model=model, args=config, train_dataset=train_dataset, processing_class=tokenizer,
+                             callbacks=callbacks)
+        with _deterministic(device == "cuda"):
+            trainer.train()
     sft_seconds = time.time() - start
-    model = trainer.model.to("cpu").eval()
+    steps_done = trainer.state.global_step
+    model = trainer.model.eval()  # evaluated where it trained
     model.config.use_cache = True  # the trainer turns the KV cache off; generation needs it back
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
@@ -303,10 +318,12 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
     model.save_pretrained(out_dir)  # safetensors
     tokenizer.save_pretrained(out_dir)
     build_info = {
-        "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers, "num_parameters": num_params,
-        "seed": seed, "sft": {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate,
+        "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers,
+        "num_heads": model_config.num_attention_heads, "num_parameters": num_params,
+        "seed": seed, "sft": {"steps": steps, "steps_done": steps_done, "max_seconds": max_seconds,
+                              "batch_size": batch_size, "learning_rate": learning_rate,
                               "lr_scheduler": "cosine", "wrong_fraction": wrong_fraction,
-                              "seconds": round(sft_seconds, 1)},
+                              "seconds": round(sft_seconds, 1), "device": device},
         "task": {"name": "arithmetic", "digits": task.digits, "operands": task.operands, "ops": task.ops,
                  "seed": task.seed, "train_problems": len(train_dataset)},
         "held_out_accuracy": accuracy,
@@ -317,6 +334,39 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
     (out_dir / "build_info.json").write_text(json.dumps(build_info, indent=2) + "\n")
     log(f"build-tiny: saved to {out_dir}")
     return out_dir
+
+
+@contextmanager
+def _deterministic(on: bool):
+    """Deterministic kernels where torch has them (a warning, not an error, where it has none), so that a GPU
+    rebuild on another machine of the same kind can give the same weights; the previous setting is restored."""
+    if not on:
+        yield
+        return
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def _stop_after(seconds: float):
+    """A TrainerCallback that ends training after ``seconds`` of it (the step in progress completes)."""
+    from transformers import TrainerCallback
+
+    class StopAfter(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.time()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.time() - self.start > seconds:
+                control.should_training_stop = True
+
+    return StopAfter()
 
 
 def _version(package: str) -> str:
@@ -343,10 +393,16 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-heads", type=int, default=None, help="attention heads (default hidden / 16)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="end the SFT after this many seconds even before --steps (a time limit)")
+    parser.add_argument("--eval-problems", type=int, default=200, help="held-out problems in build_info.json")
     one_line_parser_errors(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub
     build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
                wrong_fraction=args.wrong_fraction, arch=args.arch,
-               hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed)
+               hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed, num_heads=args.num_heads,
+               device=args.device, max_seconds=args.max_seconds, eval_problems=args.eval_problems)
     return 0
