@@ -12,7 +12,8 @@ prompts, up to 24 new tokens, temperature 1):
     uses them), ``generate`` only: it cannot take weight syncs, so it cannot train; it shows what the
     workaround costs.
 
-Timing: one warm-up round per (size, n, backend), then ``--repeats`` rounds; within a repeat the backends take
+Timing: ``--warmup-rounds`` unmeasured rounds per (size, n, backend) (transformers' first rounds at a new batch
+size are 2-5x slower), then ``--repeats`` rounds; within a repeat the backends take
 turns and their order rotates every repeat, so that load from other jobs on a shared machine hits all alike.
 Medians are reported, with min and max. Writes benchmarks/results/<machine>/generation/generation.json (machine,
 versions, command, settings, every timing).
@@ -161,6 +162,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ns", default="16,64", help="rollouts per prompt, comma-separated")
     parser.add_argument("--repeats", type=int, default=3, help="measured rounds per (size, n, backend)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for transformers generation")
+    parser.add_argument("--warmup-rounds", type=int, default=2, help="unmeasured rounds per (size, n, backend)")
     parser.add_argument("--out", default=None, help="JSON path (default: results/<machine>/generation/)")
     parser.add_argument("--cost", action="store_true", help="pods cost for both backends, interleaved (see above)")
     parser.add_argument("--m", type=int, default=8, help="--cost: rollouts kept per prompt (the tiny recipe's 8)")
@@ -216,9 +218,10 @@ def main(argv=None) -> int:
                 rows = round_prompt_ids(tokenizer, n)
                 backends = ("hf", "vllm", "vllm_packed")
                 timings = {key: [] for b in backends for key in (b, f"{b}_tokens")} | {"vllm_sync": []}
-                hf_round(model, tokenizer, rows, args.threads)  # warm-up
-                vllm_round(engine, rows)
-                vllm_round(packed, rows, sync=False)
+                for _ in range(args.warmup_rounds):  # HF's first rounds at a new batch size are slow (allocations)
+                    hf_round(model, tokenizer, rows, args.threads)
+                    vllm_round(engine, rows)
+                    vllm_round(packed, rows, sync=False)
                 for repeat in range(args.repeats):
                     order = backends[repeat % 3:] + backends[:repeat % 3]
                     for backend in order:
@@ -268,8 +271,9 @@ def main(argv=None) -> int:
         "command": command,
         "machine": info,
         "settings": {"prompts_per_round": PROMPTS_PER_ROUND, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0,
-                     "repeats": args.repeats, "schedule": "hf and vllm alternate within each repeat, order "
-                     "flipped every repeat; medians", "sizes": {s: SIZES[s] for s in sizes}, "ns": ns},
+                     "repeats": args.repeats, "warmup_rounds": args.warmup_rounds,
+                     "schedule": "hf, vllm and vllm_packed take turns within each repeat, the order rotating every "
+                     "repeat; medians", "sizes": {s: SIZES[s] for s in sizes}, "ns": ns},
         "results": results,
         "raw": raw,
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
