@@ -12,15 +12,22 @@ prompts, up to 24 new tokens, temperature 1):
     uses them), ``generate`` only: it cannot take weight syncs, so it cannot train; it shows what the
     workaround costs.
 
-Timing: one warm-up round per (size, n, backend), then ``--repeats`` rounds; within a repeat the backends take
+Timing: ``--warmup-rounds`` unmeasured rounds per (size, n, backend) (transformers' first rounds at a new batch
+size are 2-5x slower), then ``--repeats`` rounds; within a repeat the backends take
 turns and their order rotates every repeat, so that load from other jobs on a shared machine hits all alike.
 Medians are reported, with min and max. Writes benchmarks/results/<machine>/generation/generation.json (machine,
 versions, command, settings, every timing).
+
+``--cost``: instead, `pods cost`'s measurement (the real `pods train` trainer, time per phase of each optimizer
+step) for both backends at once: the 2 x len(n) trainers take their steps in turn in one process (pods cost's
+interleaved schedule, here across backends too), so that the generation/update ratio of each backend is measured
+under the same load. Writes results/<machine>/generation/cost_<size>.json.
 
 Needs vLLM (vLLM's CPU build on a CPU machine: README, "vLLM: what runs where").
 
     python benchmarks/bench_generation.py                      # both sizes, n = 16 and 64
     python benchmarks/bench_generation.py --sizes tiny --ns 16 --repeats 2   # a quick look
+    python benchmarks/bench_generation.py --cost --sizes tiny --ns 8,16,64  # pods cost, HF vs vLLM, interleaved
 """
 
 from __future__ import annotations
@@ -126,13 +133,41 @@ def summary(values: list[float], rollouts: int) -> dict:
             "median_round_s": statistics.median(values)}
 
 
+def cost_both_backends(model_dir: Path, ns: list[int], m: int, steps: int, warmup: int, threads: int) -> dict:
+    """`pods cost` on the tiny recipe with ``model_dir``, for transformers and vLLM generation, all trainers
+    interleaved step by step. Returns {"hf": rows, "vllm": rows} (pods cost's rows, ratios against n = m)."""
+    from pods_rl import cost  # its trainer builder and round-robin schedule (private: this is its own bench)
+
+    recipe = ["--config", "tiny", "--model_name_or_path", str(model_dir), "--torch_threads", str(threads)]
+    with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
+        built = []  # (backend, n, trainer, run_dir)
+        for backend in ("hf", "vllm"):
+            argv = [*recipe, "--use_vllm", "true" if backend == "vllm" else "false"]
+            for n in ns:
+                trainer, run_dir = cost._build(argv, n, m, warmup + steps, Path(tmp) / f"{backend}-n{n}")
+                built.append((backend, n, trainer, run_dir))
+        cost._train_interleaved([trainer for _, _, trainer, _ in built])
+        rows = {"hf": [], "vllm": []}
+        for backend, n, trainer, run_dir in built:
+            described = cost._describe(trainer)
+            rows[backend].append(cost.summarize(cost.step_rows(run_dir, warmup), n, m, described["kept_per_step"],
+                                                sampled_per_step=described["sampled_per_step"]))
+            trainer.release_vllm_engine()
+    return {backend: cost.add_ratios(backend_rows) for backend, backend_rows in rows.items()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="tiny,large", help=f"comma-separated, of {list(SIZES)}")
     parser.add_argument("--ns", default="16,64", help="rollouts per prompt, comma-separated")
     parser.add_argument("--repeats", type=int, default=3, help="measured rounds per (size, n, backend)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for transformers generation")
+    parser.add_argument("--warmup-rounds", type=int, default=2, help="unmeasured rounds per (size, n, backend)")
     parser.add_argument("--out", default=None, help="JSON path (default: results/<machine>/generation/)")
+    parser.add_argument("--cost", action="store_true", help="pods cost for both backends, interleaved (see above)")
+    parser.add_argument("--m", type=int, default=8, help="--cost: rollouts kept per prompt (the tiny recipe's 8)")
+    parser.add_argument("--steps", type=int, default=4, help="--cost: measured optimizer steps per setting")
+    parser.add_argument("--warmup", type=int, default=1, help="--cost: unmeasured steps first, per setting")
     args = parser.parse_args(argv)
     sizes = [s.strip() for s in args.sizes.split(",")]
     ns = [int(n) for n in args.ns.split(",")]
@@ -140,6 +175,33 @@ def main(argv=None) -> int:
     import torch
 
     from pods_rl.trainer import PODSTrainer  # noqa: F401  (the TRL range check, before TRL's internals)
+
+    command = "python benchmarks/bench_generation.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.cost:
+        for size in sizes:
+            hidden, layers, heads = SIZES[size]
+            with tempfile.TemporaryDirectory(prefix="bench-cost-model-") as tmp:
+                _, _, params = build_model(Path(tmp), hidden, layers, heads)
+                result = cost_both_backends(Path(tmp), ns, args.m, args.steps, args.warmup, args.threads)
+            for backend, rows in result.items():
+                print(f"{size} ({params:,} parameters), {backend}:")
+                for row in rows:
+                    sec = row["seconds"]
+                    print(f"  n={row['n']:>3} -> {row['m']}: step {sec['step']:.2f} s (ratio {row['step_ratio']:.2f}), "
+                          f"generation {sec['generation']:.2f} s ({row['generation_ms_per_sampled_rollout']:.1f} "
+                          f"ms/rollout), update {sec['update']:.2f} s, generation/update "
+                          f"{sec['generation'] / sec['update']:.2f}")
+            out = results_dir() / "generation" / f"cost_{size}.json"
+            record = {"command": command, "machine": {**machine_info(), "torch_threads_after": torch.get_num_threads()},
+                      "settings": {"size": size, "parameters": params, "hidden": hidden, "layers": layers,
+                                   "heads": heads, "recipe": "tiny", "ns": ns, "m": args.m, "steps": args.steps,
+                                   "warmup": args.warmup, "torch_threads": args.threads,
+                                   "schedule": "all trainers of both backends interleaved step by step"},
+                      "rows": result, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(record, indent=1) + "\n")
+            print(f"wrote {out}")
+        return 0
 
     results, raw = [], []
     with tempfile.TemporaryDirectory(prefix="bench-generation-") as tmp:
@@ -156,9 +218,10 @@ def main(argv=None) -> int:
                 rows = round_prompt_ids(tokenizer, n)
                 backends = ("hf", "vllm", "vllm_packed")
                 timings = {key: [] for b in backends for key in (b, f"{b}_tokens")} | {"vllm_sync": []}
-                hf_round(model, tokenizer, rows, args.threads)  # warm-up
-                vllm_round(engine, rows)
-                vllm_round(packed, rows, sync=False)
+                for _ in range(args.warmup_rounds):  # HF's first rounds at a new batch size are slow (allocations)
+                    hf_round(model, tokenizer, rows, args.threads)
+                    vllm_round(engine, rows)
+                    vllm_round(packed, rows, sync=False)
                 for repeat in range(args.repeats):
                     order = backends[repeat % 3:] + backends[:repeat % 3]
                     for backend in order:
@@ -205,11 +268,12 @@ def main(argv=None) -> int:
                  "vllm_cpu_kvcache_gib": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
                  "affinity_cores": len(os.sched_getaffinity(0)), "torch_threads_after": torch.get_num_threads()})
     record = {
-        "command": "python benchmarks/bench_generation.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command,
         "machine": info,
         "settings": {"prompts_per_round": PROMPTS_PER_ROUND, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0,
-                     "repeats": args.repeats, "schedule": "hf and vllm alternate within each repeat, order "
-                     "flipped every repeat; medians", "sizes": {s: SIZES[s] for s in sizes}, "ns": ns},
+                     "repeats": args.repeats, "warmup_rounds": args.warmup_rounds,
+                     "schedule": "hf, vllm and vllm_packed take turns within each repeat, the order rotating every "
+                     "repeat; medians", "sizes": {s: SIZES[s] for s in sizes}, "ns": ns},
         "results": results,
         "raw": raw,
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
