@@ -103,14 +103,20 @@ def make_tokenizer():
 
 def _tiny_config(tokenizer, arch: str, hidden_size: int, num_layers: int, num_heads: int | None,
                  max_position_embeddings: int = 512):
-    """A Qwen2Config / LlamaConfig sized for CPU: intermediate = 4 * hidden, head dim 16 by default."""
+    """A Qwen2Config / LlamaConfig sized for CPU: intermediate = 4 * hidden, head dim 32 by default.
+
+    Head dim 32 (``num_heads = hidden_size // 32``, at least 1) because vLLM's CPU attention serves head
+    dims 32, 64, 80, 96, ... but not 16; kv heads = heads, so the parameter count does not depend on it.
+    """
     from transformers import LlamaConfig, Qwen2Config
 
     if arch not in ("qwen2", "llama"):
         raise ValueError(f"arch must be 'qwen2' or 'llama', got {arch!r}")
     if hidden_size < 8 or num_layers < 1:
         raise ValueError(f"hidden_size must be >= 8 and num_layers >= 1, got {hidden_size}, {num_layers}")
-    num_heads = num_heads or max(1, hidden_size // 16)
+    if num_heads is not None and num_heads < 1:
+        raise ValueError(f"num_heads must be >= 1, got {num_heads} (or leave it out for head dim 32)")
+    num_heads = num_heads or max(1, hidden_size // 32)
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
     common = dict(
@@ -231,7 +237,7 @@ def _sft_dataset(task, size: int, wrong_fraction: float, seed: int):
 
 def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_rate: float = 3e-3,
                wrong_fraction: float = 0.3, arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 4,
-               seed: int = 0,
+               num_heads: int | None = None, seed: int = 0,
                eval_problems: int = 200, eval_samples: int = 4, task_kwargs: dict | None = None,
                log=print) -> Path:
     """Build the embedded tiny model from scratch: random init, then TRL ``SFTTrainer`` on `arithmetic`.
@@ -264,9 +270,11 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
     task = ArithmeticTask(**task_kwargs)
     tokenizer = make_tokenizer()
     set_seed(seed)
-    model = AutoModelForCausalLM.from_config(_tiny_config(tokenizer, arch, hidden_size, num_layers, None))
+    model = AutoModelForCausalLM.from_config(_tiny_config(tokenizer, arch, hidden_size, num_layers, num_heads))
+    num_heads = model.config.num_attention_heads
     num_params = sum(p.numel() for p in model.parameters())
-    log(f"build-tiny: {arch} hidden={hidden_size} layers={num_layers} ({num_params:,} parameters); "
+    log(f"build-tiny: {arch} hidden={hidden_size} layers={num_layers} heads={num_heads} "
+        f"(head dim {hidden_size // num_heads}; {num_params:,} parameters); "
         f"SFT {steps} steps x {batch_size} on arithmetic {task_kwargs or '(defaults)'}, "
         f"{wrong_fraction:.0%} of the targets with a wrong result")
     train_dataset = _sft_dataset(task, min(steps * batch_size, task.train_size), wrong_fraction, seed)
@@ -302,7 +310,8 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
     model.save_pretrained(out_dir)  # safetensors
     tokenizer.save_pretrained(out_dir)
     build_info = {
-        "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers, "num_parameters": num_params,
+        "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
+        "head_dim": hidden_size // num_heads, "num_parameters": num_params,
         "seed": seed, "sft": {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate,
                               "lr_scheduler": "cosine", "wrong_fraction": wrong_fraction,
                               "seconds": round(sft_seconds, 1)},
@@ -345,11 +354,15 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2")
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
+    parser.add_argument("--num-heads", type=int, default=None,
+                        help="attention heads (default: hidden size // 32, i.e. head dim 32, which vLLM's CPU "
+                             "build serves; the model shipped before issue #24 had 4, head dim 16)")
     parser.add_argument("--seed", type=int, default=0)
     one_line_parser_errors(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub
     build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
                wrong_fraction=args.wrong_fraction, arch=args.arch,
-               hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed)
+               hidden_size=args.hidden_size, num_layers=args.num_layers, num_heads=args.num_heads,
+               seed=args.seed)
     return 0
