@@ -6,7 +6,7 @@
     pods cost --n 16 --oversample_prompts 2              # what sampling 2x the prompts adds to a step
 
 For each n (always including n = m, the GRPO reference with the same update batch) it builds the REAL
-``pods train`` trainer (``pods_rl.train.parse_args`` + ``build``: same model, task, device, batch sizes, with
+``pods train`` trainer (``pods_rl.recipes.parse_args`` + ``pods_rl.train.build``: same model, task, device, batch sizes, with
 ``num_generations=n``, ``downsample_to=m``, ``max_steps = warmup + steps``, ``logging_steps=1``, no evaluation,
 no checkpoints, the run directory in a temporary folder), trains it, and reads back the per-step values that
 ``PODSTrainer`` logs to ``metrics.jsonl``: ``time/generation|scoring|selection|update|step``,
@@ -54,6 +54,12 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+
+from pods_rl import train
+from pods_rl.errors import one_line_parser_errors, run_guarded
+from pods_rl.machine import machine_info
+from pods_rl.recipes import parse_args
+from pods_rl.runlog import read_metrics
 
 PHASES = ("generation", "scoring", "selection", "update", "step")
 DEFAULT_STEPS = 5
@@ -123,11 +129,11 @@ def _settings_argv(recipe_argv: list[str], n: int, m: int, max_steps: int, outpu
 
 def _build(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path, oversample: float = 1.0):
     """The real `pods train` trainer for one setting, without evaluation, checkpoints or a time limit."""
-    from transformers.trainer_callback import PrinterCallback
+    from transformers.trainer_callback import (
+        PrinterCallback,  # seconds to import; `pods cost --help` needs none
+    )
 
-    from pods_rl import train
-
-    run, config, model_args = train.parse_args(_settings_argv(recipe_argv, n, m, max_steps, output_dir, oversample))
+    run, config, model_args = parse_args(_settings_argv(recipe_argv, n, m, max_steps, output_dir, oversample))
     run.eval_every_seconds = run.eval_every_steps = None
     config.max_train_seconds = config.save_every_seconds = None  # stop by steps, never save
     trainer, clock, _ = train.build(run, config, model_args)
@@ -162,8 +168,6 @@ def _train_interleaved(trainers: list) -> None:
 
 def step_rows(run_dir: Path, warmup: int) -> list[dict]:
     """The measured per-step rows of a cost run's metrics.jsonl: rows with ``time/step``, warm-up steps dropped."""
-    from pods_rl.runlog import read_metrics
-
     rows = sorted((r for r in read_metrics(run_dir) if "time/step" in r), key=lambda r: r["step"])
     return [r for r in rows if r["step"] > warmup]
 
@@ -244,8 +248,6 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
         oversample: ``oversample_prompts`` > 1 measures each n also with it (its generation overhead).
     Returns ``{"machine", "settings", "rows": [one dict per (n, oversample), see summarize()]}``.
     """
-    from pods_rl.machine import machine_info
-
     if m not in ns:
         raise ValueError(f"the n list {list(ns)} must include n = m = {m}, the GRPO reference")
     cases = [(n, o) for n in ns for o in ([1.0, float(oversample)] if oversample > 1 else [1.0])]
@@ -376,14 +378,10 @@ def resolve_ns(text: str | None, m: int) -> list[int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``pods cost``: measure the step cost of GRPO (n = m) and PODS (each n -> m) on a recipe; exit code
     (0, 2 on bad input, 1 on another failure)."""
-    from pods_rl.cli import run_guarded
-
     return run_guarded("pods cost", _main, argv)
 
 
 def _main(argv: list[str]) -> int:
-    from pods_rl.cli import one_line_parser_errors
-
     parser = argparse.ArgumentParser(
         prog="pods cost", allow_abbrev=False,
         description="Seconds per training step by phase for GRPO (n = m) and PODS (n -> m) on your recipe, "
@@ -403,8 +401,6 @@ def _main(argv: list[str]) -> int:
     args, recipe_argv = parser.parse_known_args(argv)
     steps = _int_at_least("--steps", args.steps)
     warmup = _int_at_least("--warmup", args.warmup, low=0)
-    from pods_rl.train import parse_args
-
     _, config, _ = parse_args(recipe_argv)  # the recipe as the user gave it: its m, and early errors
     m = config.downsample_to if args.m is None else _int_at_least("--m", args.m, low=2)
     ns = resolve_ns(args.n, m)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pods_rl.errors import run_guarded
+
 ACCELERATE_DIR = Path(__file__).parent / "recipes" / "accelerate"
 
 
@@ -22,8 +24,6 @@ def accelerate_config(name: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pods_rl.cli import run_guarded
-
     return run_guarded("pods accelerate-config", _main, argv)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pods_rl.errors import one_line_parser_errors, run_guarded
 from pods_rl.stats import (  # noqa: F401  (re-exported: the API of pods_rl.plots before pods_rl.stats)
     METRICS,
     PHASES,
@@ -191,14 +192,10 @@ def _selection(args) -> dict:
 def plot_main(argv: Sequence[str] | None = None) -> int:
     """``pods plot``: accuracy_vs_time (or accuracy_vs_steps with ``--x steps``) and step_time_by_phase
     figures (PNG + PDF). Exit code 0, 2 on bad input, 1 on another failure."""
-    from pods_rl.cli import run_guarded
-
     return run_guarded("pods plot", _plot_main, argv)
 
 
 def _plot_main(argv: list[str]) -> int:
-    from pods_rl.cli import one_line_parser_errors
-
     parser = argparse.ArgumentParser(prog="pods plot", description=__doc__.split("\n\n")[0])
     one_line_parser_errors(parser)
     _add_selection_args(parser)
@@ -235,14 +232,10 @@ def _plot_main(argv: list[str]) -> int:
 def compare_main(argv: Sequence[str] | None = None) -> int:
     """``pods compare``: time (or steps) to a target accuracy and speed-up vs a baseline, as a table and JSON.
     Exit code 0, 2 on bad input, 1 on another failure."""
-    from pods_rl.cli import run_guarded
-
     return run_guarded("pods compare", _compare_main, argv)
 
 
 def _compare_main(argv: list[str]) -> int:
-    from pods_rl.cli import one_line_parser_errors
-
     parser = argparse.ArgumentParser(
         prog="pods compare",
         description="Training time (--x time) or optimizer steps (--x steps) for each label to first reach a "

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pods_rl.runlog import read_metrics
+from pods_rl.runlog import DEFAULT_EVAL_FILE, load_results, load_run_config, read_metrics
 
 PHASES = ("generation", "scoring", "selection", "update")
 # Per-evaluation metrics a curve can follow (keys of eval.json records / ``eval/*`` rows of metrics.jsonl);
@@ -128,8 +128,6 @@ def _select_eval_records(records: list[dict], filters: dict, path: Path) -> list
 def load_run(run_dir, label: str | None = None, metric: str = "accuracy", task: str | None = None,
              split: str | None = None, k: int | None = None, temperature: float | None = None) -> RunData:
     """Read a run directory's config.yaml, eval.json (or metrics.jsonl eval rows) and phase times."""
-    from pods_rl.evaluate import load_results, load_run_config
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"run directory {run_dir} does not exist")
@@ -141,7 +139,7 @@ def load_run(run_dir, label: str | None = None, metric: str = "accuracy", task: 
 
     rows = read_metrics(run_dir)  # a torn last line of the append-only log is skipped
     points = []  # (train_seconds, value, stderr, step)
-    eval_path = run_dir / "eval.json"
+    eval_path = run_dir / DEFAULT_EVAL_FILE
     records = load_results(eval_path) if eval_path.is_file() else []
     records = _select_eval_records(records, {"task": task, "split": split, "k": k, "temperature": temperature},
                                    eval_path)

@@ -18,6 +18,9 @@ import platform
 import time
 from pathlib import Path
 
+from pods_rl.errors import one_line_parser_errors, run_guarded
+from pods_rl.tasks.arithmetic import ArithmeticTask
+
 SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
 # Role markers are special (generation prompt tokens are skipped on decode); the reasoning/answer tags are
 # ordinary added tokens so that they survive `decode(..., skip_special_tokens=True)` and reach the rewards.
@@ -258,8 +261,6 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
     from transformers import AutoModelForCausalLM, GenerationConfig, set_seed
     from trl import SFTConfig, SFTTrainer
 
-    from pods_rl.tasks.arithmetic import ArithmeticTask
-
     if not 0.0 <= wrong_fraction < 1.0:
         raise ValueError(f"wrong_fraction must be in [0, 1), got {wrong_fraction}")
     if steps < 1 or batch_size < 1 or learning_rate <= 0:
@@ -336,14 +337,10 @@ def _version(package: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``pods build-tiny [--out DIR] [--steps N] ...``: rebuild the embedded tiny model (see ``build_tiny``);
     exit code 0, 2 on bad input, 1 on another failure."""
-    from pods_rl.cli import run_guarded
-
     return run_guarded("pods build-tiny", _main, argv)
 
 
 def _main(argv: list[str]) -> int:
-    from pods_rl.cli import one_line_parser_errors
-
     parser = argparse.ArgumentParser(prog="pods build-tiny", description=build_tiny.__doc__.split("\n")[0])
     parser.add_argument("--out", default=None, help=f"output directory (default: the shipped copy, {ASSETS_DIR})")
     parser.add_argument("--steps", type=int, default=1500, help="SFT optimizer steps (fewer = weaker model)")

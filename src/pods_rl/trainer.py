@@ -19,6 +19,39 @@ Nothing is computed for the n - m discarded rollouts after selection: no log-pro
 Batch sizes (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``steps_per_generation``,
 ``generation_batch_size``) all count *kept* rollouts, so a PODS run and a GRPO run with n = m have the
 same update cost; only the generation batch is n/m (times oversample_prompts) larger.
+
+Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins each item on both ends of
+``TRL_RANGE``, so that a TRL release that changes one fails in CI naming it, not in a user's run):
+
+  overridden GRPOTrainer methods
+    _generate_and_score_completions(inputs)   the PODS step above; calls TRL's own on the kept rows. TRL dropped
+                                              its GFPO and replay-buffer trainers when their overrides of this
+                                              method drifted from GRPO's: ours keeps TRL's body and only narrows
+                                              its input, answering the two calls below from what was computed.
+    _generate(prompts) -> 8-tuple             timed ("generation"); answered from the stash inside the inner call.
+                                              We read [1] completion_ids, [2] tool_mask, [3] completions,
+                                              [5] extra_fields, and keep rows of every per-rollout list.
+    _calculate_rewards(inputs, prompts, completions, completion_ids_list) -> (N, F)
+                                              timed ("scoring"); answered from the stash inside the inner call.
+    get_train_dataloader() / _get_train_sampler(dataset=None)
+                                              n rollouts per prompt while batch sizes count the m kept: TRL's
+                                              RepeatSampler / repeat_iterable_dataset with our prompt count, and
+                                              transformers' Trainer._get_dataloader(dataset, description,
+                                              batch_size, sampler_fn, is_training).
+    create_model_card / save_model(output_dir, _internal_call)   the PODS model card (TRL's conventions)
+  TRL helpers we call      trl.trainer.utils: RepeatSampler(data_source, mini_repeat_count, batch_size,
+                           repeat_count, shuffle, seed), repeat_iterable_dataset(dataset, mini_repeat_count,
+                           batch_size, repeat_count), nanstd(tensor); get_config_model_id,
+                           get_comet_experiment_url, get_trackio_space_url (model card)
+  GRPOTrainer attributes we read   num_generations (set to m around the inner call: TRL groups by it),
+                           num_iterations, shuffle_dataset, reward_weights, scale_rewards, _metrics["train"],
+                           _tokenizer, environment_factories, tools, eos_token_ids (TRL >= 1.13; 1.12: the
+                           tokenizer's), _paper, _tag_names
+  GRPOConfig               subclassed (PODSConfig); __post_init__ runs with num_generations = m and its
+                           "divisible by num_generations" error is reworded; fields read: num_generations,
+                           generation_batch_size, steps_per_generation, per_device_train_batch_size,
+                           num_iterations, multi_objective_aggregation, scale_rewards, reward_weights, seed,
+                           beta, loss_type, learning_rate, hub_model_id, output_dir
 """
 
 from __future__ import annotations
@@ -58,6 +91,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, nanstd, repeat_iterable_dataset
 
+from pods_rl import tiny
 from pods_rl.downsample import available_rules, downsample, group_advantages, rule_takes_features
 
 PHASES = ("generation", "scoring", "selection", "update")
@@ -497,9 +531,6 @@ class PODSTrainer(GRPOTrainer):
         from transformers import is_wandb_available
         from trl.trainer.utils import get_comet_experiment_url, get_config_model_id, get_trackio_space_url
 
-        import pods_rl
-        from pods_rl import tiny
-
         model_id = get_config_model_id(self.model.config)
         local = bool(model_id) and os.path.isdir(model_id)
         if not model_id:
@@ -563,7 +594,7 @@ class PODSTrainer(GRPOTrainer):
             grpo_paper_id=grpo_paper["id"],
             pods_citation=self._paper["citation"],
             grpo_citation=grpo_paper["citation"],
-            pods_rl_version=pods_rl.__version__,
+            pods_rl_version=version("pods-rl"),  # = pods_rl.__version__ (pyproject.toml); no import upward
             trl_version=version("trl"),
             transformers_version=version("transformers"),
             pytorch_version=version("torch"),

@@ -1,29 +1,19 @@
-"""The run directory and the training-time clock.
+"""The transformers ``TrainerCallback``s through which a training run writes its run directory.
 
-A run directory holds everything one run produced::
+    TrainingClock           training time (sum of optimizer-step durations), time-based checkpoints and stop,
+                            periodic evaluation, one ``metrics.jsonl`` row per log; ``pods_clock.json`` last
+    GracefulStop            SIGTERM / SIGINT: finish the step, save a complete checkpoint, stop
+    ApplyOptimizerSettings  a resume with accepted config changes: put the new hyper-parameters in the optimizer
 
-    run_dir/
-      config.yaml          the resolved configuration
-      metrics.jsonl        append-only log: one JSON object per logging step, each with "step" and
-                           "train_seconds" (cumulative training time, excluding checkpointing and evaluation)
-      checkpoint-<step>/   HF checkpoint + pods_clock.json {"step", "train_seconds"}; pods_clock.json is
-                           written last, atomically, so a checkpoint without it is incomplete
-      final/               the final model + pods_clock.json
-      eval.json            results of `pods eval`
-
-The paper compares methods per wall-clock hour, so ``TrainingClock`` measures training time as the sum of
-optimizer-step durations, saves every ``save_every_seconds`` of it and stops at ``max_train_seconds``.
+Kept apart from ``runlog.store`` because these need transformers (``TrainerCallback``, seconds to import) while
+reading a run directory (``pods compare``, ``pods plot``, the benchmarks) should not.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import math
-import os
-import re
-import shutil
 import signal
 import threading
 import time
@@ -33,167 +23,9 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-logger = logging.getLogger(__name__)
+from pods_rl.runlog.store import CLOCK_FILE, METRICS_FILE, json_default, remove_incomplete, write_json_atomic
 
-CLOCK_FILE = "pods_clock.json"
-METRICS_FILE = "metrics.jsonl"
-_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
-
-
-def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (never half-written)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, default=_json_default)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _json_default(value):
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
-
-
-def read_clock(checkpoint_dir: str | os.PathLike) -> dict | None:
-    """The ``{"step", "train_seconds"}`` record of a checkpoint, or None if it is missing (incomplete)."""
-    path = Path(checkpoint_dir) / CLOCK_FILE
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
-
-
-def list_checkpoints(run_dir: str | os.PathLike, complete_only: bool = True) -> list[Path]:
-    """``checkpoint-<step>`` directories of a run, sorted by step; by default only complete ones."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return []
-    found = []
-    for child in run_dir.iterdir():
-        match = _CHECKPOINT_RE.match(child.name)
-        if match and child.is_dir() and (not complete_only or read_clock(child) is not None):
-            found.append((int(match.group(1)), child))
-    return [path for _, path in sorted(found)]
-
-
-def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-    """Rows of ``metrics.jsonl``; a torn last line (a run killed mid-write) is ignored."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            logger.warning("ignoring a torn line in %s", path)
-    return rows
-
-
-def is_checkpoint_name(name: str) -> bool:
-    """Whether ``name`` is a ``checkpoint-<step>`` directory name."""
-    return _CHECKPOINT_RE.match(name) is not None
-
-
-def move_aside(path: Path, suffix: str) -> Path:
-    """Rename ``path`` to ``<name><suffix>`` (``-2``, ``-3``... appended if taken: an earlier leftover of the same
-    name must never make a resume fail) and return the new path."""
-    target, i = path.with_name(path.name + suffix), 2
-    while target.exists():
-        target = path.with_name(f"{path.name}{suffix}-{i}")
-        i += 1
-    os.replace(path, target)
-    return target
-
-
-def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None, modify: bool = True
-                   ) -> tuple[Path | None, float]:
-    """Make ``run_dir`` consistent for resuming and return (the checkpoint to resume, its training seconds).
-    With ``modify=False`` (every process but the main one) only the answer is computed: several processes
-    renaming the same directories would fail on each other's moves.
-
-    - checkpoints without ``pods_clock.json`` (killed while saving) are renamed ``checkpoint-N.incomplete``
-      so that neither the trainer nor ``pods eval`` picks them up (kept until a later checkpoint is complete);
-    - with an explicit ``checkpoint``, later checkpoints (and ``final/``) are renamed ``*.rolled_back``: the run
-      continues from the one asked for, not from the newest;
-    - metrics rows logged after the resumed checkpoint are moved to ``metrics.rolled_back.jsonl``: those steps
-      are trained again, so keeping them would duplicate steps in the log.
-    """
-    run_dir = Path(run_dir)
-    for path in list_checkpoints(run_dir, complete_only=False) if modify else []:
-        if read_clock(path) is None:
-            target = move_aside(path, ".incomplete")
-            logger.warning("checkpoint %s is incomplete (no %s): moved to %s", path, CLOCK_FILE, target.name)
-    checkpoints = list_checkpoints(run_dir)
-    if checkpoint is not None:
-        last = Path(checkpoint)
-        step = read_clock(last)["step"]
-        later = [p for p in checkpoints if read_clock(p)["step"] > step]
-        if (run_dir / "final").is_dir():
-            later.append(run_dir / "final")
-        for path in later if modify else []:
-            target = move_aside(path, ".rolled_back")
-            logger.warning("resuming from %s: moved the later %s aside to %s", last.name, path.name, target.name)
-    else:
-        last = checkpoints[-1] if checkpoints else None
-    clock = read_clock(last) if last else {"step": 0, "train_seconds": 0.0}
-    if not modify:
-        return last, float(clock["train_seconds"])
-    rows = read_metrics(run_dir)
-    keep = [r for r in rows if r.get("step", 0) <= clock["step"]]
-    dropped = [r for r in rows if r.get("step", 0) > clock["step"]]
-    if dropped or len(keep) != len(rows) or (run_dir / METRICS_FILE).exists():
-        if dropped:
-            with open(run_dir / "metrics.rolled_back.jsonl", "a") as f:
-                for row in dropped:
-                    f.write(json.dumps(row, default=_json_default) + "\n")
-        tmp = run_dir / f".{METRICS_FILE}.tmp"
-        with open(tmp, "w") as f:
-            for row in keep:
-                f.write(json.dumps(row, default=_json_default) + "\n")
-        os.replace(tmp, run_dir / METRICS_FILE)
-    return last, float(clock["train_seconds"])
-
-
-_INCOMPLETE_RE = re.compile(r"^checkpoint-(\d+)\.incomplete(-\d+)?$")
-
-
-def remove_incomplete(run_dir: str | os.PathLike, complete_step: int) -> list[Path]:
-    """Delete ``checkpoint-N.incomplete*`` leftovers with N <= ``complete_step`` (a complete checkpoint now
-    covers them); returns what was removed."""
-    removed = []
-    for child in Path(run_dir).iterdir():
-        match = _INCOMPLETE_RE.match(child.name)
-        if match and int(match.group(1)) <= complete_step and child.is_dir():
-            shutil.rmtree(child, ignore_errors=True)
-            logger.info("removed the incomplete leftover %s: checkpoint-%d is complete", child.name, complete_step)
-            removed.append(child)
-    return removed
-
-
-def disk_full_message(err: BaseException, run_dir: str | os.PathLike, step: int, saving: str | None = None
-                      ) -> str | None:
-    """One line for an error raised by a full disk while writing the run (``saving``: what was being written,
-    default ``checkpoint-<step>``), or None if ``err`` is something else."""
-    text = str(err)
-    # torch's zip writer reports ENOSPC as "PytorchStreamWriter failed writing file ...: file write failed".
-    full = (getattr(err, "errno", None) == errno.ENOSPC or "No space left" in text or "file write failed" in text)
-    if not full:
-        return None
-    saving = saving or f"checkpoint-{step}"
-    complete = list_checkpoints(run_dir)
-    kept = f"the last complete checkpoint is {complete[-1].name}" if complete else "no checkpoint was complete yet"
-    return (f"disk full while saving {saving} in {run_dir} (step {step}): nothing complete was lost ({kept}; a "
-            f"partial {saving} is set aside on resume); free some space, then resume with --output_dir {run_dir} "
-            "--resume_from_checkpoint true")
+logger = logging.getLogger("pods_rl.runlog")
 
 
 class TrainingClock(TrainerCallback):
@@ -242,7 +74,7 @@ class TrainingClock(TrainerCallback):
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.run_dir / METRICS_FILE, "a") as f:
-            f.write(json.dumps(row, default=_json_default) + "\n")
+            f.write(json.dumps(row, default=json_default) + "\n")
             f.flush()
 
     def evaluate(self, model, step: int) -> dict:

@@ -1,0 +1,176 @@
+"""Generation for evaluation: k sampled completions per prompt, with transformers or vLLM.
+
+    render_prompt / encode_prompts   chat messages through the tokenizer's chat template (with the generation
+                                     prompt), plain text as is -> token ids; both backends get the same ids
+    generate_hf                      transformers ``generate``, batches of (prompt, sample) pairs, left padded
+    generate_vllm                    vLLM (CUDA); PEFT adapters merged into a temporary full model first
+    choose_backend                   "vllm" when asked, or (auto) when vLLM is importable and CUDA is present
+
+Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is greedy (one completion, repeated k
+times). Both return (completions: P lists of k str, completion_tokens: (P, k) int array).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import tempfile
+from collections.abc import Sequence
+
+import numpy as np
+
+from pods_rl.models import is_adapter_dir, load_model_and_tokenizer
+
+
+def _pad_id(tokenizer) -> int:
+    """Pad id for left padding (we pad by hand, so the caller's tokenizer is never modified)."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_id is None:
+        raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
+    return int(pad_id)
+
+
+def render_prompt(prompt, tokenizer) -> tuple[str, bool]:
+    """Prompt as text: chat messages through the chat template (with the generation prompt), str as is.
+
+    Returns (text, add_special_tokens): chat templates already contain BOS etc., plain text does not.
+    """
+    if isinstance(prompt, str):
+        return prompt, True
+    if isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(
+                "the task gives chat-message prompts but the tokenizer has no chat template; use an "
+                "instruct model, set tokenizer.chat_template, or load the task with prompt_style='base'"
+            )
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        return text, False
+    raise ValueError(f"a prompt must be a str or a list of chat messages, got {type(prompt).__name__}")
+
+
+def encode_prompts(prompts: Sequence, tokenizer) -> tuple[list[str], list[list[int]]]:
+    """(rendered texts, token ids) of each prompt; ids have no padding."""
+    texts, ids = [], []
+    for prompt in prompts:
+        text, add_special = render_prompt(prompt, tokenizer)
+        texts.append(text)
+        ids.append(tokenizer(text, add_special_tokens=add_special)["input_ids"])
+    return texts, ids
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    eos = eos if eos is not None else tokenizer.eos_token_id
+    eos = eos if isinstance(eos, (list, tuple)) else [eos]
+    return {int(e) for e in eos if e is not None}
+
+
+def generate_hf(model, tokenizer, prompt_ids: list[list[int]], k: int, temperature: float, max_new_tokens: int,
+                batch_size: int, seed: int, desc: str = "generate") -> tuple[list[list[str]], np.ndarray]:
+    """Sample ``k`` completions per prompt with transformers ``generate``.
+
+    Work items are (prompt, sample) pairs, chunked into batches of ``batch_size`` sequences, left padded
+    by hand (the tokenizer is not modified: during training it is the trainer's).
+    Returns (completions (P lists of k str), completion_tokens (P, k) int array). Greedy (temperature 0)
+    decodes once per prompt and repeats the result k times.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    greedy = temperature == 0
+    samples_per_prompt = 1 if greedy else k
+    items = [(p, j) for p in range(len(prompt_ids)) for j in range(samples_per_prompt)]
+    completions = [[""] * samples_per_prompt for _ in prompt_ids]
+    lengths = np.zeros((len(prompt_ids), samples_per_prompt), dtype=int)
+    eos_ids = _eos_ids(model, tokenizer)
+    pad_id = _pad_id(tokenizer)
+    device = next(model.parameters()).device
+    gen_kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=sorted(eos_ids),
+                      use_cache=True)
+    if greedy:
+        gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    else:
+        gen_kwargs.update(do_sample=True, temperature=float(temperature), top_p=1.0, top_k=0)
+    # Seed inside a forked RNG: reproducible, and the caller's RNG (a trainer's, mid-training) is untouched.
+    rng_devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=rng_devices):
+        torch.manual_seed(seed)  # one seed per pass: reproducible for the same settings and batch size
+        for start in tqdm(range(0, len(items), batch_size), desc=desc, unit="batch", leave=False):
+            batch = items[start : start + batch_size]
+            longest = max(len(prompt_ids[p]) for p, _ in batch)
+            input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)  # (B, L) left padded
+            attention_mask = torch.zeros((len(batch), longest), dtype=torch.long)
+            for row, (p, _) in enumerate(batch):
+                ids = prompt_ids[p]
+                input_ids[row, longest - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                attention_mask[row, longest - len(ids) :] = 1
+            with torch.no_grad():
+                output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                        **gen_kwargs)
+            generated = output[:, longest:].cpu()  # (B, T) new tokens, padded after eos
+            for row, (p, j) in enumerate(batch):
+                tokens = generated[row].tolist()
+                end = next((i + 1 for i, t in enumerate(tokens) if t in eos_ids), len(tokens))
+                lengths[p, j] = end
+                completions[p][j] = tokenizer.decode(tokens[:end], skip_special_tokens=True)
+    if greedy:
+        completions = [c * k for c in completions]
+        lengths = np.repeat(lengths, k, axis=1)
+    return completions, lengths
+
+
+def generate_vllm(model_path, prompt_ids: list[list[int]], k: int, temperature: float, max_new_tokens: int,
+                  seed: int) -> tuple[list[list[str]], np.ndarray]:
+    """Sample ``k`` completions per prompt with vLLM (CUDA). Same return values as ``generate_hf``.
+
+    PEFT adapter dirs are merged into a temporary full model first. The engine is torn down afterwards so
+    the next checkpoint can load.
+    """
+    import torch
+    from vllm import LLM, SamplingParams  # an optional dependency: only this backend needs it
+
+    tmp = None
+    if is_adapter_dir(model_path):
+        model, tokenizer = load_model_and_tokenizer(model_path, device="cpu")
+        tmp = tempfile.TemporaryDirectory(prefix="pods-merged-")
+        model.save_pretrained(tmp.name)
+        tokenizer.save_pretrained(tmp.name)
+        del model
+        model_path = tmp.name
+    greedy = temperature == 0
+    try:
+        llm = LLM(model=str(model_path), seed=seed, dtype="auto", enable_prefix_caching=True)
+        params = SamplingParams(n=1 if greedy else k, temperature=float(temperature), top_p=1.0,
+                                max_tokens=max_new_tokens, seed=seed)
+        outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=True)
+        completions = [[o.text for o in out.outputs] for out in outputs]
+        lengths = np.array([[len(o.token_ids) for o in out.outputs] for out in outputs], dtype=int)
+    finally:
+        try:
+            del llm
+        except NameError:
+            pass
+        gc.collect()
+        torch.cuda.empty_cache()
+        if tmp is not None:
+            tmp.cleanup()
+    if greedy:
+        completions = [c * k for c in completions]
+        lengths = np.repeat(lengths, k, axis=1)
+    return completions, lengths
+
+
+def choose_backend(backend: str = "auto") -> str:
+    """"vllm" when requested or (auto) when vllm is importable and CUDA is present; else "hf"."""
+    if backend not in ("auto", "hf", "vllm"):
+        raise ValueError(f"backend must be 'auto', 'hf' or 'vllm', got {backend!r}")
+    if backend != "auto":
+        return backend
+    try:
+        import torch
+
+        if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+            return "vllm"
+    except ImportError:
+        pass
+    return "hf"

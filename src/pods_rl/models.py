@@ -1,0 +1,155 @@
+"""Models and tokenizers: checking a model path before anything loads, and loading for training or generation.
+
+    check_model_path(name)          a local directory that holds a model, a cached hub id, or a reachable one;
+                                    else one ValueError line (before minutes of downloads or retries)
+    load_for_training(model_args)   (model, tokenizer) as `pods train` loads them (``trl.ModelConfig``; the
+                                    shipped tiny model when no model is named)
+    load_model_and_tokenizer(path)  (model in eval mode, tokenizer) for generation: a full model, a PEFT adapter
+                                    (merged into its base) or a hub id
+    tokenizer_source(path)          where a model's tokenizer loads from (an adapter without one: its base)
+
+Nothing here downloads on its own: the hub is asked only by transformers' ``from_pretrained`` for a hub id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pods_rl import tiny
+from pods_rl.runlog.store import is_adapter_dir, is_model_dir  # noqa: F401  (is_adapter_dir: part of this API)
+
+
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is switched off (``HF_HUB_OFFLINE``)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def looks_local(name: str) -> bool:
+    """Whether ``name`` is meant as a local path rather than a hub id (``org/name``)."""
+    return (Path(name).expanduser().exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1
+            or "\\" in name or ("/" in name and Path(name.split("/")[0]).is_dir()))
+
+
+def check_model_path(name: str, revision: str | None = None, what: str = "--model_name_or_path") -> None:
+    """Fail in one line, before anything loads, for a model that cannot be loaded: a local path that does not
+    exist or holds no model, a hub id that is not cached while offline, or not on a hub that cannot be reached
+    (a hub id is probed once, without the download's retries). ``what`` names the flag in the message."""
+    path, label = Path(name).expanduser(), f"{what} {name}".strip()
+    if looks_local(name):
+        if not path.exists():
+            raise ValueError(f"{label}: no such directory; pass a saved model directory or a "
+                             "hub id like Qwen/Qwen2.5-3B-Instruct")
+        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+            raise ValueError(f"{label} holds no model (no config.json); pass a directory "
+                             "written by save_pretrained (e.g. a run's final/) or a hub id")
+        return
+    # huggingface_hub loads in a fraction of a second, but only a hub id needs it.
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
+        return  # cached: loads without the network
+    if hub_offline():
+        raise ValueError(f"{label}: no such local directory, and hub model {name!r} is not in the local hub "
+                         f"cache and HF_HUB_OFFLINE=1: download it with network (hf download {name}) or pass a local "
+                         "model directory")
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        HfApi().model_info(name, revision=revision, timeout=10)
+    except GatedRepoError:
+        raise ValueError(f"model {name!r} is gated on the hub: accept its terms on huggingface.co and log in "
+                         "(hf auth login), or pass a local model directory") from None
+    except RevisionNotFoundError:
+        raise ValueError(f"model {name!r} has no revision {revision!r} on the hub") from None
+    except RepositoryNotFoundError:
+        raise ValueError(f"{label}: no such local directory, and no model {name!r} on the hub (or it is "
+                         "private: log in with hf auth login)") from None
+    except Exception as err:  # noqa: BLE001 - connection refused, DNS, timeout, proxy: all mean "no hub"
+        raise ValueError(f"{label}: no such local directory, and cannot reach the Hugging Face hub to get it "
+                         f"({type(err).__name__}: "
+                         f"{str(err).strip()[:120]}); when offline, set HF_HUB_OFFLINE=1 and use a cached model, "
+                         "or pass a local model directory") from None
+
+
+
+def default_model_path(name: str | None) -> str:
+    """``name``, or the shipped tiny model's directory when no model is named."""
+    return name or str(tiny.model_path())
+
+
+def load_for_training(model_args):
+    """(model, tokenizer) of ``model_args`` (``trl.ModelConfig``: name or path, revision, dtype) for training.
+
+    A model that cannot be loaded is one ValueError line (with the offline hint for a hub id); a tokenizer
+    without a pad token pads with its end-of-sequence token.
+    """
+    # transformers takes seconds to import; checking a recipe does not need it.
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_path = model_args.model_name_or_path
+    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+        model = AutoModelForCausalLM.from_pretrained(model_path, revision=model_args.model_revision, dtype=dtype)
+    except OSError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        hint = "" if hub_offline() or looks_local(model_path) else (
+            "; without network, set HF_HUB_OFFLINE=1 and use a cached model or a local directory")
+        raise ValueError(f"could not load model {model_path!r}: {first}{hint}") from err
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def has_tokenizer_files(path: Path) -> bool:
+    """Whether the directory ``path`` holds a tokenizer of its own."""
+    return any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+
+
+def adapter_base(path) -> str:
+    """The ``base_model_name_or_path`` of the PEFT adapter in ``path``."""
+    base_name = json.loads((Path(path) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base_name:
+        raise ValueError(f"{path}/adapter_config.json names no base_model_name_or_path; cannot load it")
+    return base_name
+
+
+def tokenizer_source(path) -> str:
+    """Where the tokenizer of the model at ``path`` loads from: ``path`` itself, or for a PEFT adapter without
+    tokenizer files, its base model."""
+    path = Path(path)
+    if is_adapter_dir(path) and not has_tokenizer_files(path):
+        return adapter_base(path)
+    return str(path)
+
+
+def load_model_and_tokenizer(path, device=None):
+    """Load a causal LM (full model dir, PEFT adapter dir, or hub id) and its tokenizer for generation.
+
+    Adapters are loaded on their ``base_model_name_or_path`` and merged (faster generation). The tokenizer
+    comes from ``path`` when it has tokenizer files, else from the base model. Weights are bf16 on CUDA,
+    fp32 on CPU. Returns (model in eval mode, tokenizer with left padding).
+    """
+    # transformers takes seconds to import; `pods eval --help` does not need it.
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    path_obj = Path(path)
+    if is_adapter_dir(path_obj):
+        from peft import PeftModel  # optional dependency, only for adapters
+
+        base_name = adapter_base(path_obj)
+        model = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype)
+        model = PeftModel.from_pretrained(model, str(path_obj)).merge_and_unload()
+    else:
+        if path_obj.exists() and not (path_obj / "config.json").is_file():
+            raise ValueError(f"{path_obj} has neither config.json nor adapter_config.json: not a model directory")
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(path_obj) if is_adapter_dir(path_obj) else str(path))
+    return model.to(device).eval(), tokenizer

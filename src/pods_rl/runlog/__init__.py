@@ -1,0 +1,69 @@
+"""The run directory: everything one run produced, read and written through this package alone.
+
+    store.py      the files: config.yaml (+ its history), metrics.jsonl, checkpoints and their clocks, eval.json,
+                  summary.json; scanning a run's saved models; starting and resuming (plan, consistency)
+    callbacks.py  the transformers callbacks that write it while training runs: TrainingClock (training time,
+                  time-based saves, evaluations, metrics rows), GracefulStop (SIGTERM / SIGINT), ApplyOptimizerSettings
+
+Two modules because they are two ideas with different weights: reading a run directory (``pods compare``,
+``pods plot``, the benchmarks) needs only json and yaml, while the callbacks need transformers. ``from
+pods_rl import runlog`` gives both (the callbacks on first use), as ``pods_rl.runlog`` always has.
+"""
+
+from __future__ import annotations
+
+from pods_rl.runlog.store import (  # noqa: F401  (the package's API)
+    CLOCK_FILE,
+    CONFIG_FILE,
+    DEFAULT_EVAL_FILE,
+    KEY_FIELDS,
+    METRICS_FILE,
+    NOT_TRAINING_FIELDS,
+    REUSE_FIELDS,
+    SUMMARY_FILE,
+    RunFinished,
+    already_done,
+    check_output_dir,
+    checkpoint_clock,
+    config_changes,
+    default_out_for_model,
+    disk_full_message,
+    find_checkpoints,
+    free_name,
+    holds_a_run,
+    is_adapter_dir,
+    is_checkpoint_name,
+    is_model_dir,
+    is_run_dir,
+    list_checkpoints,
+    load_results,
+    load_run_config,
+    move_aside,
+    plan_resume,
+    prepare_resume,
+    read_clock,
+    read_metrics,
+    remove_incomplete,
+    result_key,
+    save_config,
+    save_results,
+    upsert_result,
+    write_clock,
+    write_json_atomic,
+    write_summary,
+)
+
+_CALLBACKS = ("TrainingClock", "GracefulStop", "ApplyOptimizerSettings")
+
+
+def __getattr__(name):
+    if name in _CALLBACKS:
+        # Lazy: the callbacks import transformers (seconds); reading a run directory does not need them.
+        from pods_rl.runlog import callbacks
+
+        return getattr(callbacks, name)
+    raise AttributeError(f"module 'pods_rl.runlog' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_CALLBACKS])

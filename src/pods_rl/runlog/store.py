@@ -1,0 +1,450 @@
+"""The run directory, read and written in one place.
+
+A run directory holds everything one run produced::
+
+    run_dir/
+      config.yaml          the resolved configuration; a resume that changed it keeps the previous one as
+                           config.until-step-N.yaml (N: the step from which the new one applies)
+      metrics.jsonl        append-only log: one JSON object per logging step, each with "step" and
+                           "train_seconds" (cumulative training time, excluding checkpointing and evaluation)
+      checkpoint-<step>/   HF checkpoint + pods_clock.json {"step", "train_seconds"}; pods_clock.json is
+                           written last, atomically, so a checkpoint without it is incomplete
+      final/               the final model + pods_clock.json
+      eval.json            results of `pods eval` (a list of records, keyed by KEY_FIELDS)
+      summary.json         what `pods train` reports at its end (or where it stopped)
+
+Plain files only (json, yaml): no torch, no transformers, nothing of pods_rl. The callbacks that write this
+directory while training runs are in ``pods_rl.runlog.callbacks``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+logger = logging.getLogger("pods_rl.runlog")
+
+CLOCK_FILE = "pods_clock.json"
+METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.yaml"
+SUMMARY_FILE = "summary.json"
+DEFAULT_EVAL_FILE = "eval.json"
+# An eval.json record is keyed by these: evaluating the same key again replaces the record.
+KEY_FIELDS = ("checkpoint", "task", "split", "k", "temperature")
+# A record with the same key is only reused ("skipped") when these settings also match.
+REUSE_FIELDS = ("limit", "max_new_tokens", "seed")
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    """Write ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (never half-written)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=json_default)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def json_default(value):
+    """JSON for what json cannot write: tensors and numpy scalars by value, anything else as text."""
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def read_clock(checkpoint_dir: str | os.PathLike) -> dict | None:
+    """The ``{"step", "train_seconds"}`` record of a checkpoint, or None if it is missing (incomplete)."""
+    path = Path(checkpoint_dir) / CLOCK_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def list_checkpoints(run_dir: str | os.PathLike, complete_only: bool = True) -> list[Path]:
+    """``checkpoint-<step>`` directories of a run, sorted by step; by default only complete ones."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = []
+    for child in run_dir.iterdir():
+        match = _CHECKPOINT_RE.match(child.name)
+        if match and child.is_dir() and (not complete_only or read_clock(child) is not None):
+            found.append((int(match.group(1)), child))
+    return [path for _, path in sorted(found)]
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
+    """Rows of ``metrics.jsonl``; a torn last line (a run killed mid-write) is ignored."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            logger.warning("ignoring a torn line in %s", path)
+    return rows
+
+
+def is_checkpoint_name(name: str) -> bool:
+    """Whether ``name`` is a ``checkpoint-<step>`` directory name."""
+    return _CHECKPOINT_RE.match(name) is not None
+
+
+def move_aside(path: Path, suffix: str) -> Path:
+    """Rename ``path`` to ``<name><suffix>`` (``-2``, ``-3``... appended if taken: an earlier leftover of the same
+    name must never make a resume fail) and return the new path."""
+    target, i = path.with_name(path.name + suffix), 2
+    while target.exists():
+        target = path.with_name(f"{path.name}{suffix}-{i}")
+        i += 1
+    os.replace(path, target)
+    return target
+
+
+def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None, modify: bool = True
+                   ) -> tuple[Path | None, float]:
+    """Make ``run_dir`` consistent for resuming and return (the checkpoint to resume, its training seconds).
+    With ``modify=False`` (every process but the main one) only the answer is computed: several processes
+    renaming the same directories would fail on each other's moves.
+
+    - checkpoints without ``pods_clock.json`` (killed while saving) are renamed ``checkpoint-N.incomplete``
+      so that neither the trainer nor ``pods eval`` picks them up (kept until a later checkpoint is complete);
+    - with an explicit ``checkpoint``, later checkpoints (and ``final/``) are renamed ``*.rolled_back``: the run
+      continues from the one asked for, not from the newest;
+    - metrics rows logged after the resumed checkpoint are moved to ``metrics.rolled_back.jsonl``: those steps
+      are trained again, so keeping them would duplicate steps in the log.
+    """
+    run_dir = Path(run_dir)
+    for path in list_checkpoints(run_dir, complete_only=False) if modify else []:
+        if read_clock(path) is None:
+            target = move_aside(path, ".incomplete")
+            logger.warning("checkpoint %s is incomplete (no %s): moved to %s", path, CLOCK_FILE, target.name)
+    checkpoints = list_checkpoints(run_dir)
+    if checkpoint is not None:
+        last = Path(checkpoint)
+        step = read_clock(last)["step"]
+        later = [p for p in checkpoints if read_clock(p)["step"] > step]
+        if (run_dir / "final").is_dir():
+            later.append(run_dir / "final")
+        for path in later if modify else []:
+            target = move_aside(path, ".rolled_back")
+            logger.warning("resuming from %s: moved the later %s aside to %s", last.name, path.name, target.name)
+    else:
+        last = checkpoints[-1] if checkpoints else None
+    clock = read_clock(last) if last else {"step": 0, "train_seconds": 0.0}
+    if not modify:
+        return last, float(clock["train_seconds"])
+    rows = read_metrics(run_dir)
+    keep = [r for r in rows if r.get("step", 0) <= clock["step"]]
+    dropped = [r for r in rows if r.get("step", 0) > clock["step"]]
+    if dropped or len(keep) != len(rows) or (run_dir / METRICS_FILE).exists():
+        if dropped:
+            with open(run_dir / "metrics.rolled_back.jsonl", "a") as f:
+                for row in dropped:
+                    f.write(json.dumps(row, default=json_default) + "\n")
+        tmp = run_dir / f".{METRICS_FILE}.tmp"
+        with open(tmp, "w") as f:
+            for row in keep:
+                f.write(json.dumps(row, default=json_default) + "\n")
+        os.replace(tmp, run_dir / METRICS_FILE)
+    return last, float(clock["train_seconds"])
+
+
+_INCOMPLETE_RE = re.compile(r"^checkpoint-(\d+)\.incomplete(-\d+)?$")
+
+
+def remove_incomplete(run_dir: str | os.PathLike, complete_step: int) -> list[Path]:
+    """Delete ``checkpoint-N.incomplete*`` leftovers with N <= ``complete_step`` (a complete checkpoint now
+    covers them); returns what was removed."""
+    removed = []
+    for child in Path(run_dir).iterdir():
+        match = _INCOMPLETE_RE.match(child.name)
+        if match and int(match.group(1)) <= complete_step and child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+            logger.info("removed the incomplete leftover %s: checkpoint-%d is complete", child.name, complete_step)
+            removed.append(child)
+    return removed
+
+
+def disk_full_message(err: BaseException, run_dir: str | os.PathLike, step: int, saving: str | None = None
+                      ) -> str | None:
+    """One line for an error raised by a full disk while writing the run (``saving``: what was being written,
+    default ``checkpoint-<step>``), or None if ``err`` is something else."""
+    text = str(err)
+    # torch's zip writer reports ENOSPC as "PytorchStreamWriter failed writing file ...: file write failed".
+    full = (getattr(err, "errno", None) == errno.ENOSPC or "No space left" in text or "file write failed" in text)
+    if not full:
+        return None
+    saving = saving or f"checkpoint-{step}"
+    complete = list_checkpoints(run_dir)
+    kept = f"the last complete checkpoint is {complete[-1].name}" if complete else "no checkpoint was complete yet"
+    return (f"disk full while saving {saving} in {run_dir} (step {step}): nothing complete was lost ({kept}; a "
+            f"partial {saving} is set aside on resume); free some space, then resume with --output_dir {run_dir} "
+            "--resume_from_checkpoint true")
+
+
+def write_summary(run_dir: str | os.PathLike, summary: dict) -> None:
+    """``summary.json``: what the run reports at its end (or where a signal stopped it)."""
+    write_json_atomic(Path(run_dir) / SUMMARY_FILE, summary)
+
+
+def write_clock(model_dir: str | os.PathLike, step: int, train_seconds: float) -> None:
+    """``pods_clock.json`` of a saved model: written last, its presence marks the directory complete."""
+    write_json_atomic(Path(model_dir) / CLOCK_FILE, {"step": step, "train_seconds": train_seconds})
+
+
+# --- the configuration and its history ----------------------------------------------------------------------
+# Settings that do not change what is trained: budgets, saving, logging, evaluation, threads. A resume may change
+# them freely; any other difference from config.yaml needs --accept_config_changes.
+NOT_TRAINING_FIELDS = frozenset({
+    "output_dir", "resume_from_checkpoint", "accept_config_changes", "overwrite_output_dir", "max_steps",
+    "num_train_epochs", "max_train_seconds", "save_every_seconds", "save_steps", "save_strategy", "save_total_limit",
+    "save_only_model", "logging_dir", "logging_steps", "logging_strategy", "logging_first_step", "report_to",
+    "run_name", "disable_tqdm", "log_completions", "num_completions_to_print", "log_level", "push_to_hub",
+    "hub_model_id", "hub_strategy", "hub_private_repo", "dataloader_num_workers", "torch_threads", "eval_split",
+    "eval_num_problems", "eval_k", "eval_temperature", "eval_max_new_tokens", "eval_batch_size",
+    "eval_every_seconds", "eval_every_steps", "eval_before_after",
+})
+
+
+def load_run_config(run_dir) -> dict:
+    """The run's resolved config.yaml as a dict ({} if absent)."""
+    config_path = Path(run_dir) / CONFIG_FILE
+    if not config_path.is_file():
+        return {}
+    config = yaml.safe_load(config_path.read_text()) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_path} must hold a mapping, got {type(config).__name__}")
+    return config
+
+
+def config_changes(old: dict, new: dict) -> dict:
+    """``{field: (old, new)}`` for the training fields whose values differ (fields new in this version skipped)."""
+    return {key: (old[key], new.get(key)) for key in sorted(old)
+            if key not in NOT_TRAINING_FIELDS and key in new and old[key] != new[key]}
+
+
+def free_name(path: Path) -> Path:
+    """``path``, or ``path`` with ``-2``, ``-3``... before the suffix if it is taken."""
+    candidate, i = path, 2
+    while candidate.exists():
+        candidate = path.with_name(f"{path.stem}-{i}{path.suffix}")
+        i += 1
+    return candidate
+
+
+def save_config(run_dir: str | os.PathLike, flat: dict, resume: bool, resumed_from: Path | None) -> int | None:
+    """Write ``config.yaml`` (``flat``: ``{field: value}``). On a resume it is kept as it is unless the settings
+    differ (``resume_from_checkpoint`` aside); then the previous one is moved to ``config.until-step-N.yaml``, N
+    the step of ``resumed_from`` from which the new one applies, and N is returned (None otherwise)."""
+    config_file, changed_at = Path(run_dir) / CONFIG_FILE, None
+    if config_file.is_file() and resume:
+        old = yaml.safe_load(config_file.read_text()) or {}
+        if {k: v for k, v in old.items() if k != "resume_from_checkpoint"} != {
+                k: v for k, v in flat.items() if k != "resume_from_checkpoint"}:
+            changed_at = read_clock(resumed_from)["step"] if resumed_from else 0
+            os.replace(config_file, free_name(Path(run_dir) / f"config.until-step-{changed_at}.yaml"))
+    if not config_file.is_file() or not resume:
+        config_file.write_text(yaml.safe_dump(flat, sort_keys=True))
+    return changed_at
+
+
+# --- starting and resuming ----------------------------------------------------------------------------------
+class RunFinished(Exception):
+    """Resuming a run that already finished: nothing to do (not an error)."""
+
+
+def check_output_dir(run_dir: Path) -> None:
+    """``run_dir`` must be a directory (or creatable as one) in a writable place."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"--output_dir {run_dir} is a file; pass a directory path")
+    ancestor = run_dir.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"--output_dir {run_dir} lies under {ancestor}, which is a file; pass another path")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"--output_dir {run_dir}: {ancestor} is not writable; pass a path in a writable place")
+    # os.access trusts permission bits; a read-only mount or a pseudo file system (/proc) only shows when one tries.
+    # An empty directory made and removed at once leaves nothing behind.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".pods-write-test-", dir=ancestor))
+    except OSError as err:
+        raise ValueError(f"--output_dir {run_dir}: cannot create anything in {ancestor} ({err.strerror}); pass a "
+                         "path in a writable place") from None
+
+
+def holds_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` already holds a run (a checkpoint, complete or not, or a metrics log)."""
+    return bool(list_checkpoints(run_dir, complete_only=False)) or (run_dir / METRICS_FILE).exists()
+
+
+def plan_resume(run_dir: Path, resume_from_checkpoint, output_dir_given: bool) -> Path | None:
+    """Check a resume request (``--resume_from_checkpoint true`` or a checkpoint path) before anything loads;
+    returns the explicit checkpoint asked for, if any. Raises ``RunFinished`` for a run that already ended."""
+    explicit = None if str(resume_from_checkpoint).lower() == "true" else Path(resume_from_checkpoint)
+    if not output_dir_given:
+        hint = f" {explicit.parent}" if explicit is not None else " RUN_DIR"
+        raise ValueError(f"--resume_from_checkpoint needs the run directory to continue: pass --output_dir{hint}")
+    run_dir = Path(run_dir)
+    if explicit is not None and not explicit.exists() and (run_dir / explicit).is_dir():
+        explicit = run_dir / explicit  # a checkpoint named relative to the run directory (checkpoint-20)
+    if not run_dir.is_dir():
+        raise ValueError(f"--resume_from_checkpoint is set but the run directory {run_dir} does not exist; drop "
+                         "--resume_from_checkpoint to start a new run there")
+    if explicit is not None:
+        complete = [p.name for p in list_checkpoints(run_dir)]
+        if (not explicit.is_dir() or explicit.resolve().parent != run_dir.resolve()
+                or not is_checkpoint_name(explicit.name)):
+            raise ValueError(f"--resume_from_checkpoint {explicit} is not a checkpoint directory of --output_dir "
+                             f"{run_dir}; complete checkpoints there: {complete}")
+        if read_clock(explicit) is None:
+            raise ValueError(f"--resume_from_checkpoint {explicit} is incomplete (no {CLOCK_FILE}); "
+                             f"choose a complete one: {complete}")
+        return explicit
+    finished = read_clock(run_dir / "final")
+    if finished is not None:
+        last = list_checkpoints(run_dir)
+        raise RunFinished(
+            f"{run_dir} already finished (final/ at step {finished['step']}, "
+            f"{float(finished['train_seconds']):.0f} s of training); nothing was changed. To train on, resume from "
+            f"an explicit checkpoint (--resume_from_checkpoint {last[-1] if last else run_dir / 'checkpoint-N'} "
+            "with a larger budget) or start a new run from --model_name_or_path " + str(run_dir / "final"))
+    return None
+
+
+# --- eval.json ----------------------------------------------------------------------------------------------
+def result_key(record: dict) -> tuple:
+    """(checkpoint, task, split, k, temperature): records with equal keys replace each other."""
+    return tuple(record[f] if f != "temperature" else float(record[f]) for f in KEY_FIELDS)
+
+
+def load_results(path) -> list[dict]:
+    """The records of an eval JSON file ([] when it does not exist). Refuses to read a corrupt file."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    try:
+        records = json.loads(path.read_text())
+    except ValueError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); move it away or fix it before evaluating") from err
+    if not isinstance(records, list):
+        raise ValueError(f"{path} must hold a JSON list of eval records, got {type(records).__name__}")
+    return records
+
+
+def save_results(path, records: list[dict]) -> None:
+    """Write ``records`` to ``path`` atomically: a crash leaves either the old or the new file, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(records, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def upsert_result(path, record: dict) -> list[dict]:
+    """Add ``record`` to the JSON file at ``path``, replacing any record with the same key; returns all."""
+    key = result_key(record)
+    records = [r for r in load_results(path) if result_key(r) != key] + [record]
+    save_results(path, records)
+    return records
+
+
+def already_done(records: list[dict], key: tuple, settings: dict) -> bool:
+    """Whether ``records`` hold ``key`` evaluated with the same ``REUSE_FIELDS`` ``settings``."""
+    return any(result_key(r) == key and all(r.get(f) == settings[f] for f in REUSE_FIELDS) for r in records)
+
+
+def default_out_for_model(model_path) -> Path:
+    """Where a single model's results go by default: the run dir of a checkpoint (it has pods_clock.json and
+    its parent a config.yaml), else the model dir itself, else ./eval.json for a hub id."""
+    path = Path(model_path)
+    if not path.is_dir():
+        return Path(DEFAULT_EVAL_FILE)
+    if (path / CLOCK_FILE).is_file() and (path.parent / CONFIG_FILE).is_file():
+        return path.parent / DEFAULT_EVAL_FILE
+    return path / DEFAULT_EVAL_FILE
+
+
+# --- the saved models of a run ------------------------------------------------------------------------------
+def is_adapter_dir(path) -> bool:
+    """Whether ``path`` holds a PEFT adapter (``adapter_config.json``) rather than a full model."""
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def is_model_dir(path) -> bool:
+    """Whether ``path`` holds a saved model: a full one (``config.json``) or a PEFT adapter."""
+    return (Path(path) / "config.json").is_file() or is_adapter_dir(path)
+
+
+def checkpoint_clock(model_dir) -> tuple[int, float]:
+    """(step, train_seconds) from ``model_dir/pods_clock.json``; (0, 0.0) when absent (a plain model). Unlike
+    ``read_clock`` (None for a missing or torn file), a file that is there but malformed is a ValueError."""
+    clock_path = Path(model_dir) / CLOCK_FILE
+    if not clock_path.is_file():
+        return 0, 0.0
+    try:
+        clock = json.loads(clock_path.read_text())
+        return int(clock["step"]), float(clock["train_seconds"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{clock_path} is not a valid clock file ({{'step', 'train_seconds'}}): {err}") from err
+
+
+def is_run_dir(path) -> bool:
+    """A run directory has ``checkpoint-*`` or ``final`` model dirs (and usually config.yaml)."""
+    path = Path(path)
+    return path.is_dir() and not is_model_dir(path) and bool(find_checkpoints(path, verbose=False))
+
+
+def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True) -> list[dict]:
+    """Model dirs of a run, sorted by step: [{"name", "path", "step", "train_seconds"}].
+
+    ``checkpoint-<N>`` and ``final`` dirs that hold a model and ``pods_clock.json``. The trainer writes the
+    clock file last, so a dir without it is incomplete (being saved, or killed mid-save) and is skipped with
+    a warning; ``checkpoint-N.incomplete`` dirs never match. ``final`` is dropped when a checkpoint has the
+    same step (same weights). ``include_base`` prepends the run's initial model (config.yaml's
+    ``model_name_or_path``) at step 0, 0 seconds.
+    """
+    run_dir = Path(run_dir)
+    candidates = [p for p in run_dir.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
+    found = []
+    for path in candidates + [run_dir / "final"]:
+        if not (path.is_dir() and is_model_dir(path)):
+            continue
+        if not (path / CLOCK_FILE).is_file():
+            if verbose:
+                print(f"warning: skipping {path}: no {CLOCK_FILE} (incomplete checkpoint)", file=sys.stderr)
+            continue
+        step, seconds = checkpoint_clock(path)
+        found.append({"name": path.name, "path": path, "step": step, "train_seconds": seconds})
+    checkpoint_steps = {c["step"] for c in found if c["name"] != "final"}
+    found = [c for c in found if not (c["name"] == "final" and c["step"] in checkpoint_steps)]
+    found.sort(key=lambda c: (c["step"], c["name"] == "final"))
+    if include_base:
+        base = load_run_config(run_dir).get("model_name_or_path")
+        if not base:
+            raise ValueError(f"{run_dir}/config.yaml names no model_name_or_path; cannot evaluate the base model")
+        found.insert(0, {"name": "base", "path": Path(base), "step": 0, "train_seconds": 0.0})
+    return found

@@ -1,0 +1,173 @@
+"""The house stays as built: imports among pods_rl modules run one way (no cycle), and no library module imports
+a command. The graph is read from the source (every module's AST, function-level imports included), not from
+what happens to be imported at run time."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import pods_rl
+
+PACKAGE_DIR = Path(pods_rl.__file__).parent
+# The commands: each is a `pods ...` sub-command's module. They sit on top; nothing below may import them.
+COMMANDS = {"pods_rl.cli", "pods_rl.train", "pods_rl.evaluate", "pods_rl.cost", "pods_rl.plots", "pods_rl.launch",
+            "pods_rl.study"}
+
+
+def module_files(package_dir: Path, package: str) -> dict[str, Path]:
+    """{module name: file} of every .py file under ``package_dir`` (``__init__.py`` names its package)."""
+    modules = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = [package, *path.relative_to(package_dir).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The module ``name`` refers to: itself, or its longest prefix that is a module of ours (None if not ours)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def import_edges(modules: dict[str, Path]) -> dict[str, list[tuple[str, int]]]:
+    """{module: [(imported module of ours, line), ...]} from every import statement anywhere in each module
+    (top level, functions, methods, ``if`` blocks), relative imports, and ``importlib.import_module("...")`` /
+    ``__import__("...")`` calls with a literal name."""
+    edges: dict[str, list[tuple[str, int]]] = {}
+    for module, path in modules.items():
+        is_package = path.name == "__init__.py"
+        found = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: from the module's package, up level - 1 packages
+                    base = module.split(".") if is_package else module.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    source = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    source = node.module or ""
+                # `from pkg import sub` imports the submodule pkg.sub when there is one, else names of pkg.
+                names = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source
+                         for alias in node.names]
+            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if called in ("import_module", "__import__"):
+                    names = [node.args[0].value]
+            for name in names:
+                target = _resolve(name, modules)
+                if target is not None and target != module:
+                    found.append((target, node.lineno))
+        edges[module] = found
+    return edges
+
+
+def find_cycle(edges: dict[str, list[tuple[str, int]]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a] (depth-first search), or None."""
+    state: dict[str, str] = {}  # "open" while on the stack, "done" after
+    stack: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = "open"
+        stack.append(module)
+        for target, _ in edges.get(module, []):
+            if state.get(target) == "open":
+                return stack[stack.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[module] = "done"
+        return None
+
+    for module in sorted(edges):
+        if module not in state:
+            cycle = visit(module)
+            if cycle:
+                return cycle
+    return None
+
+
+def describe_cycle(cycle: list[str], edges: dict[str, list[tuple[str, int]]], modules: dict[str, Path]) -> str:
+    """``a (a.py:12) -> b (b.py:40) -> a``: where each import of the cycle is."""
+    hops = []
+    for here, there in zip(cycle, cycle[1:]):
+        line = next(line for target, line in edges[here] if target == there)
+        hops.append(f"{here} ({modules[here].name}:{line})")
+    return " -> ".join([*hops, cycle[-1]])
+
+
+def cycle_message(package_dir: Path, package: str) -> str | None:
+    modules = module_files(package_dir, package)
+    edges = import_edges(modules)
+    cycle = find_cycle(edges)
+    return None if cycle is None else describe_cycle(cycle, edges, modules)
+
+
+def library_imports_of_commands(package_dir: Path, package: str, commands: set[str]) -> list[str]:
+    modules = module_files(package_dir, package)
+    return [f"{module} ({modules[module].name}:{line}) imports the command {target}"
+            for module, found in import_edges(modules).items() if module not in commands
+            for target, line in found if target in commands]
+
+
+# ------------------------------------------------------------------------------------------------------------
+def test_no_import_cycle_among_pods_rl_modules():
+    message = cycle_message(PACKAGE_DIR, "pods_rl")
+    assert message is None, f"import cycle: {message} (make one side import a lower module instead)"
+
+
+def test_no_library_module_imports_a_command():
+    offenders = library_imports_of_commands(PACKAGE_DIR, "pods_rl", COMMANDS)
+    assert not offenders, ("library modules must not import commands (move what they need below the commands, "
+                           "e.g. into pods_rl.errors): " + "; ".join(offenders))
+
+
+def test_the_walk_sees_function_level_and_lazy_imports():
+    """The graph holds imports that only run inside functions; otherwise the two tests above would prove little."""
+    edges = import_edges(module_files(PACKAGE_DIR, "pods_rl"))
+    assert "pods_rl.trainer" in {t for t, _ in edges["pods_rl"]}  # inside pods_rl.__getattr__
+    assert "pods_rl.trainer" in {t for t, _ in edges["pods_rl.train"]}  # inside train.build
+    assert "pods_rl.runlog.callbacks" in {t for t, _ in edges["pods_rl.runlog"]}  # `from pods_rl.runlog import x`
+    assert set(edges) >= {"pods_rl.runlog.store", "pods_rl.tasks.rewards", "pods_rl.models", "pods_rl.recipes"}
+
+
+SOURCES = {
+    "__init__.py": "",
+    "low.py": "import os\n\n\ndef f():\n    {lazy}\n",
+    "high.py": "from pkg import low\n",
+    "cmd.py": "from pkg.high import x\n",
+}
+
+
+@pytest.mark.parametrize("lazy", [
+    "from pkg.high import x",  # function-level
+    "from . import high",  # relative
+    "import pkg.high",
+    "importlib.import_module('pkg.high')",
+])
+def test_a_cycle_hidden_in_a_function_is_found_and_named(tmp_path, lazy):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    for name, text in SOURCES.items():
+        (package / name).write_text(text.format(lazy=lazy))
+    message = cycle_message(package, "pkg")
+    assert message is not None and "pkg.low (low.py:5)" in message and "pkg.high (high.py:1)" in message, message
+    assert library_imports_of_commands(package, "pkg", {"pkg.high", "pkg.cmd"}) == [
+        "pkg.low (low.py:5) imports the command pkg.high"]
+    (package / "low.py").write_text("import os\n")
+    assert cycle_message(package, "pkg") is None

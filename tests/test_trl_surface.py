@@ -1,0 +1,217 @@
+"""What pods_rl.trainer relies on of TRL (the list at the top of src/pods_rl/trainer.py), pinned without a model run.
+
+Run on both ends of the supported TRL range (.ci/run repeats this file under trl==1.12). A TRL release that renames
+a parameter, reshapes `_generate`'s tuple or stops calling a method we answer fails here, with a message naming
+the TRL method and what changed, instead of in the middle of a user's training step.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+
+import pytest
+import torch
+from transformers import Trainer
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer import utils as trl_utils
+
+from pods_rl import trainer as pods_trainer
+
+
+def parameters(func) -> list[str]:
+    """Parameter names of ``func``, ``self`` included, in order."""
+    return list(inspect.signature(func).parameters)
+
+
+def source_tree(func) -> ast.AST:
+    return ast.parse(textwrap.dedent(inspect.getsource(func)))
+
+
+def calls_on_self(func) -> dict[str, list[ast.Call]]:
+    """{method name: [its calls]} for every ``self.<method>(...)`` call in ``func``'s body."""
+    calls: dict[str, list[ast.Call]] = {}
+    for node in ast.walk(source_tree(func)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+            calls.setdefault(node.func.attr, []).append(node)
+    return calls
+
+
+def assigned_on_self(func) -> set[str]:
+    """Attribute names ``func`` assigns on ``self`` (``self.x = ...``, ``self.x: T = ...``)."""
+    names = set()
+    for node in ast.walk(source_tree(func)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                names.add(target.attr)
+    return names
+
+
+# ---- the overridden methods: the names and order of their parameters ----------------------------------------
+OVERRIDDEN = {
+    "_generate": ["self", "prompts"],
+    "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
+    "_generate_and_score_completions": ["self", "inputs"],
+    "get_train_dataloader": ["self"],
+    "_get_train_sampler": ["self", "dataset"],
+    "create_model_card": ["self", "model_name", "dataset_name", "tags"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVERRIDDEN))
+def test_overridden_grpo_trainer_methods_keep_their_parameters(name):
+    assert hasattr(GRPOTrainer, name), f"GRPOTrainer.{name} is gone: PODSTrainer overrides it (see pods_rl.trainer)"
+    got = parameters(getattr(GRPOTrainer, name))
+    assert got == OVERRIDDEN[name], (f"GRPOTrainer.{name} now takes {got}, PODSTrainer overrides it as "
+                                     f"{OVERRIDDEN[name]}: update the override in pods_rl.trainer")
+    ours = parameters(getattr(pods_trainer.PODSTrainer, name))
+    assert ours == OVERRIDDEN[name], f"PODSTrainer.{name} takes {ours}, TRL's takes {OVERRIDDEN[name]}"
+
+
+def test_get_train_sampler_dataset_defaults_to_none():
+    default = inspect.signature(GRPOTrainer._get_train_sampler).parameters["dataset"].default
+    assert default is None, f"GRPOTrainer._get_train_sampler's dataset now defaults to {default!r}, not None"
+
+
+def test_save_model_takes_output_dir_and_internal_call():
+    got = parameters(Trainer.save_model)
+    assert got[:3] == ["self", "output_dir", "_internal_call"], (
+        f"transformers Trainer.save_model now takes {got}; PODSTrainer.save_model passes (output_dir, _internal_call)")
+
+
+def test_trainer_get_dataloader_takes_what_get_train_dataloader_passes():
+    got = parameters(Trainer._get_dataloader)
+    for name in ("dataset", "description", "batch_size", "sampler_fn", "is_training"):
+        assert name in got, (f"transformers Trainer._get_dataloader has no parameter {name!r} any more ({got}); "
+                             "PODSTrainer.get_train_dataloader passes it")
+
+
+# ---- `_generate`: the 8-tuple --------------------------------------------------------------------------------
+GENERATE_TUPLE = ["prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs", "extra_fields", "images",
+                  "tool_images"]
+# The positions PODSTrainer reads (_generate_and_score_completions, _selection_inputs).
+READ_AT = {1: "completion_ids", 2: "tool_mask", 3: "completions", 5: "extra_fields"}
+
+
+def test_generate_returns_the_8_tuple_we_index():
+    returns = [node.value for node in ast.walk(source_tree(GRPOTrainer._generate))
+               if isinstance(node, ast.Return) and node.value is not None]
+    assert returns, "GRPOTrainer._generate has no return statement with a value any more"
+    for value in returns:
+        assert isinstance(value, ast.Tuple), (
+            f"GRPOTrainer._generate now returns {ast.unparse(value)}, not a tuple; PODSTrainer indexes its 8-tuple")
+        names = [ast.unparse(element) for element in value.elts]
+        assert len(names) == 8, f"GRPOTrainer._generate now returns {len(names)} values ({names}), not 8"
+        for position, name in READ_AT.items():
+            assert names[position] == name, (f"GRPOTrainer._generate's value {position} is now {names[position]!r}, "
+                                             f"not {name!r}; PODSTrainer reads it there")
+
+
+def test_generate_and_score_completions_unpacks_the_8_tuple():
+    unpackings = [node.targets[0] for node in ast.walk(source_tree(GRPOTrainer._generate_and_score_completions))
+                  if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                  and ast.unparse(node.value.func) == "self._generate"]
+    assert unpackings, ("GRPOTrainer._generate_and_score_completions no longer assigns self._generate(...)'s "
+                        "result; PODSTrainer answers that call with the kept rollouts")
+    target = unpackings[0]
+    assert isinstance(target, ast.Tuple) and len(target.elts) == 8, (
+        f"GRPOTrainer._generate_and_score_completions now unpacks _generate into {ast.unparse(target)}, not 8 names")
+
+
+# ---- `_generate_and_score_completions`: what our override relies on it to do ------------------------------
+def test_generate_and_score_completions_calls_what_we_answer():
+    calls = calls_on_self(GRPOTrainer._generate_and_score_completions)
+    for name in ("_generate", "_calculate_rewards"):
+        assert name in calls, (f"GRPOTrainer._generate_and_score_completions no longer calls self.{name}(...): "
+                               "PODSTrainer answers that call from the stash, and would now compute on every row")
+    call = calls["_calculate_rewards"][0]
+    passed = [ast.unparse(a) for a in call.args] + [k.arg for k in call.keywords]
+    assert len(passed) == 4, (f"GRPOTrainer._generate_and_score_completions now calls self._calculate_rewards with "
+                              f"{passed}; PODSTrainer._calculate_rewards takes (inputs, prompts, completions, "
+                              "completion_ids_list)")
+
+
+def test_generate_and_score_completions_groups_by_num_generations_and_returns_advantages():
+    text = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "self.num_generations" in text, (
+        "GRPOTrainer._generate_and_score_completions no longer groups rewards by self.num_generations; PODSTrainer "
+        "sets it to m around the call so that TRL groups the kept rows")
+    assert '"advantages"' in text, (
+        "GRPOTrainer._generate_and_score_completions' output has no 'advantages' key any more; PODSTrainer "
+        "replaces it with the advantages of the kept rows")
+
+
+# ---- attributes GRPOTrainer sets that PODSTrainer reads -----------------------------------------------------
+TRAINER_ATTRIBUTES = ["num_generations", "num_iterations", "shuffle_dataset", "reward_weights", "scale_rewards",
+                      "_metrics", "_tokenizer", "environment_factories", "tools"]
+
+
+@pytest.mark.parametrize("name", TRAINER_ATTRIBUTES)
+def test_grpo_trainer_sets_the_attributes_we_read(name):
+    assert name in assigned_on_self(GRPOTrainer.__init__), (
+        f"GRPOTrainer.__init__ no longer sets self.{name}; pods_rl.trainer reads it")
+
+
+def test_metrics_are_a_dict_of_lists_per_mode():
+    assert '{"train": defaultdict(list)' in inspect.getsource(GRPOTrainer.__init__).replace("'", '"'), (
+        "GRPOTrainer._metrics is no longer {'train': defaultdict(list), ...}; PODSTrainer appends to "
+        "self._metrics['train'][name]")
+
+
+def test_model_card_class_attributes():
+    assert {"title", "id", "citation"} <= set(GRPOTrainer._paper), (
+        f"GRPOTrainer._paper now holds {sorted(GRPOTrainer._paper)}; the PODS model card cites it by title, id, citation")
+    assert isinstance(GRPOTrainer._tag_names, list), "GRPOTrainer._tag_names is no longer a list of tags"
+    for name in ("get_config_model_id", "get_comet_experiment_url", "get_trackio_space_url"):
+        assert hasattr(trl_utils, name), f"trl.trainer.utils.{name} is gone; PODSTrainer's model card calls it"
+
+
+# ---- helpers of trl.trainer.utils ----------------------------------------------------------------------------
+def test_repeat_sampler_takes_our_arguments_and_repeats_groups():
+    got = parameters(trl_utils.RepeatSampler.__init__)
+    want = ["self", "data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed"]
+    assert got == want, f"trl RepeatSampler.__init__ now takes {got}, PODSTrainer._get_train_sampler passes {want}"
+    sampler = trl_utils.RepeatSampler(data_source=list(range(4)), mini_repeat_count=3, batch_size=2,
+                                      repeat_count=1, shuffle=False, seed=0)
+    assert list(sampler) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3], (
+        "trl RepeatSampler no longer yields each prompt mini_repeat_count times in a row; PODS needs whole groups")
+
+
+def test_repeat_iterable_dataset_takes_our_arguments():
+    got = parameters(trl_utils.repeat_iterable_dataset)
+    want = ["dataset", "mini_repeat_count", "batch_size", "repeat_count"]
+    assert got == want, f"trl repeat_iterable_dataset now takes {got}, PODSTrainer.get_train_dataloader passes {want}"
+
+
+def test_nanstd_is_the_std_that_ignores_nan():
+    assert parameters(trl_utils.nanstd)[0] == "tensor", "trl nanstd's first parameter is no longer the tensor"
+    value = trl_utils.nanstd(torch.tensor([1.0, float("nan"), 3.0]))
+    assert torch.isclose(value, torch.tensor(2.0) ** 0.5), (
+        f"trl nanstd([1, nan, 3]) is {value}, not the unbiased std of [1, 3]; PODS logs pods/reward_*_std with it")
+
+
+# ---- GRPOConfig ----------------------------------------------------------------------------------------------
+CONFIG_FIELDS = ["num_generations", "generation_batch_size", "steps_per_generation", "per_device_train_batch_size",
+                 "num_iterations", "multi_objective_aggregation", "scale_rewards", "reward_weights", "seed", "beta",
+                 "loss_type", "learning_rate", "hub_model_id", "output_dir", "shuffle_dataset",
+                 "max_completion_length"]
+
+
+@pytest.mark.parametrize("name", CONFIG_FIELDS)
+def test_grpo_config_has_the_fields_we_read(name):
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert name in fields, f"trl.GRPOConfig has no field {name!r} any more; pods_rl reads it"
+
+
+def test_grpo_config_rejects_a_batch_of_partial_groups_with_the_message_we_reword():
+    with pytest.raises(ValueError, match="divisible by num_generations"):
+        GRPOConfig(output_dir="unused", per_device_train_batch_size=3, num_generations=2, report_to="none",
+                   use_cpu=True, bf16=False)
+    with pytest.raises(ValueError, match=r"not a multiple of downsample_to \(m=2\)"):
+        pods_trainer.PODSConfig(output_dir="unused", per_device_train_batch_size=3, num_generations=4,
+                                downsample_to=2, report_to="none", use_cpu=True, bf16=False)
