@@ -104,9 +104,12 @@ def test_model_path_reports_a_missing_copy(monkeypatch, tmp_path):
 
 
 def test_build_tiny_end_to_end_small(tmp_path):
+    threads_before = torch.get_num_threads()
     out = tiny.build_tiny(tmp_path / "tiny", steps=3, batch_size=8, hidden_size=16, num_layers=1,
-                          eval_problems=4, eval_samples=2, log=lambda *_: None)
+                          eval_problems=4, eval_samples=2, threads=1, log=lambda *_: None)
+    assert torch.get_num_threads() == threads_before  # the build's thread count does not leak
     info = json.loads((out / "build_info.json").read_text())
+    assert info["threads"] == 1
     assert info["sft"]["steps"] == 3 and info["hidden_size"] == 16
     assert (info["num_heads"], info["head_dim"]) == (1, 16)
     assert 0.0 <= info["held_out_accuracy"]["sampled_t1"]["accuracy"] <= 1.0
@@ -121,3 +124,5 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "positive" in capsys.readouterr().err
     assert tiny.main(["--num-heads", "0", "--out", "/nonexistent/never-written"]) == 2
     assert "num_heads" in capsys.readouterr().err
+    assert tiny.main(["--threads", "0", "--out", "/nonexistent/never-written"]) == 2
+    assert "threads" in capsys.readouterr().err
