@@ -255,8 +255,8 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
     The step count is not a smooth dial: this model learns the arithmetic in a sudden drop of the loss whose
     timing varies between builds (2 heads of dim 32, seed 0, held-out sampled / greedy accuracy: 1500 steps
     9% / 12%, 3000 steps 14% / 33%, 4000 steps 51% / 85%, 4500 steps 15% / 24%, 6000 steps 65% / 96%; see
-    README "The shipped tiny model"). A rebuild reproduces the shipped model with the same seed, ``threads``
-    and software on the same kind of machine.
+    benchmarks/results/cpu-2core-amd-epyc/tiny_model/). A rebuild reproduces the shipped model with the same
+    seed, ``threads`` and software on the same kind of machine.
 
     Saves safetensors + tokenizer + ``build_info.json`` (config, steps, seconds, held-out accuracy) to
     ``out_dir`` (default: the package's ``assets/tiny``) and returns it. ``threads`` sets torch's CPU threads
