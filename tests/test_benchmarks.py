@@ -1,4 +1,5 @@
-"""Smoke tests of the training benchmarks (bench_phases, the evidence study) in --quick mode on a tiny random model (subprocesses, ~1 minute).
+"""Smoke tests of the training benchmarks: bench_phases in --quick mode on a tiny random model (a subprocess), and the
+evidence study as calls of `pods study`.
 
 They check the scripts end to end (trainer built like `pods train`, JSON schema, figures), not the speed of this
 machine: the only timing claim asserted is that sampling 32x more rollouts takes longer.
@@ -55,61 +56,39 @@ def test_bench_phases_quick(tmp_path, tiny_model_dir):
     assert "generation" in proc.stdout and "update" in proc.stdout
 
 
-@pytest.mark.slow
-def test_study_quick_sweep_then_study_then_report(tmp_path):
-    """The evidence study end to end on the shipped tiny model: sweep, study, report with the three numbers, the
-    projection and the figures; then resumable."""
-    out = tmp_path / "study"
-    _run("study_pods_vs_grpo.py", "sweep", "--quick", "--out", str(out))
-    _run("study_pods_vs_grpo.py", "study", "--quick", "--out", str(out))
-    report = json.loads((out / "study.json").read_text())
-    assert report["sweep"]["best_lr"] == 2e-4
-    study = report["study"]
-    assert set(study["methods"]) == {"grpo-n16", "pods-mv-n64m16"}
-    pods, grpo = study["methods"]["pods-mv-n64m16"], study["methods"]["grpo-n16"]
-    assert grpo["step_ratio"] == 1.0 and pods["seeds"] == 2
-    assert pods["step_ratio"] > 1.0  # sampling 4x the rollouts costs something, even on a tiny model
-    for key in ("steps/peak", "steps/gain80", "time/peak", "time/gain80"):
-        assert study["comparisons"][key]["baseline"] == "grpo-n16"
-        assert pods[key]["kind"] in ("estimate", "upper_bound", "lower_bound", "undefined")
-    projection = study["projection"]
-    assert projection["break_even"]["pods-mv-n64m16"]["step_ratio"] == pods["steps/peak"]["ratio"]
-    paper64 = next(row for row in projection["rows"] if row["source"].startswith("paper 1xGPU GSM8K, n=64"))
-    assert paper64["step_ratio"] == round(10.1 / 7.6, 3)
-    if pods["steps/peak"]["ratio"] is not None:
-        assert paper64["pods-mv-n64m16"]["speedup"] == pytest.approx(pods["steps/peak"]["ratio"] / (10.1 / 7.6),
-                                                                     rel=1e-3)
-    for name in study["figures"]:
-        assert (out / name).stat().st_size > 1000, name
-    rows = [json.loads(line) for line in (out / "commands.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and len(rows[1]["runs"]) == 4
-    assert all("--max_steps 4" in c and "--eval_every_steps 2" in c for c in rows[1]["runs"].values())
-    proc = _run("study_pods_vs_grpo.py", "study", "--quick", "--out", str(out))
-    assert "4 runs, 4 done before; 0 to go" in proc.stdout
-
-    # The options stage: its runs carry the option's flag; its report compares each option with PODS alone.
-    proc = _run("study_pods_vs_grpo.py", "options", "--quick", "--dry-run", "--out", str(out))
-    commands = proc.stdout.strip().splitlines()
-    assert len(commands) == 6 and sum("--downsample_tiebreak shorter" in c for c in commands) == 2
-    assert sum("--oversample_prompts 2" in c for c in commands) == 2
-    runs = out / "study" / "runs"
-    for seed in (0, 1):  # finished runs stand in for the options' runs (the report only reads run directories)
-        shutil.copytree(runs / f"pods-mv-n64m16-s{seed}", out / "options" / "runs" / f"pods-mv-n32m16-s{seed}")
-        shutil.copytree(runs / f"grpo-n16-s{seed}", out / "options" / "runs" / f"pods-mv-n32m16-shorter-s{seed}")
-    _run("study_pods_vs_grpo.py", "report", "--out", str(out))
-    options = json.loads((out / "study.json").read_text())["options"]
-    assert options["baseline"] == "pods-mv-n32m16" and set(options["methods"]) == {
-        "pods-mv-n32m16", "pods-mv-n32m16-shorter"}
-    shorter = options["methods"]["pods-mv-n32m16-shorter"]
-    assert shorter["step_ratio"] < 1.0  # the stand-in is GRPO n=16: cheaper than 64 -> 16
-    assert shorter["length/train_kept"]["mean"][0] > 0 and shorter["length/held_out_second_half"]["mean"][0] > 0
-    for name in options["figures"]:
-        assert (out / name).stat().st_size > 1000, name
-
-
-def test_study_counts_a_gracefully_stopped_run_as_unfinished(tmp_path, monkeypatch):
+def test_study_script_is_a_call_of_pods_study(tmp_path, capsys, monkeypatch):
+    """Each stage of the evidence study is one `pods study` command with the study's protocol; `report` runs it
+    on finished runs (two methods x two seeds of the committed strong-model study)."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    from study_report import run_finished
+    from study_pods_vs_grpo import main
+
+    out = tmp_path / "study"
+    commands = {}
+    for stage, extra in (("sweep", ["--lrs", "1e-4,2e-4"]), ("study", ["--lr", "1e-4"]), ("options", ["--lr", "1e-4"])):
+        assert main([stage, "--out", str(out), "--dry-run", *extra]) == 0
+        commands[stage] = capsys.readouterr().out.strip()
+    for command in commands.values():
+        assert command.startswith("pods study --config tiny --m 16 --prompts-per-step 8 --updates 300 ")
+        assert "--eval-every 25 --eval-problems 500 --eval-k 4 --jobs 2 --threads 1" in command
+    assert "--stage sweep,report --methods grpo-n16 --lrs 1e-4,2e-4" in commands["sweep"]
+    assert ("--methods grpo-n16,pods-mv-n32m16,pods-mv-n64m16,pods-random-n64m16 --seeds 8 --learning_rate 0.0001"
+            in commands["study"])
+    assert f"--out {out / 'options'}" in commands["options"] and "--baseline pods-mv-n32m16" in commands["options"]
+    assert "'shorter=--downsample_tiebreak shorter'" in commands["options"]
+
+    strong = ROOT / "benchmarks" / "results" / "cpu-2core-amd-epyc" / "study_strong" / "study" / "runs"
+    for name in ("grpo-n16-s0", "grpo-n16-s1", "pods-mv-n64m16-s0", "pods-mv-n64m16-s1"):
+        shutil.copytree(strong / name, out / "study" / "runs" / name)
+    assert main(["report", "--out", str(out), "--methods", "grpo-n16,pods-mv-n64m16"]) == 0
+    report = json.loads((out / "study.json").read_text())
+    numbers = report["headline"]["pods-mv-n64m16"]
+    assert numbers["step_time_ratio"]["value"] > 1 and len(numbers["step_time_ratio"]["ci95"]) == 2
+    assert report["plan"]["lr"] == 1e-4  # read from the runs' config.yaml
+    assert not (out / "plan.json").exists()  # a report alone writes no plan
+
+
+def test_study_counts_a_gracefully_stopped_run_as_unfinished(tmp_path):
+    from pods_rl.runlog import run_finished
 
     run = tmp_path / "grpo-n16-s0"
     run.mkdir()

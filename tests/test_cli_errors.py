@@ -29,6 +29,7 @@ CASES = [
     (SMOKE + " --torch_threads 0", 2, "--torch_threads must be > 0, got 0"),
     (SMOKE + " --downsample_to 99", 2, "downsample_to (m=99) is larger than num_generations (n=8)"),
     (SMOKE + " --downsample_rule bogus", 2, "Unknown downsample_rule 'bogus'"),
+    (SMOKE + " --use_vllm true", 2, "use_vllm is true but vLLM is not installed"),  # tests/vllm: with vLLM
     # tasks and their data
     (SMOKE + " --task nosuchtask", 2, "unknown task 'nosuchtask'; available tasks:"),
     (SMOKE + " --eval_split bogus", 2, "unknown --eval_split 'bogus' for task 'arithmetic'; choose one of"),

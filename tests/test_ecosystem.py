@@ -185,11 +185,21 @@ def test_wandb_offline_gets_pods_and_time_scalars(tmp_path, tiny_model_dir, monk
         trainer.train()
     finally:
         wandb.finish()
+    import time
+
     runs = list(tmp_path.rglob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1, list(tmp_path.rglob("*"))
+    wanted = {"train/pods/frac_zero_std_all", "train/pods/reward_kept_mean", "train/time/step",
+              "train/time/generation", "train/time/update"}
+    # wandb-core (a separate process) can still be writing the offline file when finish() returns: read it
+    # again for a bounded while before judging (seen without history records in 4 runs of this session; the
+    # cause is not established, so this is a guess that a late write is it).
+    deadline = time.monotonic() + 60
     keys = _wandb_history_keys(runs[0])
-    assert {"train/pods/frac_zero_std_all", "train/pods/reward_kept_mean", "train/time/step",
-            "train/time/generation", "train/time/update"} <= keys, sorted(keys)
+    while not wanted <= keys and time.monotonic() < deadline:
+        time.sleep(1)
+        keys = _wandb_history_keys(runs[0])
+    assert wanted <= keys, sorted(keys)
 
 
 def _wandb_history_keys(path: Path) -> set[str]:

@@ -236,7 +236,7 @@ def test_answers_match_off_the_main_thread_is_bounded():
     assert results["hard"] is False and results["hard_s"] < 60  # includes spawning the worker once
     assert results["sympy_needed"] is True
     assert results["fast"] is True
-    assert rewards._bound_state.__dict__.get("active", False) is False
+    assert rewards.deadline._active == []  # no time limit left behind
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -119,6 +119,17 @@ def test_build_tiny_end_to_end_small(tmp_path):
     assert AutoTokenizer.from_pretrained(out)("<answer>").input_ids == [tiny.make_tokenizer().convert_tokens_to_ids("<answer>")]
 
 
+def test_build_tiny_takes_heads_and_a_time_limit(tmp_path):
+    """The GPU preset's knobs: head count (head_dim >= 32) and an SFT time limit that ends before --steps."""
+    out = tiny.build_tiny(tmp_path / "t", steps=1000, batch_size=4, hidden_size=64, num_layers=1, num_heads=2,
+                          max_seconds=0.01, device="cpu", eval_problems=2, eval_samples=1, log=lambda *_: None)
+    info = json.loads((out / "build_info.json").read_text())
+    assert info["num_heads"] == 2 and AutoModelForCausalLM.from_pretrained(out).config.num_attention_heads == 2
+    assert 1 <= info["sft"]["steps_done"] < 1000 and info["sft"]["device"] == "cpu"
+    with pytest.raises(ValueError, match="divisible by num_heads"):
+        tiny.build_tiny(tmp_path / "u", steps=1, hidden_size=64, num_heads=3, device="cpu", log=lambda *_: None)
+
+
 def test_cli_rejects_bad_arguments(capsys):
     assert tiny.main(["--steps", "0", "--out", "/nonexistent/never-written"]) == 2
     assert "positive" in capsys.readouterr().err

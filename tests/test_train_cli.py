@@ -148,7 +148,9 @@ def test_resume_does_what_was_asked(tmp_path, tiny_model_dir, capsys):
     # ... and accepted with the flag: resumes from checkpoint-1 (not 3), with the new rate, recorded.
     assert train_main([*resume, "--accept_config_changes", "true"]) == 0
     names = {p.name for p in run_dir.iterdir()}
-    assert {"checkpoint-2.rolled_back", "checkpoint-3.rolled_back", "final.rolled_back"} <= names
+    # Set aside, not in the run directory itself: TRL's save_total_limit rotation never reaches them there.
+    assert {p.name for p in (run_dir / runlog.SET_ASIDE_DIR).iterdir()} == {
+        "checkpoint-2.rolled_back", "checkpoint-3.rolled_back", "final.rolled_back"}
     assert {"checkpoint-2", "checkpoint-3", "checkpoint-4", "final", "config.until-step-1.yaml"} <= names
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["learning_rate"] == 0.05
     assert yaml.safe_load((run_dir / "config.until-step-1.yaml").read_text())["learning_rate"] == 0.001
@@ -271,6 +273,8 @@ def test_sigkill_then_resume(tmp_path, tiny_model_dir):
         log.close()
     killed_rows = [r["step"] for r in runlog.read_metrics(run_dir) if "loss" in r]
     assert killed_rows and max(killed_rows) < max_steps
+    # The killed job's lock file is still there, naming it, but the lock died with it: the resume below runs.
+    assert runlog.lock.read_holder(run_dir / runlog.LOCK_FILE)["pid"] == proc.pid
     # A checkpoint cut off while saving: a directory without pods_clock.json.
     half = run_dir / f"checkpoint-{max(killed_rows) + 1}"
     half.mkdir(exist_ok=True)

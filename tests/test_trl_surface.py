@@ -148,13 +148,24 @@ def test_generate_and_score_completions_groups_by_num_generations_and_returns_ad
 
 # ---- attributes GRPOTrainer sets that PODSTrainer reads -----------------------------------------------------
 TRAINER_ATTRIBUTES = ["num_generations", "num_iterations", "shuffle_dataset", "reward_weights", "scale_rewards",
-                      "_metrics", "_tokenizer", "environment_factories", "tools"]
+                      "_metrics", "_tokenizer", "environment_factories", "tools", "vllm_generation"]
 
 
 @pytest.mark.parametrize("name", TRAINER_ATTRIBUTES)
 def test_grpo_trainer_sets_the_attributes_we_read(name):
     assert name in assigned_on_self(GRPOTrainer.__init__), (
         f"GRPOTrainer.__init__ no longer sets self.{name}; pods_rl.trainer reads it")
+
+
+def test_vllm_generation_holds_its_engine_in_llm():
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    assert "llm" in assigned_on_self(VLLMGeneration._init_vllm), (
+        "TRL's VLLMGeneration no longer keeps its colocated engine in self.llm; PODSTrainer.release_vllm_engine "
+        "drops it there")
+    assert "LLM(" in inspect.getsource(GRPOTrainer.__init__) or "VLLMGeneration(" in inspect.getsource(
+        GRPOTrainer.__init__), "GRPOTrainer.__init__ no longer builds the vLLM engine; PODSTrainer wraps it in the " \
+        "CPU workaround (pods_rl.integrations.vllm_cpu.reloadable_cpu_weights)"
 
 
 def test_metrics_are_a_dict_of_lists_per_mode():
@@ -199,7 +210,7 @@ def test_nanstd_is_the_std_that_ignores_nan():
 CONFIG_FIELDS = ["num_generations", "generation_batch_size", "steps_per_generation", "per_device_train_batch_size",
                  "num_iterations", "multi_objective_aggregation", "scale_rewards", "reward_weights", "seed", "beta",
                  "loss_type", "learning_rate", "hub_model_id", "output_dir", "shuffle_dataset",
-                 "max_completion_length"]
+                 "max_completion_length", "use_vllm", "vllm_mode", "use_cpu"]
 
 
 @pytest.mark.parametrize("name", CONFIG_FIELDS)

@@ -5,8 +5,10 @@
     pods plot  RUN_DIR[=LABEL] ...                        accuracy vs training time, time per phase
     pods compare RUN_DIR[=LABEL] ...                      time-to-target and speed-up vs a baseline
     pods cost  [--config recipe.yaml] [--n 8,16,32] ...   seconds per step: GRPO (n = m) vs PODS (n -> m)
+    pods study [--config recipe.yaml] [--seeds 4] ...     does PODS pay here? GRPO vs PODS over seeds, with CIs
     pods build-tiny                                       rebuild the embedded tiny model
     pods accelerate-config ddp|zero2|zero3|fsdp           path of a shipped `accelerate launch` config
+    pods verl-args --prompts B --n N --m M --dp D --mini-batch R   verl overrides for PODS in kept terms
 
 Each command module is imported only when its sub-command runs (TRL, torch and matplotlib load in seconds).
 Every sub-command reports a user error as one line on stderr (exit 2) and any other failure as one line
@@ -33,8 +35,10 @@ COMMANDS = {
     "plot": ("pods_rl.plots", "plot_main"),
     "compare": ("pods_rl.plots", "compare_main"),
     "cost": ("pods_rl.cost", "main"),
+    "study": ("pods_rl.study", "main"),
     "build-tiny": ("pods_rl.tiny", "main"),
     "accelerate-config": ("pods_rl.launch", "main"),
+    "verl-args": ("pods_rl.integrations.verl_args", "main"),
 }
 
 

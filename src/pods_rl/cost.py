@@ -16,8 +16,9 @@ timing code path: these are the numbers a `pods train` run of the same settings 
 Schedule. ``interleaved`` (default on CPU): all settings' trainers live in one process and take their optimizer
 steps in turn, round-robin (trainer 1 step, trainer 2 step, ...; one at a time, the others wait before their
 step's clock starts), so that a noisy, shared machine slows all settings alike and their RATIOS stay fair.
-``sequential`` (default on CUDA): one setting after the other, each trainer freed before the next is built, so
-that peak GPU memory belongs to one setting and large models need not fit several times. The first ``warmup``
+``sequential`` (default on CUDA, and with vLLM): one setting after the other, each trainer (and its vLLM engine)
+freed before the next is built, so that peak GPU memory belongs to one setting and large models need not fit
+several times; a vLLM engine sizes its KV cache from the memory left when it starts. The first ``warmup``
 steps of each setting are dropped (allocations, caches, lazy initialization).
 
 Reading the table. ``ratio`` = mean step seconds of the setting / those of n = m. PODS pays off in wall-clock
@@ -137,6 +138,8 @@ def _build(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: P
     run.eval_every_seconds = run.eval_every_steps = None
     config.max_train_seconds = config.save_every_seconds = None  # stop by steps, never save
     trainer, clock, _ = train.build(run, config, model_args)
+    if getattr(clock, "run_lock", None) is not None:
+        clock.run_lock.release()  # a private temporary directory: no `fit` here to release it at the end
     trainer.remove_callback(PrinterCallback)  # the per-step log dicts go to metrics.jsonl only
     return trainer, clock.run_dir
 
@@ -244,7 +247,7 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
     Args:
         recipe_argv: `pods train` flags (``--config``, overrides).
         ns: rollouts sampled per prompt, each >= m; n = m is the GRPO reference and must be among them.
-        schedule: "interleaved", "sequential" or "auto" (sequential on CUDA, interleaved otherwise).
+        schedule: "interleaved", "sequential" or "auto" (sequential on CUDA or with vLLM, else interleaved).
         oversample: ``oversample_prompts`` > 1 measures each n also with it (its generation overhead).
     Returns ``{"machine", "settings", "rows": [one dict per (n, oversample), see summarize()]}``.
     """
@@ -257,10 +260,13 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
             n_o = (n, o)
             trainer, run_dirs[n_o] = _build(list(recipe_argv), n, m, warmup + steps, Path(tmp) / f"n{n}-o{o:g}", o)
             if schedule == "auto":
-                schedule = "sequential" if trainer.accelerator.device.type == "cuda" else "interleaved"
+                # vLLM: one engine at a time (each sizes its KV cache from the memory left when it starts).
+                alone = trainer.accelerator.device.type == "cuda" or trainer.args.use_vllm
+                schedule = "sequential" if alone else "interleaved"
             if schedule == "sequential":  # train now and free it: the next setting gets the device alone
                 trainer.train()
                 described[n_o] = _describe(trainer)
+                trainer.release_vllm_engine()  # deleting the trainer alone leaves its engine in memory
                 del trainer
                 _free_memory()
             else:
@@ -395,7 +401,7 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--schedule", choices=("auto", "interleaved", "sequential"), default="auto",
                         help="interleaved: settings take steps in turn in one process (fair under machine "
                         "noise); sequential: one after the other (GPU memory per setting). auto: sequential on "
-                        "CUDA, else interleaved")
+                        "CUDA or with vLLM (one engine at a time), else interleaved")
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     one_line_parser_errors(parser)
     args, recipe_argv = parser.parse_known_args(argv)

@@ -8,8 +8,20 @@ module can use it without importing a command.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable, Sequence
+
+# How storage failures read when a library does not raise an OSError with its errno (safetensors' SafetensorError,
+# torch's zip writer, tokenizers' Exception...): (errno, words in messages, what it is, the way on).
+_STORAGE_FAULTS = (
+    (errno.ENOSPC, ("No space left on device", "file write failed"), "disk full", "free some space"),
+    (getattr(errno, "EDQUOT", -1), ("Disk quota exceeded",), "disk quota exceeded", "free some of your quota"),
+    (errno.EROFS, ("Read-only file system",), "the file system is read-only",
+     "remount it writable"),
+    (errno.EIO, ("Input/output error",), "an I/O error (a failing disk or network file system)",
+     "check the disk or network file system"),
+)
 
 
 class CommandFailed(Exception):
@@ -35,9 +47,42 @@ def split_debug(argv: Sequence[str] | None) -> tuple[list[str], bool]:
     return [a for a in argv if a != "--debug"], "--debug" in argv
 
 
+def exception_chain(err: BaseException) -> list[BaseException]:
+    """``err`` and every exception it was raised from or while handling (``__cause__``, ``__context__``)."""
+    chain, seen = [], set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    return chain
+
+
+def storage_fault(err: BaseException) -> tuple[str, str] | None:
+    """``(what, the way on)`` when a storage fault caused ``err`` anywhere in its chain, whatever the library raised
+    it as (its errno, or its message): a full disk, an exceeded quota, a read-only or failing file system."""
+    for item in exception_chain(err):
+        code, text = getattr(item, "errno", None), str(item)
+        for number, needles, what, way_on in _STORAGE_FAULTS:
+            if code == number or any(needle in text for needle in needles):
+                return what, way_on
+    return None
+
+
+def disk_full_cause(err: BaseException) -> str | None:
+    """What the storage fault behind ``err`` is (``"disk full"``, ``"disk quota exceeded"``...), or None."""
+    fault = storage_fault(err)
+    return fault[0] if fault else None
+
+
 def error_line(prog: str, err: BaseException) -> tuple[str, int]:
-    """The one line (and exit code) that reports ``err``: a user error (ValueError, FileNotFoundError,
-    CommandFailed) by its message; anything else also by its type, with the --debug hint."""
+    """The one line (and exit code) that reports ``err``: a full disk as such (from any library); a user error
+    (ValueError, FileNotFoundError, CommandFailed) by its message; anything else also by its type, with the --debug
+    hint."""
+    fault = None if isinstance(err, CommandFailed) else storage_fault(err)
+    if fault is not None:
+        where = getattr(next((e for e in exception_chain(err) if getattr(e, "filename", None)), None), "filename", None)
+        return (f"{prog}: error: {fault[0]}{f' writing {where}' if where else ''}: {fault[1]} (or write elsewhere) "
+                "and run the command again; what was written completely before is intact"), 1
     text = str(err).strip()
     first = text.splitlines()[0] if text else ""
     if isinstance(err, (ValueError, FileNotFoundError)):

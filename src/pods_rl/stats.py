@@ -482,3 +482,107 @@ def format_compare_table(result: dict) -> str:
     lines.append(f"per-seed in {unit}; — = seed never reached the target; >x / <x = lower / upper bound "
                  "(one side never reached it)")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Study statistics: the step-time ratio, evaluation noise against seed spread, break-even and projection
+# ------------------------------------------------------------------------------------------------------------
+def mean_se(values) -> tuple[float | None, float | None]:
+    """(mean, standard error over the values) of the non-None values; SE None with one value, both None
+    with none."""
+    values = np.asarray([v for v in values if v is not None], dtype=float)
+    if not len(values):
+        return None, None
+    se = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else None
+    return float(values.mean()), se
+
+
+def ratio_of_means(values: Sequence[float], base: Sequence[float], n_boot: int = 2000,
+                   seed: int = 0) -> tuple[float, tuple[float, float] | None]:
+    """mean(values) / mean(base) and its percentile-bootstrap 95% CI, both samples resampled independently.
+
+    Used for the step-time ratio: ``values`` (S,) are a method's mean seconds per step, one per seed, and
+    ``base`` (S',) the baseline's. The CI is None with fewer than 2 values on either side.
+    """
+    values, base = [float(v) for v in values], [float(b) for b in base]
+    if not values or not base:
+        raise ValueError("ratio_of_means needs at least one value on each side")
+    ratio = float(np.mean(values) / np.mean(base))
+    if len(values) < 2 or len(base) < 2:
+        return ratio, None
+    return ratio, bootstrap_ci(lambda rng: np.mean(resample(values, rng)) / np.mean(resample(base, rng)),
+                               n_boot=n_boot, seed=seed)
+
+
+def second_half_mean(run: RunData) -> float:
+    """Mean of a run's evaluations over the second half of its optimizer steps (the sweep's criterion: fast
+    AND stable learning)."""
+    return float(run.values[run.steps >= run.steps.max() / 2].mean())
+
+
+def eval_noise(runs: Sequence[RunData]) -> dict:
+    """Evaluation noise against the seed-to-seed spread, for the seeds of one method.
+
+    Returns {eval_stderr_mean: mean standard error of one evaluation (over its k samples), seed_std_mean_over_steps:
+    std over seeds at equal optimizer steps (step 0 excluded), averaged over steps; seed_std_without_eval_noise:
+    that spread with the evaluation variance taken out, sqrt(max(spread^2 - se^2, 0)); eval_share_of_seed_variance:
+    se^2 / spread^2 (small = the evaluation resolves differences between seeds); seed_std_at_step_0: the spread
+    where every seed evaluates the same model, i.e. evaluation noise alone}. Spread entries are None for one seed.
+    """
+    se = float(np.nanmean(np.concatenate([r.stderrs for r in runs]))) if runs else float("nan")
+    common = sorted(set.intersection(*(set(r.steps.tolist()) for r in runs)) - {0}) if runs else []
+    spread = None
+    if len(runs) > 1 and common:
+        by_step = np.array([[r.values[list(r.steps).index(s)] for s in common] for r in runs])  # (S, E)
+        spread = float(by_step.std(axis=0, ddof=1).mean())
+    at_zero = [r.values[list(r.steps).index(0)] for r in runs if 0 in r.steps.tolist()]
+    return {"eval_stderr_mean": None if math.isnan(se) else se, "seed_std_mean_over_steps": spread,
+            "seed_std_without_eval_noise": None if spread is None or math.isnan(se)
+            else math.sqrt(max(spread**2 - se**2, 0.0)),
+            "eval_share_of_seed_variance": None if not spread or math.isnan(se) else se**2 / spread**2,
+            "seed_std_at_step_0": float(np.std(at_zero, ddof=1)) if len(at_zero) > 1 else None}
+
+
+def break_even(learning_gain: float | None, learning_ci, step_ratio: float, step_ci) -> dict:
+    """Whether PODS pays in wall-clock time: it does iff its learning per update (GRPO's updates / PODS's
+    updates to the same target) exceeds its step-time ratio (PODS's seconds per step / GRPO's).
+
+    Args:
+        learning_gain: the learning-per-update ratio E (None if undefined); learning_ci: its 95% CI or None.
+        step_ratio: the step-time ratio r; step_ci: its 95% CI or None.
+    Returns {break_even_step_ratio: E, margin: E / r (the implied wall-clock speed-up), verdict: "pays" (E's
+    lower bound above r's upper bound), "does not pay" (E's upper bound below r's lower bound), "undecided"
+    (the intervals overlap: more seeds or updates needed), or "unknown" (E undefined)}.
+    """
+    if learning_gain is None:
+        return {"break_even_step_ratio": None, "margin": None, "verdict": "unknown"}
+    e_low, e_high = learning_ci if learning_ci else (learning_gain, learning_gain)
+    r_low, r_high = step_ci if step_ci else (step_ratio, step_ratio)
+    e_high = math.inf if e_high is None else e_high  # a None bound of a speed-up CI is infinite
+    if e_low is not None and e_low > r_high:
+        verdict = "pays"
+    elif e_high < r_low:
+        verdict = "does not pay"
+    else:
+        verdict = "undecided"
+    return {"break_even_step_ratio": learning_gain, "margin": learning_gain / step_ratio, "verdict": verdict}
+
+
+def projection(step_ratios: dict, efficiency: dict) -> dict:
+    """PROJECTED wall-clock speed-up = learning-per-update ratio E / step-time ratio r, at given ratios r.
+
+    Args:
+        step_ratios: {description: r}, e.g. {"paper 1xGPU GSM8K n=64 (10.1 s / 7.6 s)": 1.33}.
+        efficiency: {method: (E, (E_low, E_high) or None)}: updates GRPO needs / updates the method needs.
+    Returns {"rows": [{"source", "step_ratio", method: {"speedup", "ci95"}}...], "break_even": {method:
+    {"step_ratio": E, "ci95"}}}: PODS stops paying where r exceeds E.
+    """
+    rows = []
+    for source, r in sorted(step_ratios.items(), key=lambda kv: kv[1]):
+        row = {"source": source, "step_ratio": r}
+        for method, (e, e_ci) in efficiency.items():
+            ci = [None if v is None else v / r for v in e_ci] if e_ci else None  # a None bound is infinite
+            row[method] = {"speedup": None if e is None else e / r, "ci95": ci}
+        rows.append(row)
+    return {"rows": rows, "break_even": {method: {"step_ratio": e, "ci95": e_ci}
+                                         for method, (e, e_ci) in efficiency.items()}}

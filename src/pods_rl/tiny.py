@@ -12,11 +12,11 @@ Everything is built locally: nothing is downloaded from the Hugging Face hub.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from pods_rl.errors import one_line_parser_errors, run_guarded
@@ -201,7 +201,7 @@ def sampled_accuracy(model, tokenizer, task, split: str = "test", num_problems: 
     with torch.no_grad():
         for start in range(0, len(texts), batch_size):
             batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True,
-                              add_special_tokens=False)
+                              add_special_tokens=False).to(model.device)
             generate_kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature,
                                                                          top_k=0, top_p=1.0)
             output_ids = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
@@ -241,9 +241,10 @@ def _sft_dataset(task, size: int, wrong_fraction: float, seed: int):
 
 def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_rate: float = 3e-3,
                wrong_fraction: float = 0.3, arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 4,
-               num_heads: int | None = None, seed: int = 0, threads: int | None = 1,
+               seed: int = 0,
                eval_problems: int = 200, eval_samples: int = 4, task_kwargs: dict | None = None,
-               log=print) -> Path:
+               log=print, num_heads: int | None = None, max_seconds: float | None = None,
+               device: str | None = None, threads: int | None = 1) -> Path:
     """Build the embedded tiny model from scratch: random init, then TRL ``SFTTrainer`` on `arithmetic`.
 
     The model is made *partly right on purpose*, so that RL has reward variance to learn from and room to
@@ -256,12 +257,14 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
     timing varies between builds (2 heads of dim 32, seed 0, held-out sampled / greedy accuracy: 1500 steps
     9% / 12%, 3000 steps 14% / 33%, 4000 steps 51% / 85%, 4500 steps 15% / 24%, 6000 steps 65% / 96%; see
     benchmarks/results/cpu-2core-amd-epyc/tiny_model/). A rebuild reproduces the shipped model with the same
-    seed, ``threads`` and software on the same kind of machine.
+    seed, ``threads``, device and software on the same kind of machine (the shipped one: CPU, 1 thread).
 
     Saves safetensors + tokenizer + ``build_info.json`` (config, steps, seconds, held-out accuracy) to
     ``out_dir`` (default: the package's ``assets/tiny``) and returns it. ``threads`` sets torch's CPU threads
     for the build and restores them afterwards (None: leave them as they are); with 1 the result does not
-    depend on the machine's core count.
+    depend on the machine's core count. Larger models (the GPU preset's ~75M) take ``num_heads`` (default
+    hidden_size / 32), ``device`` ("cpu" or "cuda"; default cuda when available) and ``max_seconds``: the SFT
+    stops after that much time even before ``steps`` (``build_info.json`` says how many steps it took).
     """
     import tempfile
 
@@ -271,6 +274,11 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
 
     if not 0.0 <= wrong_fraction < 1.0:
         raise ValueError(f"wrong_fraction must be in [0, 1), got {wrong_fraction}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda but torch sees no CUDA device; use --device cpu")
     if steps < 1 or batch_size < 1 or learning_rate <= 0:
         raise ValueError(f"steps, batch_size and learning_rate must be positive, got {steps}, {batch_size}, "
                          f"{learning_rate}")
@@ -280,13 +288,13 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
     tokenizer = make_tokenizer()
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
-    with _torch_threads(torch, threads):
+    with _torch_threads(threads):
         set_seed(seed)
-        model = AutoModelForCausalLM.from_config(_tiny_config(tokenizer, arch, hidden_size, num_layers, num_heads))
-        num_heads = model.config.num_attention_heads
+        model_config = _tiny_config(tokenizer, arch, hidden_size, num_layers, num_heads)
+        model = AutoModelForCausalLM.from_config(model_config)
         num_params = sum(p.numel() for p in model.parameters())
-        log(f"build-tiny: {arch} hidden={hidden_size} layers={num_layers} heads={num_heads} "
-            f"(head dim {hidden_size // num_heads}; {num_params:,} parameters); "
+        log(f"build-tiny: {arch} hidden={hidden_size} layers={num_layers} heads={model_config.num_attention_heads} "
+            f"(head dim {hidden_size // model_config.num_attention_heads}; {num_params:,} parameters) on {device}; "
             f"SFT {steps} steps x {batch_size} on arithmetic {task_kwargs or '(defaults)'}, "
             f"{wrong_fraction:.0%} of the targets with a wrong result")
         train_dataset = _sft_dataset(task, min(steps * batch_size, task.train_size), wrong_fraction, seed)
@@ -296,14 +304,18 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
             config = SFTConfig(
                 output_dir=scratch_dir, max_steps=steps, per_device_train_batch_size=batch_size,
                 learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20),
-                weight_decay=0.0, max_length=256, seed=seed, data_seed=seed, use_cpu=not torch.cuda.is_available(),
-                bf16=False, gradient_checkpointing=False, save_strategy="no", report_to=[],
+                weight_decay=0.0, max_length=256, seed=seed, data_seed=seed, use_cpu=device == "cpu",
+                bf16=False, tf32=device == "cuda", gradient_checkpointing=False, save_strategy="no", report_to=[],
                 logging_steps=max(1, steps // 10), disable_tqdm=True, dataset_num_proc=None,
             )
-            trainer = SFTTrainer(model=model, args=config, train_dataset=train_dataset, processing_class=tokenizer)
-            trainer.train()
+            callbacks = [_stop_after(max_seconds)] if max_seconds else None
+            trainer = SFTTrainer(model=model, args=config, train_dataset=train_dataset, processing_class=tokenizer,
+                                 callbacks=callbacks)
+            with _deterministic(device == "cuda"):
+                trainer.train()
         sft_seconds = time.time() - start
-        model = trainer.model.to("cpu").eval()
+        steps_done = trainer.state.global_step
+        model = trainer.model.eval()  # evaluated where it trained
         model.config.use_cache = True  # the trainer turns the KV cache off; generation needs it back
         model.generation_config = GenerationConfig(
             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
@@ -322,11 +334,13 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
         model.save_pretrained(out_dir)  # safetensors
         tokenizer.save_pretrained(out_dir)
         build_info = {
-            "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
-            "head_dim": hidden_size // num_heads, "num_parameters": num_params,
-            "seed": seed, "sft": {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate,
+            "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers,
+            "num_heads": model_config.num_attention_heads,
+            "head_dim": hidden_size // model_config.num_attention_heads, "num_parameters": num_params,
+            "seed": seed, "sft": {"steps": steps, "steps_done": steps_done, "max_seconds": max_seconds,
+                                  "batch_size": batch_size, "learning_rate": learning_rate,
                                   "lr_scheduler": "cosine", "wrong_fraction": wrong_fraction,
-                                  "seconds": round(sft_seconds, 1)},
+                                  "seconds": round(sft_seconds, 1), "device": device},
             "task": {"name": "arithmetic", "digits": task.digits, "operands": task.operands, "ops": task.ops,
                      "seed": task.seed, "train_problems": len(train_dataset)},
             "held_out_accuracy": accuracy,
@@ -339,9 +353,11 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
         return out_dir
 
 
-@contextlib.contextmanager
-def _torch_threads(torch, threads: int | None):
+@contextmanager
+def _torch_threads(threads: int | None):
     """Run the block with ``threads`` torch CPU threads (None: as they are), then restore the previous count."""
+    import torch
+
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -349,6 +365,39 @@ def _torch_threads(torch, threads: int | None):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextmanager
+def _deterministic(on: bool):
+    """Deterministic kernels where torch has them (a warning, not an error, where it has none), so that a GPU
+    rebuild on another machine of the same kind can give the same weights; the previous setting is restored."""
+    if not on:
+        yield
+        return
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def _stop_after(seconds: float):
+    """A TrainerCallback that ends training after ``seconds`` of it (the step in progress completes)."""
+    from transformers import TrainerCallback
+
+    class StopAfter(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.time()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.time() - self.start > seconds:
+                control.should_training_stop = True
+
+    return StopAfter()
 
 
 def _version(package: str) -> str:
@@ -375,17 +424,22 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2")
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-heads", type=int, default=None,
                         help="attention heads (default: hidden size // 32, i.e. head dim 32, which vLLM's CPU "
                              "build serves; the model shipped before issue #24 had 4, head dim 16)")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for the build (the shipped model was built with 1)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="end the SFT after this many seconds even before --steps (a time limit)")
+    parser.add_argument("--eval-problems", type=int, default=200, help="held-out problems in build_info.json")
     one_line_parser_errors(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub
     build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
                wrong_fraction=args.wrong_fraction, arch=args.arch,
-               hidden_size=args.hidden_size, num_layers=args.num_layers, num_heads=args.num_heads,
-               seed=args.seed, threads=args.threads)
+               hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed, num_heads=args.num_heads,
+               device=args.device, max_seconds=args.max_seconds, eval_problems=args.eval_problems,
+               threads=args.threads)
     return 0

@@ -12,6 +12,7 @@ model ``pods_rl.models``; the run directory ``pods_rl.runlog``; this module puts
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -37,6 +38,7 @@ from pods_rl.recipes import (
     RECIPES_DIR,
     TASK_ARG_FLAGS,
     RunArguments,
+    check_enough_prompts,
     check_recipe_yaml,
     check_splits,
     merge_task_arg_flags,
@@ -127,14 +129,10 @@ def train(run: RunArguments, config, model_args) -> dict:
 def build(run: RunArguments, config, model_args, stop=None):
     """Check everything that can be checked cheaply, load task, model and tokenizer, prepare the run directory
     (resume) and build the trainer and its clock. Nothing is written before all checks pass. ``stop``: the
-    ``runlog.GracefulStop`` whose signal handlers are installed (a new one otherwise; ``fit`` installs it)."""
-    import torch
-    from transformers.trainer_callback import PrinterCallback
-    from trl import get_peft_config
+    ``runlog.GracefulStop`` whose signal handlers are installed (a new one otherwise; ``fit`` installs it).
 
-    # Lazy, as TRL: pods_rl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
-    from pods_rl.trainer import PODSTrainer
-
+    The run directory is locked for this process first (``runlog.hold_run_dir``: a second `pods train` on it stops
+    here, naming this one) and released by ``fit`` at its end."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("pods_rl").setLevel(logging.INFO)
     validate(run, config, model_args)
@@ -143,8 +141,50 @@ def build(run: RunArguments, config, model_args, stop=None):
         config.output_dir = str(default_run_dir(run, config))
     run_dir = Path(config.output_dir)
     check_output_dir(run_dir)
-
     resume = config.resume_from_checkpoint not in (None, False, "false", "False", "")
+    if resume:  # before the directory is made: resuming a run that is not there is an error
+        runlog.plan_resume(run_dir, config.resume_from_checkpoint, output_dir_given)
+
+    # One owner per run directory, from before anything is read for real (resume plan) or loaded until the process
+    # ends. Under a multi-process launcher only the first process takes it (and changes the run directory).
+    main_process = os.environ.get("RANK", "0") == "0"
+    created = main_process and not run_dir.exists()
+    lock = None
+    if main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            lock = runlog.hold_run_dir(run_dir)
+        except BaseException:
+            # Never more than an empty directory: two starts can both have seen it missing, and the other one,
+            # which holds it, may be writing into it.
+            if created:
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()
+            raise
+    try:
+        trainer, clock, eval_fn = _build_locked(run, config, model_args, stop, run_dir, resume, output_dir_given,
+                                                main_process)
+    except BaseException:
+        if lock is not None:
+            lock.release()  # removes its file too
+        if created:  # a failed start leaves no run directory behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    clock.run_lock = lock  # released by fit at its end (and by the operating system if the process dies)
+    return trainer, clock, eval_fn
+
+
+def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, output_dir_given: bool,
+                  main_process: bool):
+    """``build`` once the run directory is ours: checks that read it, the task, the model, the trainer."""
+    import torch
+    from transformers.trainer_callback import PrinterCallback
+    from trl import get_peft_config
+
+    # Lazy, as TRL: pods_rl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
+    from pods_rl.trainer import PODSTrainer
+
+    runlog.check_not_foreign(run_dir)
     explicit = runlog.plan_resume(run_dir, config.resume_from_checkpoint, output_dir_given) if resume else None
     if not resume and runlog.holds_a_run(run_dir):
         raise ValueError(f"{run_dir} already holds a run; pass --resume_from_checkpoint true to continue it, or "
@@ -153,6 +193,7 @@ def build(run: RunArguments, config, model_args, stop=None):
     task = get_task(run.task, **parse_task_args(run.task_args))
     check_splits(run, task)
     train_dataset = task.load(run.train_split, limit=run.train_limit)
+    check_enough_prompts(config, len(train_dataset), f"split {run.train_split!r} of task {run.task!r}")
     if wants_eval(run):  # a broken or missing held-out split fails now, not after the model loaded
         held_out = len(task.load(run.eval_split, limit=run.eval_num_problems))
         if held_out < run.eval_num_problems:
@@ -162,6 +203,12 @@ def build(run: RunArguments, config, model_args, stop=None):
         config.reward_weights = list(task.reward_weights)
     model_args.model_name_or_path = default_model_path(model_args.model_name_or_path)
     check_model_path(model_args.model_name_or_path, model_args.model_revision)
+    if config.use_vllm and (config.use_cpu or not torch.cuda.is_available()):  # before the model loads
+        from transformers import AutoConfig
+
+        from pods_rl.integrations.vllm_cpu import check_cpu_model
+
+        check_cpu_model(AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision))
 
     flat = resolved_config(run, config, model_args)
     changes = {}
@@ -172,89 +219,167 @@ def build(run: RunArguments, config, model_args, stop=None):
             raise ValueError(f"this resume changes training settings of {run_dir}: {listed}; pass "
                              "--accept_config_changes true to continue with them, or drop those flags to continue "
                              "as the run started")
+    if resume:  # a corrupt file in the checkpoint to resume is named now, not deep inside a loader
+        check_resume_checkpoint(run_dir, explicit)
 
     if run.torch_threads:
         torch.set_num_threads(run.torch_threads)
     model, tokenizer = load_for_training(model_args)
 
-    # Under a multi-process launcher every process runs this; only the first one changes the run directory.
-    main_process = os.environ.get("RANK", "0") == "0"
-    created = main_process and not run_dir.exists()
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        resume_checkpoint, train_seconds = None, 0.0
-        if resume:
-            resume_checkpoint, train_seconds = runlog.prepare_resume(run_dir, checkpoint=explicit,
-                                                                     modify=main_process)
-            if resume_checkpoint is None:
-                logger.warning("no complete checkpoint in %s: starting from scratch", run_dir)
-            config.resume_from_checkpoint = str(resume_checkpoint) if resume_checkpoint else None
-        # config.yaml describes what runs: written only now that every check passed. A changed config keeps the
-        # previous one beside it, named after the step from which the new one applies.
-        flat["resume_from_checkpoint"] = config.resume_from_checkpoint
-        step = runlog.save_config(run_dir, flat, resume, resume_checkpoint) if main_process else None
-        if step is not None and changes:
-            logger.warning("training settings changed from step %d on: %s (previous config kept as "
-                           "config.until-step-%d.yaml)", step, ", ".join(changes), step)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resume_checkpoint, train_seconds = None, 0.0
+    if resume:
+        resume_checkpoint, train_seconds = runlog.prepare_resume(run_dir, checkpoint=explicit, modify=main_process)
+        if resume_checkpoint is None:
+            logger.warning("no complete checkpoint in %s: starting from scratch", run_dir)
+        config.resume_from_checkpoint = str(resume_checkpoint) if resume_checkpoint else None
+    # config.yaml describes what runs: written only now that every check passed. A changed config keeps the
+    # previous one beside it, named after the step from which the new one applies.
+    flat["resume_from_checkpoint"] = config.resume_from_checkpoint
+    step = runlog.save_config(run_dir, flat, resume, resume_checkpoint) if main_process else None
+    if step is not None and changes:
+        logger.warning("training settings changed from step %d on: %s (previous config kept as "
+                       "config.until-step-%d.yaml)", step, ", ".join(changes), step)
 
-        eval_fn = None
-        if wants_eval(run):
-            eval_fn = _make_eval_fn(run, config, task, tokenizer)
-        clock = runlog.TrainingClock(
-            run_dir,
-            save_every_seconds=config.save_every_seconds,
-            max_train_seconds=config.max_train_seconds,
-            eval_fn=eval_fn,  # before the first step, every eval_every_seconds, after the last
-            eval_every_seconds=run.eval_every_seconds,
-            eval_every_steps=run.eval_every_steps,
-            train_seconds=train_seconds,
-            progress=config.max_train_seconds is not None and not config.disable_tqdm,
-        )
-        if clock.progress:  # the clock's bar (training seconds) replaces the Trainer's (steps of max_steps)
-            config.disable_tqdm = True
-        callbacks = [clock, stop or runlog.GracefulStop()]
-        if changes:  # the optimizer state in the checkpoint carries the old hyper-parameters: apply the new ones
-            callbacks.append(runlog.ApplyOptimizerSettings())
-        trainer = PODSTrainer(
-            model=model,
-            reward_funcs=task.reward_funcs(),
-            args=config,
-            train_dataset=train_dataset,
-            processing_class=tokenizer,
-            peft_config=get_peft_config(model_args),
-            callbacks=callbacks,
-        )
-    except BaseException:
-        if created:  # a failed start leaves no empty run directory behind
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+    eval_fn = None
+    if wants_eval(run):
+        eval_fn = _make_eval_fn(run, config, task, tokenizer)
+    clock = runlog.TrainingClock(
+        run_dir,
+        save_every_seconds=config.save_every_seconds,
+        max_train_seconds=config.max_train_seconds,
+        eval_fn=eval_fn,  # before the first step, every eval_every_seconds, after the last
+        eval_every_seconds=run.eval_every_seconds,
+        eval_every_steps=run.eval_every_steps,
+        train_seconds=train_seconds,
+        progress=config.max_train_seconds is not None and not config.disable_tqdm,
+    )
+    if clock.progress:  # the clock's bar (training seconds) replaces the Trainer's (steps of max_steps)
+        config.disable_tqdm = True
+    stop = stop or runlog.GracefulStop()
+    stop.grace_seconds = run.stop_grace_seconds
+    callbacks = [clock, stop]
+    if changes:  # the optimizer state in the checkpoint carries the old hyper-parameters: apply the new ones
+        callbacks.append(runlog.ApplyOptimizerSettings())
+    trainer = PODSTrainer(
+        model=model,
+        reward_funcs=task.reward_funcs(),
+        args=config,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        callbacks=callbacks,
+    )
     clock.is_main_process = trainer.accelerator.is_main_process
+    clock.run_figure = run.run_figure  # read by fit
     if clock.progress:
         trainer.remove_callback(PrinterCallback)  # metrics go to metrics.jsonl and report_to, not the terminal
     return trainer, clock, eval_fn
 
 
+def check_resume_checkpoint(run_dir: Path, explicit: Path | None) -> None:
+    """The checkpoint a resume would load (``explicit``, else the newest complete one) must have readable files;
+    otherwise one line names the file, what is wrong, and the ``--resume_from_checkpoint`` that would work."""
+    complete = runlog.list_checkpoints(run_dir)
+    target = explicit or (complete[-1] if complete else None)
+    if target is None:
+        return
+    problems = runlog.checkpoint_problems(target)
+    if not problems:
+        return
+    name, problem = problems[0]
+    more = f" (and {len(problems) - 1} more of its files)" if len(problems) > 1 else ""
+    earlier = [c for c in complete if c != target and runlog.read_clock(c)["step"] < runlog.read_clock(target)["step"]
+               and not runlog.checkpoint_problems(c)]
+    way_on = (f"resume from the last intact one: --resume_from_checkpoint {earlier[-1]}" if earlier else
+              "no earlier checkpoint is intact: restore the file, or start a new run in another --output_dir")
+    raise ValueError(f"{target}/{name} is corrupt: {problem}{more}; {way_on} (nothing was changed)")
+
+
 def fit(trainer, clock, eval_fn) -> dict:
-    """Train, save ``final/``, evaluate at the end if needed, write summary.json and the figure."""
+    """Train, save ``final/``, evaluate at the end if needed, write summary.json and the figure; then release the
+    run directory's lock (``build`` took it)."""
+    try:
+        return _fit(trainer, clock, eval_fn)
+    finally:
+        lock = getattr(clock, "run_lock", None)
+        if lock is not None:
+            lock.release()
+
+
+# Functions of transformers / TRL / torch / safetensors that read a checkpoint: an error raised inside one of them
+# while resuming is a checkpoint that cannot be loaded, and is reported as such.
+_LOADERS = frozenset({"_load_from_checkpoint", "_load_optimizer_and_scheduler", "_load_rng_state", "_load_scaler",
+                      "load_from_json", "load_state_dict", "load_file", "safe_load_file", "load", "_load",
+                      "load_adapter", "load_sharded_checkpoint", "_load_state_dict_into_model"})
+
+
+def _failed_loading(err: BaseException) -> bool:
+    """Whether ``err`` was raised while a checkpoint was being read (see ``_LOADERS``)."""
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name in _LOADERS:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _intact_before(run_dir: Path, checkpoint: Path) -> Path | None:
+    """The newest complete checkpoint before ``checkpoint`` whose files look readable (None if there is none)."""
+    clock = runlog.read_clock(checkpoint)
+    step = clock["step"] if clock else float("inf")
+    earlier = [c for c in runlog.list_checkpoints(run_dir)
+               if c.name != checkpoint.name and runlog.read_clock(c)["step"] < step and not runlog.checkpoint_problems(c)]
+    return earlier[-1] if earlier else None
+
+
+def _fit(trainer, clock, eval_fn) -> dict:
+    from pods_rl.reward_guard import RewardFunctionError
+
     config, run_dir, tokenizer = trainer.args, clock.run_dir, trainer.processing_class
     stop = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, runlog.GracefulStop)), None)
     stop = stop or runlog.GracefulStop()
+    stop.run_dir = run_dir
+    resuming_from = config.resume_from_checkpoint
     saving = None
     try:
         with stop.handling_signals():  # SIGTERM / SIGINT: finish the step, save, stop; a second one aborts
-            trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-        if stop.signal_name is not None:
-            return _stopped(trainer, clock, stop.signal_name)
+            try:
+                trainer.train(resume_from_checkpoint=resuming_from)
+            except runlog.StopNow:
+                return _abandoned(trainer, clock, stop)
+            if stop.signal_name is not None:
+                stop.finish()
+                return _stopped(trainer, clock, stop.signal_name)
+        if trainer.state.global_step == 0:
+            raise RunFailed(f"training took no step (max_steps {config.max_steps}, num_train_epochs "
+                            f"{config.num_train_epochs:g}): nothing was trained, so no final/ was written in {run_dir}; "
+                            "raise --max_steps or --num_train_epochs", exit_code=2)
         final_dir, saving = run_dir / "final", "final/"
         trainer.save_model(str(final_dir))
         if trainer.accelerator.is_main_process:
             tokenizer.save_pretrained(final_dir)
             runlog.write_clock(final_dir, trainer.state.global_step, clock.train_seconds)
-    except (OSError, RuntimeError) as err:
+    except (RunFailed, KeyboardInterrupt):
+        raise
+    except Exception as err:  # noqa: BLE001 - turned into the one line that says what to do, or re-raised
         message = runlog.disk_full_message(err, run_dir, trainer.state.global_step, saving)
-        if message is None:
-            raise
-        raise RunFailed(message) from err
+        if message is not None:
+            raise RunFailed(message) from err
+        complete = runlog.list_checkpoints(run_dir)
+        resume = f"resume with --output_dir {run_dir} --resume_from_checkpoint true"
+        if isinstance(err, RewardFunctionError):
+            kept = (f"{run_dir} keeps its complete checkpoints (the last: {complete[-1].name}); fix it, then {resume}"
+                    if complete else "no checkpoint was saved yet: fix it and run again")
+            raise RewardFunctionError(f"{err}; {kept}") from err
+        if resuming_from and trainer.state.global_step <= (runlog.read_clock(resuming_from) or {}).get("step", 0) \
+                and _failed_loading(err):
+            first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+            earlier = _intact_before(run_dir, Path(resuming_from))
+            way_on = (f"resume from the last intact one: --resume_from_checkpoint {earlier}" if earlier else
+                      "no earlier checkpoint is intact: restore it, or start a new run in another --output_dir")
+            raise ValueError(f"{resuming_from} cannot be loaded ({type(err).__name__}: {first}); {way_on}") from err
+        raise
     if trainer.accelerator.is_main_process:
         runlog.remove_incomplete(run_dir, trainer.state.global_step)  # final/ covers earlier leftovers
     rows = [r for r in runlog.read_metrics(run_dir) if "eval/accuracy" in r]
@@ -268,7 +393,34 @@ def fit(trainer, clock, eval_fn) -> dict:
     summary.update(train_seconds=round(clock.train_seconds, 1), steps=trainer.state.global_step)
 
     if trainer.accelerator.is_main_process:
-        _finish(run_dir, summary)
+        _finish(run_dir, summary, figure=getattr(clock, "run_figure", True))
+    return summary
+
+
+def _abandoned(trainer, clock, stop) -> dict:
+    """A stop whose step outlived its share of the grace (``runlog.StopNow``): save the last complete step when one
+    process holds all of the state (the weights are those of ``global_step``; the abandoned step changed nothing),
+    then summary.json and one line saying what happened."""
+    run_dir, step, abandoned = clock.run_dir, trainer.state.global_step, stop.abandoned
+    checkpoint = run_dir / f"checkpoint-{step}"
+    single = trainer.accelerator.num_processes == 1 and not getattr(trainer, "is_deepspeed_enabled", False)
+    note = (f"pods train: {stop.signal_name}: the step in progress (step {step + 1}) did not end within "
+            f"{abandoned.waited:.0f} s (it was in {abandoned.where}): abandoned")
+    if runlog.read_clock(checkpoint) is None and step > 0 and single:
+        print(f"{note}; saving {checkpoint.name} from the last complete step", flush=True)
+        with stop.saving():
+            trainer._save_checkpoint(trainer.model, trial=None)
+            trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+    elif runlog.read_clock(checkpoint) is None:
+        why = "no step was complete" if step == 0 else "several processes hold the state"
+        print(f"{note}; no checkpoint saved ({why})", flush=True)
+    else:
+        print(f"{note}; {checkpoint.name} already holds the last complete step", flush=True)
+    stop.finish()
+    summary = _stopped(trainer, clock, stop.signal_name)
+    summary["abandoned_step_in"] = abandoned.where
+    if trainer.accelerator.is_main_process:
+        runlog.write_summary(run_dir, summary)
     return summary
 
 
@@ -303,11 +455,13 @@ def _make_eval_fn(run: RunArguments, config, task, tokenizer):
     return eval_fn
 
 
-def _finish(run_dir: Path, summary: dict) -> None:
-    """Write summary.json and a figure of accuracy vs training time; print the result."""
+def _finish(run_dir: Path, summary: dict, figure: bool = True) -> None:
+    """Write summary.json and (unless ``figure`` is False) a figure of accuracy vs training time; print the
+    result."""
     runlog.write_summary(run_dir, summary)
     try:
-        plot_accuracy_vs_time([run_dir], run_dir)
+        if figure:
+            plot_accuracy_vs_time([run_dir], run_dir)
     except Exception as err:  # a figure must never cost the run
         logger.warning("could not draw the accuracy figure: %s", err)
     before, after = summary.get("accuracy_before"), summary.get("accuracy_after")

@@ -46,21 +46,24 @@ Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins 
   GRPOTrainer attributes we read   num_generations (set to m around the inner call: TRL groups by it),
                            num_iterations, shuffle_dataset, reward_weights, scale_rewards, _metrics["train"],
                            _tokenizer, environment_factories, tools, eos_token_ids (TRL >= 1.13; 1.12: the
-                           tokenizer's), _paper, _tag_names
+                           tokenizer's), _paper, _tag_names; vllm_generation (TRL's VLLMGeneration, built in
+                           GRPOTrainer.__init__ inside our CPU workaround; release_vllm_engine drops its .llm)
   GRPOConfig               subclassed (PODSConfig); __post_init__ runs with num_generations = m and its
                            "divisible by num_generations" error is reworded; fields read: num_generations,
                            generation_batch_size, steps_per_generation, per_device_train_batch_size,
                            num_iterations, multi_objective_aggregation, scale_rewards, reward_weights, seed,
-                           beta, loss_type, learning_rate, hub_model_id, output_dir
+                           beta, loss_type, learning_rate, hub_model_id, output_dir, use_vllm, vllm_mode, use_cpu
 """
 
 from __future__ import annotations
 
+import gc
+import logging
 import math
 import os
 import textwrap
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -87,12 +90,20 @@ _require_supported_trl(version("trl"))  # before the imports below, which reach 
 
 import torch
 from accelerate.utils import gather
-from transformers import TrainerCallback
+from transformers import AutoConfig, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, nanstd, repeat_iterable_dataset
 
 from pods_rl import tiny
 from pods_rl.downsample import available_rules, downsample, group_advantages, rule_takes_features
+from pods_rl.reward_guard import (
+    DEFAULT_REWARD_TIMEOUT_S,
+    MAX_TIMEOUTS_IN_A_ROW,
+    guard_reward_funcs,
+    reward_weights_of,
+)
+
+logger = logging.getLogger(__name__)
 
 PHASES = ("generation", "scoring", "selection", "update")
 _TIEBREAKS = ("index", "shorter", "longer")
@@ -140,6 +151,13 @@ class PODSConfig(GRPOConfig):
         default=None,
         metadata={"help": "Stop (and save) once this many seconds of training time have elapsed."},
     )
+    reward_timeout_s: float | None = field(
+        default=DEFAULT_REWARD_TIMEOUT_S,
+        metadata={"help": "Time budget in seconds of one call of one reward function (a batch of completions). A "
+                  "call past it is interrupted and its completions are not scored that step (None); "
+                  f"{MAX_TIMEOUTS_IN_A_ROW} in a row stop the run. 0 or None: no budget. Enforced when training "
+                  "runs in the main thread of a POSIX process."},
+    )
 
     def __post_init__(self):
         n = self.num_generations
@@ -178,6 +196,14 @@ class PODSConfig(GRPOConfig):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}.")
+        weights = self.reward_weights
+        if weights is not None and len(weights) and all(float(w) == 0 for w in weights):
+            raise ValueError(f"reward_weights are all 0 ({list(weights)}): every reward would be 0 and nothing would "
+                             "be learned; give at least one reward function a weight.")
+        timeout = self.reward_timeout_s
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or math.isnan(timeout) or timeout < 0):
+            raise ValueError(f"reward_timeout_s must be a number of seconds >= 0 (0: no budget), got {timeout!r}.")
         # TRL checks that the generation batch holds whole groups of `num_generations`. Under PODS the batch
         # sizes count kept rollouts, so the same check must be made against m: run TRL's validation with m.
         self.num_generations = m
@@ -288,7 +314,36 @@ class PODSTrainer(GRPOTrainer):
         if not isinstance(config, PODSConfig):
             raise TypeError(f"PODSTrainer needs args=PODSConfig(...), got {type(config).__name__}.")
         self._pods_stash = None  # (kept generation outputs, gathered kept rewards) during the inner TRL call
-        super().__init__(*args, **kwargs)
+        # Reward functions are user code: a time budget per call, checked return values, named errors.
+        if "reward_funcs" in kwargs:
+            reward_funcs = kwargs["reward_funcs"]
+        else:
+            reward_funcs = args[1] if len(args) > 1 else None
+        if reward_funcs is not None:
+            if config.reward_weights is None:
+                # A task's functions carry its weights (Task.reward_funcs): the same objective as `pods train`.
+                config.reward_weights = reward_weights_of(reward_funcs)
+            reward_funcs = guard_reward_funcs(reward_funcs, config.reward_timeout_s)
+            if "reward_funcs" in kwargs:
+                kwargs["reward_funcs"] = reward_funcs
+            else:
+                args = (*args[:1], reward_funcs, *args[2:])
+        self._no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
+        self._warned_no_variance = False
+        engine_setup = nullcontext()
+        if config.use_vllm:  # imported only then: the vLLM checks and the CPU build's workaround live there
+            from pods_rl.integrations import vllm_cpu
+
+            on_cpu = config.use_cpu or not torch.cuda.is_available()
+            vllm_cpu.check_vllm_settings(config.use_vllm, config.vllm_mode, on_cpu=on_cpu)
+            model = kwargs.get("model", args[0] if args else None)
+            model_config = model.config if hasattr(model, "config") else AutoConfig.from_pretrained(model)
+            if on_cpu:
+                vllm_cpu.check_cpu_model(model_config)
+            if config.vllm_mode == "colocate":  # TRL builds the LLM in GRPOTrainer.__init__
+                engine_setup = vllm_cpu.reloadable_cpu_weights()
+        with engine_setup:
+            super().__init__(*args, **kwargs)
         if config.selects and (self.environment_factories is not None or self.tools):
             raise ValueError("PODS down-sampling does not support tools or environments yet; use downsample_to="
                              "num_generations (plain GRPO) for multi-turn rollouts.")
@@ -304,6 +359,19 @@ class PODSTrainer(GRPOTrainer):
         # First in line, so that its step ends before any callback that evaluates or saves at step end
         # (pods train's TrainingClock): those seconds are not part of the step.
         self.callback_handler.callbacks.insert(0, self.phase_clock)
+
+    def release_vllm_engine(self) -> None:
+        """Free this trainer's colocated vLLM engine (weights and KV cache) once it is done training.
+
+        For a process that builds another trainer next (``pods cost``, tests): deleting the trainer does not free
+        the engine, and vLLM sizes a new engine's KV cache from the memory left. The trainer cannot generate with
+        vLLM afterwards."""
+        generation = getattr(self, "vllm_generation", None)
+        if generation is not None and getattr(generation, "llm", None) is not None:
+            generation.llm = None
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
     # ---- batching: the dataloader yields n rollouts per prompt, the batch sizes count the m kept --------
 
@@ -359,7 +427,47 @@ class PODSTrainer(GRPOTrainer):
         if self._pods_stash is not None:
             return self._pods_stash["rewards_per_func"]
         with self.phase_clock.phase("scoring"):
-            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.model.training:
+            self._note_reward_variance(rewards_per_func)  # (N, F), gathered over processes
+        return rewards_per_func
+
+    # Generation rounds in a row without any reward variance before the terminal hears of it (once per run).
+    NO_VARIANCE_WARN_ROUNDS = 10
+
+    def _note_reward_variance(self, rewards_per_func: torch.Tensor) -> None:
+        """Count generation rounds in which every group's n rewards were all equal (all advantages 0: nothing is
+        learned); after ``NO_VARIANCE_WARN_ROUNDS`` in a row, say so once with the likely cause."""
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        unscored = torch.isnan(rewards_per_func).all(dim=1)
+        rewards = rewards.masked_fill(unscored, float("nan")).view(-1, self.num_generations).cpu()  # (G, n)
+        if not bool(_all_equal(rewards).all()):
+            self._no_variance_rounds = 0
+            return
+        self._no_variance_rounds += 1
+        if (self._no_variance_rounds < self.NO_VARIANCE_WARN_ROUNDS or self._warned_no_variance
+                or not self.accelerator.is_main_process):
+            return
+        self._warned_no_variance = True
+        scored = rewards[~torch.isnan(rewards)]
+        temperature = getattr(self.args, "temperature", 1.0)
+        if scored.numel() == 0:
+            cause = "no reward function scored any completion (all returned None)"
+        elif temperature is not None and temperature < 0.5:
+            cause = (f"near-greedy sampling (temperature {temperature:g}) makes the {self.num_generations} "
+                     "completions of a prompt alike: raise --temperature (TRL's default is 1.0)")
+        elif bool((scored == scored[0]).all()):
+            cause = (f"every completion of every prompt scores {scored[0].item():g}: a reward function that returns "
+                     "a constant, gold answers that no completion can match (check the task's data), or a task far "
+                     "too easy or too hard for this model")
+        else:
+            cause = ("each prompt is either always solved or never solved by this model: use problems nearer its "
+                     "level, or more completions per prompt (--num_generations)")
+        logger.warning(
+            "warning: no group of completions has had any reward variance for the last %d generation rounds "
+            "(step %d; mean reward %.3g): every advantage is 0, so nothing is learned. Likely cause: %s.",
+            self._no_variance_rounds, self.state.global_step,
+            scored.mean().item() if scored.numel() else float("nan"), cause)
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training or not self._selects:

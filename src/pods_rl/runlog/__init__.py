@@ -1,5 +1,8 @@
 """The run directory: everything one run produced, read and written through this package alone.
 
+    lock.py       one owner per run directory (flock, released with the process), short locks for eval.json
+    ours.py       what a pods-rl run directory is (the marker, runs of earlier versions); others are refused
+    integrity.py  cheap checks of a checkpoint's files (which one is corrupt) before anything loads
     store.py      the files: config.yaml (+ its history), metrics.jsonl, checkpoints and their clocks, eval.json,
                   summary.json; scanning a run's saved models; starting and resuming (plan, consistency)
     callbacks.py  the transformers callbacks that write it while training runs: TrainingClock (training time,
@@ -12,6 +15,9 @@ pods_rl import runlog`` gives both (the callbacks on first use), as ``pods_rl.ru
 
 from __future__ import annotations
 
+from pods_rl.runlog.integrity import checkpoint_problems  # noqa: F401
+from pods_rl.runlog.lock import LOCK_FILE, RunDirInUse, hold_run_dir  # noqa: F401
+from pods_rl.runlog.ours import check_not_foreign, foreign_entries, is_pods_run  # noqa: F401
 from pods_rl.runlog.store import (  # noqa: F401  (the package's API)
     CLOCK_FILE,
     CONFIG_FILE,
@@ -20,11 +26,14 @@ from pods_rl.runlog.store import (  # noqa: F401  (the package's API)
     METRICS_FILE,
     NOT_TRAINING_FIELDS,
     REUSE_FIELDS,
+    RUN_MARKER,
+    SET_ASIDE_DIR,
     SUMMARY_FILE,
     RunFinished,
     already_done,
     check_output_dir,
     checkpoint_clock,
+    clock_problem,
     config_changes,
     default_out_for_model,
     disk_full_message,
@@ -38,22 +47,27 @@ from pods_rl.runlog.store import (  # noqa: F401  (the package's API)
     list_checkpoints,
     load_results,
     load_run_config,
+    mark_as_run,
     move_aside,
     plan_resume,
     prepare_resume,
     read_clock,
     read_metrics,
+    read_summary,
     remove_incomplete,
     result_key,
+    run_finished,
+    run_stopped,
     save_config,
     save_results,
+    set_aside,
     upsert_result,
     write_clock,
     write_json_atomic,
     write_summary,
 )
 
-_CALLBACKS = ("TrainingClock", "GracefulStop", "ApplyOptimizerSettings")
+_CALLBACKS = ("TrainingClock", "GracefulStop", "StopNow", "ApplyOptimizerSettings")
 
 
 def __getattr__(name):

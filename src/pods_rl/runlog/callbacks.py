@@ -147,14 +147,49 @@ class TrainingClock(TrainerCallback):
             remove_incomplete(self.run_dir, state.global_step)
 
 
+class StopNow(BaseException):
+    """Raised in the main thread when a stop request's grace budget ran out while the step was still running (in a
+    reward function, generation, an evaluation): the step is abandoned at the last complete optimizer step.
+    ``where`` says what was running."""
+
+    def __init__(self, where: str, waited: float):
+        super().__init__(f"the step did not end within {waited:.0f} s of the stop request (it was in {where})")
+        self.where, self.waited = where, waited
+
+
+def interrupted_in(frame) -> str:
+    """What the main thread was doing at ``frame`` (a signal handler's), in words for the stop line."""
+    while frame is not None:
+        module, code = frame.f_globals.get("__name__", ""), frame.f_code.co_name
+        if module == "pods_rl.reward_guard" and code == "guarded":
+            return f"the reward function {frame.f_locals.get('name')!r}"
+        if module == "pods_rl.runlog.callbacks" and code == "evaluate":
+            return "an evaluation"
+        if module == "pods_rl.trainer" and code in ("_generate", "_calculate_rewards"):
+            return "generation" if code == "_generate" else "scoring"
+        frame = frame.f_back
+    return "the training step"
+
+
 class GracefulStop(TrainerCallback):
-    """SIGTERM / SIGINT: finish the current optimizer step, save a complete checkpoint, stop training.
+    """SIGTERM / SIGINT: finish the current optimizer step, save a complete checkpoint, stop training, all within
+    ``grace_seconds`` (what a scheduler allows before SIGKILL: Kubernetes' default is 30 s).
 
     ``handling_signals()`` installs the handlers (main thread only). While training runs, the first signal is
     noted and acted on at the end of the step (the checkpoint save that follows writes the training clock); a
     second one raises KeyboardInterrupt at once. Outside training (model loading, the final save and evaluation)
     there is no step to finish, so a signal aborts at once. A SIGTERM within ``DUPLICATE_SECONDS`` of the first
     is taken as the same request.
+
+    The step may not end in time: user code (a reward function) can take minutes or hang, as can generation or an
+    evaluation. So the first signal also starts a watchdog thread. If the step is still running once its share of
+    the grace is spent (``wait_budget``: the grace minus an estimate of the save, measured on this run's saves, and
+    a margin), the watchdog signals the main thread again and the handler raises ``StopNow`` there, unless the
+    optimizer is changing the weights or a checkpoint is being written (then it waits for that to finish). The
+    weights are then those of the last complete step: ``pods train`` saves them (``saving()``) and exits, saying
+    what it did. Should the main thread not come back at all (a collective of another rank, C code that ignores
+    signals), the watchdog ends the process itself ``HARD_EXIT_MARGIN`` seconds before the grace runs out, with one
+    line naming the last complete checkpoint, unless a save is being written.
 
     With several processes, the ranks agree at each step end (one all-reduce of a flag): a launcher may deliver
     the signal to the ranks at different moments, and a rank that stopped a step before the others would leave
@@ -164,14 +199,61 @@ class GracefulStop(TrainerCallback):
     # A SIGTERM this soon after the first is the same request delivered twice (a scheduler signals every process
     # of the job, and the launcher passes its own copy on to the ranks), not a user insisting.
     DUPLICATE_SECONDS = 2.0
+    SAVE_GUESS_SECONDS = 5.0  # the save estimate before this run has saved anything
+    EXIT_MARGIN = 5.0  # kept for writing the summary and leaving
+    HARD_EXIT_MARGIN = 2.0
 
-    def __init__(self):
+    def __init__(self, grace_seconds: float = 30.0, run_dir=None):
+        self.grace_seconds = grace_seconds
+        self.run_dir = run_dir
         self.signal_name: str | None = None
         self.training = False
+        self.abandoned: StopNow | None = None
+        self.last_save_seconds: float | None = None
         self._first_at = 0.0
+        self._state = None
+        self._stepping_from = None  # global_step while the optimizer changes the weights
+        self._save_started: float | None = None
+        self._interrupt_due = False
+        self._done = threading.Event()
+        self._main_thread_id = threading.main_thread().ident
 
+    # --- the budget ----------------------------------------------------------------------------------------
+    def wait_budget(self) -> float:
+        """Seconds the step in progress may take after the stop request before it is abandoned."""
+        save = self.last_save_seconds if self.last_save_seconds is not None else self.SAVE_GUESS_SECONDS
+        budget = self.grace_seconds - save - self.EXIT_MARGIN
+        return max(budget, min(5.0, self.grace_seconds / 3))
+
+    def safe_to_abandon(self) -> bool:
+        """Whether the weights are those of a complete step and no checkpoint is being written."""
+        stepping = self._stepping_from is not None and self._state is not None and (
+            self._state.global_step == self._stepping_from)
+        return not stepping and self._save_started is None
+
+    @contextmanager
+    def saving(self):
+        """Mark a checkpoint save in progress (never interrupted; the watchdog does not end the process)."""
+        started = self._save_started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.last_save_seconds = time.monotonic() - started
+            self._save_started = None
+
+    def finish(self) -> None:
+        """The stop is handled (saved, or nothing to save): the watchdog has nothing left to do."""
+        self._done.set()
+
+    # --- signals -------------------------------------------------------------------------------------------
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
+        if self._interrupt_due:  # the watchdog's own signal: the step ran out of time
+            self._interrupt_due = False
+            if self.abandoned is None and self.training and self.safe_to_abandon():
+                self.abandoned = StopNow(interrupted_in(frame), time.monotonic() - self._first_at)
+                raise self.abandoned
+            return
         if (name == "SIGTERM" and self.signal_name == "SIGTERM"
                 and time.monotonic() - self._first_at < self.DUPLICATE_SECONDS):
             logger.warning("SIGTERM again within %.0f s: the same request, still finishing the step",
@@ -180,8 +262,42 @@ class GracefulStop(TrainerCallback):
         if self.signal_name is not None or not self.training:
             raise KeyboardInterrupt(f"{name}: aborting")
         self.signal_name, self._first_at = name, time.monotonic()
-        logger.warning("%s: finishing this step, then saving a checkpoint and stopping (send it again to abort "
-                       "at once)", name)
+        budget = self.wait_budget()
+        logger.warning("%s: finishing this step (for up to %.0f s), then saving a checkpoint and stopping (send it "
+                       "again to abort at once)", name, budget)
+        threading.Thread(target=self._watch, args=(signum, budget), name="pods-stop-watchdog", daemon=True).start()
+
+    def _watch(self, signum: int, budget: float) -> None:
+        """The watchdog: interrupt a step that outlives ``budget``; end a process that outlives the grace."""
+        if self._done.wait(budget):
+            return
+        hard_exit_at = self._first_at + self.grace_seconds - self.HARD_EXIT_MARGIN
+        while not self._done.wait(0.25):
+            if self.abandoned is None and self.training:
+                self._interrupt_due = True
+                try:
+                    signal.pthread_kill(self._main_thread_id, signum)
+                except (AttributeError, ProcessLookupError, OSError):  # no pthread_kill (Windows)
+                    import _thread
+
+                    _thread.interrupt_main(signum)
+            if time.monotonic() >= hard_exit_at and self._save_started is None:
+                self._hard_exit(signum)
+
+    def _hard_exit(self, signum: int) -> None:
+        import os
+        import sys
+
+        from pods_rl.runlog.store import list_checkpoints
+
+        last = list_checkpoints(self.run_dir)[-1] if self.run_dir is not None and list_checkpoints(self.run_dir) else None
+        kept = f"the last complete checkpoint is {last}" if last else "no checkpoint was complete"
+        resume = (f"; resume with the same command plus --output_dir {self.run_dir} --resume_from_checkpoint true"
+                  if self.run_dir is not None else "")
+        print(f"pods train: stopped by {self.signal_name}: the step did not end within the grace period "
+              f"({self.grace_seconds:.0f} s) and could not be interrupted; exiting without saving: {kept}{resume}",
+              file=sys.stderr, flush=True)
+        os._exit(128 + signum)
 
     @contextmanager
     def handling_signals(self):
@@ -189,20 +305,34 @@ class GracefulStop(TrainerCallback):
         if threading.current_thread() is not threading.main_thread():
             yield
             return
+        self._main_thread_id = threading.get_ident()
         previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             yield
         finally:
+            self.finish()  # the watchdog must never signal a process whose handlers are no longer ours
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    # --- the training loop ---------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
-        self.training = True
+        self.training, self._state = True, state
+        if self.run_dir is None and args is not None:
+            self.run_dir = Path(args.output_dir)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.training = False
+        self.finish()
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self._stepping_from = state.global_step  # until global_step moves on, the weights are half-way
+
+    def _note_save(self, control) -> None:
+        if control.should_save and self._save_started is None:
+            self._save_started = time.monotonic()  # the Trainer saves right after this callback
 
     def on_step_end(self, args, state, control, **kwargs):
+        self._stepping_from = None
         requested = self.signal_name is not None
         if _world_size() > 1:
             requested = _any_rank(requested)
@@ -211,7 +341,16 @@ class GracefulStop(TrainerCallback):
         if requested:
             control.should_save = True
             control.should_training_stop = True
+        self._note_save(control)
         return control
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self._note_save(control)
+
+    def on_save(self, args, state, control, **kwargs):
+        if self._save_started is not None:
+            self.last_save_seconds = time.monotonic() - self._save_started
+            self._save_started = None
 
 
 def _world_size() -> int:

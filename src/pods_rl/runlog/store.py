@@ -12,6 +12,11 @@ A run directory holds everything one run produced::
       final/               the final model + pods_clock.json
       eval.json            results of `pods eval` (a list of records, keyed by KEY_FIELDS)
       summary.json         what `pods train` reports at its end (or where it stopped)
+      .pods-run            marks the directory as a pods-rl run (written with the first config.yaml)
+      .pods-train.lock     held by the `pods train` that owns the directory (``runlog.lock``)
+      _set_aside/          what a resume moved out of the way but must not delete: rolled-back checkpoints,
+                           checkpoints whose clock cannot be read (their weights intact). Never deleted by
+                           pods-rl, and out of reach of TRL's save_total_limit rotation.
 
 Plain files only (json, yaml): no torch, no transformers, nothing of pods_rl. The callbacks that write this
 directory while training runs are in ``pods_rl.runlog.callbacks``.
@@ -19,7 +24,6 @@ directory while training runs are in ``pods_rl.runlog.callbacks``.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -30,6 +34,9 @@ import tempfile
 from pathlib import Path
 
 import yaml
+
+from pods_rl.errors import storage_fault
+from pods_rl.runlog.lock import exclusive, lock_path_for
 
 logger = logging.getLogger("pods_rl.runlog")
 
@@ -63,15 +70,30 @@ def json_default(value):
     return str(value)
 
 
-def read_clock(checkpoint_dir: str | os.PathLike) -> dict | None:
-    """The ``{"step", "train_seconds"}`` record of a checkpoint, or None if it is missing (incomplete)."""
+def clock_problem(checkpoint_dir: str | os.PathLike) -> str | None:
+    """Why a checkpoint has no usable clock: ``"missing"`` (no ``pods_clock.json``: killed while saving), a phrase
+    saying what is wrong with the file (it is there but unreadable), or None when it is fine."""
     path = Path(checkpoint_dir) / CLOCK_FILE
     if not path.is_file():
-        return None
+        return "missing"
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
+        clock = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return f"its {CLOCK_FILE} cannot be read ({type(err).__name__}: {str(err)[:80]})"
+    try:
+        int(clock["step"]), float(clock["train_seconds"])
+    except (TypeError, KeyError, ValueError):
+        return f"its {CLOCK_FILE} is not a {{'step', 'train_seconds'}} record ({str(clock)[:60]})"
+    return None
+
+
+def read_clock(checkpoint_dir: str | os.PathLike) -> dict | None:
+    """The ``{"step", "train_seconds"}`` record of a checkpoint, or None if it is missing (incomplete) or cannot be
+    read (see ``clock_problem``)."""
+    if clock_problem(checkpoint_dir) is not None:
         return None
+    clock = json.loads((Path(checkpoint_dir) / CLOCK_FILE).read_text())
+    return {**clock, "step": int(clock["step"]), "train_seconds": float(clock["train_seconds"])}
 
 
 def list_checkpoints(run_dir: str | os.PathLike, complete_only: bool = True) -> list[Path]:
@@ -93,7 +115,8 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
     if not path.is_file():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    # A kill mid-write can cut a multi-byte character: undecodable bytes make that line torn, not the file unreadable.
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         line = line.strip()
         if not line:
             continue
@@ -109,15 +132,28 @@ def is_checkpoint_name(name: str) -> bool:
     return _CHECKPOINT_RE.match(name) is not None
 
 
-def move_aside(path: Path, suffix: str) -> Path:
-    """Rename ``path`` to ``<name><suffix>`` (``-2``, ``-3``... appended if taken: an earlier leftover of the same
-    name must never make a resume fail) and return the new path."""
-    target, i = path.with_name(path.name + suffix), 2
+def move_aside(path: Path, suffix: str, into: Path | None = None) -> Path:
+    """Rename ``path`` to ``<name><suffix>`` (in folder ``into``, default its own; ``-2``, ``-3``... appended if
+    taken: an earlier leftover of the same name must never make a resume fail) and return the new path."""
+    folder = into or path.parent
+    target, i = folder / (path.name + suffix), 2
     while target.exists():
-        target = path.with_name(f"{path.name}{suffix}-{i}")
+        target = folder / f"{path.name}{suffix}-{i}"
         i += 1
     os.replace(path, target)
     return target
+
+
+SET_ASIDE_DIR = "_set_aside"
+
+
+def set_aside(run_dir: str | os.PathLike, path: Path, suffix: str = "") -> Path:
+    """Move ``path`` into ``run_dir/_set_aside/`` (as ``<name><suffix>``, ``-2``... if taken) and return where it
+    went: kept, never deleted by pods-rl, and beyond TRL's checkpoint rotation (which globs ``checkpoint-*`` in
+    the run directory)."""
+    folder = Path(run_dir) / SET_ASIDE_DIR
+    folder.mkdir(exist_ok=True)
+    return move_aside(path, suffix, into=folder)
 
 
 def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None, modify: bool = True
@@ -126,18 +162,38 @@ def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | N
     With ``modify=False`` (every process but the main one) only the answer is computed: several processes
     renaming the same directories would fail on each other's moves.
 
-    - checkpoints without ``pods_clock.json`` (killed while saving) are renamed ``checkpoint-N.incomplete``
-      so that neither the trainer nor ``pods eval`` picks them up (kept until a later checkpoint is complete);
-    - with an explicit ``checkpoint``, later checkpoints (and ``final/``) are renamed ``*.rolled_back``: the run
-      continues from the one asked for, not from the newest;
+    - the newest checkpoint without ``pods_clock.json`` (killed while saving) is renamed
+      ``checkpoint-N.incomplete`` so that neither the trainer nor ``pods eval`` picks it up; it is deleted once a
+      later checkpoint is complete (a resume rebuilds what it held);
+    - any other checkpoint whose clock is missing or cannot be read is moved to ``_set_aside/`` with its weights:
+      it was not being saved when a run died, so its weights are likely intact; a resume cannot rebuild them,
+      so they are never deleted (one warning line says where they went);
+    - with an explicit ``checkpoint``, later checkpoints (and ``final/``) are moved to
+      ``_set_aside/<name>.rolled_back``: the run continues from the one asked for, not from the newest;
     - metrics rows logged after the resumed checkpoint are moved to ``metrics.rolled_back.jsonl``: those steps
       are trained again, so keeping them would duplicate steps in the log.
     """
     run_dir = Path(run_dir)
-    for path in list_checkpoints(run_dir, complete_only=False) if modify else []:
-        if read_clock(path) is None:
+    found = list_checkpoints(run_dir, complete_only=False)
+    for path in found if modify else []:
+        problem = clock_problem(path)
+        if problem is None:
+            continue
+        if problem == "missing" and path == found[-1]:
             target = move_aside(path, ".incomplete")
-            logger.warning("checkpoint %s is incomplete (no %s): moved to %s", path, CLOCK_FILE, target.name)
+            logger.warning("checkpoint %s is incomplete (no %s: killed while saving): moved to %s", path, CLOCK_FILE,
+                           target.name)
+        else:
+            why = f"no {CLOCK_FILE}, though later checkpoints exist" if problem == "missing" else problem
+            target = set_aside(run_dir, path)
+            logger.warning("warning: %s is not resumable (%s): moved to %s with its weights, which are kept (not "
+                           "used for resuming; restore its %s to use it again)", path, why, target, CLOCK_FILE)
+    final = run_dir / "final"
+    if modify and checkpoint is None and final.is_dir() and clock_problem(final) is not None:
+        # A final model whose clock is unreadable: the run resumes and writes a new final/; keep this one.
+        target = set_aside(run_dir, final)
+        logger.warning("warning: %s has no readable %s: moved to %s with its weights (kept); the run resumes from "
+                       "its last checkpoint", final, CLOCK_FILE, target)
     checkpoints = list_checkpoints(run_dir)
     if checkpoint is not None:
         last = Path(checkpoint)
@@ -146,7 +202,7 @@ def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | N
         if (run_dir / "final").is_dir():
             later.append(run_dir / "final")
         for path in later if modify else []:
-            target = move_aside(path, ".rolled_back")
+            target = set_aside(run_dir, path, ".rolled_back")
             logger.warning("resuming from %s: moved the later %s aside to %s", last.name, path.name, target.name)
     else:
         last = checkpoints[-1] if checkpoints else None
@@ -187,24 +243,44 @@ def remove_incomplete(run_dir: str | os.PathLike, complete_step: int) -> list[Pa
 
 def disk_full_message(err: BaseException, run_dir: str | os.PathLike, step: int, saving: str | None = None
                       ) -> str | None:
-    """One line for an error raised by a full disk while writing the run (``saving``: what was being written,
-    default ``checkpoint-<step>``), or None if ``err`` is something else."""
-    text = str(err)
-    # torch's zip writer reports ENOSPC as "PytorchStreamWriter failed writing file ...: file write failed".
-    full = (getattr(err, "errno", None) == errno.ENOSPC or "No space left" in text or "file write failed" in text)
-    if not full:
+    """One line for an error raised by a full disk (or an exceeded quota, a read-only or failing file system) while
+    writing the run, from any library (``saving``: what was being written, default ``checkpoint-<step>``), or None
+    if ``err`` is something else."""
+    fault = storage_fault(err)
+    if fault is None:
         return None
     saving = saving or f"checkpoint-{step}"
     complete = list_checkpoints(run_dir)
     kept = f"the last complete checkpoint is {complete[-1].name}" if complete else "no checkpoint was complete yet"
-    return (f"disk full while saving {saving} in {run_dir} (step {step}): nothing complete was lost ({kept}; a "
-            f"partial {saving} is set aside on resume); free some space, then resume with --output_dir {run_dir} "
+    return (f"{fault[0]} while saving {saving} in {run_dir} (step {step}): nothing complete was lost ({kept}; a "
+            f"partial {saving} is set aside on resume); {fault[1]}, then resume with --output_dir {run_dir} "
             "--resume_from_checkpoint true")
 
 
 def write_summary(run_dir: str | os.PathLike, summary: dict) -> None:
     """``summary.json``: what the run reports at its end (or where a signal stopped it)."""
     write_json_atomic(Path(run_dir) / SUMMARY_FILE, summary)
+
+
+def read_summary(run_dir: str | os.PathLike) -> dict | None:
+    """A run's ``summary.json``, or None when it is absent or torn (the run has not ended)."""
+    try:
+        summary = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def run_finished(run_dir: str | os.PathLike) -> bool:
+    """Whether a run trained to its end: summary.json written, and not by a graceful stop (``stopped_by``)."""
+    summary = read_summary(run_dir)
+    return summary is not None and "stopped_by" not in summary
+
+
+def run_stopped(run_dir: str | os.PathLike) -> bool:
+    """Whether a signal stopped the run gracefully (summary.json says ``stopped_by``; it can resume)."""
+    summary = read_summary(run_dir)
+    return summary is not None and "stopped_by" in summary
 
 
 def write_clock(model_dir: str | os.PathLike, step: int, train_seconds: float) -> None:
@@ -222,18 +298,34 @@ NOT_TRAINING_FIELDS = frozenset({
     "run_name", "disable_tqdm", "log_completions", "num_completions_to_print", "log_level", "push_to_hub",
     "hub_model_id", "hub_strategy", "hub_private_repo", "dataloader_num_workers", "torch_threads", "eval_split",
     "eval_num_problems", "eval_k", "eval_temperature", "eval_max_new_tokens", "eval_batch_size",
-    "eval_every_seconds", "eval_every_steps", "eval_before_after",
+    "eval_every_seconds", "eval_every_steps", "eval_before_after", "run_figure", "stop_grace_seconds",
+    "reward_timeout_s",
 })
 
 
 def load_run_config(run_dir) -> dict:
-    """The run's resolved config.yaml as a dict ({} if absent)."""
+    """The run's resolved config.yaml as a dict ({} if absent). A file that is not a YAML mapping (binary, torn,
+    a list) is a ValueError naming it and the way on."""
     config_path = Path(run_dir) / CONFIG_FILE
     if not config_path.is_file():
         return {}
-    config = yaml.safe_load(config_path.read_text()) or {}
+    way_on = (f"restore it, or move it aside (mv {config_path} {config_path}.broken) and run again: `pods train` "
+              "then writes the settings of its command line as the run's config")
+    try:
+        config = yaml.safe_load(config_path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{config_path} is not text (byte {err.start} is not UTF-8: binary or damaged); "
+                         f"{way_on}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ValueError(f"{config_path} is not valid YAML{where} ({getattr(err, 'problem', None) or err}); "
+                         f"{way_on}") from None
+    if config is None:
+        return {}
     if not isinstance(config, dict):
-        raise ValueError(f"{config_path} must hold a mapping, got {type(config).__name__}")
+        raise ValueError(f"{config_path} must hold a mapping of settings, got a YAML {type(config).__name__}; "
+                         f"{way_on}")
     return config
 
 
@@ -257,8 +349,9 @@ def save_config(run_dir: str | os.PathLike, flat: dict, resume: bool, resumed_fr
     differ (``resume_from_checkpoint`` aside); then the previous one is moved to ``config.until-step-N.yaml``, N
     the step of ``resumed_from`` from which the new one applies, and N is returned (None otherwise)."""
     config_file, changed_at = Path(run_dir) / CONFIG_FILE, None
+    mark_as_run(run_dir)
     if config_file.is_file() and resume:
-        old = yaml.safe_load(config_file.read_text()) or {}
+        old = load_run_config(run_dir)
         if {k: v for k, v in old.items() if k != "resume_from_checkpoint"} != {
                 k: v for k, v in flat.items() if k != "resume_from_checkpoint"}:
             changed_at = read_clock(resumed_from)["step"] if resumed_from else 0
@@ -293,6 +386,17 @@ def check_output_dir(run_dir: Path) -> None:
                          "path in a writable place") from None
 
 
+RUN_MARKER = ".pods-run"  # marks a directory as a pods-rl run (see runlog.ours)
+
+
+def mark_as_run(run_dir: str | os.PathLike) -> None:
+    """Write ``RUN_MARKER``: this directory is a pods-rl run (``is_pods_run``)."""
+    marker = Path(run_dir) / RUN_MARKER
+    if not marker.exists():
+        marker.write_text("pods-rl run directory (this file marks it; `pods train` writes only into such "
+                          "directories or empty ones)\n")
+
+
 def holds_a_run(run_dir: Path) -> bool:
     """Whether ``run_dir`` already holds a run (a checkpoint, complete or not, or a metrics log)."""
     return bool(list_checkpoints(run_dir, complete_only=False)) or (run_dir / METRICS_FILE).exists()
@@ -317,9 +421,10 @@ def plan_resume(run_dir: Path, resume_from_checkpoint, output_dir_given: bool) -
                 or not is_checkpoint_name(explicit.name)):
             raise ValueError(f"--resume_from_checkpoint {explicit} is not a checkpoint directory of --output_dir "
                              f"{run_dir}; complete checkpoints there: {complete}")
-        if read_clock(explicit) is None:
-            raise ValueError(f"--resume_from_checkpoint {explicit} is incomplete (no {CLOCK_FILE}); "
-                             f"choose a complete one: {complete}")
+        problem = clock_problem(explicit)
+        if problem is not None:
+            why = f"is incomplete (no {CLOCK_FILE})" if problem == "missing" else f"is not resumable: {problem}"
+            raise ValueError(f"--resume_from_checkpoint {explicit} {why}; choose a complete one: {complete}")
         return explicit
     finished = read_clock(run_dir / "final")
     if finished is not None:
@@ -349,6 +454,11 @@ def load_results(path) -> list[dict]:
         raise ValueError(f"{path} is not valid JSON ({err}); move it away or fix it before evaluating") from err
     if not isinstance(records, list):
         raise ValueError(f"{path} must hold a JSON list of eval records, got {type(records).__name__}")
+    for i, record in enumerate(records):
+        if not isinstance(record, dict) or not set(KEY_FIELDS) <= record.keys():
+            # Not ours: writing our records into it would replace what it holds.
+            raise ValueError(f"{path} is not a `pods eval` results file (item {i} is not an eval record with "
+                             f"{list(KEY_FIELDS)}); pass another --out, nothing was changed")
     return records
 
 
@@ -365,10 +475,15 @@ def save_results(path, records: list[dict]) -> None:
 
 
 def upsert_result(path, record: dict) -> list[dict]:
-    """Add ``record`` to the JSON file at ``path``, replacing any record with the same key; returns all."""
+    """Add ``record`` to the JSON file at ``path``, replacing any record with the same key; returns all. The
+    read-modify-write holds the file's own lock (``.eval.json.lock``, not the trainer's), so two `pods eval` at once
+    lose no record; the write is atomic, so readers never see half a file."""
     key = result_key(record)
-    records = [r for r in load_results(path) if result_key(r) != key] + [record]
-    save_results(path, records)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(lock_path_for(path), what="pods eval"):
+        records = [r for r in load_results(path) if result_key(r) != key] + [record]
+        save_results(path, records)
     return records
 
 
@@ -433,9 +548,11 @@ def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True) 
     for path in candidates + [run_dir / "final"]:
         if not (path.is_dir() and is_model_dir(path)):
             continue
-        if not (path / CLOCK_FILE).is_file():
+        problem = clock_problem(path)
+        if problem is not None:
             if verbose:
-                print(f"warning: skipping {path}: no {CLOCK_FILE} (incomplete checkpoint)", file=sys.stderr)
+                why = f"no {CLOCK_FILE} (incomplete checkpoint)" if problem == "missing" else problem
+                print(f"warning: skipping {path}: {why}", file=sys.stderr)
             continue
         step, seconds = checkpoint_clock(path)
         found.append({"name": path.name, "path": path, "step": step, "train_seconds": seconds})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,25 @@ SYSTEM_PROMPT = (
 )
 
 PROMPT_STYLES = ("instruct", "base")
+
+
+def with_weights(funcs: list[Callable], weights) -> list[Callable]:
+    """``funcs``, each wrapped to carry its weight as ``reward_weight`` (same ``__name__``), so that whoever gets
+    the functions gets the objective too: ``PODSTrainer`` takes these weights when ``reward_weights`` is not set.
+    The functions themselves are left untouched (the format and tag rewards are shared by every task)."""
+    weights = list(weights)
+    if len(weights) != len(funcs):  # Task.__post_init__ reports the mismatch
+        return funcs
+
+    def weighted(func, weight):
+        @functools.wraps(func)
+        def reward(*args, **kwargs):
+            return func(*args, **kwargs)
+
+        reward.reward_weight = float(weight)
+        return reward
+
+    return [weighted(f, w) for f, w in zip(funcs, weights)]
 
 
 @dataclass
@@ -48,6 +68,18 @@ class Task:
     grading_batch_timeout_s: float = rewards.DEFAULT_BATCH_TIMEOUT_S
     splits: tuple[str, ...] = ("train", "test")
     extra_reward_columns: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        # A task that defines its own reward_funcs gets its weights attached too (see with_weights).
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("reward_funcs")
+        if own is not None and not getattr(own, "attaches_weights", False):
+            @functools.wraps(own)
+            def reward_funcs(self):
+                return with_weights(own(self), self.reward_weights)
+
+            reward_funcs.attaches_weights = True
+            cls.reward_funcs = reward_funcs
 
     def __post_init__(self) -> None:
         if self.prompt_style not in PROMPT_STYLES:
@@ -110,6 +142,12 @@ class Task:
             raise ValueError(f"task {self.name!r} split {split!r} is empty; check the data source")
         if limit is not None and limit < len(dataset):
             dataset = dataset.select(range(limit))
+        for row, gold in enumerate(dataset["answer"], start=1):
+            # Loaders that read files name the file and line already; this catches every other source.
+            if not isinstance(gold, str) or not gold.strip():
+                what = "empty" if isinstance(gold, str) else f"a {type(gold).__name__} ({gold!r:.60}), not a string"
+                raise ValueError(f"task {self.name!r} split {split!r} row {row}: the gold answer is {what}, so no "
+                                 "completion could match it (every correctness reward 0): fix the task's data")
         if "prompt" in dataset.column_names:
             dataset = dataset.remove_columns("prompt")
         prompts = [self.format_prompt(q) for q in dataset["question"]]
@@ -124,14 +162,19 @@ class Task:
 
     def reward_funcs(self) -> list[Callable]:
         """Reward functions with TRL's signature ``f(prompts, completions, answer, **kw) -> list[float]``:
-        ``correctness_reward``, ``format_reward``, ``tag_count_reward`` (unweighted, in [0, 1])."""
+        ``correctness_reward``, ``format_reward``, ``tag_count_reward`` (unweighted scores in [0, 1]), each carrying
+        its weight from ``reward_weights`` as ``reward_weight``: ``PODSTrainer`` uses these weights unless
+        ``reward_weights`` is set in its config, so ``PODSTrainer(reward_funcs=task.reward_funcs(), ...)`` optimises
+        the objective `pods train` does."""
         # The default grader goes through ``answers_match``, which also bounds time off the main thread.
         is_correct = None if type(self).is_correct is Task.is_correct else self.is_correct
         correctness = rewards.make_correctness_reward(
             is_correct, timeout_s=self.grading_timeout_s, extra_columns=self.extra_reward_columns,
             batch_timeout_s=self.grading_batch_timeout_s,
         )
-        return [correctness, rewards.format_reward, rewards.tag_count_reward]
+        return with_weights([correctness, rewards.format_reward, rewards.tag_count_reward], self.reward_weights)
+
+    reward_funcs.attaches_weights = True
 
     def score(self, completion, answer: str, **extra) -> dict:
         """Evaluation scores of one completion (str or chat messages): ``{"correct": bool, "format": bool}``."""

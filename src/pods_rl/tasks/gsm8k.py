@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pods_rl.tasks.base import Task
-from pods_rl.tasks.jsonl import pick_field, read_jsonl, rows_to_dataset
+from pods_rl.tasks.jsonl import gold_answer, pick_field, read_jsonl, rows_to_dataset
 
 HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
 
@@ -39,16 +39,20 @@ class GSM8KTask(Task):
             path = Path(self.data_dir).expanduser() / f"{split}.jsonl"
             if not path.is_file():
                 raise ValueError(f"gsm8k split {split!r}: no file {path}; data_dir must hold {split}.jsonl")
-            raw = read_jsonl(path)
+            raw = read_jsonl(path, line_numbers=True)
             source = str(path)
         else:
-            raw = _load_hub(split)
+            raw = list(enumerate(_load_hub(split), start=1))
             source = f"{HUB_ID}:{split}"
         rows = []
-        for line, row in enumerate(raw, start=1):
+        for line, row in raw:
             solution = str(pick_field(row, ("answer",), source, line))
             question = pick_field(row, ("question",), source, line)
-            rows.append({"question": question, "answer": gsm8k_gold(solution), "solution": solution})
+            try:
+                gold = gsm8k_gold(solution)
+            except ValueError as err:
+                raise ValueError(f"{source} row {line}: {err}") from None
+            rows.append({"question": question, "answer": gold_answer(gold, source, line), "solution": solution})
         if not rows:
             raise ValueError(f"gsm8k split {split!r} from {source} is empty")
         return rows_to_dataset(rows)

@@ -8,14 +8,16 @@ directory holding ``{split}.jsonl`` files (e.g. ``train.jsonl``, ``test.jsonl``)
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pods_rl.tasks.base import Task
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Rows of a JSON-lines file (blank lines skipped); a bad line -> ValueError naming file and line."""
+def read_jsonl(path: str | Path, line_numbers: bool = False) -> list[dict] | list[tuple[int, dict]]:
+    """Rows of a JSON-lines file (blank lines skipped); a bad line -> ValueError naming file and line. With
+    ``line_numbers``, ``(line, row)`` pairs, so that later checks can name the line too."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no such JSONL file: {path}")
@@ -39,7 +41,7 @@ def read_jsonl(path: str | Path) -> list[dict]:
                 ) from err
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{line_no} is a JSON {type(row).__name__}, expected an object")
-            rows.append(row)
+            rows.append((line_no, row) if line_numbers else row)
     return rows
 
 
@@ -48,6 +50,21 @@ def answer_to_str(value) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value).strip()
+
+
+def gold_answer(value, source: str, row: int) -> str:
+    """``value`` as a gold answer: a non-empty string (a number is written as one). Anything else -> ValueError
+    naming ``source`` and ``row``: an empty or non-scalar gold answer makes every correctness reward 0 in silence."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ValueError(f"{source} row {row}: the gold answer must be a string or a number, got a "
+                         f"{type(value).__name__} ({shown}); no completion could match it: fix or remove that row")
+    text = answer_to_str(value)
+    if not text:
+        raise ValueError(f"{source} row {row}: the gold answer is empty, so no completion could match it (every "
+                         "correctness reward 0): fill it in or remove that row")
+    return text
 
 
 def pick_field(row: dict, keys: tuple[str, ...], source: str, line: int):
@@ -113,14 +130,14 @@ class JSONLTask(Task):
     def _load_raw(self, split: str):
         path = self.files[split]
         rows = []
-        for line, row in enumerate(read_jsonl(path), start=1):
+        for line, row in read_jsonl(path, line_numbers=True):
             question = pick_field(row, ("question", "prompt", "problem"), str(path), line)
             if not isinstance(question, str):
                 raise ValueError(
                     f"{path} row {line}: the question must be a str, got {type(question).__name__}"
                 )
-            answer = pick_field(row, ("answer",), str(path), line)
-            rows.append({"question": question, "answer": answer_to_str(answer)})
+            answer = row.get("answer") if "answer" in row else pick_field(row, ("answer",), str(path), line)
+            rows.append({"question": question, "answer": gold_answer(answer, str(path), line)})
         if not rows:
             raise ValueError(f"{path} has no rows; split {split!r} is empty")
         return rows_to_dataset(rows)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pods_rl.tasks.base import Task
-from pods_rl.tasks.jsonl import answer_to_str, pick_field, read_jsonl, rows_to_dataset
+from pods_rl.tasks.jsonl import gold_answer, pick_field, read_jsonl, rows_to_dataset
 from pods_rl.tasks.rewards import extract_last_boxed
 
 MATH_SUBJECTS = (
@@ -45,12 +45,13 @@ def normalize_math_rows(raw, source: str) -> list[dict]:
         question = pick_field(row, ("problem", "question", "prompt"), source, line)
         solution = row.get("solution")
         if row.get("answer") is not None:
-            answer = answer_to_str(row["answer"])
+            answer = gold_answer(row["answer"], source, line)
         elif solution is not None:
             try:
-                answer = boxed_answer(str(solution))
+                boxed = boxed_answer(str(solution))
             except ValueError as err:
                 raise ValueError(f"{source} row {line}: {err}") from err
+            answer = gold_answer(boxed, source, line)
         else:
             raise ValueError(
                 f"{source} row {line} has neither 'answer' nor 'solution' (it has {sorted(row)})"

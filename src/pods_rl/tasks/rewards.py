@@ -34,15 +34,15 @@ import math
 import os
 import re
 import select
-import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from fractions import Fraction
 from functools import lru_cache
+
+from pods_rl import deadline
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ _PLAIN_NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
 _PLAIN_INT_RE = re.compile(r"[+-]?\d+")
 
 
-class GradingTimeout(BaseException):
+class GradingTimeout(deadline.Expired):
     """Raised inside a grading call when its time limit expires.
 
     A BaseException (like math_verify's own TimeoutException) so that the broad ``except Exception``
@@ -513,42 +513,14 @@ def _answers_match_unbounded(text: str, gold: str) -> bool:
 # time bounds
 
 
-_bound_state = threading.local()  # .active: a SIGALRM bound is running in this (main) thread
-
-
 def _signals_usable() -> bool:
-    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    return deadline.usable()
 
 
-def _disarm() -> None:
-    """Stop the grading timer (idempotent)."""
-    _bound_state.active = False
-    signal.setitimer(signal.ITIMER_REAL, 0)
-
-
-@contextmanager
-def _alarm(timeout_s: float):
-    """Raise GradingTimeout in the block after ``timeout_s`` s (main thread only; nesting: outer wins).
-
-    The timer repeats every 0.25 s after the first expiry, so the block is interrupted even if some
-    code inside catches one GradingTimeout and carries on.
-    """
-    if getattr(_bound_state, "active", False):
-        yield  # an enclosing bound already covers this block
-        return
-
-    def on_alarm(signum, frame):
-        if getattr(_bound_state, "active", False):
-            raise GradingTimeout(f"grading exceeded {timeout_s} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    _bound_state.active = True
-    signal.setitimer(signal.ITIMER_REAL, timeout_s, 0.25)
-    try:
-        yield
-    finally:
-        _disarm()
-        signal.signal(signal.SIGALRM, previous)
+def _grading_limit(timeout_s: float):
+    """A ``deadline.time_limit`` that raises GradingTimeout; nests inside a caller's own limits (a reward
+    function's per-call budget), each firing on its own time."""
+    return deadline.time_limit(timeout_s, lambda: GradingTimeout(f"grading exceeded {timeout_s} s"))
 
 
 def worker_main() -> None:  # pragma: no cover - runs in the child process
@@ -628,12 +600,12 @@ def _run_limited(fn: Callable, args: tuple, kwargs: dict, timeout_s: float) -> t
     In the main thread the bound is a SIGALRM timer; elsewhere it is not enforced here."""
     try:
         if _signals_usable() and timeout_s and timeout_s > 0:
-            with _alarm(timeout_s):
+            with _grading_limit(timeout_s) as limit:
                 return fn(*args, **kwargs), None
+            if limit.expired:
+                return None, "timeout"
         return fn(*args, **kwargs), None
-    except GradingTimeout:
-        if _signals_usable():
-            _disarm()  # in case the timeout fired during the context manager's own cleanup
+    except GradingTimeout:  # raised by the grading worker (off the main thread)
         return None, "timeout"
     except RecursionError:
         return None, "timeout"
@@ -668,7 +640,7 @@ def _grade(text: str, gold: str, timeout_s: float) -> tuple[bool, str | None]:
         return verdict, ("explosive" if rejected and not verdict else None)
     if timeout_s <= 0:
         return False, "budget"
-    if _signals_usable() or getattr(_bound_state, "active", False):
+    if _signals_usable():
         ok, failure = _run_limited(_math_verify_any, (undecided, gold), {}, timeout_s)
         ok = bool(ok) and failure is None
     else:  # off the main thread: the sympy work goes to the killable worker process

@@ -1,0 +1,398 @@
+"""PODS on verl: a replay buffer that keeps m of each prompt's n rollouts before verl computes anything else.
+
+verl's v1 trainer (0.9.x) generates rollouts into TransferQueue and trains on what its replay buffer's
+``sample()`` returns. One training update (``PPOTrainer._step_once``)::
+
+    sample()           this class: whole prompt groups, with rewards (rule rewards or a reward-model pool)
+                         -> pods_rl.downsample per group (n -> m), optionally keep the B most informative groups
+                         -> dropped rollouts cleared from TransferQueue
+    _balance_batch     pads to verl's batch multiple (none with `pods verl-args` settings)
+    old / ref log-probs, critic values, _compute_advantage, critic and actor updates: on the kept rows only
+
+so nothing after selection is computed for the n - m dropped rollouts, and GRPO/RLOO advantages are computed by
+verl over each uid's kept rows (PODS's "advantages on the kept subset"); GAE (PPO with a critic) sees the kept
+rows as its batch. Load it from verl's config (``pods verl-args`` prints these lines with the batch settings)::
+
+    trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.integrations.verl
+    trainer.v1.sampler.custom_sampler.name=PODSReplayBuffer       # trainer_mode sync or colocate_async
+    +trainer.v1.sampler.sampler_kwargs.m=16
+    +trainer.v1.sampler.sampler_kwargs.rule=max_variance          # or max_reward, random, a registered rule
+    +trainer.v1.sampler.sampler_kwargs.tiebreak=index             # or shorter / longer (response tokens)
+    +trainer.v1.sampler.sampler_kwargs.oversample_prompts=1.5     # optional: keep 1/1.5 of the sampled groups
+    +trainer.v1.sampler.sampler_kwargs.rule_module=pkg://my.rules # optional: imports it (register_rule there)
+    +trainer.v1.sampler.sampler_kwargs.seed=0                     # optional: for the random rule
+
+The unit of selection is a session ``{uid}_{session}`` (one of the n rollouts; a multi-output agent loop writes
+``{uid}_{session}_{index}`` for each output): its reward is that of its last output (verl's GRPO does the same),
+its length the response tokens of all its outputs, and a kept session keeps all its outputs. A group with fewer
+than m sessions (failed sessions make ragged groups) keeps all of them: min(m, size). The ``val`` partition is
+returned untouched. Rewards must be in TransferQueue when ``sample()`` runs, so a colocated reward model (which
+scores after sampling) is refused; so is ``algorithm.filter_groups``, which verl does not apply to custom samplers
+(``oversample_prompts`` is PODS's version of it). Registered rules that take ``features`` get ``lengths`` (B, n)
+response tokens and ``truncated`` (B, n), True where the last output reached ``rollout.response_length``.
+
+Every ``sample()`` of the training partition adds the ``pods/*`` metrics the TRL trainer logs: reward mean and
+std over all sampled and over the kept rollouts, the fraction of groups with all-equal rewards before and after,
+and the group-selection counts (see ``select_sessions``).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from packaging.specifiers import SpecifierSet
+
+# The verl versions whose v1 ReplayBuffer internals this module was tested against (pyproject.toml's `verl` extra
+# must match): `_materialize_batch(partition_id, uids, snapshot)`, the six constructor arguments, the
+# `{uid}_{session}_{index}` keys and `rm_scores` in TransferQueue.
+VERL_RANGE = ">=0.9.1,<0.10"
+
+
+def _require_supported_verl(installed: str | None) -> None:
+    """Refuse a missing verl or one outside ``VERL_RANGE`` with one line, before touching its internals."""
+    if installed is None:
+        raise ImportError('pods_rl.integrations.verl needs verl, which is not installed: pip install "pods-rl[verl]" '
+                          "(in an environment of its own: verl pins its own transformers range)")
+    if not SpecifierSet(VERL_RANGE).contains(installed, prereleases=True):
+        raise ImportError(f"pods_rl.integrations.verl supports verl{VERL_RANGE} (it subclasses verl's v1 ReplayBuffer),"
+                          f' but verl {installed} is installed: pip install "pods-rl[verl]"')
+
+
+def _installed_verl() -> str | None:
+    try:
+        return version("verl")
+    except PackageNotFoundError:
+        return None
+
+
+_require_supported_verl(_installed_verl())  # before the imports below, which reach into verl's internals
+
+from collections.abc import Mapping  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import torch  # noqa: E402
+import transfer_queue as tq  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from transfer_queue import KVBatchMeta  # noqa: E402
+from verl.trainer.ppo.utils import need_critic  # noqa: E402
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
+from verl.utils.import_utils import load_module  # noqa: E402
+
+from pods_rl.downsample import available_rules, downsample, rule_takes_features  # noqa: E402
+from pods_rl.integrations.verl_args import SEPARATE_ASYNC, TIEBREAKS, kept_groups, padding_rows  # noqa: E402
+
+__all__ = ["PODSReplayBuffer", "PODSReplayBufferAsync", "PODSSettings", "select_sessions", "VERL_RANGE"]
+
+_BUILTIN_RULES = ("max_variance", "max_reward", "random")
+_NO_REWARDS = ("no rewards (rm_scores) in TransferQueue when the PODS replay buffer samples: PODS selects by reward "
+               "before anything else runs, so use rule-based rewards or a reward model in its own resource pool "
+               "(reward.reward_model.enable_resource_pool=True)")
+
+
+@dataclass(frozen=True)
+class PODSSettings:
+    """The ``sampler_kwargs`` of the PODS replay buffer, validated (and the trainer's facts it needs)."""
+
+    m: int
+    rule: str = "max_variance"
+    tiebreak: str = "index"
+    oversample_prompts: float = 1.0
+    seed: int = 0
+    rule_module: str | None = None
+    n: int | None = None  # rollout.n, when the trainer's config is known
+    response_length: int | None = None  # rollout.response_length: where a response counts as truncated
+
+    @classmethod
+    def from_sampler_kwargs(cls, sampler_kwargs, trainer_config: DictConfig | None = None) -> PODSSettings:
+        """Validate ``sampler_kwargs`` (a mapping); ValueError with one line naming the bad key and the fix.
+
+        ``trainer_config``: the trainer's whole config, when known: gives n and the response length.
+        """
+        kwargs = _plain(sampler_kwargs)
+        known = {f for f in cls.__dataclass_fields__ if f not in ("n",)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ValueError(f"unknown PODS sampler_kwargs {unknown}; known: {sorted(known)}")
+        if "m" not in kwargs:
+            raise ValueError("the PODS replay buffer needs +trainer.v1.sampler.sampler_kwargs.m=M (rollouts kept per "
+                             "prompt); `pods verl-args` prints all the settings")
+        m = kwargs["m"]
+        if isinstance(m, bool) or not isinstance(m, int) or m < 2:
+            raise ValueError(f"sampler_kwargs.m must be an integer >= 2 (rollouts kept per prompt), got {m!r}")
+        if kwargs.get("rule_module"):
+            _import_rule_module(str(kwargs["rule_module"]))
+        rule = kwargs.get("rule", "max_variance")
+        if rule not in available_rules():
+            raise ValueError(f"unknown down-sampling rule {rule!r}; available: {available_rules()} (register your own "
+                             "in a module named by sampler_kwargs.rule_module)")
+        tiebreak = kwargs.get("tiebreak", "index")
+        if tiebreak not in TIEBREAKS:
+            raise ValueError(f"sampler_kwargs.tiebreak must be one of {list(TIEBREAKS)}, got {tiebreak!r}")
+        if tiebreak != "index" and rule not in _BUILTIN_RULES and not rule_takes_features(rule):
+            raise ValueError(f"tiebreak={tiebreak!r} needs a rule that sees the rollouts, but rule {rule!r} takes no "
+                             "features keyword; use tiebreak=index or add `*, features` to the rule")
+        o = kwargs.get("oversample_prompts", 1.0)
+        if isinstance(o, bool) or not isinstance(o, (int, float)) or not 1 <= o < float("inf"):
+            raise ValueError(f"sampler_kwargs.oversample_prompts must be a number >= 1 (1: none), got {o!r}")
+        seed = kwargs.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"sampler_kwargs.seed must be an integer, got {seed!r}")
+        n = response_length = None
+        if trainer_config is not None:
+            n = int(trainer_config.actor_rollout_ref.rollout.n)
+            response_length = int(trainer_config.actor_rollout_ref.rollout.response_length)
+        response_length = kwargs.get("response_length", response_length)
+        if rule_takes_features(rule) and response_length is None:
+            raise ValueError(f"rule {rule!r} takes features (lengths, truncated): set "
+                             "+trainer.v1.sampler.sampler_kwargs.response_length to rollout.response_length")
+        return cls(m=m, rule=rule, tiebreak=tiebreak, oversample_prompts=float(o), seed=seed,
+                   rule_module=kwargs.get("rule_module"), n=n, response_length=response_length)
+
+
+def _plain(mapping) -> dict:
+    if mapping is None:
+        return {}
+    if isinstance(mapping, DictConfig):
+        return OmegaConf.to_container(mapping, resolve=True)
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"trainer.v1.sampler.sampler_kwargs must be a mapping, got {type(mapping).__name__}")
+    return dict(mapping)
+
+
+def _import_rule_module(spec: str) -> None:
+    """Import the module that registers the user's rules: ``pkg://a.b``, ``a.b``, or a ``.py`` file path (the
+    buffer runs in verl's TaskRunner process, so a rule registered in the launching shell does not exist there)."""
+    if not spec.startswith(("pkg://", "file://")) and not spec.endswith(".py"):
+        spec = "pkg://" + spec
+    try:
+        load_module(spec)
+    except (ImportError, FileNotFoundError, RuntimeError) as err:
+        raise ValueError(f"sampler_kwargs.rule_module={spec!r} could not be imported: {err}") from None
+
+
+def check_trainer_config(config: DictConfig, settings: PODSSettings) -> None:
+    """Refuse, with one line, verl settings under which PODS would be wrong or would train on padding."""
+    if config.trainer.v1.trainer_mode == "separate_async":
+        raise ValueError(SEPARATE_ASYNC)
+    reward_model = config.reward.reward_model
+    if reward_model.enable and not reward_model.enable_resource_pool:
+        raise ValueError("PODS selects rollouts by reward inside the replay buffer, but a colocated reward model scores "
+                         "only after sampling: set reward.reward_model.enable_resource_pool=True (its own GPUs) or "
+                         "use a rule-based reward")
+    filter_groups = config.algorithm.get("filter_groups", None)
+    if filter_groups is not None and filter_groups.get("enable", False):
+        raise ValueError("verl does not apply algorithm.filter_groups to custom samplers; drop it and use "
+                         "+trainer.v1.sampler.sampler_kwargs.oversample_prompts (PODS's group over-sampling)")
+    n, m = settings.n, settings.m
+    if m > n:
+        raise ValueError(f"sampler_kwargs.m={m} is larger than actor_rollout_ref.rollout.n={n}: PODS keeps m of the n "
+                         "rollouts of each prompt")
+    kept_rows = kept_groups(config.data.train_batch_size, settings.oversample_prompts) * m
+    actor_rows = config.actor_rollout_ref.actor.ppo_mini_batch_size * n
+    critic_rows = config.critic.ppo_mini_batch_size * n if need_critic(config) else None
+    pad = padding_rows(kept_rows, 1, actor_rows, critic_rows)
+    if pad:
+        raise ValueError(f"{kept_rows} kept rows per update do not fill whole mini-batches of {actor_rows} (actor)"
+                         + (f" / {critic_rows} (critic)" if critic_rows else "") + f" rows: verl would train on {pad} "
+                         "padding rows; `pods verl-args` prints batch settings in kept terms")
+
+
+class PODSReplayBuffer(ReplayBuffer):
+    """verl's replay buffer, keeping m of each group's n rollouts (and optionally the most informative groups).
+
+    Constructed by ``PPOTrainer._build_replay_buffer`` with verl's six arguments. With ``trainer_mode`` other
+    than ``sync`` it builds a ``PODSReplayBufferAsync`` (verl's ``ReplayBufferAsync`` semantics), so one class
+    name serves every trainer mode. (``separate_async`` is refused: verl sizes its every update as one
+    mini-batch of n rows per prompt, which kept rows can never fill.)
+    """
+
+    def __new__(cls, *args, **kwargs):
+        trainer_mode = kwargs.get("trainer_mode", args[0] if args else "sync")
+        if cls is PODSReplayBuffer and trainer_mode != "sync":
+            cls = PODSReplayBufferAsync
+        return super().__new__(cls)
+
+    def __init__(self, trainer_mode: str, trainer_config, max_off_policy_threshold, max_off_policy_strategy: str,
+                 sampler_kwargs, refill_fn=None, **kwargs):
+        # verl passes refill_fn as a bound method of the trainer: through it the buffer sees the whole config
+        # (reward model placement, rollout.n, batch sizes) and refuses what cannot work before any GPU work.
+        config = getattr(getattr(refill_fn, "__self__", None), "config", None)
+        self.pods = PODSSettings.from_sampler_kwargs(sampler_kwargs, config)
+        if config is not None:
+            check_trainer_config(config, self.pods)
+        super().__init__(trainer_mode=trainer_mode, trainer_config=trainer_config,
+                         max_off_policy_threshold=max_off_policy_threshold,
+                         max_off_policy_strategy=max_off_policy_strategy, sampler_kwargs=sampler_kwargs,
+                         refill_fn=refill_fn, **kwargs)
+        self._generator = torch.Generator().manual_seed(self.pods.seed)
+        self._pods_metrics: dict[str, float] = {}
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        """verl's ``sample`` (sync or async semantics), returning only the kept rollouts, plus the ``pods/*``
+        metrics. ``batch_size`` counts sampled prompt groups; with over-sampling fewer groups come back."""
+        self._pods_metrics = {}
+        batch, metrics = super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
+        metrics.update(self._pods_metrics)
+        return batch, metrics
+
+    def _materialize_batch(self, partition_id: str, selected_prompt_uids: list[str],
+                           partition_snapshot: dict[str, dict]) -> KVBatchMeta:
+        batch = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
+        if partition_id == "val" or not batch.keys:
+            return batch  # validation: every rollout, untouched
+        final_keys = _final_keys(batch.keys)
+        rewards = _session_rewards(partition_id, list(final_keys.values()))
+        num_groups = kept_groups(len(selected_prompt_uids), self.pods.oversample_prompts)
+        kept, metrics = select_sessions(batch.keys, batch.tags, dict(zip(final_keys, rewards.tolist())),
+                                        self.pods, num_groups, self._generator)
+        dropped = [key for key, keep in zip(batch.keys, kept) if not keep]
+        if dropped:
+            tq.kv_clear(keys=dropped, partition_id=partition_id)  # verl clears only the keys it trains on
+        self._pods_metrics = metrics
+        return KVBatchMeta(partition_id=partition_id, keys=[k for k, keep in zip(batch.keys, kept) if keep],
+                           tags=[t for t, keep in zip(batch.tags, kept) if keep])
+
+
+class PODSReplayBufferAsync(PODSReplayBuffer, ReplayBufferAsync):
+    """``PODSReplayBuffer`` with verl's ``ReplayBufferAsync`` sampling (trainer_mode colocate_async)."""
+
+
+def _split_key(key: str) -> tuple[str, str, int]:
+    uid, session, index = key.rsplit("_", 2)
+    return uid, session, int(index)
+
+
+def _final_keys(keys: list[str]) -> dict[str, str]:
+    """``{uid}_{session}`` -> the key of its last output (the highest index), in order of first appearance."""
+    final: dict[str, tuple[int, str]] = {}
+    for key in keys:
+        uid, session, index = _split_key(key)
+        name = f"{uid}_{session}"
+        if name not in final or final[name][0] < index:
+            final[name] = (index, key)
+    return {name: key for name, (_, key) in final.items()}
+
+
+def _session_rewards(partition_id: str, keys: list[str]) -> torch.Tensor:
+    """Each key's reward (B,) float64: the sum of its token-level ``rm_scores`` (the reward sits on the last
+    response token), read from TransferQueue."""
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
+    if "rm_scores" not in data.keys() or data.batch_size[0] != len(keys):
+        raise ValueError(_NO_REWARDS)
+    scores = data["rm_scores"]
+    if getattr(scores, "is_nested", False):  # jagged: one row per key
+        return torch.stack([row.sum() for row in scores.unbind(0)]).double()
+    return scores.reshape(len(keys), -1).sum(dim=1).double()
+
+
+@dataclass
+class _Group:
+    uid: str
+    sessions: list[str]  # "{uid}_{session}", in session order
+    rewards: torch.Tensor  # (size,) float64
+    lengths: torch.Tensor  # (size,) int64: response tokens over the session's outputs
+    truncated: torch.Tensor  # (size,) bool: the last output reached the response length
+    kept: torch.Tensor | None = None  # (k,) int64 indices into sessions, k = min(m, size)
+
+
+def select_sessions(keys: list[str], tags: list[dict], rewards: dict[str, float], settings: PODSSettings,
+                    num_groups: int, generator: torch.Generator | None = None) -> tuple[list[bool], dict[str, float]]:
+    """Which rows of a sampled batch to keep, and the ``pods/*`` metrics.
+
+    Args:
+        keys, tags: the batch's ``{uid}_{session}_{index}`` keys and their TransferQueue tags (``response_len``).
+        rewards: ``{uid}_{session}`` -> the session's reward.
+        settings: m, rule, tiebreak, response_length.
+        num_groups: B, groups to keep; the groups whose kept rewards vary most (all-equal ones last, ties by
+            order of appearance), as ``PODSTrainer._select_groups``; all of them when B >= the groups present.
+        generator: for the random rule.
+
+    Returns:
+        keep: one bool per row; metrics: ``pods/reward_{all,kept}_{mean,std}``, ``pods/frac_zero_std_{all,kept}``,
+        ``pods/prompts_sampled``, ``pods/groups_zero_std``, ``pods/groups_zero_std_kept``,
+        ``pods/kept_groups_var_mean`` (as the TRL trainer logs them) and ``pods/rollouts_{sampled,kept}``,
+        ``pods/groups_ragged`` (groups with fewer than n sessions, or than the largest group when n is unknown).
+    """
+    groups = _groups(keys, tags, rewards, settings)
+    for size in sorted({len(g.sessions) for g in groups}):
+        bucket = [g for g in groups if len(g.sessions) == size]
+        kept = _downsample_bucket(bucket, settings, generator) if size > settings.m else \
+            torch.arange(size).expand(len(bucket), size)
+        for group, indices in zip(bucket, kept):
+            group.kept = indices
+
+    kept_rewards = [g.rewards[g.kept] for g in groups]
+    zero_kept = torch.tensor([bool((r == r[0]).all()) for r in kept_rewards])  # (G,) exact, as _all_equal
+    variance = torch.stack([r.var(unbiased=False) for r in kept_rewards])  # (G,)
+    score = torch.where(zero_kept, torch.full_like(variance, -1.0), variance)
+    order = torch.sort(score, descending=True, stable=True).indices
+    selected = torch.zeros(len(groups), dtype=torch.bool)
+    selected[order[:num_groups]] = True
+
+    kept_sessions = {g.sessions[i] for g, s in zip(groups, selected.tolist()) if s for i in g.kept.tolist()}
+    keep = [key.rsplit("_", 1)[0] in kept_sessions for key in keys]
+
+    all_rewards = torch.cat([g.rewards for g in groups])
+    trained = torch.cat([r for r, s in zip(kept_rewards, selected.tolist()) if s])
+    zero_all = torch.tensor([bool((g.rewards == g.rewards[0]).all()) for g in groups])
+    expected = settings.n or max(len(g.sessions) for g in groups)
+    metrics = {
+        "pods/reward_all_mean": all_rewards.mean().item(),
+        "pods/reward_all_std": _std(all_rewards),
+        "pods/reward_kept_mean": trained.mean().item(),
+        "pods/reward_kept_std": _std(trained),
+        "pods/frac_zero_std_all": zero_all.double().mean().item(),
+        "pods/frac_zero_std_kept": zero_kept[selected].double().mean().item(),
+        "pods/prompts_sampled": float(len(groups)),
+        "pods/groups_zero_std": float(zero_kept.sum()),
+        "pods/groups_zero_std_kept": float((zero_kept & selected).sum()),
+        "pods/kept_groups_var_mean": variance[selected].mean().item(),
+        "pods/rollouts_sampled": float(all_rewards.numel()),
+        "pods/rollouts_kept": float(trained.numel()),
+        "pods/groups_ragged": float(sum(len(g.sessions) < expected for g in groups)),
+    }
+    return keep, metrics
+
+
+def _std(values: torch.Tensor) -> float:
+    """Bessel-corrected std (TRL's nanstd convention: NaN for fewer than two values)."""
+    return values.std().item() if values.numel() > 1 else float("nan")
+
+
+def _groups(keys: list[str], tags: list[dict], rewards: dict[str, float], settings: PODSSettings) -> list[_Group]:
+    """The batch's prompt groups, in order of first appearance, each with its sessions' rewards and features."""
+    lengths: dict[str, int] = {}
+    last: dict[str, tuple[int, int]] = {}  # session -> (index, response_len) of its last output
+    by_uid: dict[str, list[tuple[int, str]]] = {}
+    for key, tag in zip(keys, tags):
+        uid, session, index = _split_key(key)
+        name = f"{uid}_{session}"
+        response_len = int(tag.get("response_len", 0))
+        if name not in lengths:
+            lengths[name] = 0
+            by_uid.setdefault(uid, []).append((int(session) if session.isdigit() else 0, name))
+        lengths[name] += response_len
+        if name not in last or last[name][0] < index:
+            last[name] = (index, response_len)
+    limit = settings.response_length
+    groups = []
+    for uid, sessions in by_uid.items():
+        names = [name for _, name in sorted(sessions)]
+        groups.append(_Group(
+            uid=uid, sessions=names,
+            rewards=torch.tensor([rewards[s] for s in names], dtype=torch.float64),
+            lengths=torch.tensor([lengths[s] for s in names], dtype=torch.long),
+            truncated=torch.tensor([limit is not None and last[s][1] >= limit for s in names])))
+    return groups
+
+
+def _downsample_bucket(bucket: list[_Group], settings: PODSSettings, generator) -> torch.Tensor:
+    """Kept indices (G, m) for G groups of the same size n > m, with the rule, tiebreak and features."""
+    rewards = torch.stack([g.rewards for g in bucket])  # (G, n)
+    lengths = torch.stack([g.lengths for g in bucket])  # (G, n)
+    tiebreak = {"index": None, "shorter": lengths, "longer": -lengths}[settings.tiebreak]
+    features = None
+    if rule_takes_features(settings.rule):
+        features = {"lengths": lengths, "truncated": torch.stack([g.truncated for g in bucket])}
+    return downsample(rewards, settings.m, settings.rule, tiebreak=tiebreak, generator=generator, features=features)
+

@@ -1,0 +1,214 @@
+"""verl's batch settings in kept terms: ``pods verl-args`` (pure arithmetic; needs no verl).
+
+verl counts its batches in *generated* rollouts: an actor mini-batch is ``ppo_mini_batch_size x rollout.n`` rows,
+and before the update ``PPOTrainer._balance_batch`` pads the batch with no-op rows up to a multiple of
+``lcm(dp, actor mini-batch rows, critic mini-batch rows)``. Under PODS only m of every n rollouts reach the update,
+so settings chosen the usual way train on padding (measured: 4 kept rows became 12, 8 of them padding). This
+module turns the quantities a PODS user thinks in into verl's overrides:
+
+    prompts B (kept groups per update), n, m, dp, R (kept rows per actor mini-batch)
+      -> data.train_batch_size = ceil(B x oversample)                       (prompts sampled per step)
+         actor_rollout_ref.rollout.n = n
+         actor_rollout_ref.actor.ppo_mini_batch_size = R / n                (verl multiplies it by n)
+         the custom_sampler keys that load pods_rl.integrations.verl.PODSReplayBuffer, and its sampler_kwargs
+
+and refuses, with one line, the combinations that would pad: B x m kept rows per update must be a whole number
+of mini-batches, R a multiple of n (verl's mini-batch unit) and of dp (every rank gets whole rows).
+
+    pods verl-args --prompts 32 --n 64 --m 16 --dp 8 --mini-batch 512
+    python3 -m verl.trainer.main_ppo ... $(pods verl-args --prompts 32 --n 64 --m 16 --dp 8 --mini-batch 512)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+SAMPLER_PATH = "pkg://pods_rl.integrations.verl"
+SAMPLER_NAME = "PODSReplayBuffer"
+TRAINER_MODES = ("sync", "colocate_async")  # separate_async: see SEPARATE_ASYNC
+TIEBREAKS = ("index", "shorter", "longer")
+SEPARATE_ASYNC = ("verl's separate_async trainer requires data.train_batch_size = parameter_sync_step x "
+                  "actor.ppo_mini_batch_size, so every update is one mini-batch of ppo_mini_batch_size x n rows: with "
+                  "m < n kept per prompt it would always be padded to n/m times its kept rows; use "
+                  "trainer.v1.trainer_mode=sync or colocate_async")
+
+
+def sampled_prompts(kept_groups: int, oversample_prompts: float = 1.0) -> int:
+    """Prompts to sample so that ``kept_groups`` groups reach the update: kept x oversample, rounded up (at least
+    kept), exactly as ``PODSConfig.sampled_prompts_per_process``."""
+    return max(kept_groups, math.ceil(kept_groups * oversample_prompts - 1e-9))
+
+
+def kept_groups(sampled: int, oversample_prompts: float = 1.0) -> int:
+    """The inverse of ``sampled_prompts``: the most groups whose sampled count fits in ``sampled`` (at least 1).
+
+    ``kept_groups(sampled_prompts(B, o), o) == B`` for every B >= 1 and o >= 1.
+    """
+    kept = max(1, math.floor(sampled / oversample_prompts + 1e-9))
+    while kept > 1 and sampled_prompts(kept, oversample_prompts) > sampled:
+        kept -= 1
+    while sampled_prompts(kept + 1, oversample_prompts) <= sampled:
+        kept += 1
+    return kept
+
+
+def padding_rows(kept_rows: int, dp: int, actor_rows: int, critic_rows: int | None = None) -> int:
+    """Rows ``PPOTrainer._balance_batch`` would add to ``kept_rows``: up to a multiple of lcm(dp, actor mini-batch
+    rows[, critic mini-batch rows]) (verl 0.9.x ``_get_required_batch_multiple``)."""
+    multiple = math.lcm(dp, actor_rows, *([critic_rows] if critic_rows else []))
+    return -kept_rows % multiple
+
+
+@dataclass(frozen=True)
+class VerlBatch:
+    """verl settings for PODS, in verl's units, plus the kept-row arithmetic they come from."""
+
+    train_batch_size: int  # prompts sampled per training step (one update)
+    sampled_per_update: int  # prompt groups one replay-buffer sample() returns before group selection
+    kept_groups: int  # B: groups that reach each update
+    kept_rows: int  # B x m rollouts trained per update
+    actor_mini_batch: int  # verl's actor.ppo_mini_batch_size (x rollout.n = kept rows per mini-batch)
+    critic_mini_batch: int | None
+    overrides: tuple[str, ...]  # Hydra overrides for `python3 -m verl.trainer.main_ppo`
+
+    def summary(self, n: int, m: int, dp: int) -> str:
+        """One line: what one update generates, keeps and trains on."""
+        rows = self.actor_mini_batch * n
+        return (f"# per update: {self.sampled_per_update} prompts x n={n} = {self.sampled_per_update * n} rollouts "
+                f"generated, {self.kept_groups} groups x m={m} = {self.kept_rows} kept rows = "
+                f"{self.kept_rows // rows} actor mini-batch(es) of {rows} rows ({rows // dp} per rank), no padding")
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, *, critic_mini_batch: int | None = None,
+                        oversample_prompts: float = 1.0, rule: str = "max_variance", tiebreak: str = "index",
+                        trainer_mode: str = "sync") -> VerlBatch:
+    """verl overrides that train PODS without padding rows.
+
+    Args:
+        prompts: B, prompt groups whose kept rollouts reach each update (one ``sample()`` of the replay buffer).
+        n: rollouts generated per prompt (verl's ``rollout.n``).
+        m: rollouts kept per prompt (2 <= m <= n).
+        dp: the actor's data-parallel size (GPUs / (tensor x pipeline x context x sequence parallel)).
+        mini_batch: kept rows per actor mini-batch (one optimizer step); a multiple of n and of dp.
+        critic_mini_batch: kept rows per critic mini-batch (PPO with GAE); None: no critic.
+        oversample_prompts: sample this many times more prompts and keep the B groups whose kept rewards vary
+            most (>= 1; the ``oversample_prompts`` of ``PODSConfig``).
+        rule, tiebreak: the down-sampling rule and tie-break (``index``, ``shorter``, ``longer``).
+        trainer_mode: verl's ``trainer.v1.trainer_mode``: ``sync`` or ``colocate_async`` (``separate_async``
+            cannot avoid padding under PODS: refused).
+
+    Raises:
+        ValueError (one line) for a combination that verl would pad, or that cannot be expressed in its units.
+    """
+    for name, value in (("prompts", prompts), ("n", n), ("m", m), ("dp", dp), ("mini_batch", mini_batch)):
+        _positive_int(name, value)
+    if critic_mini_batch is not None:
+        _positive_int("critic_mini_batch", critic_mini_batch)
+    if not 2 <= m <= n:
+        raise ValueError(f"need 2 <= m <= n, got n={n}, m={m}: PODS keeps m of the n rollouts of each prompt, and one "
+                         "kept rollout has no group to compare with")
+    o = oversample_prompts
+    if isinstance(o, bool) or not isinstance(o, (int, float)) or not 1 <= o < float("inf"):
+        raise ValueError(f"oversample_prompts must be a number >= 1 (1: no over-sampling), got {o!r}")
+    if tiebreak not in TIEBREAKS:
+        raise ValueError(f"tiebreak must be one of {list(TIEBREAKS)}, got {tiebreak!r}")
+    if not isinstance(rule, str) or not rule:
+        raise ValueError(f"rule must be the name of a down-sampling rule, got {rule!r}")
+    if trainer_mode == "separate_async":
+        raise ValueError(SEPARATE_ASYNC)
+    if trainer_mode not in TRAINER_MODES:
+        raise ValueError(f"trainer_mode must be one of {list(TRAINER_MODES)}, got {trainer_mode!r}")
+
+    kept_rows = prompts * m
+    mini_batches = {"mini-batch": mini_batch}
+    if critic_mini_batch is not None:
+        mini_batches["critic mini-batch"] = critic_mini_batch
+    for name, rows in mini_batches.items():
+        if rows % n:
+            lower, upper = rows // n * n, rows // n * n + n
+            raise ValueError(f"a {name} of {rows} kept rows is not a multiple of n={n}: verl counts a mini-batch as "
+                             f"ppo_mini_batch_size x rollout.n rows; use {lower or upper}"
+                             + (f" or {upper}" if lower else ""))
+        if rows % dp:
+            raise ValueError(f"a {name} of {rows} kept rows does not split over dp={dp} ranks; make it a multiple of "
+                             f"lcm(n, dp) = {math.lcm(n, dp)}")
+        if kept_rows % rows:
+            raise ValueError(f"prompts x m = {prompts} x {m} = {kept_rows} kept rows per update is not a whole number "
+                             f"of {rows}-row {name}es: verl would pad it with {-kept_rows % rows} no-op rows; choose "
+                             f"prompts as a multiple of {rows // math.gcd(rows, m)} or another {name}")
+    pad = padding_rows(kept_rows, dp, mini_batch, critic_mini_batch)
+    assert pad == 0, pad  # implied by the checks above; verl's own rule, kept as a guard
+
+    sampled = sampled_prompts(prompts, o)
+    train_batch_size = sampled
+    overrides = [
+        f"trainer.v1.trainer_mode={trainer_mode}",
+        f"data.train_batch_size={train_batch_size}",
+        f"actor_rollout_ref.rollout.n={n}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch // n}",
+    ]
+    if critic_mini_batch is not None:
+        overrides.append(f"critic.ppo_mini_batch_size={critic_mini_batch // n}")
+    overrides += [
+        f"trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH}",
+        f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",
+        # sampler_kwargs is an empty mapping in verl's config: Hydra needs `+` to add keys to it.
+        f"+trainer.v1.sampler.sampler_kwargs.m={m}",
+        f"+trainer.v1.sampler.sampler_kwargs.rule={rule}",
+        f"+trainer.v1.sampler.sampler_kwargs.tiebreak={tiebreak}",
+    ]
+    if o != 1:
+        overrides.append(f"+trainer.v1.sampler.sampler_kwargs.oversample_prompts={o}")
+    return VerlBatch(train_batch_size=train_batch_size, sampled_per_update=sampled, kept_groups=prompts,
+                     kept_rows=kept_rows, actor_mini_batch=mini_batch // n,
+                     critic_mini_batch=None if critic_mini_batch is None else critic_mini_batch // n,
+                     overrides=tuple(overrides))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pods_rl.errors import run_guarded
+
+    return run_guarded("pods verl-args", _main, argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from pods_rl.errors import one_line_parser_errors
+
+    parser = argparse.ArgumentParser(
+        prog="pods verl-args",
+        description="Print verl overrides (one per line) that train PODS without padding rows; a one-line summary "
+                    "goes to stderr. Use as: python3 -m verl.trainer.main_ppo ... $(pods verl-args ...)")
+    parser.add_argument("--prompts", type=int, required=True, help="B: prompt groups kept per update")
+    parser.add_argument("--n", type=int, required=True, help="rollouts generated per prompt")
+    parser.add_argument("--m", type=int, required=True, help="rollouts kept per prompt")
+    parser.add_argument("--dp", type=int, required=True, help="the actor's data-parallel size")
+    parser.add_argument("--mini-batch", type=int, required=True, help="kept rows per actor mini-batch")
+    parser.add_argument("--critic-mini-batch", type=int, default=None,
+                        help="kept rows per critic mini-batch (PPO with GAE)")
+    parser.add_argument("--oversample", type=float, default=1.0, help="oversample_prompts (>= 1)")
+    parser.add_argument("--rule", default="max_variance", help="down-sampling rule (default max_variance)")
+    parser.add_argument("--tiebreak", default="index", help="index, shorter or longer")
+    parser.add_argument("--trainer-mode", default="sync", help="sync or colocate_async")
+    one_line_parser_errors(parser)
+    return parser
+
+
+def _main(argv: list[str]) -> int:
+    import sys
+
+    args = _parser().parse_args(argv)
+    oversample = int(args.oversample) if float(args.oversample).is_integer() else args.oversample
+    batch = verl_batch_settings(args.prompts, args.n, args.m, args.dp, args.mini_batch,
+                                critic_mini_batch=args.critic_mini_batch, oversample_prompts=oversample,
+                                rule=args.rule, tiebreak=args.tiebreak, trainer_mode=args.trainer_mode)
+    print("\n".join(batch.overrides))
+    print(batch.summary(args.n, args.m, args.dp), file=sys.stderr)
+    return 0

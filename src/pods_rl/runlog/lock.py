@@ -1,0 +1,189 @@
+"""One owner per run directory: an advisory lock held for the life of `pods train`, and a short one around each
+read-modify-write of a results file (``eval.json``) by `pods eval`.
+
+    with hold_run_dir(run_dir):          # `pods train`: exclusive, fails at once naming the holder
+        ...
+    with exclusive(lock_path_for(eval_json)):   # `pods eval`: waits its turn (the section is short)
+        ...
+
+The lock is ``fcntl.flock`` on a file inside the run directory (``LOCK_FILE``; ``eval.json``'s has its own, so
+`pods eval` never waits on a running trainer). The operating system releases it when the process ends, however it
+ends (SIGKILL, OOM killer, node crash with the file system's lease expiring): a killed job never leaves a stale
+lock in the way of its own resume (its lock file stays behind, unlocked and harmless; a clean release removes it,
+and a process that locked a file just removed notices and locks the new one). The holder writes its host, pid, start time and command into the file; a second
+writer reads them for its one-line refusal.
+
+Where it holds: local file systems (ext4, xfs, btrfs, tmpfs...): yes. NFS (v3 with lockd, v4): yes, across
+clients: Linux maps flock to POSIX byte-range locks on NFS (unless mounted with ``local_lock=flock|all``, which
+makes it node-local). Lustre: across nodes when mounted with ``-o flock``; ``-o localflock`` is node-local;
+without either, flock fails (ENOSYS): then the run goes on unlocked, with one warning (see ``_UNSUPPORTED``).
+GPFS / Spectrum Scale, CephFS, BeeGFS (with global file locks on): yes. Windows: no ``fcntl``; unlocked, with the
+same warning.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import socket
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+logger = logging.getLogger("pods_rl.runlog")
+
+LOCK_FILE = ".pods-train.lock"
+# errno values meaning "this file system does not do flock" (not "someone else holds it").
+_UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, getattr(errno, "ENOTSUP", -1)}
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+
+class RunDirInUse(ValueError):
+    """The run directory is held by another process (the message names it and the way on)."""
+
+
+def holder_record(what: str) -> dict:
+    """What a holder writes into the lock file: who, where, since when, doing what."""
+    # Not the command line: it may carry tokens (--hub_token) into a file others can read.
+    return {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "since_unix": round(time.time(), 3), "command": what}
+
+
+def read_holder(lock_path: str | os.PathLike) -> dict | None:
+    """The holder record in a lock file, or None if it is empty or unreadable (being written)."""
+    try:
+        record = json.loads(Path(lock_path).read_text() or "null")
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def describe_holder(record: dict | None) -> str:
+    """``"pods train (pid 123 on node7, since 2025-06-01 12:00:00 +0000)"``, or a fallback when unknown."""
+    if not record:
+        return "another process (it has not written its name yet)"
+    return (f"{record.get('command', 'another process')} (pid {record.get('pid', '?')} on {record.get('host', '?')}, "
+            f"since {record.get('since', '?')})")
+
+
+class Lock:
+    """An acquired lock (``path``; ``fd`` None when the file system does not support locking)."""
+
+    def __init__(self, path: Path, fd: int | None):
+        self.path, self.fd = path, fd
+
+    def release(self) -> None:
+        """Remove the lock file and unlock (in that order: whoever opens the name next makes a new file, and one
+        who opened this one meanwhile sees, once it holds it, that it is no longer the file of that name)."""
+        if self.fd is None:
+            return
+        try:
+            try:
+                if os.fstat(self.fd).st_ino == os.stat(self.path).st_ino:
+                    os.unlink(self.path)
+            except OSError:
+                pass
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+
+_warned_unsupported: set[str] = set()
+
+
+def _unsupported(path: Path, err: OSError) -> Lock:
+    where = str(path.parent)
+    if where not in _warned_unsupported:
+        _warned_unsupported.add(where)
+        logger.warning("warning: cannot lock %s on this file system (%s): a second job writing into it would not be "
+                       "stopped; see the README (Concurrency) for mount options", where, err.strerror or err)
+    return Lock(path, None)
+
+
+def try_lock(path: str | os.PathLike, record: dict | None = None, wait_s: float = 0.0) -> Lock | None:
+    """Take the exclusive lock on ``path`` (created if missing), waiting up to ``wait_s`` seconds; None if another
+    process holds it. With ``record``, write it into the file as the holder's name. On a file system without
+    flock support, a ``Lock`` that locks nothing (one warning)."""
+    path = Path(path)
+    if fcntl is None:
+        return _unsupported(path, OSError(errno.ENOSYS, "no fcntl on this platform"))
+    deadline, pause = time.monotonic() + wait_s, 0.002
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            if err.errno in _UNSUPPORTED:
+                return _unsupported(path, err)
+            owner = "another user's file? " if err.errno == errno.EACCES else ""
+            raise ValueError(f"cannot open the lock file {path} ({err.strerror or err}); {owner}remove it, or "
+                             "choose another directory") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in _UNSUPPORTED:
+                return _unsupported(path, err)
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)  # short sections (eval.json) come free within milliseconds
+            continue
+        # The file may have been replaced between open and flock (someone removed the directory): lock the one
+        # that is there now, or two processes could each hold a different file of the same name.
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            continue
+        if record is not None:
+            data = (json.dumps(record) + "\n").encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+            os.fsync(fd)
+        return Lock(path, fd)
+
+
+@contextmanager
+def exclusive(path: str | os.PathLike, what: str = "pods eval", wait_s: float = 600.0):
+    """Hold the exclusive lock on ``path`` inside the block, waiting up to ``wait_s`` seconds for it (for short
+    critical sections such as a results file's read-modify-write)."""
+    lock = try_lock(path, holder_record(what), wait_s=wait_s)
+    if lock is None:
+        raise RuntimeError(f"{path} stayed locked by {describe_holder(read_holder(path))} for {wait_s:.0f} s")
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+def lock_path_for(results_file: str | os.PathLike) -> Path:
+    """The lock file guarding ``results_file`` (``.eval.json.lock`` beside ``eval.json``)."""
+    results_file = Path(results_file)
+    return results_file.with_name(f".{results_file.name}.lock")
+
+
+def hold_run_dir(run_dir: str | os.PathLike, what: str = "pods train") -> Lock:
+    """Take ``run_dir``'s lock for the life of this process (``Lock.release`` or process exit frees it); the
+    directory must exist. Raises ``RunDirInUse`` naming the holder when another process has it."""
+    run_dir = Path(run_dir)
+    path = run_dir / LOCK_FILE
+    lock = try_lock(path, holder_record(what))
+    if lock is None:
+        holder = read_holder(path)
+        raise RunDirInUse(
+            f"{run_dir} is in use by {describe_holder(holder)}: one run directory has one writer. Wait for it to "
+            f"finish (or stop it: kill -TERM {holder.get('pid', 'PID') if holder else 'PID'} on "
+            f"{holder.get('host', 'its host') if holder else 'its host'}), or pass another --output_dir; nothing "
+            "was changed")
+    return lock

@@ -1,0 +1,518 @@
+"""`pods study`: does PODS pay on YOUR model, task and hardware? GRPO against PODS over seeds, with statistics.
+
+    pods study                                        # the embedded default (tiny model, arithmetic, this CPU)
+    pods study --smoke --out /tmp/s                   # the whole pipeline at toy sizes, well under a minute
+    pods study --config gsm8k/pods --model_name_or_path ./qwen --n 64 --seeds 4 --updates 200 --out st
+    pods study --config my.yaml --lrs 1e-4,2e-4,5e-4 --seeds 8 --jobs 2 --out st   # sweep GRPO's lr first
+
+Any `pods train` flag sets the recipe (``--config``, model, task, batch options); the study's own flags are
+below. It runs, each stage skipped when its results are already in ``--out``:
+
+1. ``cost``: `pods cost` on the recipe for every n asked (``--cost-n``, default m and the study's n): the
+   step-time ratios measured by the real trainer, one setting after another (``OUT/cost.json``).
+2. ``sweep`` (only with ``--lrs``): GRPO alone at each learning rate, ``--sweep-seeds`` seeds each; the rate with
+   the best mean held-out accuracy over the second half of training is the study's (``OUT/sweep.json``), so
+   the baseline is tuned as carefully as PODS.
+3. ``runs``: GRPO n = m, PODS n -> m (max_variance) for each ``--n`` and its random control, ``--seeds`` seeds
+   each, all for the same ``--updates`` policy updates with the same kept rows per update (``--prompts-per-step``
+   x m), evaluated on held-out problems every ``--eval-every`` updates (``--eval-problems`` x ``--eval-k``).
+4. ``report``: learning per update, step-time ratio and wall-clock speed-up with bootstrap 95% CIs over seeds,
+   the break-even verdict, evaluation noise against seed spread, figures (``pods_rl.study_report``).
+
+Each run is ``pods train`` in its own process (the same path as the command). Runs are taken seed-major (seed 0
+of every method, then seed 1, ...) so that a shared machine's slow periods hit all methods alike. On CPU
+``--jobs`` runs go in parallel (default: one per core, one torch thread each); on CUDA one run per visible GPU
+(``CUDA_VISIBLE_DEVICES`` set per run), so one after another on a single GPU. Stop and start at will: a
+finished run (summary.json) is skipped, an unfinished one resumes from its last checkpoint (saved every
+``--checkpoint-every`` seconds of training), and ``--max-minutes`` stops in-flight runs gracefully (they save a
+checkpoint) so that a command ends inside a time limit; the same command continues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pods_rl.errors import one_line_parser_errors, run_guarded
+from pods_rl.runlog import run_finished
+from pods_rl.study_runner import Run, Runner, redirected, slot_envs, visible_gpus
+
+STAGES = ("cost", "sweep", "runs", "report")
+RULE_CODES = {"mv": "max_variance", "random": "random", "maxreward": "max_reward"}
+# Flags the study sets per run; in the recipe flags they would be silently overridden, so they are refused.
+STUDY_FLAGS = {"--num_generations": "--n / --m", "--downsample_to": "--m", "--downsample_rule": "--methods",
+               "--seed": "--seeds", "--max_steps": "--updates", "--output_dir": "--out",
+               "--per_device_train_batch_size": "--prompts-per-step", "--eval_every_steps": "--eval-every",
+               "--eval_num_problems": "--eval-problems", "--eval_k": "--eval-k",
+               "--resume_from_checkpoint": "(resuming is automatic)"}
+SMOKE = dict(m=4, n=[8], prompts_per_step=2, seeds=2, updates=2, eval_every=2, eval_problems=8, eval_k=2,
+             cost_steps=1, cost_warmup=1, bootstrap=200, recipe=["--max_completion_length", "12", "--eval_batch_size", "64"])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The plan: methods, runs, and the `pods train` command of each
+# ------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Method:
+    """n rollouts sampled per prompt, m kept by ``rule`` (n == m: GRPO); ``extra``: more `pods train` flags."""
+
+    name: str
+    n: int
+    m: int
+    rule: str = "max_variance"
+    extra: tuple[str, ...] = ()
+
+    @property
+    def is_grpo(self) -> bool:
+        return self.n == self.m and not self.extra
+
+    @property
+    def label(self) -> str:
+        """Human label for figures: ``GRPO (n=16)``, ``PODS max_variance (n=64→m=16)`` [+ `` +variant``]."""
+        text = f"GRPO (n={self.n})" if self.n == self.m else f"PODS {self.rule} (n={self.n}→m={self.m})"
+        suffix = self.name.split(f"n{self.n}m{self.m}", 1)[-1] if self.n != self.m else ""
+        return text + (f" +{suffix.lstrip('-')}" if suffix else "")
+
+
+def grpo_name(m: int) -> str:
+    return f"grpo-n{m}"
+
+
+def pods_name(n: int, m: int, rule: str = "max_variance") -> str:
+    code = next((c for c, r in RULE_CODES.items() if r == rule), rule)
+    return f"pods-{code}-n{n}m{m}"
+
+
+def parse_method(name: str, variants: dict[str, tuple[str, ...]] | None = None) -> Method:
+    """``grpo-n16`` or ``pods-<mv|random|maxreward>-n64m16[-<variant>]`` -> Method (a variant's flags come from
+    ``variants``, declared with ``--variant NAME=FLAGS``)."""
+    variants = variants or {}
+    grpo = re.fullmatch(r"grpo-n(\d+)", name)
+    if grpo:
+        n = int(grpo.group(1))
+        return Method(name, n, n)
+    pods = re.fullmatch(r"pods-([a-z_]+)-n(\d+)m(\d+)(?:-([A-Za-z0-9_.]+))?", name)
+    if not pods:
+        raise ValueError(f"unknown method {name!r}: write grpo-n<M> or pods-<{'|'.join(RULE_CODES)}>-n<N>m<M>"
+                         "[-<variant>], e.g. pods-mv-n64m16")
+    code, n, m, variant = pods.group(1), int(pods.group(2)), int(pods.group(3)), pods.group(4)
+    rule = RULE_CODES.get(code, code)
+    if n < m:
+        raise ValueError(f"method {name!r}: n={n} is smaller than m={m}; PODS keeps m of the n sampled")
+    if variant is not None and variant not in variants:
+        raise ValueError(f"method {name!r} names variant {variant!r}: declare it with --variant "
+                         f"{variant}='--flag value ...'")
+    return Method(name, n, m, rule, variants.get(variant, ()) if variant else ())
+
+
+def default_methods(m: int, ns: list[int], controls: list[int]) -> list[Method]:
+    """GRPO n = m, PODS max_variance n -> m for each n, the random control for each n of ``controls``."""
+    return [Method(grpo_name(m), m, m), *(Method(pods_name(n, m), n, m) for n in ns),
+            *(Method(pods_name(n, m, "random"), n, m, "random") for n in controls)]
+
+
+@dataclass
+class Plan:
+    """Everything a study runs, resolved from the command line and the recipe (written to ``OUT/plan.json``)."""
+
+    out: Path
+    recipe_argv: list[str]
+    methods: list[Method]
+    baseline: str
+    m: int
+    prompts_per_step: int
+    seeds: int
+    updates: int
+    eval_every: int
+    eval_problems: int
+    eval_k: int
+    lr: float | None  # None: the sweep decides
+    lrs: list[float] = field(default_factory=list)
+    sweep_seeds: int = 2
+    sweep_updates: int | None = None
+    cost_n: list[int] = field(default_factory=list)
+    cost_steps: int = 5
+    cost_warmup: int = 1
+    checkpoint_every: float = 120.0
+    logging_steps: int = 5
+    device: str = "cpu"  # "cpu" or "cuda": where the recipe trains
+    jobs: int = 1
+    threads: int | None = None  # torch threads per run on CPU
+    drop_weights: bool = False
+    in_process: bool = False  # runs (and the cost) in this process, one after another
+    bootstrap: int = 2000  # bootstrap replicates of each CI
+
+    def settings(self) -> dict:
+        """What must not change between invocations on the same ``out`` (seeds and methods may grow)."""
+        recipe, skip = [], False
+        for arg in self.recipe_argv:  # the learning rate is a setting of its own (study_lr)
+            if skip:
+                skip = False
+            elif arg == "--learning_rate":
+                skip = True
+            elif not arg.startswith("--learning_rate="):
+                recipe.append(arg)
+        settings = {"recipe_argv": recipe, "m": self.m, "prompts_per_step": self.prompts_per_step,
+                    "updates": self.updates, "eval_every": self.eval_every, "eval_problems": self.eval_problems,
+                    "eval_k": self.eval_k}
+        if self.lrs:
+            settings["sweep_updates"] = self.sweep_updates or self.updates
+        return settings
+
+
+def train_argv(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> list[str]:
+    """The `pods train` flags of one run: the recipe, then what the study fixes (later flags win)."""
+    argv = [*plan.recipe_argv, "--output_dir", str(run_dir), "--num_generations", str(method.n),
+            "--downsample_to", str(method.m), "--downsample_rule", method.rule, "--seed", str(seed),
+            "--learning_rate", f"{lr:g}", "--per_device_train_batch_size", str(plan.prompts_per_step * method.m),
+            "--max_steps", str(updates), "--max_train_seconds", "1e9",
+            "--save_every_seconds", f"{plan.checkpoint_every:g}", "--save_total_limit", "1",
+            "--logging_steps", str(plan.logging_steps), "--eval_every_steps", str(plan.eval_every),
+            "--eval_every_seconds", "1e9", "--eval_num_problems", str(plan.eval_problems),
+            "--eval_k", str(plan.eval_k), "--disable_tqdm", "true", "--run_figure", "false"]
+    if plan.device == "cpu" and plan.threads:
+        argv += ["--torch_threads", str(plan.threads)]
+    return argv + list(method.extra)
+
+
+def make_run(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> Run:
+    return Run(method.name, seed, lr, run_dir, updates,
+               tuple(train_argv(plan, method, seed, lr, run_dir, updates)))
+
+
+def lr_name(lr: float) -> str:
+    return f"{lr:g}".replace("+", "")
+
+
+def sweep_runs(plan: Plan) -> list[Run]:
+    """GRPO at every rate of ``plan.lrs``, seed-major."""
+    grpo = next(m for m in plan.methods if m.name == plan.baseline)
+    root = plan.out / "sweep" / "runs"
+    return [make_run(plan, grpo, seed, lr, root / f"{grpo.name}-lr{lr_name(lr)}-s{seed}",
+                     plan.sweep_updates or plan.updates) for seed in range(plan.sweep_seeds) for lr in plan.lrs]
+
+
+def study_runs(plan: Plan, lr: float) -> list[Run]:
+    """Every method at ``lr``, seed-major (seed 0 of every method, then seed 1, ...)."""
+    root = plan.out / "study" / "runs"
+    return [make_run(plan, method, seed, lr, root / f"{method.name}-s{seed}", plan.updates)
+            for seed in range(plan.seeds) for method in plan.methods]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Stages
+# ------------------------------------------------------------------------------------------------------------
+def cost_stage(plan: Plan) -> None:
+    """`pods cost` on the recipe for every n of ``plan.cost_n`` (skipped when ``OUT/cost.json`` exists)."""
+    path = plan.out / "cost.json"
+    if path.is_file():
+        print(f"pods study: cost: {path} exists, not measured again", flush=True)
+        return
+    argv = [*plan.recipe_argv, "--n", ",".join(map(str, plan.cost_n)), "--m", str(plan.m),
+            "--steps", str(plan.cost_steps), "--warmup", str(plan.cost_warmup),
+            "--per_device_train_batch_size", str(plan.prompts_per_step * plan.m), "--downsample_to", str(plan.m),
+            "--out", str(path)]
+    if plan.device == "cpu" and plan.threads:
+        argv += ["--torch_threads", str(plan.threads)]
+    print(f"pods study: cost: pods cost for n = {plan.cost_n} -> m = {plan.m} ({plan.cost_warmup} warm-up + "
+          f"{plan.cost_steps} measured steps each)", flush=True)
+    env = {**os.environ, **slot_envs(plan.device, 1, plan.threads)[0]}
+    log_path = plan.out / "cost.log"
+    with open(log_path, "w") as log:
+        if plan.in_process:
+            from pods_rl.cost import main as cost_main
+
+            returncode = redirected(cost_main, argv, log)
+        else:
+            returncode = subprocess.run([sys.executable, "-m", "pods_rl.cli", "cost", *argv], env=env, stdout=log,
+                                        stderr=subprocess.STDOUT).returncode
+    text = log_path.read_text(errors="replace").strip()
+    if returncode != 0 or not path.is_file():
+        raise RuntimeError(f"pods cost failed (exit {returncode}): {text.splitlines()[-1] if text else ''} "
+                           f"(log: {log_path})")
+    print("\n".join(line for line in text.splitlines() if not line.startswith("wrote ")), flush=True)
+
+
+def sweep_stage(plan: Plan, runner: Runner, command: str | None = None) -> float | None:
+    """GRPO at each rate of ``plan.lrs``; returns the best rate once every sweep run finished (else None)."""
+    from pods_rl.study_report import sweep_report
+
+    runs = sweep_runs(plan)
+    records = runner.run_all(runs, "sweep")
+    _log_invocation(plan, "sweep", records, command)
+    if not all(run_finished(r.run_dir) for r in runs):
+        return None
+    report = sweep_report(plan.out / "sweep" / "runs")
+    (plan.out / "sweep.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"pods study: sweep: best learning rate {report['best_lr']:g} (mean held-out accuracy over the second "
+          "half of training)", flush=True)
+    return report["best_lr"]
+
+
+def _log_invocation(plan: Plan, stage: str, records: list[dict], command: str | None) -> None:
+    """Append this invocation's command, its runs and their exact commands to ``OUT/commands.jsonl``."""
+    if not records:
+        return
+    with open(plan.out / "commands.jsonl", "a") as f:
+        f.write(json.dumps({"command": command, "stage": stage, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                            "runs": {r["name"]: {"status": r["status"], "command": r["command"]} for r in records}})
+                + "\n")
+
+
+def report_info(plan: Plan, lr: float | None) -> dict:
+    """What the report shows of the plan."""
+    recipe = next((plan.recipe_argv[i + 1] for i, a in enumerate(plan.recipe_argv[:-1]) if a == "--config"), "tiny")
+    return {"recipe": recipe, "recipe_argv": plan.recipe_argv, "m": plan.m, "prompts_per_step": plan.prompts_per_step,
+            "updates": plan.updates, "seeds": plan.seeds, "lr": lr, "eval_every": plan.eval_every,
+            "eval_problems": plan.eval_problems, "eval_k": plan.eval_k, "device": plan.device, "jobs": plan.jobs,
+            "baseline": plan.baseline, "methods": [m.name for m in plan.methods],
+            "labels": {m.name: m.label for m in plan.methods}, "title": f"{recipe}, {plan.updates} updates",
+            "bootstrap": plan.bootstrap}
+
+
+def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float | None = None,
+              progress_every: float = 60.0, command: str | None = None) -> dict | None:
+    """Run the stages of ``plan`` (each skipping what is already done) and return the report (None if the
+    report stage did not run). Stops in-flight runs gracefully once ``max_minutes`` have passed."""
+    plan.out.mkdir(parents=True, exist_ok=True)
+    if set(stages) - {"report"}:  # a report alone reads what is there (committed results too) and writes no plan
+        check_plan_file(plan)
+    deadline = time.monotonic() + 60 * max_minutes if max_minutes else None
+    runner = Runner(plan.device, plan.jobs, plan.threads, deadline=deadline, progress_every=progress_every,
+                    keep_weights=not plan.drop_weights, in_process=plan.in_process)
+    lr = plan.lr
+    try:
+        with _sigterm_as_interrupt():
+            if "cost" in stages and plan.cost_n:
+                cost_stage(plan)
+            if plan.lrs:
+                lr = sweep_stage(plan, runner, command) if "sweep" in stages else _swept_lr(plan)
+            if "runs" in stages and lr is None:
+                print("pods study: the sweep has not finished; run the same command again to continue", flush=True)
+            elif "runs" in stages:
+                check_plan_file(plan, study_lr=lr)
+                records = runner.run_all(study_runs(plan, lr), f"study at lr {lr:g}")
+                _log_invocation(plan, "runs", records, command)
+                failed = sum(r["status"] == "failed" for r in records)
+                if failed:
+                    raise RuntimeError(f"{failed} run(s) failed; their logs are beside their run directories in "
+                                       f"{plan.out / 'study' / 'runs'}")
+    except KeyboardInterrupt:
+        print("pods study: stopped; the runs in flight saved a checkpoint; run the same command again to continue",
+              file=sys.stderr, flush=True)
+        raise
+    if runner.stop.is_set():
+        print("pods study: stopped before the end; run the same command again to continue", flush=True)
+    if "report" not in stages:
+        return None
+    from pods_rl.study_report import write_report
+
+    return write_report(plan.out, report_info(plan, lr), command)
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM (a scheduler's or a time limit's) stops the study like Ctrl-C: its runs stop gracefully."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _swept_lr(plan: Plan) -> float | None:
+    path = plan.out / "sweep.json"
+    return json.loads(path.read_text())["best_lr"] if path.is_file() else None
+
+
+def check_plan_file(plan: Plan, study_lr: float | None = None) -> None:
+    """Record the study's settings in ``OUT/plan.json`` (and, once known, the learning rate of its study runs), or
+    refuse settings that differ from those of the runs already in ``OUT``: their results would not compare."""
+    path = plan.out / "plan.json"
+    settings = json.loads(json.dumps(plan.settings()))
+    if study_lr is not None:
+        settings["study_lr"] = study_lr
+    old = json.loads(path.read_text()).get("settings", {}) if path.is_file() else {}
+    changed = {k: (old[k], v) for k, v in settings.items() if k in old and old[k] != v}
+    if changed:
+        listed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())
+        raise ValueError(f"{plan.out} holds a study with other settings ({listed}); use another --out, or the "
+                         "same settings to continue it (more --seeds or methods may be added)")
+    path.write_text(json.dumps({"settings": {**old, **settings}, "methods": [m.name for m in plan.methods],
+                                "seeds": plan.seeds, "baseline": plan.baseline}, indent=1) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Command line
+# ------------------------------------------------------------------------------------------------------------
+def _ints(flag: str, text: str | None, low: int = 1) -> list[int]:
+    try:
+        values = [int(item) for item in (text or "").split(",") if item.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if any(v < low for v in values):
+        raise ValueError(f"{flag} values must be >= {low}, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pods study", allow_abbrev=False, description=__doc__.split("\n\n")[0],
+                                     epilog="Any other flag is a `pods train` flag and sets the recipe.")
+    add = parser.add_argument
+    add("--out", default=None, help="the study's folder (default ./pods_study, ./pods_study_smoke with --smoke)")
+    add("--stage", default="all", help=f"comma-separated subset of {','.join(STAGES)} (default all)")
+    add("--m", default=None, help="rollouts kept per prompt (default: the recipe's downsample_to)")
+    add("--n", default=None, help="PODS n values, comma-separated (default 4m); each runs n -> m max_variance")
+    add("--control", default=None, help="n values that also get the random control (default: the largest n; "
+        "'none' for none)")
+    add("--methods", default=None, help="explicit method names instead: grpo-n16,pods-mv-n64m16,pods-random-n64m16")
+    add("--variant", action="append", default=[], metavar="NAME=FLAGS",
+        help="a method variant with more `pods train` flags, used as pods-mv-n32m16-NAME in --methods")
+    add("--baseline", default=None, help="the method the others are compared with (default: GRPO, grpo-n<m>)")
+    add("--seeds", type=int, default=4, help="seeds per method (default 4; CIs need >= 2)")
+    add("--updates", type=int, default=300, help="policy updates (optimizer steps) per run (default 300)")
+    add("--eval-every", type=int, default=None, help="evaluate every N updates (default updates / 12)")
+    add("--eval-problems", type=int, default=500, help="held-out problems per evaluation (default 500)")
+    add("--eval-k", type=int, default=4, help="samples per held-out problem (default 4)")
+    add("--prompts-per-step", type=int, default=None, help="prompts per update; kept rollouts = this x m (default: "
+        "the recipe's per_device_train_batch_size / its m)")
+    add("--lrs", default=None, help="sweep GRPO's learning rate over these first (comma-separated)")
+    add("--sweep-seeds", type=int, default=2, help="seeds per learning rate in the sweep (default 2)")
+    add("--sweep-updates", type=int, default=None, help="updates per sweep run (default --updates)")
+    add("--cost-n", default=None, help="n values `pods cost` measures (default m and the study's n; 'none' skips)")
+    add("--cost-steps", type=int, default=5, help="measured steps per setting in pods cost (default 5)")
+    add("--cost-warmup", type=int, default=1, help="unmeasured steps first in pods cost (default 1)")
+    add("--jobs", type=int, default=None, help="runs at a time (default: one per CPU core, or one per visible GPU)")
+    add("--threads", type=int, default=None, help="torch threads per run on CPU (default cores / jobs)")
+    add("--checkpoint-every", type=float, default=120.0, help="seconds of training between checkpoints (default 120)")
+    add("--max-minutes", type=float, default=None, help="stop in-flight runs gracefully after this long (resumable)")
+    add("--progress-every", type=float, default=60.0, help="seconds between progress lines (default 60)")
+    add("--drop-weights", action="store_true", help="delete a finished run's final/ and checkpoints (logs stay)")
+    add("--in-process", action="store_true", help="run `pods train` (and `pods cost`) in this process, one run "
+        "after another: saves each run's start-up (seconds of imports) in small studies")
+    add("--bootstrap", type=int, default=2000, help="bootstrap replicates per confidence interval (default 2000)")
+    add("--smoke", action="store_true", help="the whole pipeline at toy sizes on this CPU (well under a minute)")
+    add("--dry-run", action="store_true", help="print the plan's `pods train` commands and exit")
+    one_line_parser_errors(parser)
+    return parser
+
+
+def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
+    """Resolve the study flags against the recipe (parsed and checked here, before anything runs)."""
+    from pods_rl.machine import machine_info
+    from pods_rl.recipes import parse_args  # TRL's parser: seconds to import
+
+    for flag, instead in STUDY_FLAGS.items():
+        if any(a == flag or a.startswith(flag + "=") for a in recipe_argv):
+            raise ValueError(f"{flag} is set by pods study for each run; use {instead} instead")
+    if args.smoke:
+        # The embedded task generates 15000 training problems per run by default; a few hundred do here.
+        sizes = ["--task_args", "train_size=256,test_size=16"] if "--config" not in recipe_argv else []
+        recipe_argv = [*SMOKE["recipe"], *sizes, *recipe_argv]
+        for key in ("seeds", "updates", "eval_every", "eval_problems", "eval_k", "prompts_per_step", "cost_steps",
+                    "cost_warmup"):
+            setattr(args, key, SMOKE[key])
+        args.m, args.n = args.m or str(SMOKE["m"]), args.n or ",".join(map(str, SMOKE["n"]))
+        args.checkpoint_every = 1e9
+        # One process, one thread: on a small shared CPU more threads only wait for each other.
+        args.in_process, args.bootstrap, args.jobs, args.threads = True, SMOKE["bootstrap"], 1, 1
+    _, config, _ = parse_args(list(recipe_argv))
+    recipe_m = config.downsample_to or config.num_generations
+    m = _ints("--m", args.m, low=2)[0] if args.m else recipe_m
+    variants = {}
+    for item in args.variant:
+        name, sep, flags = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_.]+", name):
+            raise ValueError(f"--variant takes NAME='--flag value ...', got {item!r}")
+        variants[name] = tuple(shlex.split(flags))
+    if args.methods:
+        methods = [parse_method(name.strip(), variants) for name in args.methods.split(",") if name.strip()]
+        if {meth.m for meth in methods} != {m}:
+            m = methods[0].m
+            if any(meth.m != m for meth in methods):
+                raise ValueError("--methods must all keep the same m (equal kept rollouts per update)")
+        ns = sorted({meth.n for meth in methods if meth.n != m})
+    else:
+        ns = _ints("--n", args.n) if args.n else [4 * m]
+        if any(n <= m for n in ns):
+            raise ValueError(f"--n values must exceed m={m} (n = m is GRPO, always included)")
+        controls = [] if args.control == "none" else _ints("--control", args.control) if args.control else [max(ns)]
+        methods = default_methods(m, ns, controls)
+    baseline = args.baseline or grpo_name(m)
+    if baseline not in {meth.name for meth in methods}:
+        raise ValueError(f"--baseline {baseline} is not among the methods {[meth.name for meth in methods]}")
+    for flag, value in (("--seeds", args.seeds), ("--updates", args.updates), ("--eval-problems", args.eval_problems),
+                        ("--eval-k", args.eval_k), ("--sweep-seeds", args.sweep_seeds), ("--cost-steps", args.cost_steps)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    eval_every = args.eval_every or max(1, args.updates // 12)
+    if not 1 <= eval_every <= args.updates:
+        raise ValueError(f"--eval-every must be between 1 and --updates ({args.updates}), got {eval_every}")
+    prompts = args.prompts_per_step or max(1, config.per_device_train_batch_size // recipe_m)
+    lrs = [float(x) for x in args.lrs.split(",") if x.strip()] if args.lrs else []
+    if lrs and any(a == "--learning_rate" or a.startswith("--learning_rate=") for a in recipe_argv):
+        raise ValueError("give --lrs (sweep GRPO's learning rate) or --learning_rate, not both")
+    if any(lr <= 0 for lr in lrs):
+        raise ValueError(f"--lrs must be positive, got {args.lrs!r}")
+    cost_n = [] if args.cost_n == "none" else sorted({m, *(_ints("--cost-n", args.cost_n) if args.cost_n else ns)})
+    if any(n < m for n in cost_n):
+        raise ValueError(f"--cost-n values must be >= m={m}")
+    device = "cpu" if config.use_cpu else _cuda_or_cpu()
+    cores = machine_info()["usable_cores"] or 1
+    jobs = args.jobs or (cores if device == "cpu" else max(1, len(visible_gpus())))
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    threads = args.threads or (max(1, cores // jobs) if device == "cpu" else None)
+    out = Path(args.out or ("pods_study_smoke" if args.smoke else "pods_study"))
+    return Plan(out=out, recipe_argv=list(recipe_argv), methods=methods, baseline=baseline, m=m,
+                prompts_per_step=prompts, seeds=args.seeds, updates=args.updates, eval_every=eval_every,
+                eval_problems=args.eval_problems, eval_k=args.eval_k, lr=None if lrs else float(config.learning_rate),
+                lrs=lrs, sweep_seeds=args.sweep_seeds, sweep_updates=args.sweep_updates, cost_n=cost_n,
+                cost_steps=args.cost_steps, cost_warmup=args.cost_warmup, checkpoint_every=args.checkpoint_every,
+                logging_steps=1 if args.smoke else 5, device=device, jobs=jobs, threads=threads,
+                drop_weights=args.drop_weights, in_process=args.in_process, bootstrap=args.bootstrap)
+
+
+def _cuda_or_cpu() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``pods study``: exit code 0, 2 on bad input, 1 on another failure (e.g. a run failed)."""
+    return run_guarded("pods study", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    args, recipe_argv = build_parser().parse_known_args(argv)
+    stages = STAGES if args.stage == "all" else tuple(s.strip() for s in args.stage.split(",") if s.strip())
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise ValueError(f"--stage {args.stage!r}: unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
+    plan = make_plan(args, recipe_argv)
+    if args.dry_run:
+        lrs = plan.lrs and sweep_runs(plan)
+        for run in [*(lrs or []), *study_runs(plan, plan.lr if plan.lr is not None else float("nan"))]:
+            print(shlex.join(["pods", "train", *run.argv]))
+        return 0
+    command = shlex.join(["pods", "study", *argv])
+    run_study(plan, stages, max_minutes=args.max_minutes, progress_every=args.progress_every, command=command)
+    return 0

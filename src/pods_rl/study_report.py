@@ -1,0 +1,372 @@
+"""The report of `pods study`: from finished run directories to the three numbers, their intervals and figures.
+
+For each method against the baseline (GRPO, n = m, unless ``--baseline`` names another), over seeds:
+
+1. learning per update: optimizer steps to reach the target on the seed-mean curve, GRPO / method, with a
+   percentile-bootstrap 95% CI over seeds (``pods_rl.stats.compare_runs``, x = steps);
+2. the step-time ratio: mean seconds per optimizer step of the method / GRPO's (as logged by the runs
+   themselves, evaluation excluded), bootstrap CI over seeds (``stats.ratio_of_means``);
+3. the wall-clock speed-up: training time to the same target, GRPO / method (x = time), next to (1)/(2);
+4. the break-even: PODS pays in wall-clock time iff (1) > (2) (``stats.break_even``);
+
+with two targets: GRPO's peak seed-mean accuracy (the paper's definition) and 80% of GRPO's gain. Also:
+evaluation noise against the seed spread (``stats.eval_noise``), selection against its random control (same
+n -> m), selection statistics and completion lengths, the `pods cost` step-time ratios of every n measured,
+a projection of (1) onto other step-time ratios (the paper's single-GPU GSM8K step times, assumed ratios),
+the GRPO learning-rate sweep, and figures: accuracy against updates and against training time (seed-mean with a
+95% band, thin lines = seeds) and seconds per step by phase. Written as ``study.json`` + PNG (+ PDF) + the
+printed table (``report.txt``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from pods_rl import stats
+from pods_rl.runlog import run_finished
+
+GAIN_FRACTION = 0.8
+TARGETS = {"peak": None, "gain80": GAIN_FRACTION}  # target name -> fraction of the baseline's gain (None = peak)
+# The paper's single-GPU GSM8K seconds per step (Qwen2.5-3B-Instruct, m = 16), n -> seconds.
+PAPER_GPU_STEP_SECONDS = {16: 7.6, 32: 7.9, 64: 10.1, 128: 13.8}
+PHASES = ("generation", "scoring", "selection", "update", "step")
+
+
+def load_groups(runs_dir: Path) -> dict[str, list[stats.RunData]]:
+    """{run name without its ``-s<seed>`` (the method, or method-lr<rate>): [RunData labelled so]} of the
+    finished runs in ``runs_dir``."""
+    groups: dict[str, list] = {}
+    for run_dir in sorted(Path(runs_dir).glob("*-s[0-9]*")):
+        if run_dir.is_dir() and run_finished(run_dir):
+            prefix = run_dir.name.rsplit("-s", 1)[0]
+            groups.setdefault(prefix, []).append(stats.load_run(run_dir, label=prefix))
+    return groups
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The sweep and the cost
+# ------------------------------------------------------------------------------------------------------------
+def sweep_report(runs_dir: Path) -> dict | None:
+    """Per learning rate: mean held-out accuracy over the second half of training (the criterion), start, peak,
+    final, over seeds; ``best_lr``. None without finished sweep runs."""
+    groups = load_groups(runs_dir)
+    if not groups:
+        return None
+    rows = {}
+    for prefix, runs in groups.items():
+        rows[prefix] = {"lr": float(prefix.split("-lr", 1)[1]), "seeds": len(runs),
+                        "second_half_mean_accuracy": stats.mean_se([stats.second_half_mean(r) for r in runs]),
+                        "start": stats.mean_se([float(r.values[0]) for r in runs]),
+                        "peak": stats.mean_se([float(r.values.max()) for r in runs]),
+                        "final": stats.mean_se([float(r.values[-1]) for r in runs])}
+    best = max(rows.values(), key=lambda row: row["second_half_mean_accuracy"][0])
+    return {"criterion": "mean held-out accuracy over the evaluations of the second half of training, mean over "
+                         "seeds", "learning_rates": dict(sorted(rows.items(), key=lambda kv: kv[1]["lr"])),
+            "best_lr": best["lr"]}
+
+
+def cost_summary(cost: dict | None) -> dict | None:
+    """The `pods cost` result reduced to {settings, rows: [{n, m, step_seconds, step_ratio, update_peak_gb, ...}]}."""
+    if not cost:
+        return None
+    rows = [{"n": r["n"], "m": r["m"], "step_seconds": r["seconds"]["step"], "step_ratio": r["step_ratio"],
+             "generation_seconds": r["seconds"]["generation"], "update_seconds": r["seconds"]["update"],
+             "update_peak_gb": r.get("update_peak_gb"), "frac_zero_std_kept": r.get("frac_zero_std_kept")}
+            for r in cost["rows"] if r.get("oversample_prompts", 1.0) == 1.0]
+    return {"settings": cost.get("settings"), "device": cost.get("machine", {}).get("device"), "rows": rows}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The study
+# ------------------------------------------------------------------------------------------------------------
+def _train_mean(run: stats.RunData, key: str) -> float | None:
+    """Mean over a run's logged training rows of ``key`` (e.g. completions/mean_length), None if never logged."""
+    from pods_rl.runlog import read_metrics
+
+    values = [row[key] for row in read_metrics(run.run_dir) if key in row]
+    return float(np.mean(values)) if values else None
+
+
+def _held_out_length(run: stats.RunData) -> float | None:
+    """Mean held-out completion length (tokens) over the second half of training."""
+    length = stats.load_run(run.run_dir, label=run.label, metric="mean_completion_tokens")
+    return stats.second_half_mean(length) if len(length.values) else None
+
+
+def _ratio_entry(values: list, base: list, n_boot: int) -> dict:
+    values, base = [v for v in values if v is not None], [b for b in base if b is not None]
+    if not values or not base:
+        return {"mean": stats.mean_se(values), "ratio_to_baseline": None, "ci95": None}
+    ratio, ci = stats.ratio_of_means(values, base, n_boot=n_boot)
+    return {"mean": stats.mean_se(values), "ratio_to_baseline": ratio, "ci95": ci}
+
+
+def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[str, str] | None = None,
+                 cost: dict | None = None, title: str = "", n_boot: int = 2000, figures: bool = True) -> dict | None:
+    """The three numbers, break-even, noise, controls, projection and figures for the finished study runs.
+
+    Args:
+        runs_dir: the study's run directories (``<method>-s<seed>``).
+        out: where the figures go.
+        baseline: the method the others are compared against (GRPO n = m).
+        labels: {method: human label} for the figures. cost: the `pods cost` JSON, if measured.
+        n_boot: bootstrap replicates per confidence interval (0: no intervals).
+        figures: draw the figures into ``out``.
+    Returns None unless the baseline and one other method have finished runs.
+    """
+    groups = load_groups(runs_dir)
+    if baseline not in groups or len(groups) < 2:
+        return None
+    labels = labels or {}
+    runs = [run for group in groups.values() for run in group]
+    comparisons = {f"{x}/{target}": stats.compare_runs(runs, baseline=baseline, x=x, target_gain_fraction=fraction,
+                                                          n_boot=n_boot)
+                   for x in ("steps", "time") for target, fraction in TARGETS.items()}
+    seconds = {name: [r.phase_seconds["step"] for r in group] for name, group in groups.items()}
+    pods_keys = sorted({k for r in runs for k in _metric_keys(r) if k.startswith("pods/")})
+    lengths = {name: {"train_kept": [_train_mean(r, "completions/mean_length") for r in group],
+                      "held_out_second_half": [_held_out_length(r) for r in group]} for name, group in groups.items()}
+    methods = {}
+    for name, group in groups.items():
+        ratio, ratio_ci = stats.ratio_of_means(seconds[name], seconds[baseline], n_boot=n_boot)
+        entry = {"label": labels.get(name, name), "seeds": len(group),
+                 "seconds_per_step": stats.mean_se(seconds[name]), "step_ratio": ratio, "step_ratio_ci95": ratio_ci,
+                 "phase_seconds": {p: float(np.mean([r.phase_seconds.get(p, np.nan) for r in group])) for p in PHASES},
+                 "start_accuracy": stats.mean_se([float(r.values[0]) for r in group]),
+                 "final_accuracy": stats.mean_se([float(r.values[-1]) for r in group]),
+                 "peak_accuracy": stats.mean_se([float(r.values.max()) for r in group]),
+                 "selection_metrics": {k: stats.mean_se([_train_mean(r, k) for r in group]) for k in pods_keys},
+                 "completion_length": {kind: _ratio_entry(values, lengths[baseline][kind], n_boot)
+                                       for kind, values in lengths[name].items()}}
+        for key, comparison in comparisons.items():
+            label = comparison["labels"][name]
+            entry[key] = {"to_target": label.get("steps_to_target", label.get("time_to_target")),
+                          "ratio": label["speedup"], "kind": label["speedup_kind"], "ci95": label.get("speedup_ci95")}
+        for target in TARGETS:  # (3) against (1)/(2) at both targets
+            learning = entry[f"steps/{target}"]["ratio"]
+            entry[f"predicted_wall_speedup/{target}"] = learning / ratio if learning else None
+            entry[f"break_even/{target}"] = stats.break_even(learning, entry[f"steps/{target}"]["ci95"], ratio,
+                                                             ratio_ci)
+        methods[name] = entry
+    result = {"baseline": baseline, "methods": methods, "comparisons": comparisons,
+              "noise": {name: stats.eval_noise(group) for name, group in groups.items()}}
+
+    # Selection against its control: the same n -> m generation, max_variance vs a random choice of the kept.
+    controls = {}
+    for name in groups:
+        if name.startswith("pods-random-"):
+            selected = name.replace("pods-random-", "pods-mv-", 1)
+            if selected in groups:
+                pair = [r for r in runs if r.label in (name, selected)]
+                controls[f"{selected} vs {name}"] = {
+                    f"steps/{target}": stats.compare_runs(pair, baseline=name, x="steps", target_gain_fraction=f,
+                                                          n_boot=n_boot)
+                    for target, f in TARGETS.items()}
+    result["selection_vs_random"] = controls
+
+    efficiency = {name: (e["steps/peak"]["ratio"], e["steps/peak"]["ci95"])
+                  for name, e in methods.items() if name != baseline}
+    ratios = {f"paper 1xGPU GSM8K, n={n} -> 16 ({sec} s / 7.6 s)": round(sec / PAPER_GPU_STEP_SECONDS[16], 3)
+              for n, sec in PAPER_GPU_STEP_SECONDS.items() if n > 16}
+    for name, e in methods.items():
+        if name != baseline:
+            ratios[f"this study's runs, {name}"] = round(e["step_ratio"], 3)
+    for row in (cost or {}).get("rows", []):
+        if row["n"] != row["m"]:
+            ratios[f"pods cost, n={row['n']} -> {row['m']}"] = round(row["step_ratio"], 3)
+    ratios.update({f"assumed {r:g}": r for r in (1.0, 1.5, 2.0, 3.0)})
+    result["projection"] = stats.projection(ratios, efficiency)
+    result["figures"] = _figures(runs, out, labels, title) if figures else []
+    return result
+
+
+def _metric_keys(run: stats.RunData) -> set:
+    from pods_rl.runlog import read_metrics
+
+    return {k for row in read_metrics(run.run_dir) for k in row}
+
+
+def _figures(runs: list, out: Path, labels: dict[str, str], title: str) -> list[str]:
+    """accuracy_vs_steps, accuracy_vs_time and step_time_by_phase as PNG in ``out``; their names."""
+    import matplotlib.pyplot as plt
+
+    from pods_rl.plots import STYLE, plot_accuracy, plot_phase_times
+
+    named = [dataclasses.replace(r, label=labels.get(r.label, r.label)) for r in runs]
+    seeds = min(len(g) for g in stats.group_by_label(named).values())
+    figures = {f"accuracy_vs_{x}.png": plot_accuracy(named, x=x, title=f"{title}{', ' if title else ''}"
+                                                     f"{seeds}+ seeds per method") for x in ("steps", "time")}
+    figures["step_time_by_phase.png"] = plot_phase_times(named, title="seconds per step by phase")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with plt.rc_context({**STYLE, "savefig.dpi": 150}):
+        for name, fig in figures.items():
+            fig.savefig(Path(out) / name, bbox_inches="tight")
+            plt.close(fig)
+    return list(figures)
+
+
+def headline(study: dict) -> dict:
+    """The three numbers of each method against the baseline, to GRPO's peak: {method: {learning_per_update,
+    step_time_ratio, wall_clock_speedup, break_even}}, each number as {value, ci95, ...}."""
+    numbers = {}
+    for name, e in study["methods"].items():
+        if name == study["baseline"]:
+            continue
+        numbers[name] = {
+            "learning_per_update": {"value": e["steps/peak"]["ratio"], "ci95": e["steps/peak"]["ci95"],
+                                    "kind": e["steps/peak"]["kind"], "updates_to_target": e["steps/peak"]["to_target"]},
+            "step_time_ratio": {"value": e["step_ratio"], "ci95": e["step_ratio_ci95"],
+                                "seconds_per_step": e["seconds_per_step"][0]},
+            "wall_clock_speedup": {"value": e["time/peak"]["ratio"], "ci95": e["time/peak"]["ci95"],
+                                   "kind": e["time/peak"]["kind"], "seconds_to_target": e["time/peak"]["to_target"]},
+            "break_even": e["break_even/peak"]}
+    return numbers
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The printed table
+# ------------------------------------------------------------------------------------------------------------
+def fmt_ci(ci) -> str:
+    if not ci:
+        return "[—]"
+    return "[" + ", ".join("inf" if v is None else f"{v:.2f}" for v in ci) + "]"
+
+
+def _fmt_ratio(entry: dict) -> str:
+    mark = {"upper_bound": "<", "lower_bound": ">"}.get(entry["kind"], "")
+    return "—" if entry["ratio"] is None else f"{mark}{entry['ratio']:.2f}x"
+
+
+def format_report(report: dict) -> str:
+    """The report as text: the sweep, the three numbers with CIs and the break-even, noise, cost, projection."""
+    lines = []
+    plan = report.get("plan") or {}
+    if plan:
+        lines.append(f"pods study: {plan.get('recipe')}; m = {plan.get('m')}, {plan.get('prompts_per_step')} prompts x "
+                     f"m kept rollouts per update, {plan.get('updates')} updates, lr {plan.get('lr')}, evaluation "
+                     f"every {plan.get('eval_every')} updates on {plan.get('eval_problems')} problems x "
+                     f"{plan.get('eval_k')} samples; device {plan.get('device')}")
+    sweep = report.get("sweep")
+    if sweep:
+        lines.append(f"\nGRPO learning-rate sweep ({sweep['criterion']}):")
+        for row in sweep["learning_rates"].values():
+            m, se = row["second_half_mean_accuracy"]
+            lines.append(f"  lr {row['lr']:<8g} seeds {row['seeds']}  2nd-half accuracy {m:.3f} ± {se or 0:.3f}  "
+                         f"start {row['start'][0]:.3f}  peak {row['peak'][0]:.3f}  final {row['final'][0]:.3f}")
+        lines.append(f"  best: {sweep['best_lr']:g}")
+    cost = report.get("cost")
+    if cost:
+        cells = ", ".join(f"{r['n']} -> {r['m']}: {r['step_ratio']:.2f} ({r['step_seconds']:.3f} s"
+                          + (f", update peak {r['update_peak_gb']:.2f} GB" if r.get("update_peak_gb") else "") + ")"
+                          for r in cost["rows"])
+        lines.append(f"\npods cost step-time ratios ({cost['settings']['schedule']}, {cost['settings']['steps']} "
+                     f"steps each, {cost['device']}): {cells}")
+    study = report.get("study")
+    if not study:
+        lines.append("\nno study report yet: the baseline and at least one other method need finished runs")
+        return "\n".join(lines)
+    base = study["methods"][study["baseline"]]
+    c = study["comparisons"]
+    lines.append(f"\nThe three numbers (ratios {study['baseline']} / method: > 1 favours the method; 95% CIs: "
+                 f"percentile bootstrap over seeds). Target: {study['baseline']}'s peak seed-mean accuracy "
+                 f"{c['steps/peak']['target']:.4f} on the update axis, {c['time/peak']['target']:.4f} on the time axis.")
+    head = (f"  {'method':<34} {'seeds':>5}  {'(1) learning per update':<24} {'(2) step-time ratio':<22} "
+            f"{'(3) wall-clock speed-up':<24} {'(1)/(2)':>7}  break-even: pays iff (1) > (2)")
+    lines += [head, "  " + "-" * (len(head) - 2)]
+    for name, e in study["methods"].items():
+        if name == study["baseline"]:
+            one = f"1 ({e['steps/peak']['to_target']:.0f} updates)" if e["steps/peak"]["to_target"] else "1"
+            wall = f"1 ({e['time/peak']['to_target']:.0f} s)" if e["time/peak"]["to_target"] else "1"
+            lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {one:<24} {'1 (' + format(e['seconds_per_step'][0], '.3f') + ' s/step)':<22} "
+                         f"{wall:<24} {'1':>7}  (baseline)")
+            continue
+        learning = f"{_fmt_ratio(e['steps/peak'])} {fmt_ci(e['steps/peak']['ci95'])}"
+        step = f"{e['step_ratio']:.2f} {fmt_ci(e['step_ratio_ci95'])}"
+        wall = f"{_fmt_ratio(e['time/peak'])} {fmt_ci(e['time/peak']['ci95'])}"
+        pred = e["predicted_wall_speedup/peak"]
+        verdict = e["break_even/peak"]["verdict"]
+        lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {learning:<24} {step:<22} {wall:<24} "
+                     f"{'—' if pred is None else format(pred, '.2f') + 'x':>7}  {verdict}")
+    lines.append(f"  at 80% of {study['baseline']}'s gain (target {c['steps/gain80']['target']:.4f}): " + "; ".join(
+        f"{e['label']}: (1) {_fmt_ratio(e['steps/gain80'])} {fmt_ci(e['steps/gain80']['ci95'])}, (3) "
+        f"{_fmt_ratio(e['time/gain80'])} {fmt_ci(e['time/gain80']['ci95'])}, {e['break_even/gain80']['verdict']}"
+        for name, e in study["methods"].items() if name != study["baseline"]))
+    lines.append("  break-even: 'pays' = (1)'s CI lies above (2)'s, 'does not pay' = below, 'undecided' = they "
+                 "overlap (more seeds or updates)")
+    last = c["steps/peak"]["labels"][study["baseline"]]["last_step"]
+    if base["steps/peak"]["to_target"] == last:
+        lines.append(f"  note: {study['baseline']}'s seed-mean accuracy peaks at its last evaluation ({last:.0f} "
+                     "updates): it is still rising, so its 'peak' is the end of the budget, not a plateau")
+    lines.append(f"  final accuracy (start {base['start_accuracy'][0]:.3f}): " + ", ".join(
+        f"{e['label']} {e['final_accuracy'][0]:.3f} ± {e['final_accuracy'][1] or 0:.3f}" for e in study["methods"].values()))
+    for pair, comparison in study.get("selection_vs_random", {}).items():
+        selected = pair.split(" vs ")[0]
+        label = comparison["steps/peak"]["labels"][selected]
+        lines.append(f"  selection vs its random control ({pair}), updates to the control's peak: "
+                     f"{_fmt_ratio({'ratio': label['speedup'], 'kind': label['speedup_kind']})} "
+                     f"{fmt_ci(label.get('speedup_ci95'))}")
+    lines.append("\nevaluation noise against seed spread (std of accuracy over seeds at equal updates):")
+    for name, n in study["noise"].items():
+        share = n["eval_share_of_seed_variance"]
+        lines.append(f"  {study['methods'][name]['label'][:34]:<34} eval SE {_f(n['eval_stderr_mean'])}  seed std "
+                     f"{_f(n['seed_std_mean_over_steps'])}  without eval noise {_f(n['seed_std_without_eval_noise'])}"
+                     + (f"  evaluation = {100 * share:.0f}% of the seed variance" if share is not None else ""))
+    worst = max((n["eval_share_of_seed_variance"] or 0 for n in study["noise"].values()), default=0)
+    if worst > 0.5:
+        lines.append("  warning: evaluation noise is over half the seed variance; raise --eval-problems or --eval-k")
+    proj = study["projection"]
+    lines.append("\nPROJECTION (not a measurement): wall-clock speed-up = (1) / step-time ratio r")
+    for row in proj["rows"]:
+        cells = "  ".join(f"{m}: {'—' if row[m]['speedup'] is None else format(row[m]['speedup'], '.2f')}x "
+                          f"{fmt_ci(row[m]['ci95'])}" for m in proj["break_even"])
+        lines.append(f"  r={row['step_ratio']:<6.3g} {row['source']:<46} {cells}")
+    return "\n".join(lines)
+
+
+def _f(value) -> str:
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
+
+
+def write_report(out: Path, plan_info: dict | None = None, command: str | None = None) -> dict:
+    """Compute the report from ``out/{sweep,study}/runs`` and ``out/cost.json``; write ``out/study.json`` and
+    ``out/report.txt`` and the figures; print the table. ``plan_info``: baseline, labels, settings to show."""
+    from pods_rl.machine import machine_info
+
+    out = Path(out)
+    plan_info = plan_info or {}
+    cost = json.loads((out / "cost.json").read_text()) if (out / "cost.json").is_file() else None
+    report = {"command": command, "plan": plan_info, "machine": machine_info(),
+              "cost": cost_summary(cost), "sweep": sweep_report(out / "sweep" / "runs")}
+    baseline = plan_info.get("baseline") or _guess_baseline(out / "study" / "runs")
+    lr = _run_learning_rate(out / "study" / "runs", baseline)
+    if lr is not None:  # the rate the study's runs trained with (a report alone does not know it otherwise)
+        report["plan"] = plan_info = {**plan_info, "lr": lr}
+    report["study"] = study_report(out / "study" / "runs", out, baseline, plan_info.get("labels"), report["cost"],
+                                   plan_info.get("title", ""), plan_info.get("bootstrap", 2000)) if baseline else None
+    report["headline"] = headline(report["study"]) if report["study"] else None
+    text = format_report(report)
+    print(text)
+    (out / "report.txt").write_text(text + "\n")
+    (out / "study.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+    print(f"\nwrote {out / 'study.json'}, {out / 'report.txt'}" + (
+        ", " + ", ".join(report["study"]["figures"]) if report["study"] else ""))
+    return report
+
+
+def _run_learning_rate(runs_dir: Path, baseline: str | None) -> float | None:
+    """The learning rate in the config.yaml of the baseline's first finished study run, if any."""
+    for run_dir in sorted(Path(runs_dir).glob(f"{baseline}-s[0-9]*")) if baseline else []:
+        if run_finished(run_dir):
+            return stats.load_run(run_dir).config.get("learning_rate")
+    return None
+
+
+def _guess_baseline(runs_dir: Path) -> str | None:
+    """The GRPO method among the run names (``grpo-n<m>``), if exactly one."""
+    names = {p.name.rsplit("-s", 1)[0] for p in Path(runs_dir).glob("grpo-n*-s[0-9]*")}
+    return names.pop() if len(names) == 1 else None

@@ -1,0 +1,179 @@
+"""PODSTrainer with real vLLM generation (colocate, vLLM's CPU build): the kept rows keep their own sampling
+log-probs, every round samples from the current policy, and GRPO, prompt over-sampling, length tie-breaks and a
+feature rule all run through vLLM.
+
+TRL logs ``sampling/sampling_logp_difference/mean``: the mean |trainer log-prob - vLLM sampling log-prob| over
+the completion tokens of the rows that reach the update. It is ~1e-3 when each kept row carries its own vLLM
+log-probs and vLLM sampled from the weights being trained; a misaligned subset or a stale weight sync makes it
+large. The aligned bound below (0.02) is 5-20x what was measured; the broken cases measured > 0.2.
+"""
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import pods_rl.trainer as trainer_module
+from pods_rl import register_rule
+from pods_rl.trainer import PODSConfig, PODSTrainer
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+LOGP_DIFF = "sampling/sampling_logp_difference/mean"
+ALIGNED = 0.02  # aligned runs measured 0.0005-0.004
+
+
+def digit_reward(completions, **kwargs):
+    """A cheap reward with variance inside groups: digits in the completion, mod 4."""
+    return [float(sum(ch.isdigit() for ch in c[0]["content"]) % 4) for c in completions]
+
+
+def constant_reward(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def make_trainer(tmp_path, model_dir, reward_funcs=(digit_reward,), **overrides):
+    args = dict(output_dir=str(tmp_path / "out"), use_cpu=True, seed=3, learning_rate=2e-2, max_steps=2,
+                max_completion_length=8, num_generations=8, downsample_to=4, per_device_train_batch_size=8,
+                logging_steps=1, report_to="none", save_strategy="no", beta=0.0, temperature=1.0, bf16=False,
+                dataloader_num_workers=0, use_vllm=True, vllm_mode="colocate")
+    args.update(overrides)
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}+{i * 3}="}] for i in range(32)]})
+    return PODSTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=list(reward_funcs),
+                       args=PODSConfig(**args), train_dataset=dataset,
+                       processing_class=AutoTokenizer.from_pretrained(model_dir))
+
+
+def logged(trainer, key) -> list[float]:
+    return [row[key] for row in trainer.state.log_history if key in row]
+
+
+def record_syncs(trainer) -> list[int]:
+    """The global step at every weight sync TRL makes before generating (trainer -> vLLM)."""
+    steps, sync = [], trainer.vllm_generation.sync_weights
+
+    def recording_sync():
+        steps.append(trainer.state.global_step)
+        sync()
+
+    trainer.vllm_generation.sync_weights = recording_sync
+    return steps
+
+
+def record_selections(monkeypatch) -> list[tuple]:
+    """(completion lengths of all sampled rows, kept rows) of every selection."""
+    seen, select = [], trainer_module._select_generated
+
+    def recording_select(generated, rows, num_rows):
+        seen.append(([len(ids) for ids in generated[1]], list(rows)))
+        return select(generated, rows, num_rows)
+
+    monkeypatch.setattr(trainer_module, "_select_generated", recording_select)
+    return seen
+
+
+def test_pods_logprobs_follow_kept_rows_and_current_weights(tmp_path, vllm_model_dir, release_engines, monkeypatch):
+    """PODS 8 -> 4 through vLLM for 6 steps. Steps 1-2 as shipped: the difference stays near 0 after updates.
+    Steps 3-4: the weight sync is skipped (vLLM keeps sampling from the step-2 weights). Steps 5-6: synced again,
+    but the kept rows' vLLM log-probs are rotated by one row. Both broken phases make the difference large."""
+    trainer = make_trainer(tmp_path, vllm_model_dir, max_steps=6)
+    release_engines(trainer)
+    initial = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    syncs, sync = [], trainer.vllm_generation.sync_weights
+
+    def sync_except_steps_3_4():
+        step = trainer.state.global_step  # completed steps: step s + 1 generates now
+        syncs.append(step)
+        if step not in (2, 3):
+            sync()
+
+    trainer.vllm_generation.sync_weights = sync_except_steps_3_4
+    select = trainer_module._select_generated
+
+    def rotate_vllm_logprobs_from_step_5(generated, rows, num_rows):
+        kept = select(generated, rows, num_rows)
+        if trainer.state.global_step < 4:
+            return kept
+        sampling_logprobs = kept[4]  # per kept row: vLLM's log-prob of each sampled token (vLLM only)
+        return (*kept[:4], sampling_logprobs[1:] + sampling_logprobs[:1], *kept[5:])
+
+    monkeypatch.setattr(trainer_module, "_select_generated", rotate_vllm_logprobs_from_step_5)
+    trainer.train()
+
+    diffs = logged(trainer, LOGP_DIFF)
+    print("sampling_logp_difference/mean per step:", [round(d, 5) for d in diffs])
+    assert len(diffs) == 6
+    assert syncs == [0, 1, 2, 3, 4, 5], "TRL syncs the weights before every generation round"
+    aligned, stale, rotated = diffs[0:2], diffs[2:4], diffs[4:6]
+    assert max(aligned) < ALIGNED, diffs
+    assert min(stale) > 0.1 and min(stale) > 10 * max(aligned), diffs
+    assert min(rotated) > 0.1 and min(rotated) > 10 * max(aligned), diffs
+    assert any(not torch.equal(initial[k], v) for k, v in trainer.model.state_dict().items()), "no weight moved"
+    assert all(torch.isfinite(torch.tensor(logged(trainer, "loss"))))
+
+
+def test_grpo_n_equals_m_through_vllm(tmp_path, vllm_model_dir, release_engines):
+    trainer = make_trainer(tmp_path, vllm_model_dir, num_generations=4, downsample_to=4, max_steps=3)
+    release_engines(trainer)
+    syncs = record_syncs(trainer)
+    trainer.train()
+    diffs = logged(trainer, LOGP_DIFF)
+    assert len(diffs) == 3 and max(diffs) < ALIGNED, diffs
+    assert syncs == [0, 1, 2]
+    assert not logged(trainer, "pods/prompts_sampled"), "n = m without over-sampling is TRL's own step"
+
+
+def test_oversampled_prompts_through_vllm(tmp_path, vllm_model_dir, release_engines, monkeypatch):
+    """oversample_prompts 2: 4 prompts x 8 rollouts generated by vLLM, the 2 groups of 4 with the most varied
+    kept rewards reach the update, with their own log-probs."""
+    seen = record_selections(monkeypatch)
+    trainer = make_trainer(tmp_path, vllm_model_dir, oversample_prompts=2.0, max_steps=2)
+    release_engines(trainer)
+    trainer.train()
+    assert logged(trainer, "pods/prompts_sampled") == [4.0, 4.0]
+    assert [len(lengths) for lengths, _ in seen] == [32, 32] and all(len(rows) == 8 for _, rows in seen)
+    diffs = logged(trainer, LOGP_DIFF)
+    assert len(diffs) == 2 and max(diffs) < ALIGNED, diffs
+
+
+def test_shorter_tiebreak_through_vllm(tmp_path, vllm_model_dir, release_engines, monkeypatch):
+    """All rewards equal: max_variance keeps, per group, the m shortest of vLLM's completions."""
+    seen = record_selections(monkeypatch)
+    trainer = make_trainer(tmp_path, vllm_model_dir, reward_funcs=(constant_reward, digit_reward),
+                           reward_weights=[1.0, 0.0], downsample_tiebreak="shorter", max_steps=2)
+    release_engines(trainer)
+    trainer.train()
+    assert len(seen) == 2
+    n, m = 8, 4
+    for lengths, rows in seen:
+        for group in range(len(lengths) // n):
+            group_lengths = sorted(lengths[group * n:(group + 1) * n])
+            kept = sorted(lengths[r] for r in rows if group * n <= r < (group + 1) * n)
+            assert kept == group_lengths[:m], (lengths, rows)
+    assert len({length for lengths, _ in seen for length in lengths}) > 1, "vLLM's completions all had one length"
+    diffs = logged(trainer, LOGP_DIFF)
+    assert len(diffs) == 2 and max(diffs) < ALIGNED, diffs
+
+
+def test_feature_rule_sees_vllm_rollouts(tmp_path, vllm_model_dir, release_engines, monkeypatch):
+    """A registered rule that takes features gets vLLM's completion lengths and keeps the longest."""
+    calls = []
+
+    def keep_longest(rewards, m, generator, *, features):
+        calls.append(features["lengths"].clone())
+        return torch.sort(-features["lengths"], dim=1, stable=True).indices[:, :m]
+
+    register_rule("vllm_lane_keep_longest", keep_longest, overwrite=True)
+    seen = record_selections(monkeypatch)
+    trainer = make_trainer(tmp_path, vllm_model_dir, downsample_rule="vllm_lane_keep_longest", max_steps=2)
+    release_engines(trainer)
+    trainer.train()
+    assert len(calls) == 2
+    n, m = 8, 4
+    for lengths_seen, (lengths, rows) in zip(calls, seen):
+        assert lengths_seen.flatten().tolist() == lengths  # the features are vLLM's own rollouts
+        longest = torch.sort(-lengths_seen, dim=1, stable=True).indices[:, :m].sort(dim=1).values  # (B, m)
+        expected = (longest + n * torch.arange(lengths_seen.shape[0]).unsqueeze(1)).flatten().tolist()
+        assert rows == expected
+    diffs = logged(trainer, LOGP_DIFF)
+    assert len(diffs) == 2 and max(diffs) < ALIGNED, diffs
