@@ -69,6 +69,18 @@ def test_build_random_model_is_deterministic_and_validates(tmp_path):
         tiny.build_random_model(tmp_path / "c", arch="gpt2")
     with pytest.raises(ValueError, match="divisible"):
         tiny.build_random_model(tmp_path / "d", hidden_size=30, num_heads=4)
+    with pytest.raises(ValueError, match="num_heads"):
+        tiny.build_random_model(tmp_path / "e", num_heads=0)
+
+
+@pytest.mark.parametrize("hidden_size, heads", [(16, 1), (32, 1), (64, 2), (128, 4)])
+def test_default_head_dim_is_32_which_vllm_cpu_serves(hidden_size, heads):
+    # vLLM's CPU attention refuses head dim 16 (issue #24); the parameter count does not depend on the heads.
+    config = tiny._tiny_config(tiny.make_tokenizer(), "qwen2", hidden_size, 2, None)
+    assert (config.num_attention_heads, config.num_key_value_heads) == (heads, heads)
+    four_heads = tiny._tiny_config(tiny.make_tokenizer(), "qwen2", hidden_size, 2, 4 if hidden_size >= 64 else 1)
+    count = [sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters()) for c in (config, four_heads)]
+    assert count[0] == count[1]
 
 
 def test_shipped_model_loads_and_solves_some_problems():
@@ -78,6 +90,8 @@ def test_shipped_model_loads_and_solves_some_problems():
     tok = AutoTokenizer.from_pretrained(path)
     assert model.config.use_cache  # generation speed depends on the KV cache
     assert sum(p.numel() for p in model.parameters()) == info["num_parameters"] < 3_000_000
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    assert head_dim == info["head_dim"] == 32  # vLLM's CPU build serves 32, not 16 (issue #24)
     result = tiny.sampled_accuracy(model, tok, ArithmeticTask(), num_problems=40, temperature=0)
     assert result["format"] > 0.9
     assert 0.1 < result["accuracy"] < 0.95  # partly right: room for RL, but clearly trained
@@ -90,10 +104,14 @@ def test_model_path_reports_a_missing_copy(monkeypatch, tmp_path):
 
 
 def test_build_tiny_end_to_end_small(tmp_path):
+    threads_before = torch.get_num_threads()
     out = tiny.build_tiny(tmp_path / "tiny", steps=3, batch_size=8, hidden_size=16, num_layers=1,
-                          eval_problems=4, eval_samples=2, log=lambda *_: None)
+                          eval_problems=4, eval_samples=2, threads=1, log=lambda *_: None)
+    assert torch.get_num_threads() == threads_before  # the build's thread count does not leak
     info = json.loads((out / "build_info.json").read_text())
+    assert info["threads"] == 1
     assert info["sft"]["steps"] == 3 and info["hidden_size"] == 16
+    assert (info["num_heads"], info["head_dim"]) == (1, 16)
     assert 0.0 <= info["held_out_accuracy"]["sampled_t1"]["accuracy"] <= 1.0
     assert (out / "model.safetensors").is_file()
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -115,3 +133,7 @@ def test_build_tiny_takes_heads_and_a_time_limit(tmp_path):
 def test_cli_rejects_bad_arguments(capsys):
     assert tiny.main(["--steps", "0", "--out", "/nonexistent/never-written"]) == 2
     assert "positive" in capsys.readouterr().err
+    assert tiny.main(["--num-heads", "0", "--out", "/nonexistent/never-written"]) == 2
+    assert "num_heads" in capsys.readouterr().err
+    assert tiny.main(["--threads", "0", "--out", "/nonexistent/never-written"]) == 2
+    assert "threads" in capsys.readouterr().err

@@ -107,14 +107,20 @@ def make_tokenizer():
 
 def _tiny_config(tokenizer, arch: str, hidden_size: int, num_layers: int, num_heads: int | None,
                  max_position_embeddings: int = 512):
-    """A Qwen2Config / LlamaConfig sized for CPU: intermediate = 4 * hidden, head dim 16 by default."""
+    """A Qwen2Config / LlamaConfig sized for CPU: intermediate = 4 * hidden, head dim 32 by default.
+
+    Head dim 32 (``num_heads = hidden_size // 32``, at least 1) because vLLM's CPU attention serves head
+    dims 32, 64, 80, 96, ... but not 16; kv heads = heads, so the parameter count does not depend on it.
+    """
     from transformers import LlamaConfig, Qwen2Config
 
     if arch not in ("qwen2", "llama"):
         raise ValueError(f"arch must be 'qwen2' or 'llama', got {arch!r}")
     if hidden_size < 8 or num_layers < 1:
         raise ValueError(f"hidden_size must be >= 8 and num_layers >= 1, got {hidden_size}, {num_layers}")
-    num_heads = num_heads or max(1, hidden_size // 16)
+    if num_heads is not None and num_heads < 1:
+        raise ValueError(f"num_heads must be >= 1, got {num_heads} (or leave it out for head dim 32)")
+    num_heads = num_heads or max(1, hidden_size // 32)
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
     common = dict(
@@ -233,24 +239,31 @@ def _sft_dataset(task, size: int, wrong_fraction: float, seed: int):
     return Dataset.from_dict({"prompt": problems["prompt"], "completion": completions})
 
 
-def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_rate: float = 3e-3,
+def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_rate: float = 3e-3,
                wrong_fraction: float = 0.3, arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 4,
                seed: int = 0,
                eval_problems: int = 200, eval_samples: int = 4, task_kwargs: dict | None = None,
                log=print, num_heads: int | None = None, max_seconds: float | None = None,
-               device: str | None = None) -> Path:
+               device: str | None = None, threads: int | None = 1) -> Path:
     """Build the embedded tiny model from scratch: random init, then TRL ``SFTTrainer`` on `arithmetic`.
 
     The model is made *partly right on purpose*, so that RL has reward variance to learn from and room to
     improve: the SFT is short (``steps``), and a ``wrong_fraction`` share of the SFT targets has a final
     result off by 1..10 (see ``corrupt_solution``). The model thus learns the right computation as its mode
-    but samples a wrong result often (default build: held-out accuracy ~19% sampled at T=1, ~44% greedy),
+    but samples a wrong result often (default build: held-out accuracy ~51% sampled at T=1, ~85% greedy),
     like a base model that "knows" more than it reliably says; RL on the verifiable reward sharpens it.
 
+    The step count is not a smooth dial: this model learns the arithmetic in a sudden drop of the loss whose
+    timing varies between builds (2 heads of dim 32, seed 0, held-out sampled / greedy accuracy: 1500 steps
+    9% / 12%, 3000 steps 14% / 33%, 4000 steps 51% / 85%, 4500 steps 15% / 24%, 6000 steps 65% / 96%; see
+    benchmarks/results/cpu-2core-amd-epyc/tiny_model/). A rebuild reproduces the shipped model with the same
+    seed, ``threads``, device and software on the same kind of machine (the shipped one: CPU, 1 thread).
+
     Saves safetensors + tokenizer + ``build_info.json`` (config, steps, seconds, held-out accuracy) to
-    ``out_dir`` (default: the package's ``assets/tiny``) and returns it. Deterministic given ``seed`` on
-    the same machine and thread count. Larger models (the GPU preset's ~75M) take ``num_heads`` (default
-    hidden_size / 16), ``device`` ("cpu" or "cuda"; default cuda when available) and ``max_seconds``: the SFT
+    ``out_dir`` (default: the package's ``assets/tiny``) and returns it. ``threads`` sets torch's CPU threads
+    for the build and restores them afterwards (None: leave them as they are); with 1 the result does not
+    depend on the machine's core count. Larger models (the GPU preset's ~75M) take ``num_heads`` (default
+    hidden_size / 32), ``device`` ("cpu" or "cuda"; default cuda when available) and ``max_seconds``: the SFT
     stops after that much time even before ``steps`` (``build_info.json`` says how many steps it took).
     """
     import tempfile
@@ -273,67 +286,85 @@ def build_tiny(out_dir=None, steps: int = 1500, batch_size: int = 64, learning_r
     task_kwargs = dict(task_kwargs or {})
     task = ArithmeticTask(**task_kwargs)
     tokenizer = make_tokenizer()
-    set_seed(seed)
-    model_config = _tiny_config(tokenizer, arch, hidden_size, num_layers, num_heads)
-    model = AutoModelForCausalLM.from_config(model_config)
-    num_params = sum(p.numel() for p in model.parameters())
-    log(f"build-tiny: {arch} hidden={hidden_size} layers={num_layers} heads={model_config.num_attention_heads} "
-        f"({num_params:,} parameters) on {device}; "
-        f"SFT {steps} steps x {batch_size} on arithmetic {task_kwargs or '(defaults)'}, "
-        f"{wrong_fraction:.0%} of the targets with a wrong result")
-    train_dataset = _sft_dataset(task, min(steps * batch_size, task.train_size), wrong_fraction, seed)
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    with _torch_threads(threads):
+        set_seed(seed)
+        model_config = _tiny_config(tokenizer, arch, hidden_size, num_layers, num_heads)
+        model = AutoModelForCausalLM.from_config(model_config)
+        num_params = sum(p.numel() for p in model.parameters())
+        log(f"build-tiny: {arch} hidden={hidden_size} layers={num_layers} heads={model_config.num_attention_heads} "
+            f"(head dim {hidden_size // model_config.num_attention_heads}; {num_params:,} parameters) on {device}; "
+            f"SFT {steps} steps x {batch_size} on arithmetic {task_kwargs or '(defaults)'}, "
+            f"{wrong_fraction:.0%} of the targets with a wrong result")
+        train_dataset = _sft_dataset(task, min(steps * batch_size, task.train_size), wrong_fraction, seed)
 
-    start = time.time()
-    with tempfile.TemporaryDirectory() as scratch_dir:
-        config = SFTConfig(
-            output_dir=scratch_dir, max_steps=steps, per_device_train_batch_size=batch_size,
-            learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20),
-            weight_decay=0.0, max_length=256, seed=seed, data_seed=seed, use_cpu=device == "cpu",
-            bf16=False, tf32=device == "cuda", gradient_checkpointing=False, save_strategy="no", report_to=[],
-            logging_steps=max(1, steps // 10), disable_tqdm=True, dataset_num_proc=None,
+        start = time.time()
+        with tempfile.TemporaryDirectory() as scratch_dir:
+            config = SFTConfig(
+                output_dir=scratch_dir, max_steps=steps, per_device_train_batch_size=batch_size,
+                learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20),
+                weight_decay=0.0, max_length=256, seed=seed, data_seed=seed, use_cpu=device == "cpu",
+                bf16=False, tf32=device == "cuda", gradient_checkpointing=False, save_strategy="no", report_to=[],
+                logging_steps=max(1, steps // 10), disable_tqdm=True, dataset_num_proc=None,
+            )
+            callbacks = [_stop_after(max_seconds)] if max_seconds else None
+            trainer = SFTTrainer(model=model, args=config, train_dataset=train_dataset, processing_class=tokenizer,
+                                 callbacks=callbacks)
+            with _deterministic(device == "cuda"):
+                trainer.train()
+        sft_seconds = time.time() - start
+        steps_done = trainer.state.global_step
+        model = trainer.model.eval()  # evaluated where it trained
+        model.config.use_cache = True  # the trainer turns the KV cache off; generation needs it back
+        model.generation_config = GenerationConfig(
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
         )
-        callbacks = [_stop_after(max_seconds)] if max_seconds else None
-        trainer = SFTTrainer(model=model, args=config, train_dataset=train_dataset, processing_class=tokenizer,
-                             callbacks=callbacks)
-        with _deterministic(device == "cuda"):
-            trainer.train()
-    sft_seconds = time.time() - start
-    steps_done = trainer.state.global_step
-    model = trainer.model.eval()  # evaluated where it trained
-    model.config.use_cache = True  # the trainer turns the KV cache off; generation needs it back
-    model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
 
-    accuracy = {
-        "sampled_t1": sampled_accuracy(model, tokenizer, task, num_problems=eval_problems, k=eval_samples,
-                                       temperature=1.0, seed=seed),
-        "greedy": sampled_accuracy(model, tokenizer, task, num_problems=eval_problems, temperature=0),
-    }
-    log(f"build-tiny: SFT took {sft_seconds:.0f} s; held-out accuracy sampled(T=1, k={eval_samples}) "
-        f"{accuracy['sampled_t1']['accuracy']:.3f}, greedy {accuracy['greedy']['accuracy']:.3f}")
+        accuracy = {
+            "sampled_t1": sampled_accuracy(model, tokenizer, task, num_problems=eval_problems, k=eval_samples,
+                                           temperature=1.0, seed=seed),
+            "greedy": sampled_accuracy(model, tokenizer, task, num_problems=eval_problems, temperature=0),
+        }
+        log(f"build-tiny: SFT took {sft_seconds:.0f} s; held-out accuracy sampled(T=1, k={eval_samples}) "
+            f"{accuracy['sampled_t1']['accuracy']:.3f}, greedy {accuracy['greedy']['accuracy']:.3f}")
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)  # safetensors
-    tokenizer.save_pretrained(out_dir)
-    build_info = {
-        "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers,
-        "num_heads": model_config.num_attention_heads, "num_parameters": num_params,
-        "seed": seed, "sft": {"steps": steps, "steps_done": steps_done, "max_seconds": max_seconds,
-                              "batch_size": batch_size, "learning_rate": learning_rate,
-                              "lr_scheduler": "cosine", "wrong_fraction": wrong_fraction,
-                              "seconds": round(sft_seconds, 1), "device": device},
-        "task": {"name": "arithmetic", "digits": task.digits, "operands": task.operands, "ops": task.ops,
-                 "seed": task.seed, "train_problems": len(train_dataset)},
-        "held_out_accuracy": accuracy,
-        "versions": {"torch": torch.__version__, "transformers": _version("transformers"),
-                     "trl": _version("trl"), "python": platform.python_version()},
-        "threads": torch.get_num_threads(),
-    }
-    (out_dir / "build_info.json").write_text(json.dumps(build_info, indent=2) + "\n")
-    log(f"build-tiny: saved to {out_dir}")
-    return out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out_dir)  # safetensors
+        tokenizer.save_pretrained(out_dir)
+        build_info = {
+            "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers,
+            "num_heads": model_config.num_attention_heads,
+            "head_dim": hidden_size // model_config.num_attention_heads, "num_parameters": num_params,
+            "seed": seed, "sft": {"steps": steps, "steps_done": steps_done, "max_seconds": max_seconds,
+                                  "batch_size": batch_size, "learning_rate": learning_rate,
+                                  "lr_scheduler": "cosine", "wrong_fraction": wrong_fraction,
+                                  "seconds": round(sft_seconds, 1), "device": device},
+            "task": {"name": "arithmetic", "digits": task.digits, "operands": task.operands, "ops": task.ops,
+                     "seed": task.seed, "train_problems": len(train_dataset)},
+            "held_out_accuracy": accuracy,
+            "versions": {"torch": torch.__version__, "transformers": _version("transformers"),
+                         "trl": _version("trl"), "python": platform.python_version()},
+            "threads": torch.get_num_threads(),
+        }
+        (out_dir / "build_info.json").write_text(json.dumps(build_info, indent=2) + "\n")
+        log(f"build-tiny: saved to {out_dir}")
+        return out_dir
+
+
+@contextmanager
+def _torch_threads(threads: int | None):
+    """Run the block with ``threads`` torch CPU threads (None: as they are), then restore the previous count."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextmanager
@@ -384,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="pods build-tiny", description=build_tiny.__doc__.split("\n")[0])
     parser.add_argument("--out", default=None, help=f"output directory (default: the shipped copy, {ASSETS_DIR})")
-    parser.add_argument("--steps", type=int, default=1500, help="SFT optimizer steps (fewer = weaker model)")
+    parser.add_argument("--steps", type=int, default=4000,
+                        help="SFT optimizer steps (the model shipped before issue #24, 4 heads, had 1500)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--wrong-fraction", type=float, default=0.3,
@@ -393,7 +425,11 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-heads", type=int, default=None, help="attention heads (default hidden / 16)")
+    parser.add_argument("--num-heads", type=int, default=None,
+                        help="attention heads (default: hidden size // 32, i.e. head dim 32, which vLLM's CPU "
+                             "build serves; the model shipped before issue #24 had 4, head dim 16)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for the build (the shipped model was built with 1)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="end the SFT after this many seconds even before --steps (a time limit)")
@@ -404,5 +440,6 @@ def _main(argv: list[str]) -> int:
     build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
                wrong_fraction=args.wrong_fraction, arch=args.arch,
                hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed, num_heads=args.num_heads,
-               device=args.device, max_seconds=args.max_seconds, eval_problems=args.eval_problems)
+               device=args.device, max_seconds=args.max_seconds, eval_problems=args.eval_problems,
+               threads=args.threads)
     return 0

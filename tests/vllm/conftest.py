@@ -13,7 +13,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-# vLLM's CPU attention kernels take head sizes 32, 64, 80, ... (not the 16 of `build_random_model`'s default).
+# vLLM's CPU attention kernels take head sizes 32, 64, 80, ... (not 16, the tiny models' head size before #24).
 HIDDEN, LAYERS, HEADS = 64, 2, 2
 
 
