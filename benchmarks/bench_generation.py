@@ -163,7 +163,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="measured rounds per (size, n, backend)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for transformers generation")
     parser.add_argument("--warmup-rounds", type=int, default=2, help="unmeasured rounds per (size, n, backend)")
-    parser.add_argument("--out", default=None, help="JSON path (default: results/<machine>/generation/)")
+    parser.add_argument("--out", default=None, help="JSON path (default: results/<machine>/generation/); with --cost, "
+                        "{size} in it is replaced by the size")
     parser.add_argument("--cost", action="store_true", help="pods cost for both backends, interleaved (see above)")
     parser.add_argument("--m", type=int, default=8, help="--cost: rollouts kept per prompt (the tiny recipe's 8)")
     parser.add_argument("--steps", type=int, default=4, help="--cost: measured optimizer steps per setting")
@@ -191,13 +192,14 @@ def main(argv=None) -> int:
                           f"generation {sec['generation']:.2f} s ({row['generation_ms_per_sampled_rollout']:.1f} "
                           f"ms/rollout), update {sec['update']:.2f} s, generation/update "
                           f"{sec['generation'] / sec['update']:.2f}")
-            out = results_dir() / "generation" / f"cost_{size}.json"
+            out = Path(args.out.replace("{size}", size)) if args.out else results_dir() / "generation" / f"cost_{size}.json"
             record = {"command": command, "machine": {**machine_info(), "torch_threads_after": torch.get_num_threads()},
                       "settings": {"size": size, "parameters": params, "hidden": hidden, "layers": layers,
                                    "heads": heads, "recipe": "tiny", "ns": ns, "m": args.m, "steps": args.steps,
                                    "warmup": args.warmup, "torch_threads": args.threads,
                                    "schedule": "all trainers of both backends interleaved step by step"},
-                      "rows": result, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+                      "rows": result, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                      "load_average_at_end": os.getloadavg()}
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(record, indent=1) + "\n")
             print(f"wrote {out}")
@@ -277,6 +279,7 @@ def main(argv=None) -> int:
         "results": results,
         "raw": raw,
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load_average_at_end": os.getloadavg(),
     }
     out = Path(args.out) if args.out else results_dir() / "generation" / "generation.json"
     out.parent.mkdir(parents=True, exist_ok=True)
