@@ -136,7 +136,7 @@ def summary(values: list[float], rollouts: int) -> dict:
 def cost_both_backends(model_dir: Path, ns: list[int], m: int, steps: int, warmup: int, threads: int) -> dict:
     """`pods cost` on the tiny recipe with ``model_dir``, for transformers and vLLM generation, all trainers
     interleaved step by step. Returns {"hf": rows, "vllm": rows} (pods cost's rows, ratios against n = m)."""
-    from pods_rl import cost  # its trainer builder and round-robin schedule (private: this is its own bench)
+    from pods_rl import cost  # its trainer builder and round-robin schedule
 
     recipe = ["--config", "tiny", "--model_name_or_path", str(model_dir), "--torch_threads", str(threads)]
     with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
@@ -144,12 +144,12 @@ def cost_both_backends(model_dir: Path, ns: list[int], m: int, steps: int, warmu
         for backend in ("hf", "vllm"):
             argv = [*recipe, "--use_vllm", "true" if backend == "vllm" else "false"]
             for n in ns:
-                trainer, run_dir = cost._build(argv, n, m, warmup + steps, Path(tmp) / f"{backend}-n{n}")
+                trainer, run_dir = cost.build_trainer(argv, n, m, warmup + steps, Path(tmp) / f"{backend}-n{n}")
                 built.append((backend, n, trainer, run_dir))
-        cost._train_interleaved([trainer for _, _, trainer, _ in built])
+        cost.train_interleaved([trainer for _, _, trainer, _ in built])
         rows = {"hf": [], "vllm": []}
         for backend, n, trainer, run_dir in built:
-            described = cost._describe(trainer)
+            described = cost.describe_trainer(trainer)
             rows[backend].append(cost.summarize(cost.step_rows(run_dir, warmup), n, m, described["kept_per_step"],
                                                 sampled_per_step=described["sampled_per_step"]))
             trainer.release_vllm_engine()

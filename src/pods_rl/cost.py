@@ -128,8 +128,12 @@ def _settings_argv(recipe_argv: list[str], n: int, m: int, max_steps: int, outpu
             "--eval_before_after", "false", "--output_dir", str(output_dir)]
 
 
-def _build(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path, oversample: float = 1.0):
-    """The real `pods train` trainer for one setting, without evaluation, checkpoints or a time limit."""
+def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path, oversample: float = 1.0):
+    """The real `pods train` trainer for one setting (n -> m), without evaluation, checkpoints or a time limit.
+
+    Returns ``(trainer, run_dir)``: its per-step phase times land in ``run_dir/metrics.jsonl`` (read them with
+    ``step_rows``). Also used by benchmarks/bench_generation.py to time both generation backends.
+    """
     from transformers.trainer_callback import (
         PrinterCallback,  # seconds to import; `pods cost --help` needs none
     )
@@ -144,7 +148,7 @@ def _build(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: P
     return trainer, clock.run_dir
 
 
-def _train_interleaved(trainers: list) -> None:
+def train_interleaved(trainers: list) -> None:
     """``trainer.train()`` for every trainer, each in a thread, taking optimizer steps in turn (round-robin)."""
     turns = _Turns(len(trainers))
     errors: list[BaseException] = []
@@ -258,22 +262,22 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
     with tempfile.TemporaryDirectory(prefix="pods-cost-") as tmp:
         for n, o in cases:
             n_o = (n, o)
-            trainer, run_dirs[n_o] = _build(list(recipe_argv), n, m, warmup + steps, Path(tmp) / f"n{n}-o{o:g}", o)
+            trainer, run_dirs[n_o] = build_trainer(list(recipe_argv), n, m, warmup + steps, Path(tmp) / f"n{n}-o{o:g}", o)
             if schedule == "auto":
                 # vLLM: one engine at a time (each sizes its KV cache from the memory left when it starts).
                 alone = trainer.accelerator.device.type == "cuda" or trainer.args.use_vllm
                 schedule = "sequential" if alone else "interleaved"
             if schedule == "sequential":  # train now and free it: the next setting gets the device alone
                 trainer.train()
-                described[n_o] = _describe(trainer)
+                described[n_o] = describe_trainer(trainer)
                 trainer.release_vllm_engine()  # deleting the trainer alone leaves its engine in memory
                 del trainer
                 _free_memory()
             else:
                 waiting.append((n_o, trainer))
         if waiting:
-            _train_interleaved([trainer for _, trainer in waiting])
-            described.update((n_o, _describe(trainer)) for n_o, trainer in waiting)
+            train_interleaved([trainer for _, trainer in waiting])
+            described.update((n_o, describe_trainer(trainer)) for n_o, trainer in waiting)
             del waiting, trainer
             _free_memory()
         rows = [summarize(step_rows(run_dirs[c], warmup), c[0], m, described[c]["kept_per_step"], oversample=c[1],
@@ -284,7 +288,7 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
     return {"machine": machine, "settings": settings, "rows": add_ratios(rows)}
 
 
-def _describe(trainer) -> dict:
+def describe_trainer(trainer) -> dict:
     """What the summary needs from a trainer (so that the trainer itself can be freed)."""
     import torch
 
