@@ -155,7 +155,9 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
         model_or_path: a model directory / checkpoint / PEFT adapter dir / hub id, or a loaded
             ``PreTrainedModel`` (then pass ``tokenizer``; generation uses transformers).
         task: a Task object or a registered task name (built with ``task_args``).
-        k, temperature, max_new_tokens: sampling settings (temperature 0 = greedy).
+        k: samples per problem.
+        temperature: sampling temperature (0 = greedy).
+        max_new_tokens: the longest completion generated, in tokens.
         limit: evaluate only the first ``limit`` problems of the split.
         batch_size: sequences per ``generate`` call (transformers backend).
         seed: RNG seed of the sampling.

@@ -24,6 +24,7 @@ def accelerate_config(name: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`pods accelerate-config NAME`: print the installed path of a shipped accelerate config; returns the exit code."""
     return run_guarded("pods accelerate-config", _main, argv)
 
 

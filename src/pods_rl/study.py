@@ -74,6 +74,7 @@ class Method:
 
     @property
     def is_grpo(self) -> bool:
+        """True for the GRPO baseline (n = m, no variant flags)."""
         return self.n == self.m and not self.extra
 
     @property
@@ -85,10 +86,12 @@ class Method:
 
 
 def grpo_name(m: int) -> str:
+    """The run name of GRPO with m rollouts per prompt: ``grpo-n{m}``."""
     return f"grpo-n{m}"
 
 
 def pods_name(n: int, m: int, rule: str = "max_variance") -> str:
+    """The run name of PODS n -> m with ``rule``: ``pods-{rule code}-n{n}m{m}``, e.g. ``pods-mv-n64m16``."""
     code = next((c for c, r in RULE_CODES.items() if r == rule), rule)
     return f"pods-{code}-n{n}m{m}"
 
@@ -186,11 +189,13 @@ def train_argv(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, 
 
 
 def make_run(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> Run:
+    """One run of the study: ``method`` at ``seed`` and learning rate ``lr``, with its `pods train` command."""
     return Run(method.name, seed, lr, run_dir, updates,
                tuple(train_argv(plan, method, seed, lr, run_dir, updates)))
 
 
 def lr_name(lr: float) -> str:
+    """A learning rate as it appears in folder names: ``1e-4`` -> ``"0.0001"``."""
     return f"{lr:g}".replace("+", "")
 
 
@@ -373,6 +378,7 @@ def _ints(flag: str, text: str | None, low: int = 1) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `pods study` argument parser (any other flag is passed on to `pods train`)."""
     parser = argparse.ArgumentParser(prog="pods study", allow_abbrev=False, description=__doc__.split("\n\n")[0],
                                      epilog="Any other flag is a `pods train` flag and sets the recipe.")
     add = parser.add_argument

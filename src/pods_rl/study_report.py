@@ -232,6 +232,7 @@ def headline(study: dict) -> dict:
 # The printed table
 # ------------------------------------------------------------------------------------------------------------
 def fmt_ci(ci) -> str:
+    """A confidence interval as ``[lo, hi]`` (two decimals; ``inf`` for None, ``[—]`` when absent)."""
     if not ci:
         return "[—]"
     return "[" + ", ".join("inf" if v is None else f"{v:.2f}" for v in ci) + "]"

@@ -48,6 +48,7 @@ def current_step(run_dir: Path) -> int:
 
 
 def has_checkpoint(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds at least one complete checkpoint to resume from."""
     return Path(run_dir).is_dir() and bool(list_checkpoints(run_dir))
 
 

@@ -392,6 +392,7 @@ class PODSTrainer(GRPOTrainer):
         )
 
     def get_train_dataloader(self):
+        """TRL's dataloader, sized in sampled rows: per process and round, the kept groups x ``oversample_prompts`` prompts x n."""
         if not self._selects:
             return super().get_train_dataloader()
         from datasets import IterableDataset

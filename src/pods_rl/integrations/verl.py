@@ -300,7 +300,8 @@ def select_sessions(keys: list[str], tags: list[dict], rewards: dict[str, float]
     """Which rows of a sampled batch to keep, and the ``pods/*`` metrics.
 
     Args:
-        keys, tags: the batch's ``{uid}_{session}_{index}`` keys and their TransferQueue tags (``response_len``).
+        keys: the batch's ``{uid}_{session}_{index}`` keys.
+        tags: their TransferQueue tags (``response_len``), one per key.
         rewards: ``{uid}_{session}`` -> the session's reward.
         settings: m, rule, tiebreak, response_length.
         num_groups: B, groups to keep; the groups whose kept rewards vary most (all-equal ones last, ties by

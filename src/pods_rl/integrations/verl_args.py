@@ -101,12 +101,13 @@ def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, 
         critic_mini_batch: kept rows per critic mini-batch (PPO with GAE); None: no critic.
         oversample_prompts: sample this many times more prompts and keep the B groups whose kept rewards vary
             most (>= 1; the ``oversample_prompts`` of ``PODSConfig``).
-        rule, tiebreak: the down-sampling rule and tie-break (``index``, ``shorter``, ``longer``).
+        rule: the down-sampling rule.
+        tiebreak: the tie-break among equal rewards (``index``, ``shorter``, ``longer``).
         trainer_mode: verl's ``trainer.v1.trainer_mode``: ``sync`` or ``colocate_async`` (``separate_async``
             cannot avoid padding under PODS: refused).
 
     Raises:
-        ValueError (one line) for a combination that verl would pad, or that cannot be expressed in its units.
+        ValueError: (one line) a combination that verl would pad, or that cannot be expressed in its units.
     """
     for name, value in (("prompts", prompts), ("n", n), ("m", m), ("dp", dp), ("mini_batch", mini_batch)):
         _positive_int(name, value)
@@ -174,6 +175,7 @@ def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`pods verl-args`: print verl's batch overrides in kept terms, one per line; returns the exit code."""
     from pods_rl.errors import run_guarded
 
     return run_guarded("pods verl-args", _main, argv)

@@ -96,6 +96,7 @@ class TrainingClock(TrainerCallback):
         return results
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        """Open the progress bar and evaluate the starting model (step 0 of a fresh run)."""
         if self.progress:
             from tqdm.auto import tqdm
 
@@ -105,9 +106,11 @@ class TrainingClock(TrainerCallback):
             self.evaluate(model, 0)
 
     def on_step_begin(self, args, state, control, **kwargs):
+        """Start the clock of this optimizer step."""
         self._step_start = time.perf_counter()
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
+        """Add the step's seconds to the training clock; ask for a save, the stop or an evaluation when one is due."""
         if self._step_start is not None:
             self.train_seconds += time.perf_counter() - self._step_start
             self._step_start = None
@@ -127,6 +130,7 @@ class TrainingClock(TrainerCallback):
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        """Append the logged row, with the step and the training seconds, to ``metrics.jsonl``."""
         row = {"step": state.global_step, "train_seconds": round(self.train_seconds, 3)}
         row.update(logs or {})
         self.append_metrics(row)
@@ -134,11 +138,13 @@ class TrainingClock(TrainerCallback):
             self._bar.set_postfix(step=state.global_step, reward=f"{row['reward']:.3f}")
 
     def on_train_end(self, args, state, control, **kwargs):
+        """Close the progress bar."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
 
     def on_save(self, args, state, control, **kwargs):
+        """Write the checkpoint's ``pods_clock.json`` (step, training seconds), which marks it complete."""
         # Written last and atomically: its presence marks the checkpoint complete.
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if self.is_main_process and checkpoint.is_dir():
@@ -316,15 +322,18 @@ class GracefulStop(TrainerCallback):
 
     # --- the training loop ---------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
+        """Training has begun: a signal from now on stops at the end of the step (before, it aborts at once)."""
         self.training, self._state = True, state
         if self.run_dir is None and args is not None:
             self.run_dir = Path(args.output_dir)
 
     def on_train_end(self, args, state, control, **kwargs):
+        """Training is over: stop the watchdog."""
         self.training = False
         self.finish()
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        """Mark the weights as half-way through a step until the step ends."""
         self._stepping_from = state.global_step  # until global_step moves on, the weights are half-way
 
     def _note_save(self, control) -> None:
@@ -332,6 +341,7 @@ class GracefulStop(TrainerCallback):
             self._save_started = time.monotonic()  # the Trainer saves right after this callback
 
     def on_step_end(self, args, state, control, **kwargs):
+        """The step is complete: if a stop was asked for (on any rank), save and stop here."""
         self._stepping_from = None
         requested = self.signal_name is not None
         if _world_size() > 1:
@@ -345,9 +355,11 @@ class GracefulStop(TrainerCallback):
         return control
 
     def on_epoch_end(self, args, state, control, **kwargs):
+        """Note a save the Trainer is about to make."""
         self._note_save(control)
 
     def on_save(self, args, state, control, **kwargs):
+        """Record how long the save took (the stop's estimate of the next one)."""
         if self._save_started is not None:
             self.last_save_seconds = time.monotonic() - self._save_started
             self._save_started = None
@@ -375,6 +387,7 @@ class ApplyOptimizerSettings(TrainerCallback):
     learning rate, betas, epsilon and weight decay (``load_state_dict`` restores them); put the new ones in."""
 
     def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        """Put the accepted learning rate, betas, epsilon and weight decay into the restored optimizer and scheduler."""
         if optimizer is None:
             return
         groups = optimizer.param_groups
