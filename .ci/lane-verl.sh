@@ -5,7 +5,7 @@
 # What runs here: the PODS replay buffer loaded by verl's own trainer from a config, sampling rollout records
 # from TransferQueue on a local Ray cluster; verl's _compute_advantage and _balance_batch on what it returns;
 # the recipes against verl's config. What cannot: verl's FSDP workers (NCCL only), its vLLM/SGLang rollout
-# servers (GPU builds) and so fit(); see the README's "PODS on verl".
+# servers (GPU builds) and so fit(); see docs/guides/verl.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)

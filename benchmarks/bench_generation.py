@@ -23,7 +23,7 @@ step) for both backends at once: the 2 x len(n) trainers take their steps in tur
 interleaved schedule, here across backends too), so that the generation/update ratio of each backend is measured
 under the same load. Writes results/<machine>/generation/cost_<size>.json.
 
-Needs vLLM (vLLM's CPU build on a CPU machine: README, "vLLM: what runs where").
+Needs vLLM (vLLM's CPU build on a CPU machine: docs/guides/vllm.md).
 
     python benchmarks/bench_generation.py                      # both sizes, n = 16 and 64
     python benchmarks/bench_generation.py --sizes tiny --ns 16 --repeats 2   # a quick look

@@ -312,7 +312,7 @@ def test_reward_models_and_hub_ids_are_left_to_trl():
 # 4. training that cannot learn says so; the two documented ways to train optimise the same objective
 
 def test_the_task_api_and_pods_train_give_the_same_reward_weights(tmp_path, tiny_model_dir):
-    """The README's "Train with TRL" example passes ``reward_funcs=task.reward_funcs()`` and no weights; it must
+    """The "Train with TRL" example (docs/guides/trl.md) passes ``reward_funcs=task.reward_funcs()`` and no weights; it must
     train the objective `pods train` trains (the task's 1 / 0.1 / 0.1), not TRL's default 1 / 1 / 1."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

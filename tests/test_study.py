@@ -151,8 +151,8 @@ def test_eval_noise_separates_evaluation_from_seed_spread(tmp_path):
 
 
 def test_report_reproduces_the_committed_evidence_study():
-    """The package's report, on the committed runs of the strong-model study, gives the numbers the README
-    quotes (computed then by benchmarks/study_report.py): the statistics moved without changing."""
+    """The package's report, on the committed runs of the strong-model study, gives the numbers the docs
+    quote (docs/results/strong-model.md) (computed then by benchmarks/study_report.py): the statistics moved without changing."""
     from pods_rl.study_report import headline, study_report
 
     committed = json.loads((STRONG / "study.json").read_text())["study"]["methods"]

@@ -103,7 +103,7 @@ def _unsupported(path: Path, err: OSError) -> Lock:
     if where not in _warned_unsupported:
         _warned_unsupported.add(where)
         logger.warning("warning: cannot lock %s on this file system (%s): a second job writing into it would not be "
-                       "stopped; see the README (Concurrency) for mount options", where, err.strerror or err)
+                       "stopped; see docs/guides/stopping.md (Concurrency) for mount options", where, err.strerror or err)
     return Lock(path, None)
 
 
