@@ -14,7 +14,8 @@ import pods_rl
 PACKAGE_DIR = Path(pods_rl.__file__).parent
 # The commands: each is a `pods ...` sub-command's module. They sit on top; nothing below may import them.
 COMMANDS = {"pods_rl.cli", "pods_rl.train", "pods_rl.evaluate", "pods_rl.cost", "pods_rl.plots", "pods_rl.launch",
-            "pods_rl.study", "pods_rl.study_runner", "pods_rl.study_report"}  # the last two: parts of `pods study`
+            "pods_rl.study", "pods_rl.study_runner", "pods_rl.study_report",  # these two: parts of `pods study`
+            "pods_rl.build_tiny", "pods_rl.verl_args"}
 
 
 def module_files(package_dir: Path, package: str) -> dict[str, Path]:
