@@ -15,7 +15,8 @@ PACKAGE_DIR = Path(pods_rl.__file__).parent
 # The commands: each is a `pods ...` sub-command's module. They sit on top; nothing below may import them. Their
 # home is the COMMAND_PACKAGE: any module in it is a command.
 COMMAND_PACKAGE = "pods_rl.commands"
-COMMANDS = {"pods_rl.cli", "pods_rl.train", "pods_rl.evaluate", "pods_rl.cost", "pods_rl.plots", "pods_rl.launch",
+COMMANDS = {"pods_rl.cli", "pods_rl.train", "pods_rl.evaluate",
+            "pods_rl.cost", "pods_rl.plots", "pods_rl.launch",
             "pods_rl.study", "pods_rl.study_runner", "pods_rl.study_report",  # these two: parts of `pods study`
             "pods_rl.build_tiny", "pods_rl.verl_args"}
 # The core: plain tensor code, no framework; it imports nothing of ours but the core (adaptive: wave 4).
