@@ -1,5 +1,5 @@
-"""The house stays as built: imports among pods_rl modules run one way (no cycle), and no library module imports
-a command. The graph is read from the source (every module's AST, function-level imports included), not from
+"""The house stays as built: imports among pods_rl modules run one way (no cycle), commands -> library -> core:
+no library module imports a command, and the core imports nothing of ours but the core. The graph is read from the source (every module's AST, function-level imports included), not from
 what happens to be imported at run time."""
 
 from __future__ import annotations
@@ -12,9 +12,16 @@ import pytest
 import pods_rl
 
 PACKAGE_DIR = Path(pods_rl.__file__).parent
-# The commands: each is a `pods ...` sub-command's module. They sit on top; nothing below may import them.
-COMMANDS = {"pods_rl.cli", "pods_rl.train", "pods_rl.evaluate", "pods_rl.cost", "pods_rl.plots", "pods_rl.launch",
-            "pods_rl.study", "pods_rl.study_runner", "pods_rl.study_report"}  # the last two: parts of `pods study`
+# The commands: each is a `pods ...` sub-command's module. They sit on top; nothing below may import them. Their
+# home is the COMMAND_PACKAGE: any module in it is a command.
+COMMAND_PACKAGE = "pods_rl.commands"
+COMMANDS = {"pods_rl.cli", "pods_rl.train", "pods_rl.evaluate",
+            "pods_rl.cost", "pods_rl.plots", "pods_rl.launch",
+            "pods_rl.study", "pods_rl.study_runner", "pods_rl.study_report",  # these two: parts of `pods study`
+            "pods_rl.build_tiny", "pods_rl.verl_args"}
+# The core: plain tensor code, no framework; it imports nothing of ours but the core (adaptive: wave 4).
+CORE = {"pods_rl.downsample", "pods_rl.advantages", "pods_rl.reward_checks", "pods_rl.adaptive"}
+LAYERS = ("core", "library", "command")
 
 
 def module_files(package_dir: Path, package: str) -> dict[str, Path]:
@@ -125,6 +132,29 @@ def library_imports_of_commands(package_dir: Path, package: str, commands: set[s
             for target, line in found if target in commands]
 
 
+def is_command(module: str, commands: set[str]) -> bool:
+    """Whether ``module`` is a command: listed in ``commands``, or anywhere in the commands package."""
+    return module in commands or module == COMMAND_PACKAGE or module.startswith(COMMAND_PACKAGE + ".")
+
+
+def layer(module: str, commands: set[str], core: set[str]) -> int:
+    """The module's layer, an index of LAYERS: 0 core, 1 library, 2 command."""
+    return 2 if is_command(module, commands) else 0 if module in core else 1
+
+
+def upward_imports(package_dir: Path, package: str, commands: set[str], core: set[str]) -> list[str]:
+    """Every import from a lower layer to a higher one, as ``a (a.py:3), core, imports the library b``."""
+    modules = module_files(package_dir, package)
+    found = []
+    for module, targets in import_edges(modules).items():
+        for target, line in targets:
+            here, there = layer(module, commands, core), layer(target, commands, core)
+            if there > here:
+                found.append(f"{module} ({modules[module].name}:{line}), {LAYERS[here]}, imports the {LAYERS[there]} "
+                             f"{target}")
+    return found
+
+
 # ------------------------------------------------------------------------------------------------------------
 def test_no_import_cycle_among_pods_rl_modules():
     message = cycle_message(PACKAGE_DIR, "pods_rl")
@@ -135,6 +165,23 @@ def test_no_library_module_imports_a_command():
     offenders = library_imports_of_commands(PACKAGE_DIR, "pods_rl", COMMANDS)
     assert not offenders, ("library modules must not import commands (move what they need below the commands, "
                            "e.g. into pods_rl.errors): " + "; ".join(offenders))
+
+
+def test_imports_run_one_way_commands_library_core():
+    offenders = upward_imports(PACKAGE_DIR, "pods_rl", COMMANDS, CORE)
+    assert not offenders, ("imports must run one way, commands -> library -> core (move what a lower module needs "
+                           "down, or the importing code up): " + "; ".join(offenders))
+
+
+def test_every_sub_command_is_a_command_module():
+    """Each `pods` sub-command's module, as the dispatcher names it, is a command; the lists here name real modules."""
+    from pods_rl import cli
+
+    modules = module_files(PACKAGE_DIR, "pods_rl")
+    dispatched = {module for module, _ in cli.COMMANDS.values()}
+    assert dispatched <= set(modules) and all(is_command(module, COMMANDS) for module in dispatched), dispatched
+    assert COMMANDS <= set(modules), COMMANDS - set(modules)
+    assert {"pods_rl.downsample", "pods_rl.advantages", "pods_rl.reward_checks"} <= CORE & set(modules)
 
 
 def test_the_walk_sees_function_level_and_lazy_imports():
@@ -171,3 +218,20 @@ def test_a_cycle_hidden_in_a_function_is_found_and_named(tmp_path, lazy):
         "pkg.low (low.py:5) imports the command pkg.high"]
     (package / "low.py").write_text("import os\n")
     assert cycle_message(package, "pkg") is None
+
+
+def test_an_upward_import_is_named(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    sources = {"__init__.py": "", "core.py": "import os\n\n\ndef f():\n    from pkg import lib\n",
+               "lib.py": "from pkg import core\n", "cmd.py": "from pkg.lib import x\n"}
+    for name, text in sources.items():
+        (package / name).write_text(text)
+    assert upward_imports(package, "pkg", {"pkg.cmd"}, {"pkg.core"}) == [
+        "pkg.core (core.py:5), core, imports the library pkg.lib"]
+    (package / "lib.py").write_text("from pkg import cmd\n")
+    assert upward_imports(package, "pkg", {"pkg.cmd"}, {"pkg.core"}) == [
+        "pkg.core (core.py:5), core, imports the library pkg.lib", "pkg.lib (lib.py:1), library, imports the command pkg.cmd"]
+    (package / "core.py").write_text("import os\n")
+    (package / "lib.py").write_text("from pkg import core\n")
+    assert upward_imports(package, "pkg", {"pkg.cmd"}, {"pkg.core"}) == []

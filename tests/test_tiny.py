@@ -131,9 +131,11 @@ def test_build_tiny_takes_heads_and_a_time_limit(tmp_path):
 
 
 def test_cli_rejects_bad_arguments(capsys):
-    assert tiny.main(["--steps", "0", "--out", "/nonexistent/never-written"]) == 2
+    from pods_rl import build_tiny
+
+    assert build_tiny.main(["--steps", "0", "--out", "/nonexistent/never-written"]) == 2
     assert "positive" in capsys.readouterr().err
-    assert tiny.main(["--num-heads", "0", "--out", "/nonexistent/never-written"]) == 2
+    assert build_tiny.main(["--num-heads", "0", "--out", "/nonexistent/never-written"]) == 2
     assert "num_heads" in capsys.readouterr().err
-    assert tiny.main(["--threads", "0", "--out", "/nonexistent/never-written"]) == 2
+    assert build_tiny.main(["--threads", "0", "--out", "/nonexistent/never-written"]) == 2
     assert "threads" in capsys.readouterr().err

@@ -5,9 +5,14 @@ are plain tensor code and import nothing heavy; the TRL-based trainer (``PODSCon
 ``PODSTrainer``) is imported lazily so that other frameworks can use the rules alone.
 """
 
+from importlib import metadata as _metadata
+
 from pods_rl.downsample import available_rules, downsample, group_advantages, register_rule
 
-__version__ = "0.1.0"
+try:  # one source of truth: pyproject.toml's version, as installed (pip install, -e included)
+    __version__ = _metadata.version("pods-rl")
+except _metadata.PackageNotFoundError:  # pragma: no cover - a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "PODSConfig",

@@ -36,9 +36,9 @@ COMMANDS = {
     "compare": ("pods_rl.plots", "compare_main"),
     "cost": ("pods_rl.cost", "main"),
     "study": ("pods_rl.study", "main"),
-    "build-tiny": ("pods_rl.tiny", "main"),
+    "build-tiny": ("pods_rl.build_tiny", "main"),
     "accelerate-config": ("pods_rl.launch", "main"),
-    "verl-args": ("pods_rl.integrations.verl_args", "main"),
+    "verl-args": ("pods_rl.verl_args", "main"),
 }
 
 

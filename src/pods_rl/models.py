@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from pods_rl import tiny
-from pods_rl.runlog.store import is_adapter_dir, is_model_dir  # noqa: F401  (is_adapter_dir: part of this API)
+from pods_rl.runlog.evals import is_adapter_dir, is_model_dir  # noqa: F401  (is_adapter_dir: part of this API)
 
 
 def hub_offline() -> bool:

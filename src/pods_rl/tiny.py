@@ -6,12 +6,12 @@
     model_path()                     -> Path  (the copy shipped in pods_rl/assets/tiny)
     sampled_accuracy(model, ...)     -> dict  (held-out accuracy with k samples per problem)
 
-Everything is built locally: nothing is downloaded from the Hugging Face hub.
+Everything is built locally: nothing is downloaded from the Hugging Face hub. The `pods build-tiny` command that
+calls ``build_tiny`` is ``pods_rl.build_tiny``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -19,7 +19,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from pods_rl.errors import one_line_parser_errors, run_guarded
 from pods_rl.tasks.arithmetic import ArithmeticTask
 
 SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
@@ -404,42 +403,3 @@ def _version(package: str) -> str:
     from importlib.metadata import version
 
     return version(package)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``pods build-tiny [--out DIR] [--steps N] ...``: rebuild the embedded tiny model (see ``build_tiny``);
-    exit code 0, 2 on bad input, 1 on another failure."""
-    return run_guarded("pods build-tiny", _main, argv)
-
-
-def _main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="pods build-tiny", description=build_tiny.__doc__.split("\n")[0])
-    parser.add_argument("--out", default=None, help=f"output directory (default: the shipped copy, {ASSETS_DIR})")
-    parser.add_argument("--steps", type=int, default=4000,
-                        help="SFT optimizer steps (the model shipped before issue #24, 4 heads, had 1500)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--wrong-fraction", type=float, default=0.3,
-                        help="share of SFT targets whose final result is off by 1..10 (makes the model partly right)")
-    parser.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2")
-    parser.add_argument("--hidden-size", type=int, default=64)
-    parser.add_argument("--num-layers", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-heads", type=int, default=None,
-                        help="attention heads (default: hidden size // 32, i.e. head dim 32, which vLLM's CPU "
-                             "build serves; the model shipped before issue #24 had 4, head dim 16)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads for the build (the shipped model was built with 1)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
-    parser.add_argument("--max-seconds", type=float, default=None,
-                        help="end the SFT after this many seconds even before --steps (a time limit)")
-    parser.add_argument("--eval-problems", type=int, default=200, help="held-out problems in build_info.json")
-    one_line_parser_errors(parser)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub
-    build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
-               wrong_fraction=args.wrong_fraction, arch=args.arch,
-               hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed, num_heads=args.num_heads,
-               device=args.device, max_seconds=args.max_seconds, eval_problems=args.eval_problems,
-               threads=args.threads)
-    return 0

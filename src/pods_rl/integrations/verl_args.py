@@ -1,4 +1,4 @@
-"""verl's batch settings in kept terms: ``pods verl-args`` (pure arithmetic; needs no verl).
+"""verl's batch settings in kept terms, for ``pods verl-args`` (pure arithmetic; needs no verl).
 
 verl counts its batches in *generated* rollouts: an actor mini-batch is ``ppo_mini_batch_size x rollout.n`` rows,
 and before the update ``PPOTrainer._balance_batch`` pads the batch with no-op rows up to a multiple of
@@ -21,7 +21,6 @@ of mini-batches, R a multiple of n (verl's mini-batch unit) and of dp (every ran
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 
@@ -172,45 +171,3 @@ def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, 
                      kept_rows=kept_rows, actor_mini_batch=mini_batch // n,
                      critic_mini_batch=None if critic_mini_batch is None else critic_mini_batch // n,
                      overrides=tuple(overrides))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`pods verl-args`: print verl's batch overrides in kept terms, one per line; returns the exit code."""
-    from pods_rl.errors import run_guarded
-
-    return run_guarded("pods verl-args", _main, argv)
-
-
-def _parser() -> argparse.ArgumentParser:
-    from pods_rl.errors import one_line_parser_errors
-
-    parser = argparse.ArgumentParser(
-        prog="pods verl-args",
-        description="Print verl overrides (one per line) that train PODS without padding rows; a one-line summary "
-                    "goes to stderr. Use as: python3 -m verl.trainer.main_ppo ... $(pods verl-args ...)")
-    parser.add_argument("--prompts", type=int, required=True, help="B: prompt groups kept per update")
-    parser.add_argument("--n", type=int, required=True, help="rollouts generated per prompt")
-    parser.add_argument("--m", type=int, required=True, help="rollouts kept per prompt")
-    parser.add_argument("--dp", type=int, required=True, help="the actor's data-parallel size")
-    parser.add_argument("--mini-batch", type=int, required=True, help="kept rows per actor mini-batch")
-    parser.add_argument("--critic-mini-batch", type=int, default=None,
-                        help="kept rows per critic mini-batch (PPO with GAE)")
-    parser.add_argument("--oversample", type=float, default=1.0, help="oversample_prompts (>= 1)")
-    parser.add_argument("--rule", default="max_variance", help="down-sampling rule (default max_variance)")
-    parser.add_argument("--tiebreak", default="index", help="index, shorter or longer")
-    parser.add_argument("--trainer-mode", default="sync", help="sync or colocate_async")
-    one_line_parser_errors(parser)
-    return parser
-
-
-def _main(argv: list[str]) -> int:
-    import sys
-
-    args = _parser().parse_args(argv)
-    oversample = int(args.oversample) if float(args.oversample).is_integer() else args.oversample
-    batch = verl_batch_settings(args.prompts, args.n, args.m, args.dp, args.mini_batch,
-                                critic_mini_batch=args.critic_mini_batch, oversample_prompts=oversample,
-                                rule=args.rule, tiebreak=args.tiebreak, trainer_mode=args.trainer_mode)
-    print("\n".join(batch.overrides))
-    print(batch.summary(args.n, args.m, args.dp), file=sys.stderr)
-    return 0

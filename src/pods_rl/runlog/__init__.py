@@ -3,8 +3,9 @@
     lock.py       one owner per run directory (flock, released with the process), short locks for eval.json
     ours.py       what a pods-rl run directory is (the marker, runs of earlier versions); others are refused
     integrity.py  cheap checks of a checkpoint's files (which one is corrupt) before anything loads
-    store.py      the files: config.yaml (+ its history), metrics.jsonl, checkpoints and their clocks, eval.json,
-                  summary.json; scanning a run's saved models; starting and resuming (plan, consistency)
+    store.py      the files: config.yaml (+ its history), metrics.jsonl, checkpoints and their clocks,
+                  summary.json; starting and resuming (plan, consistency)
+    evals.py      what `pods eval` reads and writes: a run's saved models (scanning them), eval.json
     callbacks.py  the transformers callbacks that write it while training runs: TrainingClock (training time,
                   time-based saves, evaluations, metrics rows), GracefulStop (SIGTERM / SIGINT), ApplyOptimizerSettings
 
@@ -15,6 +16,19 @@ pods_rl import runlog`` gives both (the callbacks on first use), as ``pods_rl.ru
 
 from __future__ import annotations
 
+from pods_rl.runlog.evals import (  # noqa: F401  (the package's API)
+    already_done,
+    checkpoint_clock,
+    default_out_for_model,
+    find_checkpoints,
+    is_adapter_dir,
+    is_model_dir,
+    is_run_dir,
+    load_results,
+    result_key,
+    save_results,
+    upsert_result,
+)
 from pods_rl.runlog.integrity import checkpoint_problems  # noqa: F401
 from pods_rl.runlog.lock import LOCK_FILE, RunDirInUse, hold_run_dir  # noqa: F401
 from pods_rl.runlog.ours import check_not_foreign, foreign_entries, is_pods_run  # noqa: F401
@@ -30,22 +44,14 @@ from pods_rl.runlog.store import (  # noqa: F401  (the package's API)
     SET_ASIDE_DIR,
     SUMMARY_FILE,
     RunFinished,
-    already_done,
     check_output_dir,
-    checkpoint_clock,
     clock_problem,
     config_changes,
-    default_out_for_model,
     disk_full_message,
-    find_checkpoints,
     free_name,
     holds_a_run,
-    is_adapter_dir,
     is_checkpoint_name,
-    is_model_dir,
-    is_run_dir,
     list_checkpoints,
-    load_results,
     load_run_config,
     mark_as_run,
     move_aside,
@@ -55,13 +61,10 @@ from pods_rl.runlog.store import (  # noqa: F401  (the package's API)
     read_metrics,
     read_summary,
     remove_incomplete,
-    result_key,
     run_finished,
     run_stopped,
     save_config,
-    save_results,
     set_aside,
-    upsert_result,
     write_clock,
     write_json_atomic,
     write_summary,

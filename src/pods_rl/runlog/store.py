@@ -10,7 +10,7 @@ A run directory holds everything one run produced::
       checkpoint-<step>/   HF checkpoint + pods_clock.json {"step", "train_seconds"}; pods_clock.json is
                            written last, atomically, so a checkpoint without it is incomplete
       final/               the final model + pods_clock.json
-      eval.json            results of `pods eval` (a list of records, keyed by KEY_FIELDS)
+      eval.json            results of `pods eval` (a list of records, keyed by KEY_FIELDS; ``runlog.evals``)
       summary.json         what `pods train` reports at its end (or where it stopped)
       .pods-run            marks the directory as a pods-rl run (written with the first config.yaml)
       .pods-train.lock     held by the `pods train` that owns the directory (``runlog.lock``)
@@ -29,14 +29,12 @@ import logging
 import os
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
 from pods_rl.errors import storage_fault
-from pods_rl.runlog.lock import exclusive, lock_path_for
 
 logger = logging.getLogger("pods_rl.runlog")
 
@@ -435,133 +433,3 @@ def plan_resume(run_dir: Path, resume_from_checkpoint, output_dir_given: bool) -
             f"an explicit checkpoint (--resume_from_checkpoint {last[-1] if last else run_dir / 'checkpoint-N'} "
             "with a larger budget) or start a new run from --model_name_or_path " + str(run_dir / "final"))
     return None
-
-
-# --- eval.json ----------------------------------------------------------------------------------------------
-def result_key(record: dict) -> tuple:
-    """(checkpoint, task, split, k, temperature): records with equal keys replace each other."""
-    return tuple(record[f] if f != "temperature" else float(record[f]) for f in KEY_FIELDS)
-
-
-def load_results(path) -> list[dict]:
-    """The records of an eval JSON file ([] when it does not exist). Refuses to read a corrupt file."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    try:
-        records = json.loads(path.read_text())
-    except ValueError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); move it away or fix it before evaluating") from err
-    if not isinstance(records, list):
-        raise ValueError(f"{path} must hold a JSON list of eval records, got {type(records).__name__}")
-    for i, record in enumerate(records):
-        if not isinstance(record, dict) or not set(KEY_FIELDS) <= record.keys():
-            # Not ours: writing our records into it would replace what it holds.
-            raise ValueError(f"{path} is not a `pods eval` results file (item {i} is not an eval record with "
-                             f"{list(KEY_FIELDS)}); pass another --out, nothing was changed")
-    return records
-
-
-def save_results(path, records: list[dict]) -> None:
-    """Write ``records`` to ``path`` atomically: a crash leaves either the old or the new file, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(records, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def upsert_result(path, record: dict) -> list[dict]:
-    """Add ``record`` to the JSON file at ``path``, replacing any record with the same key; returns all. The
-    read-modify-write holds the file's own lock (``.eval.json.lock``, not the trainer's), so two `pods eval` at once
-    lose no record; the write is atomic, so readers never see half a file."""
-    key = result_key(record)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive(lock_path_for(path), what="pods eval"):
-        records = [r for r in load_results(path) if result_key(r) != key] + [record]
-        save_results(path, records)
-    return records
-
-
-def already_done(records: list[dict], key: tuple, settings: dict) -> bool:
-    """Whether ``records`` hold ``key`` evaluated with the same ``REUSE_FIELDS`` ``settings``."""
-    return any(result_key(r) == key and all(r.get(f) == settings[f] for f in REUSE_FIELDS) for r in records)
-
-
-def default_out_for_model(model_path) -> Path:
-    """Where a single model's results go by default: the run dir of a checkpoint (it has pods_clock.json and
-    its parent a config.yaml), else the model dir itself, else ./eval.json for a hub id."""
-    path = Path(model_path)
-    if not path.is_dir():
-        return Path(DEFAULT_EVAL_FILE)
-    if (path / CLOCK_FILE).is_file() and (path.parent / CONFIG_FILE).is_file():
-        return path.parent / DEFAULT_EVAL_FILE
-    return path / DEFAULT_EVAL_FILE
-
-
-# --- the saved models of a run ------------------------------------------------------------------------------
-def is_adapter_dir(path) -> bool:
-    """Whether ``path`` holds a PEFT adapter (``adapter_config.json``) rather than a full model."""
-    return (Path(path) / "adapter_config.json").is_file()
-
-
-def is_model_dir(path) -> bool:
-    """Whether ``path`` holds a saved model: a full one (``config.json``) or a PEFT adapter."""
-    return (Path(path) / "config.json").is_file() or is_adapter_dir(path)
-
-
-def checkpoint_clock(model_dir) -> tuple[int, float]:
-    """(step, train_seconds) from ``model_dir/pods_clock.json``; (0, 0.0) when absent (a plain model). Unlike
-    ``read_clock`` (None for a missing or torn file), a file that is there but malformed is a ValueError."""
-    clock_path = Path(model_dir) / CLOCK_FILE
-    if not clock_path.is_file():
-        return 0, 0.0
-    try:
-        clock = json.loads(clock_path.read_text())
-        return int(clock["step"]), float(clock["train_seconds"])
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{clock_path} is not a valid clock file ({{'step', 'train_seconds'}}): {err}") from err
-
-
-def is_run_dir(path) -> bool:
-    """A run directory has ``checkpoint-*`` or ``final`` model dirs (and usually config.yaml)."""
-    path = Path(path)
-    return path.is_dir() and not is_model_dir(path) and bool(find_checkpoints(path, verbose=False))
-
-
-def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True) -> list[dict]:
-    """Model dirs of a run, sorted by step: [{"name", "path", "step", "train_seconds"}].
-
-    ``checkpoint-<N>`` and ``final`` dirs that hold a model and ``pods_clock.json``. The trainer writes the
-    clock file last, so a dir without it is incomplete (being saved, or killed mid-save) and is skipped with
-    a warning; ``checkpoint-N.incomplete`` dirs never match. ``final`` is dropped when a checkpoint has the
-    same step (same weights). ``include_base`` prepends the run's initial model (config.yaml's
-    ``model_name_or_path``) at step 0, 0 seconds.
-    """
-    run_dir = Path(run_dir)
-    candidates = [p for p in run_dir.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
-    found = []
-    for path in candidates + [run_dir / "final"]:
-        if not (path.is_dir() and is_model_dir(path)):
-            continue
-        problem = clock_problem(path)
-        if problem is not None:
-            if verbose:
-                why = f"no {CLOCK_FILE} (incomplete checkpoint)" if problem == "missing" else problem
-                print(f"warning: skipping {path}: {why}", file=sys.stderr)
-            continue
-        step, seconds = checkpoint_clock(path)
-        found.append({"name": path.name, "path": path, "step": step, "train_seconds": seconds})
-    checkpoint_steps = {c["step"] for c in found if c["name"] != "final"}
-    found = [c for c in found if not (c["name"] == "final" and c["step"] in checkpoint_steps)]
-    found.sort(key=lambda c: (c["step"], c["name"] == "final"))
-    if include_base:
-        base = load_run_config(run_dir).get("model_name_or_path")
-        if not base:
-            raise ValueError(f"{run_dir}/config.yaml names no model_name_or_path; cannot evaluate the base model")
-        found.insert(0, {"name": "base", "path": Path(base), "step": 0, "train_seconds": 0.0})
-    return found

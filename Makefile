@@ -1,0 +1,56 @@
+# Two commands on a fresh machine with Python 3.10+ and pip:
+#
+#     make train      the embedded default: `pods train` (more arguments: make train ARGS="--max_train_seconds 60")
+#     make test       the test suite: `python -m pytest -q` (a part of it: make test ARGS="tests/test_downsample.py")
+#
+# Each creates or reuses the project's virtual environment .venv and, when pyproject.toml (or the torch choice) changed
+# since the last install, installs torch and the project with its dev extras into it, then runs.
+#
+# torch: on a machine without CUDA, the CPU build of TORCH_SPEC from TORCH_INDEX (PyTorch's CPU index); with CUDA
+# (nvidia-smi works) or on macOS, PyPI's default build. Choose another with e.g.
+#     make test TORCH_SPEC="torch==2.13.0" TORCH_INDEX=https://download.pytorch.org/whl/cu128
+# A matching torch wheel that pip already has at hand (its find-links, e.g. a CI cache) is used first, without
+# asking an index for torch (its dependencies then come from pip's usual index).
+# PYTHON picks the interpreter that creates .venv; VENV another folder.
+#
+# Managing your own environment instead: pip install "torch==2.13.0" -e ".[dev]" (see the README).
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+ifeq ($(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda)$(filter Darwin,$(shell uname -s)),)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+else
+TORCH_INDEX ?=
+endif
+ARGS ?=
+
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.pods-installed
+
+.PHONY: train test install
+train: install
+	$(BIN)/pods train $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest -q $(ARGS)
+
+# The stamp holds what was installed: pyproject.toml's hash and the torch choice. Anything else -> install again.
+install:
+	@set -e; \
+	if [ ! -x "$(BIN)/python" ]; then \
+		echo "make: creating $(VENV) with $(PYTHON)"; \
+		$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10) and "pods-rl needs Python 3.10+, this is " + sys.version.split()[0] + "; choose another with make PYTHON=python3.11")'; \
+		$(PYTHON) -m venv "$(VENV)"; \
+	fi; \
+	key="$$($(BIN)/python -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())') $(TORCH_SPEC) $(TORCH_INDEX)"; \
+	if [ -f "$(STAMP)" ] && [ "$$(cat "$(STAMP)")" = "$$key" ]; then exit 0; fi; \
+	echo "make: installing $(TORCH_SPEC) and pods-rl[dev] into $(VENV)"; \
+	$(BIN)/python -m pip install -q --upgrade pip; \
+	if $(BIN)/python -m pip install -q --no-index --no-deps "$(TORCH_SPEC)" 2>/dev/null; then \
+		$(BIN)/python -m pip install -q "$(TORCH_SPEC)"; \
+	else \
+		$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)); \
+	fi; \
+	$(BIN)/python -m pip install -q -e ".[dev]"; \
+	echo "$$key" > "$(STAMP)"

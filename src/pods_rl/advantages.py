@@ -1,0 +1,108 @@
+"""GRPO group-normalized advantages on the kept rollouts (B, m), numerically identical to TRL's: PODS computes
+them on the kept subset only. Plain torch (core: imports nothing of ours but the reward checks).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from pods_rl.reward_checks import _as_reward_tensor, _check_finite
+
+
+def _nanstd(tensor: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    """NaN-ignoring unbiased (Bessel-corrected) std, op for op as ``trl.trainer.utils.nanstd``.
+
+    Fewer than two non-NaN values give NaN (TRL's convention). Replicated rather than imported so this
+    module stays free of TRL; the tests compare it against TRL's own function.
+    """
+    mean = torch.nanmean(tensor, dim=dim, keepdim=True)
+    variance = torch.nanmean((tensor - mean) ** 2, dim=dim, keepdim=True)
+    count = torch.sum(~torch.isnan(tensor), dim=dim, keepdim=True)
+    correction = count / (count - 1)
+    correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
+    variance *= correction
+    std = torch.sqrt(variance)
+    if keepdim:
+        return std
+    return std.squeeze(dim) if dim is not None else std.squeeze()
+
+
+_SCALES = ("group", "batch", "none")
+
+
+def group_advantages(rewards, eps: float = 1e-4, scale: str | bool = "group") -> torch.Tensor:
+    """GRPO group-normalized advantages of the kept rewards, numerically identical to TRL 1.16.
+
+    Reproduces ``GRPOTrainer._generate_and_score_completions`` (``multi_objective_aggregation=
+    "sum_then_normalize"``), with ``eps`` in place of TRL's fixed 1e-4::
+
+        A[b, i] = (r[b, i] - mean_b) / (std + eps)
+
+    * mean_b: mean of group b's non-NaN rewards (``torch.nanmean``).
+    * std (``scale``): "group" -> group b's std; "batch" -> std of all non-NaN rewards in the batch (the
+      mean stays per group); "none" -> no division, A = r - mean_b. ``True`` means "group", ``False``
+      means "none" (TRL's old boolean ``scale_rewards``).
+    * std is the *unbiased* (Bessel-corrected, divide by count - 1) std of the non-NaN values, as TRL's
+      ``nanstd``; with one rollout per group (m == 1) std is taken as 0, as TRL does.
+    * NaN rewards (unscorable rollouts) are left out of mean and std and get advantage 0; so does every
+      rollout of a group whose std is undefined (one non-NaN reward).
+
+    Args:
+        rewards: kept rewards, shape (B, m) or (m,), any real dtype, NaN allowed, +-inf not.
+        eps: added to the std before dividing (>= 0).
+        scale: "group", "batch", "none", True or False.
+
+    Returns:
+        Advantages with the shape of ``rewards``; dtype of ``rewards`` if floating, else float32.
+    """
+    rewards = _as_reward_tensor(rewards)
+    if rewards.dim() not in (1, 2):
+        raise ValueError(
+            f"rewards must have shape (m,) or (B, m), got a {rewards.dim()}-d tensor of shape "
+            f"{tuple(rewards.shape)}"
+        )
+    if scale is True:
+        scale = "group"
+    elif scale is False:
+        scale = "none"
+    if scale not in _SCALES:
+        raise ValueError(f"scale must be one of {list(_SCALES)} (or True/False), got {scale!r}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+
+    single_group = rewards.dim() == 1
+    grouped = rewards.unsqueeze(0) if single_group else rewards  # (B, m)
+    if grouped.shape[1] == 0:
+        raise ValueError(f"rewards has an empty group (shape {tuple(rewards.shape)}); need m >= 1")
+    if not grouped.is_floating_point():
+        grouped = grouped.float()  # TRL's rewards are float32
+    _check_finite(grouped, allow_nan=True)
+    B, m = grouped.shape
+
+    # Huge finite rewards (|r| ~ 1e38 in float32) overflow the squares inside the std, which then reads inf and
+    # turns every advantage into a silent 0. Advantages are scale-free, so compute them on r / s (s a power of
+    # two: exact) with eps / s. Below the threshold nothing changes, so TRL's numbers are reproduced bit for bit.
+    peak = float(torch.nan_to_num(grouped, nan=0.0).abs().max()) if grouped.numel() else 0.0
+    if peak > math.sqrt(torch.finfo(grouped.dtype).max / (4.0 * grouped.numel())):
+        if scale == "none":
+            raise ValueError(
+                f"rewards up to {peak:.3g} overflow {grouped.dtype} in r - mean with scale='none'; rescale the "
+                "rewards (or use scale='group' / 'batch', which is scale-free)"
+            )
+        s = 2.0 ** math.floor(math.log2(peak))
+        advantages = group_advantages(grouped / s, eps=eps / s, scale=scale)
+        return advantages[0] if single_group else advantages
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)  # (B, 1)
+    if scale in ("group", "none"):  # TRL computes the group std for "none" too (logging only)
+        std = _nanstd(grouped, dim=1, keepdim=True) if m > 1 else torch.zeros_like(grouped)
+    else:
+        # TRL takes nanstd of the flat (B*m,) vector; flatten so the reduction is the same op.
+        flat = grouped.reshape(-1)
+        std = _nanstd(flat) if flat.numel() > 1 else torch.zeros_like(flat[:1])
+    advantages = grouped - mean
+    if scale != "none":
+        advantages = advantages / (std + eps)
+    advantages = torch.nan_to_num(advantages, nan=0.0)
+    return advantages[0] if single_group else advantages

@@ -1,0 +1,115 @@
+"""Answer extraction: the text of a completion and the answer candidates in it, all in linear time.
+
+What a completion says its answer is (the ``<answer>`` block, the last ``\\boxed{}``, the last number); whether
+that answer is right is ``pods_rl.tasks.grading``'s job. No regex here backtracks over the whole completion.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_PARSE_CHARS = 300  # longer answer candidates are not parsed by math_verify (sympy)
+
+THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = "<think>", "</think>", "<answer>", "</answer>"
+_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+
+
+def completion_text(completion) -> str:
+    """The text of one completion: a str as-is, or the content of the last message of a chat list.
+
+    Anything else (None, bytes, numbers) becomes a str so graders never crash on odd input.
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, (list, tuple)):
+        if not completion:
+            return ""
+        last = completion[-1]
+        if isinstance(last, dict):
+            content = last.get("content", "")
+            if isinstance(content, list):  # multimodal-style content parts
+                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return content if isinstance(content, str) else str(content)
+        return str(last)
+    if isinstance(completion, bytes):
+        return completion.decode("utf-8", errors="replace")
+    return "" if completion is None else str(completion)
+
+
+def extract_answer_block(text: str) -> str | None:
+    """Content of the last ``<answer>...</answer>`` block (stripped), or None if there is none."""
+    end = text.rfind(ANSWER_CLOSE)
+    if end < 0:
+        return None
+    start = text.rfind(ANSWER_OPEN, 0, end)
+    if start < 0:
+        return None
+    return text[start + len(ANSWER_OPEN) : end].strip()
+
+
+def extract_last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, or None.
+
+    Also accepts ``\\boxed 5`` (no braces). Unbalanced braces -> None.
+    """
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    i = start + (len("\\boxed") if text.startswith("\\boxed", start) else len("\\fbox"))
+    if i < len(text) and text[i] == " ":  # "\boxed 5" form
+        rest = text[i + 1 :].split("$")[0].strip()
+        return rest.split()[0] if rest else None
+    if i >= len(text) or text[i] != "{":
+        return None
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j].strip()
+    return None
+
+
+def last_number(text: str) -> str | None:
+    """The last number in ``text`` with thousands commas removed (e.g. ``"1,234.5"`` -> ``"1234.5"``)."""
+    last = None
+    for last in _NUMBER_RE.finditer(text):  # noqa: B007 - we only want the final match
+        pass
+    if last is None:
+        return None
+    return last.group(0).replace(",", "").rstrip(".")
+
+def _has_exactly_one_number(text: str) -> bool:
+    matches = _NUMBER_RE.finditer(text)
+    return next(matches, None) is not None and next(matches, None) is None
+
+
+def candidate_answers(text: str) -> list[str]:
+    """Answer candidates from a completion, in the order tried (any one matching counts as correct).
+
+    With a non-empty ``<answer>`` block the model has committed to an answer, so only the block is
+    graded: the block itself, plus its number if it holds exactly one (``"18 dollars"`` -> ``"18"``;
+    a hedge like ``"17, not 18"`` gets no second chance). Without a block: the last ``\boxed{}``, the
+    whole text (if at most ``MAX_PARSE_CHARS``), then the last number (GSM8K's ``#### 72`` convention).
+    """
+    block = extract_answer_block(text)
+    if block:
+        candidates = [block]
+        if _has_exactly_one_number(block):
+            number = last_number(block)
+            if number != block:
+                candidates.append(number)
+        return candidates
+    candidates = []
+    boxed = extract_last_boxed(text)
+    if boxed:
+        candidates.append(boxed)
+    stripped = text.strip()
+    if stripped and len(stripped) <= MAX_PARSE_CHARS and stripped not in candidates:
+        candidates.append(stripped)
+    number = last_number(text)
+    if number is not None and number not in candidates:
+        candidates.append(number)
+    return candidates

@@ -1,0 +1,195 @@
+"""Grading within a wall-clock limit: a ``SIGALRM`` timer in the main thread, a killable worker subprocess
+off it. A timed-out item scores 0 and logs a warning; nothing a model writes can hang or crash a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+from pods_rl import deadline
+from pods_rl.tasks.extraction import completion_text
+from pods_rl.tasks.grading import _answers_match_unbounded, _math_verify_any, _triage
+
+logger = logging.getLogger("pods_rl.tasks.rewards")  # one logger for the reward modules
+
+DEFAULT_TIMEOUT_S = 2.0  # per-item wall-clock bound on grading
+
+
+class GradingTimeout(deadline.Expired):
+    """Raised inside a grading call when its time limit expires.
+
+    A BaseException (like math_verify's own TimeoutException) so that the broad ``except Exception``
+    blocks inside sympy/math_verify cannot swallow it and keep computing.
+    """
+
+
+# ----------------------------------------------------------------------------------------------------
+# time bounds
+
+
+def _signals_usable() -> bool:
+    return deadline.usable()
+
+
+def _grading_limit(timeout_s: float):
+    """A ``deadline.time_limit`` that raises GradingTimeout; nests inside a caller's own limits (a reward
+    function's per-call budget), each firing on its own time."""
+    return deadline.time_limit(timeout_s, lambda: GradingTimeout(f"grading exceeded {timeout_s} s"))
+
+
+def worker_main() -> None:  # pragma: no cover - runs in the child process
+    """Grading worker: read ``[text, gold]`` JSON lines on stdin, answer ``1``/``0`` lines on stdout."""
+    for line in sys.stdin:
+        try:
+            text, gold = json.loads(line)
+            ok = _answers_match_unbounded(text, gold)
+        except Exception:  # noqa: BLE001 - a grading error means "not correct"
+            ok = False
+        sys.stdout.write("1\n" if ok else "0\n")
+        sys.stdout.flush()
+
+
+class _GradingWorker:
+    """A child Python process that grades off the main thread; killed and restarted on timeout.
+
+    A plain ``python -c`` subprocess rather than multiprocessing: no fork of a threaded (torch) parent,
+    and no re-import of the user's ``__main__`` script as ``spawn`` would do.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+
+    def _start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", "from pods_rl.tasks.time_limits import worker_main; worker_main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+
+    def _kill(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(timeout=5)
+        self._process = None
+
+    def _ask(self, text: str, gold: str, timeout_s: float) -> bool:
+        """Send one item and wait up to ``timeout_s`` for the verdict; kill the worker on timeout."""
+        try:
+            self._process.stdin.write(json.dumps([text, gold]) + "\n")
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._kill()
+            raise GradingTimeout("grading worker died") from None
+        ready, _, _ = select.select([self._process.stdout], [], [], timeout_s)
+        if not ready:
+            self._kill()
+            raise GradingTimeout(f"grading exceeded {timeout_s} s")
+        verdict = self._process.stdout.readline()
+        if not verdict:  # EOF: the worker crashed
+            self._kill()
+            raise GradingTimeout("grading worker died")
+        return verdict.strip() == "1"
+
+    def grade(self, text: str, gold: str, timeout_s: float) -> bool:
+        """Whether ``text`` matches ``gold``, decided in the worker within ``timeout_s`` seconds."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._start()
+                # The first item also pays for the child's imports (sympy); don't count that against it.
+                self._ask("0", "0", timeout_s=120)
+            return self._ask(text, gold, timeout_s)
+
+
+_worker = _GradingWorker()
+
+
+def _run_limited(fn: Callable, args: tuple, kwargs: dict, timeout_s: float) -> tuple[object, str | None]:
+    """``(fn(*args, **kwargs), None)``, or ``(None, "timeout")`` past ``timeout_s`` seconds (or at the
+    recursion limit), or ``(None, "error")`` if it raised (logged: a grader bug must not kill a run).
+    In the main thread the bound is a SIGALRM timer; elsewhere it is not enforced here."""
+    try:
+        if _signals_usable() and timeout_s and timeout_s > 0:
+            with _grading_limit(timeout_s) as limit:
+                return fn(*args, **kwargs), None
+            if limit.expired:
+                return None, "timeout"
+        return fn(*args, **kwargs), None
+    except GradingTimeout:  # raised by the grading worker (off the main thread)
+        return None, "timeout"
+    except RecursionError:
+        return None, "timeout"
+    except Exception as err:  # noqa: BLE001 - a grader bug must not kill a training run
+        logger.warning("Grading raised %s: %s; scoring 0", type(err).__name__, err)
+        return None, "error"
+
+
+def call_with_time_limit(fn: Callable, *args, timeout_s: float = DEFAULT_TIMEOUT_S, default=0.0, **kwargs):
+    """``fn(*args, **kwargs)``, or ``default`` (with a logged warning) if it exceeds ``timeout_s`` seconds
+    or raises. In the main thread the bound is a SIGALRM timer; elsewhere it is not enforced here (use
+    ``answers_match``, which falls back to a killable worker process off the main thread)."""
+    value, failure = _run_limited(fn, args, kwargs, timeout_s)
+    if failure == "timeout":
+        logger.warning(
+            "Grading timed out after %.2f s (or hit the recursion limit); scoring 0 (%s)",
+            timeout_s, getattr(fn, "__name__", fn),
+        )
+    return default if failure else value
+
+
+def _grade(text: str, gold: str, timeout_s: float) -> tuple[bool, str | None]:
+    """Whether ``text``'s answer equals ``gold``, and why the grading was cut short (else None):
+    ``"explosive"`` (numbers too large to compute), ``"timeout"`` (sympy took over ``timeout_s`` s), or
+    ``"budget"`` (sympy was needed but ``timeout_s <= 0``: no time left). A cut item is not correct."""
+    try:
+        verdict, undecided, rejected = _triage(text, gold)
+    except Exception as err:  # noqa: BLE001 - a grader bug must not kill a training run
+        logger.warning("Grading raised %s: %s; scoring 0", type(err).__name__, err)
+        return False, None
+    if verdict is not None:
+        return verdict, ("explosive" if rejected and not verdict else None)
+    if timeout_s <= 0:
+        return False, "budget"
+    if _signals_usable():
+        ok, failure = _run_limited(_math_verify_any, (undecided, gold), {}, timeout_s)
+        ok = bool(ok) and failure is None
+    else:  # off the main thread: the sympy work goes to the killable worker process
+        try:
+            ok, failure = _worker.grade(text, gold, timeout_s), None
+        except GradingTimeout:
+            ok, failure = False, "timeout"
+    if failure == "error":
+        failure = None  # logged as a grader bug, not counted as cut short
+    return ok, (failure or ("explosive" if rejected and not ok else None))
+
+
+_CUT_REASONS = {
+    "explosive": "too explosive to compute (would have timed out)",
+    "timeout": "timed out",
+    "budget": "not graded: the call's time budget was spent",
+}
+
+
+def answers_match(text: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Whether the final answer in completion ``text`` equals ``gold``, within ``timeout_s`` seconds.
+
+    Tries the ``<answer>`` block, the last ``\\boxed{}``, the whole text, then the last number; each by
+    a fast exact/numeric comparison, then ``math_verify``. Timeouts, expressions too explosive to
+    compute and errors count as not correct (with a logged warning).
+    """
+    ok, cut = _grade(completion_text(text), str(gold), timeout_s)
+    if cut:
+        logger.warning("Grading cut short (%s, limit %.2f s); scoring 0", _CUT_REASONS[cut], timeout_s)
+    return ok
+
