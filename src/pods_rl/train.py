@@ -182,6 +182,7 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     from trl import get_peft_config
 
     # Lazy, as TRL: pods_rl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
+    from pods_rl.runlog.divergence import DivergenceGuard  # imports transformers, as the line above
     from pods_rl.trainer import PODSTrainer
 
     runlog.check_not_foreign(run_dir)
@@ -261,6 +262,7 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     callbacks = [clock, stop]
     if changes:  # the optimizer state in the checkpoint carries the old hyper-parameters: apply the new ones
         callbacks.append(runlog.ApplyOptimizerSettings())
+    callbacks.append(DivergenceGuard())  # last: its on_log sees the row the clock wrote; its checks precede saves
     trainer = PODSTrainer(
         model=model,
         reward_funcs=task.reward_funcs(),
@@ -278,22 +280,29 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
 
 
 def check_resume_checkpoint(run_dir: Path, explicit: Path | None) -> None:
-    """The checkpoint a resume would load (``explicit``, else the newest complete one) must have readable files;
-    otherwise one line names the file, what is wrong, and the ``--resume_from_checkpoint`` that would work."""
+    """The checkpoint a resume would load (``explicit``, else the newest complete one) must be loadable and safe:
+    readable files (cheap checks), torch files that load weights-only (a pickle that could run code is never
+    loaded) and finite weights (a checkpoint a diverged run wrote). Otherwise one line names the file, what is
+    wrong, and the ``--resume_from_checkpoint`` that would work (the newest earlier checkpoint that passes)."""
     complete = runlog.list_checkpoints(run_dir)
     target = explicit or (complete[-1] if complete else None)
     if target is None:
         return
-    problems = runlog.checkpoint_problems(target)
+    cheap = runlog.checkpoint_problems(target)
+    problems = cheap or runlog.load_problems(target)
     if not problems:
         return
     name, problem = problems[0]
     more = f" (and {len(problems) - 1} more of its files)" if len(problems) > 1 else ""
-    earlier = [c for c in complete if c != target and runlog.read_clock(c)["step"] < runlog.read_clock(target)["step"]
-               and not runlog.checkpoint_problems(c)]
-    way_on = (f"resume from the last intact one: --resume_from_checkpoint {earlier[-1]}" if earlier else
+    target_step = runlog.read_clock(target)["step"]
+    earlier = [c for c in complete if c != target and runlog.read_clock(c)["step"] < target_step]
+    intact = next((c for c in reversed(earlier)  # newest first; the reading checks only until one passes
+                   if not runlog.checkpoint_problems(c) and not runlog.load_problems(c)), None)
+    lower = " with a lower --learning_rate (and --accept_config_changes true)" if "non-finite" in problem else ""
+    way_on = (f"resume from the last intact one: --resume_from_checkpoint {intact}{lower}" if intact else
               "no earlier checkpoint is intact: restore the file, or start a new run in another --output_dir")
-    raise ValueError(f"{target}/{name} is corrupt: {problem}{more}; {way_on} (nothing was changed)")
+    what = f"is corrupt: {problem}" if cheap else problem
+    raise ValueError(f"{target}/{name} {what}{more}; {way_on} (nothing was changed)")
 
 
 def fit(trainer, clock, eval_fn) -> dict:
@@ -325,16 +334,27 @@ def _failed_loading(err: BaseException) -> bool:
 
 
 def _intact_before(run_dir: Path, checkpoint: Path) -> Path | None:
-    """The newest complete checkpoint before ``checkpoint`` whose files look readable (None if there is none)."""
+    """The newest complete checkpoint before ``checkpoint`` whose files are readable, weights-only and finite (None
+    if there is none)."""
     clock = runlog.read_clock(checkpoint)
     step = clock["step"] if clock else float("inf")
     earlier = [c for c in runlog.list_checkpoints(run_dir)
                if c.name != checkpoint.name and runlog.read_clock(c)["step"] < step and not runlog.checkpoint_problems(c)]
-    return earlier[-1] if earlier else None
+    return next((c for c in reversed(earlier) if not runlog.load_problems(c)), None)
+
+
+def _loader_error(err: BaseException) -> str:
+    """The first line of a loader's error, without torch's advice to load a refused file unsafely (the one thing not
+    to do with a file of unknown origin)."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if "weights_only" in str(err) or "Weights only load failed" in str(err):
+        return "a file holds pickled Python objects, not only tensors: refused unread, since loading it could run code"
+    return first[:160]
 
 
 def _fit(trainer, clock, eval_fn) -> dict:
     from pods_rl.reward_guard import RewardFunctionError
+    from pods_rl.runlog.divergence import check_finite_weights
 
     config, run_dir, tokenizer = trainer.args, clock.run_dir, trainer.processing_class
     stop = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, runlog.GracefulStop)), None)
@@ -356,6 +376,7 @@ def _fit(trainer, clock, eval_fn) -> dict:
                             f"{config.num_train_epochs:g}): nothing was trained, so no final/ was written in {run_dir}; "
                             "raise --max_steps or --num_train_epochs", exit_code=2)
         final_dir, saving = run_dir / "final", "final/"
+        check_finite_weights(trainer.model, trainer.state.global_step)  # never a non-finite final/
         trainer.save_model(str(final_dir))
         if trainer.accelerator.is_main_process:
             tokenizer.save_pretrained(final_dir)
@@ -368,17 +389,23 @@ def _fit(trainer, clock, eval_fn) -> dict:
             raise RunFailed(message) from err
         complete = runlog.list_checkpoints(run_dir)
         resume = f"resume with --output_dir {run_dir} --resume_from_checkpoint true"
+        diverged = _as_divergence(err, trainer.state.global_step)
+        if diverged is not None:
+            raise RunFailed(_divergence_line(trainer, diverged, run_dir, complete)) from err
         if isinstance(err, RewardFunctionError):
             kept = (f"{run_dir} keeps its complete checkpoints (the last: {complete[-1].name}); fix it, then {resume}"
                     if complete else "no checkpoint was saved yet: fix it and run again")
             raise RewardFunctionError(f"{err}; {kept}") from err
         if resuming_from and trainer.state.global_step <= (runlog.read_clock(resuming_from) or {}).get("step", 0) \
                 and _failed_loading(err):
-            first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
             earlier = _intact_before(run_dir, Path(resuming_from))
             way_on = (f"resume from the last intact one: --resume_from_checkpoint {earlier}" if earlier else
                       "no earlier checkpoint is intact: restore it, or start a new run in another --output_dir")
-            raise ValueError(f"{resuming_from} cannot be loaded ({type(err).__name__}: {first}); {way_on}") from err
+            named = runlog.load_problems(resuming_from)  # which file, when reading its tensors shows it
+            if named:
+                raise ValueError(f"{resuming_from}/{named[0][0]} {named[0][1]}; {way_on}") from err
+            raise ValueError(f"{resuming_from} cannot be loaded ({type(err).__name__}: {_loader_error(err)}); "
+                             f"{way_on}") from err
         raise
     if trainer.accelerator.is_main_process:
         runlog.remove_incomplete(run_dir, trainer.state.global_step)  # final/ covers earlier leftovers
@@ -397,6 +424,33 @@ def _fit(trainer, clock, eval_fn) -> dict:
     return summary
 
 
+# What torch's samplers raise when the model's output probabilities hold a NaN or an infinity: the weights are
+# finite (checked after every optimizer step) but so large that the logits overflow.
+_SAMPLING_OVERFLOW = "probability tensor contains either"
+
+
+def _as_divergence(err: BaseException, global_step: int):
+    """``err`` as a ``TrainingDiverged`` when it is one, or when sampling failed on non-finite output
+    probabilities (generation of step ``global_step + 1``); None otherwise."""
+    from pods_rl.runlog.divergence import TrainingDiverged
+
+    if isinstance(err, TrainingDiverged):
+        return err
+    if isinstance(err, RuntimeError) and _SAMPLING_OVERFLOW in str(err):
+        # The weights were finite after the last step (checked), but so large that the outputs overflow.
+        return TrainingDiverged(global_step + 1, "the model's output distribution", where="generation (sampling)")
+    return None
+
+
+def _divergence_line(trainer, diverged, run_dir: Path, complete: list[Path]) -> str:
+    """The one line for a divergence, with the likely cause from the last logged rewards and the way on."""
+    from pods_rl.runlog.divergence import DivergenceGuard, divergence_message
+
+    guard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, DivergenceGuard)), None)
+    return divergence_message(diverged, run_dir, complete[-1] if complete else None, trainer.args.learning_rate,
+                              guard.last_logs if guard is not None else {}, guard.updates if guard is not None else None)
+
+
 def _abandoned(trainer, clock, stop) -> dict:
     """A stop whose step outlived its share of the grace (``runlog.StopNow``): save the last complete step when one
     process holds all of the state (the weights are those of ``global_step``; the abandoned step changed nothing),
@@ -408,6 +462,9 @@ def _abandoned(trainer, clock, stop) -> dict:
             f"{abandoned.waited:.0f} s (it was in {abandoned.where}): abandoned")
     if runlog.read_clock(checkpoint) is None and step > 0 and single:
         print(f"{note}; saving {checkpoint.name} from the last complete step", flush=True)
+        from pods_rl.runlog.divergence import check_finite_weights
+
+        check_finite_weights(trainer.model, step)  # checked at its step already; a save must never be the first
         with stop.saving():
             trainer._save_checkpoint(trainer.model, trial=None)
             trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)

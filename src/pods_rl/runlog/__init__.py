@@ -2,7 +2,8 @@
 
     lock.py       one owner per run directory (flock, released with the process), short locks for eval.json
     ours.py       what a pods-rl run directory is (the marker, runs of earlier versions); others are refused
-    integrity.py  cheap checks of a checkpoint's files (which one is corrupt) before anything loads
+    integrity.py  checks of a checkpoint's files before anything loads: cheap ones (which one is corrupt), and
+                  reading ones (a pickle that could run code, non-finite weights) for the checkpoint a resume loads
     store.py      the files: config.yaml (+ its history), metrics.jsonl, checkpoints and their clocks, eval.json,
                   summary.json; scanning a run's saved models; starting and resuming (plan, consistency)
     callbacks.py  the transformers callbacks that write it while training runs: TrainingClock (training time,
@@ -15,7 +16,7 @@ pods_rl import runlog`` gives both (the callbacks on first use), as ``pods_rl.ru
 
 from __future__ import annotations
 
-from pods_rl.runlog.integrity import checkpoint_problems  # noqa: F401
+from pods_rl.runlog.integrity import checkpoint_problems, load_problems  # noqa: F401
 from pods_rl.runlog.lock import LOCK_FILE, RunDirInUse, hold_run_dir  # noqa: F401
 from pods_rl.runlog.ours import check_not_foreign, foreign_entries, is_pods_run  # noqa: F401
 from pods_rl.runlog.store import (  # noqa: F401  (the package's API)
