@@ -105,17 +105,6 @@ def test_an_absurd_or_non_finite_reward_stops_naming_the_step_and_the_cause(valu
     assert _all_saved_weights_finite(run_dir)
 
 
-@pytest.fixture(scope="module")
-def two_step_run(tmp_path_factory, tiny_model_dir):
-    """A finished 2-step run with checkpoint-1, checkpoint-2 and final/; tests copy it before changing it."""
-    from pods_rl.train import main as train_main
-
-    run_dir = tmp_path_factory.mktemp("two-steps") / "run"
-    assert train_main(_train_args(tiny_model_dir, run_dir, "--max_steps", 2, "--save_strategy", "steps",
-                                  "--save_steps", 1)) == 0
-    return run_dir
-
-
 @pytest.fixture
 def forbid_loading(monkeypatch):
     import transformers

@@ -27,6 +27,7 @@ from pods_rl.errors import CommandFailed, run_guarded
 from pods_rl.evaluate import evaluate_model
 from pods_rl.models import (  # noqa: F401  (hub_offline, looks_local: re-exported)
     check_model_path,
+    check_remote_code,
     default_model_path,
     hub_offline,
     load_for_training,
@@ -204,12 +205,17 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
         config.reward_weights = list(task.reward_weights)
     model_args.model_name_or_path = default_model_path(model_args.model_name_or_path)
     check_model_path(model_args.model_name_or_path, model_args.model_revision)
+    # A model's own code runs only with --trust_remote_code true (a GRPOConfig field: TRL passes it to the reference
+    # model and vLLM; pods passes it to every load of its own), and is refused in one line before anything loads.
+    trust = bool(config.trust_remote_code)
+    check_remote_code(model_args.model_name_or_path, trust, model_args.model_revision)
     if config.use_vllm and (config.use_cpu or not torch.cuda.is_available()):  # before the model loads
         from transformers import AutoConfig
 
         from pods_rl.integrations.vllm_cpu import check_cpu_model
 
-        check_cpu_model(AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision))
+        check_cpu_model(AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision,
+                                                   trust_remote_code=trust))
 
     flat = resolved_config(run, config, model_args)
     changes = {}
@@ -225,7 +231,7 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
 
     if run.torch_threads:
         torch.set_num_threads(run.torch_threads)
-    model, tokenizer = load_for_training(model_args)
+    model, tokenizer = load_for_training(model_args, trust_remote_code=trust)
 
     run_dir.mkdir(parents=True, exist_ok=True)
     resume_checkpoint, train_seconds = None, 0.0
