@@ -67,6 +67,12 @@ class RunArguments:
                                       "generation, an evaluation), it is abandoned and the last complete step saved."})
     run_figure: bool = field(default=True, metadata={"help": "Draw accuracy_vs_time.png/.pdf into the run "
                              "directory at the end (pods study draws its own and skips it)."})
+    allow_data_change: bool = field(default=False, metadata={"help": "On resume, continue although the training "
+                                    "data differs from what the run recorded in data.json (the change is recorded "
+                                    "there); without it such a resume is refused."})
+    max_row_bytes: int | None = field(default=None, metadata={"help": "Refuse a data row (a JSONL line, or a "
+                                      "question / answer) longer than this many bytes, while loading, before the "
+                                      "model loads. Default: the task's (512 KiB: about 128k tokens of text)."})
 
 
 TASK_ARG_FLAGS = ("--task-arg", "--task_arg")  # repeatable key=value, the spelling `pods eval` has always had
@@ -196,6 +202,7 @@ def validate(run: RunArguments, config, model_args) -> None:
         "eval_every_seconds": run.eval_every_seconds,
         "eval_every_steps": getattr(run, "eval_every_steps", None),
         "train_limit": run.train_limit,
+        "max_row_bytes": getattr(run, "max_row_bytes", None),
         "torch_threads": run.torch_threads,
         "save_every_seconds": config.save_every_seconds,
         "max_train_seconds": config.max_train_seconds,

@@ -193,9 +193,13 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
                          f"choose another --output_dir (nothing was overwritten).")
 
     task = get_task(run.task, **parse_task_args(run.task_args))
+    if run.max_row_bytes is not None:  # rows are bounded while they load (before the model does)
+        task.max_row_bytes = run.max_row_bytes
     check_splits(run, task)
     train_dataset = task.load(run.train_split, limit=run.train_limit)
     check_enough_prompts(config, len(train_dataset), f"split {run.train_split!r} of task {run.task!r}")
+    data = runlog.data_fingerprint(train_dataset, {"task": run.task, "task_args": run.task_args,
+                                                   "split": run.train_split, "limit": run.train_limit})
     if wants_eval(run):  # a broken or missing held-out split fails now, not after the model loaded
         held_out = len(task.load(run.eval_split, limit=run.eval_num_problems))
         if held_out < run.eval_num_problems:
@@ -226,6 +230,10 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
             raise ValueError(f"this resume changes training settings of {run_dir}: {listed}; pass "
                              "--accept_config_changes true to continue with them, or drop those flags to continue "
                              "as the run started")
+    data_change = None
+    if resume:  # different training rows than the run recorded: refused, unless allowed or a data setting changed
+        data_change = runlog.check_data_change(run_dir, data, run.allow_data_change,
+                                               explained=any(k in changes for k in runlog.DATA_FIELDS))
     if resume:  # a corrupt file in the checkpoint to resume is named now, not deep inside a loader
         check_resume_checkpoint(run_dir, explicit)
 
@@ -244,6 +252,13 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     # previous one beside it, named after the step from which the new one applies.
     flat["resume_from_checkpoint"] = config.resume_from_checkpoint
     step = runlog.save_config(run_dir, flat, resume, resume_checkpoint) if main_process else None
+    if main_process:  # what the run trains on (data.json), and from which step a resume changed it
+        data_step = runlog.read_clock(resume_checkpoint)["step"] if resume_checkpoint else 0
+        runlog.record_data(run_dir, data, data_step, data_change)
+        if data_change is not None:
+            logger.warning("training data changed from step %d on (%s rows -> %s rows; allowed by %s): recorded in "
+                           "%s", data_step, data_change["rows_from"], data_change["rows_to"],
+                           data_change["allowed_by"], runlog.DATA_FILE)
     if step is not None and changes:
         logger.warning("training settings changed from step %d on: %s (previous config kept as "
                        "config.until-step-%d.yaml)", step, ", ".join(changes), step)

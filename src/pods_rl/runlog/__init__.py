@@ -4,6 +4,7 @@
     ours.py       what a pods-rl run directory is (the marker, runs of earlier versions); others are refused
     integrity.py  checks of a checkpoint's files before anything loads: cheap ones (which one is corrupt), and
                   reading ones (a pickle that could run code, non-finite weights) for the checkpoint a resume loads
+    data.py       what the run trains on: a fingerprint of its training rows (data.json), checked on resume
     store.py      the files: config.yaml (+ its history), metrics.jsonl, checkpoints and their clocks, eval.json,
                   summary.json; scanning a run's saved models; starting and resuming (plan, consistency)
     callbacks.py  the transformers callbacks that write it while training runs: TrainingClock (training time,
@@ -16,6 +17,14 @@ pods_rl import runlog`` gives both (the callbacks on first use), as ``pods_rl.ru
 
 from __future__ import annotations
 
+from pods_rl.runlog.data import (  # noqa: F401
+    DATA_FIELDS,
+    DATA_FILE,
+    check_data_change,
+    data_fingerprint,
+    read_data_record,
+    record_data,
+)
 from pods_rl.runlog.integrity import checkpoint_problems, load_problems  # noqa: F401
 from pods_rl.runlog.lock import LOCK_FILE, RunDirInUse, hold_run_dir  # noqa: F401
 from pods_rl.runlog.ours import check_not_foreign, foreign_entries, is_pods_run  # noqa: F401
