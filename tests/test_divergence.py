@@ -175,3 +175,20 @@ def test_the_guard_names_the_first_non_finite_gradient_weight_or_logged_quantity
     from pods_rl.runlog.divergence import likely_cause
 
     assert likely_cause(1e-5, guard.last_logs).startswith("the reward scale (the last logged rewards reached 2e+03")
+
+
+def test_sampling_on_overflowing_outputs_is_a_divergence_with_its_cause():
+    """torch's sampler fails on NaN probabilities when finite but huge weights overflow the logits (a resumed
+    checkpoint of an older version, a broken model): the same one line, naming the model when nothing was updated."""
+    from pods_rl.runlog.divergence import as_divergence, divergence_message
+
+    err = as_divergence(RuntimeError("probability tensor contains either `inf`, `nan` or element < 0"), 4)
+    assert str(err) == "step 5: the model's output distribution is not finite in generation (sampling)"
+    assert as_divergence(RuntimeError("CUDA out of memory"), 4) is None
+    fresh = divergence_message(err, "runs/x", None, 1e-5, {}, updates=0)
+    assert "likely the model as loaded" in fresh and "fix the model (or its --dtype) and start again" in fresh
+    later = divergence_message(err, "runs/x", "runs/x/checkpoint-4", 1e-5, {"reward": 5e4}, updates=3)
+    assert "likely the reward scale (the last logged rewards reached 5e+04" in later
+    assert later.endswith("the last finite checkpoint is runs/x/checkpoint-4: resume from it with a lower learning "
+                          "rate (--output_dir runs/x --resume_from_checkpoint runs/x/checkpoint-4 --learning_rate LR "
+                          "--accept_config_changes true)")

@@ -143,6 +143,20 @@ def _refused_remote_code(err: Exception, name: str) -> ValueError | None:
     return None
 
 
+def load_config(name: str, revision: str | None = None, trust_remote_code: bool = False):
+    """The model's ``AutoConfig``; its own code runs only with ``trust_remote_code`` (else one ValueError line
+    naming ``--trust_remote_code``; never a terminal prompt)."""
+    from transformers import AutoConfig  # seconds to import; only where a config is read
+
+    try:
+        return AutoConfig.from_pretrained(name, revision=revision, trust_remote_code=bool(trust_remote_code))
+    except ValueError as err:
+        refusal = _refused_remote_code(err, name)
+        if refusal is None:
+            raise
+        raise refusal from None
+
+
 def default_model_path(name: str | None) -> str:
     """``name``, or the shipped tiny model's directory when no model is named."""
     return name or str(tiny.model_path())

@@ -30,6 +30,7 @@ from pods_rl.models import (  # noqa: F401  (hub_offline, looks_local: re-export
     check_remote_code,
     default_model_path,
     hub_offline,
+    load_config,
     load_for_training,
     looks_local,
 )
@@ -214,12 +215,9 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     trust = bool(config.trust_remote_code)
     check_remote_code(model_args.model_name_or_path, trust, model_args.model_revision)
     if config.use_vllm and (config.use_cpu or not torch.cuda.is_available()):  # before the model loads
-        from transformers import AutoConfig
-
         from pods_rl.integrations.vllm_cpu import check_cpu_model
 
-        check_cpu_model(AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision,
-                                                   trust_remote_code=trust))
+        check_cpu_model(load_config(model_args.model_name_or_path, model_args.model_revision, trust))
 
     flat = resolved_config(run, config, model_args)
     changes = {}
@@ -375,7 +373,7 @@ def _loader_error(err: BaseException) -> str:
 
 def _fit(trainer, clock, eval_fn) -> dict:
     from pods_rl.reward_guard import RewardFunctionError
-    from pods_rl.runlog.divergence import check_finite_weights
+    from pods_rl.runlog.divergence import as_divergence, check_finite_weights, divergence_line
 
     config, run_dir, tokenizer = trainer.args, clock.run_dir, trainer.processing_class
     stop = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, runlog.GracefulStop)), None)
@@ -410,9 +408,9 @@ def _fit(trainer, clock, eval_fn) -> dict:
             raise RunFailed(message) from err
         complete = runlog.list_checkpoints(run_dir)
         resume = f"resume with --output_dir {run_dir} --resume_from_checkpoint true"
-        diverged = _as_divergence(err, trainer.state.global_step)
+        diverged = as_divergence(err, trainer.state.global_step)
         if diverged is not None:
-            raise RunFailed(_divergence_line(trainer, diverged, run_dir, complete)) from err
+            raise RunFailed(divergence_line(trainer, diverged, run_dir, complete[-1] if complete else None)) from err
         if isinstance(err, RewardFunctionError):
             kept = (f"{run_dir} keeps its complete checkpoints (the last: {complete[-1].name}); fix it, then {resume}"
                     if complete else "no checkpoint was saved yet: fix it and run again")
@@ -443,33 +441,6 @@ def _fit(trainer, clock, eval_fn) -> dict:
     if trainer.accelerator.is_main_process:
         _finish(run_dir, summary, figure=getattr(clock, "run_figure", True))
     return summary
-
-
-# What torch's samplers raise when the model's output probabilities hold a NaN or an infinity: the weights are
-# finite (checked after every optimizer step) but so large that the logits overflow.
-_SAMPLING_OVERFLOW = "probability tensor contains either"
-
-
-def _as_divergence(err: BaseException, global_step: int):
-    """``err`` as a ``TrainingDiverged`` when it is one, or when sampling failed on non-finite output
-    probabilities (generation of step ``global_step + 1``); None otherwise."""
-    from pods_rl.runlog.divergence import TrainingDiverged
-
-    if isinstance(err, TrainingDiverged):
-        return err
-    if isinstance(err, RuntimeError) and _SAMPLING_OVERFLOW in str(err):
-        # The weights were finite after the last step (checked), but so large that the outputs overflow.
-        return TrainingDiverged(global_step + 1, "the model's output distribution", where="generation (sampling)")
-    return None
-
-
-def _divergence_line(trainer, diverged, run_dir: Path, complete: list[Path]) -> str:
-    """The one line for a divergence, with the likely cause from the last logged rewards and the way on."""
-    from pods_rl.runlog.divergence import DivergenceGuard, divergence_message
-
-    guard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, DivergenceGuard)), None)
-    return divergence_message(diverged, run_dir, complete[-1] if complete else None, trainer.args.learning_rate,
-                              guard.last_logs if guard is not None else {}, guard.updates if guard is not None else None)
 
 
 def _abandoned(trainer, clock, stop) -> dict:

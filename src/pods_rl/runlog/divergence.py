@@ -5,6 +5,7 @@
     TrainingDiverged    what it raises (a ValueError): the step, the quantity, and where (a parameter's name)
     first_nonfinite     the first named tensor holding a NaN or an infinity (one pass, one sync per device)
     divergence_message  the one line `pods train` prints: step, quantity, the likely cause, the way on
+    as_divergence       an error as a divergence (also torch's sampler failing on non-finite probabilities)
 
 Why before the optimizer step: a NaN gradient makes every weight NaN in one AdamW step, and the checkpoint saved at
 the end of that step would be the poison a resume starts from. The guard raises inside ``trainer.train()``, so the
@@ -128,3 +129,25 @@ def divergence_message(err: TrainingDiverged, run_dir, last_checkpoint, learning
         way_on = "no checkpoint was saved before it: start again with a lower --learning_rate"
     return (f"training diverged at {err}: likely {likely_cause(learning_rate, last_logs, updates)}; nothing of step "
             f"{err.step} was saved; {way_on}")
+
+
+# What torch's samplers raise when the model's output probabilities hold a NaN or an infinity.
+SAMPLING_OVERFLOW = "probability tensor contains either"
+
+
+def as_divergence(err: BaseException, global_step: int) -> TrainingDiverged | None:
+    """``err`` as a ``TrainingDiverged`` when it is one, or when sampling (generation of step ``global_step + 1``,
+    or an evaluation) failed on non-finite output probabilities; None otherwise."""
+    if isinstance(err, TrainingDiverged):
+        return err
+    if isinstance(err, RuntimeError) and SAMPLING_OVERFLOW in str(err):
+        # The weights were finite after the last step (checked), but so large that the outputs overflow.
+        return TrainingDiverged(global_step + 1, "the model's output distribution", where="generation (sampling)")
+    return None
+
+
+def divergence_line(trainer, err: TrainingDiverged, run_dir, last_checkpoint) -> str:
+    """``divergence_message`` for ``trainer`` (its learning rate, and its guard's last logs and update count)."""
+    guard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, DivergenceGuard)), None)
+    return divergence_message(err, run_dir, last_checkpoint, trainer.args.learning_rate,
+                              guard.last_logs if guard is not None else {}, guard.updates if guard is not None else None)
