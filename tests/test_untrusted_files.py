@@ -173,3 +173,13 @@ def test_the_command_line_never_repeats_torchs_advice_to_load_unsafely():
                                     "`torch.load` with `weights_only` set to `False` will likely succeed")
     line, code = error_line("pods eval", advice)
     assert "False" not in line and "refused unread, since loading it could run code" in line and code == 1
+
+
+def test_pods_eval_passes_the_flag_on_too(evil_model, no_prompt, tmp_path, capsys):
+    from pods_rl.cli import main as pods
+
+    folder, marker = evil_model
+    out = tmp_path / "eval.json"
+    assert pods(["eval", str(folder), "--task", "arithmetic", "--limit", "2", "--k", "1", "--max-new-tokens", "4",
+                 "--backend", "hf", "--out", str(out), "--trust_remote_code", "true"]) == 0
+    assert marker.exists() and not no_prompt and json.loads(out.read_text())[0]["k"] == 1

@@ -233,7 +233,7 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
         data_change = runlog.check_data_change(run_dir, data, run.allow_data_change,
                                                explained=any(k in changes for k in runlog.DATA_FIELDS))
     if resume:  # a corrupt file in the checkpoint to resume is named now, not deep inside a loader
-        check_resume_checkpoint(run_dir, explicit)
+        runlog.check_resume_checkpoint(run_dir, explicit)
 
     if run.torch_threads:
         torch.set_num_threads(run.torch_threads)
@@ -298,32 +298,6 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     return trainer, clock, eval_fn
 
 
-def check_resume_checkpoint(run_dir: Path, explicit: Path | None) -> None:
-    """The checkpoint a resume would load (``explicit``, else the newest complete one) must be loadable and safe:
-    readable files (cheap checks), torch files that load weights-only (a pickle that could run code is never
-    loaded) and finite weights (a checkpoint a diverged run wrote). Otherwise one line names the file, what is
-    wrong, and the ``--resume_from_checkpoint`` that would work (the newest earlier checkpoint that passes)."""
-    complete = runlog.list_checkpoints(run_dir)
-    target = explicit or (complete[-1] if complete else None)
-    if target is None:
-        return
-    cheap = runlog.checkpoint_problems(target)
-    problems = cheap or runlog.load_problems(target)
-    if not problems:
-        return
-    name, problem = problems[0]
-    more = f" (and {len(problems) - 1} more of its files)" if len(problems) > 1 else ""
-    target_step = runlog.read_clock(target)["step"]
-    earlier = [c for c in complete if c != target and runlog.read_clock(c)["step"] < target_step]
-    intact = next((c for c in reversed(earlier)  # newest first; the reading checks only until one passes
-                   if not runlog.checkpoint_problems(c) and not runlog.load_problems(c)), None)
-    lower = " with a lower --learning_rate (and --accept_config_changes true)" if "non-finite" in problem else ""
-    way_on = (f"resume from the last intact one: --resume_from_checkpoint {intact}{lower}" if intact else
-              "no earlier checkpoint is intact: restore the file, or start a new run in another --output_dir")
-    what = f"is corrupt: {problem}" if cheap else problem
-    raise ValueError(f"{target}/{name} {what}{more}; {way_on} (nothing was changed)")
-
-
 def fit(trainer, clock, eval_fn) -> dict:
     """Train, save ``final/``, evaluate at the end if needed, write summary.json and the figure; then release the
     run directory's lock (``build`` took it)."""
@@ -350,25 +324,6 @@ def _failed_loading(err: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
-
-
-def _intact_before(run_dir: Path, checkpoint: Path) -> Path | None:
-    """The newest complete checkpoint before ``checkpoint`` whose files are readable, weights-only and finite (None
-    if there is none)."""
-    clock = runlog.read_clock(checkpoint)
-    step = clock["step"] if clock else float("inf")
-    earlier = [c for c in runlog.list_checkpoints(run_dir)
-               if c.name != checkpoint.name and runlog.read_clock(c)["step"] < step and not runlog.checkpoint_problems(c)]
-    return next((c for c in reversed(earlier) if not runlog.load_problems(c)), None)
-
-
-def _loader_error(err: BaseException) -> str:
-    """The first line of a loader's error, without torch's advice to load a refused file unsafely (the one thing not
-    to do with a file of unknown origin)."""
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    if "weights_only" in str(err) or "Weights only load failed" in str(err):
-        return "a file holds pickled Python objects, not only tensors: refused unread, since loading it could run code"
-    return first[:160]
 
 
 def _fit(trainer, clock, eval_fn) -> dict:
@@ -417,13 +372,13 @@ def _fit(trainer, clock, eval_fn) -> dict:
             raise RewardFunctionError(f"{err}; {kept}") from err
         if resuming_from and trainer.state.global_step <= (runlog.read_clock(resuming_from) or {}).get("step", 0) \
                 and _failed_loading(err):
-            earlier = _intact_before(run_dir, Path(resuming_from))
+            earlier = runlog.intact_before(run_dir, Path(resuming_from))
             way_on = (f"resume from the last intact one: --resume_from_checkpoint {earlier}" if earlier else
                       "no earlier checkpoint is intact: restore it, or start a new run in another --output_dir")
             named = runlog.load_problems(resuming_from)  # which file, when reading its tensors shows it
             if named:
                 raise ValueError(f"{resuming_from}/{named[0][0]} {named[0][1]}; {way_on}") from err
-            raise ValueError(f"{resuming_from} cannot be loaded ({type(err).__name__}: {_loader_error(err)}); "
+            raise ValueError(f"{resuming_from} cannot be loaded ({type(err).__name__}: {runlog.loader_error(err)}); "
                              f"{way_on}") from err
         raise
     if trainer.accelerator.is_main_process:

@@ -25,7 +25,13 @@ from pods_rl.runlog.data import (  # noqa: F401
     read_data_record,
     record_data,
 )
-from pods_rl.runlog.integrity import checkpoint_problems, load_problems  # noqa: F401
+from pods_rl.runlog.integrity import (  # noqa: F401
+    check_resume_checkpoint,
+    checkpoint_problems,
+    intact_before,
+    load_problems,
+    loader_error,
+)
 from pods_rl.runlog.lock import LOCK_FILE, RunDirInUse, hold_run_dir  # noqa: F401
 from pods_rl.runlog.ours import check_not_foreign, foreign_entries, is_pods_run  # noqa: F401
 from pods_rl.runlog.store import (  # noqa: F401  (the package's API)

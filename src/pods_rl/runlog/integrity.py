@@ -17,6 +17,8 @@ the caller (``pods_rl.train``).
 ``load_problems`` reads the tensors, for the one checkpoint a resume is about to load: every torch file must load
 with ``weights_only=True`` (a pickle that would run code is refused unread and named), and the model's weights
 must be finite (a checkpoint a diverged run wrote is refused, naming the last one that is not).
+``check_resume_checkpoint`` runs both on the checkpoint a resume is about to load, and names the file, what is wrong
+and the newest earlier checkpoint that passes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import os
 import struct
 import zipfile
 from pathlib import Path
+
+from pods_rl.runlog.store import list_checkpoints, read_clock
 
 JSON_SUFFIXES = (".json",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
@@ -198,3 +202,49 @@ def load_problems(checkpoint: str | os.PathLike) -> list[tuple[str, str]]:
         if problem:
             problems.append((path.name, problem))
     return problems
+
+
+# --- the checkpoint a resume loads ---------------------------------------------------------------------------
+def check_resume_checkpoint(run_dir: Path, explicit: Path | None) -> None:
+    """The checkpoint a resume would load (``explicit``, else the newest complete one) must be loadable and safe:
+    readable files (cheap checks), torch files that load weights-only (a pickle that could run code is never
+    loaded) and finite weights (a checkpoint a diverged run wrote). Otherwise one line names the file, what is
+    wrong, and the ``--resume_from_checkpoint`` that would work (the newest earlier checkpoint that passes)."""
+    complete = list_checkpoints(run_dir)
+    target = explicit or (complete[-1] if complete else None)
+    if target is None:
+        return
+    cheap = checkpoint_problems(target)
+    problems = cheap or load_problems(target)
+    if not problems:
+        return
+    name, problem = problems[0]
+    more = f" (and {len(problems) - 1} more of its files)" if len(problems) > 1 else ""
+    target_step = read_clock(target)["step"]
+    earlier = [c for c in complete if c != target and read_clock(c)["step"] < target_step]
+    intact = next((c for c in reversed(earlier)  # newest first; the reading checks only until one passes
+                   if not checkpoint_problems(c) and not load_problems(c)), None)
+    lower = " with a lower --learning_rate (and --accept_config_changes true)" if "non-finite" in problem else ""
+    way_on = (f"resume from the last intact one: --resume_from_checkpoint {intact}{lower}" if intact else
+              "no earlier checkpoint is intact: restore the file, or start a new run in another --output_dir")
+    what = f"is corrupt: {problem}" if cheap else problem
+    raise ValueError(f"{target}/{name} {what}{more}; {way_on} (nothing was changed)")
+
+
+def intact_before(run_dir: Path, checkpoint: Path) -> Path | None:
+    """The newest complete checkpoint before ``checkpoint`` whose files are readable, weights-only and finite (None
+    if there is none)."""
+    clock = read_clock(checkpoint)
+    step = clock["step"] if clock else float("inf")
+    earlier = [c for c in list_checkpoints(run_dir)
+               if c.name != checkpoint.name and read_clock(c)["step"] < step and not checkpoint_problems(c)]
+    return next((c for c in reversed(earlier) if not load_problems(c)), None)
+
+
+def loader_error(err: BaseException) -> str:
+    """The first line of a loader's error, without torch's advice to load a refused file unsafely (the one thing not
+    to do with a file of unknown origin)."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if "weights_only" in str(err) or "Weights only load failed" in str(err):
+        return "a file holds pickled Python objects, not only tensors: refused unread, since loading it could run code"
+    return first[:160]
