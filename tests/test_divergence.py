@@ -153,6 +153,7 @@ def test_the_guard_names_the_first_non_finite_gradient_weight_or_logged_quantity
 
     model = torch.nn.Module()
     model.a, model.b, model.frozen = torch.nn.Linear(3, 3), torch.nn.Linear(3, 1), torch.nn.Linear(3, 3)
+    model.half_precision = torch.nn.Linear(3, 3).to(torch.bfloat16)  # mixed dtypes on one device (no grad here)
     model.frozen.requires_grad_(False)
     model.frozen.weight.data.fill_(float("nan"))  # frozen: never changed by training, not the run's divergence
     args, state, control = TrainingArguments(output_dir="unused", report_to=[]), TrainerState(), TrainerControl()
