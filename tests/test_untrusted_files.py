@@ -183,3 +183,25 @@ def test_pods_eval_passes_the_flag_on_too(evil_model, no_prompt, tmp_path, capsy
     assert pods(["eval", str(folder), "--task", "arithmetic", "--limit", "2", "--k", "1", "--max-new-tokens", "4",
                  "--backend", "hf", "--out", str(out), "--trust_remote_code", "true"]) == 0
     assert marker.exists() and not no_prompt and json.loads(out.read_text())[0]["k"] == 1
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_a_model_whose_weights_file_is_a_pickle_is_named_and_never_run(command, tiny_model_dir, tmp_path, capsys):
+    """A model folder with pytorch_model.bin (no safetensors) that unpickles to code: transformers loads it
+    weights-only (nothing runs); the line names the file instead of quoting torch's advice."""
+    from pods_rl.cli import main as pods
+
+    folder = Path(shutil.copytree(tiny_model_dir, tmp_path / "pickled-model"))
+    (folder / "model.safetensors").unlink()
+    marker = tmp_path / "EXECUTED"
+    _torch_pickle(folder / "pytorch_model.bin", marker)
+    argv = (["train", "--config", "cpu/smoke", "--model_name_or_path", str(folder), "--output_dir",
+             str(tmp_path / "run"), "--eval_before_after", "false"] if command == "train" else
+            ["eval", str(folder), "--task", "arithmetic", "--limit", "2", "--k", "1", "--backend", "hf"])
+    assert pods(argv) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if f"pods {command}: error" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"pods {command}: error: {folder}/pytorch_model.bin holds pickled "
+                                                   "Python objects ("), err[-2000:]
+    assert lines[0].endswith("use the model's .safetensors weights, or a copy from a source you trust")
+    assert not marker.exists() and "weights_only=False" not in err

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 from pods_rl import tiny
@@ -143,6 +144,21 @@ def _refused_remote_code(err: Exception, name: str) -> ValueError | None:
     return None
 
 
+def _refused_pickle(err: Exception, name: str) -> ValueError | None:
+    """torch's weights-only refusal of a model file (a pickle that could run code) as one line naming the file,
+    never torch's advice to load it unsafely; None for any other error."""
+    if not (isinstance(err, pickle.UnpicklingError) or "Weights only load failed" in str(err)):
+        return None
+    from pods_rl.runlog.integrity import load_problems  # reads the torch files of a local model directory
+
+    path = Path(name).expanduser()
+    named = load_problems(path) if path.is_dir() else []
+    where = f"{path / named[0][0]} {named[0][1]}" if named else (
+        f"model {name} holds a file with pickled Python objects, not only tensors: refused unread, since loading it "
+        "could run code")
+    return ValueError(f"{where}; use the model's .safetensors weights, or a copy from a source you trust")
+
+
 def load_config(name: str, revision: str | None = None, trust_remote_code: bool = False):
     """The model's ``AutoConfig``; its own code runs only with ``trust_remote_code`` (else one ValueError line
     naming ``--trust_remote_code``; never a terminal prompt)."""
@@ -182,11 +198,13 @@ def load_for_training(model_args, trust_remote_code: bool = False):
                                                   trust_remote_code=trust)
         model = AutoModelForCausalLM.from_pretrained(model_path, revision=model_args.model_revision, dtype=dtype,
                                                      trust_remote_code=trust)
-    except ValueError as err:
-        refusal = _refused_remote_code(err, model_path)
+    except (ValueError, RuntimeError) as err:  # pickle.UnpicklingError is neither: handled below
+        refusal = _refused_remote_code(err, model_path) or _refused_pickle(err, model_path)
         if refusal is None:
             raise
         raise refusal from None
+    except pickle.UnpicklingError as err:
+        raise _refused_pickle(err, model_path) from None
     except OSError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         hint = "" if hub_offline() or looks_local(model_path) else (
@@ -249,9 +267,11 @@ def load_model_and_tokenizer(path, device=None, trust_remote_code: bool = False)
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=trust)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(path_obj) if is_adapter_dir(path_obj) else str(path),
                                                   trust_remote_code=trust)
-    except ValueError as err:
-        refusal = _refused_remote_code(err, str(path))
+    except (ValueError, RuntimeError) as err:
+        refusal = _refused_remote_code(err, str(path)) or _refused_pickle(err, str(path))
         if refusal is None:
             raise
         raise refusal from None
+    except pickle.UnpicklingError as err:
+        raise _refused_pickle(err, str(path)) from None
     return model.to(device).eval(), tokenizer
