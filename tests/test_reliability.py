@@ -745,6 +745,10 @@ BEFORE_LOADING = [
      "cannot open the lock file {dir}/.pods-train.lock (Is a directory); remove it, or choose another directory"),
     (lambda tmp: tmp / "run", "--output_dir {dir} --reward_weights 0 0 0", "reward_weights are all 0 ([0.0, 0.0, "
      "0.0]): every reward would be 0 and nothing would be learned"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --reward_weights 1 1e30 1", "--reward_weights 1 1e+30 1: a weight "
+     "of 1e+30 is beyond the reward bound of 1e+06"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --reward_weights 1 nan 1", "a weight of nan is beyond the reward "
+     "bound"),
     (_jsonl_with_empty_gold, "--output_dir {tmp}/run --task jsonl:{dir} --eval_split train",
      "{dir} row 2: the gold answer is empty, so no completion could match it"),
 ]

@@ -213,6 +213,13 @@ def validate(run: RunArguments, config, model_args) -> None:
     for name, value in positive.items():
         if value is not None and not value > 0:
             raise ValueError(f"--{name} must be > 0, got {value}")
+    from pods_rl.reward_guard import MAX_ABS_REWARD  # the reward-scale bound: weights scale every reward
+
+    for weight in config.reward_weights or ():
+        if not abs(float(weight)) <= MAX_ABS_REWARD:  # also NaN
+            raise ValueError(f"--reward_weights {' '.join(f'{float(w):g}' for w in config.reward_weights)}: a weight of "
+                             f"{float(weight):g} is beyond the reward bound of {MAX_ABS_REWARD:g} (a scale that makes "
+                             "training diverge; group normalisation makes the scale irrelevant): use weights like 1.0")
     if (config.max_steps is None or config.max_steps <= 0) and not config.num_train_epochs > 0:
         raise ValueError(f"--num_train_epochs must be > 0 when --max_steps is not set, got {config.num_train_epochs}: "
                          "training would take no step")
