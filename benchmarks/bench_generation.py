@@ -63,8 +63,9 @@ def build_model(out_dir: Path, hidden: int, layers: int, heads: int):
     from pods_rl.tiny import build_random_model
 
     build_random_model(out_dir, arch="qwen2", hidden_size=hidden, num_layers=layers, num_heads=heads)
-    model = AutoModelForCausalLM.from_pretrained(out_dir).eval()
-    return model, AutoTokenizer.from_pretrained(out_dir), sum(p.numel() for p in model.parameters())
+    model = AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=False).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out_dir, trust_remote_code=False)
+    return model, tokenizer, sum(p.numel() for p in model.parameters())
 
 
 def round_prompt_ids(tokenizer, n: int) -> list[list[int]]:

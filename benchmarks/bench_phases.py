@@ -138,10 +138,11 @@ def build_trainer(model_path: str, recipe: str, device: torch.device, num_genera
     task = get_task(run.task, **parse_task_args(run.task_args))
     if config.reward_weights is None:
         config.reward_weights = list(task.reward_weights)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    trust = bool(config.trust_remote_code)  # never None: transformers would ask on a terminal
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, trust_remote_code=trust)
     trainer = PODSTrainer(model=model, reward_funcs=task.reward_funcs(), args=config, train_dataset=train_rows,
                           processing_class=tokenizer)
     trainer.model.train()  # the PODS path (and TRL's sampling) run in training mode, as inside trainer.train()

@@ -47,3 +47,16 @@ def tiny_llama_dir(tmp_path_factory):
     from pods_rl.tiny import build_random_model
 
     return build_random_model(tmp_path_factory.mktemp("tiny-llama"), arch="llama", hidden_size=32, num_layers=2)
+
+
+@pytest.fixture(scope="session")
+def two_step_run(tmp_path_factory, tiny_model_dir):
+    """A finished 2-step `pods train` run (cpu/smoke) with checkpoint-1, checkpoint-2 and final/; tests copy it
+    (``shutil.copytree``) before changing it."""
+    from pods_rl.train import main as train_main
+
+    run_dir = tmp_path_factory.mktemp("two-steps") / "run"
+    assert train_main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir",
+                       str(run_dir), "--eval_before_after", "false", "--max_steps", "2", "--save_strategy", "steps",
+                       "--save_steps", "1"]) == 0
+    return run_dir

@@ -211,7 +211,14 @@ REWARD_RETURNS = [
     (_returning([1, 0.5]), [1.0, 0.5]),
     (_returning((True, None)), [1.0, None]),
     (_returning(iter([0.25, 0.75])), [0.25, 0.75]),
-    (_returning([float("nan"), 1.0]), "nan"),
+    # NaN is refused (a 0/0 in the function): None is how a function says "not scored", and TRL would silently
+    # read a NaN as that
+    (_returning([float("nan"), 1.0]), "returned nan for completion 0; return None for a completion it does not "
+     "score"),
+    # a magnitude beyond MAX_ABS_REWARD is a scale bug (float32 variance overflows at ~1e19: NaN advantages)
+    (_returning([1.0, 1e30]), "returned 1e+30 for completion 1: beyond the bound of 1e+06, a reward-scale bug"),
+    (_returning([-2e6, 0.0]), "returned -2e+06 for completion 0: beyond the bound"),
+    (_returning([1e6, -1e6]), [1e6, -1e6]),
 ]
 
 
@@ -221,9 +228,6 @@ def test_reward_function_returns_are_checked_by_name(func, expected):
     assert guarded.__name__ == func.__name__  # TRL names the metrics after it
     if isinstance(expected, list):
         assert guarded(["p", "q"], ["a", "b"]) == expected
-    elif expected == "nan":
-        out = guarded(["p", "q"], ["a", "b"])
-        assert out[0] != out[0] and out[1] == 1.0  # NaN passes through: TRL's "not scored"
     else:
         with pytest.raises(RewardFunctionError) as err:
             guarded(["p", "q"], ["a", "b"])
@@ -741,6 +745,10 @@ BEFORE_LOADING = [
      "cannot open the lock file {dir}/.pods-train.lock (Is a directory); remove it, or choose another directory"),
     (lambda tmp: tmp / "run", "--output_dir {dir} --reward_weights 0 0 0", "reward_weights are all 0 ([0.0, 0.0, "
      "0.0]): every reward would be 0 and nothing would be learned"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --reward_weights 1 1e30 1", "--reward_weights 1 1e+30 1: a weight "
+     "of 1e+30 is beyond the reward bound of 1e+06"),
+    (lambda tmp: tmp / "run", "--output_dir {dir} --reward_weights 1 nan 1", "a weight of nan is beyond the reward "
+     "bound"),
     (_jsonl_with_empty_gold, "--output_dir {tmp}/run --task jsonl:{dir} --eval_split train",
      "{dir} row 2: the gold answer is empty, so no completion could match it"),
 ]
@@ -820,8 +828,12 @@ RUN_FAULTS = [
      "{run}/config.yaml {run}/config.yaml.broken) and run again", False),
     (lambda run: (run / "config.yaml").write_text("- learning_rate\n- 0.001\n"), "{run}/checkpoint-4", 2,
      "{run}/config.yaml must hold a mapping of settings, got a YAML list; restore it, or move it aside", False),
+    # found by reading it weights-only before anything loads (it was found by the optimizer's loader, naming only the
+    # checkpoint)
     (lambda run: _scramble_head(run / "checkpoint-4" / "optimizer.pt"), "{run}/checkpoint-4", 2,
-     "{run}/checkpoint-4 cannot be loaded (", True),
+     "{run}/checkpoint-4/optimizer.pt is not a weights-only torch file (damaged, or a pickle of Python objects): "
+     "refused unread, since loading it could run code; resume from the last intact one: --resume_from_checkpoint "
+     "{run}/checkpoint-2 (nothing was changed)", False),
 ]
 
 

@@ -85,6 +85,11 @@ def error_line(prog: str, err: BaseException) -> tuple[str, int]:
                 "and run the command again; what was written completely before is intact"), 1
     text = str(err).strip()
     first = text.splitlines()[0] if text else ""
+    if "Weights only load failed" in text or "weights_only" in first:
+        # torch's refusal of a pickle advises loading it unsafely: the one thing not to do with a file of unknown
+        # origin. Say what it is instead.
+        first = ("a file holds pickled Python objects, not only tensors: refused unread, since loading it could run "
+                 "code; use a file you made yourself or one from a source you trust")
     if isinstance(err, (ValueError, FileNotFoundError)):
         return f"{prog}: error: {first or type(err).__name__}", 2
     if isinstance(err, CommandFailed):

@@ -48,7 +48,7 @@ from pods_rl.generation import (  # noqa: F401  (render_prompt: re-exported, it 
     generate_vllm,
     render_prompt,
 )
-from pods_rl.models import check_model_path, load_model_and_tokenizer, tokenizer_source
+from pods_rl.models import check_model_path, check_remote_code, load_model_and_tokenizer, tokenizer_source
 from pods_rl.runlog import (  # noqa: F401  (re-exported: the eval.json store and run scanning lived here)
     CLOCK_FILE,
     DEFAULT_EVAL_FILE,
@@ -148,7 +148,7 @@ def score_sample(task, completion: str, answer: str, **extra) -> tuple[bool, boo
 def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, temperature: float = 0.9,
                    max_new_tokens: int = 512, limit: int | None = None, batch_size: int = 64, seed: int = 0,
                    tokenizer=None, task_args: dict | None = None, backend: str = "auto", num_examples: int = 3,
-                   name: str | None = None) -> dict:
+                   name: str | None = None, trust_remote_code: bool = False) -> dict:
     """Evaluate one model on ``task``/``split`` with ``k`` samples per problem; return one result record.
 
     Args:
@@ -163,6 +163,8 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
         seed: RNG seed of the sampling.
         num_examples: how many (first-sample) completions to keep in the record.
         name: the record's "checkpoint" field (default: the path, or "<in-memory>").
+        trust_remote_code: let a model's own code (``auto_map``) run (``--trust_remote_code true``); without it
+            such a model is refused in one line before anything loads.
     Returns a dict with the fields described in the module docstring, plus "checkpoint_path", "backend",
     "examples", the settings, and "evaluated_at" (unix time).
     """
@@ -180,6 +182,7 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
         model_path, step, train_seconds, chosen = None, 0, 0.0, "hf"
     else:
         model_path = Path(model_or_path)
+        check_remote_code(str(model_or_path), trust_remote_code)
         step, train_seconds = checkpoint_clock(model_path) if model_path.is_dir() else (0, 0.0)
         chosen = choose_backend(backend, model_path)
 
@@ -197,14 +200,16 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
     if chosen == "vllm":
         from transformers import AutoTokenizer  # seconds to import; `pods eval --help` does not need it
 
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(tokenizer_source(model_path))
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(tokenizer_source(model_path),
+                                                               trust_remote_code=bool(trust_remote_code))
         texts, prompt_ids = encode_prompts(prompts, tokenizer)
-        completions, lengths = generate_vllm(model_path, prompt_ids, k, temperature, max_new_tokens, seed)
+        completions, lengths = generate_vllm(model_path, prompt_ids, k, temperature, max_new_tokens, seed,
+                                             trust_remote_code=trust_remote_code)
     else:
         if in_memory:
             model = model_or_path
         else:
-            model, loaded_tokenizer = load_model_and_tokenizer(model_path)
+            model, loaded_tokenizer = load_model_and_tokenizer(model_path, trust_remote_code=trust_remote_code)
             tokenizer = tokenizer or loaded_tokenizer
         texts, prompt_ids = encode_prompts(prompts, tokenizer)
         desc = name or (model_path.name if model_path else "model")
@@ -265,7 +270,8 @@ def _still_there(ckpt: dict) -> bool:
 def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test", k: int = 5,
                          temperature: float = 0.9, max_new_tokens: int = 512, limit: int | None = None,
                          batch_size: int = 64, seed: int = 0, task_args: dict | None = None,
-                         backend: str = "auto", force: bool = False, verbose: bool = True) -> list[dict]:
+                         backend: str = "auto", force: bool = False, verbose: bool = True,
+                         trust_remote_code: bool = False) -> list[dict]:
     """Evaluate each of ``checkpoints`` (dicts from ``find_checkpoints``) in order, saving after each.
 
     Already-evaluated checkpoints (same key and settings in ``out``) are skipped unless ``force``.
@@ -298,7 +304,8 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                 raise FileNotFoundError(ckpt["path"])
             record = evaluate_model(ckpt["path"], task_obj, split=split, k=k, temperature=temperature,
                                     max_new_tokens=max_new_tokens, limit=limit, batch_size=batch_size, seed=seed,
-                                    task_args=task_args, backend=backend, name=name)
+                                    task_args=task_args, backend=backend, name=name,
+                                    trust_remote_code=trust_remote_code)
         except Exception:
             # A run that is still training rotates its checkpoints (save_total_limit): one listed at the start may
             # be gone by the time its turn comes, or while it loads. That is not an error of this evaluation.
@@ -317,7 +324,7 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
 def evaluate_run(run_dir, task, split: str = "test", k: int = 5, temperature: float = 0.9,
                  max_new_tokens: int = 512, limit: int | None = None, batch_size: int = 64, seed: int = 0,
                  out=None, force: bool = False, task_args: dict | None = None, backend: str = "auto",
-                 include_base: bool = False, verbose: bool = True) -> list[dict]:
+                 include_base: bool = False, verbose: bool = True, trust_remote_code: bool = False) -> list[dict]:
     """Evaluate every checkpoint (+ final) of ``run_dir`` sorted by step; results go to ``run_dir/eval.json``
     (or ``out``), saved atomically after each checkpoint. Returns the records in step order."""
     run_dir = Path(run_dir)
@@ -327,7 +334,7 @@ def evaluate_run(run_dir, task, split: str = "test", k: int = 5, temperature: fl
     return evaluate_checkpoints(checkpoints, task, out or run_dir / DEFAULT_EVAL_FILE, split=split, k=k,
                                 temperature=temperature, max_new_tokens=max_new_tokens, limit=limit,
                                 batch_size=batch_size, seed=seed, task_args=task_args, backend=backend,
-                                force=force, verbose=verbose)
+                                force=force, verbose=verbose, trust_remote_code=trust_remote_code)
 
 
 # --- terminal table -----------------------------------------------------------------------------------------
@@ -375,10 +382,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=("auto", "hf", "vllm"), default="auto",
                         help="generation engine (auto: vLLM when it can run the model here: CUDA, or vLLM's CPU "
                         "build with a head size its CPU attention takes)")
+    parser.add_argument("--trust_remote_code", "--trust-remote-code", type=_true_or_false, default=False,
+                        metavar="true|false", help="let a model's own Python code (auto_map) run: only for a model "
+                        "from a source you trust (default false: such a model is refused)")
     parser.add_argument("--include-base", action="store_true",
                         help="for a run directory, also evaluate its initial model (step 0)")
     one_line_parser_errors(parser)
     return parser
+
+
+def _true_or_false(text: str) -> bool:
+    """``true`` / ``false`` (as `pods train` spells its booleans) -> bool."""
+    value = text.strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value in ("true", "1", "yes")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -397,7 +415,8 @@ def _main(argv: list[str]) -> int:
         raise ValueError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
     common = dict(split=args.split, k=args.k, temperature=args.temperature,
                   max_new_tokens=args.max_new_tokens, limit=args.limit, batch_size=args.batch_size,
-                  seed=args.seed, task_args=task_args, backend=args.backend, force=args.force)
+                  seed=args.seed, task_args=task_args, backend=args.backend, force=args.force,
+                  trust_remote_code=args.trust_remote_code)
     target = Path(args.target)
     if is_run_dir(target):
         out = Path(args.out) if args.out else target / DEFAULT_EVAL_FILE

@@ -123,9 +123,9 @@ def generate_hf(model, tokenizer, prompt_ids: list[list[int]], k: int, temperatu
 
 
 def generate_vllm(model_path, prompt_ids: list[list[int]], k: int, temperature: float, max_new_tokens: int,
-                  seed: int) -> tuple[list[list[str]], np.ndarray]:
+                  seed: int, trust_remote_code: bool = False) -> tuple[list[list[str]], np.ndarray]:
     """Sample ``k`` completions per prompt with vLLM (CUDA, or vLLM's CPU build). Same return values as
-    ``generate_hf``.
+    ``generate_hf``. A model's own code runs only with ``trust_remote_code`` (``--trust_remote_code``).
 
     PEFT adapter dirs are merged into a temporary full model first. The engine is torn down afterwards so
     the next checkpoint can load. On CPU the KV cache gets a fixed size (``vllm_cpu.EVAL_KV_CACHE_BYTES``).
@@ -138,7 +138,7 @@ def generate_vllm(model_path, prompt_ids: list[list[int]], k: int, temperature: 
 
     tmp = None
     if is_adapter_dir(model_path):
-        model, tokenizer = load_model_and_tokenizer(model_path, device="cpu")
+        model, tokenizer = load_model_and_tokenizer(model_path, device="cpu", trust_remote_code=trust_remote_code)
         tmp = tempfile.TemporaryDirectory(prefix="pods-merged-")
         model.save_pretrained(tmp.name)
         tokenizer.save_pretrained(tmp.name)
@@ -146,7 +146,8 @@ def generate_vllm(model_path, prompt_ids: list[list[int]], k: int, temperature: 
         model_path = tmp.name
     greedy = temperature == 0
     try:
-        llm = LLM(model=str(model_path), seed=seed, dtype="auto", enable_prefix_caching=True, **memory)
+        llm = LLM(model=str(model_path), seed=seed, dtype="auto", enable_prefix_caching=True,
+                  trust_remote_code=bool(trust_remote_code), **memory)
         # No per-request seed: SamplingParams(seed=s) gives every prompt the same random stream, so sample j of
         # all prompts would be drawn together (correlated repeats, inflated standard error). The engine's seed
         # (LLM(seed=...)) keeps the evaluation reproducible.
@@ -202,7 +203,10 @@ def vllm_unavailable(model_path=None) -> str | None:
 
     path = Path(model_path)
     try:
-        config = AutoConfig.from_pretrained(adapter_base(path) if is_adapter_dir(path) else str(path))
+        # Reading the config runs no code (False, never None: a terminal prompt); a model that needs its own
+        # code to read it is refused by the load that follows, unless the user trusted it.
+        config = AutoConfig.from_pretrained(adapter_base(path) if is_adapter_dir(path) else str(path),
+                                            trust_remote_code=False)
     except (OSError, ValueError):
         return None  # not a readable model (yet): loading it reports that, in one line
     return vllm_cpu.cpu_head_size_problem(config)

@@ -7,14 +7,19 @@
     load_model_and_tokenizer(path)  (model in eval mode, tokenizer) for generation: a full model, a PEFT adapter
                                     (merged into its base) or a hub id
     tokenizer_source(path)          where a model's tokenizer loads from (an adapter without one: its base)
+    check_remote_code(name, trust)  a model (or tokenizer) that ships its own Python code (``auto_map``) is
+                                    refused in one line naming ``--trust_remote_code`` unless it is true
 
 Nothing here downloads on its own: the hub is asked only by transformers' ``from_pretrained`` for a hub id.
+A model's own code runs only when the user passed ``--trust_remote_code true``: every load here passes the flag on
+as an explicit bool (transformers asks on a terminal when it is left None, and a run must never wait on a prompt).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 from pods_rl import tiny
@@ -75,16 +80,110 @@ def check_model_path(name: str, revision: str | None = None, what: str = "--mode
 
 
 
+TRUST_FLAG = "--trust_remote_code"
+
+
+def remote_code(name: str, revision: str | None = None) -> list[str] | None:
+    """The Python modules of its own the model ``name`` (a local directory, or a hub id in the local cache) needs
+    to load: those its config.json names in ``auto_map`` when its ``model_type`` is not one transformers knows.
+    None when it needs none. (A model transformers knows loads its native class without the code; a tokenizer
+    that needs code of its own is refused by the loader, whose error is turned into the same line.)"""
+    if looks_local(name):
+        config_file = Path(name).expanduser() / "config.json"
+        if not config_file.is_file():
+            return None
+    else:
+        from huggingface_hub import try_to_load_from_cache
+
+        config_file = try_to_load_from_cache(name, "config.json", revision=revision)
+        if not isinstance(config_file, str):
+            return None  # not cached: the loader asks the hub, and its refusal becomes the same line
+    try:
+        config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # unreadable: the loader reports it
+    auto_map = config.get("auto_map") if isinstance(config, dict) else None
+    if not isinstance(auto_map, dict) or not auto_map:
+        return None
+    # transformers' own names (seconds to import; the model is about to load anyway)
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if config.get("model_type") in CONFIG_MAPPING_NAMES:
+        return None
+    refs = [r for v in auto_map.values() for r in (v if isinstance(v, (list, tuple)) else [v]) if r]
+    return sorted({str(r).split("--")[-1].rsplit(".", 1)[0] + ".py" for r in refs})
+
+
+def remote_code_refusal(name: str, detail: str = "") -> ValueError:
+    """The one line that refuses to run a model's own code without ``--trust_remote_code true``."""
+    return ValueError(f"model {name} ships its own Python code{detail}, which pods-rl runs only with "
+                      f"{TRUST_FLAG} true: pass it if you trust where the model comes from (the code runs with your "
+                      "permissions), or use a model transformers supports natively; nothing of it was run")
+
+
+def check_remote_code(name: str, trust_remote_code: bool, revision: str | None = None) -> None:
+    """Refuse (one ValueError line naming ``--trust_remote_code``), before anything loads, a model whose config
+    names code of its own, unless ``trust_remote_code``. A PEFT adapter's base model is checked too."""
+    if trust_remote_code:
+        return
+    found = remote_code(name, revision)
+    if found is None and looks_local(name) and (Path(name).expanduser() / "adapter_config.json").is_file():
+        try:
+            base = adapter_base(Path(name).expanduser())
+        except (ValueError, OSError):
+            return
+        found, name = remote_code(base), base
+    if found is not None:
+        raise remote_code_refusal(name, f" ({', '.join(found)}, named by auto_map in its config.json)")
+
+
+def _refused_remote_code(err: Exception, name: str) -> ValueError | None:
+    """transformers' refusal of a model's code (``trust_remote_code=False``) as our one line; None otherwise."""
+    if isinstance(err, ValueError) and "trust_remote_code" in str(err):
+        return remote_code_refusal(name)
+    return None
+
+
+def _refused_pickle(err: Exception, name: str) -> ValueError | None:
+    """torch's weights-only refusal of a model file (a pickle that could run code) as one line naming the file,
+    never torch's advice to load it unsafely; None for any other error."""
+    if not (isinstance(err, pickle.UnpicklingError) or "Weights only load failed" in str(err)):
+        return None
+    from pods_rl.runlog.integrity import load_problems  # reads the torch files of a local model directory
+
+    path = Path(name).expanduser()
+    named = load_problems(path) if path.is_dir() else []
+    where = f"{path / named[0][0]} {named[0][1]}" if named else (
+        f"model {name} holds a file with pickled Python objects, not only tensors: refused unread, since loading it "
+        "could run code")
+    return ValueError(f"{where}; use the model's .safetensors weights, or a copy from a source you trust")
+
+
+def load_config(name: str, revision: str | None = None, trust_remote_code: bool = False):
+    """The model's ``AutoConfig``; its own code runs only with ``trust_remote_code`` (else one ValueError line
+    naming ``--trust_remote_code``; never a terminal prompt)."""
+    from transformers import AutoConfig  # seconds to import; only where a config is read
+
+    try:
+        return AutoConfig.from_pretrained(name, revision=revision, trust_remote_code=bool(trust_remote_code))
+    except ValueError as err:
+        refusal = _refused_remote_code(err, name)
+        if refusal is None:
+            raise
+        raise refusal from None
+
+
 def default_model_path(name: str | None) -> str:
     """``name``, or the shipped tiny model's directory when no model is named."""
     return name or str(tiny.model_path())
 
 
-def load_for_training(model_args):
+def load_for_training(model_args, trust_remote_code: bool = False):
     """(model, tokenizer) of ``model_args`` (``trl.ModelConfig``: name or path, revision, dtype) for training.
 
     A model that cannot be loaded is one ValueError line (with the offline hint for a hub id); a tokenizer
-    without a pad token pads with its end-of-sequence token.
+    without a pad token pads with its end-of-sequence token. ``trust_remote_code`` (``--trust_remote_code``,
+    a ``GRPOConfig`` field) lets a model's own code run; without it such a model is refused in one line.
     """
     # transformers takes seconds to import; checking a recipe does not need it.
     import torch
@@ -92,9 +191,20 @@ def load_for_training(model_args):
 
     model_path = model_args.model_name_or_path
     dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
+    trust = bool(trust_remote_code)  # never None: transformers would ask on a terminal
+    check_remote_code(model_path, trust, model_args.model_revision)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-        model = AutoModelForCausalLM.from_pretrained(model_path, revision=model_args.model_revision, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision,
+                                                  trust_remote_code=trust)
+        model = AutoModelForCausalLM.from_pretrained(model_path, revision=model_args.model_revision, dtype=dtype,
+                                                     trust_remote_code=trust)
+    except (ValueError, RuntimeError) as err:  # pickle.UnpicklingError is neither: handled below
+        refusal = _refused_remote_code(err, model_path) or _refused_pickle(err, model_path)
+        if refusal is None:
+            raise
+        raise refusal from None
+    except pickle.UnpicklingError as err:
+        raise _refused_pickle(err, model_path) from None
     except OSError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         hint = "" if hub_offline() or looks_local(model_path) else (
@@ -127,12 +237,13 @@ def tokenizer_source(path) -> str:
     return str(path)
 
 
-def load_model_and_tokenizer(path, device=None):
+def load_model_and_tokenizer(path, device=None, trust_remote_code: bool = False):
     """Load a causal LM (full model dir, PEFT adapter dir, or hub id) and its tokenizer for generation.
 
     Adapters are loaded on their ``base_model_name_or_path`` and merged (faster generation). The tokenizer
     comes from ``path`` when it has tokenizer files, else from the base model. Weights are bf16 on CUDA,
-    fp32 on CPU. Returns (model in eval mode, tokenizer with left padding).
+    fp32 on CPU. A model with code of its own loads only with ``trust_remote_code`` (else one ValueError line
+    naming ``--trust_remote_code``). Returns (model in eval mode, tokenizer with left padding).
     """
     # transformers takes seconds to import; `pods eval --help` does not need it.
     import torch
@@ -141,15 +252,26 @@ def load_model_and_tokenizer(path, device=None):
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     path_obj = Path(path)
-    if is_adapter_dir(path_obj):
-        from peft import PeftModel  # optional dependency, only for adapters
+    trust = bool(trust_remote_code)  # never None: transformers would ask on a terminal
+    check_remote_code(str(path), trust)
+    try:
+        if is_adapter_dir(path_obj):
+            from peft import PeftModel  # optional dependency, only for adapters
 
-        base_name = adapter_base(path_obj)
-        model = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype)
-        model = PeftModel.from_pretrained(model, str(path_obj)).merge_and_unload()
-    else:
-        if path_obj.exists() and not (path_obj / "config.json").is_file():
-            raise ValueError(f"{path_obj} has neither config.json nor adapter_config.json: not a model directory")
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(path_obj) if is_adapter_dir(path_obj) else str(path))
+            base_name = adapter_base(path_obj)
+            model = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype, trust_remote_code=trust)
+            model = PeftModel.from_pretrained(model, str(path_obj)).merge_and_unload()
+        else:
+            if path_obj.exists() and not (path_obj / "config.json").is_file():
+                raise ValueError(f"{path_obj} has neither config.json nor adapter_config.json: not a model directory")
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=trust)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(path_obj) if is_adapter_dir(path_obj) else str(path),
+                                                  trust_remote_code=trust)
+    except (ValueError, RuntimeError) as err:
+        refusal = _refused_remote_code(err, str(path)) or _refused_pickle(err, str(path))
+        if refusal is None:
+            raise
+        raise refusal from None
+    except pickle.UnpicklingError as err:
+        raise _refused_pickle(err, str(path)) from None
     return model.to(device).eval(), tokenizer

@@ -67,6 +67,12 @@ class RunArguments:
                                       "generation, an evaluation), it is abandoned and the last complete step saved."})
     run_figure: bool = field(default=True, metadata={"help": "Draw accuracy_vs_time.png/.pdf into the run "
                              "directory at the end (pods study draws its own and skips it)."})
+    allow_data_change: bool = field(default=False, metadata={"help": "On resume, continue although the training "
+                                    "data differs from what the run recorded in data.json (the change is recorded "
+                                    "there); without it such a resume is refused."})
+    max_row_bytes: int | None = field(default=None, metadata={"help": "Refuse a data row (a JSONL line, or a "
+                                      "question / answer) longer than this many bytes, while loading, before the "
+                                      "model loads. Default: the task's (512 KiB: about 128k tokens of text)."})
 
 
 TASK_ARG_FLAGS = ("--task-arg", "--task_arg")  # repeatable key=value, the spelling `pods eval` has always had
@@ -196,6 +202,7 @@ def validate(run: RunArguments, config, model_args) -> None:
         "eval_every_seconds": run.eval_every_seconds,
         "eval_every_steps": getattr(run, "eval_every_steps", None),
         "train_limit": run.train_limit,
+        "max_row_bytes": getattr(run, "max_row_bytes", None),
         "torch_threads": run.torch_threads,
         "save_every_seconds": config.save_every_seconds,
         "max_train_seconds": config.max_train_seconds,
@@ -206,6 +213,13 @@ def validate(run: RunArguments, config, model_args) -> None:
     for name, value in positive.items():
         if value is not None and not value > 0:
             raise ValueError(f"--{name} must be > 0, got {value}")
+    from pods_rl.reward_guard import MAX_ABS_REWARD  # the reward-scale bound: weights scale every reward
+
+    for weight in config.reward_weights or ():
+        if not abs(float(weight)) <= MAX_ABS_REWARD:  # also NaN
+            raise ValueError(f"--reward_weights {' '.join(f'{float(w):g}' for w in config.reward_weights)}: a weight of "
+                             f"{float(weight):g} is beyond the reward bound of {MAX_ABS_REWARD:g} (a scale that makes "
+                             "training diverge; group normalisation makes the scale irrelevant): use weights like 1.0")
     if (config.max_steps is None or config.max_steps <= 0) and not config.num_train_epochs > 0:
         raise ValueError(f"--num_train_epochs must be > 0 when --max_steps is not set, got {config.num_train_epochs}: "
                          "training would take no step")

@@ -9,7 +9,8 @@
   (a function that always hangs is a bug, not bad luck);
 - a return value that TRL would choke on, or silently misread, is a ``RewardFunctionError`` (a ValueError) naming
   the function and what it returned: ``None`` (a missing ``return``), a string, a dict, the wrong number of
-  rewards, strings or other non-numbers inside, infinities;
+  rewards, strings or other non-numbers inside, infinities, NaN (None means "not scored"), and magnitudes beyond
+  ``MAX_ABS_REWARD`` (a scale bug that makes training diverge);
 - an exception raised inside is re-raised as a ``RewardFunctionError`` naming the function (the original chained).
 
 Reward models (``nn.Module``) and hub ids are left to TRL. The wrapper keeps the function's ``__name__`` (TRL
@@ -29,6 +30,12 @@ from pods_rl import deadline
 logger = logging.getLogger(__name__)
 
 DEFAULT_REWARD_TIMEOUT_S = 120.0  # per call of one reward function (one batch of completions)
+# The largest reward magnitude taken as meant. Group normalisation makes the scale of rewards irrelevant to the
+# update, so nothing is gained above O(1); float32, in which TRL sums, weights and normalises them, keeps 7 digits,
+# so differences between rewards of 1e7 and more round away, and their squares (the group variance) overflow to
+# infinity past ~1e19, which turns every advantage into NaN. A reward beyond 1e6 is a scale bug (an unnormalised
+# count, a log-likelihood's exp, a sentinel like 1e30), not a signal.
+MAX_ABS_REWARD = 1e6
 MAX_TIMEOUTS_IN_A_ROW = 3
 TIMEOUT_METRIC = "pods/reward_timeouts"  # reward-function calls cut short in this scoring round
 
@@ -51,10 +58,12 @@ def _describe(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_rewards(name: str, output, num_completions: int) -> list[float | None]:
+def check_rewards(name: str, output, num_completions: int, step: int | None = None) -> list[float | None]:
     """``output`` of reward function ``name`` as the list TRL expects: one float (or None: not scored) per
-    completion. Raises ``RewardFunctionError`` naming the function and what it returned otherwise."""
+    completion, each finite and within ``MAX_ABS_REWARD``. Raises ``RewardFunctionError`` naming the function,
+    what it returned and (when given) the training ``step`` being scored otherwise."""
     want = f"a list of {num_completions} numbers, one per completion (None for one it does not score)"
+    at = f" at step {step}" if step is not None else ""
     if output is None:
         raise RewardFunctionError(f"reward function {name!r} returned None; it must return {want}: does it end "
                                   "with `return rewards`?")
@@ -80,8 +89,17 @@ def check_rewards(name: str, output, num_completions: int) -> list[float | None]
                                       f"{i} ({_describe(value)}){hint}; it must return {want}")
         value = float(value)
         if math.isinf(value):
-            raise RewardFunctionError(f"reward function {name!r} returned {value} for completion {i}; rewards "
+            raise RewardFunctionError(f"reward function {name!r} returned {value} for completion {i}{at}; rewards "
                                       "must be finite (an infinite reward makes every advantage NaN)")
+        if math.isnan(value):
+            raise RewardFunctionError(f"reward function {name!r} returned nan for completion {i}{at}; return None "
+                                      "for a completion it does not score, else fix the computation (a 0/0, a log "
+                                      "of 0): a NaN reward makes the group's advantages NaN")
+        if abs(value) > MAX_ABS_REWARD:
+            raise RewardFunctionError(f"reward function {name!r} returned {value:g} for completion {i}{at}: beyond "
+                                      f"the bound of {MAX_ABS_REWARD:g}, a reward-scale bug that would make the "
+                                      "training diverge; rescale it (e.g. to [0, 1]: the group normalisation makes "
+                                      "the scale irrelevant to learning)")
         checked.append(value)
     return checked
 
@@ -92,6 +110,13 @@ def _count_completions(args: tuple, kwargs: dict) -> int | None:
         return len(completions)
     except TypeError:
         return None
+
+
+def _step(kwargs: dict) -> int | None:
+    """The optimizer step being scored (1-based), from TRL's ``trainer_state`` keyword; None outside a trainer."""
+    state = kwargs.get("trainer_state")
+    step = getattr(state, "global_step", None)
+    return step + 1 if isinstance(step, int) else None
 
 
 class _Budget:
@@ -160,7 +185,7 @@ def guard_reward_func(func: Callable, timeout_s: float | None = DEFAULT_REWARD_T
             except Exception as err:  # noqa: BLE001 - user code: name it
                 raise _raised(name, err) from err
             budget.ok(kwargs)
-            return output if n is None else check_rewards(name, output, n)
+            return output if n is None else check_rewards(name, output, n, _step(kwargs))
     else:
         def guarded(*args, **kwargs):
             n = _count_completions(args, kwargs)
@@ -176,7 +201,7 @@ def guard_reward_func(func: Callable, timeout_s: float | None = DEFAULT_REWARD_T
             if limit.expired:
                 return budget.timed_out(n, kwargs)
             budget.ok(kwargs)
-            return output if n is None else check_rewards(name, output, n)
+            return output if n is None else check_rewards(name, output, n, _step(kwargs))
 
     try:
         functools.update_wrapper(guarded, func)

@@ -27,8 +27,10 @@ from pods_rl.errors import CommandFailed, run_guarded
 from pods_rl.evaluate import evaluate_model
 from pods_rl.models import (  # noqa: F401  (hub_offline, looks_local: re-exported)
     check_model_path,
+    check_remote_code,
     default_model_path,
     hub_offline,
+    load_config,
     load_for_training,
     looks_local,
 )
@@ -182,6 +184,7 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     from trl import get_peft_config
 
     # Lazy, as TRL: pods_rl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
+    from pods_rl.runlog.divergence import DivergenceGuard  # imports transformers, as the line above
     from pods_rl.trainer import PODSTrainer
 
     runlog.check_not_foreign(run_dir)
@@ -191,9 +194,13 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
                          f"choose another --output_dir (nothing was overwritten).")
 
     task = get_task(run.task, **parse_task_args(run.task_args))
+    if run.max_row_bytes is not None:  # rows are bounded while they load (before the model does)
+        task.max_row_bytes = run.max_row_bytes
     check_splits(run, task)
     train_dataset = task.load(run.train_split, limit=run.train_limit)
     check_enough_prompts(config, len(train_dataset), f"split {run.train_split!r} of task {run.task!r}")
+    data = runlog.data_fingerprint(train_dataset, {"task": run.task, "task_args": run.task_args,
+                                                   "split": run.train_split, "limit": run.train_limit})
     if wants_eval(run):  # a broken or missing held-out split fails now, not after the model loaded
         held_out = len(task.load(run.eval_split, limit=run.eval_num_problems))
         if held_out < run.eval_num_problems:
@@ -203,12 +210,14 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
         config.reward_weights = list(task.reward_weights)
     model_args.model_name_or_path = default_model_path(model_args.model_name_or_path)
     check_model_path(model_args.model_name_or_path, model_args.model_revision)
+    # A model's own code runs only with --trust_remote_code true (a GRPOConfig field: TRL passes it to the reference
+    # model and vLLM; pods passes it to every load of its own), and is refused in one line before anything loads.
+    trust = bool(config.trust_remote_code)
+    check_remote_code(model_args.model_name_or_path, trust, model_args.model_revision)
     if config.use_vllm and (config.use_cpu or not torch.cuda.is_available()):  # before the model loads
-        from transformers import AutoConfig
-
         from pods_rl.integrations.vllm_cpu import check_cpu_model
 
-        check_cpu_model(AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision))
+        check_cpu_model(load_config(model_args.model_name_or_path, model_args.model_revision, trust))
 
     flat = resolved_config(run, config, model_args)
     changes = {}
@@ -219,12 +228,16 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
             raise ValueError(f"this resume changes training settings of {run_dir}: {listed}; pass "
                              "--accept_config_changes true to continue with them, or drop those flags to continue "
                              "as the run started")
+    data_change = None
+    if resume:  # different training rows than the run recorded: refused, unless allowed or a data setting changed
+        data_change = runlog.check_data_change(run_dir, data, run.allow_data_change,
+                                               explained=any(k in changes for k in runlog.DATA_FIELDS))
     if resume:  # a corrupt file in the checkpoint to resume is named now, not deep inside a loader
-        check_resume_checkpoint(run_dir, explicit)
+        runlog.check_resume_checkpoint(run_dir, explicit)
 
     if run.torch_threads:
         torch.set_num_threads(run.torch_threads)
-    model, tokenizer = load_for_training(model_args)
+    model, tokenizer = load_for_training(model_args, trust_remote_code=trust)
 
     run_dir.mkdir(parents=True, exist_ok=True)
     resume_checkpoint, train_seconds = None, 0.0
@@ -237,6 +250,13 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     # previous one beside it, named after the step from which the new one applies.
     flat["resume_from_checkpoint"] = config.resume_from_checkpoint
     step = runlog.save_config(run_dir, flat, resume, resume_checkpoint) if main_process else None
+    if main_process:  # what the run trains on (data.json), and from which step a resume changed it
+        data_step = runlog.read_clock(resume_checkpoint)["step"] if resume_checkpoint else 0
+        runlog.record_data(run_dir, data, data_step, data_change)
+        if data_change is not None:
+            logger.warning("training data changed from step %d on (%s rows -> %s rows; allowed by %s): recorded in "
+                           "%s", data_step, data_change["rows_from"], data_change["rows_to"],
+                           data_change["allowed_by"], runlog.DATA_FILE)
     if step is not None and changes:
         logger.warning("training settings changed from step %d on: %s (previous config kept as "
                        "config.until-step-%d.yaml)", step, ", ".join(changes), step)
@@ -261,6 +281,7 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     callbacks = [clock, stop]
     if changes:  # the optimizer state in the checkpoint carries the old hyper-parameters: apply the new ones
         callbacks.append(runlog.ApplyOptimizerSettings())
+    callbacks.append(DivergenceGuard())  # last: its on_log sees the row the clock wrote; its checks precede saves
     trainer = PODSTrainer(
         model=model,
         reward_funcs=task.reward_funcs(),
@@ -275,25 +296,6 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     if clock.progress:
         trainer.remove_callback(PrinterCallback)  # metrics go to metrics.jsonl and report_to, not the terminal
     return trainer, clock, eval_fn
-
-
-def check_resume_checkpoint(run_dir: Path, explicit: Path | None) -> None:
-    """The checkpoint a resume would load (``explicit``, else the newest complete one) must have readable files;
-    otherwise one line names the file, what is wrong, and the ``--resume_from_checkpoint`` that would work."""
-    complete = runlog.list_checkpoints(run_dir)
-    target = explicit or (complete[-1] if complete else None)
-    if target is None:
-        return
-    problems = runlog.checkpoint_problems(target)
-    if not problems:
-        return
-    name, problem = problems[0]
-    more = f" (and {len(problems) - 1} more of its files)" if len(problems) > 1 else ""
-    earlier = [c for c in complete if c != target and runlog.read_clock(c)["step"] < runlog.read_clock(target)["step"]
-               and not runlog.checkpoint_problems(c)]
-    way_on = (f"resume from the last intact one: --resume_from_checkpoint {earlier[-1]}" if earlier else
-              "no earlier checkpoint is intact: restore the file, or start a new run in another --output_dir")
-    raise ValueError(f"{target}/{name} is corrupt: {problem}{more}; {way_on} (nothing was changed)")
 
 
 def fit(trainer, clock, eval_fn) -> dict:
@@ -324,17 +326,9 @@ def _failed_loading(err: BaseException) -> bool:
     return False
 
 
-def _intact_before(run_dir: Path, checkpoint: Path) -> Path | None:
-    """The newest complete checkpoint before ``checkpoint`` whose files look readable (None if there is none)."""
-    clock = runlog.read_clock(checkpoint)
-    step = clock["step"] if clock else float("inf")
-    earlier = [c for c in runlog.list_checkpoints(run_dir)
-               if c.name != checkpoint.name and runlog.read_clock(c)["step"] < step and not runlog.checkpoint_problems(c)]
-    return earlier[-1] if earlier else None
-
-
 def _fit(trainer, clock, eval_fn) -> dict:
     from pods_rl.reward_guard import RewardFunctionError
+    from pods_rl.runlog.divergence import as_divergence, check_finite_weights, divergence_line
 
     config, run_dir, tokenizer = trainer.args, clock.run_dir, trainer.processing_class
     stop = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, runlog.GracefulStop)), None)
@@ -356,6 +350,7 @@ def _fit(trainer, clock, eval_fn) -> dict:
                             f"{config.num_train_epochs:g}): nothing was trained, so no final/ was written in {run_dir}; "
                             "raise --max_steps or --num_train_epochs", exit_code=2)
         final_dir, saving = run_dir / "final", "final/"
+        check_finite_weights(trainer.model, trainer.state.global_step)  # never a non-finite final/
         trainer.save_model(str(final_dir))
         if trainer.accelerator.is_main_process:
             tokenizer.save_pretrained(final_dir)
@@ -368,17 +363,23 @@ def _fit(trainer, clock, eval_fn) -> dict:
             raise RunFailed(message) from err
         complete = runlog.list_checkpoints(run_dir)
         resume = f"resume with --output_dir {run_dir} --resume_from_checkpoint true"
+        diverged = as_divergence(err, trainer.state.global_step)
+        if diverged is not None:
+            raise RunFailed(divergence_line(trainer, diverged, run_dir, complete[-1] if complete else None)) from err
         if isinstance(err, RewardFunctionError):
             kept = (f"{run_dir} keeps its complete checkpoints (the last: {complete[-1].name}); fix it, then {resume}"
                     if complete else "no checkpoint was saved yet: fix it and run again")
             raise RewardFunctionError(f"{err}; {kept}") from err
         if resuming_from and trainer.state.global_step <= (runlog.read_clock(resuming_from) or {}).get("step", 0) \
                 and _failed_loading(err):
-            first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
-            earlier = _intact_before(run_dir, Path(resuming_from))
+            earlier = runlog.intact_before(run_dir, Path(resuming_from))
             way_on = (f"resume from the last intact one: --resume_from_checkpoint {earlier}" if earlier else
                       "no earlier checkpoint is intact: restore it, or start a new run in another --output_dir")
-            raise ValueError(f"{resuming_from} cannot be loaded ({type(err).__name__}: {first}); {way_on}") from err
+            named = runlog.load_problems(resuming_from)  # which file, when reading its tensors shows it
+            if named:
+                raise ValueError(f"{resuming_from}/{named[0][0]} {named[0][1]}; {way_on}") from err
+            raise ValueError(f"{resuming_from} cannot be loaded ({type(err).__name__}: {runlog.loader_error(err)}); "
+                             f"{way_on}") from err
         raise
     if trainer.accelerator.is_main_process:
         runlog.remove_incomplete(run_dir, trainer.state.global_step)  # final/ covers earlier leftovers
@@ -408,6 +409,9 @@ def _abandoned(trainer, clock, stop) -> dict:
             f"{abandoned.waited:.0f} s (it was in {abandoned.where}): abandoned")
     if runlog.read_clock(checkpoint) is None and step > 0 and single:
         print(f"{note}; saving {checkpoint.name} from the last complete step", flush=True)
+        from pods_rl.runlog.divergence import check_finite_weights
+
+        check_finite_weights(trainer.model, step)  # checked at its step already; a save must never be the first
         with stop.saving():
             trainer._save_checkpoint(trainer.model, trial=None)
             trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)

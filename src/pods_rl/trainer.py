@@ -337,7 +337,8 @@ class PODSTrainer(GRPOTrainer):
             on_cpu = config.use_cpu or not torch.cuda.is_available()
             vllm_cpu.check_vllm_settings(config.use_vllm, config.vllm_mode, on_cpu=on_cpu)
             model = kwargs.get("model", args[0] if args else None)
-            model_config = model.config if hasattr(model, "config") else AutoConfig.from_pretrained(model)
+            model_config = model.config if hasattr(model, "config") else AutoConfig.from_pretrained(
+                model, trust_remote_code=bool(config.trust_remote_code))
             if on_cpu:
                 vllm_cpu.check_cpu_model(model_config)
             if config.vllm_mode == "colocate":  # TRL builds the LLM in GRPOTrainer.__init__

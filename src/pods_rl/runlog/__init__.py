@@ -2,10 +2,13 @@
 
     lock.py       one owner per run directory (flock, released with the process), short locks for eval.json
     ours.py       what a pods-rl run directory is (the marker, runs of earlier versions); others are refused
-    integrity.py  cheap checks of a checkpoint's files (which one is corrupt) before anything loads
+    integrity.py  checks of a checkpoint's files before anything loads: cheap ones (which one is corrupt), and
+                  reading ones (a pickle that could run code, non-finite weights) for the checkpoint a resume loads
+    data.py       what the run trains on: a fingerprint of its training rows (data.json), checked on resume
     store.py      the files: config.yaml (+ its history), metrics.jsonl, checkpoints and their clocks,
                   summary.json; starting and resuming (plan, consistency)
     evals.py      what `pods eval` reads and writes: a run's saved models (scanning them), eval.json
+    divergence.py the first non-finite gradient, weight, loss or reward, named (pods train stops before saving it)
     callbacks.py  the transformers callbacks that write it while training runs: TrainingClock (training time,
                   time-based saves, evaluations, metrics rows), GracefulStop (SIGTERM / SIGINT), ApplyOptimizerSettings
 
@@ -16,6 +19,14 @@ pods_rl import runlog`` gives both (the callbacks on first use), as ``pods_rl.ru
 
 from __future__ import annotations
 
+from pods_rl.runlog.data import (  # noqa: F401
+    DATA_FIELDS,
+    DATA_FILE,
+    check_data_change,
+    data_fingerprint,
+    read_data_record,
+    record_data,
+)
 from pods_rl.runlog.evals import (  # noqa: F401  (the package's API)
     already_done,
     checkpoint_clock,
@@ -29,7 +40,13 @@ from pods_rl.runlog.evals import (  # noqa: F401  (the package's API)
     save_results,
     upsert_result,
 )
-from pods_rl.runlog.integrity import checkpoint_problems  # noqa: F401
+from pods_rl.runlog.integrity import (  # noqa: F401
+    check_resume_checkpoint,
+    checkpoint_problems,
+    intact_before,
+    load_problems,
+    loader_error,
+)
 from pods_rl.runlog.lock import LOCK_FILE, RunDirInUse, hold_run_dir  # noqa: F401
 from pods_rl.runlog.ours import check_not_foreign, foreign_entries, is_pods_run  # noqa: F401
 from pods_rl.runlog.store import (  # noqa: F401  (the package's API)

@@ -11,8 +11,14 @@ What is checked (without reading tensor data; seconds for a 3B checkpoint at mos
 - a sharded model's ``*.index.json`` names shards that are there;
 - an empty (0-byte) file of any of those kinds.
 
-A bit flipped inside tensor data is not seen here; the loader's error is then reported with the same advice by
+A bit flipped inside tensor data is not seen by these; the loader's error is then reported with the same advice by
 the caller (``pods_rl.train``).
+
+``load_problems`` reads the tensors, for the one checkpoint a resume is about to load: every torch file must load
+with ``weights_only=True`` (a pickle that would run code is refused unread and named), and the model's weights
+must be finite (a checkpoint a diverged run wrote is refused, naming the last one that is not).
+``check_resume_checkpoint`` runs both on the checkpoint a resume is about to load, and names the file, what is wrong
+and the newest earlier checkpoint that passes.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import os
 import struct
 import zipfile
 from pathlib import Path
+
+from pods_rl.runlog.store import list_checkpoints, read_clock
 
 JSON_SUFFIXES = (".json",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
@@ -112,3 +120,132 @@ def checkpoint_problems(checkpoint: str | os.PathLike) -> list[tuple[str, str]]:
                 if not (checkpoint / shard).is_file():
                     problems.append((shard, f"missing (listed in {path.name})"))
     return problems
+
+
+# --- deep checks: reading the tensors --------------------------------------------------------------------------
+# Files a resume never loads: the Trainer's pickled TrainingArguments (written for the record, read by no loader).
+NOT_LOADED = ("training_args.bin",)
+
+
+def _unsafe_globals(err: BaseException) -> str:
+    """The pickled globals torch's weights-only unpickler refused (``GLOBAL posix.system`` -> ``posix.system``)."""
+    import re
+
+    names = re.findall(r"GLOBAL ([\w.]+)", str(err))
+    return f" ({', '.join(dict.fromkeys(names))})" if names else ""
+
+
+def _check_weights_only(path: Path) -> str | None:
+    """Whether a torch file loads with ``weights_only=True`` (the unpickler that runs no code), with the numpy types
+    transformers allows for its RNG state; the refusal's own advice (to load it unsafely) is never repeated."""
+    import pickle
+
+    import torch
+
+    try:  # the allowlist (numpy types) transformers loads rng_state with
+        from transformers.trainer_pt_utils import safe_globals
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        from contextlib import nullcontext as safe_globals
+    with open(path, "rb") as f:
+        zipped = f.read(4) == b"PK\x03\x04"
+    try:
+        with safe_globals():
+            torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)  # mmap: tensor data is not read
+    except pickle.UnpicklingError as err:
+        if "Unsupported global" in str(err):
+            return (f"holds pickled Python objects{_unsafe_globals(err)}, not only tensors: refused unread, since "
+                    "loading it could run code")
+        return ("is not a weights-only torch file (damaged, or a pickle of Python objects): refused unread, since "
+                "loading it could run code")
+    except (RuntimeError, EOFError, ValueError, OSError) as err:
+        first = str(err).strip().splitlines()[0][:100] if str(err).strip() else type(err).__name__
+        if "weights_only" in str(err) or "Weights only" in str(err):  # never quote torch's advice to load unsafely
+            return "is not a weights-only torch file: refused unread, since loading it could run code"
+        return f"cannot be read ({first})"
+    return None
+
+
+def _check_finite_safetensors(path: Path) -> str | None:
+    """Whether every floating tensor of a safetensors file is finite (one tensor in memory at a time)."""
+    import torch
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt", device="cpu") as f:
+        for key in f.keys():
+            tensor = f.get_tensor(key)
+            if tensor.is_floating_point() and tensor.numel() and not bool(
+                    torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):  # NaN and inf reach min or max
+                kind = "NaN" if bool(torch.isnan(tensor).any()) else "an infinity"
+                return (f"holds non-finite weights ({kind} in {key}): the run had diverged when it was saved "
+                        "(a version before the divergence guard wrote it)")
+    return None
+
+
+def load_problems(checkpoint: str | os.PathLike) -> list[tuple[str, str]]:
+    """``[(file name, what is wrong)]`` found by reading the tensors of ``checkpoint``, as a resume would load them:
+    a torch file (``optimizer.pt``, ``scheduler.pt``, ``rng_state*.pth``, ``*.bin``) that is not weights-only (a
+    pickle that could run code, which is never loaded), and model weights (``*.safetensors``) holding NaN or an
+    infinity (a poisoned checkpoint). Reads the whole checkpoint once: the cost of the load that follows."""
+    checkpoint = Path(checkpoint)
+    problems = []
+    for path in sorted(checkpoint.iterdir()):
+        if not path.is_file() or path.name in NOT_LOADED or check_file(path) is not None:
+            continue
+        try:
+            if path.suffix in TORCH_SUFFIXES:
+                problem = _check_weights_only(path)
+            elif path.suffix == ".safetensors":
+                problem = _check_finite_safetensors(path)
+            else:
+                continue
+        except Exception as err:  # noqa: BLE001 - any reader failure is a file that cannot be loaded
+            problem = f"cannot be read ({type(err).__name__}: {str(err).strip()[:100]})"
+        if problem:
+            problems.append((path.name, problem))
+    return problems
+
+
+# --- the checkpoint a resume loads ---------------------------------------------------------------------------
+def check_resume_checkpoint(run_dir: Path, explicit: Path | None) -> None:
+    """The checkpoint a resume would load (``explicit``, else the newest complete one) must be loadable and safe:
+    readable files (cheap checks), torch files that load weights-only (a pickle that could run code is never
+    loaded) and finite weights (a checkpoint a diverged run wrote). Otherwise one line names the file, what is
+    wrong, and the ``--resume_from_checkpoint`` that would work (the newest earlier checkpoint that passes)."""
+    complete = list_checkpoints(run_dir)
+    target = explicit or (complete[-1] if complete else None)
+    if target is None:
+        return
+    cheap = checkpoint_problems(target)
+    problems = cheap or load_problems(target)
+    if not problems:
+        return
+    name, problem = problems[0]
+    more = f" (and {len(problems) - 1} more of its files)" if len(problems) > 1 else ""
+    target_step = read_clock(target)["step"]
+    earlier = [c for c in complete if c != target and read_clock(c)["step"] < target_step]
+    intact = next((c for c in reversed(earlier)  # newest first; the reading checks only until one passes
+                   if not checkpoint_problems(c) and not load_problems(c)), None)
+    lower = " with a lower --learning_rate (and --accept_config_changes true)" if "non-finite" in problem else ""
+    way_on = (f"resume from the last intact one: --resume_from_checkpoint {intact}{lower}" if intact else
+              "no earlier checkpoint is intact: restore the file, or start a new run in another --output_dir")
+    what = f"is corrupt: {problem}" if cheap else problem
+    raise ValueError(f"{target}/{name} {what}{more}; {way_on} (nothing was changed)")
+
+
+def intact_before(run_dir: Path, checkpoint: Path) -> Path | None:
+    """The newest complete checkpoint before ``checkpoint`` whose files are readable, weights-only and finite (None
+    if there is none)."""
+    clock = read_clock(checkpoint)
+    step = clock["step"] if clock else float("inf")
+    earlier = [c for c in list_checkpoints(run_dir)
+               if c.name != checkpoint.name and read_clock(c)["step"] < step and not checkpoint_problems(c)]
+    return next((c for c in reversed(earlier) if not load_problems(c)), None)
+
+
+def loader_error(err: BaseException) -> str:
+    """The first line of a loader's error, without torch's advice to load a refused file unsafely (the one thing not
+    to do with a file of unknown origin)."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if "weights_only" in str(err) or "Weights only load failed" in str(err):
+        return "a file holds pickled Python objects, not only tensors: refused unread, since loading it could run code"
+    return first[:160]

@@ -297,7 +297,7 @@ NOT_TRAINING_FIELDS = frozenset({
     "hub_model_id", "hub_strategy", "hub_private_repo", "dataloader_num_workers", "torch_threads", "eval_split",
     "eval_num_problems", "eval_k", "eval_temperature", "eval_max_new_tokens", "eval_batch_size",
     "eval_every_seconds", "eval_every_steps", "eval_before_after", "run_figure", "stop_grace_seconds",
-    "reward_timeout_s",
+    "reward_timeout_s", "allow_data_change", "max_row_bytes",
 })
 
 

@@ -18,6 +18,16 @@ SYSTEM_PROMPT = (
 )
 
 PROMPT_STYLES = ("instruct", "base")
+# The longest data row (a JSONL line, a question or an answer) a task loads, in bytes: 512 KiB is about 128k tokens
+# of text, beyond any context these models train with. A longer row is a data fault (a file pasted into a field, a
+# runaway generator) that would otherwise surface as an allocation failure deep in the tokenizer.
+DEFAULT_MAX_ROW_BYTES = 512 * 1024
+
+
+def row_too_long(where: str, max_row_bytes: int, size: str = "") -> str:
+    """The message for a row over the bound: ``where`` (file:line, or task/split/row) and the ways on."""
+    return (f"{where} is a row of more than {max_row_bytes} bytes{size} (the limit, max_row_bytes): fix or remove "
+            "that row, or raise the limit (pods train --max_row_bytes N, or the task option max_row_bytes=N)")
 
 
 def with_weights(funcs: list[Callable], weights) -> list[Callable]:
@@ -58,6 +68,8 @@ class Task:
             spent, the completions left that need sympy score 0 ungraded (see ``rewards``).
         splits: the split names ``load`` accepts.
         extra_reward_columns: dataset columns passed to ``is_correct`` as keyword arguments.
+        max_row_bytes: the longest row ``load`` accepts (``DEFAULT_MAX_ROW_BYTES``; None: no bound); file
+            loaders check each line as they read it, ``load`` every text field of every row.
     """
 
     name: str = "task"
@@ -68,6 +80,7 @@ class Task:
     grading_batch_timeout_s: float = rewards.DEFAULT_BATCH_TIMEOUT_S
     splits: tuple[str, ...] = ("train", "test")
     extra_reward_columns: tuple[str, ...] = ()
+    max_row_bytes: int | None = DEFAULT_MAX_ROW_BYTES
 
     def __init_subclass__(cls, **kwargs):
         # A task that defines its own reward_funcs gets its weights attached too (see with_weights).
@@ -90,6 +103,9 @@ class Task:
             raise ValueError(
                 f"reward_weights must be a sequence of numbers, got {self.reward_weights!r}"
             ) from err
+        bound = self.max_row_bytes
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
+            raise ValueError(f"max_row_bytes must be a positive number of bytes (or None: no bound), got {bound!r}")
         if not self.grading_timeout_s or self.grading_timeout_s <= 0:
             raise ValueError(f"grading_timeout_s must be > 0 seconds, got {self.grading_timeout_s!r}")
         if not self.grading_batch_timeout_s or self.grading_batch_timeout_s <= 0:
@@ -142,6 +158,7 @@ class Task:
             raise ValueError(f"task {self.name!r} split {split!r} is empty; check the data source")
         if limit is not None and limit < len(dataset):
             dataset = dataset.select(range(limit))
+        self._check_row_sizes(dataset, split)
         for row, gold in enumerate(dataset["answer"], start=1):
             # Loaders that read files name the file and line already; this catches every other source.
             if not isinstance(gold, str) or not gold.strip():
@@ -152,6 +169,19 @@ class Task:
             dataset = dataset.remove_columns("prompt")
         prompts = [self.format_prompt(q) for q in dataset["question"]]
         return dataset.add_column("prompt", prompts)
+
+    def _check_row_sizes(self, dataset, split: str) -> None:
+        """Every text field of every row within ``max_row_bytes`` (whatever loaded it: a hub dataset, a generator;
+        file loaders name the file and line themselves, as they read)."""
+        bound = self.max_row_bytes
+        if not bound:
+            return
+        for column in dataset.column_names:
+            for row, value in enumerate(dataset[column], start=1):
+                # len(str) <= bytes <= 4 len(str): the exact size is measured only near the bound
+                if isinstance(value, str) and len(value) * 4 > bound and len(value.encode("utf-8", "replace")) > bound:
+                    raise ValueError(row_too_long(f"task {self.name!r} split {split!r} row {row}", bound,
+                                                  f" (its {column} is {len(value.encode('utf-8', 'replace'))} bytes)"))
 
     # ------------------------------------------------------------------------------------------------
     # rewards

@@ -39,7 +39,7 @@ class GSM8KTask(Task):
             path = Path(self.data_dir).expanduser() / f"{split}.jsonl"
             if not path.is_file():
                 raise ValueError(f"gsm8k split {split!r}: no file {path}; data_dir must hold {split}.jsonl")
-            raw = read_jsonl(path, line_numbers=True)
+            raw = read_jsonl(path, line_numbers=True, max_row_bytes=self.max_row_bytes)
             source = str(path)
         else:
             raw = list(enumerate(_load_hub(split), start=1))

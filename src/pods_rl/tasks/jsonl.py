@@ -12,18 +12,28 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pods_rl.tasks.base import Task
+from pods_rl.tasks.base import DEFAULT_MAX_ROW_BYTES, Task, row_too_long
 
 
-def read_jsonl(path: str | Path, line_numbers: bool = False) -> list[dict] | list[tuple[int, dict]]:
+def read_jsonl(path: str | Path, line_numbers: bool = False,
+               max_row_bytes: int | None = DEFAULT_MAX_ROW_BYTES) -> list[dict] | list[tuple[int, dict]]:
     """Rows of a JSON-lines file (blank lines skipped); a bad line -> ValueError naming file and line. With
-    ``line_numbers``, ``(line, row)`` pairs, so that later checks can name the line too."""
+    ``line_numbers``, ``(line, row)`` pairs, so that later checks can name the line too. A line longer than
+    ``max_row_bytes`` is refused naming file and line, having read no more than that of it (None: no bound)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no such JSONL file: {path}")
     rows = []
     with path.open("rb") as f:  # bytes, so that a bad encoding can be reported with its line
-        for line_no, raw in enumerate(f, start=1):
+        line_no = 0
+        while True:
+            # Bounded: a 50 MB line is refused after max_row_bytes, not read whole and tokenized later.
+            raw = f.readline(max_row_bytes + 1) if max_row_bytes else f.readline()
+            if not raw:
+                break
+            line_no += 1
+            if max_row_bytes and len(raw.rstrip(b"\r\n")) > max_row_bytes:
+                raise ValueError(row_too_long(f"{path}:{line_no}", max_row_bytes))
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
@@ -130,7 +140,7 @@ class JSONLTask(Task):
     def _load_raw(self, split: str):
         path = self.files[split]
         rows = []
-        for line, row in read_jsonl(path, line_numbers=True):
+        for line, row in read_jsonl(path, line_numbers=True, max_row_bytes=self.max_row_bytes):
             question = pick_field(row, ("question", "prompt", "problem"), str(path), line)
             if not isinstance(question, str):
                 raise ValueError(

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pods_rl.tasks.base import Task
+from pods_rl.tasks.base import DEFAULT_MAX_ROW_BYTES, Task, row_too_long
 from pods_rl.tasks.jsonl import gold_answer, pick_field, read_jsonl, rows_to_dataset
 from pods_rl.tasks.rewards import extract_last_boxed
 
@@ -65,16 +65,20 @@ def normalize_math_rows(raw, source: str) -> list[dict]:
     return rows
 
 
-def load_local(data_dir: str, split: str, task_name: str) -> tuple[list[dict], str]:
-    """Raw rows of ``split`` from ``{data_dir}/{split}.jsonl`` or ``{data_dir}/{split}/**/*.json``."""
+def load_local(data_dir: str, split: str, task_name: str,
+               max_row_bytes: int | None = DEFAULT_MAX_ROW_BYTES) -> tuple[list[dict], str]:
+    """Raw rows of ``split`` from ``{data_dir}/{split}.jsonl`` or ``{data_dir}/{split}/**/*.json`` (one row a
+    file); a row over ``max_row_bytes`` is refused naming its file (and line), before it is read whole."""
     root = Path(data_dir).expanduser()
     jsonl = root / f"{split}.jsonl"
     if jsonl.is_file():
-        return read_jsonl(jsonl), str(jsonl)
+        return read_jsonl(jsonl, max_row_bytes=max_row_bytes), str(jsonl)
     tree = root / split
     if tree.is_dir():
         rows = []
         for path in sorted(tree.rglob("*.json")):
+            if max_row_bytes and path.stat().st_size > max_row_bytes:
+                raise ValueError(row_too_long(str(path), max_row_bytes))
             row = json.loads(path.read_text(encoding="utf-8"))
             row.setdefault("subject", path.parent.name)
             rows.append(row)
@@ -118,7 +122,7 @@ class MATHTask(Task):
 
     def _load_raw(self, split: str):
         if self.data_dir is not None:
-            raw, source = load_local(self.data_dir, split, self.name)
+            raw, source = load_local(self.data_dir, split, self.name, self.max_row_bytes)
         else:
             raw, source = load_hub(self.hub_id, self._hub_configs(), split), f"{self.hub_id}:{split}"
         return rows_to_dataset(normalize_math_rows(raw, source))
