@@ -22,7 +22,7 @@ import time
 import warnings
 from pathlib import Path
 
-from pods_rl import runlog
+from pods_rl import ranks, runlog
 from pods_rl.errors import CommandFailed, run_guarded
 from pods_rl.evaluate import evaluate_model
 from pods_rl.models import (  # noqa: F401  (hub_offline, looks_local: re-exported)
@@ -118,6 +118,15 @@ def _main(argv: list[str]) -> int:
         run_dir = config.output_dir if config is not None and config.output_dir else "RUN_DIR"
         raise RunFailed(f"aborted; {run_dir} keeps its complete checkpoints (resume with --output_dir {run_dir} "
                         "--resume_from_checkpoint true)", exit_code=130) from err
+    except Exception as err:
+        if config is not None and config.output_dir and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # This rank's own failure, for the ranks left to name it (exit code and line) in theirs.
+            from pods_rl.errors import error_line
+
+            line, code = error_line("pods train", err)
+            ranks.record_failure(config.output_dir, int(os.environ.get("RANK", "0")), code, line,
+                                 peer_lost=ranks.peer_lost_error(err))
+        raise
     return summary.get("exit_code", 0)
 
 
@@ -342,6 +351,9 @@ def _fit(trainer, clock, eval_fn) -> dict:
     stop.run_dir = run_dir
     resuming_from = config.resume_from_checkpoint
     saving = None
+    # Each rank's record (pid, host), for the ranks left to name one that dies (pods_rl.ranks).
+    ranks.register(run_dir, trainer.accelerator.process_index, trainer.accelerator.num_processes)
+    _bound_collectives(config.ddp_timeout)
     try:
         with stop.handling_signals():  # SIGTERM / SIGINT: finish the step, save, stop; a second one aborts
             try:
@@ -367,6 +379,12 @@ def _fit(trainer, clock, eval_fn) -> dict:
         if message is not None:
             raise RunFailed(message) from err
         complete = runlog.list_checkpoints(run_dir)
+        if trainer.accelerator.num_processes > 1 and ranks.peer_lost_error(err):
+            # Another rank died or hung: the launcher is about to SIGTERM this one; say which and how first.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            raise RunFailed(ranks.lost_rank_line(run_dir, trainer.accelerator.process_index, err,
+                                                 str(complete[-1]) if complete else None,
+                                                 getattr(config, "ddp_timeout", None))) from err
         resume = f"resume with --output_dir {run_dir} --resume_from_checkpoint true"
         if isinstance(err, RewardFunctionError):
             kept = (f"{run_dir} keeps its complete checkpoints (the last: {complete[-1].name}); fix it, then {resume}"
@@ -395,6 +413,21 @@ def _fit(trainer, clock, eval_fn) -> dict:
     if trainer.accelerator.is_main_process:
         _finish(run_dir, summary, figure=getattr(clock, "run_figure", True))
     return summary
+
+
+def _bound_collectives(timeout_s) -> None:
+    """Make ``--ddp_timeout`` (seconds) the bound of every collective, so that no rank waits longer on a rank that
+    hung or was stopped. transformers passes it to the process group on GPUs only, not with ``use_cpu`` (gloo,
+    whose default is 30 minutes); this sets it on the group already made, whatever made it."""
+    import datetime
+
+    import torch.distributed as dist  # loaded by now: the trainer is built
+
+    if timeout_s and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        try:
+            dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=float(timeout_s)))
+        except (AttributeError, RuntimeError, ValueError) as err:  # a torch without it: the group's own default
+            logger.warning("could not set the process group's timeout to --ddp_timeout %s s: %s", timeout_s, err)
 
 
 def _abandoned(trainer, clock, stop) -> dict:
