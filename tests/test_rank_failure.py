@@ -29,9 +29,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _launch(run_dir, model_dir, *extra, fault="none", fault_step=0):
+def _launch(run_dir, model_dir, *extra, fault="none", fault_step=0, env=None):
     """`accelerate launch` of 2 ranks running `pods train` (through SCRIPT: its task can fail on rank 1)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PODS_FAULT": fault,
+    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PODS_FAULT": fault,
            "PODS_FAULT_RANK": "1", "PODS_FAULT_STEP": str(fault_step),
            "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
@@ -131,3 +131,20 @@ def test_a_hung_rank_is_named_once_the_process_group_timeout_passes(tmp_path, ti
     lines = [line for line in _pods_lines(err) if f"rank 1 (pid {pid}) is stopped" in line]
     assert len(lines) == 1, err[-3000:]
     assert "--ddp_timeout 8" in lines[0] and "resume with: " in lines[0], lines[0]
+
+
+def test_rank_zero_killed_while_the_other_is_in_a_long_step_is_named_at_once(tmp_path, tiny_model_dir):
+    """Rank 1 is inside a step with no collective for minutes (a slow judge) when rank 0 dies: the launcher's
+    SIGTERM is not taken as a stop request (finish the step, save) but ends rank 1 at once, with the line."""
+    run_dir, mark = tmp_path / "run", tmp_path / "sleeping"
+    proc = _launch(run_dir, tiny_model_dir, "--max_steps", "40", "--reward_timeout_s", "0", fault="sleep",
+                   fault_step=3, env={"PODS_SLEEP_RANK": "1", "PODS_FAULT_MARK": str(mark)})
+    _wait_for(mark, proc)
+    pid = _rank_pid(run_dir, 0)
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    _, err = _end(proc, timeout=120)
+    took = time.monotonic() - killed
+    assert proc.returncode != 0 and took < 25, (took, err[-3000:])  # not the launcher's 30 s SIGKILL
+    lines = [line for line in _pods_lines(err) if f"rank 0 (pid {pid}) was killed" in line]
+    assert len(lines) == 1 and "rank 1 stopped too" in lines[0] and "resume with: " in lines[0], err[-3000:]

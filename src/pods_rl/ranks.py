@@ -113,11 +113,14 @@ def _process_state(pid: int) -> str | None:
 def peer_states(run_dir, rank: int) -> list[tuple[dict, str]]:
     """``[(record, what happened)]`` for each other rank of this launch that is gone, stopped, or failed."""
     host = socket.gethostname()
-    found = []
+    found, followers = [], []
     for record in _peer_records(run_dir, rank):
         who = f"rank {record['rank']} (pid {record['pid']}{'' if record['host'] == host else ' on ' + record['host']})"
-        if "exit_code" in record and not record.get("peer_lost"):
-            found.append((record, f"{who} exited with code {record['exit_code']} ({record['line'][:200]})"))
+        if "exit_code" in record:
+            if record.get("peer_lost"):  # it lost a peer itself and left: the cause is elsewhere, if seen
+                followers.append((record, f"{who} exited after losing a peer itself ({record['line'][:200]})"))
+            else:
+                found.append((record, f"{who} exited with code {record['exit_code']} ({record['line'][:200]})"))
             continue
         if record["host"] != host:
             continue  # another machine: its own ranks report it
@@ -127,7 +130,7 @@ def peer_states(run_dir, rank: int) -> list[tuple[dict, str]]:
                                   "out-of-memory killer) or crashed; the launcher's report below gives its exit code"))
         elif state in "Tt":
             found.append((record, f"{who} is stopped (SIGSTOP / SIGTSTP) and stopped answering"))
-    return found
+    return found or followers
 
 
 def peer_lost_error(err: BaseException) -> bool:
@@ -172,7 +175,16 @@ def lost_rank_line(run_dir, rank: int, err: BaseException | None, last_checkpoin
                    timeout_s: float | None = None) -> str:
     """The one line that says which rank is gone and how, what this rank did, and the resume command."""
     states = peer_states(run_dir, rank)
+    deadline = time.monotonic() + 3.0
+    while not states and time.monotonic() < deadline:
+        # A killed process closes its sockets while it exits: the collective fails a moment before it is gone.
+        time.sleep(0.1)
+        states = peer_states(run_dir, rank)
     timed_out = err is not None and "timed out" in str(err).lower()
+    if not states and timed_out:  # every peer is alive: the one(s) this rank waited for are hung
+        host = socket.gethostname()
+        states = [(r, f"rank {r['rank']} (pid {r['pid']}) is alive but did not answer (hung, e.g. in a deadlock or "
+                      "an endless wait)") for r in _peer_records(run_dir, rank) if r["host"] == host]
     if states:
         what = "; ".join(description for _, description in states)
         if timed_out and timeout_s:

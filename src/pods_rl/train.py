@@ -118,12 +118,13 @@ def _main(argv: list[str]) -> int:
         run_dir = config.output_dir if config is not None and config.output_dir else "RUN_DIR"
         raise RunFailed(f"aborted; {run_dir} keeps its complete checkpoints (resume with --output_dir {run_dir} "
                         "--resume_from_checkpoint true)", exit_code=130) from err
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         if config is not None and config.output_dir and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             # This rank's own failure, for the ranks left to name it (exit code and line) in theirs.
             from pods_rl.errors import error_line
 
-            line, code = error_line("pods train", err)
+            line, code = (error_line("pods train", err) if isinstance(err, Exception) else
+                          (f"pods train: exited (SystemExit: {err.code})", err.code if isinstance(err.code, int) else 1))
             ranks.record_failure(config.output_dir, int(os.environ.get("RANK", "0")), code, line,
                                  peer_lost=ranks.peer_lost_error(err))
         raise
