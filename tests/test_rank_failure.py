@@ -20,9 +20,6 @@ from pods_rl import ranks
 SCRIPT = Path(__file__).parent / "scripts" / "pods_rank_fault.py"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
-pytestmark = pytest.mark.slow
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -69,6 +66,7 @@ def _end(proc, timeout):
             proc.communicate()
 
 
+@pytest.mark.slow
 def test_a_rank_killed_by_sigkill_is_named_and_the_printed_command_resumes(tmp_path, tiny_model_dir):
     run_dir = tmp_path / "run"
     proc = _launch(run_dir, tiny_model_dir, "--max_steps", "12")
@@ -96,6 +94,7 @@ def test_a_rank_killed_by_sigkill_is_named_and_the_printed_command_resumes(tmp_p
     assert json.loads((run_dir / "final" / "pods_clock.json").read_text())["step"] == 12
 
 
+@pytest.mark.slow
 def test_a_rank_ending_with_an_error_is_named_with_its_exit_code(tmp_path, tiny_model_dir):
     run_dir = tmp_path / "run"
     proc = _launch(run_dir, tiny_model_dir, "--max_steps", "40", "--reward_timeout_s", "0", fault="raise",
@@ -110,6 +109,7 @@ def test_a_rank_ending_with_an_error_is_named_with_its_exit_code(tmp_path, tiny_
     assert "resume with: " in lines[0] and "--resume_from_checkpoint true" in lines[0]
 
 
+@pytest.mark.slow
 def test_a_hung_rank_is_named_once_the_process_group_timeout_passes(tmp_path, tiny_model_dir):
     """SIGSTOP: the launcher sees nothing wrong; rank 0 waits in a collective only --ddp_timeout seconds."""
     run_dir = tmp_path / "run"
@@ -133,6 +133,7 @@ def test_a_hung_rank_is_named_once_the_process_group_timeout_passes(tmp_path, ti
     assert "--ddp_timeout 8" in lines[0] and "resume with: " in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_rank_zero_killed_while_the_other_is_in_a_long_step_is_named_at_once(tmp_path, tiny_model_dir):
     """Rank 1 is inside a step with no collective for minutes (a slow judge) when rank 0 dies: the launcher's
     SIGTERM is not taken as a stop request (finish the step, save) but ends rank 1 at once, with the line."""
@@ -148,3 +149,61 @@ def test_rank_zero_killed_while_the_other_is_in_a_long_step_is_named_at_once(tmp
     assert proc.returncode != 0 and took < 25, (took, err[-3000:])  # not the launcher's 30 s SIGKILL
     lines = [line for line in _pods_lines(err) if f"rank 0 (pid {pid}) was killed" in line]
     assert len(lines) == 1 and "rank 1 stopped too" in lines[0] and "resume with: " in lines[0], err[-3000:]
+
+
+# --- without launching: the pieces, fast ----------------------------------------------------------------------
+def _record(run_dir, rank, pid, **extra):
+    path = Path(run_dir) / ranks.RANKS_DIR / f"rank{rank}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rank": rank, "world_size": 4, "pid": pid, "agent": os.getppid(),
+                                "host": socket.gethostname(), "launch": ranks.launch_id(), **extra}))
+
+
+def test_peer_states_name_each_way_a_rank_can_go(tmp_path):
+    gone = subprocess.Popen(["sleep", "0"])
+    gone.wait()
+    stopped = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(stopped.pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        _record(tmp_path, 1, gone.pid)
+        _record(tmp_path, 2, stopped.pid)
+        _record(tmp_path, 3, 999_999, exit_code=2, line="pods train: error: bad judge", peer_lost=False)
+        _record(tmp_path, 0, os.getpid())  # this rank: never its own peer
+        found = [text for _, text in ranks.peer_states(tmp_path, 0)]
+        assert found == [f"rank 1 (pid {gone.pid}) was killed by a signal it cannot catch (SIGKILL: `kill -9`, or the "
+                         "out-of-memory killer) or crashed; the launcher's report below gives its exit code",
+                         f"rank 2 (pid {stopped.pid}) is stopped (SIGSTOP / SIGTSTP) and stopped answering",
+                         "rank 3 (pid 999999) exited with code 2 (pods train: error: bad judge)"]
+    finally:
+        stopped.kill()
+        stopped.wait()
+
+
+def test_records_of_an_earlier_launch_and_followers_are_not_blamed(tmp_path):
+    gone = subprocess.Popen(["sleep", "0"])
+    gone.wait()
+    _record(tmp_path, 1, gone.pid, agent=-1)  # written under another launcher: a stale record
+    _record(tmp_path, 2, gone.pid, launch="another-launch")
+    assert ranks.peer_states(tmp_path, 0) == []
+    _record(tmp_path, 3, gone.pid, exit_code=1, line="pods train: error: rank 1 ...", peer_lost=True)
+    assert [text for _, text in ranks.peer_states(tmp_path, 0)] == [
+        f"rank 3 (pid {gone.pid}) exited after losing a peer itself (pods train: error: rank 1 ...)"]
+
+
+@pytest.mark.parametrize("err, lost", [
+    (RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] Connection closed by peer "
+                  "[127.0.0.1]:4242"), True),
+    (RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 8000ms for recv "
+                  "operation to complete"), True),
+    (RuntimeError("NCCL communicator was aborted on rank 0."), True),
+    (ranks.PeerLost("rank 1 is gone"), True),
+    (RuntimeError("probability tensor contains either inf, nan or element < 0"), False),
+    (ValueError("Connection closed by peer"), False),
+    (OSError(28, "No space left on device"), False),
+])
+def test_which_errors_are_a_lost_peer(err, lost):
+    assert ranks.peer_lost_error(err) is lost
+    wrapped = RuntimeError("pods train: step 3 failed")
+    wrapped.__cause__ = err
+    assert ranks.peer_lost_error(wrapped) is lost
