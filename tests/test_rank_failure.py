@@ -186,6 +186,8 @@ def test_records_of_an_earlier_launch_and_followers_are_not_blamed(tmp_path):
     _record(tmp_path, 1, gone.pid, agent=-1)  # written under another launcher: a stale record
     _record(tmp_path, 2, gone.pid, launch="another-launch")
     assert ranks.peer_states(tmp_path, 0) == []
+    _record(tmp_path, 4, gone.pid, exit_code=0, line="pods train: finished", peer_lost=False)  # a clean end
+    assert ranks.peer_states(tmp_path, 0) == []
     _record(tmp_path, 3, gone.pid, exit_code=1, line="pods train: error: rank 1 ...", peer_lost=True)
     assert [text for _, text in ranks.peer_states(tmp_path, 0)] == [
         f"rank 3 (pid {gone.pid}) exited after losing a peer itself (pods train: error: rank 1 ...)"]

@@ -68,7 +68,8 @@ def register(run_dir, rank: int, world_size: int) -> None:
 
 
 def record_failure(run_dir, rank: int, exit_code: int, line: str, peer_lost: bool) -> None:
-    """Add this rank's own failure (exit code, its one line) to its record, for the ranks left to name it."""
+    """Add how this rank ends (its exit code and one line: 0 when it finished or stopped cleanly) to its record, for
+    the ranks left to name it when it failed, and not to take a clean exit for a death."""
     path = _record_path(run_dir, rank)
     try:
         record = json.loads(path.read_text())
@@ -117,6 +118,8 @@ def peer_states(run_dir, rank: int) -> list[tuple[dict, str]]:
     for record in _peer_records(run_dir, rank):
         who = f"rank {record['rank']} (pid {record['pid']}{'' if record['host'] == host else ' on ' + record['host']})"
         if "exit_code" in record:
+            if record["exit_code"] == 0:
+                continue  # it finished (or stopped cleanly, with the others): nothing went wrong there
             if record.get("peer_lost"):  # it lost a peer itself and left: the cause is elsewhere, if seen
                 followers.append((record, f"{who} exited after losing a peer itself ({record['line'][:200]})"))
             else:

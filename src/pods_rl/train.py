@@ -128,6 +128,9 @@ def _main(argv: list[str]) -> int:
             ranks.record_failure(config.output_dir, int(os.environ.get("RANK", "0")), code, line,
                                  peer_lost=ranks.peer_lost_error(err))
         raise
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a clean end is not a death to the ranks still finishing
+        ranks.record_failure(config.output_dir, int(os.environ.get("RANK", "0")), 0, "pods train: finished",
+                             peer_lost=False)
     return summary.get("exit_code", 0)
 
 
