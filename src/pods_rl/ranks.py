@@ -12,12 +12,14 @@ launcher's SIGTERM while a peer is gone, reads them and looks at the peers' proc
     rank 1 (pid 4242) was killed by a signal it cannot catch (SIGKILL: `kill -9`, or the out-of-memory killer)
     rank 1 (pid 4242) is stopped (SIGSTOP) / stopped answering (hung) and the collective waited past ddp_timeout
 
-Plain library code: no torch import (the caller passes the rank and the world size).
+Plain library code: torch only inside ``bound_collectives`` (the caller passes the rank and the world size).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import logging
 import os
 import shlex
 import socket
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 RANKS_DIR = ".ranks"
+logger = logging.getLogger(__name__)
 
 # What a collective raises when a peer process is gone or never answers (gloo, NCCL, the TCP store, c10d).
 _PEER_LOST_WORDS = ("connection closed by peer", "connection reset by peer", "broken pipe", "timed out", "timeout",
@@ -80,6 +83,36 @@ def record_failure(run_dir, rank: int, exit_code: int, line: str, peer_lost: boo
         _write(path, record)
     except OSError:
         pass  # the disk may be why it failed: the ranks left still see the process gone
+
+
+def record_exit(run_dir, err: BaseException | None) -> None:
+    """Record how this rank of a multi-process ``pods train`` ends: ``err`` (an exception or SystemExit: its exit code
+    and one line), or None for a clean end (exit 0). Nothing for a single process or before the run directory."""
+    if not run_dir or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    from pods_rl.errors import error_line  # (errors imports nothing of ours either)
+
+    if err is None:
+        line, code = "pods train: finished", 0
+    elif isinstance(err, Exception):
+        line, code = error_line("pods train", err)
+    else:
+        line, code = f"pods train: exited (SystemExit: {err.code})", err.code if isinstance(err.code, int) else 1
+    record_failure(run_dir, int(os.environ.get("RANK", "0")), code, line,
+                   peer_lost=err is not None and peer_lost_error(err))
+
+
+def bound_collectives(timeout_s) -> None:
+    """Make ``--ddp_timeout`` (seconds) the bound of every collective, so that no rank waits longer on a rank that
+    hung or was stopped. transformers passes it to the process group on GPUs only, not with ``use_cpu`` (gloo,
+    whose default is 30 minutes); this sets it on the group already made, whatever made it."""
+    import torch.distributed as dist  # loaded by now in any caller (a trainer is built); not at import time
+
+    if timeout_s and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        try:
+            dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=float(timeout_s)))
+        except (AttributeError, RuntimeError, ValueError) as err:  # a torch without it: the group's own default
+            logger.warning("could not set the process group's timeout to --ddp_timeout %s s: %s", timeout_s, err)
 
 
 def _peer_records(run_dir, rank: int) -> list[dict]:

@@ -118,19 +118,10 @@ def _main(argv: list[str]) -> int:
         run_dir = config.output_dir if config is not None and config.output_dir else "RUN_DIR"
         raise RunFailed(f"aborted; {run_dir} keeps its complete checkpoints (resume with --output_dir {run_dir} "
                         "--resume_from_checkpoint true)", exit_code=130) from err
-    except (Exception, SystemExit) as err:
-        if config is not None and config.output_dir and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            # This rank's own failure, for the ranks left to name it (exit code and line) in theirs.
-            from pods_rl.errors import error_line
-
-            line, code = (error_line("pods train", err) if isinstance(err, Exception) else
-                          (f"pods train: exited (SystemExit: {err.code})", err.code if isinstance(err.code, int) else 1))
-            ranks.record_failure(config.output_dir, int(os.environ.get("RANK", "0")), code, line,
-                                 peer_lost=ranks.peer_lost_error(err))
+    except (Exception, SystemExit) as err:  # this rank's own end, for the ranks left to name it in theirs
+        ranks.record_exit(config.output_dir if config is not None else None, err)
         raise
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a clean end is not a death to the ranks still finishing
-        ranks.record_failure(config.output_dir, int(os.environ.get("RANK", "0")), 0, "pods train: finished",
-                             peer_lost=False)
+    ranks.record_exit(config.output_dir, None)  # a clean end is not a death to the ranks still finishing
     return summary.get("exit_code", 0)
 
 
@@ -357,7 +348,7 @@ def _fit(trainer, clock, eval_fn) -> dict:
     saving = None
     # Each rank's record (pid, host), for the ranks left to name one that dies (pods_rl.ranks).
     ranks.register(run_dir, trainer.accelerator.process_index, trainer.accelerator.num_processes)
-    _bound_collectives(config.ddp_timeout)
+    ranks.bound_collectives(config.ddp_timeout)
     try:
         with stop.handling_signals():  # SIGTERM / SIGINT: finish the step, save, stop; a second one aborts
             try:
@@ -417,21 +408,6 @@ def _fit(trainer, clock, eval_fn) -> dict:
     if trainer.accelerator.is_main_process:
         _finish(run_dir, summary, figure=getattr(clock, "run_figure", True))
     return summary
-
-
-def _bound_collectives(timeout_s) -> None:
-    """Make ``--ddp_timeout`` (seconds) the bound of every collective, so that no rank waits longer on a rank that
-    hung or was stopped. transformers passes it to the process group on GPUs only, not with ``use_cpu`` (gloo,
-    whose default is 30 minutes); this sets it on the group already made, whatever made it."""
-    import datetime
-
-    import torch.distributed as dist  # loaded by now: the trainer is built
-
-    if timeout_s and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        try:
-            dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=float(timeout_s)))
-        except (AttributeError, RuntimeError, ValueError) as err:  # a torch without it: the group's own default
-            logger.warning("could not set the process group's timeout to --ddp_timeout %s s: %s", timeout_s, err)
 
 
 def _abandoned(trainer, clock, stop) -> dict:
