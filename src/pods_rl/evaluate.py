@@ -183,8 +183,9 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
     else:
         model_path = Path(model_or_path)
         check_remote_code(str(model_or_path), trust_remote_code)
-        step, train_seconds = checkpoint_clock(model_path) if model_path.is_dir() else (0, 0.0)
-        chosen = choose_backend(backend, model_path)
+        with _loading(model_path):
+            step, train_seconds = checkpoint_clock(model_path) if model_path.is_dir() else (0, 0.0)
+            chosen = choose_backend(backend, model_path)
 
     dataset = task_obj.load(split, limit=limit)
     if len(dataset) == 0:
@@ -200,8 +201,9 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
     if chosen == "vllm":
         from transformers import AutoTokenizer  # seconds to import; `pods eval --help` does not need it
 
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(tokenizer_source(model_path),
-                                                               trust_remote_code=bool(trust_remote_code))
+        with _loading(model_path):
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(tokenizer_source(model_path),
+                                                                   trust_remote_code=bool(trust_remote_code))
         texts, prompt_ids = encode_prompts(prompts, tokenizer)
         completions, lengths = generate_vllm(model_path, prompt_ids, k, temperature, max_new_tokens, seed,
                                              trust_remote_code=trust_remote_code)
@@ -209,7 +211,8 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
         if in_memory:
             model = model_or_path
         else:
-            model, loaded_tokenizer = load_model_and_tokenizer(model_path, trust_remote_code=trust_remote_code)
+            with _loading(model_path):
+                model, loaded_tokenizer = load_model_and_tokenizer(model_path, trust_remote_code=trust_remote_code)
             tokenizer = tokenizer or loaded_tokenizer
         texts, prompt_ids = encode_prompts(prompts, tokenizer)
         desc = name or (model_path.name if model_path else "model")
@@ -253,6 +256,26 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
     }
 
 
+class _loading:
+    """Marks an exception raised while reading a model's files (clock, config, weights, tokenizer) with the path
+    (``err.pods_unloadable``), unchanged otherwise: a run's damaged checkpoint is then skipped by
+    ``evaluate_checkpoints``, while a failure to generate or grade still stops the evaluation."""
+
+    def __init__(self, model_path: Path) -> None:
+        self.model_path = model_path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, err, tb) -> bool:
+        if isinstance(err, Exception):
+            try:
+                err.pods_unloadable = str(self.model_path)
+            except AttributeError:  # an exception type without a __dict__: it is reported as it is
+                pass
+        return False
+
+
 def _checkpoint_name(model_path: Path, out: Path) -> str:
     """Name of a model inside the results file's folder relative to it (so run dirs can move), else absolute."""
     try:
@@ -267,6 +290,32 @@ def _still_there(ckpt: dict) -> bool:
     return ckpt["name"] == "base" or (path.is_dir() and (path / CLOCK_FILE).is_file())
 
 
+def checkpoint_damage(ckpt: dict) -> str | None:
+    """Why a run's checkpoint (a dict from ``find_checkpoints``) cannot be evaluated, as a short phrase, or None
+    when it looks whole: gone, no config, no weights, an unreadable or corrupt file, a bad clock. Cheap: reads
+    headers and JSON, never tensor data (``evaluate_checkpoints`` still skips one that fails to load)."""
+    if ckpt["name"] == "base":
+        return None  # the run's initial model: often a hub id, checked when it loads
+    path = Path(ckpt["path"])
+    try:
+        if not path.is_dir():
+            return "removed while pods eval ran (the training run's save_total_limit rotation deletes older " \
+                   "checkpoints)"
+        if not is_model_dir(path):
+            return "no config.json or adapter_config.json (not a complete model)"
+        problems = checkpoint_problems(path)
+        if problems:
+            file, problem = problems[0]
+            return f"{file} is corrupt ({problem})"
+        checkpoint_clock(path)  # a clock removed or rewritten since the scan
+    except (OSError, ValueError) as err:
+        if not path.is_dir():
+            return "removed while pods eval ran (the training run's save_total_limit rotation deletes older " \
+                   "checkpoints)"
+        return f"it cannot be read ({type(err).__name__}: {str(err)[:100]})"
+    return None
+
+
 def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test", k: int = 5,
                          temperature: float = 0.9, max_new_tokens: int = 512, limit: int | None = None,
                          batch_size: int = 64, seed: int = 0, task_args: dict | None = None,
@@ -275,14 +324,20 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
     """Evaluate each of ``checkpoints`` (dicts from ``find_checkpoints``) in order, saving after each.
 
     Already-evaluated checkpoints (same key and settings in ``out``) are skipped unless ``force``.
+    A run's checkpoint (``step`` not None) that is damaged (see ``checkpoint_damage``), vanishes, or fails to
+    load is skipped with a one-line warning, and its ``"final"`` (the final model, same step) is evaluated in
+    its place; the one model asked for by itself (``step`` None) is an error instead. Nothing evaluated at all
+    while something was skipped is one ValueError line.
     Returns the records of these checkpoints (new or reused), in order.
     """
     out = Path(out)
     task_obj = resolve_task(task, task_args)
     task_name = getattr(task_obj, "name", str(task))
     settings = {"limit": limit, "max_new_tokens": int(max_new_tokens), "seed": int(seed)}
-    results = []
-    for ckpt in checkpoints:
+    results, skipped = [], []
+    pending = list(checkpoints)
+    while pending:
+        ckpt = pending.pop(0)
         # The run's initial model is "base" whatever its path (often a hub id), so the key survives moves.
         name = "base" if ckpt["name"] == "base" else _checkpoint_name(Path(ckpt["path"]), out)
         key = (name, task_name, split, int(k), float(temperature))
@@ -292,32 +347,44 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                 print(f"skip {name}: already in {out} (use --force to redo)", file=sys.stderr)
             results.append(next(r for r in existing if result_key(r) == key))
             continue
-        problems = checkpoint_problems(ckpt["path"]) if Path(ckpt["path"]).is_dir() else []
-        if problems:
-            file, problem = problems[0]
-            if ckpt.get("step") is None:  # the one model asked for
+        if ckpt.get("step") is None:  # the one model asked for: what is wrong with it is an error
+            problems = checkpoint_problems(ckpt["path"]) if Path(ckpt["path"]).is_dir() else []
+            if problems:
+                file, problem = problems[0]
                 raise ValueError(f"{Path(ckpt['path']) / file} is corrupt: {problem}; evaluate another checkpoint")
-            print(f"warning: skipping {ckpt['path']}: {file} is corrupt ({problem})", file=sys.stderr)
-            continue
-        try:
-            if ckpt.get("step") is not None and not _still_there(ckpt):
-                raise FileNotFoundError(ckpt["path"])
-            record = evaluate_model(ckpt["path"], task_obj, split=split, k=k, temperature=temperature,
-                                    max_new_tokens=max_new_tokens, limit=limit, batch_size=batch_size, seed=seed,
-                                    task_args=task_args, backend=backend, name=name,
-                                    trust_remote_code=trust_remote_code)
-        except Exception:
-            # A run that is still training rotates its checkpoints (save_total_limit): one listed at the start may
-            # be gone by the time its turn comes, or while it loads. That is not an error of this evaluation.
-            if ckpt.get("step") is None or _still_there(ckpt):
-                raise
-            print(f"note: {ckpt['path']} was removed while pods eval ran (the training run's save_total_limit "
-                  "rotation deletes older checkpoints); skipped", file=sys.stderr)
+            why = None
+        else:
+            why = checkpoint_damage(ckpt)
+        if why is None:
+            try:
+                record = evaluate_model(ckpt["path"], task_obj, split=split, k=k, temperature=temperature,
+                                        max_new_tokens=max_new_tokens, limit=limit, batch_size=batch_size,
+                                        seed=seed, task_args=task_args, backend=backend, name=name,
+                                        trust_remote_code=trust_remote_code)
+            except Exception as err:
+                # A run that is still training rotates its checkpoints (save_total_limit): one listed at the start
+                # may be gone by the time its turn comes, or while it loads; or its weights fail to load. Neither
+                # is an error of this evaluation. A failure to generate or grade is.
+                damaged = getattr(err, "pods_unloadable", None) and ckpt["name"] != "base"
+                if ckpt.get("step") is None or (_still_there(ckpt) and not damaged):
+                    raise
+                why = checkpoint_damage(ckpt) or f"it failed to load ({type(err).__name__}: {str(err)[:100]})"
+        if why is not None:
+            if why.startswith("removed while"):
+                print(f"note: {ckpt['path']} was {why}; skipped", file=sys.stderr)
+            else:
+                print(f"warning: skipping {ckpt['path']}: {why}", file=sys.stderr)
+            skipped.append(f"{Path(ckpt['path']).name}: {why}")
+            if ckpt.get("final") is not None:  # the final model has the same step: it stands in
+                pending.insert(0, ckpt["final"])
             continue
         upsert_result(out, record)
         results.append(record)
         if verbose:
             print(format_table([record], header=not results[:-1]), file=sys.stderr)
+    if skipped and not results:
+        raise ValueError(f"no model could be evaluated: every one was skipped ({'; '.join(skipped)[:300]}); "
+                         "evaluate another run or checkpoint")
     return results
 
 

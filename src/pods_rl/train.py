@@ -22,7 +22,7 @@ import time
 import warnings
 from pathlib import Path
 
-from pods_rl import runlog
+from pods_rl import ranks, runlog
 from pods_rl.errors import CommandFailed, run_guarded
 from pods_rl.evaluate import evaluate_model
 from pods_rl.models import (  # noqa: F401  (hub_offline, looks_local: re-exported)
@@ -120,6 +120,10 @@ def _main(argv: list[str]) -> int:
         run_dir = config.output_dir if config is not None and config.output_dir else "RUN_DIR"
         raise RunFailed(f"aborted; {run_dir} keeps its complete checkpoints (resume with --output_dir {run_dir} "
                         "--resume_from_checkpoint true)", exit_code=130) from err
+    except (Exception, SystemExit) as err:  # this rank's own end, for the ranks left to name it in theirs
+        ranks.record_exit(config.output_dir if config is not None else None, err)
+        raise
+    ranks.record_exit(config.output_dir, None)  # a clean end is not a death to the ranks still finishing
     return summary.get("exit_code", 0)
 
 
@@ -336,6 +340,9 @@ def _fit(trainer, clock, eval_fn) -> dict:
     stop.run_dir = run_dir
     resuming_from = config.resume_from_checkpoint
     saving = None
+    # Each rank's record (pid, host), for the ranks left to name one that dies (pods_rl.ranks).
+    ranks.register(run_dir, trainer.accelerator.process_index, trainer.accelerator.num_processes)
+    ranks.bound_collectives(config.ddp_timeout)
     try:
         with stop.handling_signals():  # SIGTERM / SIGINT: finish the step, save, stop; a second one aborts
             try:
@@ -362,6 +369,12 @@ def _fit(trainer, clock, eval_fn) -> dict:
         if message is not None:
             raise RunFailed(message) from err
         complete = runlog.list_checkpoints(run_dir)
+        if trainer.accelerator.num_processes > 1 and ranks.peer_lost_error(err):
+            # Another rank died or hung: the launcher is about to SIGTERM this one; say which and how first.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            raise RunFailed(ranks.lost_rank_line(run_dir, trainer.accelerator.process_index, err,
+                                                 str(complete[-1]) if complete else None,
+                                                 getattr(config, "ddp_timeout", None))) from err
         resume = f"resume with --output_dir {run_dir} --resume_from_checkpoint true"
         diverged = as_divergence(err, trainer.state.global_step)
         if diverged is not None:

@@ -28,7 +28,9 @@ its length the response tokens of all its outputs, and a kept session keeps all 
 than m sessions (failed sessions make ragged groups) keeps all of them: min(m, size). The ``val`` partition is
 returned untouched. Rewards must be in TransferQueue when ``sample()`` runs, so a colocated reward model (which
 scores after sampling) is refused; so is ``algorithm.filter_groups``, which verl does not apply to custom samplers
-(``oversample_prompts`` is PODS's version of it). Registered rules that take ``features`` get ``lengths`` (B, n)
+(``oversample_prompts`` is PODS's version of it). ``trainer.v1.sampler.sync_refill_failed_groups=True`` is honoured
+as verl's own buffer does: in sync mode a failed group that left no trajectory is replaced by a fresh prompt before
+selection (the async modes always replace failed groups). Registered rules that take ``features`` get ``lengths`` (B, n)
 response tokens and ``truncated`` (B, n), True where the last output reached ``rollout.response_length``.
 
 Every ``sample()`` of the training partition adds the ``pods/*`` metrics the TRL trainer logs: reward mean and
@@ -197,6 +199,19 @@ def check_trainer_config(config: DictConfig, settings: PODSSettings) -> None:
                          "padding rows; `pods verl-args` prints batch settings in kept terms")
 
 
+def _refill_settings(config: DictConfig, trainer_mode: str) -> dict:
+    """The keywords that make verl's sampling honour ``trainer.v1.sampler.sync_refill_failed_groups``.
+
+    verl hands that setting (and the ``gen_batch_size=1`` it needs) only to its own buffer, not to a custom sampler;
+    without them a sync step whose every group failed ends in verl's error asking for the very setting the user
+    set. With them, verl's own ``sample()`` evicts each failed group that left no trajectory and asks the trainer
+    for as many fresh prompts (its trainer already fetches prompts one at a time when the setting is on). The async
+    trainer modes always replace failed groups: nothing to pass there."""
+    if trainer_mode != "sync" or not bool(config.trainer.v1.sampler.get("sync_refill_failed_groups", False)):
+        return {}
+    return {"sync_refill_failed_groups": True, "gen_batch_size": 1}
+
+
 class PODSReplayBuffer(ReplayBuffer):
     """verl's replay buffer, keeping m of each group's n rollouts (and optionally the most informative groups).
 
@@ -220,6 +235,7 @@ class PODSReplayBuffer(ReplayBuffer):
         self.pods = PODSSettings.from_sampler_kwargs(sampler_kwargs, config)
         if config is not None:
             check_trainer_config(config, self.pods)
+            kwargs.update(_refill_settings(config, trainer_mode))
         super().__init__(trainer_mode=trainer_mode, trainer_config=trainer_config,
                          max_off_policy_threshold=max_off_policy_threshold,
                          max_off_policy_strategy=max_off_policy_strategy, sampler_kwargs=sampler_kwargs,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from pods_rl import ranks
 from pods_rl.runlog.store import CLOCK_FILE, METRICS_FILE, json_default, remove_incomplete, write_json_atomic
 
 logger = logging.getLogger("pods_rl.runlog")
@@ -260,6 +262,12 @@ class GracefulStop(TrainerCallback):
                 self.abandoned = StopNow(interrupted_in(frame), time.monotonic() - self._first_at)
                 raise self.abandoned
             return
+        if name == "SIGTERM" and self.run_dir is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # With several ranks, a launcher's SIGTERM while a peer is gone is the launcher ending the job after
+            # that rank died, not a request to stop: no step end will come (its collectives would fail or wait).
+            lost = ranks.peer_states(self.run_dir, int(os.environ.get("RANK", "0")))
+            if lost:
+                raise ranks.PeerLost("; ".join(description for _, description in lost))
         if (name == "SIGTERM" and self.signal_name == "SIGTERM"
                 and time.monotonic() - self._first_at < self.DUPLICATE_SECONDS):
             logger.warning("SIGTERM again within %.0f s: the same request, still finishing the step",

@@ -124,26 +124,40 @@ def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True) 
 
     ``checkpoint-<N>`` and ``final`` dirs that hold a model and ``pods_clock.json``. The trainer writes the
     clock file last, so a dir without it is incomplete (being saved, or killed mid-save) and is skipped with
-    a warning; ``checkpoint-N.incomplete`` dirs never match. ``final`` is dropped when a checkpoint has the
-    same step (same weights). ``include_base`` prepends the run's initial model (config.yaml's
+    a warning, as is one without ``config.json`` / ``adapter_config.json``, one that cannot be read, or one that
+    vanishes while it is being looked at (a training run rotating its checkpoints); ``checkpoint-N.incomplete``
+    dirs never match. ``final`` is not listed on its own when a checkpoint has the same step (same weights): it
+    rides along as that checkpoint's ``"final"`` entry, which ``pods eval`` evaluates instead if the checkpoint
+    turns out to be damaged or gone. ``include_base`` prepends the run's initial model (config.yaml's
     ``model_name_or_path``) at step 0, 0 seconds.
     """
     run_dir = Path(run_dir)
     candidates = [p for p in run_dir.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
     found = []
     for path in candidates + [run_dir / "final"]:
-        if not (path.is_dir() and is_model_dir(path)):
-            continue
-        problem = clock_problem(path)
-        if problem is not None:
-            if verbose:
+        try:
+            if not path.is_dir():
+                continue  # gone (or never there): nothing to say
+            if not is_model_dir(path) and not path.is_dir():
+                continue  # removed just now
+            why = None if is_model_dir(path) else "no config.json or adapter_config.json (not a complete model)"
+            problem = None if why else clock_problem(path)
+            if problem is not None:
                 why = f"no {CLOCK_FILE} (incomplete checkpoint)" if problem == "missing" else problem
+            if why is None:
+                step, seconds = checkpoint_clock(path)
+        except (OSError, ValueError) as err:  # removed or rewritten between the checks above, or unreadable
+            why = f"it could not be read ({type(err).__name__}: {str(err)[:80]})"
+        if why is not None:
+            if verbose:
                 print(f"warning: skipping {path}: {why}", file=sys.stderr)
             continue
-        step, seconds = checkpoint_clock(path)
         found.append({"name": path.name, "path": path, "step": step, "train_seconds": seconds})
-    checkpoint_steps = {c["step"] for c in found if c["name"] != "final"}
-    found = [c for c in found if not (c["name"] == "final" and c["step"] in checkpoint_steps)]
+    final = next((c for c in found if c["name"] == "final"), None)
+    same_step = [c for c in found if final is not None and c is not final and c["step"] == final["step"]]
+    if same_step:
+        same_step[-1]["final"] = final
+        found.remove(final)
     found.sort(key=lambda c: (c["step"], c["name"] == "final"))
     if include_base:
         base = load_run_config(run_dir).get("model_name_or_path")

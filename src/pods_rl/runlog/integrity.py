@@ -101,10 +101,29 @@ def check_file(path: str | os.PathLike) -> str | None:
     return None
 
 
-def checkpoint_problems(checkpoint: str | os.PathLike) -> list[tuple[str, str]]:
-    """``[(file name, what is wrong)]`` for the files of ``checkpoint`` that cannot be read; [] when all look fine."""
+WEIGHT_PREFIXES = ("model", "pytorch_model", "adapter_model")  # model.safetensors, pytorch_model-00001-of-2.bin...
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def missing_weights(checkpoint: str | os.PathLike) -> tuple[str, str] | None:
+    """``(file name, "missing ...")`` when a model directory (``config.json`` or ``adapter_config.json``) holds no
+    weights file at all (a half-finished deletion or copy); None when it has one, or is not a model directory."""
     checkpoint = Path(checkpoint)
-    problems = []
+    adapter = (checkpoint / "adapter_config.json").is_file()
+    if not (adapter or (checkpoint / "config.json").is_file()):
+        return None
+    for path in checkpoint.iterdir():
+        if path.name.startswith(WEIGHT_PREFIXES) and path.name.endswith((*WEIGHT_SUFFIXES, ".index.json")):
+            return None  # a sharded model's index: its shards are checked by checkpoint_problems
+    name = "adapter_model.safetensors" if adapter else "model.safetensors"
+    return name, "missing (no weights file of any kind in the checkpoint)"
+
+
+def checkpoint_problems(checkpoint: str | os.PathLike) -> list[tuple[str, str]]:
+    """``[(file name, what is wrong)]`` for the files of ``checkpoint`` that cannot be read, and a missing weights
+    file; [] when all look fine."""
+    checkpoint = Path(checkpoint)
+    problems = [missing] if (missing := missing_weights(checkpoint)) else []
     for path in sorted(checkpoint.iterdir()):
         if not path.is_file():
             continue

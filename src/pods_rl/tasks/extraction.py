@@ -28,7 +28,7 @@ def completion_text(completion) -> str:
         if isinstance(last, dict):
             content = last.get("content", "")
             if isinstance(content, list):  # multimodal-style content parts
-                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
             return content if isinstance(content, str) else str(content)
         return str(last)
     if isinstance(completion, bytes):
@@ -57,8 +57,8 @@ def extract_last_boxed(text: str) -> str | None:
         return None
     i = start + (len("\\boxed") if text.startswith("\\boxed", start) else len("\\fbox"))
     if i < len(text) and text[i] == " ":  # "\boxed 5" form
-        rest = text[i + 1 :].split("$")[0].strip()
-        return rest.split()[0] if rest else None
+        rest = text[i + 1 :].partition("$")[0].strip()  # partition/maxsplit: no list of a megabyte's words
+        return rest.split(maxsplit=1)[0] if rest else None
     if i >= len(text) or text[i] != "{":
         return None
     depth = 0

@@ -102,7 +102,7 @@ class ReasoningGymTask(Task):
         Without ``rg_split``/``rg_index`` (a row not from ``load``) falls back to ``answers_match``.
         """
         if rg_split is None or rg_index is None:
-            return rewards._answers_match_unbounded(completion, answer)
+            return rewards.answers_match(completion, answer)  # time-bounded on any thread (model text)
         data = self.dataset(rg_split)
         entry = data[int(rg_index)]
         block = rewards.extract_answer_block(completion)

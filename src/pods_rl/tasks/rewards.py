@@ -100,7 +100,7 @@ def format_score(text: str) -> float:
 
 def tag_count_score(text: str) -> float:
     """0.25 for each of ``<think>``, ``</think>``, ``<answer>``, ``</answer>`` that occurs exactly once."""
-    return sum(0.25 for tag in (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE) if text.count(tag) == 1)
+    return float(sum(0.25 for tag in (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE) if text.count(tag) == 1))
 
 
 def format_reward(prompts, completions, **kwargs) -> list[float]:

@@ -45,7 +45,15 @@ def _grading_limit(timeout_s: float):
 
 
 def worker_main() -> None:  # pragma: no cover - runs in the child process
-    """Grading worker: read ``[text, gold]`` JSON lines on stdin, answer ``1``/``0`` lines on stdout."""
+    """Grading worker: read ``[text, gold]`` JSON lines on stdin, answer ``1``/``0`` lines on stdout.
+
+    It imports sympy and math_verify (seconds) before its first answer, which the parent waits for with a generous
+    bound: otherwise the first item that needs them pays for the import, runs past its limit, and the worker is
+    killed and restarted, again and again."""
+    try:
+        _math_verify_any(["x + 1"], "1 + x")
+    except Exception:  # noqa: BLE001 - grading will say "not correct" later if math_verify is broken
+        pass
     for line in sys.stdin:
         try:
             text, gold = json.loads(line)
@@ -66,8 +74,10 @@ class _GradingWorker:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
+        self._warm = False  # the running worker has answered once (its imports are done)
 
     def _start(self) -> None:
+        self._warm = False
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._process = subprocess.Popen(
             [sys.executable, "-c", "from pods_rl.tasks.time_limits import worker_main; worker_main()"],
@@ -95,6 +105,7 @@ class _GradingWorker:
         ready, _, _ = select.select([self._process.stdout], [], [], timeout_s)
         if not ready:
             self._kill()
+            self._start()  # its replacement imports while the caller goes on: the next item need not wait as long
             raise GradingTimeout(f"grading exceeded {timeout_s} s")
         verdict = self._process.stdout.readline()
         if not verdict:  # EOF: the worker crashed
@@ -107,8 +118,10 @@ class _GradingWorker:
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._start()
-                # The first item also pays for the child's imports (sympy); don't count that against it.
+            if not self._warm:
+                # The worker's imports (sympy) come before its first answer; don't count them against an item.
                 self._ask("0", "0", timeout_s=120)
+                self._warm = True
             return self._ask(text, gold, timeout_s)
 
 

@@ -1,0 +1,38 @@
+"""`pods` with a task whose judge fails on one rank, for tests/test_rank_failure.py under `accelerate launch`:
+``PODS_FAULT_RANK`` (the rank), ``PODS_FAULT_STEP`` (from this step on) and ``PODS_FAULT``: ``raise`` (an error
+of its own), ``sleep`` (rank ``PODS_SLEEP_RANK`` sleeps in a step from then on, after writing ``PODS_FAULT_MARK``)
+or ``none`` (no fault: a plain run, for the SIGKILL / SIGSTOP cases)."""
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from pods_rl.cli import main
+from pods_rl.tasks import register_task
+from pods_rl.tasks.arithmetic import ArithmeticTask
+
+
+def judge(prompts, completions, trainer_state=None, **kwargs):
+    step = trainer_state.global_step if trainer_state is not None else 0
+    if (os.environ.get("PODS_FAULT") == "raise" and os.environ.get("RANK") == os.environ.get("PODS_FAULT_RANK")
+            and step >= int(os.environ.get("PODS_FAULT_STEP", "0"))):
+        raise ZeroDivisionError(f"the judge failed at step {step}")
+    if (os.environ.get("PODS_FAULT") == "sleep" and os.environ.get("RANK") == os.environ.get("PODS_SLEEP_RANK", "0")
+            and step >= int(os.environ.get("PODS_FAULT_STEP", "0"))):
+        open(os.environ["PODS_FAULT_MARK"], "w").write("sleeping")
+        time.sleep(600)  # a long step (a slow judge, a long generation): no collective for minutes
+    return [0.0] * len(completions)
+
+
+@dataclass
+class RankFault(ArithmeticTask):
+    name: str = "rankfault"
+    reward_weights: tuple = (1.0, 0.1, 0.1, 1.0)
+
+    def reward_funcs(self):
+        return [*ArithmeticTask.reward_funcs(self), judge]
+
+
+register_task("rankfault", RankFault)
+sys.exit(main(sys.argv[1:]))
