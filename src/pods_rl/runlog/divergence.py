@@ -82,6 +82,7 @@ class DivergenceGuard(TrainerCallback):
         self.updates = 0  # optimizer steps this process made (0: whatever diverged came with the model)
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        """Before the update: every trainable gradient finite, else ``TrainingDiverged`` (nothing saved yet)."""
         # Under fp16 the gradient scaler expects infinite gradients now and then: it skips that step and lowers its
         # scale (the weights stay finite, and are checked after the step anyway).
         if model is None or getattr(args, "fp16", False):
@@ -91,11 +92,13 @@ class DivergenceGuard(TrainerCallback):
             raise TrainingDiverged(state.global_step + 1, "the gradient", where=bad)
 
     def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+        """After the update: every trainable weight finite, before any checkpoint of this step is written."""
         if model is not None:
             check_finite_weights(model, state.global_step + 1)
         self.updates += 1
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        """A non-finite logged loss, grad norm, reward, KL or entropy stops the run, naming the quantity."""
         for key in WATCHED_LOGS:
             value = (logs or {}).get(key)
             if isinstance(value, (int, float)) and not math.isfinite(value):
