@@ -137,7 +137,7 @@ def summary(values: list[float], rollouts: int) -> dict:
 def cost_both_backends(model_dir: Path, ns: list[int], m: int, steps: int, warmup: int, threads: int) -> dict:
     """`pods cost` on the tiny recipe with ``model_dir``, for transformers and vLLM generation, all trainers
     interleaved step by step. Returns {"hf": rows, "vllm": rows} (pods cost's rows, ratios against n = m)."""
-    from pods_rl import cost  # its trainer builder and round-robin schedule
+    from pods_rl.commands import cost  # its trainer builder and round-robin schedule
 
     recipe = ["--config", "tiny", "--model_name_or_path", str(model_dir), "--torch_threads", str(threads)]
     with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:

@@ -126,8 +126,8 @@ def build_trainer(model_path: str, recipe: str, device: torch.device, num_genera
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from pods_rl.commands.train import parse_args, parse_task_args
     from pods_rl.tasks import get_task
-    from pods_rl.train import parse_args, parse_task_args
     from pods_rl.trainer import PODSTrainer
 
     argv = ["--config", recipe, "--model_name_or_path", model_path, "--output_dir", output_dir,
@@ -152,8 +152,8 @@ def build_trainer(model_path: str, recipe: str, device: torch.device, num_genera
 
 def load_prompts(recipe: str, num_prompts: int):
     """The first ``num_prompts`` rows of the recipe task's test split (a datasets.Dataset)."""
+    from pods_rl.commands.train import parse_args, parse_task_args
     from pods_rl.tasks import get_task
-    from pods_rl.train import parse_args, parse_task_args
 
     run, _, _ = parse_args(["--config", recipe, "--output_dir", tempfile.gettempdir()])
     task = get_task(run.task, **parse_task_args(run.task_args))

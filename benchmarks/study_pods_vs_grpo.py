@@ -1,6 +1,6 @@
 """The evidence study (issue #10), as calls of `pods study`: the stages and flags under which its committed results
 were produced, translated to the package's command. The study logic (plan, runs, resume, statistics, report)
-lives in ``pods_rl.study``; this script only fixes the evidence study's protocol:
+lives in ``pods_rl.commands.study``; this script only fixes the evidence study's protocol:
 
     the embedded recipe (``--config tiny``), m = 16 kept of n per prompt, 8 prompts per update (128 kept rows),
     held-out evaluation every --eval-every updates, one torch thread per run, 2 runs at a time, and the methods
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     print(shlex.join(["pods", "study", *command]), flush=True)
     if args.dry_run:
         return 0
-    from pods_rl.study import main as study_main
+    from pods_rl.commands.study import main as study_main
 
     return study_main(command)
 

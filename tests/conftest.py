@@ -53,7 +53,7 @@ def tiny_llama_dir(tmp_path_factory):
 def two_step_run(tmp_path_factory, tiny_model_dir):
     """A finished 2-step `pods train` run (cpu/smoke) with checkpoint-1, checkpoint-2 and final/; tests copy it
     (``shutil.copytree``) before changing it."""
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     run_dir = tmp_path_factory.mktemp("two-steps") / "run"
     assert train_main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir",

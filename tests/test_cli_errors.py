@@ -4,7 +4,7 @@ all sub-commands; ``--debug`` brings the traceback back."""
 
 import pytest
 
-from pods_rl.cli import main as pods
+from pods_rl.commands.cli import main as pods
 
 # (argv with {tmp} for the test's folder, expected exit code, a substring of the one line). Files named here are
 # made by the `bad_inputs` fixture.
@@ -157,8 +157,8 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
 
 
 def test_task_arg_spellings_mean_the_same_everywhere(tmp_path):
-    from pods_rl.evaluate import build_parser, parse_task_args
-    from pods_rl.train import merge_task_arg_flags, parse_args, validate
+    from pods_rl.commands.evaluate import build_parser, parse_task_args
+    from pods_rl.commands.train import merge_task_arg_flags, parse_args, validate
 
     want = {"train_size": 40, "ops": "+,-", "digits": 2}
     for argv in (["--task_args", "train_size=40,ops=+,-,digits=2"],

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from pods_rl import cost
+from pods_rl.commands import cost
 
 
 def test_turns_are_round_robin_and_skip_finished():

@@ -42,7 +42,7 @@ def forbid_loading(monkeypatch):
 @pytest.fixture(scope="module")
 def one_step_jsonl_run(tmp_path_factory, tiny_model_dir):
     """(run directory, its training file): 1 step on a 16-row JSONL file, checkpoint-1 and final/."""
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     root = tmp_path_factory.mktemp("data-run")
     data_file = _jsonl(root / "data" / "train.jsonl", _sums(1))
@@ -64,7 +64,7 @@ def _copy(run_and_data, tmp_path) -> tuple[Path, Path]:
 
 def test_a_run_records_its_data_and_a_resume_on_rewritten_data_is_refused(one_step_jsonl_run, tmp_path,
                                                                           tiny_model_dir, forbid_loading, capsys):
-    from pods_rl.cli import main as pods
+    from pods_rl.commands.cli import main as pods
 
     run_dir, data_file = _copy(one_step_jsonl_run, tmp_path)
     record = json.loads((run_dir / "data.json").read_text())
@@ -89,7 +89,7 @@ def test_a_run_records_its_data_and_a_resume_on_rewritten_data_is_refused(one_st
 @pytest.mark.slow
 def test_allow_data_change_continues_and_records_the_change(one_step_jsonl_run, tmp_path, tiny_model_dir):
     from pods_rl import runlog
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     run_dir, data_file = _copy(one_step_jsonl_run, tmp_path)
     old_sha = json.loads((run_dir / "data.json").read_text())["fingerprint"]["sha256"]
@@ -106,7 +106,7 @@ def test_allow_data_change_continues_and_records_the_change(one_step_jsonl_run, 
 
 
 def test_a_resume_on_the_same_data_goes_on(one_step_jsonl_run, tmp_path, tiny_model_dir, forbid_loading, capsys):
-    from pods_rl.cli import main as pods
+    from pods_rl.commands.cli import main as pods
 
     run_dir, data_file = _copy(one_step_jsonl_run, tmp_path)
     argv = ["train", *_train_argv(run_dir, data_file, "--model_name_or_path", tiny_model_dir, "--max_steps", 2,
@@ -118,7 +118,7 @@ def test_a_resume_on_the_same_data_goes_on(one_step_jsonl_run, tmp_path, tiny_mo
 @pytest.mark.parametrize("flags, reaches_loading", [([], False), (["--max_row_bytes", 2_000_000], True)])
 def test_a_row_over_the_bound_is_named_by_file_and_line_before_loading(flags, reaches_loading, tmp_path,
                                                                       forbid_loading, capsys):
-    from pods_rl.cli import main as pods
+    from pods_rl.commands.cli import main as pods
 
     rows = _sums(1)
     rows[2]["question"] = "What is " + "1 + " * 200_000 + "1?"  # ~800 KB: a file pasted into a field

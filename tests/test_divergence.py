@@ -38,7 +38,7 @@ def _all_saved_weights_finite(run_dir: Path) -> bool:
 def test_an_absurd_learning_rate_stops_before_a_non_finite_checkpoint(tmp_path, tiny_model_dir, capsys):
     """Today's code saved checkpoint-2 with NaN weights and died at step 3 in torch's sampler."""
     from pods_rl import runlog
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     run_dir = tmp_path / "run"
     code = train_main(_train_args(tiny_model_dir, run_dir, "--learning_rate", "1e6", "--max_steps", 4,
@@ -85,7 +85,7 @@ class ScaledRewardTask(ArithmeticTask):
 def test_an_absurd_or_non_finite_reward_stops_naming_the_step_and_the_cause(value, shown, tmp_path, tiny_model_dir,
                                                                           capsys):
     from pods_rl import runlog
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     register_task("scaled_reward", lambda **kw: ScaledRewardTask(value=value, **kw))
     run_dir = tmp_path / "run"
@@ -129,7 +129,7 @@ def _poison(weights_file: Path, value=float("nan")) -> str:
 @pytest.mark.parametrize("value, kind", [(float("nan"), "NaN"), (float("-inf"), "an infinity")])
 def test_a_resume_from_a_poisoned_checkpoint_is_refused_before_loading(value, kind, tmp_path, two_step_run,
                                                                         tiny_model_dir, forbid_loading, capsys):
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     run_dir = Path(shutil.copytree(two_step_run, tmp_path / "run"))
     shutil.rmtree(run_dir / "final")  # as a run an older version stopped after saving checkpoint-2

@@ -100,7 +100,7 @@ def test_pods_train_is_quiet_and_reports_to_tensorboard(tmp_path, tiny_model_dir
 
     run_dir = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-W", "default", "-m", "pods_rl.cli", "train", "--model_name_or_path", str(tiny_model_dir),
+        [sys.executable, "-W", "default", "-m", "pods_rl.commands.cli", "train", "--model_name_or_path", str(tiny_model_dir),
          "--output_dir", str(run_dir), "--max_steps", "2", "--logging_steps", "1", "--report_to", "tensorboard",
          "--eval_num_problems", "8", "--eval_batch_size", "16", "--per_device_train_batch_size", "16",
          "--torch_threads", "1"],
@@ -130,7 +130,7 @@ def test_shipped_accelerate_configs_parse_as_accelerate_launch_reads_them():
     from accelerate.commands.launch import launch_command_parser
     from accelerate.utils import DistributedType
 
-    from pods_rl.launch import ACCELERATE_DIR, accelerate_config, accelerate_configs
+    from pods_rl.commands.launch import ACCELERATE_DIR, accelerate_config, accelerate_configs
 
     expected = {"ddp": (DistributedType.MULTI_GPU, None), "fsdp": (DistributedType.FSDP, None),
                 "zero2": (DistributedType.DEEPSPEED, 2), "zero3": (DistributedType.DEEPSPEED, 3)}
@@ -158,9 +158,9 @@ def test_shipped_accelerate_configs_parse_as_accelerate_launch_reads_them():
 
 
 def test_accelerate_config_command_and_recipe_names(capsys):
-    from pods_rl import cli
-    from pods_rl.launch import accelerate_config
-    from pods_rl.train import resolve_recipe
+    from pods_rl.commands import cli
+    from pods_rl.commands.launch import accelerate_config
+    from pods_rl.commands.train import resolve_recipe
 
     assert cli.main(["accelerate-config", "zero2"]) == 0
     assert capsys.readouterr().out.strip() == str(accelerate_config("zero2"))

@@ -10,7 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-from pods_rl import evaluate as ev
+from pods_rl.commands import evaluate as ev
 from pods_rl.runlog import evals as store  # find_checkpoints and what it calls (split out of store.py)
 from tests.test_evaluate import FakeTask, make_run_dir
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from pods_rl import evaluate as ev
+from pods_rl.commands import evaluate as ev
 
 # ----------------------------------------------------------------------------------------------------------
 # Statistics

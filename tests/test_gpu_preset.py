@@ -32,8 +32,8 @@ def test_study_command_is_the_h100_plan(preset, tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "model.safetensors").write_bytes(b"weights")
     command = preset.study_argv(_args(tmp_path), "--stage", "runs,report", "--max-minutes", "7.5")
-    flags = dict(zip(command[4::2], command[5::2]))  # after python -m pods_rl.cli study
-    assert command[1:4] == ["-m", "pods_rl.cli", "study"]
+    flags = dict(zip(command[4::2], command[5::2]))  # after python -m pods_rl.commands.cli study
+    assert command[1:4] == ["-m", "pods_rl.commands.cli", "study"]
     assert flags["--config"].endswith("benchmarks/gpu/h100.yaml") and flags["--m"] == "16" and flags["--n"] == "64"
     assert flags["--cost-n"] == "16,32,64,128" and flags["--updates"] == "200" and "--use_cpu" not in command
     assert "--drop-weights" in command and command[-2:] == ["--max-minutes", "7.5"]

@@ -15,10 +15,10 @@ PACKAGE_DIR = Path(pods_rl.__file__).parent
 # The commands: each is a `pods ...` sub-command's module. They sit on top; nothing below may import them. Their
 # home is the COMMAND_PACKAGE: any module in it is a command.
 COMMAND_PACKAGE = "pods_rl.commands"
-COMMANDS = {"pods_rl.cli", "pods_rl.train", "pods_rl.evaluate",
-            "pods_rl.cost", "pods_rl.plots", "pods_rl.launch",
-            "pods_rl.study", "pods_rl.study_runner", "pods_rl.study_report",  # these two: parts of `pods study`
-            "pods_rl.build_tiny", "pods_rl.verl_args"}
+COMMANDS = {"pods_rl.commands.cli", "pods_rl.commands.train", "pods_rl.commands.evaluate",
+            "pods_rl.commands.cost", "pods_rl.commands.plots", "pods_rl.commands.launch",
+            "pods_rl.commands.study", "pods_rl.commands.study_runner", "pods_rl.commands.study_report",  # these two: parts of `pods study`
+            "pods_rl.commands.build_tiny", "pods_rl.commands.verl_args"}
 # The core: plain tensor code, no framework; it imports nothing of ours but the core (adaptive: wave 4).
 CORE = {"pods_rl.downsample", "pods_rl.advantages", "pods_rl.reward_checks", "pods_rl.adaptive"}
 LAYERS = ("core", "library", "command")
@@ -175,7 +175,7 @@ def test_imports_run_one_way_commands_library_core():
 
 def test_every_sub_command_is_a_command_module():
     """Each `pods` sub-command's module, as the dispatcher names it, is a command; the lists here name real modules."""
-    from pods_rl import cli
+    from pods_rl.commands import cli
 
     modules = module_files(PACKAGE_DIR, "pods_rl")
     dispatched = {module for module, _ in cli.COMMANDS.values()}
@@ -188,7 +188,7 @@ def test_the_walk_sees_function_level_and_lazy_imports():
     """The graph holds imports that only run inside functions; otherwise the two tests above would prove little."""
     edges = import_edges(module_files(PACKAGE_DIR, "pods_rl"))
     assert "pods_rl.trainer" in {t for t, _ in edges["pods_rl"]}  # inside pods_rl.__getattr__
-    assert "pods_rl.trainer" in {t for t, _ in edges["pods_rl.train"]}  # inside train.build
+    assert "pods_rl.trainer" in {t for t, _ in edges["pods_rl.commands.train"]}  # inside train.build
     assert "pods_rl.runlog.callbacks" in {t for t, _ in edges["pods_rl.runlog"]}  # `from pods_rl.runlog import x`
     assert set(edges) >= {"pods_rl.runlog.store", "pods_rl.tasks.rewards", "pods_rl.models", "pods_rl.recipes"}
 

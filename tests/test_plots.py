@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from pods_rl import plots
+from pods_rl.commands import plots
 
 
 def make_run(root, name, times, accs, config=None, stderrs=None, phase_rows=(), eval_in_metrics=False):

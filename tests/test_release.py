@@ -10,7 +10,7 @@ from pathlib import Path
 from packaging.version import Version
 
 import pods_rl
-from pods_rl import cli
+from pods_rl.commands import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

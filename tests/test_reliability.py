@@ -321,8 +321,8 @@ def test_the_task_api_and_pods_train_give_the_same_reward_weights(tmp_path, tiny
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pods_rl import PODSConfig, PODSTrainer
+    from pods_rl.commands.train import parse_args
     from pods_rl.tasks import get_task
-    from pods_rl.train import parse_args
 
     for task_args, weights in ((None, [1.0, 0.1, 0.1]), ("reward_weights=[1.0,0.5,0.0]", [1.0, 0.5, 0.0])):
         task = get_task("arithmetic", **({} if task_args is None else {"reward_weights": weights}))
@@ -505,7 +505,7 @@ def _train_args(model_dir, run_dir, *extra):
 
 def _pods_process(*argv, prelude: str = "", env: dict | None = None) -> subprocess.Popen:
     """``pods ARGV`` in a child process (after ``prelude``, e.g. registering a task), stdout and stderr piped."""
-    code = f"import sys\n{textwrap.dedent(prelude)}\nfrom pods_rl.cli import main\nsys.exit(main(sys.argv[1:]))"
+    code = f"import sys\n{textwrap.dedent(prelude)}\nfrom pods_rl.commands.cli import main\nsys.exit(main(sys.argv[1:]))"
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1",
                **(env or {}))
     return subprocess.Popen([sys.executable, "-c", code, *map(str, argv)], stdout=subprocess.PIPE,
@@ -520,7 +520,7 @@ def _error_lines(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, tiny_model_dir):
     """A finished 4-step run with checkpoint-2, checkpoint-4 and final/; tests copy it before changing it."""
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     run_dir = tmp_path_factory.mktemp("finished") / "run"
     assert train_main(_train_args(tiny_model_dir, run_dir, "--max_steps", "4", "--save_strategy", "steps",
@@ -623,7 +623,7 @@ def test_sigterm_while_a_reward_function_hangs_saves_and_exits_within_the_grace(
     once the step's share of the grace is spent; the last complete step is saved (from memory: no checkpoint was
     due) and the process is gone within the grace, saying what it did. The saved checkpoint resumes."""
     from pods_rl import runlog
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     run_dir, mark, grace = tmp_path / "run", tmp_path / "hanging", 15
     argv = ["train", *_train_args(tiny_model_dir, run_dir, "--task", "faulty", "--max_steps", "50",
@@ -687,7 +687,7 @@ def test_a_step_that_cannot_be_interrupted_still_ends_before_the_grace_runs_out(
 
 
 def test_a_reward_function_returning_none_stops_pods_train_naming_it(tmp_path, tiny_model_dir, capsys, monkeypatch):
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     exec(compile(textwrap.dedent(FAULTY_TASK), "faulty_task", "exec"), {})
     monkeypatch.setenv("PODS_FAULT", "none")
@@ -756,7 +756,7 @@ BEFORE_LOADING = [
 
 @pytest.mark.parametrize("make, flags, expected", BEFORE_LOADING, ids=[r[2][:50] for r in BEFORE_LOADING])
 def test_faults_found_before_loading_get_one_line(make, flags, expected, tmp_path, forbid_loading, capsys):
-    from pods_rl.cli import main as pods
+    from pods_rl.commands.cli import main as pods
 
     target = make(tmp_path)
     made_run = (tmp_path / "run").exists()
@@ -778,7 +778,7 @@ def test_faults_found_before_loading_get_one_line(make, flags, expected, tmp_pat
 
 def test_a_second_train_on_a_held_directory_names_the_holder_before_loading(tmp_path, forbid_loading, capsys,
                                                                            monkeypatch):
-    from pods_rl.cli import main as pods
+    from pods_rl.commands.cli import main as pods
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -840,7 +840,7 @@ RUN_FAULTS = [
 @pytest.mark.parametrize("damage, resume, code, expected, loads", RUN_FAULTS, ids=[r[3][:60] for r in RUN_FAULTS])
 def test_a_damaged_run_directory_is_named_with_the_way_on(damage, resume, code, expected, loads, tmp_path,
                                                           finished_run, tiny_model_dir, capsys, monkeypatch):
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     run_dir = _copy_run(finished_run, tmp_path)
     full = (run_dir / "checkpoint-4" / "model.safetensors").stat().st_size
@@ -866,7 +866,7 @@ def test_a_damaged_run_directory_is_named_with_the_way_on(damage, resume, code, 
 def test_a_checkpoint_with_an_unreadable_clock_is_set_aside_with_its_weights(tmp_path, finished_run, tiny_model_dir,
                                                                              caplog):
     from pods_rl import runlog
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     run_dir = _copy_run(finished_run, tmp_path)
     import shutil
@@ -897,7 +897,7 @@ def test_disk_full_raised_by_safetensors_is_one_line_with_the_resume(tmp_path, t
                                           'message: "No space left on device" })')
 
     monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     run_dir = tmp_path / "run"
     assert train_main(_train_args(tiny_model_dir, run_dir, "--max_steps", "1", "--save_strategy", "steps",
@@ -956,7 +956,7 @@ def test_pods_eval_skips_a_checkpoint_removed_while_it_runs(tmp_path, finished_r
     """A training run with save_total_limit deletes older checkpoints while `pods eval` works through the list."""
     import shutil
 
-    from pods_rl import evaluate
+    from pods_rl.commands import evaluate
 
     run_dir = _copy_run(finished_run, tmp_path)
     found = evaluate.find_checkpoints(run_dir)
@@ -971,7 +971,7 @@ def test_pods_eval_skips_a_checkpoint_removed_while_it_runs(tmp_path, finished_r
 
 def test_pods_eval_names_a_corrupt_checkpoint_and_refuses_a_results_file_that_is_not_its_own(tmp_path, finished_run,
                                                                                             capsys):
-    from pods_rl.cli import main as pods
+    from pods_rl.commands.cli import main as pods
 
     run_dir = _copy_run(finished_run, tmp_path)
     _truncate(run_dir / "checkpoint-2" / "model.safetensors")
@@ -1008,7 +1008,7 @@ def test_a_refused_start_never_deletes_the_directory_of_the_one_that_holds_it(tm
     """Two starts on a directory that does not exist yet both make it; the one that loses the lock must not
     remove what the winner is writing there."""
     from pods_rl import runlog
-    from pods_rl.cli import main as pods
+    from pods_rl.commands.cli import main as pods
 
     run_dir, winner = tmp_path / "new-run", []
     real = runlog.hold_run_dir

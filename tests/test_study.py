@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pods_rl import stats
-from pods_rl.study import (
+from pods_rl.commands.study import (
     STAGES,
     build_parser,
     default_methods,
@@ -18,7 +18,7 @@ from pods_rl.study import (
     study_runs,
     sweep_runs,
 )
-from pods_rl.study_runner import Run, prepare, slot_envs
+from pods_rl.commands.study_runner import Run, prepare, slot_envs
 
 ROOT = Path(__file__).resolve().parents[1]
 STRONG = ROOT / "benchmarks" / "results" / "cpu-2core-amd-epyc" / "study_strong"
@@ -86,7 +86,7 @@ def test_sweep_runs_take_grpo_at_each_rate(tmp_path):
 
 
 def test_a_study_folder_refuses_other_settings(tmp_path):
-    from pods_rl.study import check_plan_file
+    from pods_rl.commands.study import check_plan_file
 
     plan = _plan(tmp_path, "--updates", "40")
     plan.out.mkdir(parents=True)
@@ -153,7 +153,7 @@ def test_eval_noise_separates_evaluation_from_seed_spread(tmp_path):
 def test_report_reproduces_the_committed_evidence_study():
     """The package's report, on the committed runs of the strong-model study, gives the numbers the docs
     quote (docs/results/strong-model.md) (computed then by benchmarks/study_report.py): the statistics moved without changing."""
-    from pods_rl.study_report import headline, study_report
+    from pods_rl.commands.study_report import headline, study_report
 
     committed = json.loads((STRONG / "study.json").read_text())["study"]["methods"]
     report = study_report(STRONG / "study" / "runs", None, "grpo-n16", n_boot=0, figures=False)
@@ -173,7 +173,7 @@ def test_report_reproduces_the_committed_evidence_study():
 def test_smoke_runs_the_whole_study_and_resumes(tmp_path, capsys):
     """`pods study --smoke`: cost, 3 methods x 2 seeds of real `pods train` runs, the report with the three
     numbers and their intervals, figures; a second call finds everything done."""
-    from pods_rl.study import main
+    from pods_rl.commands.study import main
 
     out = tmp_path / "smoke"
     assert main(["--smoke", "--out", str(out)]) == 0

@@ -131,7 +131,7 @@ def test_build_tiny_takes_heads_and_a_time_limit(tmp_path):
 
 
 def test_cli_rejects_bad_arguments(capsys):
-    from pods_rl import build_tiny
+    from pods_rl.commands import build_tiny
 
     assert build_tiny.main(["--steps", "0", "--out", "/nonexistent/never-written"]) == 2
     assert "positive" in capsys.readouterr().err

@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from pods_rl import runlog
-from pods_rl.train import main as train_main
-from pods_rl.train import parse_args, parse_task_args
+from pods_rl.commands.train import main as train_main
+from pods_rl.commands.train import parse_args, parse_task_args
 
 
 def _pods(*args):
-    return [sys.executable, "-m", "pods_rl.cli", "train", *args]
+    return [sys.executable, "-m", "pods_rl.commands.cli", "train", *args]
 
 
 def test_recipe_parsing_and_overrides():

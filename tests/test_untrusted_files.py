@@ -66,7 +66,7 @@ REFUSAL = ("ships its own Python code (evil.py, named by auto_map in its config.
 @pytest.mark.parametrize("command", ["train", "eval"])
 def test_a_model_with_its_own_code_is_refused_in_one_line_naming_the_flag(command, evil_model, no_prompt, tmp_path,
                                                                          capsys):
-    from pods_rl.cli import main as pods
+    from pods_rl.commands.cli import main as pods
 
     folder, marker = evil_model
     argv = (["train", "--config", "cpu/smoke", "--model_name_or_path", str(folder), "--output_dir",
@@ -108,7 +108,7 @@ def test_with_the_flag_the_models_own_code_runs(evil_model, no_prompt):
 @pytest.mark.slow
 def test_pods_train_passes_the_flag_on_to_the_loader(evil_model, no_prompt, tmp_path, capsys):
     """`--trust_remote_code true` was accepted and then ignored: the loader never got it."""
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     folder, marker = evil_model
     assert train_main(["--config", "cpu/smoke", "--model_name_or_path", str(folder), "--output_dir",
@@ -143,7 +143,7 @@ def _plain_pickle(path: Path, marker: Path) -> None:
 @pytest.mark.parametrize("write", [_torch_pickle, _plain_pickle], ids=["torch.save", "pickle.dump"])
 def test_a_pickled_checkpoint_file_is_never_loaded_and_is_named_with_the_way_on(file, write, tmp_path, two_step_run,
                                                                                 tiny_model_dir, capsys):
-    from pods_rl.train import main as train_main
+    from pods_rl.commands.train import main as train_main
 
     run_dir = Path(shutil.copytree(two_step_run, tmp_path / "run"))
     shutil.rmtree(run_dir / "final")
@@ -176,7 +176,7 @@ def test_the_command_line_never_repeats_torchs_advice_to_load_unsafely():
 
 
 def test_pods_eval_passes_the_flag_on_too(evil_model, no_prompt, tmp_path, capsys):
-    from pods_rl.cli import main as pods
+    from pods_rl.commands.cli import main as pods
 
     folder, marker = evil_model
     out = tmp_path / "eval.json"
@@ -189,7 +189,7 @@ def test_pods_eval_passes_the_flag_on_too(evil_model, no_prompt, tmp_path, capsy
 def test_a_model_whose_weights_file_is_a_pickle_is_named_and_never_run(command, tiny_model_dir, tmp_path, capsys):
     """A model folder with pytorch_model.bin (no safetensors) that unpickles to code: transformers loads it
     weights-only (nothing runs); the line names the file instead of quoting torch's advice."""
-    from pods_rl.cli import main as pods
+    from pods_rl.commands.cli import main as pods
 
     folder = Path(shutil.copytree(tiny_model_dir, tmp_path / "pickled-model"))
     (folder / "model.safetensors").unlink()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pods_rl import cli
+from pods_rl.commands import cli
 from pods_rl.integrations.verl_args import kept_groups, padding_rows, sampled_prompts, verl_batch_settings
 
 

@@ -112,7 +112,7 @@ def step_model(args) -> int:
         print(f"model: {args.model_dir} exists (sha256 {weights_sha256(args.model_dir)[:12]}), not rebuilt")
         return 0
     size = TINY_MODEL if args.tiny else MODEL
-    cmd = [sys.executable, "-m", "pods_rl.cli", "build-tiny", "--out", str(args.model_dir), "--device", args.device,
+    cmd = [sys.executable, "-m", "pods_rl.commands.cli", "build-tiny", "--out", str(args.model_dir), "--device", args.device,
            "--hidden-size", str(size["hidden_size"]), "--num-layers", str(size["num_layers"]),
            "--num-heads", str(size["num_heads"]), "--steps", str(size["steps"]), "--batch-size", str(size["batch_size"]),
            "--lr", str(size["lr"]), "--max-seconds", str(size["max_seconds"])]
@@ -141,7 +141,7 @@ def study_argv(args, *extra: str) -> list[str]:
     if args.device == "cpu":
         argv += ["--use_cpu", "true", "--bf16", "false", "--prompts-per-step", "2", "--max_completion_length", "12",
                  "--eval_batch_size", "64", "--cost-steps", "1", "--jobs", "1", "--threads", "1"]
-    return [sys.executable, "-m", "pods_rl.cli", "study", *argv]
+    return [sys.executable, "-m", "pods_rl.commands.cli", "study", *argv]
 
 
 def step_cost(args) -> int:
@@ -155,7 +155,7 @@ def step_cost(args) -> int:
     if out.is_file():
         return 0
     prompts = 2 if args.device == "cpu" else 8
-    cmd = [sys.executable, "-m", "pods_rl.cli", "cost", "--config", str(RECIPE), "--model_name_or_path",
+    cmd = [sys.executable, "-m", "pods_rl.commands.cli", "cost", "--config", str(RECIPE), "--model_name_or_path",
            str(args.model_dir), "--n", str(size["n"]), "--m", str(size["n"]), "--per_device_train_batch_size",
            str(prompts * size["n"]), "--steps", "1" if args.tiny else "5", "--warmup", "2", "--out", str(out)]
     if args.device == "cpu":

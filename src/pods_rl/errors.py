@@ -2,7 +2,7 @@
 
 Library code raises ``ValueError`` (bad input) or ``CommandFailed`` (an expected failure whose message already says
 what to do); every command runs its body through ``run_guarded``, which prints that message as one line and exits
-non-zero. This module sits below the commands (``pods_rl.cli`` re-exports it), so that a command or a library
+non-zero. This module sits below the commands (``pods_rl.commands.cli`` re-exports it), so that a command or a library
 module can use it without importing a command.
 """
 

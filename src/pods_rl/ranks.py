@@ -193,7 +193,7 @@ def resume_command(run_dir) -> str:
         argv = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().split("\0")[:-1]
     except (OSError, UnicodeDecodeError):
         argv = []
-    if not any(a in ("train", "pods_rl.cli") for a in argv):  # not a launcher of `pods train`: our own argv
+    if not any(a in ("train", "pods_rl.commands.cli") for a in argv):  # not a launcher of `pods train`: our own argv
         argv = ["pods", *sys.argv[1:]] if sys.argv[1:2] == ["train"] else []
     if not argv:
         return f"the same launch command with --output_dir {run_dir} --resume_from_checkpoint true"

@@ -117,7 +117,7 @@ def resolve_recipe(name_or_path: str) -> Path:
     packaged = RECIPES_DIR / (name_or_path if name_or_path.endswith(".yaml") else name_or_path + ".yaml")
     if packaged.parent.name == "accelerate" and packaged.parent.parent == RECIPES_DIR:
         raise ValueError(f"{name_or_path!r} is an accelerate launch config, not a recipe: accelerate launch "
-                         f"--config_file $(pods accelerate-config {packaged.stem}) -m pods_rl.cli train --config ...")
+                         f"--config_file $(pods accelerate-config {packaged.stem}) -m pods_rl.commands.cli train --config ...")
     if packaged.is_file():
         return packaged
     names = sorted(str(p.relative_to(RECIPES_DIR).with_suffix("")) for p in RECIPES_DIR.rglob("*.yaml")

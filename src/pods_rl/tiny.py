@@ -7,7 +7,7 @@
     sampled_accuracy(model, ...)     -> dict  (held-out accuracy with k samples per problem)
 
 Everything is built locally: nothing is downloaded from the Hugging Face hub. The `pods build-tiny` command that
-calls ``build_tiny`` is ``pods_rl.build_tiny``.
+calls ``build_tiny`` is ``pods_rl.commands.build_tiny``.
 """
 
 from __future__ import annotations

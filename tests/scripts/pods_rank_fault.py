@@ -8,7 +8,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from pods_rl.cli import main
+from pods_rl.commands.cli import main
 from pods_rl.tasks import register_task
 from pods_rl.tasks.arithmetic import ArithmeticTask
 

@@ -17,7 +17,7 @@ import pytest
 from safetensors.torch import load_file
 
 from pods_rl import runlog
-from pods_rl.cli import main as pods
+from pods_rl.commands.cli import main as pods
 from pods_rl.tasks import register_task
 from pods_rl.tasks.arithmetic import ArithmeticTask
 
@@ -125,7 +125,7 @@ def test_pods_cost_with_vllm(tmp_path, vllm_model_dir, capfd):
 
 
 def evaluate(model_dir, backend, **settings):
-    from pods_rl.evaluate import evaluate_model
+    from pods_rl.commands.evaluate import evaluate_model
 
     return evaluate_model(str(model_dir), "vllm_lane_digits", backend=backend, **settings)
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from pods_rl import runlog
-from pods_rl.cli import main as pods
+from pods_rl.commands.cli import main as pods
 from pods_rl.tiny import model_path
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
@@ -23,7 +23,7 @@ ALIGNED = 0.02  # see test_trainer_vllm.py
 def test_shipped_model_greedy_completions_match_hf():
     """Greedy on 40 held-out problems: vLLM's completions are transformers' (float32 both), so are the accuracies,
     and `--backend auto` picks vLLM for it."""
-    from pods_rl.evaluate import evaluate_model
+    from pods_rl.commands.evaluate import evaluate_model
     from pods_rl.generation import choose_backend
 
     shipped = model_path()

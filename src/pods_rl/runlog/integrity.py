@@ -12,7 +12,7 @@ What is checked (without reading tensor data; seconds for a 3B checkpoint at mos
 - an empty (0-byte) file of any of those kinds.
 
 A bit flipped inside tensor data is not seen by these; the loader's error is then reported with the same advice by
-the caller (``pods_rl.train``).
+the caller (``pods_rl.commands.train``).
 
 ``load_problems`` reads the tensors, for the one checkpoint a resume is about to load: every torch file must load
 with ``weights_only=True`` (a pickle that would run code is refused unread and named), and the model's weights

@@ -3,7 +3,7 @@ and the compare table.
 
 Figures only; the curves, time (steps) to target, speed-ups and bootstrap CIs are computed in
 ``pods_rl.stats`` (see its docstring for the definitions). The names below are re-exported from there, so
-``pods_rl.plots.compare_runs`` etc. keep working.
+``pods_rl.commands.plots.compare_runs`` etc. keep working.
 
 Accuracy figure: per label, the seed-mean curve (``stats.mean_curve``) with its 95% band (± 1.96 x the
 standard error across seeds; one seed: ± 1.96 x the eval's own standard error), thin lines = the seeds; on the
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from pods_rl.errors import one_line_parser_errors, run_guarded
-from pods_rl.stats import (  # noqa: F401  (re-exported: the API of pods_rl.plots before pods_rl.stats)
+from pods_rl.stats import (  # noqa: F401  (re-exported: the API of pods_rl.commands.plots before pods_rl.stats)
     METRICS,
     PHASES,
     TARGET_TOLERANCE,

@@ -1,5 +1,5 @@
 """``pods accelerate-config NAME``: the path of a shipped accelerate launch config (``ddp``, ``zero2``, ``zero3``,
-``fsdp``), for ``accelerate launch --config_file $(pods accelerate-config zero2) -m pods_rl.cli train ...``."""
+``fsdp``), for ``accelerate launch --config_file $(pods accelerate-config zero2) -m pods_rl.commands.cli train ...``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pods_rl.errors import run_guarded
 
-ACCELERATE_DIR = Path(__file__).parent / "recipes" / "accelerate"
+ACCELERATE_DIR = Path(__file__).parent.parent / "recipes" / "accelerate"
 
 
 def accelerate_configs() -> list[str]:
@@ -34,7 +34,7 @@ def _main(argv: list[str]) -> int:
             print(__doc__)
             return 0
         raise ValueError(f"give one config name: {', '.join(accelerate_configs())} "
-                         "(e.g. accelerate launch --config_file $(pods accelerate-config zero2) -m pods_rl.cli "
+                         "(e.g. accelerate launch --config_file $(pods accelerate-config zero2) -m pods_rl.commands.cli "
                          "train --config gsm8k/pods)")
     print(accelerate_config(argv[0]))
     return 0

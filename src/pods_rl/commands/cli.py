@@ -30,15 +30,15 @@ from pods_rl.errors import (  # noqa: F401  (re-exported: these lived here befor
 )
 
 COMMANDS = {
-    "train": ("pods_rl.train", "main"),
-    "eval": ("pods_rl.evaluate", "main"),
-    "plot": ("pods_rl.plots", "plot_main"),
-    "compare": ("pods_rl.plots", "compare_main"),
-    "cost": ("pods_rl.cost", "main"),
-    "study": ("pods_rl.study", "main"),
-    "build-tiny": ("pods_rl.build_tiny", "main"),
-    "accelerate-config": ("pods_rl.launch", "main"),
-    "verl-args": ("pods_rl.verl_args", "main"),
+    "train": ("pods_rl.commands.train", "main"),
+    "eval": ("pods_rl.commands.evaluate", "main"),
+    "plot": ("pods_rl.commands.plots", "plot_main"),
+    "compare": ("pods_rl.commands.plots", "compare_main"),
+    "cost": ("pods_rl.commands.cost", "main"),
+    "study": ("pods_rl.commands.study", "main"),
+    "build-tiny": ("pods_rl.commands.build_tiny", "main"),
+    "accelerate-config": ("pods_rl.commands.launch", "main"),
+    "verl-args": ("pods_rl.commands.verl_args", "main"),
 }
 
 

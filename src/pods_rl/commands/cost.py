@@ -6,7 +6,7 @@
     pods cost --n 16 --oversample_prompts 2              # what sampling 2x the prompts adds to a step
 
 For each n (always including n = m, the GRPO reference with the same update batch) it builds the REAL
-``pods train`` trainer (``pods_rl.recipes.parse_args`` + ``pods_rl.train.build``: same model, task, device, batch sizes, with
+``pods train`` trainer (``pods_rl.recipes.parse_args`` + ``pods_rl.commands.train.build``: same model, task, device, batch sizes, with
 ``num_generations=n``, ``downsample_to=m``, ``max_steps = warmup + steps``, ``logging_steps=1``, no evaluation,
 no checkpoints, the run directory in a temporary folder), trains it, and reads back the per-step values that
 ``PODSTrainer`` logs to ``metrics.jsonl``: ``time/generation|scoring|selection|update|step``,
@@ -56,7 +56,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from pods_rl import train
+from pods_rl.commands import train
 from pods_rl.errors import one_line_parser_errors, run_guarded
 from pods_rl.machine import machine_info
 from pods_rl.recipes import parse_args

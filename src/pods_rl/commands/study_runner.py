@@ -85,7 +85,9 @@ def drop_weights(run_dir: Path) -> None:
 
 def _train_here(argv: list[str], log) -> int:
     """``pods train ARGV`` in this process (the same code as the command), its output to ``log``."""
-    from pods_rl.train import main as train_main  # a command (TRL, seconds to import): only when asked
+    from pods_rl.commands.train import (
+        main as train_main,  # a command (TRL, seconds to import): only when asked
+    )
 
     return redirected(train_main, argv, log)
 
@@ -217,7 +219,7 @@ class Runner:
             else:
                 # A new session: a Ctrl-C in the terminal reaches only the study, which stops the runs itself
                 # with one SIGTERM (a second signal would make `pods train` abort without a checkpoint).
-                proc = subprocess.Popen([sys.executable, "-m", "pods_rl.cli", "train", *argv], env=env, stdout=log,
+                proc = subprocess.Popen([sys.executable, "-m", "pods_rl.commands.cli", "train", *argv], env=env, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
                 with self.lock:
                     self.procs[run_dir.name] = proc

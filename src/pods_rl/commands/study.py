@@ -17,7 +17,7 @@ below. It runs, each stage skipped when its results are already in ``--out``:
    each, all for the same ``--updates`` policy updates with the same kept rows per update (``--prompts-per-step``
    x m), evaluated on held-out problems every ``--eval-every`` updates (``--eval-problems`` x ``--eval-k``).
 4. ``report``: learning per update, step-time ratio and wall-clock speed-up with bootstrap 95% CIs over seeds,
-   the break-even verdict, evaluation noise against seed spread, figures (``pods_rl.study_report``).
+   the break-even verdict, evaluation noise against seed spread, figures (``pods_rl.commands.study_report``).
 
 Each run is ``pods train`` in its own process (the same path as the command). Runs are taken seed-major (seed 0
 of every method, then seed 1, ...) so that a shared machine's slow periods hit all methods alike. On CPU
@@ -43,9 +43,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pods_rl.commands.study_runner import Run, Runner, redirected, slot_envs, visible_gpus
 from pods_rl.errors import one_line_parser_errors, run_guarded
 from pods_rl.runlog import run_finished
-from pods_rl.study_runner import Run, Runner, redirected, slot_envs, visible_gpus
 
 STAGES = ("cost", "sweep", "runs", "report")
 RULE_CODES = {"mv": "max_variance", "random": "random", "maxreward": "max_reward"}
@@ -235,11 +235,11 @@ def cost_stage(plan: Plan) -> None:
     log_path = plan.out / "cost.log"
     with open(log_path, "w") as log:
         if plan.in_process:
-            from pods_rl.cost import main as cost_main
+            from pods_rl.commands.cost import main as cost_main
 
             returncode = redirected(cost_main, argv, log)
         else:
-            returncode = subprocess.run([sys.executable, "-m", "pods_rl.cli", "cost", *argv], env=env, stdout=log,
+            returncode = subprocess.run([sys.executable, "-m", "pods_rl.commands.cli", "cost", *argv], env=env, stdout=log,
                                         stderr=subprocess.STDOUT).returncode
     text = log_path.read_text(errors="replace").strip()
     if returncode != 0 or not path.is_file():
@@ -250,7 +250,7 @@ def cost_stage(plan: Plan) -> None:
 
 def sweep_stage(plan: Plan, runner: Runner, command: str | None = None) -> float | None:
     """GRPO at each rate of ``plan.lrs``; returns the best rate once every sweep run finished (else None)."""
-    from pods_rl.study_report import sweep_report
+    from pods_rl.commands.study_report import sweep_report
 
     runs = sweep_runs(plan)
     records = runner.run_all(runs, "sweep")
@@ -320,7 +320,7 @@ def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float |
         print("pods study: stopped before the end; run the same command again to continue", flush=True)
     if "report" not in stages:
         return None
-    from pods_rl.study_report import write_report
+    from pods_rl.commands.study_report import write_report
 
     return write_report(plan.out, report_info(plan, lr), command)
 

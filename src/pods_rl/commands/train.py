@@ -23,8 +23,9 @@ import warnings
 from pathlib import Path
 
 from pods_rl import ranks, runlog
+from pods_rl.commands.evaluate import evaluate_model
+from pods_rl.commands.plots import plot_accuracy_vs_time
 from pods_rl.errors import CommandFailed, run_guarded
-from pods_rl.evaluate import evaluate_model
 from pods_rl.models import (  # noqa: F401  (hub_offline, looks_local: re-exported)
     check_model_path,
     check_remote_code,
@@ -34,7 +35,6 @@ from pods_rl.models import (  # noqa: F401  (hub_offline, looks_local: re-export
     load_for_training,
     looks_local,
 )
-from pods_rl.plots import plot_accuracy_vs_time
 from pods_rl.recipes import (
     DEFAULT_RECIPE,
     RECIPES_DIR,
@@ -55,7 +55,7 @@ from pods_rl.recipes import (
 from pods_rl.runlog import NOT_TRAINING_FIELDS, RunFinished, check_output_dir, config_changes
 from pods_rl.tasks import get_task
 
-# Re-exported: `pods_rl.train.<name>` keeps working for the names that moved to recipes, models and runlog.
+# Re-exported: `pods_rl.commands.train.<name>` keeps working for the names that moved to recipes, models and runlog.
 __all__ = [
     "DEFAULT_RECIPE", "EVAL_KEYS", "NOT_TRAINING_FIELDS", "RECIPES_DIR", "TASK_ARG_FLAGS", "RunArguments", "RunFailed",
     "RunFinished", "build", "check_model_path", "check_output_dir", "check_recipe_yaml", "check_splits",
@@ -64,8 +64,8 @@ __all__ = [
     "unknown_flags_message", "validate", "wants_eval",
 ]
 
-logger = logging.getLogger("pods_rl.train")
-# What an in-training evaluation logs (as eval/<key>) from pods_rl.evaluate's record.
+logger = logging.getLogger("pods_rl.commands.train")
+# What an in-training evaluation logs (as eval/<key>) from pods_rl.commands.evaluate's record.
 EVAL_KEYS = ("accuracy", "accuracy_stderr", "format_accuracy", "both_accuracy", "pass_at_k", "mean_completion_tokens",
              "eval_seconds")
 
@@ -495,8 +495,8 @@ _MOVED = {"plan_resume": "pods_rl.runlog.plan_resume(run_dir, resume_from_checkp
 
 def __getattr__(name):
     if name in _MOVED:
-        raise AttributeError(f"pods_rl.train.{name} moved: use {_MOVED[name]}")
-    raise AttributeError(f"module 'pods_rl.train' has no attribute {name!r}")
+        raise AttributeError(f"pods_rl.commands.train.{name} moved: use {_MOVED[name]}")
+    raise AttributeError(f"module 'pods_rl.commands.train' has no attribute {name!r}")
 
 
 if __name__ == "__main__":
