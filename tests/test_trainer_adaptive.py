@@ -93,3 +93,29 @@ def test_bad_adaptive_configs_fail_fast(tmp_path, overrides, message):
     args.update(overrides)
     with pytest.raises(ValueError, match=message):
         PODSConfig(**common_args(tmp_path, **args))
+
+
+@pytest.mark.slow
+def test_pods_train_with_a_pilot_logs_fewer_rollouts(tmp_path):
+    """The shipped tiny model and the issue's done-when command: `pods train --config cpu/smoke --num_generations 16 --downsample_to 4
+    --pilot_generations 4` trains and logs fewer than 16 rollouts per prompt on steps whose groups mixed early."""
+    import json
+
+    from pods_rl import tiny
+    from pods_rl.train import main as train_main
+
+    run_dir = tmp_path / "run"
+    assert train_main(["--config", "cpu/smoke", "--num_generations", "16", "--downsample_to", "4",
+                       "--pilot_generations", "4", "--model_name_or_path", str(tiny.ASSETS_DIR), "--output_dir",
+                       str(run_dir), "--eval_before_after", "false", "--max_steps", "3"]) == 0
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for row in rows if "pods/rollouts_sampled" in row]
+    assert len(steps) == 3
+    for row in steps:
+        prompts = row["pods/prompts_sampled"]  # smoke: 8 kept rows / m = 2 prompts per step
+        assert 4 * prompts <= row["pods/rollouts_sampled"] <= 16 * prompts
+        # a step that closed a prompt after its pilot sampled fewer than 16 per prompt
+        if row["pods/frac_zero_std_pilot"] < 1:
+            assert row["pods/rollouts_sampled"] < 16 * prompts
+    # the shipped model solves some problems, so some pilot groups are mixed (seed 0: every step has one)
+    assert any(row["pods/frac_zero_std_pilot"] < 1 for row in steps)

@@ -7,7 +7,9 @@ How a training step flows (``PODSTrainer._generate_and_score_completions``)::
     prompts (P = B * oversample_prompts per process, each repeated n times)   # whole groups per process
       -> self._generate                       (P*n rollouts) # phase "generation"
       -> self._calculate_rewards              (P*n, F)       # phase "scoring"
-      -> pods_rl.downsample(total reward, m)  (P, m)         # phase "selection" (tiebreak, features)
+         (adaptive rollouts, pilot_generations = k: one _generate + _calculate_rewards per round, k for
+         every prompt, then rounds for the prompts pods_rl.plan_round keeps open; each ends with m..n)
+      -> pods_rl.downsample_ragged(total reward, counts, m)  (P, m)   # phase "selection" (tiebreak, features)
       -> keep the B groups whose kept rewards vary most     (B, m)   (all P = B without over-sampling)
       -> GRPOTrainer._generate_and_score_completions on the B*m kept rows only
          (padding, old/reference log-probs, TRL's metrics), with `_generate` and
