@@ -78,7 +78,7 @@ def test_budgeted_rule_trains_within_its_budget(tmp_path, tiny_model_dir):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(pilot_generations=0), "pilot_generations \\(k\\) must be an integer in \\[1, num_generations=8\\]"),
+        (dict(pilot_generations=-1), "pilot_generations \\(k\\) must be an integer in \\[1, num_generations=8\\]"),
         (dict(pilot_generations=9), "in \\[1, num_generations=8\\]"),
         (dict(pilot_generations=2, downsample_to=8), "needs downsample_to \\(m\\) < num_generations"),
         (dict(pilot_generations=2, adaptive_rule="nope"), "Unknown adaptive_rule"),

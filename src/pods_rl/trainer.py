@@ -149,7 +149,8 @@ class PODSConfig(GRPOConfig):
         default=None,
         metadata={"help": "Adaptive rollouts: k, the rollouts of each prompt's first round. Prompts the adaptive rule "
                   "keeps open (e.g. still all-equal) get more rounds, up to num_generations (n); each prompt ends with "
-                  "m..n rollouts and is down-sampled to m. None: n rollouts for every prompt in one round (PODS)."},
+                  "m..n rollouts and is down-sampled to m. None or 0: n rollouts for every prompt in one round "
+                  "(PODS)."},
     )
     adaptive_rule: str = field(
         default="until_mixed",
@@ -257,6 +258,8 @@ class PODSConfig(GRPOConfig):
     def _check_adaptive(self, n: int | None, m: int) -> None:
         """Validate the adaptive-rollout knobs (pilot_generations, adaptive_*), each error naming its fix."""
         k = self.pilot_generations
+        if k == 0 and not isinstance(k, bool):
+            self.pilot_generations = k = None  # 0: off, so that a flag can turn a recipe's pilot off
         if k is None:
             return
         if isinstance(k, bool) or not isinstance(k, int) or n is None or not 1 <= k <= n:
