@@ -78,6 +78,10 @@ def cost_summary(cost: dict | None) -> dict | None:
              "generation_seconds": r["seconds"]["generation"], "update_seconds": r["seconds"]["update"],
              "update_peak_gb": r.get("update_peak_gb"), "frac_zero_std_kept": r.get("frac_zero_std_kept")}
             for r in cost["rows"] if r.get("oversample_prompts", 1.0) == 1.0]
+    for row, source in zip(rows, [r for r in cost["rows"] if r.get("oversample_prompts", 1.0) == 1.0]):
+        if source.get("pilot_generations"):  # adaptive rollouts: what its rounds sampled
+            row.update(pilot_generations=source["pilot_generations"], sampled_per_step=source["sampled_per_step"],
+                       rounds=source.get("rounds"))
     return {"settings": cost.get("settings"), "device": cost.get("machine", {}).get("device"), "rows": rows}
 
 
@@ -178,7 +182,8 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
             ratios[f"this study's runs, {name}"] = round(e["step_ratio"], 3)
     for row in (cost or {}).get("rows", []):
         if row["n"] != row["m"]:
-            ratios[f"pods cost, n={row['n']} -> {row['m']}"] = round(row["step_ratio"], 3)
+            pilot = f" k{row['pilot_generations']}" if row.get("pilot_generations") else ""
+            ratios[f"pods cost, n={row['n']} -> {row['m']}{pilot}"] = round(row["step_ratio"], 3)
     ratios.update({f"assumed {r:g}": r for r in (1.0, 1.5, 2.0, 3.0)})
     result["projection"] = stats.projection(ratios, efficiency)
     result["figures"] = _figures(runs, out, labels, title) if figures else []
@@ -224,7 +229,9 @@ def headline(study: dict) -> dict:
                                 "seconds_per_step": e["seconds_per_step"][0]},
             "wall_clock_speedup": {"value": e["time/peak"]["ratio"], "ci95": e["time/peak"]["ci95"],
                                    "kind": e["time/peak"]["kind"], "seconds_to_target": e["time/peak"]["to_target"]},
-            "break_even": e["break_even/peak"]}
+            "break_even": e["break_even/peak"],
+            # rollouts generated per update (PODS: n per prompt; adaptive: what its rounds needed), mean ± SE over seeds
+            "rollouts_per_update": _rollouts(e)}
     return numbers
 
 
@@ -235,6 +242,14 @@ def fmt_ci(ci) -> str:
     if not ci:
         return "[—]"
     return "[" + ", ".join("inf" if v is None else f"{v:.2f}" for v in ci) + "]"
+
+
+def _rollouts(entry: dict) -> dict | None:
+    """Mean ± SE over seeds of ``pods/rollouts_sampled`` and ``pods/rounds`` (None for methods that do not log it)."""
+    metrics = entry.get("selection_metrics", {})
+    if metrics.get("pods/rollouts_sampled", (None,))[0] is None:
+        return None
+    return {"mean_se": metrics["pods/rollouts_sampled"], "rounds": metrics.get("pods/rounds")}
 
 
 def _fmt_ratio(entry: dict) -> str:
@@ -261,7 +276,8 @@ def format_report(report: dict) -> str:
         lines.append(f"  best: {sweep['best_lr']:g}")
     cost = report.get("cost")
     if cost:
-        cells = ", ".join(f"{r['n']} -> {r['m']}: {r['step_ratio']:.2f} ({r['step_seconds']:.3f} s"
+        cells = ", ".join(f"{r['n']} -> {r['m']}{' k' + str(r['pilot_generations']) if r.get('pilot_generations') else ''}: "
+                          f"{r['step_ratio']:.2f} ({r['step_seconds']:.3f} s"
                           + (f", update peak {r['update_peak_gb']:.2f} GB" if r.get("update_peak_gb") else "") + ")"
                           for r in cost["rows"])
         lines.append(f"\npods cost step-time ratios ({cost['settings']['schedule']}, {cost['settings']['steps']} "
@@ -296,6 +312,13 @@ def format_report(report: dict) -> str:
         f"{e['label']}: (1) {_fmt_ratio(e['steps/gain80'])} {fmt_ci(e['steps/gain80']['ci95'])}, (3) "
         f"{_fmt_ratio(e['time/gain80'])} {fmt_ci(e['time/gain80']['ci95'])}, {e['break_even/gain80']['verdict']}"
         for name, e in study["methods"].items() if name != study["baseline"]))
+    sampled = [(e["label"], e["selection_metrics"]["pods/rollouts_sampled"], e["selection_metrics"].get("pods/rounds"))
+               for e in study["methods"].values()
+               if e.get("selection_metrics", {}).get("pods/rollouts_sampled", (None,))[0] is not None]
+    if sampled:
+        lines.append("  rollouts generated per update (mean ± SE over seeds; rounds per update): " + "; ".join(
+            f"{label} {v[0]:.1f} ± {v[1] or 0:.1f}" + (f" ({r[0]:.2f} rounds)" if r and r[0] is not None else "")
+            for label, v, r in sampled))
     lines.append("  break-even: 'pays' = (1)'s CI lies above (2)'s, 'does not pay' = below, 'undecided' = they "
                  "overlap (more seeds or updates)")
     last = c["steps/peak"]["labels"][study["baseline"]]["last_step"]
