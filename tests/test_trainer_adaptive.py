@@ -119,3 +119,26 @@ def test_pods_train_with_a_pilot_logs_fewer_rollouts(tmp_path):
             assert row["pods/rollouts_sampled"] < 16 * prompts
     # the shipped model solves some problems, so some pilot groups are mixed (seed 0: every step has one)
     assert any(row["pods/frac_zero_std_pilot"] < 1 for row in steps)
+
+
+def test_adaptive_reward_decides_mixed_on_one_reward_function(tmp_path, tiny_model_dir):
+    # Total = half_informative + length: the length reward makes nearly every total mixed, so on the total every
+    # prompt would stop after its pilot; on half_informative the even prompts (all 1) run to n.
+    from .test_trainer import length_reward
+
+    n, m, k, groups = 8, 2, 2, 2
+    sampled = {}
+    for decider in (None, "half_informative_reward"):
+        trainer = make_trainer(tmp_path / str(decider), tiny_model_dir,
+                               reward_funcs=(half_informative_reward, length_reward), num_generations=n,
+                               downsample_to=m, per_device_train_batch_size=groups * m, max_steps=2,
+                               pilot_generations=k, adaptive_reward=decider)
+        trainer.train()
+        logs = [row for row in trainer.state.log_history if "pods/rollouts_sampled" in row]
+        sampled[decider] = [(row["pods/rollouts_sampled"], row["pods/frac_zero_std_pilot"]) for row in logs]
+    # the even prompts' group is all-equal on half_informative: at least 1 of the 2 per step unless both odd
+    assert any(s > groups * k for s, _ in sampled["half_informative_reward"])
+    assert sum(s for s, _ in sampled["half_informative_reward"]) > sum(s for s, _ in sampled[None])
+    with pytest.raises(ValueError, match="adaptive_reward 'nope' is not one of this run's reward functions"):
+        make_trainer(tmp_path / "bad", tiny_model_dir, num_generations=n, downsample_to=m,
+                     per_device_train_batch_size=groups * m, pilot_generations=k, adaptive_reward="nope")

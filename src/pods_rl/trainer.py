@@ -163,6 +163,13 @@ class PODSConfig(GRPOConfig):
         default=None,
         metadata={"help": "Rollouts an open prompt gets per round after the pilot (default: pilot_generations)."},
     )
+    adaptive_reward: str | None = field(
+        default=None,
+        metadata={"help": "Which reward decides whether a prompt's rollouts are mixed (with pilot_generations): the "
+                  "name of one reward function (e.g. correctness_reward), or None for the weighted total that "
+                  "selection uses. With shaped rewards (format bonuses) the total is almost never all-equal, so "
+                  "until_mixed stops every prompt after its pilot; name the task's correctness reward instead."},
+    )
     adaptive_budget: float | None = field(
         default=None,
         metadata={"help": "For adaptive_rule=budgeted: rollouts per prompt per step on average (a number in "
@@ -416,6 +423,12 @@ class PODSTrainer(GRPOTrainer):
                              "'sum_then_normalize'.")
         self.downsample_to = config.downsample_to
         self.downsample_rule = config.downsample_rule
+        self._adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
+        if config.is_adaptive and config.adaptive_reward is not None:
+            if config.adaptive_reward not in self.reward_func_names:
+                raise ValueError(f"adaptive_reward {config.adaptive_reward!r} is not one of this run's reward functions "
+                                 f"{self.reward_func_names}; name one of them, or drop it to use the total reward.")
+            self._adaptive_reward_index = self.reward_func_names.index(config.adaptive_reward)
         self._selects = config.selects
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
@@ -624,7 +637,7 @@ class PODSTrainer(GRPOTrainer):
         round_size = args.adaptive_round_size or k
         budget = None if args.adaptive_budget is None else int(args.adaptive_budget * num_sampled)
         P, rank, device = num_sampled, self.accelerator.process_index, self.accelerator.device
-        rewards = torch.full((P, n), float("nan"), dtype=torch.float64)  # (P, n) weighted rewards so far, padded
+        rewards = torch.full((P, n), float("nan"), dtype=torch.float64)  # (P, n) deciding rewards so far, padded
         local_per_func = None  # (P*n, F) each rollout's rewards per function, NaN where none (yet)
         counts = torch.zeros(P, dtype=torch.long)  # (P,)
         outputs, slots = [], []  # per round: _generate's tuple and each kept row's slot p*n + j
@@ -656,7 +669,11 @@ class PODSTrainer(GRPOTrainer):
                 if local_per_func is None:
                     local_per_func = torch.full((P * n, local.shape[1]), float("nan"), dtype=local.dtype)
                 local_per_func[round_slots] = local
-                summed = (local.double() * weights).nansum(dim=1).masked_fill(torch.isnan(local).all(dim=1), float("nan"))
+                if self._adaptive_reward_index is None:  # the total that selection uses, NaN where unscored
+                    summed = (local.double() * weights).nansum(dim=1)
+                    summed = summed.masked_fill(torch.isnan(local).all(dim=1), float("nan"))
+                else:  # one reward function's (e.g. correctness): mixed = some right and some wrong
+                    summed = local[:, self._adaptive_reward_index].double()
                 rewards.view(-1)[round_slots] = summed
                 outputs.append(generated)
                 slots.append(round_slots)
