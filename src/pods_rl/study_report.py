@@ -102,6 +102,19 @@ def _held_out_length(run: stats.RunData) -> float | None:
     return stats.second_half_mean(length) if len(length.values) else None
 
 
+def _rollouts_per_update(run: stats.RunData) -> float | None:
+    """Rollouts a run generated per optimizer step: its logged ``pods/rollouts_sampled`` (PODS, adaptive), else
+    n per kept group of its config (GRPO, which logs none)."""
+    logged = _train_mean(run, "pods/rollouts_sampled")
+    if logged is not None:
+        return logged
+    config = run.config or {}
+    try:
+        return float(config["per_device_train_batch_size"]) * config["num_generations"] / config["downsample_to"]
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
 def _ratio_entry(values: list, base: list, n_boot: int) -> dict:
     values, base = [v for v in values if v is not None], [b for b in base if b is not None]
     if not values or not base:
@@ -135,6 +148,7 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
     pods_keys = sorted({k for r in runs for k in _metric_keys(r) if k.startswith("pods/")})
     lengths = {name: {"train_kept": [_train_mean(r, "completions/mean_length") for r in group],
                       "held_out_second_half": [_held_out_length(r) for r in group]} for name, group in groups.items()}
+    rollouts = {name: [_rollouts_per_update(r) for r in group] for name, group in groups.items()}
     methods = {}
     for name, group in groups.items():
         ratio, ratio_ci = stats.ratio_of_means(seconds[name], seconds[baseline], n_boot=n_boot)
@@ -146,7 +160,11 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
                  "peak_accuracy": stats.mean_se([float(r.values.max()) for r in group]),
                  "selection_metrics": {k: stats.mean_se([_train_mean(r, k) for r in group]) for k in pods_keys},
                  "completion_length": {kind: _ratio_entry(values, lengths[baseline][kind], n_boot)
-                                       for kind, values in lengths[name].items()}}
+                                       for kind, values in lengths[name].items()},
+                 # rollouts generated per update, and that over the baseline's (CI: bootstrap over seeds)
+                 "rollouts_per_update": {**_ratio_entry(rollouts[name], rollouts[baseline], n_boot),
+                                         "mean_ci95": stats.bootstrap_ci([v for v in rollouts[name] if v is not None],
+                                                                         n_boot=n_boot) if n_boot else None}}
         for key, comparison in comparisons.items():
             label = comparison["labels"][name]
             entry[key] = {"to_target": label.get("steps_to_target", label.get("time_to_target")),
@@ -230,8 +248,9 @@ def headline(study: dict) -> dict:
             "wall_clock_speedup": {"value": e["time/peak"]["ratio"], "ci95": e["time/peak"]["ci95"],
                                    "kind": e["time/peak"]["kind"], "seconds_to_target": e["time/peak"]["to_target"]},
             "break_even": e["break_even/peak"],
-            # rollouts generated per update (PODS: n per prompt; adaptive: what its rounds needed), mean ± SE over seeds
-            "rollouts_per_update": _rollouts(e)}
+            # rollouts generated per update (PODS: n per prompt; adaptive: what its rounds needed), over seeds
+            "rollouts_per_update": e.get("rollouts_per_update"),
+            "rounds_per_update": e.get("selection_metrics", {}).get("pods/rounds")}
     return numbers
 
 
@@ -242,14 +261,6 @@ def fmt_ci(ci) -> str:
     if not ci:
         return "[—]"
     return "[" + ", ".join("inf" if v is None else f"{v:.2f}" for v in ci) + "]"
-
-
-def _rollouts(entry: dict) -> dict | None:
-    """Mean ± SE over seeds of ``pods/rollouts_sampled`` and ``pods/rounds`` (None for methods that do not log it)."""
-    metrics = entry.get("selection_metrics", {})
-    if metrics.get("pods/rollouts_sampled", (None,))[0] is None:
-        return None
-    return {"mean_se": metrics["pods/rollouts_sampled"], "rounds": metrics.get("pods/rounds")}
 
 
 def _fmt_ratio(entry: dict) -> str:
@@ -312,13 +323,13 @@ def format_report(report: dict) -> str:
         f"{e['label']}: (1) {_fmt_ratio(e['steps/gain80'])} {fmt_ci(e['steps/gain80']['ci95'])}, (3) "
         f"{_fmt_ratio(e['time/gain80'])} {fmt_ci(e['time/gain80']['ci95'])}, {e['break_even/gain80']['verdict']}"
         for name, e in study["methods"].items() if name != study["baseline"]))
-    sampled = [(e["label"], e["selection_metrics"]["pods/rollouts_sampled"], e["selection_metrics"].get("pods/rounds"))
-               for e in study["methods"].values()
-               if e.get("selection_metrics", {}).get("pods/rollouts_sampled", (None,))[0] is not None]
+    sampled = [(e["label"], e["rollouts_per_update"], e.get("selection_metrics", {}).get("pods/rounds"))
+               for e in study["methods"].values() if (e.get("rollouts_per_update") or {}).get("mean", (None,))[0]]
     if sampled:
-        lines.append("  rollouts generated per update (mean ± SE over seeds; rounds per update): " + "; ".join(
-            f"{label} {v[0]:.1f} ± {v[1] or 0:.1f}" + (f" ({r[0]:.2f} rounds)" if r and r[0] is not None else "")
-            for label, v, r in sampled))
+        lines.append("  rollouts generated per update (mean over seeds [95% CI]; x the baseline's [CI]; rounds): " + "; ".join(
+            f"{label} {v['mean'][0]:.1f} {fmt_ci(v.get('mean_ci95'))}"
+            + (f" = {v['ratio_to_baseline']:.2f}x {fmt_ci(v['ci95'])}" if v.get("ratio_to_baseline") else "")
+            + (f" ({r[0]:.2f} rounds)" if r and r[0] is not None else "") for label, v, r in sampled))
     lines.append("  break-even: 'pays' = (1)'s CI lies above (2)'s, 'does not pay' = below, 'undecided' = they "
                  "overlap (more seeds or updates)")
     last = c["steps/peak"]["labels"][study["baseline"]]["last_step"]

@@ -626,7 +626,9 @@ class PODSTrainer(GRPOTrainer):
     def _sample_in_rounds(self, inputs: list[dict], prompts: list, num_sampled: int):
         """Adaptive rollouts: a pilot round of k per prompt, then rounds for the prompts ``adaptive_rule`` keeps open.
 
-        Each round is one ``_generate`` + ``_calculate_rewards`` call over this process's open rows. All processes
+        Whether a group is mixed is judged on ``adaptive_reward`` (one reward function, e.g. correctness) or by default
+        on the weighted total that selection uses; ``pods/frac_zero_std_pilot`` is the share all-equal on it after
+        the pilot. Each round is one ``_generate`` + ``_calculate_rewards`` call over this process's open rows. All processes
         run the same rounds (a round runs while any process has a prompt open) with the same number of rows
         (TRL gathers per-row tensors): a process with fewer open rows pads its round with copies of its first
         prompt, which are generated (and counted in ``pods/rollouts_sampled``) but thrown away. Same return layout
