@@ -142,3 +142,21 @@ def test_adaptive_reward_decides_mixed_on_one_reward_function(tmp_path, tiny_mod
     with pytest.raises(ValueError, match="adaptive_reward 'nope' is not one of this run's reward functions"):
         make_trainer(tmp_path / "bad", tiny_model_dir, num_generations=n, downsample_to=m,
                      per_device_train_batch_size=groups * m, pilot_generations=k, adaptive_reward="nope")
+
+
+def test_rounds_are_arranged_into_n_rows_per_prompt():
+    from pods_rl.trainer import _arrange_rounds, _ranks_within
+
+    assert _ranks_within([3, 3, 5, 3]) == [0, 1, 0, 2]
+    n = 4
+    # round 1: pilot of 2 for prompts 0 and 1; round 2: 2 more for prompt 1, plus one padding row (dropped)
+    round1 = (["p0", "p0", "p1", "p1"], [[1], [2], [3], [4]], None, ["a", "b", "c", "d"], None,
+              {"extra": [10, 11, 12, 13], "per_batch": 7}, None, [])
+    round2 = (["p1", "p1", "pad"], [[5], [6], [0]], None, ["e", "f", "x"], None,
+              {"extra": [14, 15, 99], "per_batch": 8}, None, [])
+    slots = [[0, 1, 4, 5], [6, 7]]
+    merged = _arrange_rounds([round1, round2], slots, num_prompts=2, n=n)
+    assert merged[3] == ["a", "b", "a", "a", "c", "d", "e", "f"]  # prompt 0's empty slots copy its first rollout
+    assert merged[1] == [[1], [2], [1], [1], [3], [4], [5], [6]]
+    assert merged[5] == {"extra": [10, 11, 10, 10, 12, 13, 14, 15], "per_batch": 7}
+    assert merged[2] is None and merged[7] == []  # absent / per-batch entries come from the first round
