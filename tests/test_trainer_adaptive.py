@@ -160,3 +160,12 @@ def test_rounds_are_arranged_into_n_rows_per_prompt():
     assert merged[1] == [[1], [2], [1], [1], [3], [4], [5], [6]]
     assert merged[5] == {"extra": [10, 11, 10, 10, 12, 13, 14, 15], "per_batch": 7}
     assert merged[2] is None and merged[7] == []  # absent / per-batch entries come from the first round
+
+
+def test_default_run_dir_names_the_pilot(tmp_path):
+    from pods_rl.recipes import RunArguments
+    from pods_rl.train import default_run_dir
+
+    config = PODSConfig(**common_args(tmp_path, num_generations=8, downsample_to=4, per_device_train_batch_size=8,
+                                      pilot_generations=4))
+    assert "-pods-max_variance-n8m4-pilot4-seed3-" in default_run_dir(RunArguments(task="arithmetic"), config).name
