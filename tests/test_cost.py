@@ -144,3 +144,23 @@ def test_cost_on_the_paper_recipe_with_a_local_model_and_data(tmp_path, tiny_mod
     check_schema(result, [4, 8], 4)
     assert result["settings"]["schedule"] == "sequential"
     assert result["rows"][1]["sampled_per_step"] == 8 and result["rows"][1]["kept_per_step"] == 4
+
+
+def test_cost_measures_adaptive_rows_beside_plain_pods(tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "cost.json"
+    code = cost.main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--n", "8",
+                      "--steps", "2", "--warmup", "1", "--out", str(out), "--pilot_generations", "4"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "8 -> 4 k4" in text and "kK = adaptive rollouts, pilot K" in text
+    result = json.loads(out.read_text())
+    assert [(r["n"], r["pilot_generations"]) for r in result["rows"]] == [(4, None), (8, None), (8, 4)]
+    check_schema({**result, "rows": result["rows"][:2]}, [4, 8], 4)
+    adaptive = result["rows"][2]
+    # 2 prompts per step; a pilot of 4 = m: every prompt has m after one round, at most n = 8 after two
+    assert 1 <= adaptive["rounds"] <= 2 and 8 <= adaptive["sampled_per_step"] <= 16
+    assert adaptive["step_ratio"] == pytest.approx(adaptive["seconds"]["step"] / result["rows"][0]["seconds"]["step"])
+    assert result["settings"]["pilot_generations"] == 4
+    # pilot_generations is validated like the other flags: one line, exit 2, before anything is built
+    assert cost.main(["--config", "cpu/smoke", "--n", "4", "--pilot_generations", "2"]) == 2
+    assert "needs an n above m=4" in capsys.readouterr().err

@@ -19,8 +19,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.parametrize("oversample", [1, 2])
-def test_two_process_pods_run(tmp_path, tiny_model_dir, oversample):
+@pytest.mark.parametrize("oversample, pilot", [(1, 0), (2, 0), (1, 2)])
+def test_two_process_pods_run(tmp_path, tiny_model_dir, oversample, pilot):
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     # `--multi_gpu` selects accelerate's torchrun launcher; with no GPU, torch.distributed falls back to gloo
@@ -28,7 +28,7 @@ def test_two_process_pods_run(tmp_path, tiny_model_dir, oversample):
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "--main_process_port", str(_free_port()),
-           str(SCRIPT), str(tiny_model_dir), str(out), str(oversample)]
+           str(SCRIPT), str(tiny_model_dir), str(out), str(oversample), str(pilot)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     records = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
@@ -50,6 +50,16 @@ def test_two_process_pods_run(tmp_path, tiny_model_dir, oversample):
         # Advantages are normalized within each kept group: they sum to ~0 per group.
         for sums in record["advantages_group_sums"]:
             assert all(abs(s) < 1e-3 for s in sums)
+    # Both ranks ran the same generation rounds and counted the same (global) rollouts; adaptive: n=6 from a
+    # pilot of 2 is at most 3 rounds, and fewer than 6 per prompt when a group mixed early.
+    assert records[0]["rounds"] == records[1]["rounds"]
+    assert records[0]["rollouts_sampled"] == records[1]["rollouts_sampled"]
+    prompts_per_step = 2 * 2 * oversample
+    for rounds, sampled in zip(records[0]["rounds"], records[0]["rollouts_sampled"]):
+        if pilot:
+            assert 1 < rounds <= 3 and 2 * prompts_per_step <= sampled <= 6 * prompts_per_step + 2 * 2 * 4
+        else:
+            assert rounds == 1 and sampled == 6 * prompts_per_step
     # The two ranks worked on different prompts in each step.
     for step in range(2):
         assert set(records[0]["generated_prompts"][step]).isdisjoint(records[1]["generated_prompts"][step])

@@ -62,6 +62,20 @@ def test_plan_gives_every_method_the_same_updates_and_kept_rows(tmp_path):
     assert {r.argv[r.argv.index("--num_generations") + 1] for r in runs} == {"16", "32", "64"}
 
 
+def test_pilot_adds_adaptive_methods_their_control_and_cost_rows(tmp_path):
+    plan = _plan(tmp_path, "--n", "32", "--m", "8", "--pilot", "8", "--learning_rate", "1e-4")
+    assert [m.name for m in plan.methods] == ["grpo-n8", "pods-mv-n32m8", "pods-random-n32m8",
+                                              "pods-mv-n32m8-pilot8", "pods-random-n32m8-pilot8"]
+    adaptive = plan.methods[3]
+    assert adaptive.extra == ("--pilot_generations", "8") and adaptive.label == "PODS max_variance (n=32→m=8) +pilot8"
+    assert plan.methods[4].rule == "random" and plan.cost_pilot == 8
+    run = next(r for r in study_runs(plan, plan.lr) if r.run_dir.name == "pods-random-n32m8-pilot8-s0")
+    flags = dict(zip(run.argv[::2], run.argv[1::2]))
+    assert flags["--pilot_generations"] == "8" and flags["--downsample_rule"] == "random"
+    with pytest.raises(ValueError, match="--pilot 64 is larger than n = 32"):
+        _plan(tmp_path, "--n", "32", "--m", "8", "--pilot", "64")
+
+
 def test_plan_refuses_bad_input_in_one_line(tmp_path):
     cases = {("--num_generations", "32"): "set by pods study for each run; use --n",
              ("--n", "8", "--m", "8"): "must exceed m=8",

@@ -1,12 +1,19 @@
 """pods-rl: Policy Optimization with Down-Sampling (PODS) for RL with verifiable rewards.
 
 The down-sampling rules (``downsample``, ``group_advantages``, ``register_rule``, ``available_rules``)
-are plain tensor code and import nothing heavy; the TRL-based trainer (``PODSConfig``,
+and the adaptive-rollout rounds (``plan_round``, ``downsample_ragged``, ``register_adaptive_rule``,
+``available_adaptive_rules``) are plain tensor code and import nothing heavy; the TRL-based trainer (``PODSConfig``,
 ``PODSTrainer``) is imported lazily so that other frameworks can use the rules alone.
 """
 
 from importlib import metadata as _metadata
 
+from pods_rl.adaptive import (
+    available_adaptive_rules,
+    downsample_ragged,
+    plan_round,
+    register_adaptive_rule,
+)
 from pods_rl.downsample import available_rules, downsample, group_advantages, register_rule
 
 try:  # one source of truth: pyproject.toml's version, as installed (pip install, -e included)
@@ -17,9 +24,13 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - a source tree on sy
 __all__ = [
     "PODSConfig",
     "PODSTrainer",
+    "available_adaptive_rules",
     "available_rules",
     "downsample",
+    "downsample_ragged",
     "group_advantages",
+    "plan_round",
+    "register_adaptive_rule",
     "register_rule",
 ]
 

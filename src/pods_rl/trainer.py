@@ -7,7 +7,9 @@ How a training step flows (``PODSTrainer._generate_and_score_completions``)::
     prompts (P = B * oversample_prompts per process, each repeated n times)   # whole groups per process
       -> self._generate                       (P*n rollouts) # phase "generation"
       -> self._calculate_rewards              (P*n, F)       # phase "scoring"
-      -> pods_rl.downsample(total reward, m)  (P, m)         # phase "selection" (tiebreak, features)
+         (adaptive rollouts, pilot_generations = k: one _generate + _calculate_rewards per round, k for
+         every prompt, then rounds for the prompts pods_rl.plan_round keeps open; each ends with m..n)
+      -> pods_rl.downsample_ragged(total reward, counts, m)  (P, m)   # phase "selection" (tiebreak, features)
       -> keep the B groups whose kept rewards vary most     (B, m)   (all P = B without over-sampling)
       -> GRPOTrainer._generate_and_score_completions on the B*m kept rows only
          (padding, old/reference log-probs, TRL's metrics), with `_generate` and
@@ -95,7 +97,8 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, nanstd, repeat_iterable_dataset
 
 from pods_rl import tiny
-from pods_rl.downsample import available_rules, downsample, group_advantages, rule_takes_features
+from pods_rl.adaptive import available_adaptive_rules, downsample_ragged, group_is_mixed, plan_round
+from pods_rl.downsample import available_rules, group_advantages, rule_takes_features
 from pods_rl.reward_guard import (
     DEFAULT_REWARD_TIMEOUT_S,
     MAX_TIMEOUTS_IN_A_ROW,
@@ -141,6 +144,36 @@ class PODSConfig(GRPOConfig):
                   "and within-group selection, keep the groups whose kept rewards have the largest variance "
                   "(zero-variance groups last), as many as the update batch needs: dynamic sampling (DAPO) on top "
                   "of PODS. The update batch and its cost do not change; generation and scoring grow."},
+    )
+    pilot_generations: int | None = field(
+        default=None,
+        metadata={"help": "Adaptive rollouts: k, the rollouts of each prompt's first round. Prompts the adaptive rule "
+                  "keeps open (e.g. still all-equal) get more rounds, up to num_generations (n); each prompt ends with "
+                  "m..n rollouts and is down-sampled to m. None or 0: n rollouts for every prompt in one round "
+                  "(PODS)."},
+    )
+    adaptive_rule: str = field(
+        default="until_mixed",
+        metadata={"help": "Which prompts get another round (with pilot_generations): until_mixed (fewer than m "
+                  "rollouts, or all rewards equal and fewer than n), budgeted (adaptive_budget rollouts per prompt "
+                  "on average, spent on all-equal prompts, fewest rollouts first) or a rule registered with "
+                  "pods_rl.register_adaptive_rule."},
+    )
+    adaptive_round_size: int | None = field(
+        default=None,
+        metadata={"help": "Rollouts an open prompt gets per round after the pilot (default: pilot_generations)."},
+    )
+    adaptive_reward: str | None = field(
+        default=None,
+        metadata={"help": "Which reward decides whether a prompt's rollouts are mixed (with pilot_generations): the "
+                  "name of one reward function (e.g. correctness_reward), or None for the weighted total that "
+                  "selection uses. With shaped rewards (format bonuses) the total is almost never all-equal, so "
+                  "until_mixed stops every prompt after its pilot; name the task's correctness reward instead."},
+    )
+    adaptive_budget: float | None = field(
+        default=None,
+        metadata={"help": "For adaptive_rule=budgeted: rollouts per prompt per step on average (a number in "
+                  "[max(pilot_generations, downsample_to), num_generations])."},
     )
     save_every_seconds: float | None = field(
         default=None,
@@ -189,6 +222,7 @@ class PODSConfig(GRPOConfig):
                 f"downsample_tiebreak={self.downsample_tiebreak!r} needs a rule that sees the rollouts, but rule "
                 f"{self.downsample_rule!r} takes no features keyword (see pods_rl.register_rule); use "
                 f"downsample_tiebreak=index or add `*, features` to the rule.")
+        self._check_adaptive(n, m)
         o = self.oversample_prompts
         if isinstance(o, bool) or not isinstance(o, (int, float)) or not 1 <= o < float("inf"):
             raise ValueError(f"oversample_prompts must be a number >= 1 (1: no over-sampling), got {o!r}.")
@@ -227,6 +261,42 @@ class PODSConfig(GRPOConfig):
                 f"not a multiple of downsample_to (m={m}). Each process must hold whole groups so that selection "
                 f"never splits a group: make per_device_train_batch_size * steps_per_generation a multiple of {m}."
             )
+
+    def _check_adaptive(self, n: int | None, m: int) -> None:
+        """Validate the adaptive-rollout knobs (pilot_generations, adaptive_*), each error naming its fix."""
+        k = self.pilot_generations
+        if k == 0 and not isinstance(k, bool):
+            self.pilot_generations = k = None  # 0: off, so that a flag can turn a recipe's pilot off
+        if k is None:
+            return
+        if isinstance(k, bool) or not isinstance(k, int) or n is None or not 1 <= k <= n:
+            raise ValueError(f"pilot_generations (k) must be an integer in [1, num_generations={n}], got {k!r}.")
+        if m == n:
+            raise ValueError(f"pilot_generations needs downsample_to (m) < num_generations (n={n}): every prompt must "
+                             "reach m rollouts anyway, so rounds would change nothing. Lower downsample_to or drop "
+                             "pilot_generations.")
+        if self.adaptive_rule not in available_adaptive_rules():
+            raise ValueError(f"Unknown adaptive_rule {self.adaptive_rule!r}; available: {available_adaptive_rules()} "
+                             "(add your own with pods_rl.register_adaptive_rule).")
+        r = self.adaptive_round_size
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
+            raise ValueError(f"adaptive_round_size must be a positive integer (default: pilot_generations), got {r!r}.")
+        budget = self.adaptive_budget
+        if self.adaptive_rule == "budgeted":
+            low = max(k, m)
+            if (budget is None or isinstance(budget, bool) or not isinstance(budget, (int, float))
+                    or not low <= budget <= n):
+                raise ValueError(f"adaptive_rule=budgeted needs adaptive_budget, the mean rollouts per prompt per step, "
+                                 f"in [max(pilot_generations, downsample_to)={low}, num_generations={n}]; got "
+                                 f"{budget!r}.")
+        elif budget is not None:
+            raise ValueError(f"adaptive_budget is only read by adaptive_rule=budgeted (got adaptive_rule="
+                             f"{self.adaptive_rule!r}); drop it or set adaptive_rule=budgeted.")
+
+    @property
+    def is_adaptive(self) -> bool:
+        """True when rollouts are sampled in rounds (pilot_generations set)."""
+        return self.pilot_generations is not None
 
     @property
     def is_pods(self) -> bool:
@@ -328,6 +398,7 @@ class PODSTrainer(GRPOTrainer):
                 kwargs["reward_funcs"] = reward_funcs
             else:
                 args = (*args[:1], reward_funcs, *args[2:])
+        self._pods_in_rounds = False  # True inside an adaptive round's _generate / _calculate_rewards
         self._no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
         self._warned_no_variance = False
         engine_setup = nullcontext()
@@ -353,6 +424,12 @@ class PODSTrainer(GRPOTrainer):
                              "'sum_then_normalize'.")
         self.downsample_to = config.downsample_to
         self.downsample_rule = config.downsample_rule
+        self._adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
+        if config.is_adaptive and config.adaptive_reward is not None:
+            if config.adaptive_reward not in self.reward_func_names:
+                raise ValueError(f"adaptive_reward {config.adaptive_reward!r} is not one of this run's reward functions "
+                                 f"{self.reward_func_names}; name one of them, or drop it to use the total reward.")
+            self._adaptive_reward_index = self.reward_func_names.index(config.adaptive_reward)
         self._selects = config.selects
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
@@ -430,7 +507,7 @@ class PODSTrainer(GRPOTrainer):
             return self._pods_stash["rewards_per_func"]
         with self.phase_clock.phase("scoring"):
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self.model.training:
+        if self.model.training and not self._pods_in_rounds:  # (adaptive rounds note it once, on whole groups)
             self._note_reward_variance(rewards_per_func)  # (N, F), gathered over processes
         return rewards_per_func
 
@@ -484,12 +561,8 @@ class PODSTrainer(GRPOTrainer):
         inputs = [dict(x) for x in inputs]  # rows are annotated below; leave the dataloader's dicts alone
         prompts = [x["prompt"] for x in inputs]
 
-        generated = self._generate(prompts)  # (B*n) rollouts
-        completions, completion_ids_list, extra_fields = generated[3], generated[1], generated[5]
-        for key, values in (extra_fields or {}).items():  # rollout_func extras are reward inputs (as in TRL)
-            for i, row in enumerate(inputs):
-                row[key] = values[i] if isinstance(values, list) else values
-        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N, F)
+        # (P*n) rollout rows (prompt p's in rows p*n.., the first counts[p] real), (N, F) gathered, counts (P,)
+        generated, rewards_per_func, counts = self._sample_rollouts(inputs, prompts, num_sampled)
 
         with self.phase_clock.phase("selection"):
             process_slice = slice(self.accelerator.process_index * len(inputs),
@@ -504,8 +577,8 @@ class PODSTrainer(GRPOTrainer):
             group_mean = torch.nan_to_num(torch.nanmean(rewards, dim=1, keepdim=True), nan=0.0)
             rewards_for_selection = torch.where(torch.isnan(rewards), group_mean, rewards)
             tiebreak, features = self._selection_inputs(generated, local_rewards_per_func, num_sampled, n)
-            kept = downsample(rewards_for_selection, m, self.downsample_rule, tiebreak=tiebreak,
-                              generator=self._selection_generator, features=features)  # (P, m)
+            kept = downsample_ragged(rewards_for_selection, counts, m, self.downsample_rule, tiebreak=tiebreak,
+                                     generator=self._selection_generator, features=features)  # (P, m)
             groups = self._select_groups(rewards_for_selection.gather(1, kept), num_groups)  # (B,) ascending
             kept_rows = (kept[groups] + n * groups.unsqueeze(1)).flatten().tolist()  # (B*m,)
             kept_generated = _select_generated(generated, kept_rows, len(inputs))
@@ -529,6 +602,101 @@ class PODSTrainer(GRPOTrainer):
         output["advantages"] = advantages.flatten()[local].to(output["advantages"].device)
         self._log_selection_metrics(rewards_per_func, kept_rewards.view(-1, m), n)
         return output
+
+    def _sample_rollouts(self, inputs: list[dict], prompts: list, num_sampled: int):
+        """Generate and score the rollouts of the P = ``num_sampled`` prompts of ``inputs`` (P*n rows, each prompt's
+        row repeated n times; extra fields of a ``rollout_func`` are written into them).
+
+        Returns ``generated`` (``_generate``'s tuple, P*n rows: prompt p's rollouts in rows p*n .. p*n + counts[p] - 1,
+        the rest copies of its first rollout that selection never sees), ``rewards_per_func`` (N = P*n*processes, F)
+        gathered over processes, NaN on the copies, and ``counts`` (P,): n for every prompt without
+        ``pilot_generations``, else m..n from the adaptive rounds (``_sample_in_rounds``).
+        """
+        n = self.num_generations
+        if self.args.is_adaptive:
+            generated, rewards_per_func, counts = self._sample_in_rounds(inputs, prompts, num_sampled)
+        else:
+            generated = self._generate(prompts)  # (P*n) rollouts
+            _write_extra_fields(inputs, generated[5])  # rollout_func extras are reward inputs (as in TRL)
+            rewards_per_func = self._calculate_rewards(inputs, prompts, generated[3], generated[1])  # (N, F)
+            counts = torch.full((num_sampled,), n, dtype=torch.long)
+            metrics = self._metrics["train"]
+            metrics["pods/rollouts_sampled"].append(float(rewards_per_func.shape[0]))
+            metrics["pods/rounds"].append(1.0)
+        return generated, rewards_per_func, counts
+
+    def _sample_in_rounds(self, inputs: list[dict], prompts: list, num_sampled: int):
+        """Adaptive rollouts: a pilot round of k per prompt, then rounds for the prompts ``adaptive_rule`` keeps open.
+
+        Whether a group is mixed is judged on ``adaptive_reward`` (one reward function, e.g. correctness) or by default
+        on the weighted total that selection uses; ``pods/frac_zero_std_pilot`` is the share all-equal on it after
+        the pilot. Each round is one ``_generate`` + ``_calculate_rewards`` call over this process's open rows. All processes
+        run the same rounds (a round runs while any process has a prompt open) with the same number of rows
+        (TRL gathers per-row tensors): a process with fewer open rows pads its round with copies of its first
+        prompt, which are generated (and counted in ``pods/rollouts_sampled``) but thrown away. Same return layout
+        as ``_sample_rollouts``.
+        """
+        args, n, m = self.args, self.num_generations, self.downsample_to
+        k = args.pilot_generations
+        round_size = args.adaptive_round_size or k
+        budget = None if args.adaptive_budget is None else int(args.adaptive_budget * num_sampled)
+        P, rank, device = num_sampled, self.accelerator.process_index, self.accelerator.device
+        rewards = torch.full((P, n), float("nan"), dtype=torch.float64)  # (P, n) deciding rewards so far, padded
+        local_per_func = None  # (P*n, F) each rollout's rewards per function, NaN where none (yet)
+        counts = torch.zeros(P, dtype=torch.long)  # (P,)
+        outputs, slots = [], []  # per round: _generate's tuple and each kept row's slot p*n + j
+        more = torch.full((P,), k, dtype=torch.long)  # (P,) rollouts to add this round
+        sampled, rounds, pilot_all_equal = 0, 0, None
+        weights = self.reward_weights.cpu().double()
+        while True:
+            local_rows = int(more.sum())
+            round_rows = int(gather(torch.tensor([local_rows], device=device)).max())  # the collective: any open?
+            if round_rows == 0:
+                break
+            owners = torch.repeat_interleave(torch.arange(P), more).tolist()  # (local_rows,) prompt of each row
+            round_slots = [p * n + int(counts[p]) + j for p, j in zip(owners, _ranks_within(owners))]
+            owners += [0] * (round_rows - local_rows)  # padding rows: copies of prompt 0, thrown away
+            round_inputs = [dict(inputs[p * n]) for p in owners]
+            round_prompts = [row["prompt"] for row in round_inputs]
+            uniform = round_rows == local_rows and len(set(more[more > 0].tolist())) == 1
+            self.num_generations = int(more.max()) if uniform else 1  # TRL's vLLM server dedups by it
+            self._pods_in_rounds = True
+            try:
+                generated = self._generate(round_prompts)
+                _write_extra_fields(round_inputs, generated[5])
+                round_per_func = self._calculate_rewards(round_inputs, round_prompts, generated[3], generated[1])
+            finally:
+                self.num_generations = n
+                self._pods_in_rounds = False
+            with self.phase_clock.phase("selection"):
+                local = round_per_func[rank * round_rows: rank * round_rows + local_rows].cpu()  # (local_rows, F)
+                if local_per_func is None:
+                    local_per_func = torch.full((P * n, local.shape[1]), float("nan"), dtype=local.dtype)
+                local_per_func[round_slots] = local
+                if self._adaptive_reward_index is None:  # the total that selection uses, NaN where unscored
+                    summed = (local.double() * weights).nansum(dim=1)
+                    summed = summed.masked_fill(torch.isnan(local).all(dim=1), float("nan"))
+                else:  # one reward function's (e.g. correctness): mixed = some right and some wrong
+                    summed = local[:, self._adaptive_reward_index].double()
+                rewards.view(-1)[round_slots] = summed
+                outputs.append(generated)
+                slots.append(round_slots)
+                counts += more
+                sampled += round_per_func.shape[0]
+                rounds += 1
+                if pilot_all_equal is None:
+                    pilot_all_equal = (~group_is_mixed(rewards, counts)).double()  # (P,)
+                more = plan_round(rewards, counts, m, n, round_size, args.adaptive_rule, budget=budget)
+        with self.phase_clock.phase("selection"):
+            generated = _arrange_rounds(outputs, slots, P, n)
+            _write_extra_fields(inputs, generated[5])
+            rewards_per_func = gather(local_per_func.to(device))  # (P*n*processes, F)
+            metrics = self._metrics["train"]
+            metrics["pods/rollouts_sampled"].append(float(sampled))
+            metrics["pods/rounds"].append(float(rounds))
+            metrics["pods/frac_zero_std_pilot"].append(gather(pilot_all_equal.to(device)).mean().item())
+        self._note_reward_variance(rewards_per_func)  # once per step, on the finished groups
+        return generated, rewards_per_func, counts
 
     def _select_groups(self, kept_rewards: torch.Tensor, num_groups: int) -> torch.Tensor:
         """The ``num_groups`` of the P sampled groups (rows of ``kept_rewards`` (P, m)) that reach the update.
@@ -721,6 +889,46 @@ def _all_equal(rewards: torch.Tensor) -> torch.Tensor:
     top = torch.where(torch.isnan(rewards), float("-inf"), rewards).amax(dim=1)
     bottom = torch.where(torch.isnan(rewards), float("inf"), rewards).amin(dim=1)
     return top <= bottom
+
+
+def _write_extra_fields(inputs: list[dict], extra_fields: dict | None) -> None:
+    """Write a rollout_func's extra fields (per-rollout lists or per-batch values) into the rows of ``inputs``."""
+    for key, values in (extra_fields or {}).items():
+        for i, row in enumerate(inputs):
+            row[key] = values[i] if isinstance(values, list) else values
+
+
+def _ranks_within(owners: list[int]) -> list[int]:
+    """For each entry, how many earlier entries have the same value: [3, 3, 5, 3] -> [0, 1, 0, 2]."""
+    seen: dict[int, int] = {}
+    ranks = []
+    for owner in owners:
+        ranks.append(seen.get(owner, 0))
+        seen[owner] = ranks[-1] + 1
+    return ranks
+
+
+def _arrange_rounds(outputs: list[tuple], slots: list[list[int]], num_prompts: int, n: int) -> tuple:
+    """Merge the rounds' ``_generate`` tuples into one of P*n rows: row ``slots[r][i]`` holds round r's i-th row
+    (a round's padding rows, past ``len(slots[r])``, are dropped); a slot no round filled holds a copy of its
+    prompt's first rollout (slot p*n, always filled by the pilot). Per-batch values (anything that is not a list
+    with a row for each of a round's rows) come from the first round."""
+    rows_per_round = [len(round_slots) for round_slots in slots]
+    empty = object()
+
+    def merge(values):
+        if isinstance(values[0], dict):
+            return {key: merge([v[key] for v in values]) for key in values[0]}
+        per_rollout = all(isinstance(v, list) and len(v) >= rows for v, rows in zip(values, rows_per_round))
+        if not per_rollout or len(values[0]) == 0:
+            return values[0]  # None, or a per-batch value (e.g. TRL's empty tool_images without tools)
+        merged = [empty] * (num_prompts * n)
+        for value, round_slots in zip(values, slots):
+            for i, slot in enumerate(round_slots):
+                merged[slot] = value[i]
+        return [merged[slot - slot % n] if value is empty else value for slot, value in enumerate(merged)]
+
+    return tuple(merge([output[i] for output in outputs]) for i in range(len(outputs[0])))
 
 
 def _select_generated(generated: tuple, rows: list[int], num_rows: int) -> tuple:

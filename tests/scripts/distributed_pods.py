@@ -1,5 +1,5 @@
 """Run by tests/test_distributed.py under `accelerate launch --num_processes 2 --cpu`: a few PODS steps with a
-tiny model (optionally with prompt over-sampling: argv[3]); each rank records how many kept rows reached its loss,
+tiny model (optionally with prompt over-sampling: argv[3], and adaptive rollouts with a pilot of argv[4]); each rank records how many kept rows reached its loss,
 which prompts it generated for and which prompts' rows reached the update."""
 
 import json
@@ -17,11 +17,19 @@ def digit_reward(completions, **kwargs):
     return [float(sum(ch.isdigit() for ch in c[0]["content"]) % 4) for c in completions]
 
 
-def main(model_dir: str, out_dir: str, oversample: float = 1.0) -> None:
+def half_constant_reward(prompts, completions, **kwargs):
+    """Prompts of even i score 1 on every rollout (all-equal: adaptive rounds keep them open up to n)."""
+    varied = digit_reward(completions)
+    return [1.0 if int(p[0]["content"].split("*")[0]) % 2 == 0 else v for p, v in zip(prompts, varied)]
+
+
+def main(model_dir: str, out_dir: str, oversample: float = 1.0, pilot: float = 0) -> None:
     n, m = 6, 2
+    adaptive = dict(pilot_generations=int(pilot)) if pilot else {}
     config = PODSConfig(output_dir=out_dir, use_cpu=True, seed=0, learning_rate=1e-2, max_steps=3, beta=0.0,
                         max_completion_length=6, num_generations=n, downsample_to=m, oversample_prompts=oversample,
-                        per_device_train_batch_size=2 * m, logging_steps=1, report_to="none", save_strategy="no")
+                        per_device_train_batch_size=2 * m, logging_steps=1, report_to="none", save_strategy="no",
+                        **adaptive)
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}*{i}="}] for i in range(32)]})
     stop = GracefulStop()
 
@@ -33,11 +41,11 @@ def main(model_dir: str, out_dir: str, oversample: float = 1.0) -> None:
             if state.global_step == 2 and state.is_world_process_zero is False:
                 stop.signal_name = "SIGTERM"
 
-    trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[digit_reward],
+    trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[half_constant_reward if pilot else digit_reward],
                           args=config, train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(model_dir),
                           callbacks=[SignalOnRankOne(), stop])
     record = {"rank": trainer.accelerator.process_index, "world": trainer.accelerator.num_processes,
-              "loss_rows": [], "generated_prompts": [], "kept_prompts": [], "advantages_group_sums": []}
+              "loss_rows": [], "generated_prompts": [], "rounds": [], "rollouts_sampled": [], "kept_prompts": [], "advantages_group_sums": []}
     tokenizer = trainer.processing_class
     generate = trainer._generate_and_score_completions
 
@@ -47,6 +55,9 @@ def main(model_dir: str, out_dir: str, oversample: float = 1.0) -> None:
         record["loss_rows"].append(out["completion_ids"].shape[0])
         record["kept_prompts"].append(tokenizer.batch_decode(out["prompt_ids"], skip_special_tokens=True))
         record["advantages_group_sums"].append(out["advantages"].view(-1, m).sum(1).tolist())
+        metrics = trainer._metrics["train"]
+        record["rounds"].append(metrics["pods/rounds"][-1])
+        record["rollouts_sampled"].append(metrics["pods/rollouts_sampled"][-1])
         return out
 
     trainer._generate_and_score_completions = spy

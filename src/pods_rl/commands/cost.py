@@ -4,6 +4,7 @@
     pods cost --config gsm8k/pods --n 16,64 --steps 3    # a paper recipe (needs its GPU); any pods train flag
     pods cost --config my.yaml --model_name_or_path ./m --per_device_train_batch_size 8 --out cost.json
     pods cost --n 16 --oversample_prompts 2              # what sampling 2x the prompts adds to a step
+    pods cost --n 32 --pilot_generations 8               # adaptive rollouts: pilot of 8, up to 32, keep m
 
 For each n (always including n = m, the GRPO reference with the same update batch) it builds the REAL
 ``pods train`` trainer (``pods_rl.recipes.parse_args`` + ``pods_rl.commands.train.build``: same model, task, device, batch sizes, with
@@ -34,6 +35,13 @@ Prompt over-sampling. With ``--oversample_prompts O`` (O > 1, a `pods train` fla
 is measured twice, without and with O: the rows marked ``xO`` sample O times more prompts for the same kept
 update batch, and a line under the table gives their step time (and generation, scoring time) relative to the
 same n without over-sampling, its generation overhead; ``oversample_step_ratio`` in the JSON.
+
+Adaptive rollouts. With ``--pilot_generations K`` (a `pods train` flag; ``--adaptive_rule``,
+``--adaptive_round_size``, ``--adaptive_budget`` are read with it) each n > m is measured twice, plain PODS and
+adaptive (a pilot round of K, then rounds for the prompts still open, up to n): the rows marked ``kK`` sample
+what the rounds needed, ``sampled_per_step`` is then the measured mean of ``pods/rollouts_sampled`` (``rounds``:
+the mean rounds per step), and their ratio is against the same GRPO reference. An adaptive step pays for
+each extra round with one more generation call, so fewer rollouts do not always mean a shorter step.
 
 Agreement with `pods train`. The numbers are the rows a `pods train` run of the same settings writes to its
 metrics.jsonl (``tests/test_cost.py`` checks that the rows cost reads are those of the real trainer, with the
@@ -120,15 +128,16 @@ def _turn_callback(turns: _Turns, i: int):
 # Measuring
 # ------------------------------------------------------------------------------------------------------------
 def _settings_argv(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path,
-                   oversample: float = 1.0) -> list[str]:
+                   oversample: float = 1.0, pilot: int | None = None) -> list[str]:
     """The `pods train` flags of one measured setting: the user's recipe + overrides (later flags win)."""
     return [*recipe_argv, "--num_generations", str(n), "--downsample_to", str(m), "--max_steps", str(max_steps),
-            "--oversample_prompts", repr(float(oversample)),
+            "--oversample_prompts", repr(float(oversample)), "--pilot_generations", str(pilot or 0),
             "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
             "--eval_before_after", "false", "--output_dir", str(output_dir)]
 
 
-def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path, oversample: float = 1.0):
+def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path, oversample: float = 1.0,
+                  pilot: int | None = None):
     """The real `pods train` trainer for one setting (n -> m), without evaluation, checkpoints or a time limit.
 
     Returns ``(trainer, run_dir)``: its per-step phase times land in ``run_dir/metrics.jsonl`` (read them with
@@ -138,7 +147,7 @@ def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output
         PrinterCallback,  # seconds to import; `pods cost --help` needs none
     )
 
-    run, config, model_args = parse_args(_settings_argv(recipe_argv, n, m, max_steps, output_dir, oversample))
+    run, config, model_args = parse_args(_settings_argv(recipe_argv, n, m, max_steps, output_dir, oversample, pilot))
     run.eval_every_seconds = run.eval_every_steps = None
     config.max_train_seconds = config.save_every_seconds = None  # stop by steps, never save
     trainer, clock, _ = train.build(run, config, model_args)
@@ -180,7 +189,7 @@ def step_rows(run_dir: Path, warmup: int) -> list[dict]:
 
 
 def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: float = 1.0,
-              sampled_per_step: int | None = None) -> dict:
+              sampled_per_step: int | None = None, pilot: int | None = None) -> dict:
     """One table row from measured per-step rows (``step_rows``): mean, std, min, max seconds of each phase,
     seconds per sampled / kept rollout, peak update memory and the selection statistics.
 
@@ -188,7 +197,8 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
         rows: S >= 1 per-step metric dicts.
         kept_per_step: rollouts the update trains on per optimizer step (all processes).
         oversample: the setting's ``oversample_prompts``.
-        sampled_per_step: rollouts sampled per step; default kept_per_step x n / m x oversample.
+        sampled_per_step: rollouts sampled per step; default kept_per_step x n / m x oversample. Adaptive rows
+            (``pilot``, the setting's ``pilot_generations``) use the measured mean of ``pods/rollouts_sampled``.
     """
     import numpy as np
 
@@ -207,6 +217,9 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
         low[phase], high[phase] = float(values.min()), float(values.max())
     if sampled_per_step is None:
         sampled_per_step = round(kept_per_step * n / m * oversample)
+    measured_sampled, rounds = column("pods/rollouts_sampled"), column("pods/rounds")
+    if pilot and measured_sampled is not None:
+        sampled_per_step = float(measured_sampled.mean())  # what the rounds needed, not n per prompt
 
     def mean_of(*keys):
         for key in keys:  # the PODS metric when the trainer selected, else TRL's (n = m: all kept)
@@ -217,7 +230,8 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
 
     memory = column("memory/update_peak_gb")
     return {
-        "n": n, "m": m, "oversample_prompts": oversample, "steps": len(rows),
+        "n": n, "m": m, "oversample_prompts": oversample, "pilot_generations": pilot, "steps": len(rows),
+        "rounds": float(rounds.mean()) if rounds is not None else 1.0,
         "seconds": seconds, "seconds_std": std, "seconds_min": low, "seconds_max": high,
         "step_ratio": None,  # filled in against n = m by add_ratios
         "oversample_step_ratio": None,  # over-sampled rows: against the same n without over-sampling
@@ -235,17 +249,18 @@ def add_ratios(rows: list[dict]) -> list[dict]:
     """Set each row's ``step_ratio`` = its mean step seconds / those of the n = m row without over-sampling (the
     GRPO reference), and for over-sampled rows ``oversample_step_ratio`` = step seconds / those of the same n
     without over-sampling (the generation overhead of ``oversample_prompts``)."""
-    plain = {r["n"]: r for r in rows if r.get("oversample_prompts", 1.0) == 1.0}
+    plain = {r["n"]: r for r in rows if r.get("oversample_prompts", 1.0) == 1.0 and not r.get("pilot_generations")}
     reference = plain[next(r["m"] for r in rows)]
     for row in rows:
         row["step_ratio"] = row["seconds"]["step"] / reference["seconds"]["step"]
-        if row.get("oversample_prompts", 1.0) != 1.0 and row["n"] in plain:
+        if row.get("oversample_prompts", 1.0) != 1.0 and not row.get("pilot_generations") and row["n"] in plain:
             row["oversample_step_ratio"] = row["seconds"]["step"] / plain[row["n"]]["seconds"]["step"]
     return rows
 
 
 def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = DEFAULT_STEPS,
-            warmup: int = DEFAULT_WARMUP, schedule: str = "auto", oversample: float = 1.0) -> dict:
+            warmup: int = DEFAULT_WARMUP, schedule: str = "auto", oversample: float = 1.0,
+            pilot: int | None = None) -> dict:
     """Train the recipe for ``warmup + steps`` optimizer steps at each n (keeping m) and summarize the cost.
 
     Args:
@@ -253,16 +268,19 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
         ns: rollouts sampled per prompt, each >= m; n = m is the GRPO reference and must be among them.
         schedule: "interleaved", "sequential" or "auto" (sequential on CUDA or with vLLM, else interleaved).
         oversample: ``oversample_prompts`` > 1 measures each n also with it (its generation overhead).
+        pilot: ``pilot_generations`` K measures each n > m (n >= K) also with adaptive rollouts.
     Returns ``{"machine", "settings", "rows": [one dict per (n, oversample), see summarize()]}``.
     """
     if m not in ns:
         raise ValueError(f"the n list {list(ns)} must include n = m = {m}, the GRPO reference")
-    cases = [(n, o) for n in ns for o in ([1.0, float(oversample)] if oversample > 1 else [1.0])]
-    run_dirs, described, waiting = {}, {}, []  # waiting: ((n, o), trainer) to be trained interleaved
+    cases = [(n, o, None) for n in ns for o in ([1.0, float(oversample)] if oversample > 1 else [1.0])]
+    cases += [(n, 1.0, pilot) for n in ns if pilot and n > m and n >= pilot]  # (n, oversample, pilot)
+    run_dirs, described, waiting = {}, {}, []  # waiting: ((n, o, k), trainer) to be trained interleaved
     with tempfile.TemporaryDirectory(prefix="pods-cost-") as tmp:
-        for n, o in cases:
-            n_o = (n, o)
-            trainer, run_dirs[n_o] = build_trainer(list(recipe_argv), n, m, warmup + steps, Path(tmp) / f"n{n}-o{o:g}", o)
+        for n, o, k in cases:
+            n_o = (n, o, k)
+            trainer, run_dirs[n_o] = build_trainer(list(recipe_argv), n, m, warmup + steps,
+                                                   Path(tmp) / f"n{n}-o{o:g}-k{k or 0}", o, k)
             if schedule == "auto":
                 # vLLM: one engine at a time (each sizes its KV cache from the memory left when it starts).
                 alone = trainer.accelerator.device.type == "cuda" or trainer.args.use_vllm
@@ -281,9 +299,10 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
             del waiting, trainer
             _free_memory()
         rows = [summarize(step_rows(run_dirs[c], warmup), c[0], m, described[c]["kept_per_step"], oversample=c[1],
-                          sampled_per_step=described[c]["sampled_per_step"]) for c in cases]
+                          sampled_per_step=described[c]["sampled_per_step"], pilot=c[2]) for c in cases]
     machine = {**machine_info(), "device": described[cases[0]]["device"]}
-    settings = {"m": m, "n": list(ns), "oversample_prompts": float(oversample), "steps": steps, "warmup": warmup,
+    settings = {"m": m, "n": list(ns), "oversample_prompts": float(oversample), "pilot_generations": pilot,
+                "steps": steps, "warmup": warmup,
                 "schedule": schedule, "recipe_argv": list(recipe_argv)}
     return {"machine": machine, "settings": settings, "rows": add_ratios(rows)}
 
@@ -320,7 +339,7 @@ def format_table(result: dict) -> str:
     """The cost result as a text table: milliseconds per optimizer step of each phase (mean ± std over the
     measured steps), the step-time ratio to n = m, per-rollout costs, peak update memory, selection statistics."""
     rows = result["rows"]
-    head = (f"{'n -> m':>11} {'generation':>13} {'scoring':>11} {'selection':>10} {'update':>13} {'step':>13} "
+    head = (f"{'n -> m':>13} {'generation':>13} {'scoring':>11} {'selection':>10} {'update':>13} {'step':>13} "
             f"{'ratio':>6} {'gen/rollout':>11} {'upd/kept':>8} {'peak GB':>7} {'0-std all/kept':>14} "
             f"{'kept std':>8}")
     lines = [head, "-" * len(head)]
@@ -334,7 +353,9 @@ def format_table(result: dict) -> str:
         name = f"{r['n']} -> {r['m']}"
         if r.get("oversample_prompts", 1.0) != 1.0:
             name += f" x{r['oversample_prompts']:g}"
-        lines.append(f"{name:>11} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths))
+        if r.get("pilot_generations"):
+            name += f" k{r['pilot_generations']}"
+        lines.append(f"{name:>13} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths))
                      + f" {r['step_ratio']:>5.2f}x {r['generation_ms_per_sampled_rollout']:>11.2f}"
                      f" {r['update_ms_per_kept_rollout']:>8.2f} {memory:>7} {zero:>14} {std:>8}")
     s, machine = result["settings"], result["machine"]
@@ -343,6 +364,10 @@ def format_table(result: dict) -> str:
     lines.append("gen/rollout = generation ms per sampled rollout; upd/kept = update ms per kept rollout; "
                  "0-std = fraction of groups whose rewards are all equal")
     for r in rows:
+        if r.get("pilot_generations"):
+            lines.append(f"kK = adaptive rollouts, pilot K: {r['n']} -> {r['m']} k{r['pilot_generations']} sampled "
+                         f"{r['sampled_per_step']:.1f} rollouts per step in {r['rounds']:.2f} rounds on average "
+                         f"(plain {r['n']} -> {r['m']}: {round(r['kept_per_step'] * r['n'] / r['m'])})")
         if r.get("oversample_step_ratio") is not None:
             lines.append(f"xO = oversample_prompts O: {r['n']} -> {r['m']} x{r['oversample_prompts']:g} samples "
                          f"{r['sampled_per_step']} rollouts per step for the same {r['kept_per_step']} kept; its step "
@@ -385,6 +410,21 @@ def resolve_ns(text: str | None, m: int) -> list[int]:
     return sorted({m, *ns})
 
 
+def _pop_pilot(argv: list[str]) -> tuple[list[str], int | None]:
+    """Take ``--pilot_generations K`` out of the recipe flags (cost sets it per setting): (the rest, K or None)."""
+    rest, pilot, i = [], None, 0
+    while i < len(argv):
+        flag = argv[i]
+        if flag == "--pilot_generations" or flag.startswith("--pilot_generations="):
+            text = flag.split("=", 1)[1] if "=" in flag else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in flag else 2
+            pilot = _int_at_least("--pilot_generations", text, low=0) or None
+            continue
+        rest.append(flag)
+        i += 1
+    return rest, pilot
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``pods cost``: measure the step cost of GRPO (n = m) and PODS (each n -> m) on a recipe; exit code
     (0, 2 on bad input, 1 on another failure)."""
@@ -411,11 +451,16 @@ def _main(argv: list[str]) -> int:
     args, recipe_argv = parser.parse_known_args(argv)
     steps = _int_at_least("--steps", args.steps)
     warmup = _int_at_least("--warmup", args.warmup, low=0)
+    recipe_argv, pilot = _pop_pilot(recipe_argv)
     _, config, _ = parse_args(recipe_argv)  # the recipe as the user gave it: its m, and early errors
     m = config.downsample_to if args.m is None else _int_at_least("--m", args.m, low=2)
     ns = resolve_ns(args.n, m)
+    pilot = pilot if pilot is not None else config.pilot_generations  # the flag, else the recipe's
+    if pilot is not None and not [n for n in ns if n > m and n >= pilot]:
+        raise ValueError(f"--pilot_generations {pilot} needs an n above m={m} and at least {pilot} to measure "
+                         f"(got --n {','.join(map(str, ns))}); add one, e.g. --n {max(2 * m, pilot)}")
     result = measure(recipe_argv, ns, m, steps=steps, warmup=warmup, schedule=args.schedule,
-                     oversample=config.oversample_prompts)
+                     oversample=config.oversample_prompts, pilot=pilot)
     print(format_table(result))
     if args.out:
         out = Path(args.out)

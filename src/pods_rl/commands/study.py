@@ -4,6 +4,7 @@
     pods study --smoke --out /tmp/s                   # the whole pipeline at toy sizes, well under a minute
     pods study --config gsm8k/pods --model_name_or_path ./qwen --n 64 --seeds 4 --updates 200 --out st
     pods study --config my.yaml --lrs 1e-4,2e-4,5e-4 --seeds 8 --jobs 2 --out st   # sweep GRPO's lr first
+    pods study --n 32 --pilot 8 --out st              # + adaptive rollouts (pilot 8, up to 32) and its control
 
 Any `pods train` flag sets the recipe (``--config``, model, task, batch options); the study's own flags are
 below. It runs, each stage skipped when its results are already in ``--out``:
@@ -16,6 +17,9 @@ below. It runs, each stage skipped when its results are already in ``--out``:
 3. ``runs``: GRPO n = m, PODS n -> m (max_variance) for each ``--n`` and its random control, ``--seeds`` seeds
    each, all for the same ``--updates`` policy updates with the same kept rows per update (``--prompts-per-step``
    x m), evaluated on held-out problems every ``--eval-every`` updates (``--eval-problems`` x ``--eval-k``).
+   With ``--pilot K`` also adaptive PODS for each n (``pods-mv-n<N>m<M>-pilotK``: a pilot round of K rollouts
+   per prompt, more rounds for the prompts still all-equal, up to n; `pods train --pilot_generations K`) and,
+   for the control n's, its random control (``pods-random-n<N>m<M>-pilotK``); `pods cost` measures it too.
 4. ``report``: learning per update, step-time ratio and wall-clock speed-up with bootstrap 95% CIs over seeds,
    the break-even verdict, evaluation noise against seed spread, figures (``pods_rl.commands.study_report``).
 
@@ -144,6 +148,7 @@ class Plan:
     sweep_seeds: int = 2
     sweep_updates: int | None = None
     cost_n: list[int] = field(default_factory=list)
+    cost_pilot: int | None = None  # pods cost also measures adaptive rollouts with this pilot
     cost_steps: int = 5
     cost_warmup: int = 1
     checkpoint_every: float = 120.0
@@ -227,6 +232,8 @@ def cost_stage(plan: Plan) -> None:
             "--steps", str(plan.cost_steps), "--warmup", str(plan.cost_warmup),
             "--per_device_train_batch_size", str(plan.prompts_per_step * plan.m), "--downsample_to", str(plan.m),
             "--out", str(path)]
+    if plan.cost_pilot:
+        argv += ["--pilot_generations", str(plan.cost_pilot)]
     if plan.device == "cpu" and plan.threads:
         argv += ["--torch_threads", str(plan.threads)]
     print(f"pods study: cost: pods cost for n = {plan.cost_n} -> m = {plan.m} ({plan.cost_warmup} warm-up + "
@@ -391,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--methods", default=None, help="explicit method names instead: grpo-n16,pods-mv-n64m16,pods-random-n64m16")
     add("--variant", action="append", default=[], metavar="NAME=FLAGS",
         help="a method variant with more `pods train` flags, used as pods-mv-n32m16-NAME in --methods")
+    add("--pilot", default=None, help="adaptive rollouts: also run each PODS n -> m with a pilot round of K "
+        "rollouts per prompt, more rounds for prompts still all-equal, up to n (method suffix -pilotK; with "
+        "--methods, declare it yourself with --variant)")
     add("--baseline", default=None, help="the method the others are compared with (default: GRPO, grpo-n<m>)")
     add("--seeds", type=int, default=4, help="seeds per method (default 4; CIs need >= 2)")
     add("--updates", type=int, default=300, help="policy updates (optimizer steps) per run (default 300)")
@@ -448,6 +458,9 @@ def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
         if not sep or not re.fullmatch(r"[A-Za-z0-9_.]+", name):
             raise ValueError(f"--variant takes NAME='--flag value ...', got {item!r}")
         variants[name] = tuple(shlex.split(flags))
+    pilot = _ints("--pilot", args.pilot)[0] if args.pilot else None
+    if pilot is not None:
+        variants.setdefault(f"pilot{pilot}", ("--pilot_generations", str(pilot)))
     if args.methods:
         methods = [parse_method(name.strip(), variants) for name in args.methods.split(",") if name.strip()]
         if {meth.m for meth in methods} != {m}:
@@ -461,6 +474,12 @@ def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
             raise ValueError(f"--n values must exceed m={m} (n = m is GRPO, always included)")
         controls = [] if args.control == "none" else _ints("--control", args.control) if args.control else [max(ns)]
         methods = default_methods(m, ns, controls)
+        if pilot is not None:
+            if any(n < pilot for n in ns):
+                raise ValueError(f"--pilot {pilot} is larger than n = {min(ns)}: the pilot round is part of the n")
+            extra = variants[f"pilot{pilot}"]
+            methods += [Method(f"{pods_name(n, m)}-pilot{pilot}", n, m, extra=extra) for n in ns]
+            methods += [Method(f"{pods_name(n, m, 'random')}-pilot{pilot}", n, m, "random", extra) for n in controls]
     baseline = args.baseline or grpo_name(m)
     if baseline not in {meth.name for meth in methods}:
         raise ValueError(f"--baseline {baseline} is not among the methods {[meth.name for meth in methods]}")
@@ -491,6 +510,7 @@ def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
                 prompts_per_step=prompts, seeds=args.seeds, updates=args.updates, eval_every=eval_every,
                 eval_problems=args.eval_problems, eval_k=args.eval_k, lr=None if lrs else float(config.learning_rate),
                 lrs=lrs, sweep_seeds=args.sweep_seeds, sweep_updates=args.sweep_updates, cost_n=cost_n,
+                cost_pilot=pilot if cost_n and max(cost_n) > m else None,
                 cost_steps=args.cost_steps, cost_warmup=args.cost_warmup, checkpoint_every=args.checkpoint_every,
                 logging_steps=1 if args.smoke else 5, device=device, jobs=jobs, threads=threads,
                 drop_weights=args.drop_weights, in_process=args.in_process, bootstrap=args.bootstrap)

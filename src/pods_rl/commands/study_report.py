@@ -78,6 +78,10 @@ def cost_summary(cost: dict | None) -> dict | None:
              "generation_seconds": r["seconds"]["generation"], "update_seconds": r["seconds"]["update"],
              "update_peak_gb": r.get("update_peak_gb"), "frac_zero_std_kept": r.get("frac_zero_std_kept")}
             for r in cost["rows"] if r.get("oversample_prompts", 1.0) == 1.0]
+    for row, source in zip(rows, [r for r in cost["rows"] if r.get("oversample_prompts", 1.0) == 1.0]):
+        if source.get("pilot_generations"):  # adaptive rollouts: what its rounds sampled
+            row.update(pilot_generations=source["pilot_generations"], sampled_per_step=source["sampled_per_step"],
+                       rounds=source.get("rounds"))
     return {"settings": cost.get("settings"), "device": cost.get("machine", {}).get("device"), "rows": rows}
 
 
@@ -96,6 +100,19 @@ def _held_out_length(run: stats.RunData) -> float | None:
     """Mean held-out completion length (tokens) over the second half of training."""
     length = stats.load_run(run.run_dir, label=run.label, metric="mean_completion_tokens")
     return stats.second_half_mean(length) if len(length.values) else None
+
+
+def _rollouts_per_update(run: stats.RunData) -> float | None:
+    """Rollouts a run generated per optimizer step: its logged ``pods/rollouts_sampled`` (PODS, adaptive), else
+    n per kept group of its config (GRPO, which logs none)."""
+    logged = _train_mean(run, "pods/rollouts_sampled")
+    if logged is not None:
+        return logged
+    config = run.config or {}
+    try:
+        return float(config["per_device_train_batch_size"]) * config["num_generations"] / config["downsample_to"]
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
 
 
 def _ratio_entry(values: list, base: list, n_boot: int) -> dict:
@@ -131,6 +148,7 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
     pods_keys = sorted({k for r in runs for k in _metric_keys(r) if k.startswith("pods/")})
     lengths = {name: {"train_kept": [_train_mean(r, "completions/mean_length") for r in group],
                       "held_out_second_half": [_held_out_length(r) for r in group]} for name, group in groups.items()}
+    rollouts = {name: [_rollouts_per_update(r) for r in group] for name, group in groups.items()}
     methods = {}
     for name, group in groups.items():
         ratio, ratio_ci = stats.ratio_of_means(seconds[name], seconds[baseline], n_boot=n_boot)
@@ -142,7 +160,11 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
                  "peak_accuracy": stats.mean_se([float(r.values.max()) for r in group]),
                  "selection_metrics": {k: stats.mean_se([_train_mean(r, k) for r in group]) for k in pods_keys},
                  "completion_length": {kind: _ratio_entry(values, lengths[baseline][kind], n_boot)
-                                       for kind, values in lengths[name].items()}}
+                                       for kind, values in lengths[name].items()},
+                 # rollouts generated per update, and that over the baseline's (CI: bootstrap over seeds)
+                 "rollouts_per_update": {**_ratio_entry(rollouts[name], rollouts[baseline], n_boot),
+                                         "mean_ci95": stats.bootstrap_ci([v for v in rollouts[name] if v is not None],
+                                                                         n_boot=n_boot) if n_boot else None}}
         for key, comparison in comparisons.items():
             label = comparison["labels"][name]
             entry[key] = {"to_target": label.get("steps_to_target", label.get("time_to_target")),
@@ -178,7 +200,8 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
             ratios[f"this study's runs, {name}"] = round(e["step_ratio"], 3)
     for row in (cost or {}).get("rows", []):
         if row["n"] != row["m"]:
-            ratios[f"pods cost, n={row['n']} -> {row['m']}"] = round(row["step_ratio"], 3)
+            pilot = f" k{row['pilot_generations']}" if row.get("pilot_generations") else ""
+            ratios[f"pods cost, n={row['n']} -> {row['m']}{pilot}"] = round(row["step_ratio"], 3)
     ratios.update({f"assumed {r:g}": r for r in (1.0, 1.5, 2.0, 3.0)})
     result["projection"] = stats.projection(ratios, efficiency)
     result["figures"] = _figures(runs, out, labels, title) if figures else []
@@ -224,7 +247,10 @@ def headline(study: dict) -> dict:
                                 "seconds_per_step": e["seconds_per_step"][0]},
             "wall_clock_speedup": {"value": e["time/peak"]["ratio"], "ci95": e["time/peak"]["ci95"],
                                    "kind": e["time/peak"]["kind"], "seconds_to_target": e["time/peak"]["to_target"]},
-            "break_even": e["break_even/peak"]}
+            "break_even": e["break_even/peak"],
+            # rollouts generated per update (PODS: n per prompt; adaptive: what its rounds needed), over seeds
+            "rollouts_per_update": e.get("rollouts_per_update"),
+            "rounds_per_update": e.get("selection_metrics", {}).get("pods/rounds")}
     return numbers
 
 
@@ -262,7 +288,8 @@ def format_report(report: dict) -> str:
         lines.append(f"  best: {sweep['best_lr']:g}")
     cost = report.get("cost")
     if cost:
-        cells = ", ".join(f"{r['n']} -> {r['m']}: {r['step_ratio']:.2f} ({r['step_seconds']:.3f} s"
+        cells = ", ".join(f"{r['n']} -> {r['m']}{' k' + str(r['pilot_generations']) if r.get('pilot_generations') else ''}: "
+                          f"{r['step_ratio']:.2f} ({r['step_seconds']:.3f} s"
                           + (f", update peak {r['update_peak_gb']:.2f} GB" if r.get("update_peak_gb") else "") + ")"
                           for r in cost["rows"])
         lines.append(f"\npods cost step-time ratios ({cost['settings']['schedule']}, {cost['settings']['steps']} "
@@ -297,6 +324,13 @@ def format_report(report: dict) -> str:
         f"{e['label']}: (1) {_fmt_ratio(e['steps/gain80'])} {fmt_ci(e['steps/gain80']['ci95'])}, (3) "
         f"{_fmt_ratio(e['time/gain80'])} {fmt_ci(e['time/gain80']['ci95'])}, {e['break_even/gain80']['verdict']}"
         for name, e in study["methods"].items() if name != study["baseline"]))
+    sampled = [(e["label"], e["rollouts_per_update"], e.get("selection_metrics", {}).get("pods/rounds"))
+               for e in study["methods"].values() if (e.get("rollouts_per_update") or {}).get("mean", (None,))[0]]
+    if sampled:
+        lines.append("  rollouts generated per update (mean over seeds [95% CI]; x the baseline's [CI]; rounds): " + "; ".join(
+            f"{label} {v['mean'][0]:.1f} {fmt_ci(v.get('mean_ci95'))}"
+            + (f" = {v['ratio_to_baseline']:.2f}x {fmt_ci(v['ci95'])}" if v.get("ratio_to_baseline") else "")
+            + (f" ({r[0]:.2f} rounds)" if r and r[0] is not None else "") for label, v, r in sampled))
     lines.append("  break-even: 'pays' = (1)'s CI lies above (2)'s, 'does not pay' = below, 'undecided' = they "
                  "overlap (more seeds or updates)")
     last = c["steps/peak"]["labels"][study["baseline"]]["last_step"]

@@ -74,6 +74,8 @@ def default_run_dir(run: RunArguments, config) -> Path:
     """``runs/<task>-<method>-<timestamp>``."""
     method = (f"pods-{config.downsample_rule}-n{config.num_generations}m{config.downsample_to}" if config.is_pods
               else f"grpo-n{config.num_generations}")
+    if getattr(config, "is_adaptive", False):
+        method += f"-pilot{config.pilot_generations}"  # adaptive rollouts: a different method, a different name
     task = run.task.replace(":", "-").replace("/", "-")
     return Path("runs") / f"{task}-{method}-seed{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 

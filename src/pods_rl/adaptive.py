@@ -1,0 +1,220 @@
+"""Adaptive rollouts: sample each prompt in rounds until its group can teach something, then down-sample.
+
+PODS samples n rollouts for every prompt and keeps m. A group whose rewards are all equal has zero
+advantages (nothing to learn); a group that is already mixed after a few rollouts gains little from many
+more. Adaptive sampling spends rollouts where they buy information: a pilot round of k rollouts per prompt,
+then further rounds for the prompts a rule keeps open, each prompt ending with between m and n rollouts,
+which any PODS rule then down-samples to m (``downsample_ragged``). Plain tensor code, no framework::
+
+    counts = torch.full((P,), k)                        # rollouts so far per prompt
+    rewards = ...                                       # (P, n) padded: column j < counts[p] is rollout j
+    while (more := plan_round(rewards, counts, m, n, round_size)).any():   # (P,) rollouts to add
+        ...sample more[p] rollouts of prompt p, write them at columns counts[p]..., counts += more
+    keep = downsample_ragged(rewards, counts, m, "max_variance")          # (P, m), indices < counts
+
+Shapes: ``rewards`` (P, n) float, ragged rows padded to the cap n (padding: any value, ignored), NaN inside a
+row's count = a rollout no reward function could score (ignored when deciding whether a group is mixed);
+``counts`` (P,) int64 in [0, n].
+
+Built-in rules (``available_adaptive_rules()`` lists all, including registered ones):
+
+* ``"until_mixed"`` (Reinforce-Ada's rule): a prompt stays open while it has fewer than m rollouts, or its
+  rewards are all equal and it has fewer than n. Each open prompt gets ``round_size`` more (at least enough
+  to reach m, never past n).
+* ``"budgeted"`` (a fixed rollout budget per step, Knapsack-RL's setting): prompts below m are topped up
+  first (the update needs m per prompt), then the budget left is spent in rounds on the prompts still
+  all-equal, most promising first. *Promising* = most likely to turn mixed in the next round. Under a
+  uniform prior on a binary prompt's pass rate, a prompt whose c rewards are all equal turns mixed in its
+  next r rollouts with probability r / (c + 1 + r) (Laplace's rule of succession), which falls with c and
+  is the same for all-0 and all-1 groups: so the prompts with the fewest rollouts so far go first (ties by
+  index: the sampler already shuffled the prompts). A uniform prior, because the rule knows nothing of the
+  task's reward scale or of the model's accuracy.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import torch
+
+from pods_rl.downsample import downsample
+
+__all__ = [
+    "available_adaptive_rules",
+    "downsample_ragged",
+    "expected_until_mixed",
+    "group_is_mixed",
+    "plan_round",
+    "register_adaptive_rule",
+]
+
+# A rule maps (rewards (P, n), counts (P,), m, n, round_size, budget) -> more (P,) int64 rollouts to add.
+AdaptiveRule = Callable[..., torch.Tensor]
+
+
+def group_is_mixed(rewards: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """(P,) bool: prompt p's first ``counts[p]`` rewards hold at least two different (non-NaN) values.
+
+    rewards (P, n) padded, counts (P,). Exact comparison (no tolerance): 16 float32 copies of 0.8 are equal.
+    """
+    n = rewards.shape[1]
+    valid = torch.arange(n, device=rewards.device) < counts.to(rewards.device).unsqueeze(1)  # (P, n)
+    valid &= ~torch.isnan(rewards)
+    top = torch.where(valid, rewards, float("-inf")).amax(dim=1)  # (P,)
+    bottom = torch.where(valid, rewards, float("inf")).amin(dim=1)  # (P,)
+    return top > bottom
+
+
+def _round_sizes(counts: torch.Tensor, m: int, n: int, round_size: int) -> torch.Tensor:
+    """(P,) rollouts an open prompt gets next: round_size, at least enough to reach m, never past n."""
+    return torch.minimum(n - counts, torch.clamp(m - counts, min=round_size))
+
+
+def _until_mixed(rewards, counts, m, n, round_size, budget=None):
+    """Open: fewer than m rollouts, or all equal and fewer than n. Each open prompt gets one round."""
+    open_ = (counts < m) | (~group_is_mixed(rewards, counts) & (counts < n))  # (P,)
+    return torch.where(open_, _round_sizes(counts, m, n, round_size), 0)
+
+
+def _budgeted(rewards, counts, m, n, round_size, budget=None):
+    """Top up prompts below m, then spend what is left of ``budget`` (total rollouts of the P prompts this
+    step) one round at a time on all-equal prompts below n, fewest rollouts first (see the module docstring)."""
+    if budget is None:
+        raise ValueError("the 'budgeted' adaptive rule needs a budget (total rollouts per step); set adaptive_budget")
+    sizes = _round_sizes(counts, m, n, round_size)  # (P,)
+    more = torch.where(counts < m, sizes, 0)  # mandatory: the update needs m rollouts of every prompt
+    left = int(budget) - int(counts.sum()) - int(more.sum())
+    candidates = (counts >= m) & ~group_is_mixed(rewards, counts) & (counts < n)  # (P,)
+    if left <= 0 or not bool(candidates.any()):
+        return more
+    # Fewest rollouts first, then lower index: a stable sort of the counts, candidates only.
+    order = torch.sort(torch.where(candidates, counts, n + 1), stable=True).indices  # (P,)
+    order = order[: int(candidates.sum())]
+    cost = sizes[order].cumsum(0)  # (C,) rollouts spent if the first j candidates get their round
+    chosen = order[cost <= left]  # whole rounds only
+    more[chosen] = sizes[chosen]
+    return more
+
+
+_RULES: dict[str, AdaptiveRule] = {"until_mixed": _until_mixed, "budgeted": _budgeted}
+_BUILTIN = (_until_mixed, _budgeted)
+
+
+def register_adaptive_rule(name: str, fn: AdaptiveRule | None = None, *, overwrite: bool = False):
+    """Register an adaptive rule under ``name`` (usable as a decorator: ``@register_adaptive_rule("mine")``).
+
+    ``fn(rewards, counts, m, n, round_size, budget) -> more``: rewards (P, n) float padded (see the module
+    docstring), counts (P,) int64, m <= n ints, round_size int >= 1, budget int or None (total rollouts the
+    caller allows the P prompts this step); returns (P,) integer rollouts to add per prompt, 0 = closed.
+    ``plan_round`` checks the result: every prompt must end with at most n, and a prompt below m must not be
+    closed (the update needs m per prompt). Re-registering a name needs ``overwrite=True``.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"adaptive rule name must be a non-empty string, got {name!r}")
+
+    def _register(rule_fn: AdaptiveRule) -> AdaptiveRule:
+        if not callable(rule_fn):
+            raise ValueError(f"adaptive rule {name!r} must be callable, got {rule_fn!r}")
+        if name in _RULES and not overwrite:
+            raise ValueError(f"adaptive rule {name!r} is already registered; pass overwrite=True to replace it")
+        try:
+            inspect.signature(rule_fn).bind(None, None, None, None, None, None)
+        except TypeError as err:
+            raise ValueError(f"adaptive rule {name!r} must be callable as fn(rewards, counts, m, n, round_size, "
+                             f"budget): {err}") from None
+        except ValueError:  # no inspectable signature: trust it
+            pass
+        _RULES[name] = rule_fn
+        return rule_fn
+
+    return _register if fn is None else _register(fn)
+
+
+def available_adaptive_rules() -> list[str]:
+    """Names of all registered adaptive rules (built-in and user-registered), sorted."""
+    return sorted(_RULES)
+
+
+def plan_round(rewards, counts, m: int, n: int, round_size: int, rule: str = "until_mixed", *,
+               budget: int | None = None) -> torch.Tensor:
+    """How many more rollouts each prompt gets in the next round (0: the prompt is closed).
+
+    Args:
+        rewards: (P, n) float, prompt p's rollouts so far in columns 0..counts[p]-1 (the rest is padding).
+        counts: (P,) int, rollouts so far per prompt.
+        m, n: the kept group size and the cap, 1 <= m <= n.
+        round_size: rollouts an open prompt gets per round (>= 1).
+        rule: a name from ``available_adaptive_rules()``.
+        budget: total rollouts allowed for the P prompts this step (the ``budgeted`` rule).
+
+    Returns:
+        (P,) int64 on CPU; ``counts + more`` stays <= n, and a prompt below m is never left closed.
+    """
+    if rule not in _RULES:
+        raise ValueError(f"unknown adaptive rule {rule!r}; available: {available_adaptive_rules()}")
+    rewards = torch.as_tensor(rewards).detach().cpu()
+    counts = torch.as_tensor(counts, dtype=torch.long).cpu()
+    if rewards.dim() != 2 or counts.shape != (rewards.shape[0],) or rewards.shape[1] != n:
+        raise ValueError(f"rewards must be (P, n={n}) and counts (P,), got {tuple(rewards.shape)} and "
+                         f"{tuple(counts.shape)}")
+    if not 1 <= m <= n or round_size < 1:
+        raise ValueError(f"need 1 <= m <= n and round_size >= 1, got m={m}, n={n}, round_size={round_size}")
+    if bool(((counts < 0) | (counts > n)).any()):
+        raise ValueError(f"counts must lie in [0, n={n}], got {counts.tolist()}")
+    if not rewards.is_floating_point():
+        rewards = rewards.double()
+    fn = _RULES[rule]
+    more = torch.as_tensor(fn(rewards, counts, m, n, round_size, budget)).to(torch.long).cpu()
+    if fn not in _BUILTIN:
+        if more.shape != counts.shape or bool((more < 0).any()) or bool((counts + more > n).any()):
+            raise ValueError(f"adaptive rule {rule!r} must return (P,) non-negative counts with counts + more <= n "
+                             f"(n={n}), got {more.tolist()}")
+        if bool(((counts < m) & (more == 0)).any()):
+            raise ValueError(f"adaptive rule {rule!r} closed a prompt with fewer than m={m} rollouts")
+    return more
+
+
+def downsample_ragged(rewards, counts, m: int, rule: str = "max_variance", *, tiebreak=None,
+                      generator: torch.Generator | None = None, features: dict | None = None) -> torch.Tensor:
+    """``downsample`` for ragged groups: prompt p keeps m of its first ``counts[p]`` rollouts.
+
+    rewards (P, n) padded, counts (P,) with m <= counts[p] <= n; ``tiebreak`` (P, n) and each feature
+    (P, n, ...) padded the same way. Groups of equal count go to the rule together (one call per distinct
+    count; rounds make few). Returns (P, m) int64 indices, ascending, each below its prompt's count. With
+    every count equal to n this is exactly ``downsample(rewards, m, rule, ...)`` (same generator draws).
+    """
+    rewards = torch.as_tensor(rewards)
+    counts = torch.as_tensor(counts, dtype=torch.long).cpu()
+    P, n = rewards.shape
+    if bool(((counts < m) | (counts > n)).any()):
+        raise ValueError(f"every prompt needs between m={m} and n={n} rollouts to down-sample, got {counts.tolist()}")
+    kept = torch.empty((P, m), dtype=torch.long, device=rewards.device)
+    for count in torch.unique(counts).tolist():
+        rows = torch.nonzero(counts == count).flatten().to(rewards.device)  # (R,)
+        part_tiebreak = None if tiebreak is None else torch.as_tensor(tiebreak)[rows, :count]
+        part_features = None if features is None else {k: torch.as_tensor(v)[rows, :count] for k, v in features.items()}
+        kept[rows] = downsample(rewards[rows, :count], m, rule, tiebreak=part_tiebreak, generator=generator,
+                                features=part_features)
+    return kept
+
+
+def expected_until_mixed(pass_rate: float, m: int, n: int, pilot: int, round_size: int) -> tuple[float, float]:
+    """Closed form for ``until_mixed`` on one binary prompt of known pass rate p: (expected rollouts, P(mixed)).
+
+    The counts a prompt can reach are fixed (c_0 = pilot, c_{j+1} = c_j + round size); it reaches c_{j+1} iff
+    it was open at c_j: certainly when c_j < m, else when its c_j rewards are all equal, probability
+    a(c) = p^c + (1 - p)^c. It ends mixed unless all n are equal: P(mixed) = 1 - a(n) if it can reach n.
+    """
+    def all_equal(c):
+        return pass_rate**c + (1 - pass_rate) ** c
+
+    count, expected = pilot, float(pilot)
+    while count < n:
+        # (all-equal at c implies all-equal at every earlier count, so no product over earlier rounds)
+        open_prob = 1.0 if count < m else all_equal(count)
+        step = min(n - count, max(round_size, m - count))
+        expected += step * open_prob
+        count += step
+    mixed = 1 - all_equal(count)
+    return expected, mixed
