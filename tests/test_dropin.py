@@ -596,3 +596,55 @@ def test_environment_rollouts_rewards_and_instances(tmp_path):
             [call("increment", step=3), call("increment", step=5)])
     prompts = tokenizer.batch_decode(output["prompt_ids"])
     assert all("The counter starts at 0." in p for p in prompts)
+
+
+class Echo:
+    """A second environment, with a tool of its own; it rewards a shout."""
+
+    def reset(self, **kwargs) -> None:
+        self.shouted = ""
+
+    def shout(self, text: str) -> str:
+        """Shout a text back.
+
+        Args:
+            text: What to shout.
+
+        Returns:
+            The text in capitals.
+        """
+        self.shouted = text.upper()
+        return self.shouted
+
+    def get_reward(self) -> float:
+        return float(bool(self.shouted))
+
+
+def test_several_environments_route_and_keep_their_instances(tmp_path):
+    """A dict environment_factory: each kept rollout keeps the environment (and tools) of its own example."""
+    tokenizer = tool_tokenizer()
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "go"}]] * 4,
+                                 "environment": ["counter", "echo"] * 2})
+    trainer = PODSTrainer(model=tool_model(tokenizer), reward_funcs=None,
+                          environment_factory={"counter": Counter, "echo": Echo}, train_dataset=dataset,
+                          args=pods_config(tmp_path, downsample_rule="max_reward", max_completion_length=200,
+                                           shuffle_dataset=False),
+                          processing_class=tokenizer)
+    turns = [call("increment", step=1), call("increment", step=5), "no", call("increment", step=3),  # counter
+             call("shout", text="hi"), "no", call("shout", text="yo"), "no"]  # echo
+    outputs = capture_outputs(trainer)
+    with patch.object(trainer.model, "generate", side_effect=scripted_generate(tokenizer, turns)):
+        assert trained_params_moved(trainer)
+    assert [type(e).__name__ for e in trainer.environments] == ["Counter"] * N + ["Echo"] * N
+    assert [len(trainer._environment_pool[name]) for name in ("counter", "echo")] == [N, N]  # the pool is TRL's
+    output = outputs[0]
+    model_texts = [tokenizer.decode(ids[mask.bool()]) for ids, mask in
+                   zip(output["completion_ids"], output["completion_mask"] * output["tool_mask"], strict=True)]
+    tool_texts = [tokenizer.decode(ids[mask.bool()]) for ids, mask in
+                  zip(output["completion_ids"], output["completion_mask"] * (1 - output["tool_mask"]), strict=True)]
+    counter_kept, echo_kept = model_texts[:M], model_texts[M:]
+    assert sorted(t[:len(call("increment", step=5))] for t in counter_kept) == sorted(
+        [call("increment", step=3), call("increment", step=5)])
+    assert sorted(t[:len(call("shout", text="hi"))] for t in echo_kept) == sorted(
+        [call("shout", text="hi"), call("shout", text="yo")])
+    assert sorted(("HI" in t) or ("YO" in t) for t in tool_texts[M:]) == [True, True]  # Echo's own tool answered
