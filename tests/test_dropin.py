@@ -648,3 +648,16 @@ def test_several_environments_route_and_keep_their_instances(tmp_path):
     assert sorted(t[:len(call("shout", text="hi"))] for t in echo_kept) == sorted(
         [call("shout", text="hi"), call("shout", text="yo")])
     assert sorted(("HI" in t) or ("YO" in t) for t in tool_texts[M:]) == [True, True]  # Echo's own tool answered
+
+
+def test_tool_turns_and_images_in_messages():
+    from pods_rl.rollouts import images_in_messages, tool_turns
+
+    # model, tool result, model, tool result, model | one turn, no tool | nothing generated
+    assert tool_turns([[1, 1, 0, 0, 1, 0, 1], [1, 1], []], 3) == ([2, 0, 0], [3, 1, 1])
+    assert tool_turns(None, 2) == ([0, 0], [1, 1])
+    image = object()
+    prompt = [{"role": "system", "content": "s"},
+              {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "q"}]}]
+    assert images_in_messages(prompt) == [image]
+    assert images_in_messages([{"role": "user", "content": "q"}]) is None and images_in_messages("q") is None
