@@ -60,6 +60,7 @@ OVERRIDDEN = {
     "get_train_dataloader": ["self"],
     "_get_train_sampler": ["self", "dataset"],
     "create_model_card": ["self", "model_name", "dataset_name", "tags"],
+    "evaluate": ["self", "eval_dataset", "ignore_keys", "metric_key_prefix"],
 }
 
 
@@ -146,9 +147,33 @@ def test_generate_and_score_completions_groups_by_num_generations_and_returns_ad
         "replaces it with the advantages of the kept rows")
 
 
+def test_generate_and_score_completions_prepares_prompts_before_generate():
+    """PODSTrainer._rollout_prompts lets TRL's own code prepare the prompts and stops it at `_generate`: everything
+    that shapes a rollout (environments drawn from the pool and reset, tool dicts, images) must come before it."""
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    generate_at = source.index("self._generate(prompts)")
+    for step in ("self._environment_pool[", ".reset(", "prepare_multimodal_messages(", "self._sync_tool_dicts"):
+        assert step in source and source.index(step) < generate_at, (
+            f"GRPOTrainer._generate_and_score_completions no longer does {step!r} before self._generate(prompts); "
+            "PODSTrainer._rollout_prompts and _kept_environments rely on that order")
+    assert "self._batch_environments = " in source and "pool_cursor" in source, (
+        "GRPOTrainer no longer draws each row's environment from self._environment_pool with a cursor per name; "
+        "PODSTrainer._kept_environments hands the kept rows their own instances through that pool")
+    assert "x.get(\"prompt\"" in source.replace("'", '"'), (
+        "GRPOTrainer no longer reads each row's prompt from its 'prompt' field; the kept rows carry their prepared "
+        "prompt there")
+
+
+def test_eval_batch_check_message_we_reword():
+    with pytest.raises(ValueError, match="used for evaluation"):
+        GRPOConfig(output_dir="unused", per_device_train_batch_size=2, num_generations=2, report_to="none",
+                   use_cpu=True, bf16=False, per_device_eval_batch_size=3, eval_strategy="steps", eval_steps=1)
+
+
 # ---- attributes GRPOTrainer sets that PODSTrainer reads -----------------------------------------------------
 TRAINER_ATTRIBUTES = ["num_generations", "num_iterations", "shuffle_dataset", "reward_weights", "scale_rewards",
-                      "_metrics", "_tokenizer", "environment_factories", "tools", "vllm_generation"]
+                      "_metrics", "_tokenizer", "environment_factories", "tools", "vllm_generation",
+                      "num_generations_eval", "multi_objective_aggregation", "_environment_pool", "environments"]
 
 
 @pytest.mark.parametrize("name", TRAINER_ATTRIBUTES)
@@ -207,7 +232,7 @@ def test_nanstd_is_the_std_that_ignores_nan():
 
 
 # ---- GRPOConfig ----------------------------------------------------------------------------------------------
-CONFIG_FIELDS = ["num_generations", "generation_batch_size", "steps_per_generation", "per_device_train_batch_size",
+CONFIG_FIELDS = ["num_generations", "num_generations_eval", "per_device_eval_batch_size", "generation_batch_size", "steps_per_generation", "per_device_train_batch_size",
                  "num_iterations", "multi_objective_aggregation", "scale_rewards", "reward_weights", "seed", "beta",
                  "loss_type", "learning_rate", "hub_model_id", "output_dir", "shuffle_dataset",
                  "max_completion_length", "use_vllm", "vllm_mode", "use_cpu"]

@@ -5,19 +5,26 @@ This is the only module of pods-rl that knows TRL's internals (``TRL_RANGE``; CI
 How a training step flows (``PODSTrainer._generate_and_score_completions``)::
 
     prompts (P = B * oversample_prompts per process, each repeated n times)   # whole groups per process
-      -> self._generate                       (P*n rollouts) # phase "generation"
+      -> self._rollout_prompts                (P*n prompts)  # TRL's own preparation, stopped at `_generate`:
+                                                             # environments drawn and reset, tool dicts, images
+      -> self._generate                       (P*n rollouts) # phase "generation" (multi-turn with tools)
       -> self._calculate_rewards              (P*n, F)       # phase "scoring"
          (adaptive rollouts, pilot_generations = k: one _generate + _calculate_rewards per round, k for
          every prompt, then rounds for the prompts pods_rl.plan_round keeps open; each ends with m..n)
-      -> pods_rl.downsample_ragged(total reward, counts, m)  (P, m)   # phase "selection" (tiebreak, features)
+      -> pods_rl.downsample_ragged(reward, counts, m)  (P, m)  # phase "selection" (tiebreak, features); the
+                                                             # reward: weighted sum, or per-function standardized
+                                                             # over the group under normalize_then_sum
       -> keep the B groups whose kept rewards vary most     (B, m)   (all P = B without over-sampling)
       -> GRPOTrainer._generate_and_score_completions on the B*m kept rows only
-         (padding, old/reference log-probs, TRL's metrics), with `_generate` and
-         `_calculate_rewards` answered from what was already computed above
-      -> advantages = pods_rl.group_advantages(kept rewards) # recomputed on the kept subset
+         (padding, images, old/reference log-probs, TRL's metrics), with `_generate` and
+         `_calculate_rewards` answered from what was already computed above; each kept row carries its prepared
+         prompt and gets its own environment instance back, not reset again
+      -> advantages = pods_rl.group_advantages(kept rewards) # recomputed on the kept subset (normalize_then_sum:
+                                                             # TRL's own, computed on the kept rows)
       -> loss / backward / optimizer step on B*m rows        # phase "update"
 
 Nothing is computed for the n - m discarded rollouts after selection: no log-probs, no loss, no backward.
+Evaluation samples ``num_generations_eval`` completions per prompt, m when unset (what GRPO with m costs).
 Batch sizes (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``steps_per_generation``,
 ``generation_batch_size``) all count *kept* rollouts, so a PODS run and a GRPO run with n = m have the
 same update cost; only the generation batch is n/m (times oversample_prompts) larger.
@@ -30,7 +37,8 @@ Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins 
                                               its GFPO and replay-buffer trainers when their overrides of this
                                               method drifted from GRPO's: ours keeps TRL's body and only narrows
                                               its input, answering the two calls below from what was computed.
-    _generate(prompts) -> 8-tuple             timed ("generation"); answered from the stash inside the inner call.
+    _generate(prompts) -> 8-tuple             timed ("generation"); answered from the stash inside the inner call;
+                                              raises _PromptsPrepared(prompts) inside _rollout_prompts' call.
                                               We read [1] completion_ids, [2] tool_mask, [3] completions,
                                               [5] extra_fields, and keep rows of every per-rollout list.
     _calculate_rewards(inputs, prompts, completions, completion_ids_list) -> (N, F)
@@ -41,17 +49,26 @@ Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins 
                                               transformers' Trainer._get_dataloader(dataset, description,
                                               batch_size, sampler_fn, is_training).
     create_model_card / save_model(output_dir, _internal_call)   the PODS model card (TRL's conventions)
+    evaluate(eval_dataset, ignore_keys, metric_key_prefix)   checks the eval batch holds whole groups first
+  GRPOTrainer._generate_and_score_completions' order   environments (self._environment_pool, a cursor per name,
+                           reset), tool dicts and images are prepared before `self._generate(prompts)`; rows read
+                           their prompt from x["prompt"] (x.get with environments)
   TRL helpers we call      trl.trainer.utils: RepeatSampler(data_source, mini_repeat_count, batch_size,
                            repeat_count, shuffle, seed), repeat_iterable_dataset(dataset, mini_repeat_count,
                            batch_size, repeat_count), nanstd(tensor); get_config_model_id,
                            get_comet_experiment_url, get_trackio_space_url (model card)
   GRPOTrainer attributes we read   num_generations (set to m around the inner call: TRL groups by it),
                            num_iterations, shuffle_dataset, reward_weights, scale_rewards, _metrics["train"],
+                           num_generations_eval (set to m unless configured), multi_objective_aggregation,
+                           environments, _batch_environments, _environment_pool (swapped for the kept rows' own
+                           instances around the inner call),
                            _tokenizer, environment_factories, tools, eos_token_ids (TRL >= 1.13; 1.12: the
                            tokenizer's), _paper, _tag_names; vllm_generation (TRL's VLLMGeneration, built in
                            GRPOTrainer.__init__ inside our CPU workaround; release_vllm_engine drops its .llm)
   GRPOConfig               subclassed (PODSConfig); __post_init__ runs with num_generations = m and its
-                           "divisible by num_generations" error is reworded; fields read: num_generations,
+                           "divisible by num_generations" and "used for evaluation" errors are reworded (the eval
+                           check then counts num_generations_eval or m); fields read: num_generations,
+                           num_generations_eval, per_device_eval_batch_size,
                            generation_batch_size, steps_per_generation, per_device_train_batch_size,
                            num_iterations, multi_objective_aggregation, scale_rewards, reward_weights, seed,
                            beta, loss_type, learning_rate, hub_model_id, output_dir, use_vllm, vllm_mode, use_cpu
@@ -82,6 +99,10 @@ def _require_supported_trl(trl_version: str) -> None:
     """Refuse a TRL outside ``TRL_RANGE`` before touching its internals: one clear message, not an AttributeError
     in the middle of a training step."""
     if not SpecifierSet(TRL_RANGE).contains(trl_version, prereleases=True):
+        if os.environ.get("PODS_RL_TRY_TRL") == trl_version:  # .ci/trl-next.sh tries the next TRL on purpose
+            logging.getLogger(__name__).warning("pods_rl.trainer: trying trl %s, outside trl%s (PODS_RL_TRY_TRL)",
+                                                trl_version, TRL_RANGE)
+            return
         raise ImportError(
             f"pods_rl.trainer supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its internals), "
             f"but trl {trl_version} is installed. Install a supported version: pip install \"trl{TRL_RANGE}\"."
@@ -105,6 +126,7 @@ from pods_rl.reward_guard import (
     guard_reward_funcs,
     reward_weights_of,
 )
+from pods_rl.rollouts import images_in_messages, tool_turns
 
 logger = logging.getLogger(__name__)
 
@@ -244,6 +266,9 @@ class PODSConfig(GRPOConfig):
         try:
             super().__post_init__()
         except ValueError as err:
+            if "used for evaluation" in str(err):
+                raise ValueError(_eval_batch_problem(self.per_device_eval_batch_size, self.world_size,
+                                                     self.num_generations_eval, m)) from None
             if "divisible by num_generations" not in str(err):
                 raise
             raise ValueError(
@@ -299,6 +324,12 @@ class PODSConfig(GRPOConfig):
         return self.pilot_generations is not None
 
     @property
+    def eval_generations(self) -> int:
+        """Completions sampled per prompt in evaluation: ``num_generations_eval`` if set, else m (downsample_to), so
+        that evaluating costs what it costs GRPO with m rollouts."""
+        return self.num_generations_eval or self.downsample_to
+
+    @property
     def is_pods(self) -> bool:
         """True when rollouts are down-sampled (m < n)."""
         return self.downsample_to < self.num_generations
@@ -312,6 +343,16 @@ class PODSConfig(GRPOConfig):
         """Prompts sampled per process and generation round: kept groups times ``oversample_prompts``, rounded up."""
         kept_groups = self.per_device_train_batch_size * self.steps_per_generation // self.downsample_to
         return max(kept_groups, math.ceil(kept_groups * self.oversample_prompts - 1e-9))
+
+
+def _eval_batch_problem(per_device_eval_batch_size: int, num_processes: int, num_generations_eval: int | None,
+                        m: int) -> str:
+    """The one-line refusal of an evaluation batch that cannot hold whole groups."""
+    k = num_generations_eval or m
+    which = "num_generations_eval" if num_generations_eval else "downsample_to, m, since num_generations_eval is unset"
+    return (f"per_device_eval_batch_size ({per_device_eval_batch_size}) * processes ({num_processes}) is not a multiple "
+            f"of the completions evaluation samples per prompt ({k}: {which}): make per_device_eval_batch_size a "
+            f"multiple of {k}, or set num_generations_eval to a divisor of it.")
 
 
 class _PhaseClock(TrainerCallback):
@@ -379,11 +420,32 @@ class PODSTrainer(GRPOTrainer):
     Takes the same arguments as ``GRPOTrainer``; ``args`` must be a ``PODSConfig``.
     """
 
+    # Read by the overrides below; class-level so that a trainer built without __init__ (as TRL's own tests build
+    # GRPOTrainers, with object.__new__) behaves as plain GRPO.
+    _pods_stash = None  # (kept generation outputs, gathered kept rewards) during the inner TRL call
+    _pods_capture = False  # True while TRL prepares the rollout prompts (see _rollout_prompts)
+    _pods_in_rounds = False  # True inside an adaptive round's _generate / _calculate_rewards
+    _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
+    _selects = False
+    phase_clock = None
+    _no_variance_rounds = 0
+    _warned_no_variance = False
+
     def __init__(self, *args, **kwargs):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if config is None:  # as GRPOTrainer: a default config named after the model (plain GRPO until m is set)
+            from trl.trainer.utils import get_config_model_id
+
+            model = kwargs.get("model", args[0] if args else None)
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            config = PODSConfig(f"{model_name.split('/')[-1]}-PODS")
+            if "args" in kwargs or len(args) <= 2:
+                kwargs["args"] = config
+            else:
+                args = (*args[:2], config, *args[3:])
         if not isinstance(config, PODSConfig):
-            raise TypeError(f"PODSTrainer needs args=PODSConfig(...), got {type(config).__name__}.")
-        self._pods_stash = None  # (kept generation outputs, gathered kept rewards) during the inner TRL call
+            raise TypeError(f"PODSTrainer needs args=PODSConfig(...) (or None for the defaults), got "
+                            f"{type(config).__name__}.")
         # Reward functions are user code: a time budget per call, checked return values, named errors.
         if "reward_funcs" in kwargs:
             reward_funcs = kwargs["reward_funcs"]
@@ -416,15 +478,17 @@ class PODSTrainer(GRPOTrainer):
                 engine_setup = vllm_cpu.reloadable_cpu_weights()
         with engine_setup:
             super().__init__(*args, **kwargs)
-        if config.selects and (self.environment_factories is not None or self.tools):
-            raise ValueError("PODS down-sampling does not support tools or environments yet; use downsample_to="
-                             "num_generations (plain GRPO) for multi-turn rollouts.")
-        if config.selects and self.args.multi_objective_aggregation != "sum_then_normalize":
-            raise ValueError("PODS selects on the weighted sum of rewards; use multi_objective_aggregation="
-                             "'sum_then_normalize'.")
+        # Evaluation samples what a GRPO run with m samples (PODSConfig validated the eval batch in these terms).
+        self.num_generations_eval = config.eval_generations
         self.downsample_to = config.downsample_to
         self.downsample_rule = config.downsample_rule
         self._adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
+        if config.is_adaptive and (self.environment_factories is not None or self.tools):
+            # TRL's tool loop addresses each row's environment and tools by its position in the batch; a round
+            # generates for a subset of the rows, so the positions would point at other rollouts' environments.
+            raise ValueError("pilot_generations (adaptive rollouts) does not support tools or environments yet: "
+                             "drop pilot_generations to sample n rollouts per prompt in one round (PODS still "
+                             "down-samples them to m).")
         if config.is_adaptive and config.adaptive_reward is not None:
             if config.adaptive_reward not in self.reward_func_names:
                 raise ValueError(f"adaptive_reward {config.adaptive_reward!r} is not one of this run's reward functions "
@@ -437,6 +501,15 @@ class PODSTrainer(GRPOTrainer):
         # First in line, so that its step ends before any callback that evaluates or saves at step end
         # (pods train's TrainingClock): those seconds are not part of the step.
         self.callback_handler.callbacks.insert(0, self.phase_clock)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
+        """``Trainer.evaluate``, after checking (before any generation) that the evaluation batch holds whole groups
+        of ``num_generations_eval`` completions (m unless set; TRL checks it only when ``eval_strategy`` is set)."""
+        k, processes = self.num_generations_eval, self.accelerator.num_processes
+        if (self.args.per_device_eval_batch_size * processes) % k != 0:
+            raise ValueError(_eval_batch_problem(self.args.per_device_eval_batch_size, processes,
+                                                 self.args.num_generations_eval, self.args.downsample_to))
+        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
 
     def release_vllm_engine(self) -> None:
         """Free this trainer's colocated vLLM engine (weights and KV cache) once it is done training.
@@ -496,16 +569,22 @@ class PODSTrainer(GRPOTrainer):
 
     # ---- the PODS step -------------------------------------------------------------------------------
 
+    def _phase(self, name: str):
+        """The phase clock's context for ``name`` (nothing to time on a trainer built without __init__)."""
+        return nullcontext() if self.phase_clock is None else self.phase_clock.phase(name)
+
     def _generate(self, prompts: list):
+        if self._pods_capture:
+            raise _PromptsPrepared(prompts)
         if self._pods_stash is not None:
             return self._pods_stash["generated"]
-        with self.phase_clock.phase("generation"):
+        with self._phase("generation"):
             return super()._generate(prompts)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         if self._pods_stash is not None:
             return self._pods_stash["rewards_per_func"]
-        with self.phase_clock.phase("scoring"):
+        with self._phase("scoring"):
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self.model.training and not self._pods_in_rounds:  # (adaptive rounds note it once, on whole groups)
             self._note_reward_variance(rewards_per_func)  # (N, F), gathered over processes
@@ -559,19 +638,16 @@ class PODSTrainer(GRPOTrainer):
         if num_sampled < num_groups:
             raise RuntimeError(f"PODS expects at least {num_groups} groups per process, got {num_sampled}.")
         inputs = [dict(x) for x in inputs]  # rows are annotated below; leave the dataloader's dicts alone
-        prompts = [x["prompt"] for x in inputs]
+        prompts = self._rollout_prompts(inputs)  # as GRPOTrainer prepares them: environments, tools, images
 
         # (P*n) rollout rows (prompt p's in rows p*n.., the first counts[p] real), (N, F) gathered, counts (P,)
         generated, rewards_per_func, counts = self._sample_rollouts(inputs, prompts, num_sampled)
 
-        with self.phase_clock.phase("selection"):
+        with self._phase("selection"):
             process_slice = slice(self.accelerator.process_index * len(inputs),
                                   (self.accelerator.process_index + 1) * len(inputs))
             local_rewards_per_func = rewards_per_func[process_slice].cpu()  # (B*n, F)
-            weights = self.reward_weights.cpu().to(local_rewards_per_func.dtype)
-            rewards = (local_rewards_per_func * weights).nansum(dim=1)  # (B*n,)
-            unscorable = torch.isnan(local_rewards_per_func).all(dim=1)
-            rewards = rewards.masked_fill(unscorable, float("nan")).view(num_sampled, n)  # (P, n)
+            rewards = self._selection_rewards(local_rewards_per_func.view(num_sampled, n, -1))  # (P, n)
             # A rollout no reward function could score is treated as an average one for selection only;
             # TRL then gives it advantage 0.
             group_mean = torch.nan_to_num(torch.nanmean(rewards, dim=1, keepdim=True), nan=0.0)
@@ -584,22 +660,27 @@ class PODSTrainer(GRPOTrainer):
             kept_generated = _select_generated(generated, kept_rows, len(inputs))
             kept_rewards_per_func = gather(local_rewards_per_func[kept_rows].to(rewards_per_func.device))
 
-        # Everything below (log-probs, metrics, the loss) sees only the kept rows.
-        self._pods_stash = {"generated": kept_generated, "rewards_per_func": kept_rewards_per_func}
+        # Everything below (log-probs, metrics, the loss) sees only the kept rows, each with the prompt it was
+        # generated from (its environment's observation and its images included).
+        self._pods_stash = {"generated": _with_dataset_images(kept_generated, prompts, kept_rows),
+                            "rewards_per_func": kept_rewards_per_func}
         self.num_generations = m  # TRL groups the kept rewards by num_generations
         try:
-            output = super()._generate_and_score_completions([inputs[i] for i in kept_rows])
+            with self._kept_environments(kept_rows):
+                output = super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept_rows))
         finally:
             self.num_generations = n
             self._pods_stash = None
 
-        # Advantages on the kept subset with the library function (same numbers as TRL's, tested).
         kept_rewards = (kept_rewards_per_func * self.reward_weights.to(kept_rewards_per_func.device)).nansum(1)
         kept_rewards[torch.isnan(kept_rewards_per_func).all(dim=1)] = float("nan")
-        advantages = group_advantages(kept_rewards.view(-1, m), eps=1e-4, scale=self.scale_rewards)  # (G, m)
-        local = slice(self.accelerator.process_index * num_groups * m,
-                      (self.accelerator.process_index + 1) * num_groups * m)
-        output["advantages"] = advantages.flatten()[local].to(output["advantages"].device)
+        if self.multi_objective_aggregation == "sum_then_normalize":
+            # Advantages on the kept subset with the library function (same numbers as TRL's, tested).
+            # normalize_then_sum keeps TRL's own: computed on the kept rows as GRPO with m would compute them.
+            advantages = group_advantages(kept_rewards.view(-1, m), eps=1e-4, scale=self.scale_rewards)  # (G, m)
+            local = slice(self.accelerator.process_index * num_groups * m,
+                          (self.accelerator.process_index + 1) * num_groups * m)
+            output["advantages"] = advantages.flatten()[local].to(output["advantages"].device)
         self._log_selection_metrics(rewards_per_func, kept_rewards.view(-1, m), n)
         return output
 
@@ -655,9 +736,10 @@ class PODSTrainer(GRPOTrainer):
                 break
             owners = torch.repeat_interleave(torch.arange(P), more).tolist()  # (local_rows,) prompt of each row
             round_slots = [p * n + int(counts[p]) + j for p, j in zip(owners, _ranks_within(owners))]
-            owners += [0] * (round_rows - local_rows)  # padding rows: copies of prompt 0, thrown away
-            round_inputs = [dict(inputs[p * n]) for p in owners]
-            round_prompts = [row["prompt"] for row in round_inputs]
+            # Each new rollout takes the row (and the prompt as TRL prepared it: images included) of its slot.
+            round_rows_idx = round_slots + [0] * (round_rows - local_rows)
+            round_inputs = [dict(inputs[i]) for i in round_rows_idx]
+            round_prompts = [prompts[i] for i in round_rows_idx]
             uniform = round_rows == local_rows and len(set(more[more > 0].tolist())) == 1
             self.num_generations = int(more.max()) if uniform else 1  # TRL's vLLM server dedups by it
             self._pods_in_rounds = True
@@ -668,7 +750,7 @@ class PODSTrainer(GRPOTrainer):
             finally:
                 self.num_generations = n
                 self._pods_in_rounds = False
-            with self.phase_clock.phase("selection"):
+            with self._phase("selection"):
                 local = round_per_func[rank * round_rows: rank * round_rows + local_rows].cpu()  # (local_rows, F)
                 if local_per_func is None:
                     local_per_func = torch.full((P * n, local.shape[1]), float("nan"), dtype=local.dtype)
@@ -687,7 +769,7 @@ class PODSTrainer(GRPOTrainer):
                 if pilot_all_equal is None:
                     pilot_all_equal = (~group_is_mixed(rewards, counts)).double()  # (P,)
                 more = plan_round(rewards, counts, m, n, round_size, args.adaptive_rule, budget=budget)
-        with self.phase_clock.phase("selection"):
+        with self._phase("selection"):
             generated = _arrange_rounds(outputs, slots, P, n)
             _write_extra_fields(inputs, generated[5])
             rewards_per_func = gather(local_per_func.to(device))  # (P*n*processes, F)
@@ -697,6 +779,67 @@ class PODSTrainer(GRPOTrainer):
             metrics["pods/frac_zero_std_pilot"].append(gather(pilot_all_equal.to(device)).mean().item())
         self._note_reward_variance(rewards_per_func)  # once per step, on the finished groups
         return generated, rewards_per_func, counts
+
+    def _rollout_prompts(self, inputs: list[dict]) -> list:
+        """The prompts GRPOTrainer hands to ``_generate`` for ``inputs`` (B*n rows), prepared by TRL's own code.
+
+        Runs GRPOTrainer._generate_and_score_completions up to its ``_generate`` call, which answers by raising
+        ``_PromptsPrepared``: TRL draws each row's environment from its pool and resets it (its observation joins
+        the prompt), builds the per-rollout tool dicts and puts the dataset's images into the messages, exactly as
+        it would for GRPO. Nothing is generated or scored here.
+        """
+        self._pods_capture = True
+        try:
+            super()._generate_and_score_completions(inputs)
+        except _PromptsPrepared as prepared:
+            return prepared.prompts
+        finally:
+            self._pods_capture = False
+        raise RuntimeError("GRPOTrainer._generate_and_score_completions returned without calling _generate: this TRL "
+                           f"is not one pods-rl supports (trl{TRL_RANGE}).")
+
+    @contextmanager
+    def _kept_environments(self, kept_rows: list[int]):
+        """Inside TRL's call on the kept rows, each kept row gets back the environment instance its rollout ran in,
+        untouched: TRL draws from a pool holding exactly those instances, and their ``reset`` returns nothing for
+        the call (the kept prompts already carry the observation). The dropped rollouts' instances stay in TRL's
+        pool for the next batch; afterwards ``self.environments`` lists the whole batch's, as after GRPO's step."""
+        environments = getattr(self, "environments", None)
+        if not environments:
+            yield
+            return
+        names, pool = self._batch_environments, self._environment_pool
+        kept_pool = {name: [] for name in pool}
+        for i in kept_rows:
+            kept_pool[names[i]].append(environments[i])
+        kept = {id(environments[i]): environments[i] for i in kept_rows}
+        for environment in kept.values():
+            environment.reset = _no_observation  # an instance attribute: the class's reset is not touched
+        self._environment_pool = kept_pool
+        try:
+            yield
+        finally:
+            for environment in kept.values():
+                vars(environment).pop("reset", None)
+            self._environment_pool = pool
+            self.environments, self._batch_environments = environments, names
+
+    def _selection_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """(P, n, F) local rewards per function -> (P, n): what selection ranks the n rollouts of a prompt on.
+
+        ``sum_then_normalize`` (TRL's default): the weighted sum of the functions' rewards, the reward GRPO's
+        advantages normalize. ``normalize_then_sum``: each function's rewards standardized over the prompt's n
+        rollouts (TRL's formula: nan-aware mean and std, + 1e-4), then weighted and summed, so that a function
+        counts by its weight, not by its scale. NaN where no function scored the rollout.
+        """
+        weights = self.reward_weights.cpu().to(rewards_per_func.dtype)  # (F,)
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            mean = torch.nanmean(rewards_per_func, dim=1, keepdim=True)  # (P, 1, F)
+            std = nanstd(rewards_per_func, dim=1, keepdim=True)  # (P, 1, F)
+            rewards = (((rewards_per_func - mean) / (std + 1e-4)) * weights).nansum(dim=2)  # (P, n)
+        else:
+            rewards = (rewards_per_func * weights).nansum(dim=2)  # (P, n)
+        return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=2), float("nan"))
 
     def _select_groups(self, kept_rewards: torch.Tensor, num_groups: int) -> torch.Tensor:
         """The ``num_groups`` of the P sampled groups (rows of ``kept_rewards`` (P, m)) that reach the update.
@@ -726,7 +869,9 @@ class PODSTrainer(GRPOTrainer):
 
     def _selection_inputs(self, generated, local_rewards_per_func, num_groups: int, n: int):
         """The tiebreak (B, n) of ``downsample_tiebreak`` and, for rules that take them, the rollout features:
-        ``lengths`` (B, n) completion tokens, ``rewards_per_func`` (B, n, F), ``truncated`` (B, n) bool."""
+        ``lengths`` (B, n) tokens the model generated (tool results excluded), ``rewards_per_func`` (B, n, F),
+        ``truncated`` (B, n) bool, ``tool_calls`` (B, n) and ``turns`` (B, n) model turns of a multi-turn rollout
+        (0 and 1 without tools)."""
         tiebreak_mode = self.args.downsample_tiebreak
         takes_features = rule_takes_features(self.downsample_rule)
         if tiebreak_mode == "index" and not takes_features:
@@ -747,6 +892,9 @@ class PODSTrainer(GRPOTrainer):
             "rewards_per_func": local_rewards_per_func.view(num_groups, n, -1),  # (B, n, F)
             "truncated": truncated.view(num_groups, n),  # (B, n): hit max_completion_length (as TRL's clipped_ratio)
         }
+        calls, turns = tool_turns(tool_mask, len(completion_ids))
+        features["tool_calls"] = torch.tensor(calls, dtype=torch.long).view(num_groups, n)  # (B, n)
+        features["turns"] = torch.tensor(turns, dtype=torch.long).view(num_groups, n)  # (B, n)
         return tiebreak, features
 
     def _log_selection_metrics(self, rewards_per_func, kept_rewards, n):
@@ -942,3 +1090,34 @@ def _select_generated(generated: tuple, rows: list[int], num_rows: int) -> tuple
         return value  # None, or a per-batch scalar
 
     return tuple(pick(value) for value in generated)
+
+
+class _PromptsPrepared(BaseException):  # noqa: N818 - a signal, not an error; BaseException passes any `except Exception`
+    """Raised by ``PODSTrainer._generate`` while TRL prepares the prompts (see ``_rollout_prompts``)."""
+
+    def __init__(self, prompts: list):
+        super().__init__("prompts prepared")
+        self.prompts = prompts
+
+
+def _no_observation(**kwargs):
+    """Stands in for a kept environment's ``reset`` during TRL's call on the kept rows: nothing to add."""
+    return None
+
+
+def _kept_inputs(inputs: list[dict], prompts: list, rows: list[int]) -> list[dict]:
+    """The kept rows as TRL's call on them gets them: each with the prompt its rollout was generated from
+    (observation and images in its messages), so without the ``image(s)`` columns, which TRL would put in again."""
+    return [{**{k: v for k, v in inputs[i].items() if k not in ("image", "images")}, "prompt": prompts[i]}
+            for i in rows]
+
+
+def _with_dataset_images(generated: tuple, prompts: list, rows: list[int]) -> tuple:
+    """``_generate``'s tuple for the kept rows, with the dataset's images where it has none ([6] is None after a
+    ``rollout_func``: TRL then uses the dataset's, which ``_kept_inputs`` takes off the rows)."""
+    if generated[6] is not None:
+        return generated
+    images = [images_in_messages(prompts[i]) for i in rows]
+    if not any(images):
+        return generated
+    return (*generated[:6], images, *generated[7:])
