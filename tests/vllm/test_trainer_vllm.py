@@ -13,7 +13,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import pods_rl.trainer as trainer_module
+import pods_rl.trainer_step as trainer_module  # the PODS step and its helpers (pods_rl.trainer re-exports them)
 from pods_rl import register_rule
 from pods_rl.trainer import PODSConfig, PODSTrainer
 

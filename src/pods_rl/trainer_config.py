@@ -1,0 +1,269 @@
+"""``PODSConfig``: ``trl.GRPOConfig`` plus the PODS knobs, and the TRL versions pods-rl supports.
+
+Part of the trainer (``pods_rl.trainer`` re-exports everything here): the first of its modules to import TRL, so the
+TRL version check lives here and runs before any of TRL's internals is touched. Validation happens in
+``__post_init__``, before any model loads, each error one line naming its fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from importlib.metadata import version
+
+from packaging.specifiers import SpecifierSet
+
+# The TRL versions whose GRPOTrainer internals this module was tested against (pyproject.toml's pin; a test
+# keeps the two equal). The internals used here (`_generate`'s 8-tuple, `_calculate_rewards`,
+# `_generate_and_score_completions`, `get_train_dataloader`, `_get_train_sampler`) kept their shape in it.
+TRL_RANGE = ">=1.12,<1.17"
+
+
+def _require_supported_trl(trl_version: str) -> None:
+    """Refuse a TRL outside ``TRL_RANGE`` before touching its internals: one clear message, not an AttributeError
+    in the middle of a training step."""
+    if not SpecifierSet(TRL_RANGE).contains(trl_version, prereleases=True):
+        if os.environ.get("PODS_RL_TRY_TRL") == trl_version:  # .ci/trl-next.sh tries the next TRL on purpose
+            logging.getLogger(__name__).warning("pods_rl.trainer: trying trl %s, outside trl%s (PODS_RL_TRY_TRL)",
+                                                trl_version, TRL_RANGE)
+            return
+        raise ImportError(
+            f"pods_rl.trainer supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its internals), "
+            f"but trl {trl_version} is installed. Install a supported version: pip install \"trl{TRL_RANGE}\"."
+        )
+
+
+
+_require_supported_trl(version("trl"))  # before the imports below, which reach into TRL's internals
+
+from trl import GRPOConfig
+
+from pods_rl.adaptive import available_adaptive_rules
+from pods_rl.downsample import available_rules, rule_takes_features
+from pods_rl.reward_guard import DEFAULT_REWARD_TIMEOUT_S, MAX_TIMEOUTS_IN_A_ROW
+
+PHASES = ("generation", "scoring", "selection", "update")
+_TIEBREAKS = ("index", "shorter", "longer")
+_BUILTIN_RULES = ("max_variance", "max_reward", "random")
+
+
+@dataclass
+class PODSConfig(GRPOConfig):
+    """``trl.GRPOConfig`` plus the PODS knobs. Parses from YAML and flags like any TRL config.
+
+    ``num_generations`` keeps TRL's meaning: n, rollouts sampled per prompt. All batch sizes count the
+    m kept rollouts (the update batch), e.g. ``per_device_train_batch_size=16`` with n=64 -> m=16 trains on
+    one group of 16 kept rollouts per device and micro-step, sampled from 64.
+    """
+
+    downsample_to: int | None = field(
+        default=None,
+        metadata={"help": "m: rollouts per prompt kept for the policy update (PODS). Default: num_generations "
+                  "(keep all n, which is plain GRPO)."},
+    )
+    downsample_rule: str = field(
+        default="max_variance",
+        metadata={"help": "Down-sampling rule, a name from pods_rl.available_rules(): max_variance, "
+                  "max_reward, random, or one you registered."},
+    )
+    downsample_tiebreak: str = field(
+        default="index",
+        metadata={"help": "Which rollouts a rule keeps among equal rewards (max_variance, max_reward and rules "
+                  "that take features): index (lower index first), shorter or longer (by completion tokens). "
+                  "The kept reward values do not change.", "choices": ["index", "shorter", "longer"]},
+    )
+    oversample_prompts: float = field(
+        default=1.0,
+        metadata={"help": "Sample this many times more prompts per generation round (a number >= 1). After scoring "
+                  "and within-group selection, keep the groups whose kept rewards have the largest variance "
+                  "(zero-variance groups last), as many as the update batch needs: dynamic sampling (DAPO) on top "
+                  "of PODS. The update batch and its cost do not change; generation and scoring grow."},
+    )
+    pilot_generations: int | None = field(
+        default=None,
+        metadata={"help": "Adaptive rollouts: k, the rollouts of each prompt's first round. Prompts the adaptive rule "
+                  "keeps open (e.g. still all-equal) get more rounds, up to num_generations (n); each prompt ends with "
+                  "m..n rollouts and is down-sampled to m. None or 0: n rollouts for every prompt in one round "
+                  "(PODS)."},
+    )
+    adaptive_rule: str = field(
+        default="until_mixed",
+        metadata={"help": "Which prompts get another round (with pilot_generations): until_mixed (fewer than m "
+                  "rollouts, or all rewards equal and fewer than n), budgeted (adaptive_budget rollouts per prompt "
+                  "on average, spent on all-equal prompts, fewest rollouts first) or a rule registered with "
+                  "pods_rl.register_adaptive_rule."},
+    )
+    adaptive_round_size: int | None = field(
+        default=None,
+        metadata={"help": "Rollouts an open prompt gets per round after the pilot (default: pilot_generations)."},
+    )
+    adaptive_reward: str | None = field(
+        default=None,
+        metadata={"help": "Which reward decides whether a prompt's rollouts are mixed (with pilot_generations): the "
+                  "name of one reward function (e.g. correctness_reward), or None for the weighted total that "
+                  "selection uses. With shaped rewards (format bonuses) the total is almost never all-equal, so "
+                  "until_mixed stops every prompt after its pilot; name the task's correctness reward instead."},
+    )
+    adaptive_budget: float | None = field(
+        default=None,
+        metadata={"help": "For adaptive_rule=budgeted: rollouts per prompt per step on average (a number in "
+                  "[max(pilot_generations, downsample_to), num_generations])."},
+    )
+    save_every_seconds: float | None = field(
+        default=None,
+        metadata={"help": "Save a checkpoint every this many seconds of training time (excludes checkpointing "
+                  "and evaluation). None: use TRL's step-based save_strategy only."},
+    )
+    max_train_seconds: float | None = field(
+        default=None,
+        metadata={"help": "Stop (and save) once this many seconds of training time have elapsed."},
+    )
+    reward_timeout_s: float | None = field(
+        default=DEFAULT_REWARD_TIMEOUT_S,
+        metadata={"help": "Time budget in seconds of one call of one reward function (a batch of completions). A "
+                  "call past it is interrupted and its completions are not scored that step (None); "
+                  f"{MAX_TIMEOUTS_IN_A_ROW} in a row stop the run. 0 or None: no budget. Enforced when training "
+                  "runs in the main thread of a POSIX process."},
+    )
+
+    def __post_init__(self):
+        n = self.num_generations
+        if self.downsample_to is None:
+            self.downsample_to = n
+        m = self.downsample_to
+        if isinstance(m, bool) or not isinstance(m, int):
+            raise ValueError(f"downsample_to (m) must be an integer, got {m!r}.")
+        if n is not None and m > n:
+            raise ValueError(
+                f"downsample_to (m={m}) is larger than num_generations (n={n}): PODS keeps m of the n rollouts "
+                f"sampled per prompt, so m <= n. Raise num_generations or lower downsample_to."
+            )
+        if m < 2:
+            raise ValueError(
+                f"downsample_to (m={m}) must be at least 2: group-normalized advantages of a single kept rollout "
+                f"are always 0, so nothing would be learned."
+            )
+        if self.downsample_rule not in available_rules():
+            raise ValueError(
+                f"Unknown downsample_rule {self.downsample_rule!r}; available rules: {available_rules()} "
+                f"(add your own with pods_rl.register_rule)."
+            )
+        if self.downsample_tiebreak not in _TIEBREAKS:
+            raise ValueError(f"downsample_tiebreak must be one of {list(_TIEBREAKS)}, got {self.downsample_tiebreak!r}.")
+        if (self.downsample_tiebreak != "index" and self.downsample_rule not in _BUILTIN_RULES
+                and not rule_takes_features(self.downsample_rule)):
+            raise ValueError(
+                f"downsample_tiebreak={self.downsample_tiebreak!r} needs a rule that sees the rollouts, but rule "
+                f"{self.downsample_rule!r} takes no features keyword (see pods_rl.register_rule); use "
+                f"downsample_tiebreak=index or add `*, features` to the rule.")
+        self._check_adaptive(n, m)
+        o = self.oversample_prompts
+        if isinstance(o, bool) or not isinstance(o, (int, float)) or not 1 <= o < float("inf"):
+            raise ValueError(f"oversample_prompts must be a number >= 1 (1: no over-sampling), got {o!r}.")
+        for name in ("save_every_seconds", "max_train_seconds"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}.")
+        weights = self.reward_weights
+        if weights is not None and len(weights) and all(float(w) == 0 for w in weights):
+            raise ValueError(f"reward_weights are all 0 ({list(weights)}): every reward would be 0 and nothing would "
+                             "be learned; give at least one reward function a weight.")
+        timeout = self.reward_timeout_s
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or math.isnan(timeout) or timeout < 0):
+            raise ValueError(f"reward_timeout_s must be a number of seconds >= 0 (0: no budget), got {timeout!r}.")
+        # TRL checks that the generation batch holds whole groups of `num_generations`. Under PODS the batch
+        # sizes count kept rollouts, so the same check must be made against m: run TRL's validation with m.
+        self.num_generations = m
+        try:
+            super().__post_init__()
+        except ValueError as err:
+            if "used for evaluation" in str(err):
+                raise ValueError(_eval_batch_problem(self.per_device_eval_batch_size, self.world_size,
+                                                     self.num_generations_eval, m)) from None
+            if "divisible by num_generations" not in str(err):
+                raise
+            raise ValueError(
+                f"generation_batch_size ({self.generation_batch_size}, counted in kept rollouts) is not a multiple "
+                f"of downsample_to (m={m}): the update batch must hold whole groups of m kept rollouts. Make "
+                f"per_device_train_batch_size * num_processes * steps_per_generation a multiple of {m}."
+            ) from None
+        finally:
+            self.num_generations = n
+        local_kept = self.per_device_train_batch_size * self.steps_per_generation
+        if local_kept % m != 0:
+            raise ValueError(
+                f"per_device_train_batch_size * steps_per_generation = {self.per_device_train_batch_size} * "
+                f"{self.steps_per_generation} = {local_kept} kept rollouts per process and generation round is "
+                f"not a multiple of downsample_to (m={m}). Each process must hold whole groups so that selection "
+                f"never splits a group: make per_device_train_batch_size * steps_per_generation a multiple of {m}."
+            )
+
+    def _check_adaptive(self, n: int | None, m: int) -> None:
+        """Validate the adaptive-rollout knobs (pilot_generations, adaptive_*), each error naming its fix."""
+        k = self.pilot_generations
+        if k == 0 and not isinstance(k, bool):
+            self.pilot_generations = k = None  # 0: off, so that a flag can turn a recipe's pilot off
+        if k is None:
+            return
+        if isinstance(k, bool) or not isinstance(k, int) or n is None or not 1 <= k <= n:
+            raise ValueError(f"pilot_generations (k) must be an integer in [1, num_generations={n}], got {k!r}.")
+        if m == n:
+            raise ValueError(f"pilot_generations needs downsample_to (m) < num_generations (n={n}): every prompt must "
+                             "reach m rollouts anyway, so rounds would change nothing. Lower downsample_to or drop "
+                             "pilot_generations.")
+        if self.adaptive_rule not in available_adaptive_rules():
+            raise ValueError(f"Unknown adaptive_rule {self.adaptive_rule!r}; available: {available_adaptive_rules()} "
+                             "(add your own with pods_rl.register_adaptive_rule).")
+        r = self.adaptive_round_size
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
+            raise ValueError(f"adaptive_round_size must be a positive integer (default: pilot_generations), got {r!r}.")
+        budget = self.adaptive_budget
+        if self.adaptive_rule == "budgeted":
+            low = max(k, m)
+            if (budget is None or isinstance(budget, bool) or not isinstance(budget, (int, float))
+                    or not low <= budget <= n):
+                raise ValueError(f"adaptive_rule=budgeted needs adaptive_budget, the mean rollouts per prompt per step, "
+                                 f"in [max(pilot_generations, downsample_to)={low}, num_generations={n}]; got "
+                                 f"{budget!r}.")
+        elif budget is not None:
+            raise ValueError(f"adaptive_budget is only read by adaptive_rule=budgeted (got adaptive_rule="
+                             f"{self.adaptive_rule!r}); drop it or set adaptive_rule=budgeted.")
+
+    @property
+    def is_adaptive(self) -> bool:
+        """True when rollouts are sampled in rounds (pilot_generations set)."""
+        return self.pilot_generations is not None
+
+    @property
+    def eval_generations(self) -> int:
+        """Completions sampled per prompt in evaluation: ``num_generations_eval`` if set, else m (downsample_to), so
+        that evaluating costs what it costs GRPO with m rollouts."""
+        return self.num_generations_eval or self.downsample_to
+
+    @property
+    def is_pods(self) -> bool:
+        """True when rollouts are down-sampled (m < n)."""
+        return self.downsample_to < self.num_generations
+
+    @property
+    def selects(self) -> bool:
+        """True when the trainer selects rollouts or groups (m < n, or prompt over-sampling)."""
+        return self.is_pods or self.oversample_prompts > 1
+
+    def sampled_prompts_per_process(self) -> int:
+        """Prompts sampled per process and generation round: kept groups times ``oversample_prompts``, rounded up."""
+        kept_groups = self.per_device_train_batch_size * self.steps_per_generation // self.downsample_to
+        return max(kept_groups, math.ceil(kept_groups * self.oversample_prompts - 1e-9))
+
+
+def _eval_batch_problem(per_device_eval_batch_size: int, num_processes: int, num_generations_eval: int | None,
+                        m: int) -> str:
+    """The one-line refusal of an evaluation batch that cannot hold whole groups."""
+    k = num_generations_eval or m
+    which = "num_generations_eval" if num_generations_eval else "downsample_to, m, since num_generations_eval is unset"
+    return (f"per_device_eval_batch_size ({per_device_eval_batch_size}) * processes ({num_processes}) is not a multiple "
+            f"of the completions evaluation samples per prompt ({k}: {which}): make per_device_eval_batch_size a "
+            f"multiple of {k}, or set num_generations_eval to a divisor of it.")
