@@ -143,7 +143,8 @@ def plan_round(rewards, counts, m: int, n: int, round_size: int, rule: str = "un
     Args:
         rewards: (P, n) float, prompt p's rollouts so far in columns 0..counts[p]-1 (the rest is padding).
         counts: (P,) int, rollouts so far per prompt.
-        m, n: the kept group size and the cap, 1 <= m <= n.
+        m: the kept group size, 1 <= m <= n.
+        n: the cap: the most rollouts a prompt can get.
         round_size: rollouts an open prompt gets per round (>= 1).
         rule: a name from ``available_adaptive_rules()``.
         budget: total rollouts allowed for the P prompts this step (the ``budgeted`` rule).
