@@ -202,7 +202,6 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                 kwargs["reward_funcs"] = reward_funcs
             else:
                 args = (*args[:1], reward_funcs, *args[2:])
-        self._pods_in_rounds = False  # True inside an adaptive round's _generate / _calculate_rewards
         self._no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
         self._warned_no_variance = False
         engine_setup = nullcontext()
@@ -224,7 +223,6 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         self.num_generations_eval = config.eval_generations
         self.downsample_to = config.downsample_to
         self.downsample_rule = config.downsample_rule
-        self._adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
         if config.is_adaptive and (self.environment_factories is not None or self.tools):
             # TRL's tool loop addresses each row's environment and tools by its position in the batch; a round
             # generates for a subset of the rows, so the positions would point at other rollouts' environments.
