@@ -177,3 +177,43 @@ def test_feature_rule_sees_vllm_rollouts(tmp_path, vllm_model_dir, release_engin
         assert rows == expected
     diffs = logged(trainer, LOGP_DIFF)
     assert len(diffs) == 2 and max(diffs) < ALIGNED, diffs
+
+
+def often_mixed_reward(prompts, completions, **kwargs):
+    """Prompts i with i % 3 == 0: 1.0 for every rollout (all-equal: stays open to n); the others: the parity of the
+    completion's length in characters, which varies between samples even from a random model (mixed early)."""
+    return [1.0 if int(p[0]["content"].split("+")[0]) % 3 == 0 else float(len(c[0]["content"]) % 2)
+            for p, c in zip(prompts, completions)]
+
+
+def test_adaptive_rounds_through_vllm(tmp_path, vllm_model_dir, release_engines):
+    """Adaptive rollouts (pilot 2, rounds of 2, up to 8) with vLLM colocate: one vLLM call per round over the prompts
+    still open, one weight sync per step, and the kept rows (gathered from different rounds) keep their own vLLM
+    log-probs. The update batch stays 2 groups x m."""
+    n, m, k, groups, steps = 8, 4, 2, 2, 4
+    trainer = make_trainer(tmp_path, vllm_model_dir, reward_funcs=(often_mixed_reward,), num_generations=n,
+                           downsample_to=m, per_device_train_batch_size=groups * m, max_steps=steps,
+                           pilot_generations=k, adaptive_round_size=k)
+    release_engines(trainer)
+    syncs = record_syncs(trainer)
+    calls, generate = [], trainer._generate
+
+    def recording_generate(prompts, *args, **kwargs):
+        if trainer._pods_in_rounds:  # an adaptive round (not TRL's prompt preparation or its call on the kept rows)
+            calls.append((trainer.state.global_step, len(prompts)))
+        return generate(prompts, *args, **kwargs)
+
+    trainer._generate = recording_generate
+    trainer.train()
+    assert syncs == list(range(steps)), "one weight sync per step, not per round"
+    logs = [row for row in trainer.state.log_history if "pods/rollouts_sampled" in row]
+    assert len(logs) == steps
+    for step, row in enumerate(logs):
+        step_calls = [rows for s, rows in calls if s == step]
+        assert len(step_calls) == row["pods/rounds"]
+        assert sum(step_calls) == row["pods/rollouts_sampled"] <= groups * n
+        assert step_calls[0] == groups * k  # the pilot: k rollouts of every prompt
+    assert any(row["pods/rounds"] > 1 for row in logs), "no step needed a second round"
+    assert any(row["pods/rollouts_sampled"] < groups * n for row in logs), "no prompt stopped early"
+    diffs = logged(trainer, LOGP_DIFF)
+    assert len(diffs) == steps and max(diffs) < ALIGNED, diffs
