@@ -3,6 +3,7 @@ report against the committed evidence study, and the whole pipeline end to end (
 
 import json
 import math
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from pods_rl.commands.study import (
     study_runs,
     sweep_runs,
 )
-from pods_rl.commands.study_runner import Run, prepare, slot_envs
+from pods_rl.commands.study_runner import Run, Runner, prepare, slot_envs
 
 ROOT = Path(__file__).resolve().parents[1]
 STRONG = ROOT / "benchmarks" / "results" / "cpu-2core-amd-epyc" / "study_strong"
@@ -124,6 +125,18 @@ def test_runs_resume_from_a_checkpoint_and_restart_without_one(tmp_path):
     (run.run_dir / "checkpoint-4" / CLOCK_FILE).write_text(json.dumps({"step": 4, "train_seconds": 2.0}))
     argv, resume = prepare(run)
     assert resume and argv[-2:] == ["--resume_from_checkpoint", "true"] and run.run_dir.is_dir()
+
+
+def test_a_run_stopped_while_it_starts_is_stopped_not_failed(tmp_path):
+    # A deadline or Ctrl-C can reach a run in its first seconds, before `pods train` handles SIGTERM: it dies
+    # without a checkpoint. That is a stop (the same command starts it again), not a failure to report.
+    runner = Runner("cpu", 1, 1)
+    runner.stop.set()  # halted: _run_one sends SIGTERM right after starting the process
+    run_dir = tmp_path / "runs" / "grpo-n8-s0"
+    run = Run("grpo-n8", 0, 1e-4, run_dir, 10, ("--output_dir", str(run_dir), "--max_steps", "10"))
+    record = runner._run_one(run, 0)
+    assert record["returncode"] == -signal.SIGTERM
+    assert record["status"] == "stopped"
 
 
 def test_slots_pin_one_gpu_per_run_and_share_cpu_threads(monkeypatch):

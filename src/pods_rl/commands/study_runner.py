@@ -229,7 +229,10 @@ class Runner:
                 with self.lock:
                     self.procs.pop(run_dir.name, None)
         finished = returncode == 0 and run_finished(run_dir)
-        stopped = run_stopped(run_dir) or (self.stop.is_set() and has_checkpoint(run_dir))
+        # Stopped by the study: it saved a checkpoint, or the SIGTERM came before `pods train` installed its
+        # handler (the last seconds before a deadline): nothing was lost, the same command starts it again.
+        stopped = run_stopped(run_dir) or (self.stop.is_set() and (has_checkpoint(run_dir)
+                                                                   or returncode == -signal.SIGTERM))
         status = "done" if finished else "stopped" if stopped else "failed"
         if stopped:
             self.stop.set()
