@@ -9,36 +9,23 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from pods_rl import ranks
-
-SCRIPT = Path(__file__).parent / "scripts" / "pods_rank_fault.py"
-SRC = str(Path(__file__).resolve().parents[1] / "src")
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests import multiproc
 
 
 def _launch(run_dir, model_dir, *extra, fault="none", fault_step=0, env=None):
-    """`accelerate launch` of 2 ranks running `pods train` (through SCRIPT: its task can fail on rank 1)."""
-    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PODS_FAULT": fault,
-           "PODS_FAULT_RANK": "1", "PODS_FAULT_STEP": str(fault_step),
-           "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()), str(SCRIPT),
-           "train", "--config", "cpu/smoke", "--task", "rankfault", "--model_name_or_path", str(model_dir),
-           "--output_dir", str(run_dir), "--eval_before_after", "false", "--save_strategy", "steps",
-           "--save_steps", "2", *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+    """`accelerate launch` of 2 ranks running `pods train` (through the fault script: its task can fail on rank 1)."""
+    command = multiproc.launch_command(
+        "train", "--config", "cpu/smoke", "--task", "rankfault", "--model_name_or_path", str(model_dir),
+        "--output_dir", str(run_dir), "--eval_before_after", "false", "--save_strategy", "steps", "--save_steps", "2",
+        *extra)
+    return multiproc.start(command, multiproc.launch_env(fault, PODS_FAULT_RANK="1", PODS_FAULT_STEP=str(fault_step),
+                                                         **(env or {})))
 
 
 def _wait_for(path: Path, proc, seconds=300):
@@ -58,12 +45,7 @@ def _pods_lines(err: str) -> list[str]:
 
 
 def _end(proc, timeout):
-    try:
-        return proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the launcher and both ranks
-            proc.communicate()
+    return multiproc.end(proc, timeout)
 
 
 @pytest.mark.slow
@@ -86,10 +68,8 @@ def test_a_rank_killed_by_sigkill_is_named_and_the_printed_command_resumes(tmp_p
 
     # The command it printed resumes the run from its last complete checkpoint, to the end.
     command = shlex.split(line.split("resume with: ", 1)[1])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PODS_FAULT": "none",
-           "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    command[command.index("--main_process_port") + 1] = str(_free_port())
-    resumed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=400)
+    command[command.index("--main_process_port") + 1] = str(multiproc.free_port())
+    resumed = subprocess.run(command, capture_output=True, text=True, env=multiproc.launch_env(), timeout=400)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((run_dir / "final" / "pods_clock.json").read_text())["step"] == 12
 

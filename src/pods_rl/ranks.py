@@ -115,6 +115,36 @@ def bound_collectives(timeout_s) -> None:
             logger.warning("could not set the process group's timeout to --ddp_timeout %s s: %s", timeout_s, err)
 
 
+def world_size() -> int:
+    """The number of processes in torch's default process group (1 when there is none)."""
+    import torch.distributed as dist  # loaded by now in any caller (a trainer is built); not at import time
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def agree_max(values: list[float]) -> list[float]:
+    """``values`` (a few floats) replaced by their element-wise maximum over all ranks: one all-reduce, which every
+    rank must reach at the same point. A single process gets them back unchanged.
+
+    This is how ranks take one decision together: each computes its own view (its clock, a stop request, a
+    non-finite tensor in its shard), and all act on the agreed one."""
+    if world_size() <= 1:
+        return [float(v) for v in values]
+    import torch
+    import torch.distributed as dist
+
+    # NCCL reduces CUDA tensors only; gloo (CPU, also under DeepSpeed's and FSDP's CPU paths) CPU ones.
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)  # (len(values),)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.cpu().tolist()
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether ``flag`` is true on any rank (every rank must call this at the same point)."""
+    return agree_max([1.0 if flag else 0.0])[0] > 0
+
+
 def _peer_records(run_dir, rank: int) -> list[dict]:
     """The other ranks' records of this launch, by rank."""
     records = []

@@ -1,6 +1,8 @@
 """`pods` with a task whose judge fails on one rank, for tests/test_rank_failure.py under `accelerate launch`:
 ``PODS_FAULT_RANK`` (the rank), ``PODS_FAULT_STEP`` (from this step on) and ``PODS_FAULT``: ``raise`` (an error
 of its own), ``sleep`` (rank ``PODS_SLEEP_RANK`` sleeps in a step from then on, after writing ``PODS_FAULT_MARK``)
+``slow_logs`` (rank 0 takes ``PODS_LOG_SECONDS`` more to write each metrics row, outside its step: what a slow
+disk or a large checkpoint does; the other rank waits for it inside its next step, so their own clocks drift apart)
 or ``none`` (no fault: a plain run, for the SIGKILL / SIGSTOP cases)."""
 
 import os
@@ -35,4 +37,14 @@ class RankFault(ArithmeticTask):
 
 
 register_task("rankfault", RankFault)
+if os.environ.get("PODS_FAULT") == "slow_logs" and os.environ.get("RANK") == "0":
+    from pods_rl.runlog.callbacks import TrainingClock
+
+    write_row = TrainingClock.append_metrics
+
+    def slow_append_metrics(self, row):
+        time.sleep(float(os.environ.get("PODS_LOG_SECONDS", "0.3")))
+        write_row(self, row)
+
+    TrainingClock.append_metrics = slow_append_metrics
 sys.exit(main(sys.argv[1:]))

@@ -398,10 +398,11 @@ def _fit(trainer, clock, eval_fn) -> dict:
         raise
     if trainer.accelerator.is_main_process:
         runlog.remove_incomplete(run_dir, trainer.state.global_step)  # final/ covers earlier leftovers
+    if eval_fn is not None and clock.last_eval_step != trainer.state.global_step:
+        # Training ended before a scheduled evaluation. Decided on what every rank knows (not on metrics.jsonl,
+        # which rank 0 may not have written yet): an evaluation runs on every rank or on none.
+        clock.evaluate(trainer.model, trainer.state.global_step)
     rows = [r for r in runlog.read_metrics(run_dir) if "eval/accuracy" in r]
-    if eval_fn is not None and (not rows or rows[-1]["step"] != trainer.state.global_step):
-        clock.evaluate(trainer.model, trainer.state.global_step)  # training ended before a scheduled eval
-        rows = [r for r in runlog.read_metrics(run_dir) if "eval/accuracy" in r]
     summary = {"run_dir": str(run_dir)}
     if rows:
         summary["accuracy_before"] = rows[0]["eval/accuracy"]

@@ -1,7 +1,8 @@
 """The transformers ``TrainerCallback``s through which a training run writes its run directory.
 
-    TrainingClock           training time (sum of optimizer-step durations), time-based checkpoints and stop,
-                            periodic evaluation, one ``metrics.jsonl`` row per log; ``pods_clock.json`` last
+    TrainingClock           training time (sum of optimizer-step durations, one clock agreed by all ranks), time-based
+                            checkpoints and stop, periodic evaluation, one ``metrics.jsonl`` row per log;
+                            ``pods_clock.json`` last
     GracefulStop            SIGTERM / SIGINT: finish the step, save a complete checkpoint, stop
     ApplyOptimizerSettings  a resume with accepted config changes: put the new hyper-parameters in the optimizer
 
@@ -61,8 +62,10 @@ class TrainingClock(TrainerCallback):
         self._next_save = self._next_multiple(save_every_seconds)
         self._next_eval = self._next_multiple(eval_every_seconds)
         self.eval_seconds = 0.0  # wall time spent evaluating (not training time)
-        # A time budget makes a step count meaningless for progress: show training seconds instead.
-        self.progress = progress and max_train_seconds is not None and is_main_process
+        self.last_eval_step: int | None = None  # the step of the last evaluation (every rank knows it)
+        # A time budget makes a step count meaningless for progress: show training seconds instead (on the main
+        # process only: ``is_main_process`` may be set after construction, once the trainer knows it).
+        self.progress = progress and max_train_seconds is not None
         self._bar = None
 
     def _next_multiple(self, every):
@@ -89,6 +92,7 @@ class TrainingClock(TrainerCallback):
         finally:
             model.train(was_training)
         self.eval_seconds += time.perf_counter() - start
+        self.last_eval_step = step
         row = {"step": step, "train_seconds": round(self.train_seconds, 3)}
         row.update({f"eval/{k}": v for k, v in results.items() if isinstance(v, (int, float))})
         self.append_metrics(row)
@@ -99,7 +103,7 @@ class TrainingClock(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         """Open the progress bar and evaluate the starting model (step 0 of a fresh run)."""
-        if self.progress:
+        if self.progress and self.is_main_process:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=round(self.max_train_seconds), initial=round(self.train_seconds),
@@ -112,10 +116,16 @@ class TrainingClock(TrainerCallback):
         self._step_start = time.perf_counter()
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        """Add the step's seconds to the training clock; ask for a save, the stop or an evaluation when one is due."""
+        """Add the step's seconds to the training clock; ask for a save, the stop or an evaluation when one is due.
+
+        With several processes the ranks agree on one clock first (the slowest rank's: one all-reduce), so that
+        each of these decisions is taken by every rank at the same step. Their own clocks drift apart: rank 0
+        writes the logs and checkpoints while the others already wait in the next step's first collective, and a
+        rank that evaluated, saved or stopped alone would leave the others in a collective it never joins."""
         if self._step_start is not None:
             self.train_seconds += time.perf_counter() - self._step_start
             self._step_start = None
+        self.train_seconds = ranks.agree_max([self.train_seconds])[0]
         if self._bar is not None:
             self._bar.update(max(0, min(round(self.train_seconds), self._bar.total) - self._bar.n))
         if self.train_seconds >= self._next_save:
@@ -352,8 +362,8 @@ class GracefulStop(TrainerCallback):
         """The step is complete: if a stop was asked for (on any rank), save and stop here."""
         self._stepping_from = None
         requested = self.signal_name is not None
-        if _world_size() > 1:
-            requested = _any_rank(requested)
+        if ranks.world_size() > 1:
+            requested = ranks.any_rank(requested)
             if requested and self.signal_name is None:
                 self.signal_name = "SIGTERM"  # another rank got it; this one stops at the same step
         if requested:
@@ -371,23 +381,6 @@ class GracefulStop(TrainerCallback):
         if self._save_started is not None:
             self.last_save_seconds = time.monotonic() - self._save_started
             self._save_started = None
-
-
-def _world_size() -> int:
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def _any_rank(flag: bool) -> bool:
-    """Whether ``flag`` is true on any rank (all ranks must call this at the same point)."""
-    import torch
-    import torch.distributed as dist
-
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    value = torch.tensor([1 if flag else 0], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
 
 
 class ApplyOptimizerSettings(TrainerCallback):
