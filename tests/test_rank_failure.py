@@ -9,6 +9,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -131,6 +132,20 @@ def test_rank_zero_killed_while_the_other_is_in_a_long_step_is_named_at_once(tmp
     assert len(lines) == 1 and "rank 1 stopped too" in lines[0] and "resume with: " in lines[0], err[-3000:]
 
 
+@pytest.mark.slow
+def test_a_rank_aborted_by_a_collective_mismatch_is_named_as_such(tmp_path, tiny_model_dir):
+    """Rank 1 reduces 64 values where rank 0 reduces 1 (what a decision taken by one rank alone leads to): gloo
+    aborts a rank (SIGABRT, no Python exception); the line says so, not "SIGKILL or the out-of-memory killer"."""
+    run_dir = tmp_path / "run"
+    proc = _launch(run_dir, tiny_model_dir, "--max_steps", "40", fault="mismatch", fault_step=6)
+    _, err = _end(proc, timeout=200)
+    assert proc.returncode != 0
+    lines = [line for line in _pods_lines(err) if "aborted (SIGABRT) inside the collective" in line]
+    assert len(lines) == 1, err[-4000:]
+    assert "a collective mismatch" in lines[0] and "resume with: " in lines[0], lines[0]
+    assert "out-of-memory" not in lines[0]
+
+
 # --- without launching: the pieces, fast ----------------------------------------------------------------------
 def _record(run_dir, rank, pid, **extra):
     path = Path(run_dir) / ranks.RANKS_DIR / f"rank{rank}.json"
@@ -189,3 +204,36 @@ def test_which_errors_are_a_lost_peer(err, lost):
     wrapped = RuntimeError("pods train: step 3 failed")
     wrapped.__cause__ = err
     assert ranks.peer_lost_error(wrapped) is lost
+
+
+def test_how_a_gone_rank_died_is_read_from_what_it_left(tmp_path, monkeypatch):
+    gone = subprocess.Popen(["sleep", "0"])
+    gone.wait()
+    fault = tmp_path / ranks.RANKS_DIR / "rank1.fault"
+    fault.parent.mkdir(parents=True)
+    _record(tmp_path, 1, gone.pid, oom_kills=3)
+    monkeypatch.setattr(ranks, "oom_kills", lambda: 3)
+    assert "signal it cannot catch (SIGKILL" in ranks.how_it_died(tmp_path, {"rank": 1, "oom_kills": 3})
+    monkeypatch.setattr(ranks, "oom_kills", lambda: 4)  # the cgroup counted an OOM kill since the rank started
+    assert ranks.how_it_died(tmp_path, {"rank": 1, "oom_kills": 3}).startswith(
+        "was killed by the out-of-memory killer (this machine's memory cgroup counted 1 OOM kill(s)")
+    fault.write_text("Fatal Python error: Aborted\n\nThread 0x1 (most recent call first):\n"
+                     '  File "/x/torch/distributed/distributed_c10d.py", line 2796 in all_reduce\n'
+                     '  File "/x/pods_rl/ranks.py", line 120 in agree_max\n')
+    found = [text for _, text in ranks.peer_states(tmp_path, 0)]
+    assert found == [f"rank 1 (pid {gone.pid}) aborted (SIGABRT) inside the collective all_reduce: the ranks called "
+                     "different collectives (a collective mismatch: one rank took a step, a save or an evaluation "
+                     f"the others did not), or the backend failed; its Python stack is in {fault}"]
+    fault.write_text("Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n"
+                     '  File "/x/model.py", line 3 in forward\n')
+    assert ranks.how_it_died(tmp_path, {"rank": 1}) == f"crashed (Segmentation fault in forward); its Python stack is in {fault}"
+
+
+def test_a_rank_leaves_its_stack_on_a_fatal_signal(tmp_path):
+    """register() points faulthandler at rank<N>.fault: a SIGABRT leaves the Python stack there."""
+    code = ("import os, signal, sys; from pods_rl import ranks; ranks.register(sys.argv[1], 1, 2); "
+            "os.kill(os.getpid(), signal.SIGABRT)")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == -signal.SIGABRT
+    fault = (tmp_path / ranks.RANKS_DIR / "rank1.fault").read_text()
+    assert fault.startswith("Fatal Python error: Aborted") and 'File "<string>", line 1' in fault, fault

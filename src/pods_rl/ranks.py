@@ -57,13 +57,47 @@ def _write(path: Path, record: dict) -> None:
     os.replace(tmp, path)
 
 
+def _fault_path(run_dir, rank: int) -> Path:
+    return Path(run_dir) / RANKS_DIR / f"rank{rank}.fault"
+
+
+_fault_file = None  # kept open for faulthandler for the life of the process
+
+
+def oom_kills() -> int | None:
+    """How many processes the out-of-memory killer has ended in this machine's (or container's) memory cgroup so far
+    (cgroup v2 ``memory.events``), or None where that is not readable."""
+    try:
+        for line in Path("/sys/fs/cgroup/memory.events").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def register(run_dir, rank: int, world_size: int) -> None:
-    """Write this rank's record (pid, host, launch) when training starts; nothing for a single process."""
+    """Write this rank's record (pid, host, launch, the cgroup's OOM-kill count) when training starts, and have a
+    fatal signal (SIGABRT, SIGSEGV: a C++ abort in a collective, a crash) leave this rank's Python stack in
+    ``rank<N>.fault`` beside it (``faulthandler``), for the ranks left to say what happened; nothing for a single
+    process."""
+    global _fault_file
     if world_size <= 1:
         return
     _write(_record_path(run_dir, rank), {"rank": rank, "world_size": world_size, "pid": os.getpid(),
                                          "agent": os.getppid(), "host": socket.gethostname(), "launch": launch_id(),
-                                         "started": time.time()})
+                                         "started": time.time(), "oom_kills": oom_kills()})
+    try:
+        import faulthandler
+
+        fault_file = open(_fault_path(run_dir, rank), "w")  # noqa: SIM115 - open until the process ends
+        faulthandler.enable(file=fault_file, all_threads=True)
+        if _fault_file is not None:
+            _fault_file.close()
+        _fault_file = fault_file
+    except OSError as err:
+        logger.warning("could not set up %s: %s", _fault_path(run_dir, rank), err)
     if rank == 0:  # a resume on fewer processes: the records of ranks this launch does not have are stale
         for path in (Path(run_dir) / RANKS_DIR).glob("rank*.json"):
             if path.stem[4:].isdigit() and int(path.stem[4:]) >= world_size:
@@ -192,11 +226,39 @@ def peer_states(run_dir, rank: int) -> list[tuple[dict, str]]:
             continue  # another machine: its own ranks report it
         state = _process_state(int(record["pid"]))
         if state is None or state in "ZX":
-            found.append((record, f"{who} was killed by a signal it cannot catch (SIGKILL: `kill -9`, or the "
-                                  "out-of-memory killer) or crashed; the launcher's report below gives its exit code"))
+            found.append((record, f"{who} {how_it_died(run_dir, record)}"))
         elif state in "Tt":
             found.append((record, f"{who} is stopped (SIGSTOP / SIGTSTP) and stopped answering"))
     return found or followers
+
+
+def how_it_died(run_dir, record: dict) -> str:
+    """What ended a rank whose process is gone without recording an exit of its own (``record``: its record), in
+    words: a fatal signal whose stack ``faulthandler`` left (an abort inside a collective: the ranks called
+    different collectives; another crash), the out-of-memory killer (the cgroup's OOM-kill count rose since the rank
+    started), else a signal no process can catch (SIGKILL)."""
+    try:
+        fault = _fault_path(run_dir, record["rank"]).read_text(errors="replace")
+    except OSError:
+        fault = ""
+    if fault.strip():
+        first = fault.strip().splitlines()[0].removeprefix("Fatal Python error: ").strip()
+        frames = [line.strip() for line in fault.splitlines() if line.strip().startswith("File ")]
+        # The innermost frame of torch.distributed: the collective the rank was in when it died.
+        collective = next((line.rsplit(" in ", 1)[-1] for line in frames if "distributed_c10d.py" in line), None)
+        if "Aborted" in first and collective:
+            return (f"aborted (SIGABRT) inside the collective {collective}: the ranks called different collectives "
+                    "(a collective mismatch: one rank took a step, a save or an evaluation the others did not), or "
+                    "the backend failed; its Python stack is in "
+                    f"{_fault_path(run_dir, record['rank'])}")
+        where = f" in {frames[0].rsplit(' in ', 1)[-1]}" if frames else ""
+        return f"crashed ({first}{where}); its Python stack is in {_fault_path(run_dir, record['rank'])}"
+    now, then = oom_kills(), record.get("oom_kills")
+    if now is not None and then is not None and now > then:
+        return (f"was killed by the out-of-memory killer (this machine's memory cgroup counted {now - then} OOM "
+                "kill(s) since the rank started): lower the batch, n or the completion length, or use more memory")
+    return ("was killed by a signal it cannot catch (SIGKILL: `kill -9`, or the out-of-memory killer) or crashed; "
+            "the launcher's report below gives its exit code")
 
 
 def peer_lost_error(err: BaseException) -> bool:

@@ -3,7 +3,9 @@
 of its own), ``sleep`` (rank ``PODS_SLEEP_RANK`` sleeps in a step from then on, after writing ``PODS_FAULT_MARK``)
 ``slow_logs`` (rank 0 takes ``PODS_LOG_SECONDS`` more to write each metrics row, outside its step: what a slow
 disk or a large checkpoint does; the other rank waits for it inside its next step, so their own clocks drift apart)
-or ``none`` (no fault: a plain run, for the SIGKILL / SIGSTOP cases)."""
+``mismatch`` (from its ``PODS_FAULT_STEP``-th clock agreement on, rank ``PODS_FAULT_RANK`` reduces 64 values where
+its peer reduces 1: a collective mismatch, which gloo answers with an abort) or ``none`` (no fault: a plain run,
+for the SIGKILL / SIGSTOP cases)."""
 
 import os
 import sys
@@ -47,4 +49,16 @@ if os.environ.get("PODS_FAULT") == "slow_logs" and os.environ.get("RANK") == "0"
         write_row(self, row)
 
     TrainingClock.append_metrics = slow_append_metrics
+if os.environ.get("PODS_FAULT") == "mismatch" and os.environ.get("RANK") == os.environ.get("PODS_FAULT_RANK"):
+    from pods_rl import ranks
+
+    agree, calls = ranks.agree_max, []
+
+    def mismatched_agree_max(values):
+        calls.append(1)
+        if len(calls) >= int(os.environ.get("PODS_FAULT_STEP", "0")):
+            values = [*values, *[0.0] * 63]
+        return agree(values)[:1]
+
+    ranks.agree_max = mismatched_agree_max
 sys.exit(main(sys.argv[1:]))
