@@ -193,3 +193,29 @@ def test_sampling_on_overflowing_outputs_is_a_divergence_with_its_cause():
     assert later.endswith("the last finite checkpoint is runs/x/checkpoint-4: resume from it with a lower learning "
                           "rate (--output_dir runs/x --resume_from_checkpoint runs/x/checkpoint-4 --learning_rate LR "
                           "--accept_config_changes true)")
+
+
+def test_fsdp2_shards_are_checked_and_every_rank_stops_together(tmp_path, tiny_model_dir):
+    """FSDP2 for real on CPU (torch's ``fully_shard`` over gloo, 2 ranks): parameters and gradients are DTensors;
+    each rank checks its own shard, and a NaN in rank 1's shard alone stops both ranks at the same step."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests import multiproc
+
+    script = Path(__file__).parent / "scripts" / "fsdp2_divergence.py"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(multiproc.free_port()), str(script), str(tiny_model_dir), str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    for record in (rank0, rank1):
+        assert record["dtensor"] == "DTensor"
+        assert record["finite_grads"] is None and record["finite_weights"] is None
+    assert rank1["nan_found"] == rank1["nan_name"]
+    assert rank0["nan_found"] == "a shard on another rank"
+    assert rank1["raised"] == f"step 7: a weight is not finite in {rank1['nan_name']}"
+    assert rank0["raised"] == "step 7: a weight is not finite in a shard on another rank"

@@ -14,7 +14,9 @@ checkpoint this version writes was checked at the step that made it, so the last
 
 The checks read each trainable tensor once per optimizer step (LoRA: the adapter only), next to a step that
 generates n rollouts per prompt: a rounding error of its cost. Under DeepSpeed ZeRO the weights and gradients live in
-the engine's partitions and are not visible here; the logged loss and grad norm are still checked.
+the engine's partitions and are not visible here; the logged loss and grad norm are still checked. Under FSDP2 each
+rank checks its own shards (DTensors' local parts). With several processes the ranks agree on each check (one
+all-reduce of a flag), so that a non-finite value in one rank's shard stops every rank at the same step.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ def first_nonfinite(named_tensors: Iterable[tuple[str, object]]):
 
     by_device: dict = {}
     for name, tensor in named_tensors:
+        if tensor is not None and hasattr(tensor, "to_local"):
+            # FSDP2 shards each parameter (and gradient) as a DTensor: this rank checks its own shard, without a
+            # collective per tensor (``agree`` in the guard makes one decision of all ranks' answers).
+            tensor = tensor.to_local()
         if tensor is None or tensor.numel() == 0 or not tensor.is_floating_point():
             continue
         names, extremes = by_device.setdefault(tensor.device, ([], []))
@@ -63,9 +69,23 @@ def first_nonfinite(named_tensors: Iterable[tuple[str, object]]):
     return None
 
 
+def agreed_nonfinite(named_tensors: Iterable[tuple[str, object]]) -> str | None:
+    """``first_nonfinite`` decided by all ranks together: with several processes each rank checks what it holds
+    (under FSDP2 or ZeRO its shard) and the ranks agree (one all-reduce), so that all of them stop at the same step
+    or none does; a rank that stopped alone would leave the others in a collective. Every rank must call it at the
+    same point. The name is this rank's first non-finite tensor, or ``"a shard on another rank"``."""
+    from pods_rl import ranks
+
+    bad = first_nonfinite(named_tensors)
+    if ranks.world_size() > 1 and ranks.any_rank(bad is not None) and bad is None:
+        return "a shard on another rank"
+    return bad
+
+
 def check_finite_weights(model, step: int) -> None:
-    """Raise ``TrainingDiverged`` if a trainable weight of ``model`` holds a NaN or an infinity (before a save)."""
-    bad = first_nonfinite((n, p) for n, p in model.named_parameters() if p.requires_grad)
+    """Raise ``TrainingDiverged`` if a trainable weight of ``model`` holds a NaN or an infinity (before a save), on
+    every rank at once (``agreed_nonfinite``)."""
+    bad = agreed_nonfinite((n, p) for n, p in model.named_parameters() if p.requires_grad)
     if bad is not None:
         raise TrainingDiverged(step, "a weight", where=bad)
 
@@ -87,7 +107,7 @@ class DivergenceGuard(TrainerCallback):
         # scale (the weights stay finite, and are checked after the step anyway).
         if model is None or getattr(args, "fp16", False):
             return
-        bad = first_nonfinite((n, p.grad) for n, p in model.named_parameters() if p.requires_grad)
+        bad = agreed_nonfinite((n, p.grad) for n, p in model.named_parameters() if p.requires_grad)
         if bad is not None:
             raise TrainingDiverged(state.global_step + 1, "the gradient", where=bad)
 
