@@ -23,14 +23,15 @@ paper's "vanilla GRPO's peak test accuracy"), so the baseline reaches it by cons
 a target the baseline reaches earlier than its peak, less sensitive to one lucky evaluation. Or a fixed
 ``target`` accuracy.
 
-Time (steps) to target. The x of the first checkpoint whose accuracy is >= target (checkpoint resolution, no
-interpolation across the crossing; ``inf`` if never). A label's value is read off its mean curve; each seed's
-own value (on its raw curve) is reported too, ``null`` when not reached. Speed-up = baseline / method. When the
-method never reaches the target, the speed-up is an UPPER bound, baseline / (method's last x); when only the
-baseline never reaches it (a fixed target), a LOWER bound, (baseline's last x) / method; when neither does,
-undefined. The 95% confidence interval is a percentile bootstrap over seeds (each label's seeds resampled with
-replacement, independently; a derived target re-derived from each resampled baseline; fixed RNG seed),
-available when every compared label has >= 2 seeds.
+Time (steps) to target. The x of the first checkpoint whose accuracy is >= target (checkpoint resolution; ``inf``
+if never), or with ``interpolate=True`` (what `pods study` reports) the crossing interpolated linearly between
+the last checkpoint below the target and the first at or above it (``pods_rl.curves``). A label's value is read
+off its mean curve; each seed's own value (on its raw curve) is reported too, ``null`` when not reached.
+Speed-up = baseline / method. When the method never reaches the target, the speed-up is an UPPER bound,
+baseline / (method's last x); when only the baseline never reaches it (a fixed target), a LOWER bound,
+(baseline's last x) / method; when neither does, undefined. The 95% confidence interval is a percentile
+bootstrap over seeds (each label's seeds resampled with replacement, independently; a derived target re-derived
+from each resampled baseline; fixed RNG seed), available when every compared label has >= 2 seeds.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from pods_rl.bootstrap import (  # noqa: F401  (re-exported: they lived here bef
     ratio_of_means,
     resample,
 )
+from pods_rl.curves import TARGET_TOLERANCE, interpolated_crossing
 from pods_rl.runlog import DEFAULT_EVAL_FILE, load_results, load_run_config, read_metrics
 
 PHASES = ("generation", "scoring", "selection", "update")
@@ -61,7 +63,6 @@ METRICS = ("accuracy", "format_accuracy", "both_accuracy", "pass_at_k", "mean_co
 # x-axis name -> (unit, result key of the value at the target, result key of the last observed x).
 X_AXES = {"time": ("seconds", "time_to_target", "last_time"),
           "steps": ("steps", "steps_to_target", "last_step")}
-TARGET_TOLERANCE = 1e-9  # mean curves are float averages; "reaches" forgives rounding below the target
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -304,19 +305,20 @@ def baseline_target(mean, gain_fraction: float | None = None) -> float:
 
 
 def _label_times(groups: dict[str, list[RunData]], baseline: str, target: float | None,
-                 gain_fraction: float | None, x: str):
-    """(target, {label: (x at target on the mean curve, last x of the mean curve)}) for one (resampled) set."""
+                 gain_fraction: float | None, x: str, crossing=time_to_target):
+    """(target, {label: (x at target on the mean curve, last x of the mean curve)}) for one (resampled) set;
+    ``crossing(xs, values, target)`` reads the x at target (checkpoint resolution or interpolated)."""
     curves = {label: mean_curve(runs, x) for label, runs in groups.items()}
     if target is None:
         target = baseline_target(curves[baseline][1], gain_fraction)
-    times = {label: (time_to_target(grid, mean, target), float(grid[-1]))
+    times = {label: (crossing(grid, mean, target), float(grid[-1]))
              for label, (grid, mean, _) in curves.items()}
     return target, times
 
 
 def compare_runs(runs: Sequence, baseline: str | None = None, target: float | None = None,
                  target_gain_fraction: float | None = None, x: str = "time", metric: str = "accuracy",
-                 n_boot: int = 2000, seed: int = 0, **load_kwargs) -> dict:
+                 n_boot: int = 2000, seed: int = 0, interpolate: bool = False, **load_kwargs) -> dict:
     """Time (``x="time"``) or optimizer steps (``x="steps"``) to reach the target per label (mean curve) and
     per seed, and the speed-up baseline / method with a percentile-bootstrap 95% CI over seeds.
 
@@ -328,8 +330,10 @@ def compare_runs(runs: Sequence, baseline: str | None = None, target: float | No
         x: "time" (training seconds) or "steps" (optimizer steps).
         n_boot: bootstrap replicates for the 95% CI of the speed-up (0 disables it).
         seed: the bootstrap RNG seed.
-    Returns a JSON-ready dict: metric, x, x_unit, baseline, target, target_source, bootstrap, and labels:
-    {label: {num_seeds, time_to_target | steps_to_target (null = not reached), reached, peak_mean,
+        interpolate: read the x at target interpolated linearly between evaluations (``pods_rl.curves``)
+            instead of at the first evaluation reaching it.
+    Returns a JSON-ready dict: metric, x, x_unit, baseline, target, target_source, crossing, bootstrap, and
+    labels: {label: {num_seeds, time_to_target | steps_to_target (null = not reached), reached, peak_mean,
     last_time | last_step, speedup, speedup_kind, speedup_ci95, ci_note, seeds: [...]}}.
     """
     _check_x(x)
@@ -350,7 +354,8 @@ def compare_runs(runs: Sequence, baseline: str | None = None, target: float | No
         target_source = "baseline peak mean accuracy"
     else:
         target_source = f"baseline start + {target_gain_fraction:g} x (peak - start) of the mean accuracy"
-    target, times = _label_times(groups, baseline, fixed, target_gain_fraction, x)
+    crossing = interpolated_crossing if interpolate else time_to_target
+    target, times = _label_times(groups, baseline, fixed, target_gain_fraction, x, crossing)
 
     # Bootstrap over seeds: resample each label's seeds, recompute curves, (derived) target, times, ratio.
     can_bootstrap = n_boot > 0 and all(len(g) >= 2 for g in groups.values())
@@ -359,7 +364,7 @@ def compare_runs(runs: Sequence, baseline: str | None = None, target: float | No
         rng = np.random.default_rng(seed)
         for _ in range(n_boot):
             sample = {label: resample(g, rng) for label, g in groups.items()}
-            _, t = _label_times(sample, baseline, fixed, target_gain_fraction, x)
+            _, t = _label_times(sample, baseline, fixed, target_gain_fraction, x, crossing)
             for label in boot_ratios:
                 boot_ratios[label].append(speedup(t[baseline][0], t[label][0], t[baseline][1], t[label][1]))
 
@@ -367,13 +372,14 @@ def compare_runs(runs: Sequence, baseline: str | None = None, target: float | No
     base_time, base_end = times[baseline]
     result = {"metric": metric, "x": x, "x_unit": unit, "baseline": baseline, "target": target,
               "target_source": target_source, "target_gain_fraction": target_gain_fraction,
+              "crossing": "interpolated between evaluations" if interpolate else "first evaluation reaching it",
               "bootstrap": {"replicates": n_boot if can_bootstrap else 0, "seed": seed}, "labels": {}}
     for label, label_runs in groups.items():
         label_time, label_end = times[label]
         seeds = []
         for run in label_runs:
             xs, values, _ = run_curve(run, x)
-            t = time_to_target(xs, values, target)
+            t = crossing(xs, values, target)
             seeds.append({"run_dir": str(run.run_dir), "seed": run.seed, "source": run.source,
                           to_key: _finite_or_none(t), "reached": math.isfinite(t),
                           "peak": float(values.max()), last_key: float(xs[-1])})
@@ -415,8 +421,9 @@ def format_compare_table(result: dict) -> str:
     x = result.get("x", "time")
     _, to_key, _ = X_AXES[x]
     column = "t_target(min)" if x == "time" else "steps_to_target"
+    crossing = f"; x at target: {result['crossing']}" if result.get("crossing") else ""
     lines = [f"target {result['metric']} = {result['target']:.4f} ({result['target_source']}); "
-             f"baseline: {result['baseline']}",
+             f"baseline: {result['baseline']}{crossing}",
              f"{'label':<36} {'seeds':>5} {'peak':>6} {column:>15} {'per-seed':<24} "
              f"{'speed-up':>9} {'95% CI':>15}"]
     lines.append("-" * len(lines[1]))

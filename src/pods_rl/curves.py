@@ -1,0 +1,234 @@
+"""Statistics read BETWEEN a run's evaluations, so that they do not move in steps of the evaluation grid.
+
+A run is evaluated every few updates; a statistic read at the first evaluation that reaches a target can take
+only the grid's values (with evaluations every 10 of 120 updates, a learning-per-update ratio is 1.00x, 1.09x,
+1.20x, 1.50x, ...), and its bootstrap interval spans grid steps. Here a run's curve is the piecewise-linear
+curve through its evaluations, and statistics are read on it:
+
+- the first crossing of a target, interpolated linearly between the last evaluation below the target and the
+  first at or above it (``interpolated_crossing``);
+- the curve's value at chosen budgets of training time or updates (``values_at``, ``budgets``), e.g. 25, 50, 75
+  and 100% of the span every run covers (the shortest run's, ``common_span``), no extrapolation;
+- the area under the curve over a span, normalized by the span's length: the curve's mean accuracy over it
+  (trapezoid rule, ``normalized_area``);
+- a method's per-seed values against the baseline's, as a difference and a ratio of means with 95% percentile-
+  bootstrap intervals over seeds (each side's seeds resampled independently; ``compare_values``), and the
+  verdict read off an interval (``interval_verdict``, the rule in ``VERDICT_RULE``).
+
+Curves are given as (xs, values): xs (E,) the x of each evaluation, training seconds or optimizer steps,
+increasing; values (E,) the metric there. numpy only, arrays in and out: it knows nothing of run directories
+(``pods_rl.stats`` and ``pods_rl.commands.study_report`` turn runs into curves). A module of its own, not a part
+of ``pods_rl.stats``, to keep each under ~500 lines; ``pods_rl.stats.compare_runs(..., interpolate=True)``
+uses ``interpolated_crossing`` for the time (updates) to target and its speed-up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from pods_rl.bootstrap import percentile_interval, resample
+
+TARGET_TOLERANCE = 1e-9  # mean curves are float averages; "reaches" forgives rounding below the target
+BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # budgets at which accuracies are compared, fractions of the span
+RATIO_MARGIN = 0.1  # a ratio (speed-up) whose CI lies within [1 - 0.1, 1 + 0.1] is decided equal
+ACCURACY_MARGIN = 0.01  # an accuracy difference (or of areas) whose CI lies within [-0.01, +0.01] is equal
+VERDICT_RULE = ("verdicts read off the 95% CI: a speed-up (baseline / method, > 1 favours the method) is 'faster' "
+                "when its CI lies above 1, 'slower' below 1, 'equal' within [0.9, 1.1], else 'undecided'; an "
+                "accuracy or area difference (method - baseline) is 'higher' when its CI lies above 0, 'lower' "
+                "below 0, 'equal' within [-0.01, +0.01], else 'undecided'")
+
+
+def _curve(xs, values) -> tuple[np.ndarray, np.ndarray]:
+    """(xs, values) as float arrays sorted by x (stable), checked 1-D of equal length."""
+    xs, values = np.asarray(xs, dtype=float), np.asarray(values, dtype=float)
+    if xs.shape != values.shape or xs.ndim != 1:
+        raise ValueError(f"xs and values must be 1-D of equal length, got {xs.shape} and {values.shape}")
+    order = np.argsort(xs, kind="stable")
+    return xs[order], values[order]
+
+
+def interpolated_crossing(xs, values, target: float) -> float:
+    """The x at which the curve through the evaluations first reaches ``target``, interpolated linearly.
+
+    Args:
+        xs: (E,) evaluation x values, seconds or optimizer steps (any order; sorted here).
+        values: (E,) the metric at those evaluations.
+        target: the value to reach ("reaches": >= target - TARGET_TOLERANCE).
+    Returns xs[0] when the first evaluation already reaches it, ``inf`` when none does; else, with hi the first
+    evaluation at or above the target and lo the one before it (below the target):
+    x_lo + (target - v_lo) / (v_hi - v_lo) x (x_hi - x_lo), which lies in (x_lo, x_hi].
+    """
+    xs, values = _curve(xs, values)
+    reached = np.nonzero(values >= target - TARGET_TOLERANCE)[0]
+    if not len(reached):
+        return math.inf
+    hi = int(reached[0])
+    if hi == 0:
+        return float(xs[0])
+    x_lo, x_hi, v_lo, v_hi = xs[hi - 1], xs[hi], values[hi - 1], values[hi]
+    fraction = min(max((target - v_lo) / (v_hi - v_lo), 0.0), 1.0)  # v_hi > v_lo here; clipped for the tolerance
+    return float(x_lo + fraction * (x_hi - x_lo))
+
+
+def values_at(xs, values, at) -> np.ndarray:
+    """(B,) the curve linearly interpolated at the x values ``at`` (B,); nan outside [xs[0], xs[-1]] (no
+    extrapolation).
+
+    Args:
+        xs: (E,) evaluation x values (any order). values: (E,) the metric there.
+        at: (B,) x values (budgets) to read the curve at.
+    """
+    xs, values = _curve(xs, values)
+    at = np.atleast_1d(np.asarray(at, dtype=float))
+    out = np.interp(at, xs, values)
+    out[(at < xs[0]) | (at > xs[-1])] = np.nan
+    return out
+
+
+def normalized_area(xs, values, start: float, end: float) -> float:
+    """Area under the curve over [start, end] divided by (end - start): the curve's mean value over the span.
+
+    Trapezoid rule on the evaluations inside the span plus the curve interpolated at ``start`` and ``end``.
+
+    Args:
+        xs: (E,) evaluation x values (any order). values: (E,) the metric there.
+        start, end: the span, start <= end.
+    Returns nan when the curve does not cover the span; the value at ``start`` when start == end.
+    """
+    xs, values = _curve(xs, values)
+    if end < start:
+        raise ValueError(f"the span must have start <= end, got [{start}, {end}]")
+    if start < xs[0] or end > xs[-1]:
+        return math.nan
+    if end == start:
+        return float(np.interp(start, xs, values))
+    inside = (xs > start) & (xs < end)
+    grid = np.concatenate([[start], xs[inside], [end]])  # (G,)
+    curve = np.interp(grid, xs, values)  # (G,)
+    area = float(np.sum((grid[1:] - grid[:-1]) * (curve[1:] + curve[:-1]) / 2))
+    return area / (end - start)
+
+
+def common_span(curves: Sequence[tuple]) -> tuple[float, float]:
+    """(start, end): the x span every curve covers, [max of first xs, min of last xs].
+
+    Args:
+        curves: (xs (E,), values (E,)) of each run, any number of methods and seeds.
+    Raises ValueError when there is no curve, one is empty, or the spans do not overlap.
+    """
+    if not curves or any(len(xs) == 0 for xs, _ in curves):
+        raise ValueError("common_span needs at least one curve, each with at least one evaluation")
+    start = max(float(np.min(xs)) for xs, _ in curves)
+    end = min(float(np.max(xs)) for xs, _ in curves)
+    if start > end:
+        raise ValueError(f"the curves cover no common span (latest start {start} > earliest end {end})")
+    return start, end
+
+
+def budgets(start: float, end: float, fractions: Sequence[float] = BUDGET_FRACTIONS) -> np.ndarray:
+    """(B,) the x budgets start + f x (end - start) for each fraction f (B,) of the span."""
+    return start + np.asarray(fractions, dtype=float) * (end - start)
+
+
+def interval_verdict(ci, reference: float = 1.0, margin: float = RATIO_MARGIN, above: str = "faster",
+                     below: str = "slower") -> str:
+    """The verdict read off a 95% interval (``VERDICT_RULE``).
+
+    Args:
+        ci: (low, high), a None bound meaning infinite (a speed-up's bound where one side never reached the
+            target), or None (no interval).
+        reference: the value of no difference: 1 for a ratio, 0 for a difference.
+        margin: half-width of the band around ``reference`` inside which the interval decides "equal".
+        above, below: the words for an interval entirely above / below the reference.
+    Returns ``above`` (low > reference), ``below`` (high < reference), "equal" (the interval lies within
+    [reference - margin, reference + margin]), "undecided" (otherwise: more seeds needed), "unknown" (no CI).
+    """
+    if not ci:
+        return "unknown"
+    low = -math.inf if ci[0] is None else ci[0]
+    high = math.inf if ci[1] is None else ci[1]
+    if low > reference:
+        return above
+    if high < reference:
+        return below
+    if reference - margin <= low and high <= reference + margin:
+        return "equal"
+    return "undecided"
+
+
+def _finite_or_none(x) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def compare_values(values: Sequence, baseline_values: Sequence, n_boot: int = 2000, seed: int = 0) -> dict:
+    """A method's per-seed values against the baseline's: means, difference and ratio with bootstrap 95% CIs.
+
+    Args:
+        values: (S,) the method's value per seed (None / nan dropped), e.g. its accuracy at a budget.
+        baseline_values: (S',) the baseline's.
+        n_boot: bootstrap replicates; each resamples both sides' seeds with replacement, independently.
+        seed: the bootstrap RNG seed.
+    Returns {mean, baseline_mean, difference (mean - baseline_mean), difference_ci95, ratio (mean /
+    baseline_mean, None when that is 0), ratio_ci95, verdict (``interval_verdict`` of the difference, margin
+    ACCURACY_MARGIN)}; the CIs are None with fewer than 2 values on either side or ``n_boot`` 0.
+    """
+    method = [float(v) for v in values if v is not None and not math.isnan(v)]
+    base = [float(v) for v in baseline_values if v is not None and not math.isnan(v)]
+    if not method or not base:
+        return {"mean": _finite_or_none(np.mean(method)) if method else None,
+                "baseline_mean": _finite_or_none(np.mean(base)) if base else None, "difference": None,
+                "difference_ci95": None, "ratio": None, "ratio_ci95": None, "verdict": "unknown"}
+    mean, base_mean = float(np.mean(method)), float(np.mean(base))
+    difference_ci = ratio_ci = None
+    if n_boot > 0 and len(method) >= 2 and len(base) >= 2:
+        rng = np.random.default_rng(seed)
+        pairs = np.array([(np.mean(resample(method, rng)), np.mean(resample(base, rng))) for _ in range(n_boot)])
+        difference_ci = percentile_interval(pairs[:, 0] - pairs[:, 1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.where(pairs[:, 1] != 0, pairs[:, 0] / pairs[:, 1], np.nan)
+        ratio_ci = percentile_interval(ratios)
+    return {"mean": mean, "baseline_mean": base_mean, "difference": mean - base_mean,
+            "difference_ci95": list(difference_ci) if difference_ci else None,
+            "ratio": mean / base_mean if base_mean else None, "ratio_ci95": list(ratio_ci) if ratio_ci else None,
+            "verdict": interval_verdict(difference_ci, 0.0, ACCURACY_MARGIN, "higher", "lower")}
+
+
+def curve_comparison(curves_by_label: dict[str, list[tuple]], baseline: str,
+                     fractions: Sequence[float] = BUDGET_FRACTIONS, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Accuracy at equal budgets and the normalized area under the curve, each method against the baseline.
+
+    Both are read on every seed's own curve over the span every run of every label covers (``common_span``:
+    the shortest run's), so all methods are compared at the same x; the per-seed values are then compared with
+    ``compare_values`` (difference method - baseline and ratio, bootstrap 95% CIs over seeds).
+
+    Args:
+        curves_by_label: {label: [(xs (E,), values (E,)) per seed]} on one x-axis (training seconds or steps).
+        baseline: the label the others are compared against.
+        fractions: (B,) fractions of the span at which the accuracies are read.
+        n_boot, seed: bootstrap replicates and RNG seed.
+    Returns {span: [start, end], fractions, budgets: (B,) x values, labels: {label: {at_budget: [B x
+    {fraction, x, per_seed, **compare_values}], area: {per_seed, **compare_values}}}}.
+    """
+    if baseline not in curves_by_label:
+        raise ValueError(f"baseline label {baseline!r} is not among {list(curves_by_label)}")
+    start, end = common_span([c for curves in curves_by_label.values() for c in curves])
+    xs_budget = budgets(start, end, fractions)  # (B,)
+    at_budget = {label: np.array([values_at(xs, values, xs_budget) for xs, values in curves])  # (S, B)
+                 for label, curves in curves_by_label.items()}
+    areas = {label: [normalized_area(xs, values, start, end) for xs, values in curves]  # (S,)
+             for label, curves in curves_by_label.items()}
+    labels = {}
+    for label in curves_by_label:
+        rows = []
+        for b, (fraction, x) in enumerate(zip(fractions, xs_budget)):
+            per_seed = at_budget[label][:, b].tolist()
+            rows.append({"fraction": float(fraction), "x": float(x), "per_seed": per_seed,
+                         **compare_values(per_seed, at_budget[baseline][:, b].tolist(), n_boot, seed)})
+        labels[label] = {"at_budget": rows,
+                         "area": {"per_seed": areas[label], **compare_values(areas[label], areas[baseline],
+                                                                              n_boot, seed)}}
+    return {"span": [start, end], "fractions": [float(f) for f in fractions], "budgets": xs_budget.tolist(),
+            "labels": labels}
