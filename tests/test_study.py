@@ -193,6 +193,45 @@ def test_report_reproduces_the_committed_evidence_study():
     assert numbers["break_even"]["margin"] == pytest.approx(1.375 / committed["pods-mv-n64m16"]["step_ratio"])
 
 
+def test_report_reads_the_committed_study_between_evaluations():
+    """Interpolated between evaluations, learning per update leaves the evaluation grid (evaluations every 25
+    updates: GRPO reaches its peak at 275, so a grid reading is 275 / 200 = 1.375 or 275 / 175 = 1.571); the
+    accuracy at equal budgets and the area under the curve come with intervals holding their estimates, and the
+    printed report says how the numbers were read and the verdict rule."""
+    from pods_rl import curves
+    from pods_rl.commands.study_report import format_report, headline, study_report
+
+    report = study_report(STRONG / "study" / "runs", None, "grpo-n16", n_boot=200, figures=False)
+    pods = report["methods"]["pods-mv-n64m16"]
+    grid, inter = pods["steps/peak"], pods["interpolated"]["steps/peak"]
+    assert grid["ratio"] == pytest.approx(275 / 200) and report["methods"]["grpo-n16"]["interpolated"][
+        "steps/peak"]["to_target"] == 275.0  # the baseline's peak is an evaluation: the same in both readings
+    assert 175 < inter["to_target"] < 200 and 275 / 200 < inter["ratio"] < 275 / 175
+    assert inter["ci95"][0] <= inter["ratio"] <= inter["ci95"][1]
+    assert inter["verdict"] == curves.interval_verdict(inter["ci95"])
+    assert report["comparisons_interpolated"]["steps/peak"]["crossing"] == "interpolated between evaluations"
+    time_span = report["curves"]["time"]["span"]
+    assert time_span[0] == 0.0 and time_span[1] == min(
+        r["last_time"] for label in report["comparisons"]["time/peak"]["labels"].values() for r in label["seeds"])
+    for key in ("accuracy_at_equal_updates", "accuracy_at_equal_time"):
+        rows = pods[key]
+        assert [row["fraction"] for row in rows] == [0.25, 0.5, 0.75, 1.0]
+        for row in rows:
+            assert row["difference_ci95"][0] <= row["difference"] <= row["difference_ci95"][1], (key, row)
+            assert row["difference"] == pytest.approx(np.mean(row["per_seed"]) - row["baseline_mean"])
+    assert pods["accuracy_at_equal_updates"][-1]["x"] == 300.0
+    area = pods["area_vs_time"]
+    assert area["ratio_ci95"][0] <= area["ratio"] <= area["ratio_ci95"][1] and 0 < area["mean"] < 1
+    numbers = headline(report)["pods-mv-n64m16"]
+    assert numbers["learning_per_update_interpolated"]["value"] == inter["ratio"]
+    assert numbers["learning_per_update"]["value"] == pytest.approx(1.375)  # the grid reading keeps its key
+    assert {"wall_clock_speedup_interpolated", "break_even_interpolated", "accuracy_at_equal_time",
+            "area_vs_time"} <= set(numbers)
+    text = format_report({"study": report})
+    assert "interpolated between evaluations" in text and curves.VERDICT_RULE in text
+    assert f"{inter['ratio']:.2f}x" in text and "at evaluation resolution" in text and "area under accuracy" in text
+
+
 # ------------------------------------------------------------------------------------------------------------
 # End to end
 # ------------------------------------------------------------------------------------------------------------
@@ -216,7 +255,9 @@ def test_smoke_runs_the_whole_study_and_resumes(tmp_path, capsys):
     assert numbers["break_even"]["verdict"] in ("pays", "does not pay", "undecided", "unknown")
     assert set(report["study"]["methods"]) == {"grpo-n4", "pods-mv-n8m4", "pods-random-n8m4"}
     assert all(m["seeds"] == 2 for m in report["study"]["methods"].values())
-    assert "(1) learning per update" in (out / "report.txt").read_text()
+    text = (out / "report.txt").read_text()
+    assert "(1) learning per update" in text and "interpolated between evaluations" in text
+    assert len(numbers["accuracy_at_equal_time"]) == 4 and numbers["area_vs_time"]["mean"] is not None
     logged = json.loads((out / "commands.jsonl").read_text().splitlines()[0])
     assert logged["command"] == f"pods study --smoke --out {out}" and len(logged["runs"]) == 6
     capsys.readouterr()

@@ -9,7 +9,14 @@ For each method against the baseline (GRPO, n = m, unless ``--baseline`` names a
 3. the wall-clock speed-up: training time to the same target, GRPO / method (x = time), next to (1)/(2);
 4. the break-even: PODS pays in wall-clock time iff (1) > (2) (``stats.break_even``);
 
-with two targets: GRPO's peak seed-mean accuracy (the paper's definition) and 80% of GRPO's gain. Also:
+with two targets: GRPO's peak seed-mean accuracy (the paper's definition) and 80% of GRPO's gain. The updates
+and time to target in (1) and (3) are read twice: at the first evaluation reaching the target (the JSON keys
+``steps/peak`` etc.; such ratios take only values of the evaluation grid), and interpolated linearly between
+the last evaluation below the target and the first at or above it (``interpolated``, with its own break-even:
+what the table shows and the projection uses). Read off each seed's curve, independent of the grid as well
+(``pods_rl.curves``): the accuracy at equal updates and at equal training time (25/50/75/100% of the span every
+run covers) and the area under accuracy vs training time over that span divided by its length, method - GRPO
+with bootstrap CIs over seeds; every interval gets the verdict of ``curves.VERDICT_RULE``. Also:
 evaluation noise against the seed spread (``stats.eval_noise``), selection against its random control (same
 n -> m), selection statistics and completion lengths, the `pods cost` step-time ratios of every n measured,
 a projection of (1) onto other step-time ratios (the paper's single-GPU GSM8K step times, assumed ratios),
@@ -27,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pods_rl import stats
+from pods_rl import curves, stats
 from pods_rl.runlog import run_finished
 
 GAIN_FRACTION = 0.8
@@ -144,6 +151,14 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
     comparisons = {f"{x}/{target}": stats.compare_runs(runs, baseline=baseline, x=x, target_gain_fraction=fraction,
                                                           n_boot=n_boot)
                    for x in ("steps", "time") for target, fraction in TARGETS.items()}
+    # The same, the x at target interpolated between evaluations (what the table shows), and the accuracy at
+    # equal budgets and the area under the curve, read on each seed's curve over the span all runs cover.
+    interpolated = {key: stats.compare_runs(runs, baseline=baseline, x=key.split("/")[0], n_boot=n_boot,
+                                            target_gain_fraction=TARGETS[key.split("/")[1]], interpolate=True)
+                    for key in comparisons}
+    curve_stats = {x: curves.curve_comparison({name: [stats.run_curve(r, x)[:2] for r in group]
+                                               for name, group in groups.items()}, baseline, n_boot=n_boot)
+                   for x in ("steps", "time")}
     seconds = {name: [r.phase_seconds["step"] for r in group] for name, group in groups.items()}
     pods_keys = sorted({k for r in runs for k in _metric_keys(r) if k.startswith("pods/")})
     lengths = {name: {"train_kept": [_train_mean(r, "completions/mean_length") for r in group],
@@ -165,17 +180,20 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
                  "rollouts_per_update": {**_ratio_entry(rollouts[name], rollouts[baseline], n_boot),
                                          "mean_ci95": stats.bootstrap_ci([v for v in rollouts[name] if v is not None],
                                                                          n_boot=n_boot) if n_boot else None}}
-        for key, comparison in comparisons.items():
-            label = comparison["labels"][name]
-            entry[key] = {"to_target": label.get("steps_to_target", label.get("time_to_target")),
-                          "ratio": label["speedup"], "kind": label["speedup_kind"], "ci95": label.get("speedup_ci95")}
-        for target in TARGETS:  # (3) against (1)/(2) at both targets
-            learning = entry[f"steps/{target}"]["ratio"]
-            entry[f"predicted_wall_speedup/{target}"] = learning / ratio if learning else None
-            entry[f"break_even/{target}"] = stats.break_even(learning, entry[f"steps/{target}"]["ci95"], ratio,
-                                                             ratio_ci)
+        entry["interpolated"] = {}  # the same keys as below, the x at target interpolated between evaluations
+        for numbers, by_key in ((entry, comparisons), (entry["interpolated"], interpolated)):
+            numbers.update({key: _to_target(comparison["labels"][name]) for key, comparison in by_key.items()})
+            for target in TARGETS:  # (3) against (1)/(2) at both targets
+                learning = numbers[f"steps/{target}"]["ratio"]
+                numbers[f"predicted_wall_speedup/{target}"] = learning / ratio if learning else None
+                numbers[f"break_even/{target}"] = stats.break_even(learning, numbers[f"steps/{target}"]["ci95"],
+                                                                   ratio, ratio_ci)
+        for x, key in (("steps", "updates"), ("time", "time")):  # accuracy at equal budgets, area under the curve
+            entry[f"accuracy_at_equal_{key}"] = curve_stats[x]["labels"][name]["at_budget"]
+            entry[f"area_vs_{key}"] = curve_stats[x]["labels"][name]["area"]
         methods[name] = entry
     result = {"baseline": baseline, "methods": methods, "comparisons": comparisons,
+              "comparisons_interpolated": interpolated, "curves": curve_stats, "verdict_rule": curves.VERDICT_RULE,
               "noise": {name: stats.eval_noise(group) for name, group in groups.items()}}
 
     # Selection against its control: the same n -> m generation, max_variance vs a random choice of the kept.
@@ -186,13 +204,13 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
             if selected in groups:
                 pair = [r for r in runs if r.label in (name, selected)]
                 controls[f"{selected} vs {name}"] = {
-                    f"steps/{target}": stats.compare_runs(pair, baseline=name, x="steps", target_gain_fraction=f,
-                                                          n_boot=n_boot)
-                    for target, f in TARGETS.items()}
+                    f"steps/{target}{suffix}": stats.compare_runs(pair, baseline=name, x="steps", n_boot=n_boot,
+                                                                  target_gain_fraction=f, interpolate=bool(suffix))
+                    for target, f in TARGETS.items() for suffix in ("", "/interpolated")}
     result["selection_vs_random"] = controls
 
-    efficiency = {name: (e["steps/peak"]["ratio"], e["steps/peak"]["ci95"])
-                  for name, e in methods.items() if name != baseline}
+    efficiency = {name: (e["interpolated"]["steps/peak"]["ratio"], e["interpolated"]["steps/peak"]["ci95"])
+                  for name, e in methods.items() if name != baseline}  # (1) interpolated between evaluations
     ratios = {f"paper 1xGPU GSM8K, n={n} -> 16 ({sec} s / 7.6 s)": round(sec / PAPER_GPU_STEP_SECONDS[16], 3)
               for n, sec in PAPER_GPU_STEP_SECONDS.items() if n > 16}
     for name, e in methods.items():
@@ -206,6 +224,14 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
     result["projection"] = stats.projection(ratios, efficiency)
     result["figures"] = _figures(runs, out, labels, title) if figures else []
     return result
+
+
+def _to_target(label: dict) -> dict:
+    """One label of a ``stats.compare_runs`` result as {to_target, ratio, kind, ci95, verdict}."""
+    ci = label.get("speedup_ci95")
+    return {"to_target": label.get("steps_to_target", label.get("time_to_target")), "ratio": label["speedup"],
+            "kind": label["speedup_kind"], "ci95": ci,
+            "verdict": "baseline" if label["speedup_kind"] == "baseline" else curves.interval_verdict(ci)}
 
 
 def _metric_keys(run: stats.RunData) -> set:
@@ -235,7 +261,10 @@ def _figures(runs: list, out: Path, labels: dict[str, str], title: str) -> list[
 
 def headline(study: dict) -> dict:
     """The three numbers of each method against the baseline, to GRPO's peak: {method: {learning_per_update,
-    step_time_ratio, wall_clock_speedup, break_even}}, each number as {value, ci95, ...}."""
+    step_time_ratio, wall_clock_speedup, break_even}}, each number as {value, ci95, ...}, at evaluation
+    resolution; the same interpolated between evaluations (``*_interpolated``, with their verdicts), and the
+    accuracy at equal updates and training time and the area under accuracy vs training time against the baseline.
+    """
     numbers = {}
     for name, e in study["methods"].items():
         if name == study["baseline"]:
@@ -251,7 +280,21 @@ def headline(study: dict) -> dict:
             # rollouts generated per update (PODS: n per prompt; adaptive: what its rounds needed), over seeds
             "rollouts_per_update": e.get("rollouts_per_update"),
             "rounds_per_update": e.get("selection_metrics", {}).get("pods/rounds")}
+        i = e.get("interpolated")
+        if i:  # a report computed before interpolation was added has none
+            numbers[name].update({
+                "learning_per_update_interpolated": {**_number(i["steps/peak"]),
+                                                     "updates_to_target": i["steps/peak"]["to_target"]},
+                "wall_clock_speedup_interpolated": {**_number(i["time/peak"]),
+                                                    "seconds_to_target": i["time/peak"]["to_target"]},
+                "break_even_interpolated": i["break_even/peak"],
+                "accuracy_at_equal_updates": e["accuracy_at_equal_updates"],
+                "accuracy_at_equal_time": e["accuracy_at_equal_time"], "area_vs_time": e["area_vs_time"]})
     return numbers
+
+
+def _number(entry: dict) -> dict:
+    return {"value": entry["ratio"], "ci95": entry["ci95"], "kind": entry["kind"], "verdict": entry["verdict"]}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -300,30 +343,36 @@ def format_report(report: dict) -> str:
         return "\n".join(lines)
     base = study["methods"][study["baseline"]]
     c = study["comparisons"]
+    others = {name: e for name, e in study["methods"].items() if name != study["baseline"]}
     lines.append(f"\nThe three numbers (ratios {study['baseline']} / method: > 1 favours the method; 95% CIs: "
                  f"percentile bootstrap over seeds). Target: {study['baseline']}'s peak seed-mean accuracy "
-                 f"{c['steps/peak']['target']:.4f} on the update axis, {c['time/peak']['target']:.4f} on the time axis.")
-    head = (f"  {'method':<34} {'seeds':>5}  {'(1) learning per update':<24} {'(2) step-time ratio':<22} "
-            f"{'(3) wall-clock speed-up':<24} {'(1)/(2)':>7}  break-even: pays iff (1) > (2)")
+                 f"{c['steps/peak']['target']:.4f} on the update axis, {c['time/peak']['target']:.4f} on the time axis. "
+                 "Updates and time to target interpolated between evaluations (linearly, between the last evaluation "
+                 "below the target and the first at or above it).")
+    head = (f"  {'method':<34} {'seeds':>5}  {'(1) learning per update':<31} {'(2) step-time ratio':<22} "
+            f"{'(3) wall-clock speed-up':<31} {'(1)/(2)':>7}  break-even: pays iff (1) > (2)")
     lines += [head, "  " + "-" * (len(head) - 2)]
     for name, e in study["methods"].items():
+        i = e["interpolated"]
         if name == study["baseline"]:
-            one = f"1 ({e['steps/peak']['to_target']:.0f} updates)" if e["steps/peak"]["to_target"] else "1"
-            wall = f"1 ({e['time/peak']['to_target']:.0f} s)" if e["time/peak"]["to_target"] else "1"
-            lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {one:<24} {'1 (' + format(e['seconds_per_step'][0], '.3f') + ' s/step)':<22} "
-                         f"{wall:<24} {'1':>7}  (baseline)")
+            one = f"1 ({i['steps/peak']['to_target']:.0f} updates)" if i["steps/peak"]["to_target"] else "1"
+            wall = f"1 ({i['time/peak']['to_target']:.0f} s)" if i["time/peak"]["to_target"] else "1"
+            lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {one:<31} {'1 (' + format(e['seconds_per_step'][0], '.3f') + ' s/step)':<22} "
+                         f"{wall:<31} {'1':>7}  (baseline)")
             continue
-        learning = f"{_fmt_ratio(e['steps/peak'])} {fmt_ci(e['steps/peak']['ci95'])}"
+        learning = f"{_fmt_ratio(i['steps/peak'])} {fmt_ci(i['steps/peak']['ci95'])} {i['steps/peak']['verdict']}"
         step = f"{e['step_ratio']:.2f} {fmt_ci(e['step_ratio_ci95'])}"
-        wall = f"{_fmt_ratio(e['time/peak'])} {fmt_ci(e['time/peak']['ci95'])}"
-        pred = e["predicted_wall_speedup/peak"]
-        verdict = e["break_even/peak"]["verdict"]
-        lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {learning:<24} {step:<22} {wall:<24} "
-                     f"{'—' if pred is None else format(pred, '.2f') + 'x':>7}  {verdict}")
+        wall = f"{_fmt_ratio(i['time/peak'])} {fmt_ci(i['time/peak']['ci95'])} {i['time/peak']['verdict']}"
+        pred = i["predicted_wall_speedup/peak"]
+        lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {learning:<31} {step:<22} {wall:<31} "
+                     f"{'—' if pred is None else format(pred, '.2f') + 'x':>7}  {i['break_even/peak']['verdict']}")
+    lines.append("  at evaluation resolution (the first evaluation reaching the target: values on the evaluation grid): "
+                 + "; ".join(f"{e['label']}: (1) {_fmt_ratio(e['steps/peak'])} {fmt_ci(e['steps/peak']['ci95'])}, "
+                             f"(3) {_fmt_ratio(e['time/peak'])} {fmt_ci(e['time/peak']['ci95'])}" for e in others.values()))
     lines.append(f"  at 80% of {study['baseline']}'s gain (target {c['steps/gain80']['target']:.4f}): " + "; ".join(
-        f"{e['label']}: (1) {_fmt_ratio(e['steps/gain80'])} {fmt_ci(e['steps/gain80']['ci95'])}, (3) "
-        f"{_fmt_ratio(e['time/gain80'])} {fmt_ci(e['time/gain80']['ci95'])}, {e['break_even/gain80']['verdict']}"
-        for name, e in study["methods"].items() if name != study["baseline"]))
+        f"{e['label']}: (1) {_fmt_ratio(i['steps/gain80'])} {fmt_ci(i['steps/gain80']['ci95'])}, (3) "
+        f"{_fmt_ratio(i['time/gain80'])} {fmt_ci(i['time/gain80']['ci95'])} {i['time/gain80']['verdict']}, "
+        f"break-even: {i['break_even/gain80']['verdict']}" for e in others.values() for i in [e["interpolated"]]))
     sampled = [(e["label"], e["rollouts_per_update"], e.get("selection_metrics", {}).get("pods/rounds"))
                for e in study["methods"].values() if (e.get("rollouts_per_update") or {}).get("mean", (None,))[0]]
     if sampled:
@@ -341,10 +390,11 @@ def format_report(report: dict) -> str:
         f"{e['label']} {e['final_accuracy'][0]:.3f} ± {e['final_accuracy'][1] or 0:.3f}" for e in study["methods"].values()))
     for pair, comparison in study.get("selection_vs_random", {}).items():
         selected = pair.split(" vs ")[0]
-        label = comparison["steps/peak"]["labels"][selected]
-        lines.append(f"  selection vs its random control ({pair}), updates to the control's peak: "
+        label = comparison["steps/peak/interpolated"]["labels"][selected]
+        lines.append(f"  selection vs its random control ({pair}), updates to the control's peak (interpolated): "
                      f"{_fmt_ratio({'ratio': label['speedup'], 'kind': label['speedup_kind']})} "
-                     f"{fmt_ci(label.get('speedup_ci95'))}")
+                     f"{fmt_ci(label.get('speedup_ci95'))} {curves.interval_verdict(label.get('speedup_ci95'))}")
+    lines += _curve_lines(study, others)
     lines.append("\nevaluation noise against seed spread (std of accuracy over seeds at equal updates):")
     for name, n in study["noise"].items():
         share = n["eval_share_of_seed_variance"]
@@ -361,6 +411,41 @@ def format_report(report: dict) -> str:
                           f"{fmt_ci(row[m]['ci95'])}" for m in proj["break_even"])
         lines.append(f"  r={row['step_ratio']:<6.3g} {row['source']:<46} {cells}")
     return "\n".join(lines)
+
+
+def _fmt_diff(row: dict) -> str:
+    """A ``curves.compare_values`` row as ``difference [CI] verdict`` in accuracy (three decimals, signed)."""
+    if row["difference"] is None:
+        return "—"
+    ci = row["difference_ci95"]
+    return f"{row['difference']:+.3f} " + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "[—]") + f" {row['verdict']}"
+
+
+def _fmt_area_ratio(row: dict) -> str:
+    """A ``curves.compare_values`` row's ratio as ``0.998x [0.990, 1.004]``."""
+    ci = row["ratio_ci95"]
+    return "—" if row["ratio"] is None else f"{row['ratio']:.3f}x " + (
+        f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "[—]")
+
+
+def _curve_lines(study: dict, others: dict) -> list[str]:
+    """The accuracy at equal updates and training time, the area under accuracy vs time, the verdict rule."""
+    base = study["methods"][study["baseline"]]
+    lines = [f"\naccuracy at equal budgets, read on each seed's curve (interpolated between evaluations) at "
+             f"25/50/75/100% of the span every run covers; method - {study['baseline']} [95% CI] verdict:"]
+    for key, unit in (("updates", ""), ("time", " s")):
+        lines.append(f"  {base['label'][:34]:<34} {key:<7} " + " | ".join(
+            f"{row['x']:.0f}{unit}: {row['mean']:.3f}" for row in base[f"accuracy_at_equal_{key}"]) + " (baseline)")
+        for e in others.values():
+            lines.append(f"  {e['label'][:34]:<34} {key:<7} " + " | ".join(
+                f"{row['x']:.0f}{unit}: {_fmt_diff(row)}" for row in e[f"accuracy_at_equal_{key}"]))
+    start, end = study["curves"]["time"]["span"]
+    area = base["area_vs_time"]
+    lines.append(f"area under accuracy vs training time over {start:.0f}-{end:.0f} s, divided by the span (the mean "
+                 f"accuracy over it): {base['label']} {area['mean']:.3f}; " + "; ".join(
+                     f"{e['label']} {e['area_vs_time']['mean']:.3f}: {_fmt_diff(e['area_vs_time'])}, "
+                     f"ratio {_fmt_area_ratio(e['area_vs_time'])}" for e in others.values()))
+    return lines + [f"{study['verdict_rule']}; break-even as above"]
 
 
 def _f(value) -> str:
