@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 # Optional engines have their own test lanes (tests/<lane>/), each run by .ci/run in that engine's own
 # environment: `python -m pytest -q --lane vllm tests/vllm`. The main suite never collects them, so it needs
 # neither engine installed.
-ENGINE_LANES = ("vllm", "verl")
+ENGINE_LANES = ("vllm", "verl", "deepspeed")
 _TESTS = Path(__file__).resolve().parent
 
 

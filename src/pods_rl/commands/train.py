@@ -220,6 +220,11 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     # model and vLLM; pods passes it to every load of its own), and is refused in one line before anything loads.
     trust = bool(config.trust_remote_code)
     check_remote_code(model_args.model_name_or_path, trust, model_args.model_revision)
+    if (os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and main_process
+            and (config.use_cpu or not torch.cuda.is_available())):
+        # accelerate turns FSDP on only for GPU-like devices: on CPU its MULTI_CPU mode is plain DDP, silently.
+        print("pods train: note: accelerate has no FSDP on CPU: these ranks run as DDP (each holds the whole model, "
+              "checkpoints in DDP's format); on GPUs the same config shards the model with FSDP2", flush=True)
     if config.use_vllm and (config.use_cpu or not torch.cuda.is_available()):  # before the model loads
         from pods_rl.integrations.vllm_cpu import check_cpu_model
 
