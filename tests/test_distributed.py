@@ -63,3 +63,27 @@ def test_two_process_pods_run(tmp_path, tiny_model_dir, oversample, pilot):
     # The two ranks worked on different prompts in each step.
     for step in range(2):
         assert set(records[0]["generated_prompts"][step]).isdisjoint(records[1]["generated_prompts"][step])
+
+
+SERVER_ROUNDS = Path(__file__).parent / "scripts" / "vllm_server_rounds.py"
+
+
+def test_adaptive_rounds_through_vllm_server_mode_pair_every_completion_with_its_prompt(tmp_path, tiny_model_dir):
+    """TRL's vLLM server mode (its own gather / de-duplicate / broadcast, a stand-in for the HTTP client) with
+    adaptive rounds whose sizes differ between the ranks: all ranks use one num_generations per round (TRL
+    de-duplicates every rank's prompts by the main process's), and every completion belongs to its row's prompt."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", str(_free_port()), str(SERVER_ROUNDS), str(tiny_model_dir), str(out)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    records = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    # Rank 0's rounds are full and uniform, rank 1's padded: the same number of rounds, one agreed size each.
+    assert records[0]["round_generations"] == records[1]["round_generations"]
+    assert len(records[0]["round_generations"]) > 2  # the pilot and more rounds, over 2 steps
+    for record in records:
+        assert record["pairs"]
+        for question, answer in record["pairs"]:
+            assert answer.startswith(question.split("*")[0]), (question, answer)  # the stand-in's own answer

@@ -193,6 +193,21 @@ def test_vllm_generation_holds_its_engine_in_llm():
         "CPU workaround (pods_rl.integrations.vllm_cpu.reloadable_cpu_weights)"
 
 
+def test_the_colocated_engine_is_built_through_the_module_name_with_max_num_seqs():
+    """PODSTrainer sizes the colocated engine by replacing ``trl.trainer.grpo_trainer.VLLMGeneration`` while
+    GRPOTrainer.__init__ runs and raising its ``max_num_seqs`` keyword (pods_rl.trainer)."""
+    import trl.trainer.grpo_trainer as grpo_trainer
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    assert grpo_trainer.VLLMGeneration is VLLMGeneration
+    source = inspect.getsource(GRPOTrainer.__init__)
+    call = source[source.index("VLLMGeneration("):][:1500]  # the call's keyword arguments
+    assert "max_num_seqs=" in call, (
+        "GRPOTrainer.__init__ no longer passes max_num_seqs to VLLMGeneration; PODSTrainer sizes the engine there")
+    assert "max_num_seqs" in inspect.signature(VLLMGeneration.__init__).parameters
+    assert "max_num_seqs=self.max_num_seqs" in inspect.getsource(VLLMGeneration._init_vllm)
+
+
 def test_metrics_are_a_dict_of_lists_per_mode():
     assert '{"train": defaultdict(list)' in inspect.getsource(GRPOTrainer.__init__).replace("'", '"'), (
         "GRPOTrainer._metrics is no longer {'train': defaultdict(list), ...}; PODSTrainer appends to "

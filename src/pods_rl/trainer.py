@@ -41,6 +41,8 @@ Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins 
                            _tokenizer, environment_factories, tools, eos_token_ids (TRL >= 1.13; 1.12: the
                            tokenizer's), _paper, _tag_names; vllm_generation (TRL's VLLMGeneration, built in
                            GRPOTrainer.__init__ inside our CPU workaround; release_vllm_engine drops its .llm)
+  trl.trainer.grpo_trainer.VLLMGeneration   replaced while GRPOTrainer.__init__ runs by a subclass that raises its
+                           max_num_seqs keyword to the rollouts PODS samples per process (colocate)
   GRPOConfig               subclassed (PODSConfig); __post_init__ runs with num_generations = m and its
                            "divisible by num_generations" and "used for evaluation" errors are reworded (the eval
                            check then counts num_generations_eval or m); fields read: num_generations,
@@ -155,6 +157,40 @@ class _PhaseClock(TrainerCallback):
             metrics["memory/update_peak_gb"].append(torch.cuda.max_memory_allocated() / 2**30)
 
 
+def rollouts_per_generation(config: PODSConfig) -> int:
+    """Rollouts one process samples per generation: the prompts it samples (kept groups x ``oversample_prompts``)
+    times n. TRL's batch sizes count the m kept; this is what the engine has to generate."""
+    return config.sampled_prompts_per_process() * config.num_generations
+
+
+@contextmanager
+def _colocated_engine_sized_for(config: PODSConfig):
+    """Inside ``GRPOTrainer.__init__``: build TRL's colocated vLLM engine with room for every rollout PODS samples.
+
+    TRL sizes it (``max_num_seqs``) for the kept batch, ``per_device_train_batch_size * tensor_parallel_size *
+    steps_per_generation``; PODS samples n/m times that (more with ``oversample_prompts``), which vLLM would then
+    generate in n/m serial waves while GRPO's baseline runs in one: the phase PODS counts on being cheap, slowed.
+    """
+    if not (config.use_vllm and config.vllm_mode == "colocate"):
+        yield
+        return
+    from trl.trainer import grpo_trainer  # imported by now (PODSTrainer subclasses GRPOTrainer)
+
+    built = grpo_trainer.VLLMGeneration
+    rows = rollouts_per_generation(config) * config.vllm_tensor_parallel_size
+
+    class SizedVLLMGeneration(built):
+        def __init__(self, *args, **kwargs):
+            kwargs["max_num_seqs"] = max(kwargs.get("max_num_seqs") or 0, rows)
+            super().__init__(*args, **kwargs)
+
+    grpo_trainer.VLLMGeneration = SizedVLLMGeneration
+    try:
+        yield
+    finally:
+        grpo_trainer.VLLMGeneration = built
+
+
 class PODSTrainer(PODSStep, GRPOTrainer):
     """``trl.GRPOTrainer`` that samples n rollouts per prompt and trains on m of them (``PODSConfig``).
 
@@ -217,7 +253,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                 vllm_cpu.check_cpu_model(model_config)
             if config.vllm_mode == "colocate":  # TRL builds the LLM in GRPOTrainer.__init__
                 engine_setup = vllm_cpu.reloadable_cpu_weights()
-        with engine_setup:
+        with engine_setup, _colocated_engine_sized_for(config):
             super().__init__(*args, **kwargs)
         # Evaluation samples what a GRPO run with m samples (PODSConfig validated the eval batch in these terms).
         self.num_generations_eval = config.eval_generations

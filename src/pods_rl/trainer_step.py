@@ -165,7 +165,12 @@ class PODSStep:
             round_inputs = [dict(inputs[i]) for i in round_rows_idx]
             round_prompts = [prompts[i] for i in round_rows_idx]
             uniform = round_rows == local_rows and len(set(more[more > 0].tolist())) == 1
-            self.num_generations = int(more.max()) if uniform else 1  # TRL's vLLM server dedups by it
+            group = int(more.max()) if uniform else 1  # rows come in runs of `group` copies of one prompt
+            # TRL's vLLM server mode de-duplicates every rank's gathered prompts by the main process's
+            # num_generations: a rank whose rows are not in runs of that size would get another prompt's
+            # completions. So the ranks agree: their common run length, else 1 (no de-duplication).
+            groups = gather(torch.tensor([group], device=device))  # (processes,)
+            self.num_generations = group if bool((groups == group).all()) else 1
             self._pods_in_rounds = True
             try:
                 generated = self._generate(round_prompts)

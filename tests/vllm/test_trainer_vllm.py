@@ -217,3 +217,27 @@ def test_adaptive_rounds_through_vllm(tmp_path, vllm_model_dir, release_engines)
     assert any(row["pods/rollouts_sampled"] < groups * n for row in logs), "no prompt stopped early"
     diffs = logged(trainer, LOGP_DIFF)
     assert len(diffs) == steps and max(diffs) < ALIGNED, diffs
+
+
+def test_the_colocated_engine_holds_every_rollout_pods_samples(tmp_path, vllm_model_dir, release_engines):
+    """TRL sizes the engine (max_num_seqs) for the kept batch; PODS samples n/m times that (x oversample_prompts):
+    the engine must hold all of a generation's rollouts at once, or vLLM runs them in serial waves."""
+    from pods_rl.trainer import rollouts_per_generation
+
+    trainer = make_trainer(tmp_path, vllm_model_dir, num_generations=8, downsample_to=2,
+                           per_device_train_batch_size=4, oversample_prompts=1.5, max_steps=1)
+    release_engines(trainer)
+    kept_rows = trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation  # TRL's size: 4
+    sampled = rollouts_per_generation(trainer.args)  # 2 kept groups x 1.5 -> 3 prompts x n = 8: 24
+    assert sampled == 24 and kept_rows == 4
+    engine = trainer.vllm_generation.llm
+    assert engine.llm_engine.vllm_config.scheduler_config.max_num_seqs == sampled
+    calls, generate = [], engine.generate
+
+    def recording_generate(prompts, *args, **kwargs):
+        calls.append(len(prompts))
+        return generate(prompts, *args, **kwargs)
+
+    engine.generate = recording_generate
+    trainer.train()
+    assert calls == [sampled]  # one call with every rollout of the step, within what the engine holds at once
