@@ -153,51 +153,52 @@ class PODSStep:
         more = torch.full((P,), k, dtype=torch.long)  # (P,) rollouts to add this round
         sampled, rounds, pilot_all_equal = 0, 0, None
         weights = self.reward_weights.cpu().double()
-        while True:
-            local_rows = int(more.sum())
-            round_rows = int(gather(torch.tensor([local_rows], device=device)).max())  # the collective: any open?
-            if round_rows == 0:
-                break
-            owners = torch.repeat_interleave(torch.arange(P), more).tolist()  # (local_rows,) prompt of each row
-            round_slots = [p * n + int(counts[p]) + j for p, j in zip(owners, _ranks_within(owners))]
-            # Each new rollout takes the row (and the prompt as TRL prepared it: images included) of its slot.
-            round_rows_idx = round_slots + [0] * (round_rows - local_rows)
-            round_inputs = [dict(inputs[i]) for i in round_rows_idx]
-            round_prompts = [prompts[i] for i in round_rows_idx]
-            uniform = round_rows == local_rows and len(set(more[more > 0].tolist())) == 1
-            group = int(more.max()) if uniform else 1  # rows come in runs of `group` copies of one prompt
-            # TRL's vLLM server mode de-duplicates every rank's gathered prompts by the main process's
-            # num_generations: a rank whose rows are not in runs of that size would get another prompt's
-            # completions. So the ranks agree: their common run length, else 1 (no de-duplication).
-            groups = gather(torch.tensor([group], device=device))  # (processes,)
-            self.num_generations = group if bool((groups == group).all()) else 1
-            self._pods_in_rounds = True
-            try:
-                generated = self._generate(round_prompts)
-                _write_extra_fields(round_inputs, generated[5])
-                round_per_func = self._calculate_rewards(round_inputs, round_prompts, generated[3], generated[1])
-            finally:
-                self.num_generations = n
-                self._pods_in_rounds = False
-            with self._phase("selection"):
-                local = round_per_func[rank * round_rows: rank * round_rows + local_rows].cpu()  # (local_rows, F)
-                if local_per_func is None:
-                    local_per_func = torch.full((P * n, local.shape[1]), float("nan"), dtype=local.dtype)
-                local_per_func[round_slots] = local
-                if self._adaptive_reward_index is None:  # the total that selection uses, NaN where unscored
-                    summed = (local.double() * weights).nansum(dim=1)
-                    summed = summed.masked_fill(torch.isnan(local).all(dim=1), float("nan"))
-                else:  # one reward function's (e.g. correctness): mixed = some right and some wrong
-                    summed = local[:, self._adaptive_reward_index].double()
-                rewards.view(-1)[round_slots] = summed
-                outputs.append(generated)
-                slots.append(round_slots)
-                counts += more
-                sampled += round_per_func.shape[0]
-                rounds += 1
-                if pilot_all_equal is None:
-                    pilot_all_equal = (~group_is_mixed(rewards, counts)).double()  # (P,)
-                more = plan_round(rewards, counts, m, n, round_size, args.adaptive_rule, budget=budget)
+        with _one_sleep_per_step(self):  # vLLM sleep mode: awake between rounds, asleep after the last
+            while True:
+                local_rows = int(more.sum())
+                round_rows = int(gather(torch.tensor([local_rows], device=device)).max())  # the collective: any open?
+                if round_rows == 0:
+                    break
+                owners = torch.repeat_interleave(torch.arange(P), more).tolist()  # (local_rows,) prompt of each row
+                round_slots = [p * n + int(counts[p]) + j for p, j in zip(owners, _ranks_within(owners))]
+                # Each new rollout takes the row (and the prompt as TRL prepared it: images included) of its slot.
+                round_rows_idx = round_slots + [0] * (round_rows - local_rows)
+                round_inputs = [dict(inputs[i]) for i in round_rows_idx]
+                round_prompts = [prompts[i] for i in round_rows_idx]
+                uniform = round_rows == local_rows and len(set(more[more > 0].tolist())) == 1
+                group = int(more.max()) if uniform else 1  # rows come in runs of `group` copies of one prompt
+                # TRL's vLLM server mode de-duplicates every rank's gathered prompts by the main process's
+                # num_generations: a rank whose rows are not in runs of that size would get another prompt's
+                # completions. So the ranks agree: their common run length, else 1 (no de-duplication).
+                groups = gather(torch.tensor([group], device=device))  # (processes,)
+                self.num_generations = group if bool((groups == group).all()) else 1
+                self._pods_in_rounds = True
+                try:
+                    generated = self._generate(round_prompts)
+                    _write_extra_fields(round_inputs, generated[5])
+                    round_per_func = self._calculate_rewards(round_inputs, round_prompts, generated[3], generated[1])
+                finally:
+                    self.num_generations = n
+                    self._pods_in_rounds = False
+                with self._phase("selection"):
+                    local = round_per_func[rank * round_rows: rank * round_rows + local_rows].cpu()  # (local_rows, F)
+                    if local_per_func is None:
+                        local_per_func = torch.full((P * n, local.shape[1]), float("nan"), dtype=local.dtype)
+                    local_per_func[round_slots] = local
+                    if self._adaptive_reward_index is None:  # the total that selection uses, NaN where unscored
+                        summed = (local.double() * weights).nansum(dim=1)
+                        summed = summed.masked_fill(torch.isnan(local).all(dim=1), float("nan"))
+                    else:  # one reward function's (e.g. correctness): mixed = some right and some wrong
+                        summed = local[:, self._adaptive_reward_index].double()
+                    rewards.view(-1)[round_slots] = summed
+                    outputs.append(generated)
+                    slots.append(round_slots)
+                    counts += more
+                    sampled += round_per_func.shape[0]
+                    rounds += 1
+                    if pilot_all_equal is None:
+                        pilot_all_equal = (~group_is_mixed(rewards, counts)).double()  # (P,)
+                    more = plan_round(rewards, counts, m, n, round_size, args.adaptive_rule, budget=budget)
         with self._phase("selection"):
             generated = _arrange_rounds(outputs, slots, P, n)
             _write_extra_fields(inputs, generated[5])
@@ -339,6 +340,43 @@ class PODSStep:
         zero_all, zero_kept = _all_equal(all_rewards), _all_equal(kept_rewards)  # (G,) each
         metrics["pods/frac_zero_std_all"].append(zero_all.float().mean().item())
         metrics["pods/frac_zero_std_kept"].append(zero_kept.float().mean().item())
+
+
+@contextmanager
+def _one_sleep_per_step(trainer):
+    """Adaptive rounds with vLLM's sleep mode (colocate): one weight push and one sleep per step, not per round.
+
+    TRL puts the engine to sleep after every ``generate`` call at level 2 (its weights discarded) and pushes the
+    whole model again before the next; the rounds of one step call it several times with the same weights. Inside
+    the block the engine's ``sleep`` is deferred and TRL is told the weights stayed (they did): the rounds after
+    the first generate at once. On leaving, the engine sleeps once, as TRL would have after the last round. (A
+    ``wake_up`` of an engine that is awake is a no-op in vLLM.)"""
+    generation = getattr(trainer, "vllm_generation", None)
+    if not (getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", None) == "colocate"
+            and getattr(generation, "enable_sleep_mode", False) and getattr(generation, "llm", None) is not None):
+        yield
+        return
+    engine, generate = generation.llm, generation.generate
+    sleep, deferred = engine.sleep, []
+
+    def defer_sleep(level: int = 1, *args, **kwargs):
+        deferred.append((level, args, kwargs))
+
+    def generate_and_stay_awake(*args, **kwargs):
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            generation._llm_weights_sleeping = False  # its sleep was deferred: the weights are still loaded
+
+    engine.sleep, generation.generate = defer_sleep, generate_and_stay_awake
+    try:
+        yield
+    finally:
+        engine.sleep, generation.generate = sleep, generate
+        if deferred:
+            level, args, kwargs = deferred[-1]
+            sleep(level, *args, **kwargs)
+            generation._llm_weights_sleeping = True
 
 
 def _all_equal(rewards: torch.Tensor) -> torch.Tensor:

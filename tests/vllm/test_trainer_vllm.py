@@ -241,3 +241,28 @@ def test_the_colocated_engine_holds_every_rollout_pods_samples(tmp_path, vllm_mo
     engine.generate = recording_generate
     trainer.train()
     assert calls == [sampled]  # one call with every rollout of the step, within what the engine holds at once
+
+
+def test_sleep_mode_pushes_the_weights_once_per_step_with_adaptive_rounds(tmp_path, vllm_model_dir,
+                                                                           release_engines):
+    """vLLM's sleep mode (colocate) discards the engine's weights at every sleep (level 2), and TRL sleeps after
+    every generate call: adaptive rounds would push the whole model once per round. With PODS the engine stays awake
+    between the rounds of a step and sleeps once after the last: one weight push per step. Sleep mode needs CUDA
+    memory pools, so the engine's sleep and wake-up are recorded here, not performed (a recorder around the engine);
+    the rest is TRL's own sleep-mode path with real vLLM generation."""
+    n, m, k, groups, steps = 8, 4, 2, 2, 3
+    trainer = make_trainer(tmp_path, vllm_model_dir, reward_funcs=(often_mixed_reward,), num_generations=n,
+                           downsample_to=m, per_device_train_batch_size=groups * m, max_steps=steps,
+                           pilot_generations=k, adaptive_round_size=k)
+    release_engines(trainer)
+    generation, engine, events = trainer.vllm_generation, trainer.vllm_generation.llm, []
+    generation.enable_sleep_mode, generation._llm_weights_sleeping = True, True  # as TRL leaves a new engine
+    engine.sleep = lambda level=1, **kwargs: events.append(("sleep", trainer.state.global_step, level))
+    engine.wake_up = lambda tags=None: events.append(("wake_up", trainer.state.global_step, tuple(tags or ())))
+    pushes = record_syncs(trainer)  # the weight pushes TRL makes, whatever asks for them
+    trainer.train()
+    rounds = [row["pods/rounds"] for row in trainer.state.log_history if "pods/rounds" in row]
+    assert len(rounds) == steps and any(r > 1 for r in rounds), rounds
+    assert pushes == list(range(steps)), "one weight push per step, not one per round"
+    assert [e for e in events if e[0] == "sleep"] == [("sleep", s, 2) for s in range(steps)]
+    assert sum(e == ("wake_up", s, ("weights",)) for e in events for s in range(steps)) == steps
