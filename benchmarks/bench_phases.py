@@ -126,7 +126,7 @@ def build_trainer(model_path: str, recipe: str, device: torch.device, num_genera
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pods_rl.commands.train import parse_args, parse_task_args
+    from pods_rl.recipes import parse_args, parse_task_args
     from pods_rl.tasks import get_task
     from pods_rl.trainer import PODSTrainer
 
@@ -152,7 +152,7 @@ def build_trainer(model_path: str, recipe: str, device: torch.device, num_genera
 
 def load_prompts(recipe: str, num_prompts: int):
     """The first ``num_prompts`` rows of the recipe task's test split (a datasets.Dataset)."""
-    from pods_rl.commands.train import parse_args, parse_task_args
+    from pods_rl.recipes import parse_args, parse_task_args
     from pods_rl.tasks import get_task
 
     run, _, _ = parse_args(["--config", recipe, "--output_dir", tempfile.gettempdir()])

@@ -158,7 +158,7 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
 
 def test_task_arg_spellings_mean_the_same_everywhere(tmp_path):
     from pods_rl.commands.evaluate import build_parser, parse_task_args
-    from pods_rl.commands.train import merge_task_arg_flags, parse_args, validate
+    from pods_rl.recipes import merge_task_arg_flags, parse_args, validate
 
     want = {"train_size": 40, "ops": "+,-", "digits": 2}
     for argv in (["--task_args", "train_size=40,ops=+,-,digits=2"],

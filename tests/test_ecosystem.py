@@ -160,7 +160,7 @@ def test_shipped_accelerate_configs_parse_as_accelerate_launch_reads_them():
 def test_accelerate_config_command_and_recipe_names(capsys):
     from pods_rl.commands import cli
     from pods_rl.commands.launch import accelerate_config
-    from pods_rl.commands.train import resolve_recipe
+    from pods_rl.recipes import resolve_recipe
 
     assert cli.main(["accelerate-config", "zero2"]) == 0
     assert capsys.readouterr().out.strip() == str(accelerate_config("zero2"))

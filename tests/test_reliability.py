@@ -321,7 +321,7 @@ def test_the_task_api_and_pods_train_give_the_same_reward_weights(tmp_path, tiny
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pods_rl import PODSConfig, PODSTrainer
-    from pods_rl.commands.train import parse_args
+    from pods_rl.recipes import parse_args
     from pods_rl.tasks import get_task
 
     for task_args, weights in ((None, [1.0, 0.1, 0.1]), ("reward_weights=[1.0,0.5,0.0]", [1.0, 0.5, 0.0])):
@@ -1029,3 +1029,20 @@ def test_a_refused_start_never_deletes_the_directory_of_the_one_that_holds_it(tm
             proc.wait(timeout=30)
     assert "is in use by pods train" in capsys.readouterr().err
     assert (run_dir / "metrics.jsonl").read_text() == '{"step": 1, "train_seconds": 0.1}\n'
+
+
+def test_an_error_while_reading_a_checkpoint_has_a_type_of_its_own(tmp_path):
+    """Classified by type where it is raised (runlog.reading_checkpoint around the trainer's loaders), not by the
+    names in its traceback; a stop request passes through."""
+    from pods_rl import runlog
+
+    with pytest.raises(runlog.CheckpointUnreadable) as caught:
+        with runlog.reading_checkpoint(tmp_path / "checkpoint-4"):
+            raise RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central directory")
+    assert caught.value.checkpoint == tmp_path / "checkpoint-4"
+    assert str(caught.value) == (f"{tmp_path}/checkpoint-4 cannot be loaded (RuntimeError: PytorchStreamReader failed "
+                                 "reading zip archive: failed finding central directory)")
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    with pytest.raises(KeyboardInterrupt):
+        with runlog.reading_checkpoint(tmp_path):
+            raise KeyboardInterrupt

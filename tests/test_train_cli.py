@@ -15,7 +15,7 @@ import yaml
 
 from pods_rl import runlog
 from pods_rl.commands.train import main as train_main
-from pods_rl.commands.train import parse_args, parse_task_args
+from pods_rl.recipes import parse_args, parse_task_args
 
 
 def _pods(*args):

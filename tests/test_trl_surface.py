@@ -266,3 +266,16 @@ def test_grpo_config_rejects_a_batch_of_partial_groups_with_the_message_we_rewor
     with pytest.raises(ValueError, match=r"not a multiple of downsample_to \(m=2\)"):
         pods_trainer.PODSConfig(output_dir="unused", per_device_train_batch_size=3, num_generations=4,
                                 downsample_to=2, report_to="none", use_cpu=True, bf16=False)
+
+
+@pytest.mark.parametrize("name, params", [("_load_from_checkpoint", ["resume_from_checkpoint", "model"]),
+                                          ("_load_optimizer_and_scheduler", ["checkpoint"]),
+                                          ("_load_scaler", ["checkpoint"]), ("_load_rng_state", ["checkpoint"])])
+def test_transformers_reads_checkpoints_through_the_loaders_we_wrap(name, params):
+    """PODSTrainer gives these loaders' errors a type of their own (runlog.CheckpointUnreadable): they must still
+    be the methods the Trainer calls when it resumes, with these parameters."""
+    import transformers.trainer
+    from transformers import Trainer
+
+    assert list(inspect.signature(getattr(Trainer, name)).parameters)[1:] == params
+    assert f"self.{name}(resume_from_checkpoint" in inspect.getsource(transformers.trainer)

@@ -25,6 +25,9 @@ Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins 
                                               transformers' Trainer._get_dataloader(dataset, description,
                                               batch_size, sampler_fn, is_training).
     create_model_card / save_model(output_dir, _internal_call)   the PODS model card (TRL's conventions)
+    transformers' checkpoint loaders: _load_from_checkpoint(resume_from_checkpoint, model=None),
+    _load_optimizer_and_scheduler / _load_scaler / _load_rng_state(checkpoint)   their errors become
+                                              runlog.CheckpointUnreadable (chained), raised where they happen
     evaluate(eval_dataset, ignore_keys, metric_key_prefix)   checks the eval batch holds whole groups first
   GRPOTrainer._generate_and_score_completions' order   environments (self._environment_pool, a cursor per name,
                            reset), tool dicts and images are prepared before `self._generate(prompts)`; rows read
@@ -73,6 +76,7 @@ from pods_rl.reward_guard import (
     guard_reward_funcs,
     reward_weights_of,
 )
+from pods_rl.runlog.integrity import reading_checkpoint
 from pods_rl.trainer_config import (  # noqa: F401  (re-exported; importing it checks the TRL version first)
     _BUILTIN_RULES,
     _TIEBREAKS,
@@ -419,6 +423,24 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                 eprint       = {arXiv:2504.13818},
             }"""),
     }
+
+    # Reading a checkpoint back (a resume): an error raised by any of transformers' loaders is a checkpoint that
+    # cannot be read, given its own type here, where it is raised (pods train names the file and the way on).
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        with reading_checkpoint(resume_from_checkpoint):
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        with reading_checkpoint(checkpoint):
+            return super()._load_optimizer_and_scheduler(checkpoint)
+
+    def _load_scaler(self, checkpoint):
+        with reading_checkpoint(checkpoint):
+            return super()._load_scaler(checkpoint)
+
+    def _load_rng_state(self, checkpoint):
+        with reading_checkpoint(checkpoint):
+            return super()._load_rng_state(checkpoint)
 
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
                           tags: str | list[str] | None = None):

@@ -26,43 +26,25 @@ from pods_rl import ranks, runlog
 from pods_rl.commands.evaluate import evaluate_model
 from pods_rl.commands.plots import plot_accuracy_vs_time
 from pods_rl.errors import CommandFailed, run_guarded
-from pods_rl.models import (  # noqa: F401  (hub_offline, looks_local: re-exported)
+from pods_rl.models import (
     check_model_path,
     check_remote_code,
     default_model_path,
-    hub_offline,
     load_config,
     load_for_training,
-    looks_local,
 )
 from pods_rl.recipes import (
-    DEFAULT_RECIPE,
-    RECIPES_DIR,
-    TASK_ARG_FLAGS,
     RunArguments,
     check_enough_prompts,
-    check_recipe_yaml,
     check_splits,
-    merge_task_arg_flags,
     parse_args,
     parse_task_args,
-    resolve_recipe,
     resolved_config,
-    unknown_flags_message,
     validate,
     wants_eval,
 )
-from pods_rl.runlog import NOT_TRAINING_FIELDS, RunFinished, check_output_dir, config_changes
+from pods_rl.runlog import RunFinished, check_output_dir, config_changes
 from pods_rl.tasks import get_task
-
-# Re-exported: `pods_rl.commands.train.<name>` keeps working for the names that moved to recipes, models and runlog.
-__all__ = [
-    "DEFAULT_RECIPE", "EVAL_KEYS", "NOT_TRAINING_FIELDS", "RECIPES_DIR", "TASK_ARG_FLAGS", "RunArguments", "RunFailed",
-    "RunFinished", "build", "check_model_path", "check_output_dir", "check_recipe_yaml", "check_splits",
-    "config_changes", "default_run_dir", "fit", "hub_offline", "looks_local", "main", "merge_task_arg_flags",
-    "parse_args", "parse_task_args", "quiet_library_warnings", "resolve_recipe", "resolved_config", "train",
-    "unknown_flags_message", "validate", "wants_eval",
-]
 
 logger = logging.getLogger("pods_rl.commands.train")
 # What an in-training evaluation logs (as eval/<key>) from pods_rl.commands.evaluate's record.
@@ -184,52 +166,81 @@ def build(run: RunArguments, config, model_args, stop=None):
 
 def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, output_dir_given: bool,
                   main_process: bool):
-    """``build`` once the run directory is ours: checks that read it, the task, the model, the trainer."""
-    import torch
-    from transformers.trainer_callback import PrinterCallback
-    from trl import get_peft_config
+    """``build`` once the run directory is ours, stage by stage: what the run directory allows, the data, the
+    model's checks, the resume plan (nothing written yet), the model, the run's records, the trainer."""
+    explicit = _check_run_dir(run_dir, config, resume, output_dir_given)
+    task, train_dataset, data = _load_data(run, config)
+    _check_model(config, model_args)
+    flat, changes, data_change = _plan_resume(run, config, model_args, run_dir, resume, data)
+    if resume:  # a corrupt file in the checkpoint to resume is named now, not deep inside a loader
+        runlog.check_resume_checkpoint(run_dir, explicit)
+    if run.torch_threads:
+        import torch
 
-    # Lazy, as TRL: pods_rl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
-    from pods_rl.runlog.divergence import DivergenceGuard  # imports transformers, as the line above
-    from pods_rl.trainer import PODSTrainer
+        torch.set_num_threads(run.torch_threads)
+    model, tokenizer = load_for_training(model_args, trust_remote_code=bool(config.trust_remote_code))
+    train_seconds = _record_run(run_dir, config, flat, resume, explicit, main_process, data, data_change, changes)
+    return _build_trainer(run, config, model_args, task, train_dataset, model, tokenizer, stop, run_dir,
+                          train_seconds, changes)
 
+
+def _check_run_dir(run_dir: Path, config, resume: bool, output_dir_given: bool):
+    """The run directory: ours (not another program's), and a run to resume or none. Returns the checkpoint named
+    by ``--resume_from_checkpoint PATH`` (None for ``true`` or a new run)."""
     runlog.check_not_foreign(run_dir)
     explicit = runlog.plan_resume(run_dir, config.resume_from_checkpoint, output_dir_given) if resume else None
     if not resume and runlog.holds_a_run(run_dir):
         raise ValueError(f"{run_dir} already holds a run; pass --resume_from_checkpoint true to continue it, or "
                          f"choose another --output_dir (nothing was overwritten).")
+    return explicit
 
+
+def _load_data(run: RunArguments, config):
+    """The task, its training split (rows bounded while they load) and the data's fingerprint; a broken or missing
+    held-out split fails here too, before the model loads."""
     task = get_task(run.task, **parse_task_args(run.task_args))
-    if run.max_row_bytes is not None:  # rows are bounded while they load (before the model does)
+    if run.max_row_bytes is not None:
         task.max_row_bytes = run.max_row_bytes
     check_splits(run, task)
     train_dataset = task.load(run.train_split, limit=run.train_limit)
     check_enough_prompts(config, len(train_dataset), f"split {run.train_split!r} of task {run.task!r}")
     data = runlog.data_fingerprint(train_dataset, {"task": run.task, "task_args": run.task_args,
                                                    "split": run.train_split, "limit": run.train_limit})
-    if wants_eval(run):  # a broken or missing held-out split fails now, not after the model loaded
+    if wants_eval(run):
         held_out = len(task.load(run.eval_split, limit=run.eval_num_problems))
         if held_out < run.eval_num_problems:
             print(f"pods train: note: split {run.eval_split!r} of task {run.task!r} has {held_out} problems, so each "
                   f"evaluation uses {held_out}, not the {run.eval_num_problems} of --eval_num_problems")
     if config.reward_weights is None:
         config.reward_weights = list(task.reward_weights)
+    return task, train_dataset, data
+
+
+def _check_model(config, model_args) -> None:
+    """The model is there, runs no code of its own unless allowed, and fits the engine asked for; before it loads."""
+    import torch
+
     model_args.model_name_or_path = default_model_path(model_args.model_name_or_path)
     check_model_path(model_args.model_name_or_path, model_args.model_revision)
     # A model's own code runs only with --trust_remote_code true (a GRPOConfig field: TRL passes it to the reference
     # model and vLLM; pods passes it to every load of its own), and is refused in one line before anything loads.
     trust = bool(config.trust_remote_code)
     check_remote_code(model_args.model_name_or_path, trust, model_args.model_revision)
-    if (os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and main_process
-            and (config.use_cpu or not torch.cuda.is_available())):
+    on_cpu = config.use_cpu or not torch.cuda.is_available()
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and on_cpu and os.environ.get("RANK", "0") == "0":
         # accelerate turns FSDP on only for GPU-like devices: on CPU its MULTI_CPU mode is plain DDP, silently.
         print("pods train: note: accelerate has no FSDP on CPU: these ranks run as DDP (each holds the whole model, "
               "checkpoints in DDP's format); on GPUs the same config shards the model with FSDP2", flush=True)
-    if config.use_vllm and (config.use_cpu or not torch.cuda.is_available()):  # before the model loads
+    if config.use_vllm and on_cpu:
         from pods_rl.integrations.vllm_cpu import check_cpu_model
 
         check_cpu_model(load_config(model_args.model_name_or_path, model_args.model_revision, trust))
 
+
+def _plan_resume(run: RunArguments, config, model_args, run_dir: Path, resume: bool, data: dict):
+    """The resolved config, and what a resume changes: training settings (refused unless accepted) and training
+    rows (refused unless allowed or explained by a changed data setting). Returns (flat config, changes, data
+    change or None)."""
     flat = resolved_config(run, config, model_args)
     changes = {}
     if resume and (run_dir / runlog.CONFIG_FILE).is_file():
@@ -240,16 +251,16 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
                              "--accept_config_changes true to continue with them, or drop those flags to continue "
                              "as the run started")
     data_change = None
-    if resume:  # different training rows than the run recorded: refused, unless allowed or a data setting changed
+    if resume:
         data_change = runlog.check_data_change(run_dir, data, run.allow_data_change,
                                                explained=any(k in changes for k in runlog.DATA_FIELDS))
-    if resume:  # a corrupt file in the checkpoint to resume is named now, not deep inside a loader
-        runlog.check_resume_checkpoint(run_dir, explicit)
+    return flat, changes, data_change
 
-    if run.torch_threads:
-        torch.set_num_threads(run.torch_threads)
-    model, tokenizer = load_for_training(model_args, trust_remote_code=trust)
 
+def _record_run(run_dir: Path, config, flat: dict, resume: bool, explicit, main_process: bool, data: dict,
+                data_change, changes: dict) -> float:
+    """Now that every check passed: the checkpoint to resume (``config.resume_from_checkpoint``), config.yaml and
+    data.json (rank 0). Returns the training seconds already spent."""
     run_dir.mkdir(parents=True, exist_ok=True)
     resume_checkpoint, train_seconds = None, 0.0
     if resume:
@@ -257,8 +268,8 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
         if resume_checkpoint is None:
             logger.warning("no complete checkpoint in %s: starting from scratch", run_dir)
         config.resume_from_checkpoint = str(resume_checkpoint) if resume_checkpoint else None
-    # config.yaml describes what runs: written only now that every check passed. A changed config keeps the
-    # previous one beside it, named after the step from which the new one applies.
+    # config.yaml describes what runs. A changed config keeps the previous one beside it, named after the step
+    # from which the new one applies.
     flat["resume_from_checkpoint"] = config.resume_from_checkpoint
     step = runlog.save_config(run_dir, flat, resume, resume_checkpoint) if main_process else None
     if main_process:  # what the run trains on (data.json), and from which step a resume changed it
@@ -271,10 +282,21 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     if step is not None and changes:
         logger.warning("training settings changed from step %d on: %s (previous config kept as "
                        "config.until-step-%d.yaml)", step, ", ".join(changes), step)
+    return train_seconds
 
-    eval_fn = None
-    if wants_eval(run):
-        eval_fn = _make_eval_fn(run, config, task, tokenizer)
+
+def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, model, tokenizer, stop,
+                   run_dir: Path, train_seconds: float, changes: dict):
+    """The clock (evaluations, time-based saves and stop), the stop on signals, the divergence guard and the
+    trainer. Returns (trainer, clock, eval_fn)."""
+    from transformers.trainer_callback import PrinterCallback
+    from trl import get_peft_config
+
+    # Lazy, as TRL: pods_rl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
+    from pods_rl.runlog.divergence import DivergenceGuard  # imports transformers, as the line above
+    from pods_rl.trainer import PODSTrainer
+
+    eval_fn = _make_eval_fn(run, config, task, tokenizer) if wants_eval(run) else None
     clock = runlog.TrainingClock(
         run_dir,
         save_every_seconds=config.save_every_seconds,
@@ -293,15 +315,8 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     if changes:  # the optimizer state in the checkpoint carries the old hyper-parameters: apply the new ones
         callbacks.append(runlog.ApplyOptimizerSettings())
     callbacks.append(DivergenceGuard())  # last: its on_log sees the row the clock wrote; its checks precede saves
-    trainer = PODSTrainer(
-        model=model,
-        reward_funcs=task.reward_funcs(),
-        args=config,
-        train_dataset=train_dataset,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-        callbacks=callbacks,
-    )
+    trainer = PODSTrainer(model=model, reward_funcs=task.reward_funcs(), args=config, train_dataset=train_dataset,
+                          processing_class=tokenizer, peft_config=get_peft_config(model_args), callbacks=callbacks)
     clock.is_main_process = trainer.accelerator.is_main_process
     clock.run_figure = run.run_figure  # read by fit
     if clock.progress:
@@ -318,23 +333,6 @@ def fit(trainer, clock, eval_fn) -> dict:
         lock = getattr(clock, "run_lock", None)
         if lock is not None:
             lock.release()
-
-
-# Functions of transformers / TRL / torch / safetensors that read a checkpoint: an error raised inside one of them
-# while resuming is a checkpoint that cannot be loaded, and is reported as such.
-_LOADERS = frozenset({"_load_from_checkpoint", "_load_optimizer_and_scheduler", "_load_rng_state", "_load_scaler",
-                      "load_from_json", "load_state_dict", "load_file", "safe_load_file", "load", "_load",
-                      "load_adapter", "load_sharded_checkpoint", "_load_state_dict_into_model"})
-
-
-def _failed_loading(err: BaseException) -> bool:
-    """Whether ``err`` was raised while a checkpoint was being read (see ``_LOADERS``)."""
-    tb = err.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_name in _LOADERS:
-            return True
-        tb = tb.tb_next
-    return False
 
 
 def _fit(trainer, clock, eval_fn) -> dict:
@@ -390,16 +388,15 @@ def _fit(trainer, clock, eval_fn) -> dict:
             kept = (f"{run_dir} keeps its complete checkpoints (the last: {complete[-1].name}); fix it, then {resume}"
                     if complete else "no checkpoint was saved yet: fix it and run again")
             raise RewardFunctionError(f"{err}; {kept}") from err
-        if resuming_from and trainer.state.global_step <= (runlog.read_clock(resuming_from) or {}).get("step", 0) \
-                and _failed_loading(err):
-            earlier = runlog.intact_before(run_dir, Path(resuming_from))
+        if isinstance(err, runlog.CheckpointUnreadable):  # raised by the trainer's loaders while resuming
+            unread = err.checkpoint or Path(resuming_from)
+            earlier = runlog.intact_before(run_dir, unread)
             way_on = (f"resume from the last intact one: --resume_from_checkpoint {earlier}" if earlier else
                       "no earlier checkpoint is intact: restore it, or start a new run in another --output_dir")
-            named = runlog.load_problems(resuming_from)  # which file, when reading its tensors shows it
+            named = runlog.load_problems(unread)  # which file, when reading its tensors shows it
             if named:
-                raise ValueError(f"{resuming_from}/{named[0][0]} {named[0][1]}; {way_on}") from err
-            raise ValueError(f"{resuming_from} cannot be loaded ({type(err).__name__}: {runlog.loader_error(err)}); "
-                             f"{way_on}") from err
+                raise ValueError(f"{unread}/{named[0][0]} {named[0][1]}; {way_on}") from err
+            raise ValueError(f"{err}; {way_on}") from err
         raise
     if trainer.accelerator.is_main_process:
         runlog.remove_incomplete(run_dir, trainer.state.global_step)  # final/ covers earlier leftovers
@@ -495,16 +492,6 @@ def _finish(run_dir: Path, summary: dict, figure: bool = True) -> None:
     if before is not None and after is not None:
         print(f"held-out accuracy: before {100 * before:.1f}%  after {100 * after:.1f}%  "
               f"({100 * (after - before):+.1f} points)")
-
-
-_MOVED = {"plan_resume": "pods_rl.runlog.plan_resume(run_dir, resume_from_checkpoint, output_dir_given)",
-          "_free_name": "pods_rl.runlog.free_name"}
-
-
-def __getattr__(name):
-    if name in _MOVED:
-        raise AttributeError(f"pods_rl.commands.train.{name} moved: use {_MOVED[name]}")
-    raise AttributeError(f"module 'pods_rl.commands.train' has no attribute {name!r}")
 
 
 if __name__ == "__main__":

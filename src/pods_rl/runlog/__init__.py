@@ -41,11 +41,13 @@ from pods_rl.runlog.evals import (  # noqa: F401  (the package's API)
     upsert_result,
 )
 from pods_rl.runlog.integrity import (  # noqa: F401
+    CheckpointUnreadable,
     check_resume_checkpoint,
     checkpoint_problems,
     intact_before,
     load_problems,
     loader_error,
+    reading_checkpoint,
 )
 from pods_rl.runlog.lock import LOCK_FILE, RunDirInUse, hold_run_dir  # noqa: F401
 from pods_rl.runlog.ours import check_not_foreign, foreign_entries, is_pods_run  # noqa: F401

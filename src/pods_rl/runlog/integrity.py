@@ -27,6 +27,7 @@ import json
 import os
 import struct
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from pods_rl.runlog.store import list_checkpoints, read_clock
@@ -268,3 +269,26 @@ def loader_error(err: BaseException) -> str:
     if "weights_only" in str(err) or "Weights only load failed" in str(err):
         return "a file holds pickled Python objects, not only tensors: refused unread, since loading it could run code"
     return first[:160]
+
+
+class CheckpointUnreadable(ValueError):
+    """A checkpoint could not be read back while training resumed from it: raised (``from`` the loader's own error)
+    around the trainer's loaders (``reading_checkpoint``), so that callers tell it from any other failure by its
+    type, not by the names in a traceback."""
+
+    def __init__(self, checkpoint, cause: BaseException):
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        super().__init__(f"{checkpoint} cannot be loaded ({type(cause).__name__}: {loader_error(cause)})")
+
+
+@contextmanager
+def reading_checkpoint(checkpoint):
+    """Inside the block a checkpoint is being read: any error becomes ``CheckpointUnreadable(checkpoint)`` (chained
+    to it). A stop request (``BaseException`` that is not an ``Exception``) passes through unchanged."""
+    try:
+        yield
+    except CheckpointUnreadable:
+        raise
+    except Exception as err:
+        raise CheckpointUnreadable(checkpoint, err) from err
+
