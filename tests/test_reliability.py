@@ -1046,3 +1046,21 @@ def test_an_error_while_reading_a_checkpoint_has_a_type_of_its_own(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         with runlog.reading_checkpoint(tmp_path):
             raise KeyboardInterrupt
+
+
+def test_what_a_stop_interrupted_is_recorded_by_the_code_that_runs_not_read_off_a_traceback():
+    """pods_rl.activity: the innermost part of the step that is running, main thread only."""
+    import threading
+
+    from pods_rl import activity
+
+    assert activity.current() == activity.IDLE == "the training step"
+    with activity.doing("scoring"):
+        with activity.doing("the reward function 'judge'"):
+            seen = []
+            worker = threading.Thread(target=lambda: seen.append(activity.doing("elsewhere").__enter__()))
+            worker.start()
+            worker.join()
+            assert activity.current() == "the reward function 'judge'"  # another thread's work is not recorded
+        assert activity.current() == "scoring"
+    assert activity.current() == "the training step"

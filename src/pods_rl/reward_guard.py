@@ -25,7 +25,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 
-from pods_rl import deadline
+from pods_rl import activity, deadline
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +190,8 @@ def guard_reward_func(func: Callable, timeout_s: float | None = DEFAULT_REWARD_T
         def guarded(*args, **kwargs):
             n = _count_completions(args, kwargs)
             try:
-                with deadline.time_limit(budget.timeout_s or 0, lambda: RewardTimeout(name)) as limit:
+                with (deadline.time_limit(budget.timeout_s or 0, lambda: RewardTimeout(name)) as limit,
+                      activity.doing(f"the reward function {name!r}")):
                     output = func(*args, **kwargs)
             except RewardFunctionError:
                 raise

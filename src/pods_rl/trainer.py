@@ -71,7 +71,7 @@ from transformers import AutoConfig, TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
-from pods_rl import tiny
+from pods_rl import activity, tiny
 from pods_rl.reward_guard import (
     guard_reward_funcs,
     reward_weights_of,
@@ -130,7 +130,8 @@ class _PhaseClock(TrainerCallback):
         self._sync()
         start = time.perf_counter()
         try:
-            yield
+            with activity.doing(name):  # what a stop that outlives its grace says it interrupted
+                yield
         finally:
             self._sync()
             self.seconds[name] += time.perf_counter() - start

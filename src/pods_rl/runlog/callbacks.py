@@ -25,7 +25,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from pods_rl import ranks
+from pods_rl import activity, ranks
 from pods_rl.runlog.store import CLOCK_FILE, METRICS_FILE, json_default, remove_incomplete, write_json_atomic
 
 logger = logging.getLogger("pods_rl.runlog")
@@ -88,7 +88,8 @@ class TrainingClock(TrainerCallback):
         was_training = model.training
         model.eval()
         try:
-            results = self.eval_fn(model)
+            with activity.doing("an evaluation"):
+                results = self.eval_fn(model)
         finally:
             model.train(was_training)
         self.eval_seconds += time.perf_counter() - start
@@ -175,20 +176,6 @@ class StopNow(BaseException):
         self.where, self.waited = where, waited
 
 
-def interrupted_in(frame) -> str:
-    """What the main thread was doing at ``frame`` (a signal handler's), in words for the stop line."""
-    while frame is not None:
-        module, code = frame.f_globals.get("__name__", ""), frame.f_code.co_name
-        if module == "pods_rl.reward_guard" and code == "guarded":
-            return f"the reward function {frame.f_locals.get('name')!r}"
-        if module == "pods_rl.runlog.callbacks" and code == "evaluate":
-            return "an evaluation"
-        if module == "pods_rl.trainer" and code in ("_generate", "_calculate_rewards"):
-            return "generation" if code == "_generate" else "scoring"
-        frame = frame.f_back
-    return "the training step"
-
-
 class GracefulStop(TrainerCallback):
     """SIGTERM / SIGINT: finish the current optimizer step, save a complete checkpoint, stop training, all within
     ``grace_seconds`` (what a scheduler allows before SIGKILL: Kubernetes' default is 30 s).
@@ -269,7 +256,7 @@ class GracefulStop(TrainerCallback):
         if self._interrupt_due:  # the watchdog's own signal: the step ran out of time
             self._interrupt_due = False
             if self.abandoned is None and self.training and self.safe_to_abandon():
-                self.abandoned = StopNow(interrupted_in(frame), time.monotonic() - self._first_at)
+                self.abandoned = StopNow(activity.current(), time.monotonic() - self._first_at)
                 raise self.abandoned
             return
         if name == "SIGTERM" and self.run_dir is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
