@@ -58,9 +58,22 @@ def _describe(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_NAN_NOTED: set[str] = set()
+
+
+def _note_nan_once(name: str) -> None:
+    """Say once per reward function that its NaN rewards are read as "not scored", and that None says so."""
+    if name not in _NAN_NOTED:
+        _NAN_NOTED.add(name)
+        logger.warning("reward function %r returned NaN for some completions: read as not scored, as GRPOTrainer "
+                       "reads it (return None for a completion it does not score: the documented way; a NaN from a "
+                       "0/0 or a log of 0 is scored as nothing too)", name)
+
+
 def check_rewards(name: str, output, num_completions: int, step: int | None = None) -> list[float | None]:
     """``output`` of reward function ``name`` as the list TRL expects: one float (or None: not scored) per
-    completion, each finite and within ``MAX_ABS_REWARD``. Raises ``RewardFunctionError`` naming the function,
+    completion, each finite and within ``MAX_ABS_REWARD``; a NaN is read as None, as GRPOTrainer reads it (noted
+    once per function). Raises ``RewardFunctionError`` naming the function,
     what it returned and (when given) the training ``step`` being scored otherwise."""
     want = f"a list of {num_completions} numbers, one per completion (None for one it does not score)"
     at = f" at step {step}" if step is not None else ""
@@ -92,9 +105,11 @@ def check_rewards(name: str, output, num_completions: int, step: int | None = No
             raise RewardFunctionError(f"reward function {name!r} returned {value} for completion {i}{at}; rewards "
                                       "must be finite (an infinite reward makes every advantage NaN)")
         if math.isnan(value):
-            raise RewardFunctionError(f"reward function {name!r} returned nan for completion {i}{at}; return None "
-                                      "for a completion it does not score, else fix the computation (a 0/0, a log "
-                                      "of 0): a NaN reward makes the group's advantages NaN")
+            # GRPOTrainer reads NaN as None ("not scored": it turns None into NaN and ignores both in its sums), and
+            # so does pods-rl; an infinity or an absurd value is still a bug that stops the run.
+            _note_nan_once(name)
+            checked.append(None)
+            continue
         if abs(value) > MAX_ABS_REWARD:
             raise RewardFunctionError(f"reward function {name!r} returned {value:g} for completion {i}{at}: beyond "
                                       f"the bound of {MAX_ABS_REWARD:g}, a reward-scale bug that would make the "
