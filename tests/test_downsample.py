@@ -805,3 +805,20 @@ def test_downsample_then_advantages_end_to_end():
     assert 3 in keep[0].tolist() and 6 in keep[1].tolist()
     adv = group_advantages(kept)
     assert adv.shape == (2, 4) and bool((adv != 0).all())
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_readable_max_variance_and_the_batched_one_agree(seed):
+    """downsample.max_variance_reference (ten lines, one group) and the batched rule keep the same indices: on
+    rewards with ties (0 / 0.5 / 1, exact in float) and on continuous ones."""
+    from pods_rl.downsample import max_variance_reference
+
+    gen = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(2, 33, (1,), generator=gen))
+    tied = torch.randint(0, 3, (16, n), generator=gen).double() / 2  # (16, n)
+    continuous = torch.rand((16, n), generator=gen, dtype=torch.float64)  # (16, n)
+    for rewards in (tied, continuous):
+        for m in sorted({1, max(1, n // 4), max(1, n // 2), n - 1}):
+            batched = pods_rl.downsample(rewards, m, rule="max_variance")  # (16, m)
+            readable = [max_variance_reference(row.tolist(), m) for row in rewards]
+            assert batched.tolist() == readable, (n, m)

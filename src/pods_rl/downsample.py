@@ -14,7 +14,8 @@ Built-in rules (``available_rules()`` lists all, including user-registered ones)
 * ``"max_variance"``: the size-``m`` subset whose reward variance is largest (exact, paper Lemma 3.1 /
   Algorithm 2). Some optimal subset always consists of the ``k`` lowest and the ``m - k`` highest rewards
   for some ``k``, so one sort per group plus prefix sums over the ``m + 1`` candidates suffices:
-  O(n log n + m) per group, all groups at once.
+  O(n log n + m) per group, all groups at once. Read ``max_variance_reference`` first: the same rule for one
+  group in ten lines; ``_max_variance`` is its batched form.
 * ``"max_reward"``: the ``m`` highest rewards.
 * ``"random"``: ``m`` rollouts uniformly at random without replacement (reproducible with ``generator``).
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 import inspect
 import operator
 from collections.abc import Callable
+from fractions import Fraction
 
 import torch
 
@@ -46,7 +48,8 @@ except ImportError:  # pragma: no cover - numpy comes with every install of pods
 from pods_rl.advantages import _nanstd, group_advantages  # noqa: F401  (re-exported: they lived here)
 from pods_rl.reward_checks import _as_reward_tensor, _check_finite, _group_list
 
-__all__ = ["available_rules", "downsample", "group_advantages", "register_rule", "rule_takes_features"]
+__all__ = ["available_rules", "downsample", "group_advantages", "max_variance_reference", "register_rule",
+           "rule_takes_features"]
 
 # A rule maps rewards (B, n) float, m, generator -> kept indices (B, m) int64.
 Rule = Callable[[torch.Tensor, int, "torch.Generator | None"], torch.Tensor]
@@ -216,6 +219,27 @@ def _random(
     keys = torch.rand((B, n), generator=generator, device=key_device)  # (B, n)
     kept = keys.argsort(dim=1)[:, :m].to(rewards.device)  # (B, m)
     return _sort_rows(kept)  # (B, m) ascending
+
+
+def max_variance_reference(rewards: list[float], m: int) -> list[int]:
+    """The ``max_variance`` rule, readable: one group's rewards (n,) -> the m kept indices, ascending.
+
+    The batched rule below (``downsample(rule="max_variance")``) computes exactly this, for B groups at once with
+    one sort and prefix sums; ``tests/test_downsample.py`` checks that the two agree.
+    """
+    values = sorted(Fraction(r) for r in rewards)  # exact: equal variances tie exactly, as in the batched rule
+    n = len(values)
+
+    def variance(kept):  # m^2 x the population variance of the kept values
+        return m * sum(x * x for x in kept) - sum(kept) ** 2
+
+    # Lemma 3.1: some best subset is the k lowest plus the m - k highest values. Ties: the smallest k.
+    k = max(range(m + 1), key=lambda k: (variance(values[:k] + values[n - m + k:]), -k))
+    kept_values = values[:k] + values[n - m + k:]
+    # Among rollouts with equal reward, the lowest indices are kept (the rule's tie rule, without a tiebreak).
+    kept = [i for v in sorted(set(kept_values)) for i in [j for j, r in enumerate(rewards) if Fraction(r) == v][
+        :kept_values.count(v)]]
+    return sorted(kept)
 
 
 def _max_variance(
