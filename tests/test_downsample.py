@@ -772,7 +772,7 @@ def test_private_nanstd_matches_trl():
     x[3, 1:] = float("nan")
     for dim in [None, 0, 1]:
         for keepdim in [False, True]:
-            ours = ds_module._nanstd(x, dim=dim, keepdim=keepdim)
+            ours = ds_module.nanstd(x, dim=dim, keepdim=keepdim)
             theirs = nanstd(x, dim=dim, keepdim=keepdim)
             assert ours.shape == theirs.shape
             assert torch.equal(ours.isnan(), theirs.isnan())

@@ -8,10 +8,10 @@ import math
 
 import torch
 
-from pods_rl.reward_checks import _as_reward_tensor, _check_finite
+from pods_rl.reward_checks import as_reward_tensor, check_finite
 
 
-def _nanstd(tensor: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+def nanstd(tensor: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
     """NaN-ignoring unbiased (Bessel-corrected) std, op for op as ``trl.trainer.utils.nanstd``.
 
     Fewer than two non-NaN values give NaN (TRL's convention). Replicated rather than imported so this
@@ -57,7 +57,7 @@ def group_advantages(rewards, eps: float = 1e-4, scale: str | bool = "group") ->
     Returns:
         Advantages with the shape of ``rewards``; dtype of ``rewards`` if floating, else float32.
     """
-    rewards = _as_reward_tensor(rewards)
+    rewards = as_reward_tensor(rewards)
     if rewards.dim() not in (1, 2):
         raise ValueError(
             f"rewards must have shape (m,) or (B, m), got a {rewards.dim()}-d tensor of shape "
@@ -78,7 +78,7 @@ def group_advantages(rewards, eps: float = 1e-4, scale: str | bool = "group") ->
         raise ValueError(f"rewards has an empty group (shape {tuple(rewards.shape)}); need m >= 1")
     if not grouped.is_floating_point():
         grouped = grouped.float()  # TRL's rewards are float32
-    _check_finite(grouped, allow_nan=True)
+    check_finite(grouped, allow_nan=True)
     B, m = grouped.shape
 
     # Huge finite rewards (|r| ~ 1e38 in float32) overflow the squares inside the std, which then reads inf and
@@ -96,11 +96,11 @@ def group_advantages(rewards, eps: float = 1e-4, scale: str | bool = "group") ->
         return advantages[0] if single_group else advantages
     mean = torch.nanmean(grouped, dim=1, keepdim=True)  # (B, 1)
     if scale in ("group", "none"):  # TRL computes the group std for "none" too (logging only)
-        std = _nanstd(grouped, dim=1, keepdim=True) if m > 1 else torch.zeros_like(grouped)
+        std = nanstd(grouped, dim=1, keepdim=True) if m > 1 else torch.zeros_like(grouped)
     else:
         # TRL takes nanstd of the flat (B*m,) vector; flatten so the reduction is the same op.
         flat = grouped.reshape(-1)
-        std = _nanstd(flat) if flat.numel() > 1 else torch.zeros_like(flat[:1])
+        std = nanstd(flat) if flat.numel() > 1 else torch.zeros_like(flat[:1])
     advantages = grouped - mean
     if scale != "none":
         advantages = advantages / (std + eps)

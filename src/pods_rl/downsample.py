@@ -45,8 +45,8 @@ try:  # optional, only for its fast CPU sort (see _sort_rows); torch alone gives
 except ImportError:  # pragma: no cover - numpy comes with every install of pods-rl's dependencies
     _numpy = None
 
-from pods_rl.advantages import _nanstd, group_advantages  # noqa: F401  (re-exported: they lived here)
-from pods_rl.reward_checks import _as_reward_tensor, _check_finite, _group_list
+from pods_rl.advantages import group_advantages, nanstd  # noqa: F401  (re-exported: they lived here)
+from pods_rl.reward_checks import as_reward_tensor, check_finite, group_list
 
 __all__ = ["available_rules", "downsample", "group_advantages", "max_variance_reference", "register_rule",
            "rule_takes_features"]
@@ -134,7 +134,7 @@ class _TieOrder:
         if self.keys is not None:
             self.keys = _sort_rows(self.keys)
             return
-        _check_finite(rewards)  # float64 path: don't rely on where a sort puts NaN
+        check_finite(rewards)  # float64 path: don't rely on where a sort puts NaN
         if self.by_rank is None:
             self.values, self.order = torch.sort(rewards, dim=1, stable=True)
         else:  # a stable sort by reward of the rollouts in (tiebreak, index) order
@@ -199,7 +199,7 @@ def _max_reward(
     rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Keep the m highest rewards per group; among equal rewards the smallest tiebreak, then lowest index."""
-    _check_finite(rewards)
+    check_finite(rewards)
     order = _TieOrder(rewards, tiebreak)
     return _kept_positions(order, m, torch.zeros((rewards.shape[0], 1), dtype=torch.long, device=rewards.device))
 
@@ -213,7 +213,7 @@ def _random(
     of each row, which is a uniformly random m-subset; reproducible for a seeded generator. Ignores the
     tiebreak (there are no ties to break).
     """
-    _check_finite(rewards)  # the rewards are not used, but bad ones still mean a bug upstream
+    check_finite(rewards)  # the rewards are not used, but bad ones still mean a bug upstream
     B, n = rewards.shape
     key_device = generator.device if generator is not None else rewards.device
     keys = torch.rand((B, n), generator=generator, device=key_device)  # (B, n)
@@ -270,7 +270,7 @@ def _max_variance(
     low, high = values[:, 0, :1], values[:, 1, :1]  # (B, 1) each: min and max
     half_range = (high - low) * 0.5  # (B, 1)
     if not bool((half_range < 1e150).all()):  # False for NaN/inf, which sit at the ends
-        _check_finite(rewards)
+        check_finite(rewards)
         raise ValueError("rewards spread too wide (max - min > ~1e150) for a float64 variance; rescale them")
     values -= (low + half_range).unsqueeze(1)  # minus (max + min) / 2, computed without overflow
     torch.mul(prefix[0], prefix[0], out=prefix[1])
@@ -420,7 +420,7 @@ def downsample(
         ascending within each group, on the same device as ``rewards``. ``m == n`` keeps every index.
         See the module docstring for the (deterministic) tie rule.
     """
-    rewards = _as_reward_tensor(rewards)
+    rewards = as_reward_tensor(rewards)
     if rewards.dim() not in (1, 2):
         raise ValueError(
             f"rewards must have shape (n,) or (B, n) (B groups of n rollouts), got a {rewards.dim()}-d "
@@ -447,7 +447,7 @@ def downsample(
     if features is not None:
         features = _as_features(features, rewards.shape, single_group)
     if m == n or B == 0 or not builtin:
-        _check_finite(grouped)  # built-in rules check on their own, more cheaply
+        check_finite(grouped)  # built-in rules check on their own, more cheaply
 
     if m == n:
         kept = torch.arange(n, device=grouped.device).expand(B, n).clone()
@@ -472,7 +472,7 @@ def downsample(
 
 def _as_tiebreak(tiebreak, shape: torch.Size, single_group: bool, device: torch.device) -> torch.Tensor:
     """The tiebreak as a (B, n) float64 tensor on ``device``; ValueError for a bad shape, dtype or NaN."""
-    tiebreak = _as_reward_tensor(tiebreak, "tiebreak")
+    tiebreak = as_reward_tensor(tiebreak, "tiebreak")
     if tiebreak.shape != shape:
         raise ValueError(
             f"tiebreak must have the shape of rewards {tuple(shape)} (one value per rollout), got shape "
@@ -483,7 +483,7 @@ def _as_tiebreak(tiebreak, shape: torch.Size, single_group: bool, device: torch.
         tiebreak = tiebreak.unsqueeze(0)
     nan_rows = torch.isnan(tiebreak).any(dim=1)
     if bool(nan_rows.any()):
-        raise ValueError(f"tiebreak contains NaN in group(s) {_group_list(nan_rows)}; NaN has no order")
+        raise ValueError(f"tiebreak contains NaN in group(s) {group_list(nan_rows)}; NaN has no order")
     return tiebreak + 0.0  # -0.0 ties with +0.0
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 
-def _as_reward_tensor(rewards, what: str = "rewards") -> torch.Tensor:
+def as_reward_tensor(rewards, what: str = "rewards") -> torch.Tensor:
     """torch.as_tensor with a clear error; rejects complex and non-numeric input."""
     try:
         tensor = torch.as_tensor(rewards)
@@ -20,13 +20,13 @@ def _as_reward_tensor(rewards, what: str = "rewards") -> torch.Tensor:
     return tensor
 
 
-def _group_list(bad_rows: torch.Tensor) -> list[int]:
+def group_list(bad_rows: torch.Tensor) -> list[int]:
     """Row indices where ``bad_rows`` (B,) is True, as a short Python list for error messages."""
     rows = torch.nonzero(bad_rows).flatten().tolist()
     return rows if len(rows) <= 20 else rows[:20] + ["..."]
 
 
-def _check_finite(rewards: torch.Tensor, allow_nan: bool = False) -> None:
+def check_finite(rewards: torch.Tensor, allow_nan: bool = False) -> None:
     """Raise ValueError naming the groups (rows of a (B, n) tensor) that hold NaN or +-inf."""
     if not rewards.is_floating_point():
         return
@@ -37,12 +37,12 @@ def _check_finite(rewards: torch.Tensor, allow_nan: bool = False) -> None:
         nan_rows = torch.isnan(rewards).any(dim=1)
         if bool(nan_rows.any()):
             raise ValueError(
-                f"rewards contain NaN in group(s) {_group_list(nan_rows)}; score every rollout with a finite "
+                f"rewards contain NaN in group(s) {group_list(nan_rows)}; score every rollout with a finite "
                 "reward (e.g. 0 for unscorable completions) or drop those groups before down-sampling"
             )
     inf_rows = torch.isinf(rewards).any(dim=1)
     if bool(inf_rows.any()):
         raise ValueError(
-            f"rewards contain infinite values in group(s) {_group_list(inf_rows)}; clip or replace them "
+            f"rewards contain infinite values in group(s) {group_list(inf_rows)}; clip or replace them "
             "with finite rewards"
         )

@@ -391,7 +391,7 @@ def compare_runs(runs: Sequence, baseline: str | None = None, target: float | No
         else:
             value, kind = speedup(base_time, label_time, base_end, label_end)
             entry.update(speedup=_finite_or_none(value), speedup_kind=kind)
-            entry.update(_bootstrap_ci(boot_ratios[label], can_bootstrap))
+            entry.update(speedup_interval(boot_ratios[label], can_bootstrap))
         result["labels"][label] = entry
     return result
 
@@ -400,7 +400,7 @@ def _finite_or_none(x):
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def _bootstrap_ci(replicates: list, available: bool) -> dict:
+def speedup_interval(replicates: list, available: bool) -> dict:
     """95% percentile interval of bootstrap speed-ups (value, kind); undefined replicates are dropped and
     counted, bounds are kept as values."""
     if not available:

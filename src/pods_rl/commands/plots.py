@@ -28,7 +28,6 @@ from pods_rl.stats import (  # noqa: F401  (re-exported: the API of pods_rl.comm
     TARGET_TOLERANCE,
     X_AXES,
     RunData,
-    _bootstrap_ci,
     baseline_target,
     compare_runs,
     default_label,
@@ -40,6 +39,7 @@ from pods_rl.stats import (  # noqa: F401  (re-exported: the API of pods_rl.comm
     parse_run_spec,
     run_curve,
     speedup,
+    speedup_interval,
     time_to_target,
 )
 

@@ -188,7 +188,7 @@ class Task:
 
     def is_correct(self, completion: str, answer: str, **extra) -> bool:
         """Whether a completion's final answer matches the gold ``answer`` (unbounded; callers bound it)."""
-        return rewards._answers_match_unbounded(completion, answer)
+        return rewards.answers_match_unbounded(completion, answer)
 
     def reward_funcs(self) -> list[Callable]:
         """Reward functions with TRL's signature ``f(prompts, completions, answer, **kw) -> list[float]``:

@@ -291,7 +291,7 @@ def _math_verify_match_unbounded(candidate: str, gold: str) -> bool:
         return False
     return bool(math_verify.verify(gold_parsed, pred, timeout_seconds=None))
 
-def _triage(text: str, gold: str) -> tuple[bool | None, list[str], bool]:
+def triage(text: str, gold: str) -> tuple[bool | None, list[str], bool]:
     """The cheap part of grading ``text`` against ``gold``, without sympy.
 
     Returns ``(verdict, undecided, rejected)``: ``verdict`` is True/False when the fast path decides
@@ -312,13 +312,13 @@ def _triage(text: str, gold: str) -> tuple[bool | None, list[str], bool]:
     return (None if undecided else False), undecided, rejected
 
 
-def _math_verify_any(candidates: Sequence[str], gold: str) -> bool:
+def math_verify_any(candidates: Sequence[str], gold: str) -> bool:
     """Whether ``math_verify`` finds any of ``candidates`` equal to ``gold`` (unbounded)."""
     gold = str(gold).strip()
     return any(_math_verify_match_unbounded(cand, gold) for cand in candidates)
 
 
-def _answers_match_unbounded(text: str, gold: str) -> bool:
+def answers_match_unbounded(text: str, gold: str) -> bool:
     """Whether any candidate answer in ``text`` equals ``gold`` (fast path first, then math_verify)."""
-    verdict, undecided, _ = _triage(text, gold)
-    return verdict if verdict is not None else _math_verify_any(undecided, gold)
+    verdict, undecided, _ = triage(text, gold)
+    return verdict if verdict is not None else math_verify_any(undecided, gold)

@@ -54,18 +54,18 @@ from pods_rl.tasks.grading import (  # noqa: F401  (re-exported: they lived here
     MAX_GOLD_PARSE_CHARS,
     MAX_NUMBER_CHARS,
     MAX_VALUE_DIGITS,
-    _answers_match_unbounded,
+    answers_match_unbounded,
     fast_match,
     too_explosive,
 )
 from pods_rl.tasks.time_limits import (  # noqa: F401  (re-exported: they lived here before the split)
-    _CUT_REASONS,
+    CUT_REASONS,
     DEFAULT_TIMEOUT_S,
     GradingTimeout,
-    _grade,
-    _run_limited,
     answers_match,
     call_with_time_limit,
+    grade_with_limits,
+    run_limited,
 )
 
 logger = logging.getLogger(__name__)
@@ -162,18 +162,18 @@ def make_correctness_reward(
             text = completion_text(completion)
             limit = min(timeout_s, deadline - time.monotonic())
             if is_correct is None:
-                ok, cut = _grade(text, str(gold), limit)
+                ok, cut = grade_with_limits(text, str(gold), limit)
             elif limit <= 0:
                 ok, cut = False, "budget"
             else:
                 extra = {col: kwargs[col][i] for col in extra_columns}
-                ok, cut = _run_limited(is_correct, (text, gold), extra, limit)
+                ok, cut = run_limited(is_correct, (text, gold), extra, limit)
                 ok, cut = bool(ok), (cut if cut == "timeout" else None)
             scores.append(1.0 if ok else 0.0)
             if cut:
                 cut_reasons.append(cut)
         if cut_reasons:
-            counts = ", ".join(f"{cut_reasons.count(r)} {_CUT_REASONS[r]}" for r in _CUT_REASONS if r in cut_reasons)
+            counts = ", ".join(f"{cut_reasons.count(r)} {CUT_REASONS[r]}" for r in CUT_REASONS if r in cut_reasons)
             logger.warning(
                 "Correctness grading cut short for %d of %d completions, which score 0 (%s; per-item limit "
                 "%.2f s, per-call budget %.2f s)", len(cut_reasons), len(completions), counts, timeout_s,

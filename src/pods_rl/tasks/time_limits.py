@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from pods_rl import deadline
 from pods_rl.tasks.extraction import completion_text
-from pods_rl.tasks.grading import _answers_match_unbounded, _math_verify_any, _triage
+from pods_rl.tasks.grading import answers_match_unbounded, math_verify_any, triage
 
 logger = logging.getLogger("pods_rl.tasks.rewards")  # one logger for the reward modules
 
@@ -51,13 +51,13 @@ def worker_main() -> None:  # pragma: no cover - runs in the child process
     bound: otherwise the first item that needs them pays for the import, runs past its limit, and the worker is
     killed and restarted, again and again."""
     try:
-        _math_verify_any(["x + 1"], "1 + x")
+        math_verify_any(["x + 1"], "1 + x")
     except Exception:  # noqa: BLE001 - grading will say "not correct" later if math_verify is broken
         pass
     for line in sys.stdin:
         try:
             text, gold = json.loads(line)
-            ok = _answers_match_unbounded(text, gold)
+            ok = answers_match_unbounded(text, gold)
         except Exception:  # noqa: BLE001 - a grading error means "not correct"
             ok = False
         sys.stdout.write("1\n" if ok else "0\n")
@@ -128,7 +128,7 @@ class _GradingWorker:
 _worker = _GradingWorker()
 
 
-def _run_limited(fn: Callable, args: tuple, kwargs: dict, timeout_s: float) -> tuple[object, str | None]:
+def run_limited(fn: Callable, args: tuple, kwargs: dict, timeout_s: float) -> tuple[object, str | None]:
     """``(fn(*args, **kwargs), None)``, or ``(None, "timeout")`` past ``timeout_s`` seconds (or at the
     recursion limit), or ``(None, "error")`` if it raised (logged: a grader bug must not kill a run).
     In the main thread the bound is a SIGALRM timer; elsewhere it is not enforced here."""
@@ -152,7 +152,7 @@ def call_with_time_limit(fn: Callable, *args, timeout_s: float = DEFAULT_TIMEOUT
     """``fn(*args, **kwargs)``, or ``default`` (with a logged warning) if it exceeds ``timeout_s`` seconds
     or raises. In the main thread the bound is a SIGALRM timer; elsewhere it is not enforced here (use
     ``answers_match``, which falls back to a killable worker process off the main thread)."""
-    value, failure = _run_limited(fn, args, kwargs, timeout_s)
+    value, failure = run_limited(fn, args, kwargs, timeout_s)
     if failure == "timeout":
         logger.warning(
             "Grading timed out after %.2f s (or hit the recursion limit); scoring 0 (%s)",
@@ -161,12 +161,12 @@ def call_with_time_limit(fn: Callable, *args, timeout_s: float = DEFAULT_TIMEOUT
     return default if failure else value
 
 
-def _grade(text: str, gold: str, timeout_s: float) -> tuple[bool, str | None]:
+def grade_with_limits(text: str, gold: str, timeout_s: float) -> tuple[bool, str | None]:
     """Whether ``text``'s answer equals ``gold``, and why the grading was cut short (else None):
     ``"explosive"`` (numbers too large to compute), ``"timeout"`` (sympy took over ``timeout_s`` s), or
     ``"budget"`` (sympy was needed but ``timeout_s <= 0``: no time left). A cut item is not correct."""
     try:
-        verdict, undecided, rejected = _triage(text, gold)
+        verdict, undecided, rejected = triage(text, gold)
     except Exception as err:  # noqa: BLE001 - a grader bug must not kill a training run
         logger.warning("Grading raised %s: %s; scoring 0", type(err).__name__, err)
         return False, None
@@ -175,7 +175,7 @@ def _grade(text: str, gold: str, timeout_s: float) -> tuple[bool, str | None]:
     if timeout_s <= 0:
         return False, "budget"
     if _signals_usable():
-        ok, failure = _run_limited(_math_verify_any, (undecided, gold), {}, timeout_s)
+        ok, failure = run_limited(math_verify_any, (undecided, gold), {}, timeout_s)
         ok = bool(ok) and failure is None
     else:  # off the main thread: the sympy work goes to the killable worker process
         try:
@@ -187,7 +187,7 @@ def _grade(text: str, gold: str, timeout_s: float) -> tuple[bool, str | None]:
     return ok, (failure or ("explosive" if rejected and not ok else None))
 
 
-_CUT_REASONS = {
+CUT_REASONS = {
     "explosive": "too explosive to compute (would have timed out)",
     "timeout": "timed out",
     "budget": "not graded: the call's time budget was spent",
@@ -201,8 +201,8 @@ def answers_match(text: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) ->
     a fast exact/numeric comparison, then ``math_verify``. Timeouts, expressions too explosive to
     compute and errors count as not correct (with a logged warning).
     """
-    ok, cut = _grade(completion_text(text), str(gold), timeout_s)
+    ok, cut = grade_with_limits(completion_text(text), str(gold), timeout_s)
     if cut:
-        logger.warning("Grading cut short (%s, limit %.2f s); scoring 0", _CUT_REASONS[cut], timeout_s)
+        logger.warning("Grading cut short (%s, limit %.2f s); scoring 0", CUT_REASONS[cut], timeout_s)
     return ok
 
