@@ -265,28 +265,14 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
     hidden_size / 32), ``device`` ("cpu" or "cuda"; default cuda when available) and ``max_seconds``: the SFT
     stops after that much time even before ``steps`` (``build_info.json`` says how many steps it took).
     """
-    import tempfile
-
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig, set_seed
-    from trl import SFTConfig, SFTTrainer
+    from transformers import AutoModelForCausalLM, set_seed
 
-    if not 0.0 <= wrong_fraction < 1.0:
-        raise ValueError(f"wrong_fraction must be in [0, 1), got {wrong_fraction}")
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda but torch sees no CUDA device; use --device cpu")
-    if steps < 1 or batch_size < 1 or learning_rate <= 0:
-        raise ValueError(f"steps, batch_size and learning_rate must be positive, got {steps}, {batch_size}, "
-                         f"{learning_rate}")
+    device = _check_build(wrong_fraction, device, steps, batch_size, learning_rate, threads)
     out_dir = Path(out_dir) if out_dir is not None else ASSETS_DIR
     task_kwargs = dict(task_kwargs or {})
     task = ArithmeticTask(**task_kwargs)
     tokenizer = make_tokenizer()
-    if threads is not None and threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
     with _torch_threads(threads):
         set_seed(seed)
         model_config = _tiny_config(tokenizer, arch, hidden_size, num_layers, num_heads)
@@ -299,27 +285,9 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
         train_dataset = _sft_dataset(task, min(steps * batch_size, task.train_size), wrong_fraction, seed)
 
         start = time.time()
-        with tempfile.TemporaryDirectory() as scratch_dir:
-            config = SFTConfig(
-                output_dir=scratch_dir, max_steps=steps, per_device_train_batch_size=batch_size,
-                learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20),
-                weight_decay=0.0, max_length=256, seed=seed, data_seed=seed, use_cpu=device == "cpu",
-                bf16=False, tf32=device == "cuda", gradient_checkpointing=False, save_strategy="no", report_to=[],
-                logging_steps=max(1, steps // 10), disable_tqdm=True, dataset_num_proc=None,
-            )
-            callbacks = [_stop_after(max_seconds)] if max_seconds else None
-            trainer = SFTTrainer(model=model, args=config, train_dataset=train_dataset, processing_class=tokenizer,
-                                 callbacks=callbacks)
-            with _deterministic(device == "cuda"):
-                trainer.train()
+        model, steps_done = _run_sft(model, tokenizer, train_dataset, steps, batch_size, learning_rate, seed, device,
+                                     max_seconds)
         sft_seconds = time.time() - start
-        steps_done = trainer.state.global_step
-        model = trainer.model.eval()  # evaluated where it trained
-        model.config.use_cache = True  # the trainer turns the KV cache off; generation needs it back
-        model.generation_config = GenerationConfig(
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
 
         accuracy = {
             "sampled_t1": sampled_accuracy(model, tokenizer, task, num_problems=eval_problems, k=eval_samples,
@@ -342,14 +310,69 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
                                   "seconds": round(sft_seconds, 1), "device": device},
             "task": {"name": "arithmetic", "digits": task.digits, "operands": task.operands, "ops": task.ops,
                      "seed": task.seed, "train_problems": len(train_dataset)},
-            "held_out_accuracy": accuracy,
-            "versions": {"torch": torch.__version__, "transformers": _version("transformers"),
-                         "trl": _version("trl"), "python": platform.python_version()},
-            "threads": torch.get_num_threads(),
+            "held_out_accuracy": accuracy, "versions": _versions(), "threads": torch.get_num_threads(),
         }
         (out_dir / "build_info.json").write_text(json.dumps(build_info, indent=2) + "\n")
         log(f"build-tiny: saved to {out_dir}")
         return out_dir
+
+
+def _check_build(wrong_fraction: float, device: str | None, steps: int, batch_size: int, learning_rate: float,
+                 threads: int | None) -> str:
+    """``build_tiny``'s settings checked before anything is built; returns the device (default: cuda if any)."""
+    import torch
+
+    if not 0.0 <= wrong_fraction < 1.0:
+        raise ValueError(f"wrong_fraction must be in [0, 1), got {wrong_fraction}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda but torch sees no CUDA device; use --device cpu")
+    if steps < 1 or batch_size < 1 or learning_rate <= 0:
+        raise ValueError(f"steps, batch_size and learning_rate must be positive, got {steps}, {batch_size}, "
+                         f"{learning_rate}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    return device
+
+
+def _run_sft(model, tokenizer, train_dataset, steps: int, batch_size: int, learning_rate: float, seed: int,
+             device: str, max_seconds: float | None):
+    """TRL's ``SFTTrainer`` on ``train_dataset`` (cosine schedule, no checkpoints); returns (the model, in eval mode
+    with its KV cache and a generation config, ready to sample; the steps it took)."""
+    import tempfile
+
+    from transformers import GenerationConfig
+    from trl import SFTConfig, SFTTrainer
+
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        config = SFTConfig(
+            output_dir=scratch_dir, max_steps=steps, per_device_train_batch_size=batch_size,
+            learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20),
+            weight_decay=0.0, max_length=256, seed=seed, data_seed=seed, use_cpu=device == "cpu",
+            bf16=False, tf32=device == "cuda", gradient_checkpointing=False, save_strategy="no", report_to=[],
+            logging_steps=max(1, steps // 10), disable_tqdm=True, dataset_num_proc=None,
+        )
+        callbacks = [_stop_after(max_seconds)] if max_seconds else None
+        trainer = SFTTrainer(model=model, args=config, train_dataset=train_dataset, processing_class=tokenizer,
+                             callbacks=callbacks)
+        with _deterministic(device == "cuda"):
+            trainer.train()
+    model = trainer.model.eval()  # evaluated where it trained
+    model.config.use_cache = True  # the trainer turns the KV cache off; generation needs it back
+    model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id,
+                                               eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    return model, trainer.state.global_step
+
+
+def _versions() -> dict:
+    """The library versions a build records."""
+    import torch
+
+    return {"torch": torch.__version__, "transformers": _version("transformers"), "trl": _version("trl"),
+            "python": platform.python_version()}
 
 
 @contextmanager
