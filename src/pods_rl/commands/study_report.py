@@ -196,32 +196,8 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
               "comparisons_interpolated": interpolated, "curves": curve_stats, "verdict_rule": curves.VERDICT_RULE,
               "noise": {name: stats.eval_noise(group) for name, group in groups.items()}}
 
-    # Selection against its control: the same n -> m generation, max_variance vs a random choice of the kept.
-    controls = {}
-    for name in groups:
-        if name.startswith("pods-random-"):
-            selected = name.replace("pods-random-", "pods-mv-", 1)
-            if selected in groups:
-                pair = [r for r in runs if r.label in (name, selected)]
-                controls[f"{selected} vs {name}"] = {
-                    f"steps/{target}{suffix}": stats.compare_runs(pair, baseline=name, x="steps", n_boot=n_boot,
-                                                                  target_gain_fraction=f, interpolate=bool(suffix))
-                    for target, f in TARGETS.items() for suffix in ("", "/interpolated")}
-    result["selection_vs_random"] = controls
-
-    efficiency = {name: (e["interpolated"]["steps/peak"]["ratio"], e["interpolated"]["steps/peak"]["ci95"])
-                  for name, e in methods.items() if name != baseline}  # (1) interpolated between evaluations
-    ratios = {f"paper 1xGPU GSM8K, n={n} -> 16 ({sec} s / 7.6 s)": round(sec / PAPER_GPU_STEP_SECONDS[16], 3)
-              for n, sec in PAPER_GPU_STEP_SECONDS.items() if n > 16}
-    for name, e in methods.items():
-        if name != baseline:
-            ratios[f"this study's runs, {name}"] = round(e["step_ratio"], 3)
-    for row in (cost or {}).get("rows", []):
-        if row["n"] != row["m"]:
-            pilot = f" k{row['pilot_generations']}" if row.get("pilot_generations") else ""
-            ratios[f"pods cost, n={row['n']} -> {row['m']}{pilot}"] = round(row["step_ratio"], 3)
-    ratios.update({f"assumed {r:g}": r for r in (1.0, 1.5, 2.0, 3.0)})
-    result["projection"] = stats.projection(ratios, efficiency)
+    result["selection_vs_random"] = _selection_vs_random(groups, runs, n_boot)
+    result["projection"] = _projection(methods, baseline, cost)
     result["figures"] = _figures(runs, out, labels, title) if figures else []
     return result
 
@@ -312,8 +288,56 @@ def _fmt_ratio(entry: dict) -> str:
     return "—" if entry["ratio"] is None else f"{mark}{entry['ratio']:.2f}x"
 
 
+def _selection_vs_random(groups: dict, runs: list, n_boot: int) -> dict:
+    """Selection against its control: the same n -> m generation, max_variance vs a random choice of the kept;
+    updates to the control's target, at evaluation resolution and interpolated."""
+    controls = {}
+    for name in groups:
+        if name.startswith("pods-random-"):
+            selected = name.replace("pods-random-", "pods-mv-", 1)
+            if selected in groups:
+                pair = [r for r in runs if r.label in (name, selected)]
+                controls[f"{selected} vs {name}"] = {
+                    f"steps/{target}{suffix}": stats.compare_runs(pair, baseline=name, x="steps", n_boot=n_boot,
+                                                                  target_gain_fraction=f, interpolate=bool(suffix))
+                    for target, f in TARGETS.items() for suffix in ("", "/interpolated")}
+    return controls
+
+
+def _projection(methods: dict, baseline: str, cost: dict | None) -> dict:
+    """Wall-clock speed-up projected to other step-time ratios: the paper's GPU ones, this study's, `pods cost`'s
+    and a few assumed ones, from each method's learning per update (interpolated between evaluations)."""
+    efficiency = {name: (e["interpolated"]["steps/peak"]["ratio"], e["interpolated"]["steps/peak"]["ci95"])
+                  for name, e in methods.items() if name != baseline}
+    ratios = {f"paper 1xGPU GSM8K, n={n} -> 16 ({sec} s / 7.6 s)": round(sec / PAPER_GPU_STEP_SECONDS[16], 3)
+              for n, sec in PAPER_GPU_STEP_SECONDS.items() if n > 16}
+    for name, e in methods.items():
+        if name != baseline:
+            ratios[f"this study's runs, {name}"] = round(e["step_ratio"], 3)
+    for row in (cost or {}).get("rows", []):
+        if row["n"] != row["m"]:
+            pilot = f" k{row['pilot_generations']}" if row.get("pilot_generations") else ""
+            ratios[f"pods cost, n={row['n']} -> {row['m']}{pilot}"] = round(row["step_ratio"], 3)
+    ratios.update({f"assumed {r:g}": r for r in (1.0, 1.5, 2.0, 3.0)})
+    return stats.projection(ratios, efficiency)
+
+
 def format_report(report: dict) -> str:
     """The report as text: the sweep, the three numbers with CIs and the break-even, noise, cost, projection."""
+    lines = _setup_lines(report)
+    study = report.get("study")
+    if not study:
+        lines.append("\nno study report yet: the baseline and at least one other method need finished runs")
+        return "\n".join(lines)
+    others = {name: e for name, e in study["methods"].items() if name != study["baseline"]}
+    lines += _numbers_lines(study, others)
+    lines += _curve_lines(study, others)
+    lines += _noise_and_projection_lines(study)
+    return "\n".join(lines)
+
+
+def _setup_lines(report: dict) -> list[str]:
+    """What the study ran: the plan, the learning-rate sweep, `pods cost`'s step-time ratios."""
     lines = []
     plan = report.get("plan") or {}
     if plan:
@@ -337,13 +361,14 @@ def format_report(report: dict) -> str:
                           for r in cost["rows"])
         lines.append(f"\npods cost step-time ratios ({cost['settings']['schedule']}, {cost['settings']['steps']} "
                      f"steps each, {cost['device']}): {cells}")
-    study = report.get("study")
-    if not study:
-        lines.append("\nno study report yet: the baseline and at least one other method need finished runs")
-        return "\n".join(lines)
+    return lines
+
+
+def _numbers_lines(study: dict, others: dict) -> list[str]:
+    """The three numbers per method with their CIs and the break-even, then the other targets and readings."""
+    lines = []
     base = study["methods"][study["baseline"]]
     c = study["comparisons"]
-    others = {name: e for name, e in study["methods"].items() if name != study["baseline"]}
     lines.append(f"\nThe three numbers (ratios {study['baseline']} / method: > 1 favours the method; 95% CIs: "
                  f"percentile bootstrap over seeds). Target: {study['baseline']}'s peak seed-mean accuracy "
                  f"{c['steps/peak']['target']:.4f} on the update axis, {c['time/peak']['target']:.4f} on the time axis. "
@@ -394,23 +419,14 @@ def format_report(report: dict) -> str:
         lines.append(f"  selection vs its random control ({pair}), updates to the control's peak (interpolated): "
                      f"{_fmt_ratio({'ratio': label['speedup'], 'kind': label['speedup_kind']})} "
                      f"{fmt_ci(label.get('speedup_ci95'))} {curves.interval_verdict(label.get('speedup_ci95'))}")
-    lines += _curve_lines(study, others)
-    lines.append("\nevaluation noise against seed spread (std of accuracy over seeds at equal updates):")
-    for name, n in study["noise"].items():
-        share = n["eval_share_of_seed_variance"]
-        lines.append(f"  {study['methods'][name]['label'][:34]:<34} eval SE {_f(n['eval_stderr_mean'])}  seed std "
-                     f"{_f(n['seed_std_mean_over_steps'])}  without eval noise {_f(n['seed_std_without_eval_noise'])}"
-                     + (f"  evaluation = {100 * share:.0f}% of the seed variance" if share is not None else ""))
-    worst = max((n["eval_share_of_seed_variance"] or 0 for n in study["noise"].values()), default=0)
-    if worst > 0.5:
-        lines.append("  warning: evaluation noise is over half the seed variance; raise --eval-problems or --eval-k")
-    proj = study["projection"]
-    lines.append("\nPROJECTION (not a measurement): wall-clock speed-up = (1) / step-time ratio r")
-    for row in proj["rows"]:
-        cells = "  ".join(f"{m}: {'—' if row[m]['speedup'] is None else format(row[m]['speedup'], '.2f')}x "
-                          f"{fmt_ci(row[m]['ci95'])}" for m in proj["break_even"])
-        lines.append(f"  r={row['step_ratio']:<6.3g} {row['source']:<46} {cells}")
-    return "\n".join(lines)
+    return lines
+
+
+def _noise_and_projection_lines(study: dict) -> list[str]:
+    """Evaluation noise against the seed spread, and the projection to other step-time ratios."""
+    lines = []
+
+    return lines
 
 
 def _fmt_diff(row: dict) -> str:
