@@ -17,7 +17,8 @@ PACKAGE_DIR = Path(pods_rl.__file__).parent
 COMMAND_PACKAGE = "pods_rl.commands"
 COMMANDS = {"pods_rl.commands.cli", "pods_rl.commands.train", "pods_rl.commands.evaluate",
             "pods_rl.commands.cost", "pods_rl.commands.plots", "pods_rl.commands.launch",
-            "pods_rl.commands.study", "pods_rl.commands.study_runner", "pods_rl.commands.study_report",  # these two: parts of `pods study`
+            "pods_rl.commands.study", "pods_rl.commands.study_plan", "pods_rl.commands.study_runner",
+            "pods_rl.commands.study_report",  # these three: parts of `pods study`
             "pods_rl.commands.build_tiny", "pods_rl.commands.verl_args"}
 # The core: plain tensor code, no framework; it imports nothing of ours but the core (adaptive: wave 4).
 CORE = {"pods_rl.downsample", "pods_rl.advantages", "pods_rl.reward_checks", "pods_rl.adaptive"}

@@ -10,15 +10,8 @@ import numpy as np
 import pytest
 
 from pods_rl import stats
-from pods_rl.commands.study import (
-    STAGES,
-    build_parser,
-    default_methods,
-    make_plan,
-    parse_method,
-    study_runs,
-    sweep_runs,
-)
+from pods_rl.commands.study import STAGES, build_parser, study_runs, sweep_runs
+from pods_rl.commands.study_plan import default_methods, make_plan, parse_method
 from pods_rl.commands.study_runner import Run, Runner, prepare, slot_envs
 
 ROOT = Path(__file__).resolve().parents[1]
