@@ -211,10 +211,8 @@ REWARD_RETURNS = [
     (_returning([1, 0.5]), [1.0, 0.5]),
     (_returning((True, None)), [1.0, None]),
     (_returning(iter([0.25, 0.75])), [0.25, 0.75]),
-    # NaN is refused (a 0/0 in the function): None is how a function says "not scored", and TRL would silently
-    # read a NaN as that
-    (_returning([float("nan"), 1.0]), "returned nan for completion 0; return None for a completion it does not "
-     "score"),
+    # NaN means "not scored", as GRPOTrainer reads it (#39): it becomes None (a note says so once per function)
+    (_returning([float("nan"), 1.0]), [None, 1.0]),
     # a magnitude beyond MAX_ABS_REWARD is a scale bug (float32 variance overflows at ~1e19: NaN advantages)
     (_returning([1.0, 1e30]), "returned 1e+30 for completion 1: beyond the bound of 1e+06, a reward-scale bug"),
     (_returning([-2e6, 0.0]), "returned -2e+06 for completion 0: beyond the bound"),
