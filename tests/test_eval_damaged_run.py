@@ -32,7 +32,12 @@ def run_dir(tmp_path, tiny_model_dir):
 
 
 def _evaluated(run_dir):
-    return [r["checkpoint"] for r in json.loads((run_dir / "eval.json").read_text())]
+    return [r["checkpoint"] for r in json.loads((run_dir / "eval.json").read_text()) if not r.get("skipped")]
+
+
+def _skipped(run_dir):
+    """{checkpoint: why} of the skip entries eval.json holds."""
+    return {r["checkpoint"]: r["why"] for r in json.loads((run_dir / "eval.json").read_text()) if r.get("skipped")}
 
 
 def _notes(err, name):
@@ -91,6 +96,7 @@ def test_a_damaged_checkpoint_is_skipped_with_one_line(run_dir, fake_task, capsy
     err = capsys.readouterr().err
     assert len(_notes(err, "checkpoint-2")) == 1, err[-3000:]
     assert _evaluated(run_dir) == ["checkpoint-4"]  # final/ duplicates checkpoint-4
+    assert list(_skipped(run_dir)) == ["checkpoint-2"]  # named in the results too, whatever the damage
 
 
 @pytest.mark.parametrize("damage", ["weights missing, clock kept", "weights with an unknown dtype", "config missing",
@@ -157,3 +163,60 @@ def test_one_damaged_checkpoint_asked_for_by_itself_is_still_an_error(run_dir, f
     (run_dir / "checkpoint-2" / "model.safetensors").unlink()
     assert ev.main([str(run_dir / "checkpoint-2"), *COMMON]) == 2
     assert "checkpoint-2/model.safetensors is corrupt: missing" in capsys.readouterr().err
+
+
+def _summary_skips(out):
+    return [line for line in out.splitlines() if line.startswith("skipped ")]
+
+
+def test_a_checkpoint_without_its_weights_is_named_after_the_table_and_in_eval_json(run_dir, fake_task, capsys):
+    """The half-finished deletion of issue #41: checkpoint-2 lost model.safetensors, its folder and clock remain."""
+    (run_dir / "checkpoint-2" / "model.safetensors").unlink()
+    assert ev.main([str(run_dir), *COMMON]) == 0
+    out = capsys.readouterr().out
+    assert _summary_skips(out) == ["skipped checkpoint-2: model.safetensors is corrupt (missing (no weights file of "
+                                   "any kind in the checkpoint))"], out
+    assert out.index("checkpoint-4 ") < out.index("skipped checkpoint-2") < out.index("results: ")
+    entry = json.loads((run_dir / "eval.json").read_text())[-1]
+    assert entry["skipped"] is True and entry["checkpoint"] == "checkpoint-2" and entry["step"] == 2
+    assert entry["why"].startswith("model.safetensors is corrupt (missing")
+    assert (entry["task"], entry["split"], entry["k"], entry["evaluated_instead"]) == ("fake", "test", 1, None)
+    # Readers of the results (pods plot, compare, study) see results only; the skips have their own reader.
+    assert [r["checkpoint"] for r in store.load_results(run_dir / "eval.json")] == ["checkpoint-4"]
+    assert [r["checkpoint"] for r in store.load_skips(run_dir / "eval.json")] == ["checkpoint-2"]
+
+
+def test_a_skip_is_replaced_once_the_checkpoint_is_evaluated_and_never_replaces_a_result(run_dir, fake_task, capsys):
+    weights = run_dir / "checkpoint-2" / "model.safetensors"
+    weights.rename(run_dir / "aside.safetensors")
+    assert ev.main([str(run_dir), *COMMON]) == 0
+    assert list(_skipped(run_dir)) == ["checkpoint-2"] and len(_summary_skips(capsys.readouterr().out)) == 1
+    (run_dir / "aside.safetensors").rename(weights)  # restored: the next eval evaluates it, the skip entry goes
+    assert ev.main([str(run_dir), *COMMON]) == 0
+    assert _skipped(run_dir) == {} and sorted(_evaluated(run_dir)) == ["checkpoint-2", "checkpoint-4"]
+    assert _summary_skips(capsys.readouterr().out) == []
+    weights.unlink()  # damaged after it was evaluated: --force names the skip, the result of the whole one stays
+    assert ev.main([str(run_dir), *COMMON, "--force"]) == 0
+    assert [line.split(":")[0] for line in _summary_skips(capsys.readouterr().out)] == ["skipped checkpoint-2"]
+    assert _skipped(run_dir) == {} and sorted(_evaluated(run_dir)) == ["checkpoint-2", "checkpoint-4"]
+
+
+def test_a_skipped_checkpoint_the_final_model_stands_in_for_says_so(run_dir, fake_task, capsys):
+    _truncate(run_dir / "checkpoint-4" / "model.safetensors")
+    assert ev.main([str(run_dir), *COMMON]) == 0
+    lines = _summary_skips(capsys.readouterr().out)
+    assert len(lines) == 1 and lines[0].startswith("skipped checkpoint-4: model.safetensors is corrupt (truncated")
+    assert lines[0].endswith("; final/ (the same step) was evaluated in its place")
+    assert _evaluated(run_dir) == ["checkpoint-2", "final"]
+    assert json.loads((run_dir / "eval.json").read_text())[-1]["evaluated_instead"] == "final"
+
+
+def test_a_checkpoint_the_scan_skips_is_named_and_recorded_too(run_dir, fake_task, capsys):
+    (run_dir / "checkpoint-2" / "pods_clock.json").unlink()  # incomplete: being saved, or killed mid-save
+    skipped = []
+    records = ev.evaluate_run(run_dir, FakeTask(), k=1, max_new_tokens=2, limit=2, backend="hf", skipped=skipped)
+    assert [r["checkpoint"] for r in records] == ["checkpoint-4"]
+    assert [(s["checkpoint"], s["why"]) for s in skipped] == [("checkpoint-2", "no pods_clock.json (incomplete "
+                                                                               "checkpoint)")]
+    assert _skipped(run_dir) == {"checkpoint-2": "no pods_clock.json (incomplete checkpoint)"}
+    assert len(_notes(capsys.readouterr().err, "checkpoint-2")) == 1

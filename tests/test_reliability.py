@@ -986,7 +986,9 @@ def test_pods_eval_names_a_corrupt_checkpoint_and_refuses_a_results_file_that_is
     assert pods(["eval", str(run_dir), *common]) == 0
     err = capsys.readouterr().err
     assert f"warning: skipping {run_dir / 'checkpoint-2'}: model.safetensors is corrupt (truncated" in err
-    assert [r["checkpoint"] for r in json.loads((run_dir / "eval.json").read_text())] == ["checkpoint-4"]
+    entries = json.loads((run_dir / "eval.json").read_text())
+    assert [(r["checkpoint"], bool(r.get("skipped"))) for r in entries] == [("checkpoint-4", False),
+                                                                            ("checkpoint-2", True)]
     # Asked for by itself, it is an error naming the file.
     assert pods(["eval", str(run_dir / "checkpoint-2"), *common]) == 2
     assert f"{run_dir / 'checkpoint-2' / 'model.safetensors'} is corrupt: truncated" in capsys.readouterr().err

@@ -20,7 +20,10 @@ Results are kept (through ``pods_rl.runlog``) in ONE JSON file (a list of record
 default). A record is keyed by (checkpoint, task, split, k, temperature): evaluating the same key again replaces
 the record, any other key is appended. The file is rewritten atomically (tmp file + ``os.replace``) after each checkpoint, so an interrupted
 run keeps everything finished so far. A checkpoint is skipped when a record with its key and the same
-``limit``, ``max_new_tokens`` and ``seed`` exists, unless ``force``.
+``limit``, ``max_new_tokens`` and ``seed`` exists, unless ``force``. A run's checkpoint that cannot be evaluated
+(incomplete, damaged, removed meanwhile) is skipped too: named in a warning as it happens and again after the
+table (``skipped checkpoint-2: why``), and recorded in the file as a skip entry (``"skipped": true``, ``"why"``;
+``pods_rl.runlog.load_results`` leaves these out, ``load_skips`` reads them).
 
 Generation (``pods_rl.generation``) uses vLLM when it can run the model here (``backend="auto"``: CUDA, or vLLM's
 CPU build with a head size its CPU attention takes), otherwise transformers ``generate`` with left padding. Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is
@@ -64,6 +67,7 @@ from pods_rl.runlog import (  # noqa: F401  (re-exported: the eval.json store an
     is_run_dir,
     load_results,
     load_run_config,
+    record_entries,
     result_key,
     save_results,
     upsert_result,
@@ -320,91 +324,126 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                          temperature: float = 0.9, max_new_tokens: int = 512, limit: int | None = None,
                          batch_size: int = 64, seed: int = 0, task_args: dict | None = None,
                          backend: str = "auto", force: bool = False, verbose: bool = True,
-                         trust_remote_code: bool = False) -> list[dict]:
+                         trust_remote_code: bool = False, skipped: list | None = None) -> list[dict]:
     """Evaluate each of ``checkpoints`` (dicts from ``find_checkpoints``) in order, saving after each.
 
     Already-evaluated checkpoints (same key and settings in ``out``) are skipped unless ``force``.
     A run's checkpoint (``step`` not None) that is damaged (see ``checkpoint_damage``), vanishes, or fails to
     load is skipped with a one-line warning, and its ``"final"`` (the final model, same step) is evaluated in
-    its place; the one model asked for by itself (``step`` None) is an error instead. Nothing evaluated at all
-    while something was skipped is one ValueError line.
+    its place; so is one that comes with its ``"why"`` already (a dir ``find_checkpoints`` skipped, from its
+    ``skipped`` list). The one model asked for by itself (``step`` None) is an error instead. Nothing evaluated
+    at all while something was skipped is one ValueError line (and ``out`` is left as it was); otherwise each skip
+    is recorded in ``out`` as a skip entry (``pods_rl.runlog.load_skips``: ``{"checkpoint", "why", "skipped":
+    true, ...}``) and appended to ``skipped`` when given.
     Returns the records of these checkpoints (new or reused), in order.
     """
     out = Path(out)
     task_obj = resolve_task(task, task_args)
     task_name = getattr(task_obj, "name", str(task))
     settings = {"limit": limit, "max_new_tokens": int(max_new_tokens), "seed": int(seed)}
-    results, skipped = [], []
+    results, skips = [], []
     pending = list(checkpoints)
     while pending:
         ckpt = pending.pop(0)
         # The run's initial model is "base" whatever its path (often a hub id), so the key survives moves.
         name = "base" if ckpt["name"] == "base" else _checkpoint_name(Path(ckpt["path"]), out)
         key = (name, task_name, split, int(k), float(temperature))
+        why = ckpt.get("why")
         existing = load_results(out)
-        if not force and already_done(existing, key, settings):
+        if why is None and not force and already_done(existing, key, settings):
             if verbose:
                 print(f"skip {name}: already in {out} (use --force to redo)", file=sys.stderr)
             results.append(next(r for r in existing if result_key(r) == key))
             continue
-        if ckpt.get("step") is None:  # the one model asked for: what is wrong with it is an error
-            problems = checkpoint_problems(ckpt["path"]) if Path(ckpt["path"]).is_dir() else []
-            if problems:
-                file, problem = problems[0]
-                raise ValueError(f"{Path(ckpt['path']) / file} is corrupt: {problem}; evaluate another checkpoint")
-            why = None
-        else:
-            why = checkpoint_damage(ckpt)
         if why is None:
-            try:
-                record = evaluate_model(ckpt["path"], task_obj, split=split, k=k, temperature=temperature,
-                                        max_new_tokens=max_new_tokens, limit=limit, batch_size=batch_size,
-                                        seed=seed, task_args=task_args, backend=backend, name=name,
-                                        trust_remote_code=trust_remote_code)
-            except Exception as err:
-                # A run that is still training rotates its checkpoints (save_total_limit): one listed at the start
-                # may be gone by the time its turn comes, or while it loads; or its weights fail to load. Neither
-                # is an error of this evaluation. A failure to generate or grade is.
-                damaged = getattr(err, "pods_unloadable", None) and ckpt["name"] != "base"
-                if ckpt.get("step") is None or (_still_there(ckpt) and not damaged):
-                    raise
-                why = checkpoint_damage(ckpt) or f"it failed to load ({type(err).__name__}: {str(err)[:100]})"
+            why, record = _evaluate_or_why(ckpt, task_obj, name, split=split, k=k, temperature=temperature,
+                                           max_new_tokens=max_new_tokens, limit=limit, batch_size=batch_size,
+                                           seed=seed, task_args=task_args, backend=backend,
+                                           trust_remote_code=trust_remote_code)
         if why is not None:
             if why.startswith("removed while"):
                 print(f"note: {ckpt['path']} was {why}; skipped", file=sys.stderr)
             else:
                 print(f"warning: skipping {ckpt['path']}: {why}", file=sys.stderr)
-            skipped.append(f"{Path(ckpt['path']).name}: {why}")
-            if ckpt.get("final") is not None:  # the final model has the same step: it stands in
-                pending.insert(0, ckpt["final"])
+            stand_in = ckpt.get("final")
+            skips.append({"checkpoint": name, "checkpoint_path": str(ckpt["path"]), "task": task_name,
+                          "split": split, "k": int(k), "temperature": float(temperature), **settings,
+                          "step": ckpt.get("step"), "skipped": True, "why": why,
+                          "evaluated_instead": stand_in["name"] if stand_in is not None else None,
+                          "skipped_at": time.time()})
+            if stand_in is not None:  # the final model has the same step: it stands in
+                pending.insert(0, stand_in)
             continue
         upsert_result(out, record)
         results.append(record)
         if verbose:
             print(format_table([record], header=not results[:-1]), file=sys.stderr)
-    if skipped and not results:
-        raise ValueError(f"no model could be evaluated: every one was skipped ({'; '.join(skipped)[:300]}); "
+    if skips and not results:
+        listed = "; ".join(f"{Path(s['checkpoint_path']).name}: {s['why']}" for s in skips)
+        raise ValueError(f"no model could be evaluated: every one was skipped ({listed[:300]}); "
                          "evaluate another run or checkpoint")
+    if skips:
+        record_entries(out, skips)
+        if skipped is not None:
+            skipped.extend(skips)
     return results
+
+
+def _evaluate_or_why(ckpt: dict, task_obj, name: str, trust_remote_code: bool = False, **settings):
+    """``(None, record)`` for a checkpoint evaluated, or ``(why, None)`` for a run's checkpoint that cannot be: damaged,
+    gone, or failing to load. The one model asked for by itself (``step`` None) raises instead."""
+    if ckpt.get("step") is None:  # the one model asked for: what is wrong with it is an error
+        problems = checkpoint_problems(ckpt["path"]) if Path(ckpt["path"]).is_dir() else []
+        if problems:
+            file, problem = problems[0]
+            raise ValueError(f"{Path(ckpt['path']) / file} is corrupt: {problem}; evaluate another checkpoint")
+    else:
+        why = checkpoint_damage(ckpt)
+        if why is not None:
+            return why, None
+    try:
+        return None, evaluate_model(ckpt["path"], task_obj, name=name, trust_remote_code=trust_remote_code,
+                                    **settings)
+    except Exception as err:
+        # A run that is still training rotates its checkpoints (save_total_limit): one listed at the start may be
+        # gone by the time its turn comes, or while it loads; or its weights fail to load. Neither is an error of
+        # this evaluation. A failure to generate or grade is.
+        damaged = getattr(err, "pods_unloadable", None) and ckpt["name"] != "base"
+        if ckpt.get("step") is None or (_still_there(ckpt) and not damaged):
+            raise
+        return checkpoint_damage(ckpt) or f"it failed to load ({type(err).__name__}: {str(err)[:100]})", None
 
 
 def evaluate_run(run_dir, task, split: str = "test", k: int = 5, temperature: float = 0.9,
                  max_new_tokens: int = 512, limit: int | None = None, batch_size: int = 64, seed: int = 0,
                  out=None, force: bool = False, task_args: dict | None = None, backend: str = "auto",
-                 include_base: bool = False, verbose: bool = True, trust_remote_code: bool = False) -> list[dict]:
+                 include_base: bool = False, verbose: bool = True, trust_remote_code: bool = False,
+                 skipped: list | None = None) -> list[dict]:
     """Evaluate every checkpoint (+ final) of ``run_dir`` sorted by step; results go to ``run_dir/eval.json``
-    (or ``out``), saved atomically after each checkpoint. Returns the records in step order."""
+    (or ``out``), saved atomically after each checkpoint. Returns the records in step order. A checkpoint dir
+    skipped (incomplete, damaged, gone) is named in one warning line, recorded in the results file as a skip entry
+    and appended to ``skipped`` when given (see ``evaluate_checkpoints``)."""
     run_dir = Path(run_dir)
-    checkpoints = find_checkpoints(run_dir, include_base=include_base)
+    scan_skips: list[dict] = []
+    checkpoints = find_checkpoints(run_dir, include_base=include_base, verbose=False, skipped=scan_skips)
     if not checkpoints:
+        for skip in scan_skips:
+            print(f"warning: skipping {skip['path']}: {skip['why']}", file=sys.stderr)
         raise ValueError(f"{run_dir} has no checkpoint-*/ or final/ model directories to evaluate")
-    return evaluate_checkpoints(checkpoints, task, out or run_dir / DEFAULT_EVAL_FILE, split=split, k=k,
-                                temperature=temperature, max_new_tokens=max_new_tokens, limit=limit,
+    return evaluate_checkpoints([*scan_skips, *checkpoints], task, out or run_dir / DEFAULT_EVAL_FILE, split=split,
+                                k=k, temperature=temperature, max_new_tokens=max_new_tokens, limit=limit,
                                 batch_size=batch_size, seed=seed, task_args=task_args, backend=backend,
-                                force=force, verbose=verbose, trust_remote_code=trust_remote_code)
+                                force=force, verbose=verbose, trust_remote_code=trust_remote_code, skipped=skipped)
 
 
 # --- terminal table -----------------------------------------------------------------------------------------
+def skip_line(skip: dict) -> str:
+    """The line naming one skipped checkpoint (a skip entry of ``evaluate_checkpoints``) and why."""
+    instead = f"; {skip['evaluated_instead']}/ (the same step) was evaluated in its place" \
+        if skip.get("evaluated_instead") else ""
+    return f"skipped {skip['checkpoint']}: {skip['why']}{instead}"
+
+
 def format_table(records: list[dict], header: bool = True) -> str:
     """A fixed-width text table of eval records (one line each)."""
     columns = f"{'checkpoint':<24} {'step':>6} {'train_min':>9} {'accuracy':>15} {'format':>6} {'both':>6} " \
@@ -484,10 +523,10 @@ def _main(argv: list[str]) -> int:
                   max_new_tokens=args.max_new_tokens, limit=args.limit, batch_size=args.batch_size,
                   seed=args.seed, task_args=task_args, backend=args.backend, force=args.force,
                   trust_remote_code=args.trust_remote_code)
-    target = Path(args.target)
+    target, skipped = Path(args.target), []
     if is_run_dir(target):
         out = Path(args.out) if args.out else target / DEFAULT_EVAL_FILE
-        records = evaluate_run(target, args.task, out=out, include_base=args.include_base, **common)
+        records = evaluate_run(target, args.task, out=out, include_base=args.include_base, skipped=skipped, **common)
     else:
         if target.exists() and not is_model_dir(target):
             raise ValueError(f"{target} is neither a run directory (checkpoint-*/, final/) nor a model "
@@ -498,6 +537,8 @@ def _main(argv: list[str]) -> int:
         ckpt = {"name": target.name, "path": target, "step": None, "train_seconds": None}
         records = evaluate_checkpoints([ckpt], args.task, out, **common)
     print(format_table(records))
+    for skip in skipped:  # after the table, where they are read (the warnings scroll by with the progress bars)
+        print(skip_line(skip))
     print(f"results: {out}")
     return 0
 

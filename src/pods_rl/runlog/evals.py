@@ -29,8 +29,15 @@ def result_key(record: dict) -> tuple:
     return tuple(record[f] if f != "temperature" else float(record[f]) for f in KEY_FIELDS)
 
 
-def load_results(path) -> list[dict]:
-    """The records of an eval JSON file ([] when it does not exist). Refuses to read a corrupt file."""
+def is_skip(entry: dict) -> bool:
+    """Whether an eval.json entry records a checkpoint `pods eval` skipped (``"skipped": true``, with ``"why"``)
+    rather than an evaluation's result."""
+    return entry.get("skipped") is True
+
+
+def load_entries(path) -> list[dict]:
+    """Every entry of an eval JSON file, results and skips alike ([] when it does not exist). Refuses to read a
+    corrupt file, or one that is not a `pods eval` results file."""
     path = Path(path)
     if not path.is_file():
         return []
@@ -48,6 +55,18 @@ def load_results(path) -> list[dict]:
     return records
 
 
+def load_results(path) -> list[dict]:
+    """The evaluation records of an eval JSON file ([] when it does not exist), without its skip entries
+    (``is_skip``). Refuses to read a corrupt file."""
+    return [r for r in load_entries(path) if not is_skip(r)]
+
+
+def load_skips(path) -> list[dict]:
+    """The skip entries of an eval JSON file: ``{"checkpoint", "why", "skipped": true, ...}``, one per key
+    (checkpoint, task, split, k, temperature) that `pods eval` last had to skip."""
+    return [r for r in load_entries(path) if is_skip(r)]
+
+
 def save_results(path, records: list[dict]) -> None:
     """Write ``records`` to ``path`` atomically: a crash leaves either the old or the new file, never half."""
     path = Path(path)
@@ -61,16 +80,28 @@ def save_results(path, records: list[dict]) -> None:
 
 
 def upsert_result(path, record: dict) -> list[dict]:
-    """Add ``record`` to the JSON file at ``path``, replacing any record with the same key; returns all. The
-    read-modify-write holds the file's own lock (``.eval.json.lock``, not the trainer's), so two `pods eval` at once
-    lose no record; the write is atomic, so readers never see half a file."""
-    key = result_key(record)
+    """Add ``record`` to the JSON file at ``path``, replacing any entry with the same key (a result, or the skip
+    of that checkpoint); returns all results (``load_results``). The read-modify-write holds the file's own lock
+    (``.eval.json.lock``, not the trainer's), so two `pods eval` at once lose no record; the write is atomic, so
+    readers never see half a file."""
+    return record_entries(path, [record])
+
+
+def record_entries(path, entries: list[dict]) -> list[dict]:
+    """Add ``entries`` (results and skip entries) to the JSON file at ``path`` in one locked read-modify-write;
+    each replaces the entry with its key, except that a skip never replaces a result (what was evaluated while the
+    checkpoint was whole stays). Returns all results of the file (``load_results``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(lock_path_for(path), what="pods eval"):
-        records = [r for r in load_results(path) if result_key(r) != key] + [record]
+        records = load_entries(path)
+        for entry in entries:
+            key = result_key(entry)
+            if is_skip(entry) and any(result_key(r) == key and not is_skip(r) for r in records):
+                continue
+            records = [r for r in records if result_key(r) != key] + [entry]
         save_results(path, records)
-    return records
+    return [r for r in records if not is_skip(r)]
 
 
 def already_done(records: list[dict], key: tuple, settings: dict) -> bool:
@@ -119,7 +150,8 @@ def is_run_dir(path) -> bool:
     return path.is_dir() and not is_model_dir(path) and bool(find_checkpoints(path, verbose=False))
 
 
-def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True) -> list[dict]:
+def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True,
+                     skipped: list | None = None) -> list[dict]:
     """Model dirs of a run, sorted by step: [{"name", "path", "step", "train_seconds"}].
 
     ``checkpoint-<N>`` and ``final`` dirs that hold a model and ``pods_clock.json``. The trainer writes the
@@ -129,7 +161,8 @@ def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True) 
     dirs never match. ``final`` is not listed on its own when a checkpoint has the same step (same weights): it
     rides along as that checkpoint's ``"final"`` entry, which ``pods eval`` evaluates instead if the checkpoint
     turns out to be damaged or gone. ``include_base`` prepends the run's initial model (config.yaml's
-    ``model_name_or_path``) at step 0, 0 seconds.
+    ``model_name_or_path``) at step 0, 0 seconds. ``skipped``: a list that receives ``{"name", "path", "why"}``
+    for each dir skipped (printed as a warning only when ``verbose``).
     """
     run_dir = Path(run_dir)
     candidates = [p for p in run_dir.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
@@ -151,6 +184,8 @@ def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True) 
         if why is not None:
             if verbose:
                 print(f"warning: skipping {path}: {why}", file=sys.stderr)
+            if skipped is not None:
+                skipped.append({"name": path.name, "path": path, "why": why})
             continue
         found.append({"name": path.name, "path": path, "step": step, "train_seconds": seconds})
     final = next((c for c in found if c["name"] == "final"), None)
