@@ -32,7 +32,7 @@ def test_trl_range_is_pyproject_pin():
     assert f'"trl{pods_trainer.TRL_RANGE}"' in (ROOT / "pyproject.toml").read_text()
 
 
-def _card_trainer(tmp_path, model_dir, name_or_path, **overrides):
+def _card_trainer(tmp_path, model_dir, name_or_path, dataset=None, reward_funcs=None, **overrides):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -41,8 +41,10 @@ def _card_trainer(tmp_path, model_dir, name_or_path, **overrides):
     args = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
                 max_completion_length=8, num_generations=8, downsample_to=4, per_device_train_batch_size=4)
     args.update(overrides)
-    dataset = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(8)]})
-    return pods_trainer.PODSTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+    if dataset is None:
+        dataset = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(8)]})
+    reward_funcs = reward_funcs or [lambda completions, **kw: [0.0] * len(completions)]
+    return pods_trainer.PODSTrainer(model=model, reward_funcs=reward_funcs,
                                     args=pods_trainer.PODSConfig(**args), train_dataset=dataset,
                                     processing_class=AutoTokenizer.from_pretrained(model_dir))
 
@@ -90,6 +92,73 @@ def test_model_card_of_a_local_base_model_and_of_plain_grpo(tmp_path, tiny_model
     assert f"`{tiny_model_dir.name}` (a local model, `{tiny_model_dir}`)" in card
     assert f'model="{final}"' in card  # the quick start loads the saved directory
     assert "without down-sampling: all n = m = 8 completions" in card and "2504.13818" in card
+
+
+def _quick_start(card: str) -> str:
+    """The card's quick start code (between its ```python fence and the next fence)."""
+    section = card[card.index("## Quick start"):]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_model_card_example_is_a_prompt_of_the_runs_own_task(tmp_path, tiny_model_dir):
+    """#41 item 6: a run on `arithmetic` shows its own first training prompt (its chat messages, as the model saw
+    them), not GSM8K's Natalia question; the quick start is runnable Python whose prompt is exactly that row's."""
+    import ast
+
+    from pods_rl.tasks import get_task
+
+    task = get_task("arithmetic")
+    dataset = task.load("train", limit=8)
+    trainer = _card_trainer(tmp_path, tiny_model_dir, str(tiny_model_dir), dataset=dataset,
+                            reward_funcs=task.reward_funcs())
+    trainer.create_model_card(model_name="arith-run")
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "Natalia" not in card and "clips" not in card
+    first = dataset[0]["prompt"]
+    assert isinstance(first, list) and first[-1]["content"] == dataset[0]["question"]
+    assert dataset[0]["question"] in card and task.system_prompt in card
+    code = _quick_start(card)
+    ast.parse(code)  # the quick start is still valid Python
+    assignment = next(node for node in ast.parse(code).body
+                      if isinstance(node, ast.Assign) and node.targets[0].id == "prompt")
+    assert ast.literal_eval(assignment.value) == first
+    assert "max_new_tokens=8," in code  # the run's max_completion_length
+
+
+def test_model_card_example_falls_back_to_a_generic_prompt():
+    from datasets import Dataset
+
+    generic = pods_trainer.GENERIC_CARD_PROMPT
+    for dataset in (None, Dataset.from_dict({"prompt": []}), Dataset.from_dict({"question": ["1+1"]}), [{}]):
+        assert pods_trainer.card_example_prompt(dataset) == repr(generic), dataset
+    plain = Dataset.from_dict({"prompt": ["Use <answer></answer>.\nUser: 3+4\nAssistant:", "x"]})
+    assert pods_trainer.card_example_prompt(plain) == repr("Use <answer></answer>.\nUser: 3+4\nAssistant:")
+    assert pods_trainer.card_example_prompt(iter([{"prompt": "2*3="}])) == "'2*3='"  # an iterable dataset
+
+
+def test_model_card_without_pods_rl_metadata(tmp_path, tiny_model_dir, monkeypatch):
+    """A tree run from src/ that was never installed has no pods-rl metadata: its first checkpoint's card is still
+    written, with pods-rl's version as "0+unknown" (what pods_rl.__version__ says there too)."""
+    from importlib import metadata
+
+    from pods_rl.machine import pods_rl_version
+
+    real = metadata.distribution
+
+    def without_pods_rl(name):
+        if name.replace("_", "-").lower() == "pods-rl":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    trainer = _card_trainer(tmp_path, tiny_model_dir, str(tiny_model_dir))
+    # Under metadata.version (which every `from importlib.metadata import version` calls): no pods-rl anywhere.
+    monkeypatch.setattr(metadata, "distribution", without_pods_rl)
+    with pytest.raises(metadata.PackageNotFoundError):
+        metadata.version("pods-rl")
+    assert pods_rl_version() == "0+unknown"
+    trainer.create_model_card(model_name="no-metadata")
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "- pods-rl: 0+unknown" in card and re.search(r"- TRL: 1\.1\d", card)
 
 
 def test_pods_train_is_quiet_and_reports_to_tensorboard(tmp_path, tiny_model_dir):

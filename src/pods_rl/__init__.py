@@ -6,8 +6,6 @@ and the adaptive-rollout rounds (``plan_round``, ``downsample_ragged``, ``regist
 ``PODSTrainer``) is imported lazily so that other frameworks can use the rules alone.
 """
 
-from importlib import metadata as _metadata
-
 from pods_rl.adaptive import (
     available_adaptive_rules,
     downsample_ragged,
@@ -15,11 +13,10 @@ from pods_rl.adaptive import (
     register_adaptive_rule,
 )
 from pods_rl.downsample import available_rules, downsample, group_advantages, register_rule
+from pods_rl.machine import pods_rl_version
 
-try:  # one source of truth: pyproject.toml's version, as installed (pip install, -e included)
-    __version__ = _metadata.version("pods-rl")
-except _metadata.PackageNotFoundError:  # pragma: no cover - a source tree on sys.path that was never installed
-    __version__ = "0+unknown"
+# One source of truth: pyproject.toml's version, as installed ("0+unknown" for a source tree never installed).
+__version__ = pods_rl_version()
 
 __all__ = [
     "PODSConfig",

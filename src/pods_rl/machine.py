@@ -42,6 +42,14 @@ def _version(package: str) -> str | None:
         return None
 
 
+def pods_rl_version() -> str:
+    """pods-rl's version from its installed metadata (pyproject.toml's, pip install -e included), read at each call;
+    ``"0+unknown"`` for a source tree on ``sys.path`` that was never installed (``PYTHONPATH=src``, a git archive).
+
+    The one place that reads it: ``pods_rl.__version__`` and the model card both come from here."""
+    return _version("pods-rl") or "0+unknown"
+
+
 def _gpu_name() -> str | None:
     """Name of CUDA device 0 via torch, or None without torch or CUDA."""
     try:

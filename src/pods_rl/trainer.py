@@ -72,6 +72,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
 from pods_rl import activity, tiny
+from pods_rl.machine import pods_rl_version
 from pods_rl.reward_guard import (
     guard_reward_funcs,
     reward_weights_of,
@@ -194,6 +195,30 @@ def _colocated_engine_sized_for(config: PODSConfig):
         yield
     finally:
         grpo_trainer.VLLMGeneration = built
+
+
+# The model card's quick start when the training data has no prompt to show (no dataset, an empty one, no column).
+GENERIC_CARD_PROMPT = [{"role": "user", "content": "What is 17 + 25? Think it through, then give the answer."}]
+
+
+def card_example_prompt(dataset, hanging: int = 0) -> str:
+    """The model card's example: the first row's ``prompt`` of ``dataset`` (the run's own task, as the model saw it:
+    a string, or chat messages), as a Python literal for the card's quick start, its continuation lines indented by
+    ``hanging`` spaces; ``GENERIC_CARD_PROMPT`` when the dataset is missing, empty, has no ``prompt`` column or
+    cannot be read."""
+    import pprint
+
+    prompt = None
+    try:
+        if dataset is not None and hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
+            prompt = dataset[0]["prompt"] if len(dataset) else None
+        elif dataset is not None:  # an IterableDataset: its first row only
+            prompt = next(iter(dataset), {}).get("prompt")
+    except Exception:  # a card is written at every checkpoint: an odd dataset must not stop the save
+        prompt = None
+    if not prompt:
+        prompt = GENERIC_CARD_PROMPT
+    return pprint.pformat(prompt, width=100, sort_dicts=False).replace("\n", "\n" + " " * hanging)
 
 
 class PODSTrainer(PODSStep, GRPOTrainer):
@@ -515,6 +540,8 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             model_name=model_name,
             hub_model_id=self.hub_model_id,
             model_ref=self.hub_model_id or model_ref or model_name,
+            example_prompt=card_example_prompt(self.train_dataset, hanging=len("prompt = ")),
+            max_new_tokens=args.max_completion_length,
             dataset_name=dataset_name,
             wandb_url=wandb_url,
             trackio_url=trackio_url,
@@ -535,7 +562,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             grpo_paper_id=grpo_paper["id"],
             pods_citation=self._paper["citation"],
             grpo_citation=grpo_paper["citation"],
-            pods_rl_version=version("pods-rl"),  # = pods_rl.__version__ (pyproject.toml); no import upward
+            pods_rl_version=pods_rl_version(),  # = pods_rl.__version__; "0+unknown" for a tree never installed
             trl_version=version("trl"),
             transformers_version=version("transformers"),
             pytorch_version=version("torch"),
