@@ -12,9 +12,11 @@ repeatable ``--task-arg a=1`` and a YAML mapping in the recipe all mean the same
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import difflib
+import enum
 import json
 import os
 import warnings
@@ -45,7 +47,8 @@ class RunArguments:
     eval_k: int = field(default=5, metadata={"help": "Samples per problem in evaluation (paper: 5)."})
     eval_temperature: float = field(default=0.9, metadata={"help": "Sampling temperature in evaluation (paper: "
                                     "0.9)."})
-    eval_max_new_tokens: int | None = field(default=None, metadata={"help": "Default: max_completion_length."})
+    eval_max_new_tokens: int | None = field(default=None, metadata={"help": "The longest completion in evaluation, "
+                                            "in tokens. None: max_completion_length."})
     eval_batch_size: int = field(default=64)
     eval_every_seconds: float | None = field(default=None, metadata={"help": "Evaluate on the held-out split "
                                              "every this many seconds of training time (and at start and end)."})
@@ -57,7 +60,7 @@ class RunArguments:
     accept_config_changes: bool = field(default=False, metadata={"help": "On resume, accept settings that differ "
                                         "from the run's config.yaml (the old one is kept as "
                                         "config.until-step-N.yaml)."})
-    torch_threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (default: torch's "
+    torch_threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (None: torch's "
                                       "choice). For tiny models 1 is as fast and immune to oversubscription when "
                                       "other processes share the cores."})
     stop_grace_seconds: float = field(default=30.0, metadata={"help": "After SIGTERM / Ctrl-C, the seconds until the "
@@ -72,7 +75,7 @@ class RunArguments:
                                     "there); without it such a resume is refused."})
     max_row_bytes: int | None = field(default=None, metadata={"help": "Refuse a data row (a JSONL line, or a "
                                       "question / answer) longer than this many bytes, while loading, before the "
-                                      "model loads. Default: the task's (512 KiB: about 128k tokens of text)."})
+                                      "model loads. None: the task's limit (512 KiB: about 128k tokens of text)."})
 
 
 TASK_ARG_FLAGS = ("--task-arg", "--task_arg")  # repeatable key=value, the spelling `pods eval` has always had
@@ -120,29 +123,34 @@ def resolve_recipe(name_or_path: str) -> Path:
                          f"--config_file $(pods accelerate-config {packaged.stem}) -m pods_rl.commands.cli train --config ...")
     if packaged.is_file():
         return packaged
-    names = sorted(str(p.relative_to(RECIPES_DIR).with_suffix("")) for p in RECIPES_DIR.rglob("*.yaml")
-                   if p.parent.name != "accelerate")
-    raise ValueError(f"Recipe {name_or_path!r} is neither a file nor a packaged recipe; packaged recipes: {names}.")
+    raise ValueError(f"Recipe {name_or_path!r} is neither a file nor a packaged recipe; packaged recipes: "
+                     f"{packaged_recipes()}.")
+
+
+def packaged_recipes() -> list[str]:
+    """The names ``--config`` takes for the recipes shipped in the package (``tiny``, ``gsm8k/pods``, ...)."""
+    return sorted(str(p.relative_to(RECIPES_DIR).with_suffix("")) for p in RECIPES_DIR.rglob("*.yaml")
+                  if p.parent.name != "accelerate")
 
 
 def parse_args(argv: list[str] | None = None):
-    """Parse a recipe plus flag overrides into (RunArguments, PODSConfig, trl.ModelConfig)."""
-    # Lazy: TRL (and pods_rl.trainer, which imports it) takes seconds to import; the checks below need neither.
-    from trl import ModelConfig, TrlParser
-
-    from pods_rl.trainer import PODSConfig
-
+    """Parse a recipe plus flag overrides into (RunArguments, PODSConfig, trl.ModelConfig). With ``-h`` / ``--help``
+    it prints the help of `pods train` (``train_help``) and raises ``SystemExit(0)``, as argparse does."""
     argv = merge_task_arg_flags(list(argv or []))
+    recipe = None
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
             raise ValueError("--config needs a recipe path or name, e.g. --config tiny")
+        recipe = argv[i + 1]
         argv[i + 1] = str(resolve_recipe(argv[i + 1]))
     else:
         argv = ["--config", str(resolve_recipe(DEFAULT_RECIPE)), *argv]
     check_recipe_yaml(argv[argv.index("--config") + 1])
-    parser = TrlParser((RunArguments, PODSConfig, ModelConfig), prog="pods train")
-    one_line_parser_errors(parser)
+    if any(arg in HELP_FLAGS for arg in argv):
+        print(train_help(recipe))
+        raise SystemExit(0)
+    parser = build_parser()
     with warnings.catch_warnings():
         # TRL's defaults set a field transformers renamed; the warning is not the user's to act on.
         warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
@@ -156,6 +164,78 @@ def parse_args(argv: list[str] | None = None):
             except (ValueError, SyntaxError):
                 leftover = argv
             raise ValueError(unknown_flags_message(parser, leftover)) from None
+
+
+HELP_FLAGS = ("-h", "--help")
+# What `pods train` does with a library field left at None, where the library's help does not say it.
+NONE_MEANS = {
+    "model_name_or_path": "the shipped tiny model (pods_rl/assets/tiny, rebuilt by `pods build-tiny`)",
+    "output_dir": "runs/<task>-<method>-seed<seed>-<date>-<time>",
+}
+CONFIG_HELP = ("The recipe: the name of a packaged recipe ({names}) or the path of a YAML file of `field: value` "
+               "lines (any flag below; `env:` sets environment variables). Flags override its values. (default: "
+               "tiny, the embedded recipe: the shipped tiny model on the arithmetic task, on CPU)")
+
+
+def build_parser():
+    """The `pods train` parser: TRL's parser of (RunArguments, PODSConfig, trl.ModelConfig), with ``--config`` (read
+    by ``TrlParser.parse_args_and_config``) listed first, and one-line errors."""
+    # Lazy: TRL (and pods_rl.trainer, which imports it) takes seconds to import; the checks above need neither.
+    from trl import ModelConfig, TrlParser
+
+    from pods_rl.trainer import PODSConfig
+
+    parser = TrlParser((RunArguments, PODSConfig, ModelConfig), prog="pods train",
+                       description="RL training with GRPO-PODS: a recipe (--config) plus flags that override it. "
+                       "Each flag's (default: ...) is its field's own; where the recipe sets another value, that is "
+                       "named too: (default: None; the embedded recipe: 300).")
+    config = parser.add_argument("--config", metavar="RECIPE", default=argparse.SUPPRESS,
+                                 help=CONFIG_HELP.format(names=", ".join(packaged_recipes())).replace("%", "%%"))
+    for actions in (parser._actions, parser._optionals._group_actions):  # first after -h, in usage and in the list
+        actions.remove(config)
+        actions.insert(1, config)
+    one_line_parser_errors(parser)
+    return parser
+
+
+def train_help(recipe: str | None = None) -> str:
+    """The help of `pods train`: every flag with its field's default and, where ``recipe`` (a ``--config`` value;
+    None: the embedded one) sets another value, that value too: ``(default: None; the embedded recipe: 300)``."""
+    path = resolve_recipe(recipe or DEFAULT_RECIPE)
+    check_recipe_yaml(path)
+    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    label = f"the recipe {recipe}" if recipe else "the embedded recipe"
+    parser = build_parser()
+    for action in parser._actions:
+        if action.option_strings and action.dest not in ("help", "config"):
+            action.help = flag_help(action, values, label).replace("%", "%%")
+            action.default = argparse.SUPPRESS  # the text above says it; argparse would append its own
+    return parser.format_help()
+
+
+def flag_help(action, recipe: dict, label: str) -> str:
+    """One flag's help text (an argparse action of the `pods train` parser) ending in its default, and the value
+    ``recipe`` sets for it when that differs (``label`` names the recipe)."""
+    text = " ".join((action.help or "").replace("%%", "%").split())  # argparse's escape undone; redone by the caller
+    if action.nargs == 0 and action.const is False:  # HfArgumentParser's --no_X for a field X that defaults to true
+        return f"Set {action.dest} to false (the same as --{action.dest} false)."
+    default = action.default
+    if default is None:  # a field's own words for what None means: "Default: X" would contradict "(default: None)"
+        text = text.replace("Default: ", "None: ").replace("(default: ", "(None: ")
+        if action.dest in NONE_MEANS:
+            text += f" None: {NONE_MEANS[action.dest]}."
+    note = f"default: {shown(default)}"
+    if action.dest in recipe and shown(recipe[action.dest]) != shown(default):
+        note += f"; {label}: {shown(recipe[action.dest])}"
+    return f"{text} ({note})".strip()
+
+
+def shown(value) -> str:
+    """A default or recipe value as the help prints it (an Enum by its value, as it is written on the command line)."""
+    value = getattr(value, "value", value) if isinstance(value, enum.Enum) else value
+    if isinstance(value, (list, tuple)):
+        return " ".join(shown(v) for v in value) if value else "[]"
+    return str(value)
 
 
 def unknown_flags_message(parser, leftover: list[str]) -> str:
