@@ -9,6 +9,7 @@ import re
 import pytest
 
 from pods_rl import recipes
+from pods_rl.commands import cli
 
 
 def flag_texts(help_text: str) -> dict[str, str]:
@@ -101,3 +102,58 @@ def test_pods_train_still_parses_with_config_in_its_parser():
     assert run.eval_k == 3 and config.max_steps == 4 and config.downsample_to == 4
     with pytest.raises(ValueError, match=r"unknown flag --confg \(did you mean --config\?\)"):
         recipes.parse_args(["--confg", "tiny"])
+
+
+# --- the same meaning, the same spelling across commands ------------------------------------------------------
+def test_pods_study_takes_the_pods_train_spelling_of_its_flags():
+    from pods_rl.commands.study import build_parser
+
+    args, recipe = build_parser().parse_known_args(
+        ["--eval_k", "3", "--max_steps", "7", "--pilot_generations", "8", "--downsample_to", "4", "--eval_every_steps",
+         "2", "--eval_num_problems", "5", "--save_every_seconds", "9", "--prompts_per_step", "2", "--dry_run",
+         "--learning_rate", "1e-4"])
+    assert (args.eval_k, args.updates, args.pilot, args.m, args.eval_every, args.eval_problems) == (3, 7, "8", "4", 2, 5)
+    assert (args.checkpoint_every, args.prompts_per_step, args.dry_run) == (9.0, 2, True)
+    assert recipe == ["--learning_rate", "1e-4"]  # a `pods train` flag: the recipe's
+
+
+def test_pods_study_refuses_what_it_sets_in_either_spelling_and_its_help_says_so(tmp_path):
+    from pods_rl.commands.study import build_parser
+    from pods_rl.commands.study_plan import STUDY_FLAGS, make_plan
+
+    for flag in ("--num_generations", "--num-generations", "--seed"):
+        args, recipe = build_parser().parse_known_args(["--out", str(tmp_path / "st"), flag, "3"])
+        with pytest.raises(ValueError, match=f"^{flag} is set by pods study for each run; use"):
+            make_plan(args, recipe)
+    epilog = " ".join(build_parser().format_help().split())
+    assert all(flag in epilog for flag in STUDY_FLAGS), epilog
+    assert "--max_train_seconds" in epilog and "--save_total_limit 1" in epilog
+
+
+def test_pods_cost_takes_num_generations_as_its_n_and_says_what_it_sets():
+    from pods_rl.commands.cost import build_parser
+
+    args, recipe = build_parser().parse_known_args(["--num_generations", "16,32", "--downsample_to", "4"])
+    assert args.n == "16,32" and recipe == ["--downsample_to", "4"]  # m: the recipe's downsample_to
+    text = " ".join(build_parser().format_help().split())
+    assert "--config RECIPE" in text and "--max_steps (--warmup + --steps)" in text and "(default 5)" in text
+
+
+def test_pods_verl_args_takes_the_pods_train_and_study_spellings(capsys):
+    canonical = ["--prompts", "32", "--n", "64", "--m", "16", "--dp", "8", "--mini-batch", "512", "--oversample", "2",
+                 "--rule", "max_variance", "--tiebreak", "shorter", "--trainer-mode", "sync"]
+    aliases = ["--prompts_per_step", "32", "--num_generations", "64", "--downsample_to", "16", "--dp", "8",
+               "--mini_batch", "512", "--oversample_prompts", "2", "--downsample_rule", "max_variance",
+               "--downsample_tiebreak", "shorter", "--trainer_mode", "sync"]
+    assert cli.main(["verl-args", *canonical]) == 0
+    first = capsys.readouterr()
+    assert cli.main(["verl-args", *aliases]) == 0
+    assert capsys.readouterr() == first and first.out.strip()
+
+
+def test_hyphenated_flags_take_underscores_too():
+    from pods_rl.commands.evaluate import build_parser
+
+    args = build_parser().parse_args(["model", "--task", "arithmetic", "--max_new_tokens", "8", "--batch_size", "2",
+                                      "--include_base"])
+    assert (args.max_new_tokens, args.batch_size, args.include_base) == (8, 2, True)

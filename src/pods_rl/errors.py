@@ -41,6 +41,20 @@ def one_line_parser_errors(parser) -> None:
     parser.error = error
 
 
+def spellings(*names: str) -> list[str]:
+    """``names`` for ``add_argument``, each followed by its other spelling (``--eval-k`` -> ``--eval-k``,
+    ``--eval_k``): `pods train` takes a flag with hyphens or underscores (HfArgumentParser), so every `pods` command
+    does. The first name gives the argument's ``dest``."""
+    out: list[str] = []
+    for name in names:
+        stem = name[2:] if name.startswith("--") else None
+        variants = [name] if stem is None else [name, "--" + stem.replace("-", "_"), "--" + stem.replace("_", "-")]
+        for variant in variants:
+            if variant not in out:
+                out.append(variant)
+    return out
+
+
 def split_debug(argv: Sequence[str] | None) -> tuple[list[str], bool]:
     """``argv`` without ``--debug``, and whether it was there."""
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pods_rl.errors import one_line_parser_errors, run_guarded
+from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.tiny import ASSETS_DIR, build_tiny
 
 
@@ -20,23 +20,23 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--out", default=None, help=f"output directory (default: the shipped copy, {ASSETS_DIR})")
     parser.add_argument("--steps", type=int, default=4000,
                         help="SFT optimizer steps (the model shipped before issue #24, 4 heads, had 1500)")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(*spellings("--batch-size"), type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--wrong-fraction", type=float, default=0.3,
+    parser.add_argument(*spellings("--wrong-fraction"), type=float, default=0.3,
                         help="share of SFT targets whose final result is off by 1..10 (makes the model partly right)")
     parser.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2")
-    parser.add_argument("--hidden-size", type=int, default=64)
-    parser.add_argument("--num-layers", type=int, default=4)
+    parser.add_argument(*spellings("--hidden-size"), type=int, default=64)
+    parser.add_argument(*spellings("--num-layers"), type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-heads", type=int, default=None,
+    parser.add_argument(*spellings("--num-heads"), type=int, default=None,
                         help="attention heads (default: hidden size // 32, i.e. head dim 32, which vLLM's CPU "
                              "build serves; the model shipped before issue #24 had 4, head dim 16)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for the build (the shipped model was built with 1)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
-    parser.add_argument("--max-seconds", type=float, default=None,
+    parser.add_argument(*spellings("--max-seconds"), type=float, default=None,
                         help="end the SFT after this many seconds even before --steps (a time limit)")
-    parser.add_argument("--eval-problems", type=int, default=200, help="held-out problems in build_info.json")
+    parser.add_argument(*spellings("--eval-problems"), type=int, default=200, help="held-out problems in build_info.json")
     one_line_parser_errors(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub

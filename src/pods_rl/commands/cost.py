@@ -65,7 +65,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pods_rl.commands import train
-from pods_rl.errors import one_line_parser_errors, run_guarded
+from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.machine import machine_info
 from pods_rl.recipes import parse_args
 from pods_rl.runlog import read_metrics
@@ -431,24 +431,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_guarded("pods cost", _main, argv)
 
 
-def _main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `pods cost` argument parser: its own flags; any other is a `pods train` flag (the recipe)."""
     parser = argparse.ArgumentParser(
         prog="pods cost", allow_abbrev=False,
         description="Seconds per training step by phase for GRPO (n = m) and PODS (n -> m) on your recipe, "
-        "measured with the real trainer. Any `pods train` flag (--config, --model_name_or_path, batch sizes, "
-        "...) sets the recipe.")
-    parser.add_argument("--n", default=None, help="rollouts sampled per prompt, comma-separated (default: m, "
-                        "2m, 4m; n = m is always measured as the GRPO reference)")
-    parser.add_argument("--m", default=None, help="rollouts kept per prompt (default: the recipe's downsample_to)")
-    parser.add_argument("--steps", default=str(DEFAULT_STEPS), help="measured optimizer steps per setting")
-    parser.add_argument("--warmup", default=str(DEFAULT_WARMUP), help="unmeasured steps first, per setting")
+        "measured with the real trainer. Any `pods train` flag (--config RECIPE: a packaged recipe's name or a YAML "
+        "path; --model_name_or_path, batch sizes, --oversample_prompts, --pilot_generations, ...) sets the recipe.",
+        epilog="For each setting cost sets these `pods train` flags itself, whatever the recipe says: "
+        "--num_generations (each n: --n), --downsample_to (--m), --max_steps (--warmup + --steps), --logging_steps 1, "
+        "no checkpoints, no evaluation, --output_dir (a temporary folder; --out is where the JSON goes).")
+    parser.add_argument(*spellings("--n", "--num_generations"), default=None, help="rollouts sampled per prompt, "
+                        "comma-separated (default: m, 2m, 4m; n = m is always measured as the GRPO reference)")
+    parser.add_argument("--m", default=None, help="rollouts kept per prompt (default: the recipe's downsample_to, "
+                        "which --downsample_to sets as in pods train)")
+    parser.add_argument("--steps", default=str(DEFAULT_STEPS),
+                        help=f"measured optimizer steps per setting (default {DEFAULT_STEPS})")
+    parser.add_argument("--warmup", default=str(DEFAULT_WARMUP),
+                        help=f"unmeasured steps first, per setting (default {DEFAULT_WARMUP})")
     parser.add_argument("--schedule", choices=("auto", "interleaved", "sequential"), default="auto",
                         help="interleaved: settings take steps in turn in one process (fair under machine "
                         "noise); sequential: one after the other (GPU memory per setting). auto: sequential on "
                         "CUDA or with vLLM (one engine at a time), else interleaved")
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     one_line_parser_errors(parser)
-    args, recipe_argv = parser.parse_known_args(argv)
+    return parser
+
+
+def _main(argv: list[str]) -> int:
+    args, recipe_argv = build_parser().parse_known_args(argv)
     steps = _int_at_least("--steps", args.steps)
     warmup = _int_at_least("--warmup", args.warmup, low=0)
     recipe_argv, pilot = _pop_pilot(recipe_argv)

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pods_rl.errors import one_line_parser_errors, run_guarded
+from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.generation import (  # noqa: F401  (render_prompt: re-exported, it lived here)
     choose_backend,
     encode_prompts,
@@ -476,9 +476,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", default="test")
     parser.add_argument("--k", type=int, default=5, help="samples per problem (default 5)")
     parser.add_argument("--temperature", type=float, default=0.9, help="0 = greedy (default 0.9)")
-    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument(*spellings("--max-new-tokens"), type=int, default=512)
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
-    parser.add_argument("--batch-size", type=int, default=64, help="sequences per generate call (transformers)")
+    parser.add_argument(*spellings("--batch-size"), type=int, default=64,
+                        help="sequences per generate call (transformers)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task-arg", "--task_arg", "--task-args", "--task_args", dest="task_arg", action="append",
                         default=[], metavar="KEY=VALUE[,KEY=VALUE]",
@@ -491,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trust_remote_code", "--trust-remote-code", type=_true_or_false, default=False,
                         metavar="true|false", help="let a model's own Python code (auto_map) run: only for a model "
                         "from a source you trust (default false: such a model is refused)")
-    parser.add_argument("--include-base", action="store_true",
+    parser.add_argument(*spellings("--include-base"), action="store_true",
                         help="for a run directory, also evaluate its initial model (step 0)")
     one_line_parser_errors(parser)
     return parser

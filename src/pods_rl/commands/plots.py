@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pods_rl.errors import one_line_parser_errors, run_guarded
+from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.stats import (  # noqa: F401  (re-exported: the API of pods_rl.commands.plots before pods_rl.stats)
     METRICS,
     PHASES,
@@ -201,7 +201,7 @@ def _plot_main(argv: list[str]) -> int:
     _add_selection_args(parser)
     parser.add_argument("--out", default="figures", help="output folder (default ./figures)")
     parser.add_argument("--title", default=None)
-    parser.add_argument("--time-unit", choices=list(TIME_UNITS), default="min")
+    parser.add_argument(*spellings("--time-unit"), choices=list(TIME_UNITS), default="min")
     args = parser.parse_args(argv)
     runs = load_runs(args.runs, metric=args.metric, **_selection(args))
     written = []
@@ -245,7 +245,7 @@ def _compare_main(argv: list[str]) -> int:
     parser.add_argument("--baseline", default=None, help="baseline label (default: first label starting GRPO)")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--target", type=float, default=None, help="target accuracy (default: baseline peak)")
-    target.add_argument("--target-gain-fraction", type=float, default=None, metavar="F",
+    target.add_argument(*spellings("--target-gain-fraction"), type=float, default=None, metavar="F",
                         help="target = start + F x (peak - start) of the baseline mean curve, 0 < F <= 1")
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates (0 = no CI)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed")

@@ -45,9 +45,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from pods_rl.commands.study_plan import Method, Plan, make_plan
+from pods_rl.commands.study_plan import STUDY_FLAGS, Method, Plan, make_plan
 from pods_rl.commands.study_runner import Run, Runner, redirected, slot_envs
-from pods_rl.errors import one_line_parser_errors, run_guarded
+from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.runlog import run_finished
 
 STAGES = ("cost", "sweep", "runs", "report")
@@ -250,27 +250,35 @@ def check_plan_file(plan: Plan, study_lr: float | None = None) -> None:
 # Command line
 # ------------------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    """The `pods study` argument parser (any other flag is passed on to `pods train`)."""
+    """The `pods study` argument parser (any other flag is passed on to `pods train`). A flag that means what a `pods
+    train` flag means takes that spelling too (``--updates`` / ``--max_steps``), and every flag both spellings
+    (``--eval-k`` / ``--eval_k``)."""
     parser = argparse.ArgumentParser(prog="pods study", allow_abbrev=False, description=__doc__.split("\n\n")[0],
-                                     epilog="Any other flag is a `pods train` flag and sets the recipe.")
-    add = parser.add_argument
+                                     epilog=study_epilog())
+
+    def add(*names, **kwargs):
+        parser.add_argument(*spellings(*names), **kwargs)
+
     add("--out", default=None, help="the study's folder (default ./pods_study, ./pods_study_smoke with --smoke)")
     add("--stage", default="all", help=f"comma-separated subset of {','.join(STAGES)} (default all)")
-    add("--m", default=None, help="rollouts kept per prompt (default: the recipe's downsample_to)")
+    add("--m", "--downsample_to", default=None, help="rollouts kept per prompt (default: the recipe's downsample_to)")
     add("--n", default=None, help="PODS n values, comma-separated (default 4m); each runs n -> m max_variance")
     add("--control", default=None, help="n values that also get the random control (default: the largest n; "
         "'none' for none)")
     add("--methods", default=None, help="explicit method names instead: grpo-n16,pods-mv-n64m16,pods-random-n64m16")
     add("--variant", action="append", default=[], metavar="NAME=FLAGS",
         help="a method variant with more `pods train` flags, used as pods-mv-n32m16-NAME in --methods")
-    add("--pilot", default=None, help="adaptive rollouts: also run each PODS n -> m with a pilot round of K "
-        "rollouts per prompt, more rounds for prompts still all-equal, up to n (method suffix -pilotK; with "
-        "--methods, declare it yourself with --variant)")
+    add("--pilot", "--pilot_generations", default=None, help="adaptive rollouts: also run each PODS n -> m with a "
+        "pilot round of K rollouts per prompt, more rounds for prompts still all-equal, up to n (method suffix "
+        "-pilotK; with --methods, declare it yourself with --variant)")
     add("--baseline", default=None, help="the method the others are compared with (default: GRPO, grpo-n<m>)")
     add("--seeds", type=int, default=4, help="seeds per method (default 4; CIs need >= 2)")
-    add("--updates", type=int, default=300, help="policy updates (optimizer steps) per run (default 300)")
-    add("--eval-every", type=int, default=None, help="evaluate every N updates (default updates / 12)")
-    add("--eval-problems", type=int, default=500, help="held-out problems per evaluation (default 500)")
+    add("--updates", "--max_steps", type=int, default=300,
+        help="policy updates (optimizer steps) per run (default 300)")
+    add("--eval-every", "--eval_every_steps", type=int, default=None,
+        help="evaluate every N updates (default updates / 12)")
+    add("--eval-problems", "--eval_num_problems", type=int, default=500,
+        help="held-out problems per evaluation (default 500)")
     add("--eval-k", type=int, default=4, help="samples per held-out problem (default 4)")
     add("--prompts-per-step", type=int, default=None, help="prompts per update; kept rollouts = this x m (default: "
         "the recipe's per_device_train_batch_size / its m)")
@@ -281,8 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--cost-steps", type=int, default=5, help="measured steps per setting in pods cost (default 5)")
     add("--cost-warmup", type=int, default=1, help="unmeasured steps first in pods cost (default 1)")
     add("--jobs", type=int, default=None, help="runs at a time (default: one per CPU core, or one per visible GPU)")
-    add("--threads", type=int, default=None, help="torch threads per run on CPU (default cores / jobs)")
-    add("--checkpoint-every", type=float, default=120.0, help="seconds of training between checkpoints (default 120)")
+    add("--threads", type=int, default=None, help="torch threads per run on CPU (default cores / jobs); on CPU it "
+        "replaces the recipe's --torch_threads, on CUDA the recipe's is kept")
+    add("--checkpoint-every", "--save_every_seconds", type=float, default=120.0,
+        help="seconds of training between checkpoints (default 120)")
     add("--max-minutes", type=float, default=None, help="stop in-flight runs gracefully after this long (resumable)")
     add("--progress-every", type=float, default=60.0, help="seconds between progress lines (default 60)")
     add("--drop-weights", action="store_true", help="delete a finished run's final/ and checkpoints (logs stay)")
@@ -293,6 +303,17 @@ def build_parser() -> argparse.ArgumentParser:
     add("--dry-run", action="store_true", help="print the plan's `pods train` commands and exit")
     one_line_parser_errors(parser)
     return parser
+
+
+def study_epilog() -> str:
+    """The end of `pods study --help`: which `pods train` flags pass on to the recipe, and which the study sets."""
+    refused = ", ".join(f"{flag} {instead}" if instead.startswith("(") else f"{flag} (use {instead})"
+                        for flag, instead in STUDY_FLAGS.items())
+    return ("Any other flag is a `pods train` flag and sets the recipe (--config, the model, the task, batch options, "
+            f"--learning_rate...), except those the study sets for each run, which are refused: {refused}. Each run "
+            "also gets --max_train_seconds and --eval_every_seconds 1e9 (runs end and evaluate by updates), "
+            "--save_total_limit 1, --logging_steps, --disable_tqdm and --run_figure from the study, whatever the "
+            "recipe says.")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,10 +17,12 @@ from pods_rl.commands.study_runner import visible_gpus
 
 RULE_CODES = {"mv": "max_variance", "random": "random", "maxreward": "max_reward"}
 # Flags the study sets per run; in the recipe flags they would be silently overridden, so they are refused.
-STUDY_FLAGS = {"--num_generations": "--n / --m", "--downsample_to": "--m", "--downsample_rule": "--methods",
-               "--seed": "--seeds", "--max_steps": "--updates", "--output_dir": "--out",
-               "--per_device_train_batch_size": "--prompts-per-step", "--eval_every_steps": "--eval-every",
-               "--eval_num_problems": "--eval-problems", "--eval_k": "--eval-k",
+# `pods train` flags the study sets for each run, refused in its recipe (with the study's flag to use instead).
+# Those that mean what a study flag means are that flag's other spelling (--max_steps is --updates, --downsample_to
+# --m, --eval_k --eval-k, --eval_num_problems --eval-problems, --eval_every_steps --eval-every, --pilot_generations
+# --pilot, --save_every_seconds --checkpoint-every), so never reach the recipe.
+STUDY_FLAGS = {"--num_generations": "--n / --m", "--downsample_rule": "--methods", "--seed": "--seeds",
+               "--output_dir": "--out", "--per_device_train_batch_size": "--prompts-per-step",
                "--resume_from_checkpoint": "(resuming is automatic)"}
 SMOKE = dict(m=4, n=[8], prompts_per_step=2, seeds=2, updates=2, eval_every=2, eval_problems=8, eval_k=2,
              cost_steps=1, cost_warmup=1, bootstrap=200, recipe=["--max_completion_length", "12", "--eval_batch_size", "64"])
@@ -191,9 +193,10 @@ def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
     from pods_rl.machine import machine_info
     from pods_rl.recipes import parse_args  # TRL's parser: seconds to import
 
+    given = {a.split("=")[0].replace("-", "_"): a.split("=")[0] for a in recipe_argv if a.startswith("--")}
     for flag, instead in STUDY_FLAGS.items():
-        if any(a == flag or a.startswith(flag + "=") for a in recipe_argv):
-            raise ValueError(f"{flag} is set by pods study for each run; use {instead} instead")
+        if flag.replace("-", "_") in given:  # either spelling, as `pods train` takes both
+            raise ValueError(f"{given[flag.replace('-', '_')]} is set by pods study for each run; use {instead} instead")
     if args.smoke:
         recipe_argv = _smoke(args, recipe_argv)
     _, config, _ = parse_args(list(recipe_argv))

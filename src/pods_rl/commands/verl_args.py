@@ -14,24 +14,32 @@ def main(argv: list[str] | None = None) -> int:
     return run_guarded("pods verl-args", _main, argv)
 
 
-def _parser() -> argparse.ArgumentParser:
-    from pods_rl.errors import one_line_parser_errors
+def build_parser() -> argparse.ArgumentParser:
+    """The `pods verl-args` argument parser."""
+    from pods_rl.errors import one_line_parser_errors, spellings
 
     parser = argparse.ArgumentParser(
         prog="pods verl-args",
         description="Print verl overrides (one per line) that train PODS without padding rows; a one-line summary "
-                    "goes to stderr. Use as: python3 -m verl.trainer.main_ppo ... $(pods verl-args ...)")
-    parser.add_argument("--prompts", type=int, required=True, help="B: prompt groups kept per update")
-    parser.add_argument("--n", type=int, required=True, help="rollouts generated per prompt")
-    parser.add_argument("--m", type=int, required=True, help="rollouts kept per prompt")
-    parser.add_argument("--dp", type=int, required=True, help="the actor's data-parallel size")
-    parser.add_argument("--mini-batch", type=int, required=True, help="kept rows per actor mini-batch")
-    parser.add_argument("--critic-mini-batch", type=int, default=None,
-                        help="kept rows per critic mini-batch (PPO with GAE)")
-    parser.add_argument("--oversample", type=float, default=1.0, help="oversample_prompts (>= 1)")
-    parser.add_argument("--rule", default="max_variance", help="down-sampling rule (default max_variance)")
-    parser.add_argument("--tiebreak", default="index", help="index, shorter or longer")
-    parser.add_argument("--trainer-mode", default="sync", help="sync or colocate_async")
+                    "goes to stderr. Use as: python3 -m verl.trainer.main_ppo ... $(pods verl-args ...)",
+        epilog="Flags that mean what a `pods train` or `pods study` flag means take its spelling too: --n is "
+               "--num_generations, --m --downsample_to, --oversample --oversample_prompts, --rule --downsample_rule, "
+               "--tiebreak --downsample_tiebreak, --prompts --prompts-per-step; and every flag both spellings "
+               "(--mini-batch, --mini_batch).")
+
+    def add(*names, **kwargs):
+        parser.add_argument(*spellings(*names), **kwargs)
+
+    add("--prompts", "--prompts-per-step", type=int, required=True, help="B: prompt groups kept per update")
+    add("--n", "--num_generations", type=int, required=True, help="rollouts generated per prompt")
+    add("--m", "--downsample_to", type=int, required=True, help="rollouts kept per prompt")
+    add("--dp", type=int, required=True, help="the actor's data-parallel size")
+    add("--mini-batch", type=int, required=True, help="kept rows per actor mini-batch")
+    add("--critic-mini-batch", type=int, default=None, help="kept rows per critic mini-batch (PPO with GAE)")
+    add("--oversample", "--oversample_prompts", type=float, default=1.0, help="oversample_prompts (>= 1; default 1)")
+    add("--rule", "--downsample_rule", default="max_variance", help="down-sampling rule (default max_variance)")
+    add("--tiebreak", "--downsample_tiebreak", default="index", help="index, shorter or longer (default index)")
+    add("--trainer-mode", default="sync", help="sync or colocate_async (default sync)")
     one_line_parser_errors(parser)
     return parser
 
@@ -39,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 def _main(argv: list[str]) -> int:
     import sys
 
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     oversample = int(args.oversample) if float(args.oversample).is_integer() else args.oversample
     batch = verl_batch_settings(args.prompts, args.n, args.m, args.dp, args.mini_batch,
                                 critic_mini_batch=args.critic_mini_batch, oversample_prompts=oversample,
