@@ -3,6 +3,8 @@ trl.ModelConfig), TRL style. The one place that parses and checks what `pods tra
 
     parse_args(argv)          recipe + flags -> (RunArguments, PODSConfig, ModelConfig); a bad recipe or flag is
                               one ValueError line (file:line for YAML, the nearest known spelling for a typo)
+    train_help(recipe)        `pods train --help`: --config, then every flag with its field's own default and the
+                              recipe's value where it differs: ``(default: None; the embedded recipe: 300)``
     validate / check_splits   the checks that need no model (and, for the splits, the task)
     resolved_config(...)      the flat ``{field: value}`` written to the run's config.yaml
 
