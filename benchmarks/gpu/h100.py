@@ -140,6 +140,7 @@ def run(cmd: list[str], root: Path, step: str) -> int:
 
 
 def weights_sha256(model_dir: Path) -> str:
+    """sha256 of the model's weights (its *.safetensors files, in name order): names the study's folder."""
     digest = hashlib.sha256()
     for path in sorted(model_dir.glob("*.safetensors")):
         digest.update(path.read_bytes())
@@ -191,6 +192,8 @@ def step_check(args) -> int:
 
 
 def step_selection(args) -> int:
+    """bench_downsample.py on ``--device``: max_variance against a bare torch.sort (exit 0 also when a criterion
+    derived from CPU timings fails: the numbers are the result)."""
     sizes = TINY_SELECTION if args.tiny else SELECTION
     cmd = [sys.executable, "benchmarks/bench_downsample.py", "--device", args.device, "--out", str(args.root),
            "--batch-sizes", sizes["batch_sizes"], "--group-sizes", sizes["group_sizes"],
@@ -230,6 +233,7 @@ def study_dir(args) -> Path:
 
 
 def study_argv(args, *extra: str) -> list[str]:
+    """The `pods study` command of the preset (``STUDY``, or ``TINY_STUDY`` with --tiny), ``extra`` appended."""
     size = TINY_STUDY if args.tiny else STUDY
     argv = ["--config", str(RECIPE), "--model_name_or_path", str(args.model_dir), "--out", str(study_dir(args)), "--m", str(size["m"]), "--n", str(size["n"]),
             "--seeds", str(size["seeds"]), "--updates", str(size["updates"]), "--eval-every", str(size["eval_every"]),
@@ -275,6 +279,7 @@ def ensure_model(args) -> int:
 
 
 def step_study(args) -> int:
+    """The study's runs and report for at most --minutes (the model built first where missing); run again to go on."""
     code = ensure_model(args)
     if code:
         return code
@@ -328,7 +333,7 @@ def dry_run(args, steps: list[str]) -> int:
             print("+ " + shlex.join(["pods", "study", *study_argv(args, "--stage", "cost")[4:]]))
             print(f"+ pods cost ... --n {(TINY_STUDY if args.tiny else STUDY)['n']} --m (the same: GRPO, all kept)")
         elif name == "study":
-            from pods_rl.commands import study, study_report  # noqa: F401  (the runs' and the report's imports)
+            from pods_rl.commands import study, study_report, train  # noqa: F401  (the runs' and report's imports)
 
             argv = study_argv(args, "--stage", "runs,report", "--max-minutes", f"{args.minutes:.1f}")[4:]
             if args.device == "cuda" and not torch.cuda.is_available():  # planned as on the GPU, parsed on CPU
@@ -347,6 +352,7 @@ def dry_run(args, steps: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The preset's command line (see the module docstring): 0, or the first failing step's exit code."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("step", choices=[*STEPS, "all"])
     parser.add_argument("dest", nargs="?", default=None, help="pack: the folder for results.tgz (e.g. $OUT)")
