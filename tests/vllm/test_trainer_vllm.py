@@ -139,8 +139,10 @@ def test_oversampled_prompts_through_vllm(tmp_path, vllm_model_dir, release_engi
 def test_shorter_tiebreak_through_vllm(tmp_path, vllm_model_dir, release_engines, monkeypatch):
     """All rewards equal: max_variance keeps, per group, the m shortest of vLLM's completions."""
     seen = record_selections(monkeypatch)
+    # Room for vLLM to end completions at different lengths (at 8 tokens, one sampling draw ran all to the limit).
     trainer = make_trainer(tmp_path, vllm_model_dir, reward_funcs=(constant_reward, digit_reward),
-                           reward_weights=[1.0, 0.0], downsample_tiebreak="shorter", max_steps=2)
+                           reward_weights=[1.0, 0.0], downsample_tiebreak="shorter", max_steps=2,
+                           max_completion_length=32)
     release_engines(trainer)
     trainer.train()
     assert len(seen) == 2
