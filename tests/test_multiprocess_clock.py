@@ -29,3 +29,20 @@ def test_sigterm_stops_every_rank_with_a_checkpoint_and_the_resume_runs_to_the_b
     run_dir = tmp_path / "run"
     command = multiproc.pods_train_command(run_dir, tiny_model_dir, "--max_train_seconds", "14")
     multiproc.stop_and_resume(command, run_dir, 14, multiproc.launch_env("slow_logs"))
+
+
+@pytest.mark.slow
+def test_adaptive_rounds_of_uneven_size_and_prompt_oversampling_under_the_clock(tmp_path, tiny_model_dir):
+    """The rounds' own collectives (each round's size is agreed) beside the clock's: budgeted rounds of 3 from a
+    pilot of 2 up to n = 8 (so rounds differ in size between ranks), 1.5x prompt over-sampling."""
+    run_dir = tmp_path / "run"
+    command = multiproc.pods_train_command(
+        run_dir, tiny_model_dir, "--max_train_seconds", "10", "--num_generations", "8", "--downsample_to", "4",
+        "--pilot_generations", "2", "--adaptive_round_size", "3", "--adaptive_rule", "budgeted",
+        "--adaptive_budget", "4", "--oversample_prompts", "1.5")
+    proc = multiproc.start(command, multiproc.launch_env("slow_logs"))
+    _, err = multiproc.end(proc, timeout=300)
+    assert proc.returncode == 0, err[-4000:]
+    multiproc.check_finished(run_dir, 10)
+    rounds = [r["pods/rounds"] for r in multiproc.metrics_rows(run_dir) if "pods/rounds" in r]
+    assert rounds and max(rounds) > 1, rounds
