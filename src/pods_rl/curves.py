@@ -94,8 +94,10 @@ def normalized_area(xs, values, start: float, end: float) -> float:
     Trapezoid rule on the evaluations inside the span plus the curve interpolated at ``start`` and ``end``.
 
     Args:
-        xs: (E,) evaluation x values (any order). values: (E,) the metric there.
-        start, end: the span, start <= end.
+        xs: (E,) evaluation x values (any order).
+        values: (E,) the metric there.
+        start: where the span starts.
+        end: where it ends (start <= end).
     Returns nan when the curve does not cover the span; the value at ``start`` when start == end.
     """
     xs, values = _curve(xs, values)
@@ -142,7 +144,8 @@ def interval_verdict(ci, reference: float = 1.0, margin: float = RATIO_MARGIN, a
             target), or None (no interval).
         reference: the value of no difference: 1 for a ratio, 0 for a difference.
         margin: half-width of the band around ``reference`` inside which the interval decides "equal".
-        above, below: the words for an interval entirely above / below the reference.
+        above: the word for an interval entirely above the reference.
+        below: the word for an interval entirely below it.
     Returns ``above`` (low > reference), ``below`` (high < reference), "equal" (the interval lies within
     [reference - margin, reference + margin]), "undecided" (otherwise: more seeds needed), "unknown" (no CI).
     """
@@ -208,7 +211,8 @@ def curve_comparison(curves_by_label: dict[str, list[tuple]], baseline: str,
         curves_by_label: {label: [(xs (E,), values (E,)) per seed]} on one x-axis (training seconds or steps).
         baseline: the label the others are compared against.
         fractions: (B,) fractions of the span at which the accuracies are read.
-        n_boot, seed: bootstrap replicates and RNG seed.
+        n_boot: bootstrap replicates.
+        seed: the bootstrap's RNG seed.
     Returns {span: [start, end], fractions, budgets: (B,) x values, labels: {label: {at_budget: [B x
     {fraction, x, per_seed, **compare_values}], area: {per_seed, **compare_values}}}}.
     """
