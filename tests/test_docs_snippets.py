@@ -1,0 +1,220 @@
+"""The Python snippets of README.md and docs/**/*.md run, as written (#41).
+
+Run with pytest-markdown-docs (in the dev extra): it collects each ```python block of a Markdown file as a pytest
+item, runs it in a fresh namespace, shares one with the block before on ``continuation``, reports failures by
+file and line of the page, and runs the whole set by hand too:
+
+    pytest --markdown-docs -p tests.markdown_docs_plugin README.md docs/
+
+Why this library: it is a pytest plugin (our runner, our fixtures, our timeouts, failures shown at the page's line
+numbers), has the options the docs need (``notest``, ``continuation``) and a hook for the Markdown parser, through
+which ``tests/markdown_docs_plugin.py`` reads those options from an HTML comment above a block (an info string
+such as ```python notest breaks the block on the site). mktestdocs runs blocks too, but has no way to mark one as
+not runnable other than relabelling its language (which loses the highlighting), and reports a page's blocks as one
+test; pytest-examples is built around docstrings and formatting checks (ruff/black), which our pages do not need.
+
+A block that cannot run here (a GPU, a hub download, a long run) is marked
+``<!-- docs-test: notest (the reason) -->``; it is still compiled, its imports must exist, and the keywords it
+passes to a pods-rl, TRL or PEFT class must be ones that class takes. The TRL guide's before/after diff runs on
+both sides. Shell snippets: every ``pods SUB --flag`` is checked against ``pods SUB --help`` by
+tests/test_docs_flags.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.markdown_docs_plugin import MARK, OPTIONS, markdown_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = ("py", "python", "python3")
+
+
+def doc_files() -> list[Path]:
+    """README.md and every page under docs/."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def fences(path: Path):
+    """(line, language, options, reason, code) of each fenced code block of a Markdown file, read with the parser
+    the snippets are run with (the ``docs-test`` comments moved into the info strings)."""
+    for token in markdown_parser().parse(path.read_text(encoding="utf-8")):
+        if token.type == "fence" and token.map:
+            language, *options = token.info.split() or [""]
+            reason = (token.meta or {}).get("docs_test_reason", "")
+            yield token.map[0] + 1, language, set(options), reason, token.content
+
+
+def python_fences(run: bool):
+    """(where, code) of the Python blocks that are run (``run``) or marked not to be."""
+    return [(f"{path.relative_to(ROOT)}:{line}", code) for path in doc_files()
+            for line, language, options, _, code in fences(path)
+            if language in PYTHON and ("notest" not in options) == run]
+
+
+def test_the_docs_have_snippets_of_both_kinds():
+    assert len(python_fences(run=True)) >= 8
+    assert len(python_fences(run=False)) >= 2
+
+
+def test_every_mark_is_known_and_says_why():
+    """A ``docs-test`` comment sits right above a code block, names known options, and a ``notest`` its reason."""
+    problems = []
+    for path in doc_files():
+        text = path.read_text(encoding="utf-8")
+        marked = {line for line, _, options, _, _ in fences(path) if options & OPTIONS}
+        for match in re.finditer(r"<!--\s*docs-test:.*?-->", text, flags=re.S):
+            line = text.count("\n", 0, match.start()) + 1
+            where = f"{path.relative_to(ROOT)}:{line}"
+            parsed = MARK.fullmatch(match.group(0))
+            if not parsed or not set(parsed["options"].split()) <= OPTIONS:
+                problems.append(f"{where}: options must be among {sorted(OPTIONS)}: {match.group(0)}")
+            elif "notest" in parsed["options"].split() and not (parsed["reason"] or "").strip():
+                problems.append(f"{where}: a notest block says why in parentheses: {match.group(0)}")
+            elif line + 1 not in marked:
+                problems.append(f"{where}: not directly above a code block")
+        for line, language, options, _, _ in fences(path):
+            if options - OPTIONS - {"linenums", "hl_lines", "title"} and language in PYTHON:
+                problems.append(f"{path.relative_to(ROOT)}:{line}: unknown options {options}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_runnable_snippets_run(tmp_path):
+    """Every ```python block not marked notest runs, by pytest-markdown-docs, in a scratch directory (what a block
+    writes, e.g. runs/, lands there), offline."""
+    files = [str(path) for path in doc_files() if any(lang in PYTHON for _, lang, *_ in fences(path))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--markdown-docs", "-p", "tests.markdown_docs_plugin", "-p",
+         "no:cacheprovider", "--rootdir", str(ROOT), "-q", "--timeout", "300", *files],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    passed = re.search(r"(\d+) passed", output)
+    expected = len(python_fences(run=True))
+    assert passed and int(passed.group(1)) == expected, f"expected {expected} snippets to pass:\n{output[-3000:]}"
+
+
+def _bound_names(tree: ast.AST) -> dict[str, object]:
+    """Import each ``from M import X`` / ``import M`` of a snippet whose top package is installed; return what
+    each bound name refers to. An import that fails, or a name missing from its module, is an error."""
+    names: dict[str, object] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if importlib.util.find_spec(node.module.split(".")[0]) is None:
+                continue  # a GPU-only package (vllm, deepspeed) not installed here
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                if not hasattr(module, alias.name):
+                    importlib.import_module(f"{node.module}.{alias.name}")  # a submodule, or ImportError
+                names[alias.asname or alias.name] = getattr(module, alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if importlib.util.find_spec(alias.name.split(".")[0]) is not None:
+                    module = importlib.import_module(alias.name)
+                    names[alias.asname or alias.name.split(".")[0]] = (
+                        module if alias.asname else importlib.import_module(alias.name.split(".")[0]))
+    return names
+
+
+def _accepted_keywords(obj) -> set[str] | None:
+    """The keyword arguments a class or function takes (for a class: its dataclass fields, or its ``__init__``,
+    or, where that takes ``**kwargs``, the first base class that names them); None: it takes any."""
+    import dataclasses
+
+    if inspect.isclass(obj) and dataclasses.is_dataclass(obj):
+        return {field.name for field in dataclasses.fields(obj)}
+    for candidate in ([c.__init__ for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]):
+        try:
+            parameters = inspect.signature(candidate).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return None
+
+
+def snippet_problems(where: str, code: str) -> list[str]:
+    """What is wrong in a snippet that is not run: it must compile, import only what exists, use only
+    ``pods_rl.X`` that exist, and call pods-rl/TRL/PEFT classes and functions only with keywords they take."""
+    tree = ast.parse(compile(code, where, "exec", flags=ast.PyCF_ONLY_AST))
+    try:
+        names = _bound_names(tree)
+    except (ImportError, AttributeError) as err:
+        return [f"{where}: {err}"]
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "pods_rl":
+            if not hasattr(names["pods_rl"], node.attr):
+                problems.append(f"{where}: pods_rl has no {node.attr}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
+            target = names[node.func.id]
+            if getattr(target, "__module__", "").split(".")[0] not in ("pods_rl", "trl", "peft"):
+                continue
+            accepted = _accepted_keywords(target)
+            wrong = sorted({k.arg for k in node.keywords if k.arg} - accepted) if accepted is not None else []
+            if wrong:
+                problems.append(f"{where}: {node.func.id}() takes no {wrong}")
+    return problems
+
+
+def test_the_check_of_marked_snippets_finds_mistakes():
+    assert snippet_problems("x", "from pods_rl import PODSConfig\nPODSConfig(output_dir='o', downsample_to=2)") == []
+    assert snippet_problems("x", "from pods_rl import PODSConfig\nPODSConfig(downsampel_to=2)") == [
+        "x: PODSConfig() takes no ['downsampel_to']"]
+    assert snippet_problems("x", "from pods_rl import PODSTrainer\nPODSTrainer(model='m', peft_config=None)") == []
+    assert snippet_problems("x", "from pods_rl import PODSTrainer\nPODSTrainer(model='m', lora=1)") == [
+        "x: PODSTrainer() takes no ['lora']"]
+    assert snippet_problems("x", "import pods_rl\npods_rl.no_such_thing()") == ["x: pods_rl has no no_such_thing"]
+    assert "NoSuchName" in " ".join(snippet_problems("x", "from pods_rl import NoSuchName"))
+    with pytest.raises(SyntaxError):
+        snippet_problems("x", "def f(:")
+
+
+@pytest.mark.parametrize("where, code", [pytest.param(*fence, id=fence[0]) for fence in python_fences(run=False)])
+def test_the_marked_snippets_compile_and_name_what_exists(where, code):
+    """A block marked notest (a GPU, the hub, a long run) is still checked as far as it can be without running."""
+    assert not snippet_problems(where, code)
+
+
+def diff_sides(path: Path, heading: str) -> tuple[str, str]:
+    """The two scripts of the first ```diff block after ``heading``: (before, after)."""
+    text = path.read_text(encoding="utf-8")
+    block = re.search(r"```diff\n(.*?)```", text[text.index(heading):], flags=re.S).group(1)
+    lines = block.split("\n")
+    side = lambda keep: "\n".join(line[1:] for line in lines if line[:1] in (" ", keep))  # noqa: E731
+    return side("-"), side("+")
+
+
+def test_the_grpo_to_pods_diff_runs_on_both_sides(tmp_path, monkeypatch):
+    """The TRL guide's diff is of a real script: the GRPOTrainer side and the PODSTrainer side each train."""
+    before, after = diff_sides(ROOT / "docs" / "guides" / "trl.md", "## From GRPOTrainer to PODSTrainer")
+    assert "GRPOTrainer(" in before and "PODSTrainer(" in after and "downsample_to" in after
+    monkeypatch.chdir(tmp_path)
+    for name, script in (("before", before), ("after", after)):
+        namespace: dict = {"__name__": f"trl_guide_{name}"}
+        exec(compile(script, f"docs/guides/trl.md ({name})", "exec"), namespace)
+        trainer = namespace["trainer"]
+        assert trainer.state.global_step == trainer.args.max_steps, name
+    assert namespace["trainer"].args.downsample_to < namespace["trainer"].args.num_generations
+
+
+def test_one_repository_address():
+    """pyproject's Repository URL is the one mkdocs.yml and the clone commands of the README and Get started use."""
+    url = re.search(r'^Repository\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(), flags=re.M).group(1)
+    repo_url = re.search(r"^repo_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), flags=re.M).group(1)
+    assert repo_url == url
+    for page in ("README.md", "docs/get-started.md"):
+        clones = re.findall(r"git clone (\S+)", (ROOT / page).read_text())
+        assert clones and set(clones) == {url}, (page, clones)
