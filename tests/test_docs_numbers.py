@@ -174,3 +174,23 @@ def test_the_results_index_gives_each_study_its_seeds():
 def test_the_adaptive_concept_page_gives_the_quiet_study_its_seeds():
     seeds, _ = seeds_and_updates("adaptive_quiet")
     assert f"On a quiet machine, {seeds} seeds" in page("docs/concepts/adaptive.md").replace("**", "")
+
+
+# --- the break-even chart ----------------------------------------------------------------------------------------
+
+
+def test_the_break_even_chart_is_drawn_from_the_results(tmp_path):
+    """The chart on When PODS pays is committed, shown, and drawn by its script from the studies' JSON."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plot_break_even", ROOT / "benchmarks" / "plot_break_even.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    points = script.points()
+    assert len(points) == sum(len(methods) for _, _, methods in script.STUDIES)
+    evidence = next(p for p in points if p["folder"] == "evidence/shipped" and p["method"] == "PODS 32->8")
+    assert ratio(dict(zip(("value", "ci95"), (evidence["learning"][0], evidence["learning"][1:])))) == \
+        interpolated("steps/peak", "pods-mv-n32m8")
+    assert script.OUT.is_file() and script.OUT.stat().st_size > 10_000
+    assert "](../results/img/break_even.png)" in page("docs/concepts/when-pods-pays.md")
+    assert script.draw(tmp_path / "chart.png").stat().st_size > 10_000
