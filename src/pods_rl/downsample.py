@@ -49,7 +49,7 @@ from pods_rl.advantages import group_advantages, nanstd  # noqa: F401  (re-expor
 from pods_rl.reward_checks import as_reward_tensor, check_finite, group_list
 
 __all__ = ["available_rules", "downsample", "group_advantages", "max_variance_reference", "register_rule",
-           "rule_takes_features"]
+           "rule_sees_rollouts", "rule_takes_features"]
 
 # A rule maps rewards (B, n) float, m, generator -> kept indices (B, m) int64.
 Rule = Callable[[torch.Tensor, int, "torch.Generator | None"], torch.Tensor]
@@ -359,6 +359,14 @@ def rule_takes_features(rule: str) -> bool:
     if rule not in _RULES:
         raise ValueError(f"unknown down-sampling rule {rule!r}; available rules: {available_rules()}")
     return rule in _FEATURE_RULES
+
+
+def rule_sees_rollouts(rule: str) -> bool:
+    """True if ``rule`` can use a tiebreak: a built-in rule (recognised by its function, whatever name it is
+    registered under) or a registered rule that takes ``features``."""
+    if rule not in _RULES:
+        raise ValueError(f"unknown down-sampling rule {rule!r}; available rules: {available_rules()}")
+    return _RULES[rule] in _BUILTIN_FNS or rule in _FEATURE_RULES
 
 
 def available_rules() -> list[str]:

@@ -1,0 +1,270 @@
+"""The selection step of PODS, once for every engine: score each prompt's rollouts, keep m, keep the groups.
+
+Plain torch, no trainer knowledge: the TRL trainer (``pods_rl.trainer_step``) and verl's replay buffer
+(``pods_rl.integrations.verl``) both call ``select``, and the ``pods/*`` selection metrics are computed here only::
+
+    settings = SelectionSettings.validated(m=8, rule="max_variance")     # checked once, one-line errors
+    selection = select(rewards_per_func, weights, num_groups, settings)   # (P, n, F), (F,) -> Selection
+    selection.kept          # (P, m) indices into each prompt's n rollouts (-1 pads a group smaller than m)
+    selection.groups        # (B,) the prompts whose kept rollouts reach the update, ascending
+    selection.kept_rows     # [p * n + j ...] the B*m rows to train on, group by group
+    selection.metrics       # pods/reward_all_mean, ..., pods/kept_groups_var_mean
+
+Per prompt, the reward a rule ranks is the weighted sum of the reward functions (``sum_then_normalize``, TRL's
+default) or their sum after standardizing each over the group (``normalize_then_sum``). NaN means "not scored"
+(GRPOTrainer's meaning: a reward function returned None): an unscored rollout ranks as its group's average.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from pods_rl.adaptive import downsample_ragged, group_is_mixed
+from pods_rl.advantages import nanstd
+from pods_rl.downsample import available_rules, rule_sees_rollouts, rule_takes_features
+
+__all__ = ["AGGREGATIONS", "TIEBREAKS", "Selection", "SelectionSettings", "all_equal", "kept_groups",
+           "reward_totals", "sampled_prompts", "select", "selection_metrics"]
+
+TIEBREAKS = ("index", "shorter", "longer")  # which of equal rewards a rule keeps: lower index, fewer/more tokens
+AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # TRL's multi_objective_aggregation
+
+# What each setting is called where users set it; errors name the user's own spelling (see ``validated``).
+PLAIN_NAMES = {"m": "m", "rule": "rule", "tiebreak": "tiebreak", "oversample_prompts": "oversample_prompts",
+               "register": "pods_rl.register_rule"}
+
+
+@dataclass(frozen=True)
+class SelectionSettings:
+    """How PODS selects: m rollouts kept per prompt, the rule, its tiebreak, and prompt over-sampling.
+
+    Build it with ``validated`` (``PODSConfig``, verl's replay buffer and ``pods verl-args`` all do): every check
+    is made there, once, each failure one ``ValueError`` line that names the setting as the caller spells it.
+    """
+
+    m: int
+    rule: str = "max_variance"
+    tiebreak: str = "index"
+    oversample_prompts: float = 1.0
+    names: Mapping[str, str] = field(default_factory=lambda: PLAIN_NAMES, compare=False, repr=False)
+
+    @classmethod
+    def validated(cls, m, rule="max_variance", tiebreak="index", oversample_prompts=1.0, *,
+                  names: Mapping[str, str] | None = None, rule_registered_here: bool = True) -> SelectionSettings:
+        """Check the settings and return them.
+
+        Args:
+            m: rollouts kept per prompt, an integer >= 2 (one kept rollout has no group to compare with).
+            rule: a down-sampling rule's name.
+            tiebreak: one of ``TIEBREAKS``.
+            oversample_prompts: a number >= 1.
+            names: how the caller's users spell each setting (keys of ``PLAIN_NAMES``), for the error lines.
+            rule_registered_here: False where the rule is registered in another process (``pods verl-args``
+                prints settings for verl's): then only its form is checked, not the registry.
+        """
+        names = {**PLAIN_NAMES, **(names or {})}
+        if isinstance(m, bool) or not isinstance(m, int) or m < 2:
+            raise ValueError(f"{names['m']} must be an integer >= 2 (rollouts kept per prompt), got {m!r}: at least 2, "
+                             "since the group-normalized advantage of a single kept rollout is always 0.")
+        if not isinstance(rule, str) or not rule:
+            raise ValueError(f"{names['rule']} must be the name of a down-sampling rule, got {rule!r}.")
+        if rule_registered_here and rule not in available_rules():
+            raise ValueError(f"unknown down-sampling rule {rule!r} ({names['rule']}); available rules: "
+                             f"{available_rules()} (add your own with {names['register']}).")
+        if tiebreak not in TIEBREAKS:
+            raise ValueError(f"{names['tiebreak']} must be one of {list(TIEBREAKS)}, got {tiebreak!r}.")
+        if tiebreak != "index" and rule_registered_here and not rule_sees_rollouts(rule):
+            raise ValueError(f"{names['tiebreak']}={tiebreak!r} needs a rule that sees the rollouts, but rule {rule!r} "
+                             f"takes no features keyword (see pods_rl.register_rule); use {names['tiebreak']}=index "
+                             "or add `*, features` to the rule.")
+        o = oversample_prompts
+        if isinstance(o, bool) or not isinstance(o, (int, float)) or not 1 <= o < float("inf"):
+            raise ValueError(f"{names['oversample_prompts']} must be a number >= 1 (1: no over-sampling), got {o!r}.")
+        return cls(m=m, rule=rule, tiebreak=tiebreak, oversample_prompts=float(o), names=names)
+
+    def sampled_prompts(self, kept: int) -> int:
+        """Prompts to sample so that ``kept`` groups reach the update (``sampled_prompts``)."""
+        return sampled_prompts(kept, self.oversample_prompts)
+
+
+def sampled_prompts(kept_groups: int, oversample_prompts: float = 1.0) -> int:
+    """Prompts to sample so that ``kept_groups`` groups reach the update: kept x oversample, rounded up (at least
+    kept)."""
+    return max(kept_groups, math.ceil(kept_groups * oversample_prompts - 1e-9))
+
+
+def kept_groups(sampled: int, oversample_prompts: float = 1.0) -> int:
+    """The inverse of ``sampled_prompts``: the most groups whose sampled count fits in ``sampled`` (at least 1).
+
+    ``kept_groups(sampled_prompts(B, o), o) == B`` for every B >= 1 and o >= 1.
+    """
+    kept = max(1, math.floor(sampled / oversample_prompts + 1e-9))
+    while kept > 1 and sampled_prompts(kept, oversample_prompts) > sampled:
+        kept -= 1
+    while sampled_prompts(kept + 1, oversample_prompts) <= sampled:
+        kept += 1
+    return kept
+
+
+def reward_totals(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """(..., F) rewards per reward function, (F,) weights -> (...) the weighted total, NaN where no function scored.
+
+    GRPOTrainer's total (``nansum`` of the weighted rewards), except that a rollout no function could score stays
+    NaN ("not scored") instead of becoming 0. The one place pods-rl sums rewards.
+    """
+    weights = weights.to(device=rewards_per_func.device, dtype=rewards_per_func.dtype)
+    totals = (rewards_per_func * weights).nansum(dim=-1)
+    return totals.masked_fill(torch.isnan(rewards_per_func).all(dim=-1), float("nan"))
+
+
+def all_equal(rewards: torch.Tensor) -> torch.Tensor:
+    """(G, k) rewards -> (G,) bool: every non-NaN reward of the group is the same value, exactly (a group with none
+    counts as all equal). Exact, not within a tolerance: the float32 std of 16 copies of 0.8 is 6e-8, not 0."""
+    counts = torch.full((rewards.shape[0],), rewards.shape[1], dtype=torch.long)
+    return ~group_is_mixed(rewards, counts)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What ``select`` decided for P prompts of up to n rollouts each.
+
+    ``kept`` (P, m) int64: indices into each prompt's rollouts, ascending, -1 padding a group that had fewer than
+    m; ``groups`` (B,) int64: the prompts whose kept rollouts reach the update, ascending; ``metrics``: the
+    ``pods/*`` selection metrics (global when ``select`` got a ``gather``).
+    """
+
+    kept: torch.Tensor
+    groups: torch.Tensor
+    n: int
+    metrics: dict[str, float]
+
+    @property
+    def kept_rows(self) -> list[int]:
+        """The rows to train on, as flat indices ``p * n + j`` into the (P*n) rollouts, group by group."""
+        rows = self.kept[self.groups] + self.n * self.groups.unsqueeze(1)  # (B, m)
+        return rows[self.kept[self.groups] >= 0].tolist()
+
+
+def select(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_groups: int, settings: SelectionSettings, *,
+           counts: torch.Tensor | None = None, aggregation: str = "sum_then_normalize",
+           features: dict[str, torch.Tensor] | None = None, generator: torch.Generator | None = None,
+           gather: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Selection:
+    """Keep ``settings.m`` rollouts of each prompt, then the ``num_groups`` prompts whose kept rewards vary most.
+
+    Args:
+        rewards_per_func: (P, n, F) each reward function's reward, NaN where it did not score (and on padding).
+        weights: (F,) the reward functions' weights.
+        num_groups: B, prompts that reach the update: all P without over-sampling; otherwise those whose kept
+            rewards have the largest variance, all-equal groups (nothing to learn) last, ties by prompt order.
+        settings: m, the rule, the tiebreak (``SelectionSettings.validated``).
+        counts: (P,) rollouts each prompt really has (its first ``counts[p]``; the rest is padding). Default: n.
+            A prompt with at most m keeps all of them.
+        aggregation: how the functions make the reward a rule ranks (``AGGREGATIONS``); anything else is refused.
+        features: per-rollout tensors (P, n, ...) for rules that take features (passed on as they are); ``lengths``
+            (P, n) completion tokens is needed by the ``shorter``/``longer`` tiebreaks.
+        generator: for the random rule.
+        gather: concatenates a per-process tensor over processes along dim 0 (e.g. accelerate's ``gather``), so
+            that the metrics are global; None: this process's prompts only.
+    """
+    P, n, _ = rewards_per_func.shape
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {aggregation!r}")
+    counts = torch.full((P,), n, dtype=torch.long) if counts is None else counts.cpu().long()
+    padding = torch.arange(n) >= counts.unsqueeze(1)  # (P, n)
+    totals = reward_totals(rewards_per_func, weights).masked_fill(padding, float("nan"))  # (P, n) NaN: unscored, pad
+    if aggregation == "sum_then_normalize":
+        ranked = totals
+    else:
+        ranked = _normalized_sum(rewards_per_func.masked_fill(padding.unsqueeze(2), float("nan")), weights)
+    # An unscored rollout ranks as an average one of its group (TRL then gives it advantage 0).
+    group_mean = torch.nan_to_num(torch.nanmean(ranked, dim=1, keepdim=True), nan=0.0)
+    ranked = torch.where(torch.isnan(ranked), group_mean, ranked)  # (P, n)
+    kept = _kept_rollouts(ranked, counts, settings, features, generator)  # (P, m)
+    kept_ranked = torch.where(kept >= 0, ranked.gather(1, kept.clamp(min=0)), float("nan"))  # (P, m)
+    variance = torch.nan_to_num(_nanvar(kept_ranked.double()), nan=0.0)  # (P,)
+    zero = all_equal(kept_ranked)  # (P,)
+    score = torch.where(zero, torch.full_like(variance, -1.0), variance)
+    groups = torch.sort(score, descending=True, stable=True).indices[:num_groups].sort().values  # (B,)
+    selected = torch.zeros(P, dtype=torch.bool)
+    selected[groups] = True
+    kept_mask = torch.zeros((P, n + 1), dtype=torch.bool)  # column n takes the padding's -1
+    kept_mask.scatter_(1, torch.where(kept >= 0, kept, n), True)
+    kept_mask = kept_mask[:, :n]  # (P, n)
+    table = torch.cat([totals.double(), kept_mask.double(), variance.double().unsqueeze(1),
+                       zero.double().unsqueeze(1), selected.double().unsqueeze(1)], dim=1)  # (P, 2n + 3)
+    if gather is not None:
+        table = gather(table).cpu()  # one collective for every metric
+    metrics = selection_metrics(table[:, :n], table[:, n:2 * n].bool(), table[:, 2 * n],
+                                table[:, 2 * n + 1].bool(), table[:, 2 * n + 2].bool())
+    return Selection(kept=kept, groups=groups, n=n, metrics=metrics)
+
+
+def selection_metrics(totals: torch.Tensor, kept_mask: torch.Tensor, variance: torch.Tensor, zero: torch.Tensor,
+                      selected: torch.Tensor) -> dict[str, float]:
+    """The ``pods/*`` selection metrics of G groups (every process's, for global metrics).
+
+    Args:
+        totals: (G, n) total rewards of every sampled rollout, NaN where unscored or padding.
+        kept_mask: (G, n) bool, the rollouts the rule kept.
+        variance: (G,) variance of each group's kept ranked rewards; zero: (G,) bool, all of them equal.
+        selected: (G,) bool, the groups that reach the update.
+
+    Returns ``pods/reward_{all,kept}_{mean,std}`` (over all sampled / the trained rollouts; std Bessel-corrected,
+    NaN for fewer than two), ``pods/frac_zero_std_{all,kept}`` (groups whose rewards are all equal, before and
+    after selection), ``pods/prompts_sampled``, ``pods/groups_zero_std`` (all-equal after down-sampling),
+    ``pods/groups_zero_std_kept`` (of those, how many reach the update) and ``pods/kept_groups_var_mean``.
+    """
+    trained = torch.where(kept_mask & selected.unsqueeze(1), totals, float("nan"))  # (G, n)
+    kept_totals = trained[selected]  # (B, n) NaN outside the kept rollouts
+    return {
+        "pods/reward_all_mean": torch.nanmean(totals).item(),
+        "pods/reward_all_std": nanstd(totals).item(),
+        "pods/reward_kept_mean": torch.nanmean(kept_totals).item(),
+        "pods/reward_kept_std": nanstd(kept_totals).item(),
+        "pods/frac_zero_std_all": all_equal(totals).double().mean().item(),
+        "pods/frac_zero_std_kept": all_equal(kept_totals).double().mean().item(),
+        "pods/prompts_sampled": float(totals.shape[0]),
+        "pods/groups_zero_std": float(zero.sum()),
+        "pods/groups_zero_std_kept": float((zero & selected).sum()),
+        "pods/kept_groups_var_mean": variance[selected].double().mean().item(),
+    }
+
+
+def _kept_rollouts(ranked, counts, settings, features, generator) -> torch.Tensor:
+    """(P, m) kept indices: the rule on each prompt with more than m rollouts, all of them (padded -1) otherwise."""
+    P, n = ranked.shape
+    m = settings.m
+    kept = torch.arange(m).expand(P, m).clone()
+    kept[kept >= counts.unsqueeze(1)] = -1  # a prompt with fewer than m keeps what it has
+    ruled = torch.nonzero(counts > m).flatten()  # (R,)
+    if len(ruled) == 0:
+        return kept
+    lengths = None if features is None else features.get("lengths")
+    if settings.tiebreak != "index" and lengths is None:
+        raise ValueError(f"tiebreak={settings.tiebreak!r} ranks rollouts by length: pass features['lengths'] (P, n)")
+    tiebreak = {"index": None, "shorter": lengths, "longer": None if lengths is None else -lengths}[settings.tiebreak]
+    rule_features = None
+    if rule_takes_features(settings.rule):
+        rule_features = {k: torch.as_tensor(v)[ruled] for k, v in (features or {}).items()}
+    kept[ruled] = downsample_ragged(ranked[ruled], counts[ruled], m, settings.rule,
+                                    tiebreak=None if tiebreak is None else torch.as_tensor(tiebreak)[ruled],
+                                    generator=generator, features=rule_features)
+    return kept
+
+
+def _normalized_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """(P, n, F) -> (P, n) ``normalize_then_sum``: each function's rewards standardized over the prompt's rollouts
+    (TRL's formula: NaN-aware mean and std, + 1e-4), then weighted and summed; NaN where no function scored."""
+    mean = torch.nanmean(rewards_per_func, dim=1, keepdim=True)  # (P, 1, F)
+    std = nanstd(rewards_per_func, dim=1, keepdim=True)  # (P, 1, F)
+    return reward_totals((rewards_per_func - mean) / (std + 1e-4), weights)
+
+
+def _nanvar(values: torch.Tensor) -> torch.Tensor:
+    """(G, k) -> (G,) population variance of each row's non-NaN values."""
+    mean = torch.nanmean(values, dim=1, keepdim=True)
+    return torch.nanmean((values - mean) ** 2, dim=1)
