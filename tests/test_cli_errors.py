@@ -28,7 +28,7 @@ CASES = [
     (SMOKE + " --eval_num_problems -3", 2, "--eval_num_problems must be > 0, got -3"),
     (SMOKE + " --torch_threads 0", 2, "--torch_threads must be > 0, got 0"),
     (SMOKE + " --downsample_to 99", 2, "downsample_to (m=99) is larger than num_generations (n=8)"),
-    (SMOKE + " --downsample_rule bogus", 2, "Unknown downsample_rule 'bogus'"),
+    (SMOKE + " --downsample_rule bogus", 2, "unknown down-sampling rule 'bogus' (downsample_rule)"),
     (SMOKE + " --use_vllm true", 2, "use_vllm is true but vLLM is not installed"),  # tests/vllm: with vLLM
     # tasks and their data
     (SMOKE + " --task nosuchtask", 2, "unknown task 'nosuchtask'; available tasks:"),

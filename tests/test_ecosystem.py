@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from pods_rl import trainer as pods_trainer
+from pods_rl import trainer_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,15 +22,15 @@ ROOT = Path(__file__).resolve().parents[1]
 )
 def test_trl_version_check(trl_version, supported):
     if supported:
-        pods_trainer._require_supported_trl(trl_version)
+        trainer_config.require_supported_trl(trl_version)
     else:
         with pytest.raises(ImportError, match=rf"supports trl>=1\.12,<1\.17 .* trl {trl_version} is installed"):
-            pods_trainer._require_supported_trl(trl_version)
+            trainer_config.require_supported_trl(trl_version)
 
 
 def test_trl_range_is_pyproject_pin():
     # The import-time check and pip's resolver must agree on what is supported.
-    assert f'"trl{pods_trainer.TRL_RANGE}"' in (ROOT / "pyproject.toml").read_text()
+    assert f'"trl{trainer_config.TRL_RANGE}"' in (ROOT / "pyproject.toml").read_text()
 
 
 def _card_trainer(tmp_path, model_dir, name_or_path, dataset=None, reward_funcs=None, **overrides):

@@ -9,6 +9,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from pods_rl import downsample, register_rule
 from pods_rl.trainer import PODSConfig, PODSTrainer
+from pods_rl.trainer_step import KeptRollouts
 
 
 def digit_reward(completions, **kwargs):
@@ -169,7 +170,7 @@ def _score_one_batch(trainer, n):
 
     def varied_lengths(prompts):  # a random tiny model rarely stops early: cut completions to varied lengths
         generated = original_generate(prompts)
-        if trainer._pods_stash is not None:
+        if isinstance(trainer._pods_call, KeptRollouts):  # TRL's call on the kept rows: already cut
             return generated
         ids = [row[: 1 + (7 * i) % len(row)] for i, row in enumerate(generated[1])]
         texts = trainer.processing_class.batch_decode(ids, skip_special_tokens=True)
@@ -316,7 +317,7 @@ def test_llama_pods_step_runs(tmp_path, tiny_llama_dir):
     [
         (dict(num_generations=4, downsample_to=8), "larger than num_generations"),
         (dict(num_generations=4, downsample_to=1), "at least 2"),
-        (dict(num_generations=4, downsample_to=2, downsample_rule="best"), "Unknown downsample_rule"),
+        (dict(num_generations=4, downsample_to=2, downsample_rule="best"), "unknown down-sampling rule 'best' \\(downsample_rule\\)"),
         (dict(num_generations=8, downsample_to=4, per_device_train_batch_size=6), "multiple of 4"),
         (dict(num_generations=8, downsample_to=4, max_train_seconds=-1), "max_train_seconds"),
         (dict(num_generations=8, downsample_to=2.5), "integer"),
@@ -356,11 +357,11 @@ def test_phase_times_exclude_work_done_by_step_end_callbacks(tmp_path, tiny_mode
 def test_zero_variance_groups_are_counted_exactly():
     """pods/frac_zero_std_*: a group of equal non-dyadic rewards counts (its float32 std is 6e-8, not 0); NaNs
     (unscorable rollouts) are ignored; any difference makes a group informative."""
-    from pods_rl.trainer import _all_equal
+    from pods_rl.selection import all_equal
 
     nan = float("nan")
     rewards = torch.tensor([[0.8] * 16, [0.8] * 15 + [0.8000001], [1.3, nan, 1.3, 1.3] * 4, [nan] * 16])
-    assert _all_equal(rewards).tolist() == [True, False, True, True]
+    assert all_equal(rewards).tolist() == [True, False, True, True]
 
 
 def test_grading_cut_short_is_a_logged_metric(tmp_path, tiny_model_dir):

@@ -93,24 +93,20 @@ def test_trainer_get_dataloader_takes_what_get_train_dataloader_passes():
 
 
 # ---- `_generate`: the 8-tuple --------------------------------------------------------------------------------
-GENERATE_TUPLE = ["prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs", "extra_fields", "images",
-                  "tool_images"]
-# The positions PODSTrainer reads (_generate_and_score_completions, _selection_inputs).
-READ_AT = {1: "completion_ids", 2: "tool_mask", 3: "completions", 5: "extra_fields"}
+def test_generate_returns_the_8_tuple_we_name():
+    """trainer_step.Generated names GRPOTrainer._generate's values; each of TRL's `return` tuples must hold the same
+    names in the same order (the step reads them by name)."""
+    from pods_rl.trainer_step import Generated
 
-
-def test_generate_returns_the_8_tuple_we_index():
     returns = [node.value for node in ast.walk(source_tree(GRPOTrainer._generate))
                if isinstance(node, ast.Return) and node.value is not None]
     assert returns, "GRPOTrainer._generate has no return statement with a value any more"
     for value in returns:
         assert isinstance(value, ast.Tuple), (
-            f"GRPOTrainer._generate now returns {ast.unparse(value)}, not a tuple; PODSTrainer indexes its 8-tuple")
+            f"GRPOTrainer._generate now returns {ast.unparse(value)}, not a tuple; PODSTrainer names its 8 values")
         names = [ast.unparse(element) for element in value.elts]
-        assert len(names) == 8, f"GRPOTrainer._generate now returns {len(names)} values ({names}), not 8"
-        for position, name in READ_AT.items():
-            assert names[position] == name, (f"GRPOTrainer._generate's value {position} is now {names[position]!r}, "
-                                             f"not {name!r}; PODSTrainer reads it there")
+        assert names == list(Generated._fields), (f"GRPOTrainer._generate now returns {names}; "
+                                                  f"pods_rl.trainer_step.Generated names {list(Generated._fields)}")
 
 
 def test_generate_and_score_completions_unpacks_the_8_tuple():

@@ -2,8 +2,9 @@
 
 This is the only module of pods-rl that knows TRL's internals (``TRL_RANGE``; CI tests both ends).
 
-The PODS step itself (how a training step flows) is ``pods_rl.trainer_step``; ``PODSConfig`` and the supported
-TRL range are ``pods_rl.trainer_config``; both are re-exported here, the one module users import.
+The PODS step itself (how a training step flows, and the two GRPOTrainer calls it answers) is
+``pods_rl.trainer_step``; ``PODSConfig`` and the supported TRL range are ``pods_rl.trainer_config``; selection is
+``pods_rl.selection`` (no TRL).
 
 Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins each item on both ends of
 ``TRL_RANGE``, so that a TRL release that changes one fails in CI naming it, not in a user's run):
@@ -13,12 +14,14 @@ Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins 
                                               its GFPO and replay-buffer trainers when their overrides of this
                                               method drifted from GRPO's: ours keeps TRL's body and only narrows
                                               its input, answering the two calls below from what was computed.
-    _generate(prompts) -> 8-tuple             timed ("generation"); answered from the stash inside the inner call;
-                                              raises _PromptsPrepared(prompts) inside _rollout_prompts' call.
-                                              We read [1] completion_ids, [2] tool_mask, [3] completions,
-                                              [5] extra_fields, and keep rows of every per-rollout list.
+    _generate(prompts) -> 8-tuple             (trainer_step) timed ("generation"); answered from KeptRollouts inside
+                                              the inner call; raises PromptsPrepared(prompts) inside
+                                              _rollout_prompts' call. Read by name through trainer_step.Generated
+                                              (completion_ids, tool_mask, completions, extra_fields, images); rows
+                                              of every per-rollout list are kept.
     _calculate_rewards(inputs, prompts, completions, completion_ids_list) -> (N, F)
-                                              timed ("scoring"); answered from the stash inside the inner call.
+                                              (trainer_step) timed ("scoring"); answered from KeptRollouts inside
+                                              the inner call.
     get_train_dataloader() / _get_train_sampler(dataset=None)
                                               n rollouts per prompt while batch sizes count the m kept: TRL's
                                               RepeatSampler / repeat_iterable_dataset with our prompt count, and
@@ -36,13 +39,15 @@ Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins 
                            repeat_count, shuffle, seed), repeat_iterable_dataset(dataset, mini_repeat_count,
                            batch_size, repeat_count), nanstd(tensor); get_config_model_id,
                            get_comet_experiment_url, get_trackio_space_url (model card)
+  GRPOTrainer's advantages   TRL's own, computed in the inner call on the kept rows grouped by m (GRPO with m
+                           rollouts; tests/test_trainer.py recomputes them by hand): PODS never overwrites them
   GRPOTrainer attributes we read   num_generations (set to m around the inner call: TRL groups by it),
                            num_iterations, shuffle_dataset, reward_weights, scale_rewards, _metrics["train"],
                            num_generations_eval (set to m unless configured), multi_objective_aggregation,
                            environments, _batch_environments, _environment_pool (swapped for the kept rows' own
                            instances around the inner call),
                            _tokenizer, environment_factories, tools, eos_token_ids (TRL >= 1.13; 1.12: the
-                           tokenizer's), _paper, _tag_names; vllm_generation (TRL's VLLMGeneration, built in
+                           tokenizer's), _paper, _tag_names, _metrics["train"] (the pods/* metrics appended); vllm_generation (TRL's VLLMGeneration, built in
                            GRPOTrainer.__init__ inside our CPU workaround; release_vllm_engine drops its .llm)
   trl.trainer.grpo_trainer.VLLMGeneration   replaced while GRPOTrainer.__init__ runs by a subclass that raises its
                            max_num_seqs keyword to the rollouts PODS samples per process (colocate)
@@ -61,106 +66,30 @@ import gc
 import logging
 import os
 import textwrap
-import time
 from contextlib import contextmanager, nullcontext
 from importlib.metadata import version
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, TrainerCallback
+from transformers import AutoConfig
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
-from pods_rl import activity, tiny
+from pods_rl import tiny
 from pods_rl.machine import pods_rl_version
+from pods_rl.phase_clock import PhaseClock
 from pods_rl.reward_guard import (
     guard_reward_funcs,
     reward_weights_of,
 )
 from pods_rl.runlog.integrity import reading_checkpoint
-from pods_rl.trainer_config import (  # noqa: F401  (re-exported; importing it checks the TRL version first)
-    _BUILTIN_RULES,
-    _TIEBREAKS,
-    PHASES,
-    TRL_RANGE,
-    PODSConfig,
-    _eval_batch_problem,
-    _require_supported_trl,
-)
-from pods_rl.trainer_step import (  # noqa: F401  (re-exported: tests and the vLLM lane reach the helpers here)
-    PODSStep,
-    _all_equal,
-    _arrange_rounds,
-    _kept_inputs,
-    _no_observation,
-    _PromptsPrepared,
-    _ranks_within,
-    _select_generated,
-    _with_dataset_images,
-    _write_extra_fields,
-)
+from pods_rl.trainer_config import PODSConfig, eval_batch_problem
+from pods_rl.trainer_step import PODSStep
+
+__all__ = ["PODSConfig", "PODSTrainer", "card_example_prompt", "rollouts_per_generation"]
 
 logger = logging.getLogger(__name__)
 
-
-
-class _PhaseClock(TrainerCallback):
-    """Wall-clock seconds of each phase of one optimizer step, pushed into TRL's metrics as ``time/<phase>``.
-
-    ``update`` is the step's total minus generation, scoring and selection: the old/reference log-probs of
-    the kept rows, forward, backward and the optimizer step. On CUDA the device is synchronized at each
-    boundary so that asynchronous kernels are charged to the phase that launched them.
-    """
-
-    def __init__(self, trainer: PODSTrainer):
-        self.trainer = trainer
-        self.seconds = dict.fromkeys(PHASES, 0.0)
-        self.step_start = None
-
-    def _sync(self):
-        if torch.cuda.is_available() and self.trainer.accelerator.device.type == "cuda":
-            torch.cuda.synchronize()
-
-    def _reset_peak_memory(self):
-        if self.trainer.accelerator.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-
-    @contextmanager
-    def phase(self, name: str):
-        """Charge the time spent inside the block to phase ``name``."""
-        self._sync()
-        start = time.perf_counter()
-        try:
-            with activity.doing(name):  # what a stop that outlives its grace says it interrupted
-                yield
-        finally:
-            self._sync()
-            self.seconds[name] += time.perf_counter() - start
-            if name in ("scoring", "selection"):  # what follows is the update: measure its peak memory alone
-                self._reset_peak_memory()
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._sync()
-        self.seconds = dict.fromkeys(PHASES, 0.0)
-        self._reset_peak_memory()
-        self.step_start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.step_start is None:
-            return
-        self._sync()
-        step_seconds = time.perf_counter() - self.step_start
-        self.step_start = None
-        self.seconds["update"] = max(
-            0.0, step_seconds - sum(self.seconds[p] for p in ("generation", "scoring", "selection"))
-        )
-        metrics = self.trainer._metrics["train"]
-        for name, seconds in self.seconds.items():
-            metrics[f"time/{name}"].append(seconds)
-        metrics["time/step"].append(step_seconds)
-        self.last_step_seconds = step_seconds
-        if self.trainer.accelerator.device.type == "cuda":
-            metrics["memory/update_peak_gb"].append(torch.cuda.max_memory_allocated() / 2**30)
 
 
 def rollouts_per_generation(config: PODSConfig) -> int:
@@ -228,17 +157,6 @@ class PODSTrainer(PODSStep, GRPOTrainer):
     Takes the same arguments as ``GRPOTrainer``; ``args`` must be a ``PODSConfig``.
     """
 
-    # Read by the overrides below; class-level so that a trainer built without __init__ (as TRL's own tests build
-    # GRPOTrainers, with object.__new__) behaves as plain GRPO.
-    _pods_stash = None  # (kept generation outputs, gathered kept rewards) during the inner TRL call
-    _pods_capture = False  # True while TRL prepares the rollout prompts (see _rollout_prompts)
-    _pods_in_rounds = False  # True inside an adaptive round's _generate / _calculate_rewards
-    _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
-    _selects = False
-    phase_clock = None
-    _no_variance_rounds = 0
-    _warned_no_variance = False
-
     def __init__(self, *args, **kwargs):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         if config is None:  # as GRPOTrainer: a default config named after the model (plain GRPO until m is set)
@@ -268,8 +186,6 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                 kwargs["reward_funcs"] = reward_funcs
             else:
                 args = (*args[:1], reward_funcs, *args[2:])
-        self._no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
-        self._warned_no_variance = False
         engine_setup = nullcontext()
         if config.use_vllm:  # imported only then: the vLLM checks and the CPU build's workaround live there
             from pods_rl.integrations import vllm_cpu
@@ -303,7 +219,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         self._selects = config.selects
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
-        self.phase_clock = _PhaseClock(self)
+        self.phase_clock = PhaseClock(self)
         # First in line, so that its step ends before any callback that evaluates or saves at step end
         # (pods train's TrainingClock): those seconds are not part of the step.
         self.callback_handler.callbacks.insert(0, self.phase_clock)
@@ -313,7 +229,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         of ``num_generations_eval`` completions (m unless set; TRL checks it only when ``eval_strategy`` is set)."""
         k, processes = self.num_generations_eval, self.accelerator.num_processes
         if (self.args.per_device_eval_batch_size * processes) % k != 0:
-            raise ValueError(_eval_batch_problem(self.args.per_device_eval_batch_size, processes,
+            raise ValueError(eval_batch_problem(self.args.per_device_eval_batch_size, processes,
                                                  self.args.num_generations_eval, self.args.downsample_to))
         return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
 
@@ -372,66 +288,6 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             sampler_fn=self._get_train_sampler,
             is_training=True,
         )
-
-    # ---- the PODS step -------------------------------------------------------------------------------
-
-    def _phase(self, name: str):
-        """The phase clock's context for ``name`` (nothing to time on a trainer built without __init__)."""
-        return nullcontext() if self.phase_clock is None else self.phase_clock.phase(name)
-
-    def _generate(self, prompts: list):
-        if self._pods_capture:
-            raise _PromptsPrepared(prompts)
-        if self._pods_stash is not None:
-            return self._pods_stash["generated"]
-        with self._phase("generation"):
-            return super()._generate(prompts)
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        if self._pods_stash is not None:
-            return self._pods_stash["rewards_per_func"]
-        with self._phase("scoring"):
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self.model.training and not self._pods_in_rounds:  # (adaptive rounds note it once, on whole groups)
-            self._note_reward_variance(rewards_per_func)  # (N, F), gathered over processes
-        return rewards_per_func
-
-    # Generation rounds in a row without any reward variance before the terminal hears of it (once per run).
-    NO_VARIANCE_WARN_ROUNDS = 10
-
-    def _note_reward_variance(self, rewards_per_func: torch.Tensor) -> None:
-        """Count generation rounds in which every group's n rewards were all equal (all advantages 0: nothing is
-        learned); after ``NO_VARIANCE_WARN_ROUNDS`` in a row, say so once with the likely cause."""
-        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
-        unscored = torch.isnan(rewards_per_func).all(dim=1)
-        rewards = rewards.masked_fill(unscored, float("nan")).view(-1, self.num_generations).cpu()  # (G, n)
-        if not bool(_all_equal(rewards).all()):
-            self._no_variance_rounds = 0
-            return
-        self._no_variance_rounds += 1
-        if (self._no_variance_rounds < self.NO_VARIANCE_WARN_ROUNDS or self._warned_no_variance
-                or not self.accelerator.is_main_process):
-            return
-        self._warned_no_variance = True
-        scored = rewards[~torch.isnan(rewards)]
-        temperature = getattr(self.args, "temperature", 1.0)
-        if scored.numel() == 0:
-            cause = "no reward function scored any completion (all returned None)"
-        elif temperature is not None and temperature < 0.5:
-            cause = (f"near-greedy sampling (temperature {temperature:g}) makes the {self.num_generations} "
-                     "completions of a prompt alike: raise --temperature (TRL's default is 1.0)")
-        elif bool((scored == scored[0]).all()):
-            cause = (f"every completion of every prompt scores {scored[0].item():g}: a reward function that returns "
-                     "a constant, gold answers that no completion can match (check the task's data), or a task far "
-                     "too easy or too hard for this model")
-        else:
-            cause = ("each prompt is either always solved or never solved by this model: use problems nearer its "
-                     "level, or more completions per prompt (--num_generations)")
-        logger.warning(
-            "warning: no group of completions has had any reward variance for the last %d generation rounds "
-            "(step %d; mean reward %.3g): every advantage is 0, so nothing is learned. Likely cause: %s.",
-            self._no_variance_rounds, self.state.global_step,
-            scored.mean().item() if scored.numel() else float("nan"), cause)
 
     # ---- model card (TRL's conventions: same metadata, sections and badges; PODS, n, m and the rule added) ----
 

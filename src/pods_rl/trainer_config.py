@@ -21,7 +21,7 @@ from packaging.specifiers import SpecifierSet
 TRL_RANGE = ">=1.12,<1.17"
 
 
-def _require_supported_trl(trl_version: str) -> None:
+def require_supported_trl(trl_version: str) -> None:
     """Refuse a TRL outside ``TRL_RANGE`` before touching its internals: one clear message, not an AttributeError
     in the middle of a training step."""
     if not SpecifierSet(TRL_RANGE).contains(trl_version, prereleases=True):
@@ -36,17 +36,17 @@ def _require_supported_trl(trl_version: str) -> None:
 
 
 
-_require_supported_trl(version("trl"))  # before the imports below, which reach into TRL's internals
+require_supported_trl(version("trl"))  # before the imports below, which reach into TRL's internals
 
 from trl import GRPOConfig
 
 from pods_rl.adaptive import available_adaptive_rules
-from pods_rl.downsample import available_rules, rule_takes_features
 from pods_rl.reward_guard import DEFAULT_REWARD_TIMEOUT_S, MAX_TIMEOUTS_IN_A_ROW
+from pods_rl.selection import TIEBREAKS, SelectionSettings, sampled_prompts
 
-PHASES = ("generation", "scoring", "selection", "update")
-_TIEBREAKS = ("index", "shorter", "longer")
-_BUILTIN_RULES = ("max_variance", "max_reward", "random")
+# How PODSConfig's users spell the selection settings (SelectionSettings' errors name them so).
+CONFIG_NAMES = {"m": "downsample_to (m)", "rule": "downsample_rule", "tiebreak": "downsample_tiebreak",
+                "oversample_prompts": "oversample_prompts", "register": "pods_rl.register_rule"}
 
 
 @dataclass
@@ -72,7 +72,7 @@ class PODSConfig(GRPOConfig):
         default="index",
         metadata={"help": "Which rollouts a rule keeps among equal rewards (max_variance, max_reward and rules "
                   "that take features): index (lower index first), shorter or longer (by completion tokens). "
-                  "The kept reward values do not change.", "choices": ["index", "shorter", "longer"]},
+                  "The kept reward values do not change.", "choices": list(TIEBREAKS)},
     )
     oversample_prompts: float = field(
         default=1.0,
@@ -133,35 +133,15 @@ class PODSConfig(GRPOConfig):
         if self.downsample_to is None:
             self.downsample_to = n
         m = self.downsample_to
-        if isinstance(m, bool) or not isinstance(m, int):
-            raise ValueError(f"downsample_to (m) must be an integer, got {m!r}.")
-        if n is not None and m > n:
+        if n is not None and not isinstance(m, bool) and isinstance(m, int) and m > n:
             raise ValueError(
                 f"downsample_to (m={m}) is larger than num_generations (n={n}): PODS keeps m of the n rollouts "
                 f"sampled per prompt, so m <= n. Raise num_generations or lower downsample_to."
             )
-        if m < 2:
-            raise ValueError(
-                f"downsample_to (m={m}) must be at least 2: group-normalized advantages of a single kept rollout "
-                f"are always 0, so nothing would be learned."
-            )
-        if self.downsample_rule not in available_rules():
-            raise ValueError(
-                f"Unknown downsample_rule {self.downsample_rule!r}; available rules: {available_rules()} "
-                f"(add your own with pods_rl.register_rule)."
-            )
-        if self.downsample_tiebreak not in _TIEBREAKS:
-            raise ValueError(f"downsample_tiebreak must be one of {list(_TIEBREAKS)}, got {self.downsample_tiebreak!r}.")
-        if (self.downsample_tiebreak != "index" and self.downsample_rule not in _BUILTIN_RULES
-                and not rule_takes_features(self.downsample_rule)):
-            raise ValueError(
-                f"downsample_tiebreak={self.downsample_tiebreak!r} needs a rule that sees the rollouts, but rule "
-                f"{self.downsample_rule!r} takes no features keyword (see pods_rl.register_rule); use "
-                f"downsample_tiebreak=index or add `*, features` to the rule.")
+        # m, the rule, its tiebreak and over-sampling: checked once, where every engine checks them.
+        SelectionSettings.validated(m, self.downsample_rule, self.downsample_tiebreak, self.oversample_prompts,
+                                    names=CONFIG_NAMES)
         self._check_adaptive(n, m)
-        o = self.oversample_prompts
-        if isinstance(o, bool) or not isinstance(o, (int, float)) or not 1 <= o < float("inf"):
-            raise ValueError(f"oversample_prompts must be a number >= 1 (1: no over-sampling), got {o!r}.")
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -181,7 +161,7 @@ class PODSConfig(GRPOConfig):
             super().__post_init__()
         except ValueError as err:
             if "used for evaluation" in str(err):
-                raise ValueError(_eval_batch_problem(self.per_device_eval_batch_size, self.world_size,
+                raise ValueError(eval_batch_problem(self.per_device_eval_batch_size, self.world_size,
                                                      self.num_generations_eval, m)) from None
             if "divisible by num_generations" not in str(err):
                 raise
@@ -233,6 +213,13 @@ class PODSConfig(GRPOConfig):
                              f"{self.adaptive_rule!r}); drop it or set adaptive_rule=budgeted.")
 
     @property
+    def selection_settings(self) -> SelectionSettings:
+        """The selection settings (m, rule, tiebreak, over-sampling), as ``pods_rl.selection.select`` takes them
+        (read from the fields each time: validated in ``__post_init__``)."""
+        return SelectionSettings(m=self.downsample_to, rule=self.downsample_rule, tiebreak=self.downsample_tiebreak,
+                                 oversample_prompts=float(self.oversample_prompts), names=CONFIG_NAMES)
+
+    @property
     def is_adaptive(self) -> bool:
         """True when rollouts are sampled in rounds (pilot_generations set)."""
         return self.pilot_generations is not None
@@ -256,10 +243,10 @@ class PODSConfig(GRPOConfig):
     def sampled_prompts_per_process(self) -> int:
         """Prompts sampled per process and generation round: kept groups times ``oversample_prompts``, rounded up."""
         kept_groups = self.per_device_train_batch_size * self.steps_per_generation // self.downsample_to
-        return max(kept_groups, math.ceil(kept_groups * self.oversample_prompts - 1e-9))
+        return sampled_prompts(kept_groups, self.oversample_prompts)
 
 
-def _eval_batch_problem(per_device_eval_batch_size: int, num_processes: int, num_generations_eval: int | None,
+def eval_batch_problem(per_device_eval_batch_size: int, num_processes: int, num_generations_eval: int | None,
                         m: int) -> str:
     """The one-line refusal of an evaluation batch that cannot hold whole groups."""
     k = num_generations_eval or m

@@ -1,27 +1,23 @@
-"""The PODS step of ``PODSTrainer`` (``PODSStep``, a mixin before ``GRPOTrainer`` in its bases): sample, score,
-select, then hand TRL the kept rows. Its methods override or call GRPOTrainer's internals, listed with the rest of
-the TRL surface in ``pods_rl.trainer``'s docstring (``tests/test_trl_surface.py`` pins them).
+"""The PODS step of ``PODSTrainer`` (``PODSStep``, a mixin before ``GRPOTrainer`` in its bases), top to bottom:
+prepare the prompts as TRL does, sample, score, select, then hand TRL the kept rows. Its methods override or call
+GRPOTrainer's internals, listed with the rest of the TRL surface in ``pods_rl.trainer``'s docstring
+(``tests/test_trl_surface.py`` pins them). ``docs/concepts/follow-a-step.md`` walks it with file:function names.
 
-How a training step flows (``PODSTrainer._generate_and_score_completions``)::
+One training step (``PODSStep._generate_and_score_completions``)::
 
-    prompts (P = B * oversample_prompts per process, each repeated n times)   # whole groups per process
-      -> self._rollout_prompts                (P*n prompts)  # TRL's own preparation, stopped at `_generate`:
-                                                             # environments drawn and reset, tool dicts, images
-      -> self._generate                       (P*n rollouts) # phase "generation" (multi-turn with tools)
-      -> self._calculate_rewards              (P*n, F)       # phase "scoring"
-         (adaptive rollouts, pilot_generations = k: one _generate + _calculate_rewards per round, k for
-         every prompt, then rounds for the prompts pods_rl.plan_round keeps open; each ends with m..n)
-      -> pods_rl.downsample_ragged(reward, counts, m)  (P, m)  # phase "selection" (tiebreak, features); the
-                                                             # reward: weighted sum, or per-function standardized
-                                                             # over the group under normalize_then_sum
-      -> keep the B groups whose kept rewards vary most     (B, m)   (all P = B without over-sampling)
-      -> GRPOTrainer._generate_and_score_completions on the B*m kept rows only
-         (padding, images, old/reference log-probs, TRL's metrics), with `_generate` and
-         `_calculate_rewards` answered from what was already computed above; each kept row carries its prepared
-         prompt and gets its own environment instance back, not reset again
-      -> advantages = pods_rl.group_advantages(kept rewards) # recomputed on the kept subset (normalize_then_sum:
-                                                             # TRL's own, computed on the kept rows)
-      -> loss / backward / optimizer step on B*m rows        # phase "update"
+    inputs: P prompts per process (B kept groups x oversample_prompts), each row repeated n times
+      -> _rollout_prompts         (P*n prompts)   TRL's own preparation, stopped at its `_generate` call
+                                                  (environments drawn and reset, tool dicts, images)
+      -> _sample_rollouts         (P*n rollouts)  phase "generation" then "scoring": one `_generate` +
+                                                  `_calculate_rewards` (GRPOTrainer's), or adaptive rounds
+                                                  (_sample_in_rounds: a pilot of k, then rounds for the prompts
+                                                  pods_rl.plan_round keeps open; each prompt ends with m..n)
+      -> pods_rl.selection.select (P, n, F) -> kept (P, m), groups (B,), pods/* metrics   phase "selection"
+      -> GRPOTrainer._generate_and_score_completions on the B*m kept rows only, with num_generations = m: its
+         `_generate` and `_calculate_rewards` calls are answered from what was computed above (KeptRollouts);
+         padding, old/reference log-probs, the advantages (TRL's own, grouped by m: GRPO with m rollouts) and
+         TRL's metrics are TRL's. Each kept row gets its own environment instance back, not reset again.
+      -> loss / backward / optimizer step on B*m rows  phase "update" (TRL's)
 
 Nothing is computed for the n - m discarded rollouts after selection: no log-probs, no loss, no backward.
 Evaluation samples ``num_generations_eval`` completions per prompt, m when unset (what GRPO with m costs).
@@ -33,23 +29,68 @@ same update cost; only the generation batch is n/m (times oversample_prompts) la
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from accelerate.utils import gather
-from trl.trainer.utils import nanstd
 
-from pods_rl.adaptive import downsample_ragged, group_is_mixed, plan_round
-from pods_rl.downsample import group_advantages, rule_takes_features
+from pods_rl.adaptive import group_is_mixed, plan_round
+from pods_rl.downsample import rule_takes_features
 from pods_rl.rollouts import images_in_messages, tool_turns
+from pods_rl.selection import all_equal, reward_totals, select
 from pods_rl.trainer_config import TRL_RANGE  # importing it checks the TRL version first
 
 logger = logging.getLogger("pods_rl.trainer")
 
 
+class Generated(NamedTuple):
+    """``GRPOTrainer._generate``'s 8-tuple, by name (a tuple still: TRL unpacks it as its own). Per-rollout lists,
+    except ``extra_fields`` (a ``rollout_func``'s: per-rollout lists or per-batch values) and the Nones TRL leaves
+    where a feature is off. ``tests/test_trl_surface.py`` pins the names against TRL's ``return``."""
+
+    prompt_ids: list
+    completion_ids: list
+    tool_mask: list | None
+    completions: list
+    logprobs: list | None
+    extra_fields: dict | None
+    images: list | None
+    tool_images: list | None
+
+
+@dataclass(eq=False)
+class KeptRollouts:
+    """What TRL's call on the kept rows is answered with: ``_generate``'s tuple and the (gathered) rewards."""
+
+    generated: Generated
+    rewards_per_func: torch.Tensor  # (B*m*processes, F)
+
+
+PREPARE, ROUND = "prepare", "round"
+
+
 class PODSStep:
     """The PODS step, mixed into ``PODSTrainer`` (``class PODSTrainer(PODSStep, GRPOTrainer)``): ``super()`` here is
-    GRPOTrainer. It reads the trainer's attributes (``num_generations``, ``downsample_to``, ``args``, ...)."""
+    GRPOTrainer. Reads the trainer's ``num_generations`` (n), ``downsample_to`` (m), ``args`` (a ``PODSConfig``:
+    ``args.selection_settings``), ``reward_weights`` and ``_selection_generator``, set by ``PODSTrainer.__init__``."""
+
+    # The step's one mode: what a call of `_generate` / `_calculate_rewards` made from inside the step is for.
+    #   None           TRL's own call (evaluation; GRPO at m = n): generate and score, timed
+    #   PREPARE        TRL is preparing the prompts (`_rollout_prompts`): `_generate` answers with PromptsPrepared
+    #   ROUND          an adaptive round: generate and score; the reward variance is noted once per step instead
+    #   KeptRollouts   TRL's call on the kept rows: both are answered from it
+    # Class-level defaults, so that a trainer built without __init__ (TRL's tests build GRPOTrainers with
+    # object.__new__) behaves as plain GRPO.
+    _pods_call: str | KeptRollouts | None = None
+    _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
+    _selects = False
+    phase_clock = None
+    _no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
+    _warned_no_variance = False
+    # Generation rounds in a row without any reward variance before the terminal hears of it (once per run).
+    NO_VARIANCE_WARN_ROUNDS = 10
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training or not self._selects:
@@ -68,45 +109,34 @@ class PODSStep:
         generated, rewards_per_func, counts = self._sample_rollouts(inputs, prompts, num_sampled)
 
         with self._phase("selection"):
-            process_slice = slice(self.accelerator.process_index * len(inputs),
-                                  (self.accelerator.process_index + 1) * len(inputs))
-            local_rewards_per_func = rewards_per_func[process_slice].cpu()  # (B*n, F)
-            rewards = self._selection_rewards(local_rewards_per_func.view(num_sampled, n, -1))  # (P, n)
-            # A rollout no reward function could score is treated as an average one for selection only;
-            # TRL then gives it advantage 0.
-            group_mean = torch.nan_to_num(torch.nanmean(rewards, dim=1, keepdim=True), nan=0.0)
-            rewards_for_selection = torch.where(torch.isnan(rewards), group_mean, rewards)
-            tiebreak, features = self._selection_inputs(generated, local_rewards_per_func, num_sampled, n)
-            kept = downsample_ragged(rewards_for_selection, counts, m, self.downsample_rule, tiebreak=tiebreak,
-                                     generator=self._selection_generator, features=features)  # (P, m)
-            groups = self._select_groups(rewards_for_selection.gather(1, kept), num_groups)  # (B,) ascending
-            kept_rows = (kept[groups] + n * groups.unsqueeze(1)).flatten().tolist()  # (B*m,)
-            kept_generated = _select_generated(generated, kept_rows, len(inputs))
-            kept_rewards_per_func = gather(local_rewards_per_func[kept_rows].to(rewards_per_func.device))
+            rank = self.accelerator.process_index
+            local_rewards_per_func = rewards_per_func[rank * len(inputs):(rank + 1) * len(inputs)].cpu()  # (P*n, F)
+            selection = select(local_rewards_per_func.view(num_sampled, n, -1), self.reward_weights.cpu(),
+                               num_groups, self.args.selection_settings, counts=counts,
+                               aggregation=self.multi_objective_aggregation,
+                               features=self._rollout_features(generated, local_rewards_per_func, num_sampled, n),
+                               generator=self._selection_generator, gather=self._gather)
+            for name, value in selection.metrics.items():
+                self._metrics["train"][name].append(value)
+            kept_rows = selection.kept_rows  # (B*m,)
+            kept = KeptRollouts(
+                generated=_with_dataset_images(_select_rows(generated, kept_rows, len(inputs)), prompts, kept_rows),
+                rewards_per_func=self._gather(local_rewards_per_func[kept_rows]))
 
-        # Everything below (log-probs, metrics, the loss) sees only the kept rows, each with the prompt it was
-        # generated from (its environment's observation and its images included).
-        self._pods_stash = {"generated": _with_dataset_images(kept_generated, prompts, kept_rows),
-                            "rewards_per_func": kept_rewards_per_func}
+        # Everything below (log-probs, advantages, metrics, the loss) is TRL's own, on the kept rows only, each
+        # with the prompt it was generated from (its environment's observation and its images included).
+        self._pods_call = kept
         self.num_generations = m  # TRL groups the kept rewards by num_generations
         try:
             with self._kept_environments(kept_rows):
-                output = super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept_rows))
+                return super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept_rows))
         finally:
             self.num_generations = n
-            self._pods_stash = None
+            self._pods_call = None
 
-        kept_rewards = (kept_rewards_per_func * self.reward_weights.to(kept_rewards_per_func.device)).nansum(1)
-        kept_rewards[torch.isnan(kept_rewards_per_func).all(dim=1)] = float("nan")
-        if self.multi_objective_aggregation == "sum_then_normalize":
-            # Advantages on the kept subset with the library function (same numbers as TRL's, tested).
-            # normalize_then_sum keeps TRL's own: computed on the kept rows as GRPO with m would compute them.
-            advantages = group_advantages(kept_rewards.view(-1, m), eps=1e-4, scale=self.scale_rewards)  # (G, m)
-            local = slice(self.accelerator.process_index * num_groups * m,
-                          (self.accelerator.process_index + 1) * num_groups * m)
-            output["advantages"] = advantages.flatten()[local].to(output["advantages"].device)
-        self._log_selection_metrics(rewards_per_func, kept_rewards.view(-1, m), n)
-        return output
+    def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` concatenated over processes along dim 0 (accelerate's ``gather``, on this process's device)."""
+        return gather(tensor.to(self.accelerator.device))
 
     def _sample_rollouts(self, inputs: list[dict], prompts: list, num_sampled: int):
         """Generate and score the rollouts of the P = ``num_sampled`` prompts of ``inputs`` (P*n rows, each prompt's
@@ -121,9 +151,10 @@ class PODSStep:
         if self.args.is_adaptive:
             generated, rewards_per_func, counts = self._sample_in_rounds(inputs, prompts, num_sampled)
         else:
-            generated = self._generate(prompts)  # (P*n) rollouts
-            _write_extra_fields(inputs, generated[5])  # rollout_func extras are reward inputs (as in TRL)
-            rewards_per_func = self._calculate_rewards(inputs, prompts, generated[3], generated[1])  # (N, F)
+            generated = Generated(*self._generate(prompts))  # (P*n) rollouts
+            _write_extra_fields(inputs, generated.extra_fields)  # rollout_func extras are reward inputs (as in TRL)
+            rewards_per_func = self._calculate_rewards(inputs, prompts, generated.completions,
+                                                       generated.completion_ids)  # (N, F)
             counts = torch.full((num_sampled,), n, dtype=torch.long)
             metrics = self._metrics["train"]
             metrics["pods/rollouts_sampled"].append(float(rewards_per_func.shape[0]))
@@ -172,22 +203,22 @@ class PODSStep:
                 # completions. So the ranks agree: their common run length, else 1 (no de-duplication).
                 groups = gather(torch.tensor([group], device=device))  # (processes,)
                 self.num_generations = group if bool((groups == group).all()) else 1
-                self._pods_in_rounds = True
+                self._pods_call = ROUND
                 try:
-                    generated = self._generate(round_prompts)
-                    _write_extra_fields(round_inputs, generated[5])
-                    round_per_func = self._calculate_rewards(round_inputs, round_prompts, generated[3], generated[1])
+                    generated = Generated(*self._generate(round_prompts))
+                    _write_extra_fields(round_inputs, generated.extra_fields)
+                    round_per_func = self._calculate_rewards(round_inputs, round_prompts, generated.completions,
+                                                             generated.completion_ids)
                 finally:
                     self.num_generations = n
-                    self._pods_in_rounds = False
+                    self._pods_call = None
                 with self._phase("selection"):
                     local = round_per_func[rank * round_rows: rank * round_rows + local_rows].cpu()  # (local_rows, F)
                     if local_per_func is None:
                         local_per_func = torch.full((P * n, local.shape[1]), float("nan"), dtype=local.dtype)
                     local_per_func[round_slots] = local
                     if self._adaptive_reward_index is None:  # the total that selection uses, NaN where unscored
-                        summed = (local.double() * weights).nansum(dim=1)
-                        summed = summed.masked_fill(torch.isnan(local).all(dim=1), float("nan"))
+                        summed = reward_totals(local.double(), weights)
                     else:  # one reward function's (e.g. correctness): mixed = some right and some wrong
                         summed = local[:, self._adaptive_reward_index].double()
                     rewards.view(-1)[round_slots] = summed
@@ -201,7 +232,7 @@ class PODSStep:
                     more = plan_round(rewards, counts, m, n, round_size, args.adaptive_rule, budget=budget)
         with self._phase("selection"):
             generated = _arrange_rounds(outputs, slots, P, n)
-            _write_extra_fields(inputs, generated[5])
+            _write_extra_fields(inputs, generated.extra_fields)
             rewards_per_func = gather(local_per_func.to(device))  # (P*n*processes, F)
             metrics = self._metrics["train"]
             metrics["pods/rollouts_sampled"].append(float(sampled))
@@ -214,17 +245,17 @@ class PODSStep:
         """The prompts GRPOTrainer hands to ``_generate`` for ``inputs`` (B*n rows), prepared by TRL's own code.
 
         Runs GRPOTrainer._generate_and_score_completions up to its ``_generate`` call, which answers by raising
-        ``_PromptsPrepared``: TRL draws each row's environment from its pool and resets it (its observation joins
+        ``PromptsPrepared``: TRL draws each row's environment from its pool and resets it (its observation joins
         the prompt), builds the per-rollout tool dicts and puts the dataset's images into the messages, exactly as
         it would for GRPO. Nothing is generated or scored here.
         """
-        self._pods_capture = True
+        self._pods_call = PREPARE
         try:
             super()._generate_and_score_completions(inputs)
-        except _PromptsPrepared as prepared:
+        except PromptsPrepared as prepared:
             return prepared.prompts
         finally:
-            self._pods_capture = False
+            self._pods_call = None
         raise RuntimeError("GRPOTrainer._generate_and_score_completions returned without calling _generate: this TRL "
                            f"is not one pods-rl supports (trl{TRL_RANGE}).")
 
@@ -254,92 +285,90 @@ class PODSStep:
             self._environment_pool = pool
             self.environments, self._batch_environments = environments, names
 
-    def _selection_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """(P, n, F) local rewards per function -> (P, n): what selection ranks the n rollouts of a prompt on.
-
-        ``sum_then_normalize`` (TRL's default): the weighted sum of the functions' rewards, the reward GRPO's
-        advantages normalize. ``normalize_then_sum``: each function's rewards standardized over the prompt's n
-        rollouts (TRL's formula: nan-aware mean and std, + 1e-4), then weighted and summed, so that a function
-        counts by its weight, not by its scale. NaN where no function scored the rollout.
-        """
-        weights = self.reward_weights.cpu().to(rewards_per_func.dtype)  # (F,)
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            mean = torch.nanmean(rewards_per_func, dim=1, keepdim=True)  # (P, 1, F)
-            std = nanstd(rewards_per_func, dim=1, keepdim=True)  # (P, 1, F)
-            rewards = (((rewards_per_func - mean) / (std + 1e-4)) * weights).nansum(dim=2)  # (P, n)
-        else:
-            rewards = (rewards_per_func * weights).nansum(dim=2)  # (P, n)
-        return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=2), float("nan"))
-
-    def _select_groups(self, kept_rewards: torch.Tensor, num_groups: int) -> torch.Tensor:
-        """The ``num_groups`` of the P sampled groups (rows of ``kept_rewards`` (P, m)) that reach the update.
-
-        Without over-sampling (P == B) all of them. Otherwise the groups whose kept rewards have the largest
-        variance, groups whose kept rewards are all equal (zero advantage: nothing to learn) last, ties by
-        sampling order. Logs prompts sampled, zero-variance groups and the kept groups' variance (global).
-        """
-        num_sampled = kept_rewards.shape[0]
-        variance = kept_rewards.double().var(dim=1, unbiased=False)  # (P,)
-        zero = (kept_rewards == kept_rewards[:, :1]).all(dim=1)  # (P,) exact: no rounding noise
-        score = torch.where(zero, torch.full_like(variance, -1.0), variance)
-        if num_sampled == num_groups:
-            groups = torch.arange(num_sampled)
-        else:
-            groups = torch.sort(score, descending=True, stable=True).indices[:num_groups].sort().values  # (B,)
-        selected = torch.zeros(num_sampled, dtype=torch.bool)
-        selected[groups] = True
-        stats = gather(torch.stack([variance, zero.double(), selected.double()], dim=1).to(self.accelerator.device))
-        variance, zero, selected = stats[:, 0], stats[:, 1].bool(), stats[:, 2].bool()  # (P * processes,) each
-        metrics = self._metrics["train"]
-        metrics["pods/prompts_sampled"].append(float(stats.shape[0]))
-        metrics["pods/groups_zero_std"].append(zero.sum().item())
-        metrics["pods/groups_zero_std_kept"].append((zero & selected).sum().item())
-        metrics["pods/kept_groups_var_mean"].append(variance[selected].mean().item())
-        return groups
-
-    def _selection_inputs(self, generated, local_rewards_per_func, num_groups: int, n: int):
-        """The tiebreak (B, n) of ``downsample_tiebreak`` and, for rules that take them, the rollout features:
-        ``lengths`` (B, n) tokens the model generated (tool results excluded), ``rewards_per_func`` (B, n, F),
-        ``truncated`` (B, n) bool, ``tool_calls`` (B, n) and ``turns`` (B, n) model turns of a multi-turn rollout
-        (0 and 1 without tools)."""
-        tiebreak_mode = self.args.downsample_tiebreak
-        takes_features = rule_takes_features(self.downsample_rule)
-        if tiebreak_mode == "index" and not takes_features:
-            return None, None
-        completion_ids, tool_mask = generated[1], generated[2]
+    def _rollout_features(self, generated: tuple, rewards_per_func: torch.Tensor, num_prompts: int, n: int):
+        """What selection may look at besides the rewards, each (P, n): ``lengths`` tokens the model generated (tool
+        results excluded; the tiebreaks read it) and, for rules that take features, ``rewards_per_func`` (P, n, F)
+        from this process's (P*n, F), ``truncated`` (bool: hit max_completion_length, as TRL's clipped_ratio),
+        ``tool_calls`` and ``turns`` (model turns of a multi-turn rollout; 0 and 1 without tools). None when the
+        rule sees rewards only."""
+        takes_features = rule_takes_features(self.args.selection_settings.rule)
+        if self.args.selection_settings.tiebreak == "index" and not takes_features:
+            return None
+        generated = Generated(*generated)
+        completion_ids, tool_mask = generated.completion_ids, generated.tool_mask
         counts = [sum(mask) for mask in tool_mask] if tool_mask is not None else [len(ids) for ids in completion_ids]
-        lengths = torch.tensor(counts, dtype=torch.long).view(num_groups, n)  # (B, n)
-        tiebreak = {"index": None, "shorter": lengths, "longer": -lengths}[tiebreak_mode]
+        features = {"lengths": torch.tensor(counts, dtype=torch.long).view(num_prompts, n)}
         if not takes_features:
-            return tiebreak, None
+            return features
         # The stop tokens TRL itself counts for clipped_ratio: TRL >= 1.13 keeps the generation config's EOS ids too
         # (eos_token_ids); 1.12 knows only the tokenizer's.
         eos_ids = getattr(self, "eos_token_ids", None) or [self._tokenizer.eos_token_id]
         eos_and_pad = {*eos_ids, self._tokenizer.pad_token_id}
         truncated = torch.tensor([len(ids) > 0 and ids[-1] not in eos_and_pad for ids in completion_ids])
-        features = {
-            "lengths": lengths,
-            "rewards_per_func": local_rewards_per_func.view(num_groups, n, -1),  # (B, n, F)
-            "truncated": truncated.view(num_groups, n),  # (B, n): hit max_completion_length (as TRL's clipped_ratio)
-        }
         calls, turns = tool_turns(tool_mask, len(completion_ids))
-        features["tool_calls"] = torch.tensor(calls, dtype=torch.long).view(num_groups, n)  # (B, n)
-        features["turns"] = torch.tensor(turns, dtype=torch.long).view(num_groups, n)  # (B, n)
-        return tiebreak, features
+        features["rewards_per_func"] = rewards_per_func.view(num_prompts, n, -1)
+        features["truncated"] = truncated.view(num_prompts, n)
+        features["tool_calls"] = torch.tensor(calls, dtype=torch.long).view(num_prompts, n)
+        features["turns"] = torch.tensor(turns, dtype=torch.long).view(num_prompts, n)
+        return features
 
-    def _log_selection_metrics(self, rewards_per_func, kept_rewards, n):
-        """Reward statistics over all n sampled and over the m kept rollouts (global over processes)."""
-        all_rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(1)
-        all_rewards[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")
-        all_rewards = all_rewards.view(-1, n)  # (G, n)
-        metrics = self._metrics["train"]
-        metrics["pods/reward_all_mean"].append(torch.nanmean(all_rewards).item())
-        metrics["pods/reward_all_std"].append(nanstd(all_rewards).item())
-        metrics["pods/reward_kept_mean"].append(torch.nanmean(kept_rewards).item())
-        metrics["pods/reward_kept_std"].append(nanstd(kept_rewards).item())
-        zero_all, zero_kept = _all_equal(all_rewards), _all_equal(kept_rewards)  # (G,) each
-        metrics["pods/frac_zero_std_all"].append(zero_all.float().mean().item())
-        metrics["pods/frac_zero_std_kept"].append(zero_kept.float().mean().item())
+    # ---- the two GRPOTrainer calls the step answers (see _pods_call) ------------------------------------------
+
+    def _generate(self, prompts: list):
+        if self._pods_call == PREPARE:
+            raise PromptsPrepared(prompts)
+        if isinstance(self._pods_call, KeptRollouts):
+            return self._pods_call.generated
+        with self._phase("generation"):
+            return super()._generate(prompts)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if isinstance(self._pods_call, KeptRollouts):
+            return self._pods_call.rewards_per_func
+        with self._phase("scoring"):
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.model.training and self._pods_call != ROUND:  # (adaptive rounds note it once, on whole groups)
+            self._note_reward_variance(rewards_per_func)  # (N, F), gathered over processes
+        return rewards_per_func
+
+    def _phase(self, name: str):
+        """The phase clock's context for ``name`` (nothing to time on a trainer built without __init__)."""
+        return nullcontext() if self.phase_clock is None else self.phase_clock.phase(name)
+
+    def _note_reward_variance(self, rewards_per_func: torch.Tensor) -> None:
+        """Count generation rounds in which every group's n rewards were all equal (all advantages 0: nothing is
+        learned); after ``NO_VARIANCE_WARN_ROUNDS`` in a row, say so once with the likely cause."""
+        rewards = reward_totals(rewards_per_func, self.reward_weights).view(-1, self.num_generations).cpu()  # (G, n)
+        if not bool(all_equal(rewards).all()):
+            self._no_variance_rounds = 0
+            return
+        self._no_variance_rounds += 1
+        if (self._no_variance_rounds < self.NO_VARIANCE_WARN_ROUNDS or self._warned_no_variance
+                or not self.accelerator.is_main_process):
+            return
+        self._warned_no_variance = True
+        scored = rewards[~torch.isnan(rewards)]
+        logger.warning(
+            "warning: no group of completions has had any reward variance for the last %d generation rounds "
+            "(step %d; mean reward %.3g): every advantage is 0, so nothing is learned. Likely cause: %s.",
+            self._no_variance_rounds, self.state.global_step,
+            scored.mean().item() if scored.numel() else float("nan"),
+            _no_variance_cause(scored, getattr(self.args, "temperature", 1.0), self.num_generations))
+
+
+def _no_variance_cause(scored: torch.Tensor, temperature: float | None, n: int) -> str:
+    """The likeliest reason why no group's rewards varied, from the rewards scored (1-d) and the sampling."""
+    if scored.numel() == 0:
+        return "no reward function scored any completion (all returned None)"
+    if temperature is not None and temperature < 0.5:
+        return (f"near-greedy sampling (temperature {temperature:g}) makes the {n} completions of a prompt alike: "
+                "raise --temperature (TRL's default is 1.0)")
+    if bool((scored == scored[0]).all()):
+        return (f"every completion of every prompt scores {scored[0].item():g}: a reward function that returns a "
+                "constant, gold answers that no completion can match (check the task's data), or a task far too "
+                "easy or too hard for this model")
+    return ("each prompt is either always solved or never solved by this model: use problems nearer its level, or "
+            "more completions per prompt (--num_generations)")
 
 
 @contextmanager
@@ -379,16 +408,6 @@ def _one_sleep_per_step(trainer):
             generation._llm_weights_sleeping = True
 
 
-def _all_equal(rewards: torch.Tensor) -> torch.Tensor:
-    """(G, k) rewards -> (G,) bool: every non-NaN reward of the group is the same value, exactly.
-
-    A tolerance on the std would miss many such groups: the float32 std of 16 copies of 0.8 is 6e-8, not 0.
-    """
-    top = torch.where(torch.isnan(rewards), float("-inf"), rewards).amax(dim=1)
-    bottom = torch.where(torch.isnan(rewards), float("inf"), rewards).amin(dim=1)
-    return top <= bottom
-
-
 def _write_extra_fields(inputs: list[dict], extra_fields: dict | None) -> None:
     """Write a rollout_func's extra fields (per-rollout lists or per-batch values) into the rows of ``inputs``."""
     for key, values in (extra_fields or {}).items():
@@ -406,7 +425,7 @@ def _ranks_within(owners: list[int]) -> list[int]:
     return ranks
 
 
-def _arrange_rounds(outputs: list[tuple], slots: list[list[int]], num_prompts: int, n: int) -> tuple:
+def _arrange_rounds(outputs: list[tuple], slots: list[list[int]], num_prompts: int, n: int) -> Generated:
     """Merge the rounds' ``_generate`` tuples into one of P*n rows: row ``slots[r][i]`` holds round r's i-th row
     (a round's padding rows, past ``len(slots[r])``, are dropped); a slot no round filled holds a copy of its
     prompt's first rollout (slot p*n, always filled by the pilot). Per-batch values (anything that is not a list
@@ -426,10 +445,10 @@ def _arrange_rounds(outputs: list[tuple], slots: list[list[int]], num_prompts: i
                 merged[slot] = value[i]
         return [merged[slot - slot % n] if value is empty else value for slot, value in enumerate(merged)]
 
-    return tuple(merge([output[i] for output in outputs]) for i in range(len(outputs[0])))
+    return Generated(*(merge([output[i] for output in outputs]) for i in range(len(outputs[0]))))
 
 
-def _select_generated(generated: tuple, rows: list[int], num_rows: int) -> tuple:
+def _select_rows(generated: tuple, rows: list[int], num_rows: int) -> Generated:
     """Keep ``rows`` of every per-rollout entry of ``GRPOTrainer._generate``'s output tuple."""
 
     def pick(value):
@@ -439,11 +458,12 @@ def _select_generated(generated: tuple, rows: list[int], num_rows: int) -> tuple
             return {k: pick(v) for k, v in value.items()}
         return value  # None, or a per-batch scalar
 
-    return tuple(pick(value) for value in generated)
+    return Generated(*(pick(value) for value in generated))
 
 
-class _PromptsPrepared(BaseException):  # noqa: N818 - a signal, not an error; BaseException passes any `except Exception`
-    """Raised by ``PODSTrainer._generate`` while TRL prepares the prompts (see ``_rollout_prompts``)."""
+class PromptsPrepared(BaseException):  # noqa: N818 - a signal, not an error; BaseException passes any `except Exception`
+    """Raised by ``PODSStep._generate`` while TRL prepares the prompts (see ``_rollout_prompts``): a
+    BaseException, so that no ``except Exception`` of TRL's on the way catches it."""
 
     def __init__(self, prompts: list):
         super().__init__("prompts prepared")
@@ -462,12 +482,12 @@ def _kept_inputs(inputs: list[dict], prompts: list, rows: list[int]) -> list[dic
             for i in rows]
 
 
-def _with_dataset_images(generated: tuple, prompts: list, rows: list[int]) -> tuple:
-    """``_generate``'s tuple for the kept rows, with the dataset's images where it has none ([6] is None after a
-    ``rollout_func``: TRL then uses the dataset's, which ``_kept_inputs`` takes off the rows)."""
-    if generated[6] is not None:
+def _with_dataset_images(generated: Generated, prompts: list, rows: list[int]) -> Generated:
+    """``_generate``'s tuple for the kept rows, with the dataset's images where it has none (``images`` is None after
+    a ``rollout_func``: TRL then uses the dataset's, which ``_kept_inputs`` takes off the rows)."""
+    if generated.images is not None:
         return generated
     images = [images_in_messages(prompts[i]) for i in rows]
     if not any(images):
         return generated
-    return (*generated[:6], images, *generated[7:])
+    return generated._replace(images=images)

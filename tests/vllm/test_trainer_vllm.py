@@ -13,7 +13,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import pods_rl.trainer_step as trainer_module  # the PODS step and its helpers (pods_rl.trainer re-exports them)
+import pods_rl.trainer_step as trainer_module  # the PODS step and its helpers
 from pods_rl import register_rule
 from pods_rl.trainer import PODSConfig, PODSTrainer
 
@@ -62,13 +62,13 @@ def record_syncs(trainer) -> list[int]:
 
 def record_selections(monkeypatch) -> list[tuple]:
     """(completion lengths of all sampled rows, kept rows) of every selection."""
-    seen, select = [], trainer_module._select_generated
+    seen, select = [], trainer_module._select_rows
 
     def recording_select(generated, rows, num_rows):
         seen.append(([len(ids) for ids in generated[1]], list(rows)))
         return select(generated, rows, num_rows)
 
-    monkeypatch.setattr(trainer_module, "_select_generated", recording_select)
+    monkeypatch.setattr(trainer_module, "_select_rows", recording_select)
     return seen
 
 
@@ -88,16 +88,16 @@ def test_pods_logprobs_follow_kept_rows_and_current_weights(tmp_path, vllm_model
             sync()
 
     trainer.vllm_generation.sync_weights = sync_except_steps_3_4
-    select = trainer_module._select_generated
+    select = trainer_module._select_rows
 
     def rotate_vllm_logprobs_from_step_5(generated, rows, num_rows):
         kept = select(generated, rows, num_rows)
         if trainer.state.global_step < 4:
             return kept
-        sampling_logprobs = kept[4]  # per kept row: vLLM's log-prob of each sampled token (vLLM only)
-        return (*kept[:4], sampling_logprobs[1:] + sampling_logprobs[:1], *kept[5:])
+        sampling_logprobs = kept.logprobs  # per kept row: vLLM's log-prob of each sampled token (vLLM only)
+        return kept._replace(logprobs=sampling_logprobs[1:] + sampling_logprobs[:1])
 
-    monkeypatch.setattr(trainer_module, "_select_generated", rotate_vllm_logprobs_from_step_5)
+    monkeypatch.setattr(trainer_module, "_select_rows", rotate_vllm_logprobs_from_step_5)
     trainer.train()
 
     diffs = logged(trainer, LOGP_DIFF)
@@ -201,7 +201,7 @@ def test_adaptive_rounds_through_vllm(tmp_path, vllm_model_dir, release_engines)
     calls, generate = [], trainer._generate
 
     def recording_generate(prompts, *args, **kwargs):
-        if trainer._pods_in_rounds:  # an adaptive round (not TRL's prompt preparation or its call on the kept rows)
+        if trainer._pods_call == trainer_module.ROUND:  # an adaptive round (not TRL's prompt preparation or its call on the kept rows)
             calls.append((trainer.state.global_step, len(prompts)))
         return generate(prompts, *args, **kwargs)
 
