@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pods_rl.commands import cli
-from pods_rl.integrations.verl_args import kept_groups, padding_rows, sampled_prompts, verl_batch_settings
+from pods_rl.integrations.verl_args import padding_rows, verl_batch_settings
+from pods_rl.selection import kept_groups, sampled_prompts
 
 
 @settings(max_examples=300, deadline=None)

@@ -79,12 +79,15 @@ from verl.trainer.ppo.utils import need_critic  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
 from verl.utils.import_utils import load_module  # noqa: E402
 
-from pods_rl.downsample import available_rules, downsample, rule_takes_features  # noqa: E402
-from pods_rl.integrations.verl_args import SEPARATE_ASYNC, TIEBREAKS, kept_groups, padding_rows  # noqa: E402
+from pods_rl.downsample import rule_takes_features  # noqa: E402
+from pods_rl.integrations.verl_args import SEPARATE_ASYNC, padding_rows  # noqa: E402
+from pods_rl.selection import SelectionSettings, kept_groups, select  # noqa: E402
 
 __all__ = ["PODSReplayBuffer", "PODSReplayBufferAsync", "PODSSettings", "select_sessions", "VERL_RANGE"]
 
-_BUILTIN_RULES = ("max_variance", "max_reward", "random")
+# How verl's users spell the selection settings (SelectionSettings' errors name them so).
+VERL_NAMES = {name: f"sampler_kwargs.{name}" for name in ("m", "rule", "tiebreak", "oversample_prompts")}
+VERL_NAMES["register"] = "pods_rl.register_rule in a module named by sampler_kwargs.rule_module"
 _NO_REWARDS = ("no rewards (rm_scores) in TransferQueue when the PODS replay buffer samples: PODS selects by reward "
                "before anything else runs, so use rule-based rewards or a reward model in its own resource pool "
                "(reward.reward_model.enable_resource_pool=True)")
@@ -117,24 +120,12 @@ class PODSSettings:
         if "m" not in kwargs:
             raise ValueError("the PODS replay buffer needs +trainer.v1.sampler.sampler_kwargs.m=M (rollouts kept per "
                              "prompt); `pods verl-args` prints all the settings")
-        m = kwargs["m"]
-        if isinstance(m, bool) or not isinstance(m, int) or m < 2:
-            raise ValueError(f"sampler_kwargs.m must be an integer >= 2 (rollouts kept per prompt), got {m!r}")
         if kwargs.get("rule_module"):
             _import_rule_module(str(kwargs["rule_module"]))
-        rule = kwargs.get("rule", "max_variance")
-        if rule not in available_rules():
-            raise ValueError(f"unknown down-sampling rule {rule!r}; available: {available_rules()} (register your own "
-                             "in a module named by sampler_kwargs.rule_module)")
-        tiebreak = kwargs.get("tiebreak", "index")
-        if tiebreak not in TIEBREAKS:
-            raise ValueError(f"sampler_kwargs.tiebreak must be one of {list(TIEBREAKS)}, got {tiebreak!r}")
-        if tiebreak != "index" and rule not in _BUILTIN_RULES and not rule_takes_features(rule):
-            raise ValueError(f"tiebreak={tiebreak!r} needs a rule that sees the rollouts, but rule {rule!r} takes no "
-                             "features keyword; use tiebreak=index or add `*, features` to the rule")
-        o = kwargs.get("oversample_prompts", 1.0)
-        if isinstance(o, bool) or not isinstance(o, (int, float)) or not 1 <= o < float("inf"):
-            raise ValueError(f"sampler_kwargs.oversample_prompts must be a number >= 1 (1: none), got {o!r}")
+        selection = SelectionSettings.validated(kwargs["m"], kwargs.get("rule", "max_variance"),
+                                                kwargs.get("tiebreak", "index"), kwargs.get("oversample_prompts", 1.0),
+                                                names=VERL_NAMES)
+        rule = selection.rule
         seed = kwargs.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"sampler_kwargs.seed must be an integer, got {seed!r}")
@@ -146,8 +137,15 @@ class PODSSettings:
         if rule_takes_features(rule) and response_length is None:
             raise ValueError(f"rule {rule!r} takes features (lengths, truncated): set "
                              "+trainer.v1.sampler.sampler_kwargs.response_length to rollout.response_length")
-        return cls(m=m, rule=rule, tiebreak=tiebreak, oversample_prompts=float(o), seed=seed,
-                   rule_module=kwargs.get("rule_module"), n=n, response_length=response_length)
+        return cls(m=selection.m, rule=rule, tiebreak=selection.tiebreak,
+                   oversample_prompts=selection.oversample_prompts, seed=seed, rule_module=kwargs.get("rule_module"),
+                   n=n, response_length=response_length)
+
+    @property
+    def selection(self) -> SelectionSettings:
+        """m, the rule, its tiebreak and over-sampling, as ``pods_rl.selection.select`` takes them."""
+        return SelectionSettings(m=self.m, rule=self.rule, tiebreak=self.tiebreak,
+                                 oversample_prompts=self.oversample_prompts, names=VERL_NAMES)
 
 
 def _plain(mapping) -> dict:
@@ -300,83 +298,42 @@ def _session_rewards(partition_id: str, keys: list[str]) -> torch.Tensor:
     return scores.reshape(len(keys), -1).sum(dim=1).double()
 
 
-@dataclass
-class _Group:
-    uid: str
-    sessions: list[str]  # "{uid}_{session}", in session order
-    rewards: torch.Tensor  # (size,) float64
-    lengths: torch.Tensor  # (size,) int64: response tokens over the session's outputs
-    truncated: torch.Tensor  # (size,) bool: the last output reached the response length
-    kept: torch.Tensor | None = None  # (k,) int64 indices into sessions, k = min(m, size)
-
-
 def select_sessions(keys: list[str], tags: list[dict], rewards: dict[str, float], settings: PODSSettings,
                     num_groups: int, generator: torch.Generator | None = None) -> tuple[list[bool], dict[str, float]]:
-    """Which rows of a sampled batch to keep, and the ``pods/*`` metrics.
+    """Which rows of a sampled batch to keep, and the ``pods/*`` metrics: ``pods_rl.selection.select`` on the
+    batch's sessions, grouped by prompt.
 
     Args:
         keys: the batch's ``{uid}_{session}_{index}`` keys.
         tags: their TransferQueue tags (``response_len``), one per key.
         rewards: ``{uid}_{session}`` -> the session's reward.
         settings: m, rule, tiebreak, response_length.
-        num_groups: B, groups to keep; the groups whose kept rewards vary most (all-equal ones last, ties by
-            order of appearance), as ``PODSTrainer._select_groups``; all of them when B >= the groups present.
+        num_groups: B, groups to keep: the groups whose kept rewards vary most (all-equal ones last, ties by order
+            of appearance); all of them when B >= the groups present.
         generator: for the random rule.
 
     Returns:
-        keep: one bool per row; metrics: ``pods/reward_{all,kept}_{mean,std}``, ``pods/frac_zero_std_{all,kept}``,
-        ``pods/prompts_sampled``, ``pods/groups_zero_std``, ``pods/groups_zero_std_kept``,
-        ``pods/kept_groups_var_mean`` (as the TRL trainer logs them) and ``pods/rollouts_{sampled,kept}``,
-        ``pods/groups_ragged`` (groups with fewer than n sessions, or than the largest group when n is unknown).
+        keep: one bool per row; metrics: ``select``'s (as the TRL trainer logs them) and ``pods/rollouts_{sampled,
+        kept}``, ``pods/groups_ragged`` (groups with fewer than n sessions, or than the largest group when n is
+        unknown).
     """
-    groups = _groups(keys, tags, rewards, settings)
-    for size in sorted({len(g.sessions) for g in groups}):
-        bucket = [g for g in groups if len(g.sessions) == size]
-        kept = _downsample_bucket(bucket, settings, generator) if size > settings.m else \
-            torch.arange(size).expand(len(bucket), size)
-        for group, indices in zip(bucket, kept):
-            group.kept = indices
-
-    kept_rewards = [g.rewards[g.kept] for g in groups]
-    zero_kept = torch.tensor([bool((r == r[0]).all()) for r in kept_rewards])  # (G,) exact, as _all_equal
-    variance = torch.stack([r.var(unbiased=False) for r in kept_rewards])  # (G,)
-    score = torch.where(zero_kept, torch.full_like(variance, -1.0), variance)
-    order = torch.sort(score, descending=True, stable=True).indices
-    selected = torch.zeros(len(groups), dtype=torch.bool)
-    selected[order[:num_groups]] = True
-
-    kept_sessions = {g.sessions[i] for g, s in zip(groups, selected.tolist()) if s for i in g.kept.tolist()}
+    sessions, table = _sessions_by_prompt(keys, tags, rewards, settings.response_length)
+    sizes = torch.tensor([len(names) for names in sessions])  # (G,) sessions per prompt (a failed one is missing)
+    features = {"lengths": table["lengths"], "truncated": table["truncated"]}  # (G, n_max) each
+    selection = select(table["rewards"].unsqueeze(2), torch.ones(1, dtype=torch.float64), num_groups,
+                       settings.selection, counts=sizes, features=features, generator=generator)
+    kept_sessions = {sessions[p][j] for p, j in (divmod(row, selection.n) for row in selection.kept_rows)}
     keep = [key.rsplit("_", 1)[0] in kept_sessions for key in keys]
-
-    all_rewards = torch.cat([g.rewards for g in groups])
-    trained = torch.cat([r for r, s in zip(kept_rewards, selected.tolist()) if s])
-    zero_all = torch.tensor([bool((g.rewards == g.rewards[0]).all()) for g in groups])
-    expected = settings.n or max(len(g.sessions) for g in groups)
-    metrics = {
-        "pods/reward_all_mean": all_rewards.mean().item(),
-        "pods/reward_all_std": _std(all_rewards),
-        "pods/reward_kept_mean": trained.mean().item(),
-        "pods/reward_kept_std": _std(trained),
-        "pods/frac_zero_std_all": zero_all.double().mean().item(),
-        "pods/frac_zero_std_kept": zero_kept[selected].double().mean().item(),
-        "pods/prompts_sampled": float(len(groups)),
-        "pods/groups_zero_std": float(zero_kept.sum()),
-        "pods/groups_zero_std_kept": float((zero_kept & selected).sum()),
-        "pods/kept_groups_var_mean": variance[selected].mean().item(),
-        "pods/rollouts_sampled": float(all_rewards.numel()),
-        "pods/rollouts_kept": float(trained.numel()),
-        "pods/groups_ragged": float(sum(len(g.sessions) < expected for g in groups)),
-    }
-    return keep, metrics
+    expected = settings.n or int(sizes.max())
+    return keep, {**selection.metrics, "pods/rollouts_sampled": float(sizes.sum()),
+                  "pods/rollouts_kept": float(len(kept_sessions)),
+                  "pods/groups_ragged": float((sizes < expected).sum())}
 
 
-def _std(values: torch.Tensor) -> float:
-    """Bessel-corrected std (TRL's nanstd convention: NaN for fewer than two values)."""
-    return values.std().item() if values.numel() > 1 else float("nan")
-
-
-def _groups(keys: list[str], tags: list[dict], rewards: dict[str, float], settings: PODSSettings) -> list[_Group]:
-    """The batch's prompt groups, in order of first appearance, each with its sessions' rewards and features."""
+def _sessions_by_prompt(keys: list[str], tags: list[dict], rewards: dict[str, float], response_length: int | None):
+    """The batch's prompt groups, in order of first appearance: each group's session names (session order), and
+    their ``rewards`` (G, n_max) float64 NaN-padded, ``lengths`` (G, n_max) response tokens over the session's
+    outputs and ``truncated`` (G, n_max) bool (its last output reached ``response_length``)."""
     lengths: dict[str, int] = {}
     last: dict[str, tuple[int, int]] = {}  # session -> (index, response_len) of its last output
     by_uid: dict[str, list[tuple[int, str]]] = {}
@@ -390,25 +347,14 @@ def _groups(keys: list[str], tags: list[dict], rewards: dict[str, float], settin
         lengths[name] += response_len
         if name not in last or last[name][0] < index:
             last[name] = (index, response_len)
-    limit = settings.response_length
-    groups = []
-    for uid, sessions in by_uid.items():
-        names = [name for _, name in sorted(sessions)]
-        groups.append(_Group(
-            uid=uid, sessions=names,
-            rewards=torch.tensor([rewards[s] for s in names], dtype=torch.float64),
-            lengths=torch.tensor([lengths[s] for s in names], dtype=torch.long),
-            truncated=torch.tensor([limit is not None and last[s][1] >= limit for s in names])))
-    return groups
-
-
-def _downsample_bucket(bucket: list[_Group], settings: PODSSettings, generator) -> torch.Tensor:
-    """Kept indices (G, m) for G groups of the same size n > m, with the rule, tiebreak and features."""
-    rewards = torch.stack([g.rewards for g in bucket])  # (G, n)
-    lengths = torch.stack([g.lengths for g in bucket])  # (G, n)
-    tiebreak = {"index": None, "shorter": lengths, "longer": -lengths}[settings.tiebreak]
-    features = None
-    if rule_takes_features(settings.rule):
-        features = {"lengths": lengths, "truncated": torch.stack([g.truncated for g in bucket])}
-    return downsample(rewards, settings.m, settings.rule, tiebreak=tiebreak, generator=generator, features=features)
-
+    sessions = [[name for _, name in sorted(group)] for group in by_uid.values()]
+    width = max(len(names) for names in sessions)
+    table = {"rewards": torch.full((len(sessions), width), float("nan"), dtype=torch.float64),
+             "lengths": torch.zeros((len(sessions), width), dtype=torch.long),
+             "truncated": torch.zeros((len(sessions), width), dtype=torch.bool)}
+    for g, names in enumerate(sessions):
+        table["rewards"][g, :len(names)] = torch.tensor([rewards[s] for s in names], dtype=torch.float64)
+        table["lengths"][g, :len(names)] = torch.tensor([lengths[s] for s in names], dtype=torch.long)
+        table["truncated"][g, :len(names)] = torch.tensor(
+            [response_length is not None and last[s][1] >= response_length for s in names])
+    return sessions, table

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pods_rl.selection import SelectionSettings
+
 # The verl versions whose v1 ReplayBuffer internals pods_rl.integrations.verl was tested against (it refuses any other
 # at import; pyproject.toml's `verl` extra must lie inside, tests/test_extras.py): `_materialize_batch(partition_id,
 # uids, snapshot)`, the six constructor arguments, the `{uid}_{session}_{index}` keys and `rm_scores` in
@@ -33,30 +35,10 @@ VERL_RANGE = ">=0.9.1,<0.10"
 SAMPLER_PATH = "pkg://pods_rl.integrations.verl"
 SAMPLER_NAME = "PODSReplayBuffer"
 TRAINER_MODES = ("sync", "colocate_async")  # separate_async: see SEPARATE_ASYNC
-TIEBREAKS = ("index", "shorter", "longer")
 SEPARATE_ASYNC = ("verl's separate_async trainer requires data.train_batch_size = parameter_sync_step x "
                   "actor.ppo_mini_batch_size, so every update is one mini-batch of ppo_mini_batch_size x n rows: with "
                   "m < n kept per prompt it would always be padded to n/m times its kept rows; use "
                   "trainer.v1.trainer_mode=sync or colocate_async")
-
-
-def sampled_prompts(kept_groups: int, oversample_prompts: float = 1.0) -> int:
-    """Prompts to sample so that ``kept_groups`` groups reach the update: kept x oversample, rounded up (at least
-    kept), exactly as ``PODSConfig.sampled_prompts_per_process``."""
-    return max(kept_groups, math.ceil(kept_groups * oversample_prompts - 1e-9))
-
-
-def kept_groups(sampled: int, oversample_prompts: float = 1.0) -> int:
-    """The inverse of ``sampled_prompts``: the most groups whose sampled count fits in ``sampled`` (at least 1).
-
-    ``kept_groups(sampled_prompts(B, o), o) == B`` for every B >= 1 and o >= 1.
-    """
-    kept = max(1, math.floor(sampled / oversample_prompts + 1e-9))
-    while kept > 1 and sampled_prompts(kept, oversample_prompts) > sampled:
-        kept -= 1
-    while sampled_prompts(kept + 1, oversample_prompts) <= sampled:
-        kept += 1
-    return kept
 
 
 def padding_rows(kept_rows: int, dp: int, actor_rows: int, critic_rows: int | None = None) -> int:
@@ -121,18 +103,43 @@ def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, 
     if not 2 <= m <= n:
         raise ValueError(f"need 2 <= m <= n, got n={n}, m={m}: PODS keeps m of the n rollouts of each prompt, and one "
                          "kept rollout has no group to compare with")
-    o = oversample_prompts
-    if isinstance(o, bool) or not isinstance(o, (int, float)) or not 1 <= o < float("inf"):
-        raise ValueError(f"oversample_prompts must be a number >= 1 (1: no over-sampling), got {o!r}")
-    if tiebreak not in TIEBREAKS:
-        raise ValueError(f"tiebreak must be one of {list(TIEBREAKS)}, got {tiebreak!r}")
-    if not isinstance(rule, str) or not rule:
-        raise ValueError(f"rule must be the name of a down-sampling rule, got {rule!r}")
+    # The rule is registered in verl's process (sampler_kwargs.rule_module), not necessarily in this one.
+    selection = SelectionSettings.validated(m, rule, tiebreak, oversample_prompts, rule_registered_here=False)
     if trainer_mode == "separate_async":
         raise ValueError(SEPARATE_ASYNC)
     if trainer_mode not in TRAINER_MODES:
         raise ValueError(f"trainer_mode must be one of {list(TRAINER_MODES)}, got {trainer_mode!r}")
 
+    kept_rows = prompts * m
+    _check_no_padding(prompts, n, m, dp, mini_batch, critic_mini_batch)
+    sampled = selection.sampled_prompts(prompts)
+    train_batch_size = sampled
+    overrides = [
+        f"trainer.v1.trainer_mode={trainer_mode}",
+        f"data.train_batch_size={train_batch_size}",
+        f"actor_rollout_ref.rollout.n={n}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch // n}",
+    ]
+    if critic_mini_batch is not None:
+        overrides.append(f"critic.ppo_mini_batch_size={critic_mini_batch // n}")
+    overrides += [
+        f"trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH}",
+        f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",
+        # sampler_kwargs is an empty mapping in verl's config: Hydra needs `+` to add keys to it.
+        f"+trainer.v1.sampler.sampler_kwargs.m={m}",
+        f"+trainer.v1.sampler.sampler_kwargs.rule={rule}",
+        f"+trainer.v1.sampler.sampler_kwargs.tiebreak={tiebreak}",
+    ]
+    if oversample_prompts != 1:
+        overrides.append(f"+trainer.v1.sampler.sampler_kwargs.oversample_prompts={oversample_prompts}")
+    return VerlBatch(train_batch_size=train_batch_size, sampled_per_update=sampled, kept_groups=prompts,
+                     kept_rows=kept_rows, actor_mini_batch=mini_batch // n,
+                     critic_mini_batch=None if critic_mini_batch is None else critic_mini_batch // n,
+                     overrides=tuple(overrides))
+
+
+def _check_no_padding(prompts: int, n: int, m: int, dp: int, mini_batch: int, critic_mini_batch: int | None) -> None:
+    """Refuse, with one line, mini-batches verl cannot express or would pad (B x m kept rows per update)."""
     kept_rows = prompts * m
     mini_batches = {"mini-batch": mini_batch}
     if critic_mini_batch is not None:
@@ -152,28 +159,3 @@ def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, 
                              f"prompts as a multiple of {rows // math.gcd(rows, m)} or another {name}")
     pad = padding_rows(kept_rows, dp, mini_batch, critic_mini_batch)
     assert pad == 0, pad  # implied by the checks above; verl's own rule, kept as a guard
-
-    sampled = sampled_prompts(prompts, o)
-    train_batch_size = sampled
-    overrides = [
-        f"trainer.v1.trainer_mode={trainer_mode}",
-        f"data.train_batch_size={train_batch_size}",
-        f"actor_rollout_ref.rollout.n={n}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch // n}",
-    ]
-    if critic_mini_batch is not None:
-        overrides.append(f"critic.ppo_mini_batch_size={critic_mini_batch // n}")
-    overrides += [
-        f"trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH}",
-        f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",
-        # sampler_kwargs is an empty mapping in verl's config: Hydra needs `+` to add keys to it.
-        f"+trainer.v1.sampler.sampler_kwargs.m={m}",
-        f"+trainer.v1.sampler.sampler_kwargs.rule={rule}",
-        f"+trainer.v1.sampler.sampler_kwargs.tiebreak={tiebreak}",
-    ]
-    if o != 1:
-        overrides.append(f"+trainer.v1.sampler.sampler_kwargs.oversample_prompts={o}")
-    return VerlBatch(train_batch_size=train_batch_size, sampled_per_update=sampled, kept_groups=prompts,
-                     kept_rows=kept_rows, actor_mini_batch=mini_batch // n,
-                     critic_mini_batch=None if critic_mini_batch is None else critic_mini_batch // n,
-                     overrides=tuple(overrides))
