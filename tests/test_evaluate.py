@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from pods_rl.accuracy import accuracy_stats, pass_at_k
 from pods_rl.commands import evaluate as ev
 
 # ----------------------------------------------------------------------------------------------------------
@@ -30,18 +31,18 @@ from pods_rl.commands import evaluate as ev
     ],
 )
 def test_pass_at_k_hand_values(n, c, k, expected):
-    assert ev.pass_at_k(n, c, k) == pytest.approx(expected)
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(("n", "c", "k"), [(5, 6, 1), (5, -1, 1), (5, 2, 0), (5, 2, 6), (0, 0, 1)])
 def test_pass_at_k_rejects_bad_input(n, c, k):
     with pytest.raises(ValueError, match="pass_at_k"):
-        ev.pass_at_k(n, c, k)
+        pass_at_k(n, c, k)
 
 
 def test_accuracy_stats_hand_values():
     correct = np.array([[1, 0, 1], [0, 0, 1]], dtype=bool)  # (P=2, k=3)
-    stats = ev.accuracy_stats(correct)
+    stats = accuracy_stats(correct)
     assert stats["accuracy"] == pytest.approx(0.5)
     assert stats["per_repeat_accuracy"] == pytest.approx([0.5, 0.0, 1.0])
     # std([0.5, 0, 1], ddof=1) = 0.5 -> / sqrt(3)
@@ -49,19 +50,19 @@ def test_accuracy_stats_hand_values():
     assert stats["pass_at_k"] == pytest.approx(1.0)  # both problems have a correct sample
     assert (stats["num_problems"], stats["k"]) == (2, 3)
 
-    stats = ev.accuracy_stats([[0, 0], [1, 1], [1, 0]])  # per repeat [2/3, 1/3]
+    stats = accuracy_stats([[0, 0], [1, 1], [1, 0]])  # per repeat [2/3, 1/3]
     assert stats["accuracy"] == pytest.approx(0.5)
     assert stats["accuracy_stderr"] == pytest.approx(math.sqrt(2 * (1 / 6) ** 2) / math.sqrt(2))
     assert stats["pass_at_k"] == pytest.approx(2 / 3)
 
-    single = ev.accuracy_stats([[1], [0], [0], [0]])  # k = 1: no spread over repeats
+    single = accuracy_stats([[1], [0], [0], [0]])  # k = 1: no spread over repeats
     assert single["accuracy"] == pytest.approx(0.25) and single["accuracy_stderr"] is None
 
 
 @pytest.mark.parametrize("bad", [np.zeros(3), np.zeros((0, 2)), np.full((2, 2), 0.5)])
 def test_accuracy_stats_rejects_bad_input(bad):
     with pytest.raises(ValueError, match="correct must"):
-        ev.accuracy_stats(bad)
+        accuracy_stats(bad)
 
 
 def test_parse_task_args():

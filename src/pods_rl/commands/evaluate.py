@@ -34,7 +34,6 @@ greedy (one completion, repeated k times). Message prompts are rendered with the
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -43,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pods_rl.accuracy import accuracy_stats
 from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.generation import (  # noqa: F401  (render_prompt: re-exported, it lived here)
     choose_backend,
@@ -72,55 +72,7 @@ from pods_rl.runlog import (  # noqa: F401  (re-exported: the eval.json store an
     save_results,
     upsert_result,
 )
-from pods_rl.runlog import checkpoint_clock as read_clock  # noqa: F401  (re-exported: its name here before)
-from pods_rl.tasks import get_task, parse_task_args  # noqa: F401  (parse_task_args: re-exported, the one parser)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Statistics (pure numpy)
-# ------------------------------------------------------------------------------------------------------------
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k estimator of Chen et al. (2021): 1 - C(n-c, k) / C(n, k).
-
-    Args:
-        n: samples drawn for the problem.
-        c: how many of them are correct (0 <= c <= n).
-        k: budget (1 <= k <= n).
-    Returns the probability that at least one of k samples drawn without replacement from the n is correct.
-    """
-    n, c, k = int(n), int(c), int(k)
-    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass_at_k needs n >= 1, 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
-    if n - c < k:
-        return 1.0
-    # Numerically stable product form: C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i).
-    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
-
-
-def accuracy_stats(correct) -> dict:
-    """Accuracy statistics of a (num_problems, k) array of 0/1 (or bool) sample outcomes.
-
-    Returns {"accuracy", "accuracy_stderr", "per_repeat_accuracy" (list of k), "pass_at_k", "num_problems",
-    "k"}. The standard error is taken over the k repeats (column j = sample j of every problem):
-    std(per-repeat accuracies, ddof=1) / sqrt(k); it is None when k == 1.
-    """
-    correct = np.asarray(correct, dtype=float)  # (P, k)
-    if correct.ndim != 2 or correct.shape[0] < 1 or correct.shape[1] < 1:
-        raise ValueError(f"correct must be a non-empty 2-D array (num_problems, k), got shape {correct.shape}")
-    if not np.all((correct == 0) | (correct == 1)):
-        raise ValueError("correct must hold only 0/1 (or booleans)")
-    num_problems, k = correct.shape
-    per_repeat = correct.mean(axis=0)  # (k,)
-    stderr = float(per_repeat.std(ddof=1) / math.sqrt(k)) if k > 1 else None
-    num_correct = correct.sum(axis=1).astype(int)  # (P,)
-    return {
-        "accuracy": float(correct.mean()),
-        "accuracy_stderr": stderr,
-        "per_repeat_accuracy": [float(a) for a in per_repeat],
-        "pass_at_k": float(np.mean([pass_at_k(k, c, k) for c in num_correct])),
-        "num_problems": int(num_problems),
-        "k": int(k),
-    }
+from pods_rl.tasks import get_task, parse_task_args
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -191,6 +143,53 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
             step, train_seconds = checkpoint_clock(model_path) if model_path.is_dir() else (0, 0.0)
             chosen = choose_backend(backend, model_path)
 
+    prompts, answers, extras = _problems(task_obj, split, limit)
+    sampling = dict(k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    if chosen == "vllm":
+        texts, completions, lengths = _sample_vllm(model_path, tokenizer, prompts, sampling, trust_remote_code)
+    else:
+        texts, completions, lengths = _sample_hf(None if in_memory else model_path,
+                                                 model_or_path if in_memory else None, tokenizer, prompts, sampling,
+                                                 batch_size, name, trust_remote_code)
+
+    correct = np.zeros((len(prompts), k), dtype=bool)  # (P, k)
+    formatted = np.zeros((len(prompts), k), dtype=bool)  # (P, k)
+    for p, answer in enumerate(answers):
+        for j in range(k):
+            correct[p, j], formatted[p, j] = score_sample(task_obj, completions[p][j], answer, **extras[p])
+    examples = [
+        {"prompt": texts[p], "completion": completions[p][0], "answer": answers[p],
+         "correct": bool(correct[p, 0]), "format": bool(formatted[p, 0])}
+        for p in range(min(num_examples, len(prompts)))
+    ]
+    settings = {"task": getattr(task_obj, "name", str(task)), "task_args": dict(task_args or {}), "split": split,
+                "k": int(k), "temperature": float(temperature), "max_new_tokens": int(max_new_tokens), "limit": limit,
+                "seed": int(seed), "step": int(step), "train_seconds": float(train_seconds)}
+    return _record(name, model_path, settings, correct, formatted, lengths, started, chosen, examples)
+
+
+def _record(name, model_path: Path | None, settings: dict, correct, formatted, lengths, started: float,
+            backend: str, examples: list[dict]) -> dict:
+    """One evaluation's record (the fields of the module docstring): ``correct`` and ``formatted`` (P, k) bool,
+    ``lengths`` (P, k) completion tokens."""
+    return {
+        "checkpoint": name or (str(model_path) if model_path else "<in-memory>"),
+        "checkpoint_path": str(model_path.resolve()) if model_path and model_path.exists() else
+        (str(model_path) if model_path else None),
+        **settings,
+        **accuracy_stats(correct),
+        "format_accuracy": float(formatted.mean()),
+        "both_accuracy": float((correct & formatted).mean()),
+        "mean_completion_tokens": float(lengths.mean()),
+        "eval_seconds": time.perf_counter() - started,
+        "backend": backend,
+        "examples": examples,
+        "evaluated_at": time.time(),
+    }
+
+
+def _problems(task_obj, split: str, limit: int | None) -> tuple[list, list[str], list[dict]]:
+    """The split's prompts, answers (as strings) and, per problem, the extra columns its grader reads."""
     dataset = task_obj.load(split, limit=limit)
     if len(dataset) == 0:
         raise ValueError(f"task {getattr(task_obj, 'name', task_obj)!r} split {split!r} has no problems")
@@ -200,64 +199,36 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
     if missing:
         raise ValueError(f"the task needs dataset columns {missing} to grade, but split {split!r} lacks them")
     extra_values = {c: list(dataset[c]) for c in extra_columns}
-    extras = [{c: values[p] for c, values in extra_values.items()} for p in range(len(prompts))]
+    return prompts, answers, [{c: values[p] for c, values in extra_values.items()} for p in range(len(prompts))]
 
-    if chosen == "vllm":
-        from transformers import AutoTokenizer  # seconds to import; `pods eval --help` does not need it
 
+def _sample_vllm(model_path: Path, tokenizer, prompts: list, sampling: dict, trust_remote_code: bool):
+    """(prompt texts, completions (P lists of k), lengths (P, k)) sampled with vLLM."""
+    from transformers import AutoTokenizer  # seconds to import; `pods eval --help` does not need it
+
+    with _loading(model_path):
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(tokenizer_source(model_path),
+                                                               trust_remote_code=bool(trust_remote_code))
+    texts, prompt_ids = encode_prompts(prompts, tokenizer)
+    completions, lengths = generate_vllm(model_path, prompt_ids, sampling["k"], sampling["temperature"],
+                                         sampling["max_new_tokens"], sampling["seed"],
+                                         trust_remote_code=trust_remote_code)
+    return texts, completions, lengths
+
+
+def _sample_hf(model_path: Path | None, model, tokenizer, prompts: list, sampling: dict, batch_size: int,
+               name: str | None, trust_remote_code: bool):
+    """(prompt texts, completions (P lists of k), lengths (P, k)) sampled with transformers: from ``model`` when
+    given (in memory), else loaded from ``model_path``."""
+    if model is None:
         with _loading(model_path):
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(tokenizer_source(model_path),
-                                                                   trust_remote_code=bool(trust_remote_code))
-        texts, prompt_ids = encode_prompts(prompts, tokenizer)
-        completions, lengths = generate_vllm(model_path, prompt_ids, k, temperature, max_new_tokens, seed,
-                                             trust_remote_code=trust_remote_code)
-    else:
-        if in_memory:
-            model = model_or_path
-        else:
-            with _loading(model_path):
-                model, loaded_tokenizer = load_model_and_tokenizer(model_path, trust_remote_code=trust_remote_code)
-            tokenizer = tokenizer or loaded_tokenizer
-        texts, prompt_ids = encode_prompts(prompts, tokenizer)
-        desc = name or (model_path.name if model_path else "model")
-        completions, lengths = generate_hf(model, tokenizer, prompt_ids, k, temperature, max_new_tokens,
-                                           batch_size, seed, desc=desc)
-
-    correct = np.zeros((len(prompts), k), dtype=bool)  # (P, k)
-    formatted = np.zeros((len(prompts), k), dtype=bool)  # (P, k)
-    for p, answer in enumerate(answers):
-        for j in range(k):
-            correct[p, j], formatted[p, j] = score_sample(task_obj, completions[p][j], answer, **extras[p])
-
-    stats = accuracy_stats(correct)
-    examples = [
-        {"prompt": texts[p], "completion": completions[p][0], "answer": answers[p],
-         "correct": bool(correct[p, 0]), "format": bool(formatted[p, 0])}
-        for p in range(min(num_examples, len(prompts)))
-    ]
-    return {
-        "checkpoint": name or (str(model_path) if model_path else "<in-memory>"),
-        "checkpoint_path": str(model_path.resolve()) if model_path and model_path.exists() else
-        (str(model_path) if model_path else None),
-        "task": getattr(task_obj, "name", str(task)),
-        "task_args": dict(task_args or {}),
-        "split": split,
-        "k": int(k),
-        "temperature": float(temperature),
-        "max_new_tokens": int(max_new_tokens),
-        "limit": limit,
-        "seed": int(seed),
-        "step": int(step),
-        "train_seconds": float(train_seconds),
-        **stats,
-        "format_accuracy": float(formatted.mean()),
-        "both_accuracy": float((correct & formatted).mean()),
-        "mean_completion_tokens": float(lengths.mean()),
-        "eval_seconds": time.perf_counter() - started,
-        "backend": chosen,
-        "examples": examples,
-        "evaluated_at": time.time(),
-    }
+            model, loaded_tokenizer = load_model_and_tokenizer(model_path, trust_remote_code=trust_remote_code)
+        tokenizer = tokenizer or loaded_tokenizer
+    texts, prompt_ids = encode_prompts(prompts, tokenizer)
+    desc = name or (model_path.name if model_path else "model")
+    completions, lengths = generate_hf(model, tokenizer, prompt_ids, sampling["k"], sampling["temperature"],
+                                       sampling["max_new_tokens"], batch_size, sampling["seed"], desc=desc)
+    return texts, completions, lengths
 
 
 class _loading:
