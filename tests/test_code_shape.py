@@ -1,0 +1,66 @@
+"""The code stays readable in the ways a new contributor relies on (issue #39): no function longer than 80 lines, no
+module longer than 550, no private (underscore) name imported from another module of the package, and the `pods/*`
+selection metrics produced in one module that both engines import. (No import cycle: tests/test_layout.py.)"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1] / "src" / "pods_rl"
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 550
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE_DIR.rglob("*.py"))
+
+
+def test_no_function_longer_than_80_lines():
+    long = [f"{path.relative_to(PACKAGE_DIR)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in modules() for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them by stage): {long}"
+
+
+def test_no_module_longer_than_550_lines():
+    long = [f"{path.relative_to(PACKAGE_DIR)} ({n} lines)" for path in modules()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (do they hold two ideas?): {long}"
+
+
+def private_imports(path: Path) -> list[str]:
+    """``module.name`` for each underscore name ``path`` imports from another pods_rl module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "pods_rl":
+            found += [f"{node.module}.{alias.name}" for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_across_modules():
+    crossing = {str(path.relative_to(PACKAGE_DIR)): names for path in modules() if (names := private_imports(path))}
+    assert not crossing, f"underscore names imported from another module (make them public or keep them home): {crossing}"
+
+
+def test_the_check_sees_a_private_import(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from pods_rl.selection import _nanvar, select\n")
+    assert private_imports(module) == ["pods_rl.selection._nanvar"]
+
+
+def test_selection_metrics_are_written_in_one_module():
+    """Every `pods/*` selection metric is produced (a dict key `"pods/...":` or an `.append`) in pods_rl/selection.py
+    and nowhere else (commands may read them): the TRL step and the verl buffer both take them from `select`."""
+    metrics = ("reward_all_mean", "reward_kept_std", "frac_zero_std_all", "frac_zero_std_kept", "prompts_sampled",
+               "groups_zero_std", "groups_zero_std_kept", "kept_groups_var_mean")
+    writers = {name: sorted(str(path.relative_to(PACKAGE_DIR)) for path in modules()
+                            if f'"pods/{name}":' in (text := path.read_text()) or f'"pods/{name}"].append' in text)
+               for name in metrics}
+    assert all(where == ["selection.py"] for where in writers.values()), writers
+    for engine in ("trainer_step.py", "integrations/verl.py"):
+        imported = {alias.name for node in ast.walk(ast.parse((PACKAGE_DIR / engine).read_text()))
+                    if isinstance(node, ast.ImportFrom) and node.module == "pods_rl.selection" for alias in node.names}
+        assert "select" in imported, f"{engine} does not take its selection from pods_rl.selection.select"
