@@ -133,7 +133,7 @@ except ImportError as err:
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("\n") == 1
     assert result.stdout.startswith("pods_rl.integrations.verl needs verl, which is not installed")
-    assert 'pip install "pods-rl[verl]"' in result.stdout
+    assert 'pip install -e ".[verl]" in a clone of pods-rl' in result.stdout
 
 
 VERL_RECIPES = ("gsm8k_grpo_pods.sh", "gsm8k_ppo_pods.sh")

@@ -77,7 +77,7 @@ def test_feature_rule_needs_a_response_length():
 def test_version_guard(installed):
     with pytest.raises(ImportError) as excinfo:
         pods_verl._require_supported_verl(installed)
-    _one_line_error(excinfo, 'pip install "pods-rl[verl]"')
+    _one_line_error(excinfo, 'pip install -e ".[verl]" in a clone of pods-rl')
 
 
 @pytest.mark.parametrize("installed", ["0.9.1", "0.9.7", "0.9.2rc1"])

@@ -52,11 +52,11 @@ from pods_rl.integrations.verl_args import VERL_RANGE
 def _require_supported_verl(installed: str | None) -> None:
     """Refuse a missing verl or one outside ``VERL_RANGE`` with one line, before touching its internals."""
     if installed is None:
-        raise ImportError('pods_rl.integrations.verl needs verl, which is not installed: pip install "pods-rl[verl]" '
-                          "(in an environment of its own: verl pins its own transformers range)")
+        raise ImportError('pods_rl.integrations.verl needs verl, which is not installed: pip install -e ".[verl]" in '
+                          "a clone of pods-rl (in an environment of its own: verl pins its own transformers range)")
     if not SpecifierSet(VERL_RANGE).contains(installed, prereleases=True):
         raise ImportError(f"pods_rl.integrations.verl supports verl{VERL_RANGE} (it subclasses verl's v1 ReplayBuffer),"
-                          f' but verl {installed} is installed: pip install "pods-rl[verl]"')
+                          f' but verl {installed} is installed: pip install -e ".[verl]" in a clone of pods-rl')
 
 
 def _installed_verl() -> str | None:

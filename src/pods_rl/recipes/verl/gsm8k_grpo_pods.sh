@@ -11,7 +11,7 @@
 #     head node:       NNODES=2 RAY_ADDRESS=auto bash recipes/verl/gsm8k_grpo_pods.sh
 #
 # Every node needs the same environment (the PODS buffer runs inside verl's TaskRunner, wherever Ray puts it):
-#     pip install "pods-rl[verl]" "verl[vllm]==0.9.1"      (not verl[fsdp]: it pins trl==0.27, below pods-rl's range)
+#     pip install -e ".[verl]" "verl[vllm]==0.9.1"   (from a clone of pods-rl; not verl[fsdp]: it pins trl==0.27)
 # Data: verl's GSM8K parquet and rule reward (strict "#### answer" format), from a verl checkout:
 #     python3 examples/data_preprocess/gsm8k.py --local_save_dir ~/data/gsm8k
 # DRY_RUN=1 prints the overrides instead of launching; extra arguments are passed on to verl (Hydra overrides).
