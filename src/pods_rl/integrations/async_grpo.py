@@ -60,6 +60,7 @@ import dataclasses
 import importlib
 import inspect
 import math
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -308,3 +309,77 @@ def _eos_token_ids(model: str, processing_class, revision: str | None, trust_rem
     eos = generation_config.eos_token_id
     eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
     return eos if processing_class.eos_token_id in eos else [processing_class.eos_token_id, *eos]
+
+
+# --- Running TRL's asynchronous trainer on CPU (no CUDA) ----------------------------------------------------------
+
+
+def torch_tree_attention(module, query, key, value, attention_mask, *, tree_kv_index, tree_cu_seqlens_q,
+                         tree_cu_seqlens_k, tree_max_seqlen_q=None, tree_max_seqlen_k=None, scaling=None,
+                         sliding_window=None, softcap=None, **kwargs):
+    """TRL's tree attention (``trl.experimental.async_grpo.packing.tree_attention``) in plain torch, for tensors off
+    CUDA; CUDA tensors go to TRL's own (a FlashAttention-3 kernel fetched from the Hub, CUDA only).
+
+    Same contract as the kernel call: segment s's queries are ``query`` rows ``cu_q[s]:cu_q[s+1]``, its keys and
+    values the rows ``tree_kv_index[cu_k[s]:cu_k[s+1]]`` (its root-to-segment path, the segment last), causal
+    aligned bottom-right as FlashAttention does when a segment has fewer queries than keys."""
+    if query.is_cuda:
+        from trl.experimental.async_grpo.packing import tree_attention
+
+        return tree_attention(module, query, key, value, attention_mask, tree_kv_index=tree_kv_index,
+                              tree_cu_seqlens_q=tree_cu_seqlens_q, tree_cu_seqlens_k=tree_cu_seqlens_k,
+                              tree_max_seqlen_q=tree_max_seqlen_q, tree_max_seqlen_k=tree_max_seqlen_k,
+                              scaling=scaling, sliding_window=sliding_window, softcap=softcap, **kwargs)
+    q = query[0]  # (heads, tokens, dim)
+    k, v = (x[0].index_select(1, tree_kv_index) for x in (key, value))  # (kv heads, path rows, dim)
+    k, v = (x.repeat_interleave(q.shape[0] // x.shape[0], dim=0) for x in (k, v))  # grouped-query attention
+    scale = q.shape[-1] ** -0.5 if scaling is None else scaling
+    out = torch.empty_like(q)
+    cu_q, cu_k = tree_cu_seqlens_q.tolist(), tree_cu_seqlens_k.tolist()
+    for s in range(len(cu_q) - 1):
+        qs, ks, vs = q[:, cu_q[s]:cu_q[s + 1]], k[:, cu_k[s]:cu_k[s + 1]], v[:, cu_k[s]:cu_k[s + 1]]
+        scores = (qs @ ks.transpose(-1, -2)) * scale
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        rows = torch.arange(qs.shape[1]).unsqueeze(1) + (ks.shape[1] - qs.shape[1])  # each query's own key
+        cols = torch.arange(ks.shape[1]).unsqueeze(0)
+        visible = (cols <= rows) & ((cols > rows - sliding_window) if sliding_window else True)
+        out[:, cu_q[s]:cu_q[s + 1]] = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1) @ vs
+    return out.transpose(0, 1).unsqueeze(0), None
+
+
+def register_torch_tree_attention() -> None:
+    """Register ``torch_tree_attention`` under TRL's tree-attention name (what ``register_tree_attention`` does
+    with the CUDA kernel)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    from trl.experimental.async_grpo.packing import TREE_ATTENTION
+
+    AttentionInterface.register(TREE_ATTENTION, torch_tree_attention)
+    AttentionMaskInterface.register(TREE_ATTENTION, lambda **kwargs: None)
+
+
+@contextmanager
+def async_trainer_on_cpu():
+    """While ``AsyncGRPOTrainer`` is constructed on a machine without CUDA, two of its CUDA-only steps get CPU
+    stand-ins; a no-op where CUDA is available. Yields True when they are in place.
+
+    - ``get_peak_flops_per_device`` asks CUDA for the device name (``AssertionError: Torch not compiled with CUDA
+      enabled``): it returns None, TRL's own value for an unknown device (MFU metrics off, the rest logged).
+    - ``register_tree_attention`` registers a FlashAttention-3 kernel fetched from the Hub (CUDA only):
+      ``register_torch_tree_attention`` registers ``torch_tree_attention``, the same attention in plain torch.
+      The registration is global (transformers' registry) and outlives the block; CUDA tensors still reach TRL's
+      kernel through it.
+    """
+    import trl.experimental.async_grpo.async_grpo_trainer as trainer_module
+
+    if torch.cuda.is_available():
+        yield False
+        return
+    originals = trainer_module.get_peak_flops_per_device, trainer_module.register_tree_attention
+    trainer_module.get_peak_flops_per_device = lambda accelerator, dtype: None
+    trainer_module.register_tree_attention = register_torch_tree_attention
+    try:
+        yield True
+    finally:
+        trainer_module.get_peak_flops_per_device, trainer_module.register_tree_attention = originals
