@@ -59,8 +59,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import logging
 import math
+import os
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -77,7 +80,11 @@ from pods_rl.downsample import rule_takes_features
 from pods_rl.selection import SelectionSettings, select
 
 __all__ = ["PODSRolloutLoop", "PODSRolloutWorker", "pods_rollout_worker", "pods_worker_kwargs", "pods_settings",
-           "kept_advantages"]
+           "kept_advantages", "DirectoryWeightTransfer", "async_trainer_on_cpu", "torch_tree_attention",
+           "register_torch_tree_attention"]
+
+logger = logging.getLogger("pods_rl")
+EXTENSION = "pods_rl.integrations.vllm_server.ReloadWeightsExtension"  # the vLLM server's --worker-extension-cls
 
 # How the async worker's users spell the settings (the one-line errors name these).
 ASYNC_NAMES = {"m": "pods_m", "rule": "pods_rule", "tiebreak": "pods_tiebreak",
@@ -309,6 +316,103 @@ def _eos_token_ids(model: str, processing_class, revision: str | None, trust_rem
     eos = generation_config.eos_token_id
     eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
     return eos if processing_class.eos_token_id in eos else [processing_class.eos_token_id, *eos]
+
+
+# --- Weight transfer without NCCL -----------------------------------------------------------------------------------
+
+
+class DirectoryWeightTransfer:
+    """TRL's ``WeightTransferProtocol`` (``AsyncGRPOTrainer(weight_transfer=...)``) through a directory and the vLLM
+    server's own weight reload, instead of TRL's ``WeightTransferClient`` (NCCL, CUDA only). Works on CPU.
+
+    Each sync, between TRL's ``pause`` and ``resume``:
+
+    1. ``send_weights`` writes the trainer's ``(name, tensor)`` stream (TRL's ``_streaming_iter``: checkpoint names,
+       the adapter merged) to ``directory/model.safetensors`` (written aside, then renamed over the last one);
+    2. asks the server to load it: ``POST /collective_rpc`` with ``{"method": "pods_reload_weights", "kwargs":
+       {"weights_path": directory}}``, a method of ``pods_rl.integrations.vllm_server.ReloadWeightsExtension`` (start
+       the server with ``--worker-extension-cls`` naming it): vLLM's own ``reload_weights`` on every worker (a
+       layerwise reload that re-runs each layer's ``process_weights_after_loading``, so vLLM's CPU kernels repack the
+       new weights), then the tied LM head refreshed, which vLLM's reload leaves stale (see that module);
+    3. ``POST /reset_prefix_cache`` (best effort: while paused requests hold blocks it is refused, and the server's
+       cached prefixes may then carry key/values of the previous weights for a while).
+
+    ``pause``/``resume`` are TRL's (``POST /pause?mode=keep``, ``POST /resume``). The server must be started with
+    ``VLLM_SERVER_DEV_MODE=1`` (these endpoints exist only in dev mode; checked on vLLM 0.31's CPU build), with
+    ``--worker-extension-cls pods_rl.integrations.vllm_server.ReloadWeightsExtension``, and must be able to read
+    ``directory`` (same machine or a shared filesystem). Every sync writes and reads the whole model once: fine for
+    CPU and small models, slower than NCCL for large ones.
+
+    Args:
+        server_url: the vLLM server's base URL (``AsyncGRPOConfig.vllm_server_base_url``).
+        directory: where the weights are written (created; made absolute, since the server resolves it).
+        timeout: seconds allowed for one reload.
+    """
+
+    def __init__(self, server_url: str, directory: str | os.PathLike, timeout: float = 1800.0):
+        self.server_url = server_url.rstrip("/")
+        self.directory = Path(directory).absolute()
+        self.timeout = timeout
+        self.syncs = 0
+
+    def post(self, path: str, timeout: float, **kwargs: Any):
+        import requests
+
+        response = requests.post(f"{self.server_url}{path}", timeout=timeout, **kwargs)
+        if response.status_code == 404:
+            raise RuntimeError(f"the vLLM server at {self.server_url} has no {path}: start it with "
+                               "VLLM_SERVER_DEV_MODE=1")
+        if response.status_code != 200:
+            raise RuntimeError(f"vLLM server {path} failed: {response.status_code} {response.text[:500]}")
+        return response
+
+    def init_weight_transfer(self, wait_s: float = 240.0) -> None:
+        """Wait (at most ``wait_s``) for the server's ``/health``; create the directory."""
+        import time
+
+        import requests
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                if requests.get(f"{self.server_url}/health", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the vLLM server at {self.server_url} did not answer /health in {wait_s:.0f} s")
+            time.sleep(1)
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def pause(self) -> None:
+        self.post("/pause", 300, params={"mode": "keep"})
+
+    def send_weights(self, iterator) -> None:
+        from safetensors.torch import save_file
+
+        tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in iterator}
+        written = self.directory / "model.safetensors.partial"
+        save_file(tensors, str(written), metadata={"format": "pt"})
+        written.replace(self.directory / "model.safetensors")
+        try:
+            self.post("/collective_rpc", self.timeout, json={
+                "method": "pods_reload_weights", "kwargs": {"weights_path": str(self.directory)},
+                "timeout": self.timeout})
+        except RuntimeError as err:
+            if "pods_reload_weights" in str(err) and "attribute" in str(err):
+                raise RuntimeError(f"{err}\nStart the vLLM server with --worker-extension-cls {EXTENSION}") from None
+            raise
+        self.syncs += 1
+        try:
+            self.post("/reset_prefix_cache", 60)
+        except RuntimeError as err:
+            logger.warning("pods-rl: the vLLM server kept its prefix cache after a weight reload: %s", err)
+
+    def resume(self) -> None:
+        self.post("/resume", 300)
+
+    def destroy(self) -> None:
+        (self.directory / "model.safetensors").unlink(missing_ok=True)
 
 
 # --- Running TRL's asynchronous trainer on CPU (no CUDA) ----------------------------------------------------------
