@@ -1,0 +1,220 @@
+"""An asynchronous PODS run on CPU against a real vLLM server (issue #40 item 3).
+
+A ``vllm serve`` process (vLLM's CPU build, dev mode) serves the tiny model over HTTP; TRL 1.16's
+``AsyncGRPOTrainer`` trains with ``rollout_worker=`` the PODS worker (its child process samples n per prompt from the
+server over HTTP, scores them, keeps m) and ``weight_transfer=`` ``DirectoryWeightTransfer`` (safetensors files and the
+server's own weight-reload call instead of NCCL), constructed inside ``async_trainer_on_cpu`` (the CPU stand-ins for
+TRL's two CUDA-only construction steps).
+
+What is checked, all of it for real: every group the trainer trains on (the rows of each micro-batch TRL's
+``compute_loss`` takes, as its collator built them) has exactly m rows; the n scored rollouts of that group (written by the reward function in
+the worker's child) are n, and the kept rows are the m that ``pods_rl.downsample`` keeps from those n rewards; each
+row's advantage is the one recomputed by hand on the kept m; and the weights reach the server: its greedy
+completion of a fixed prompt changes, and its log-probs after training are the trained model's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import pytest
+import torch
+
+pytest.importorskip("trl.experimental.async_grpo")
+pytest.importorskip("aiohttp")
+
+import requests  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer  # noqa: E402
+from trl.experimental.async_grpo import async_grpo_trainer as trl_trainer  # noqa: E402
+
+from pods_rl.downsample import downsample  # noqa: E402
+from pods_rl.integrations.async_grpo import (  # noqa: E402
+    EXTENSION,
+    DirectoryWeightTransfer,
+    async_trainer_on_cpu,
+    pods_rollout_worker,
+)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+N, M = 6, 3  # rollouts sampled per prompt, kept per prompt
+STEPS = 3
+SERVER_START_S = 300
+# Parses the tiny char tokenizer's replies (TRL's add_response_schema knows only the chat templates it ships).
+CHAR_RESPONSE_TEMPLATE = {"defaults": {"role": "assistant"}, "start_anchor": "<|assistant|>",
+                          "fields": {"content": {"close_pattern": r"</s>\s*", "content": "text"}}}
+PROBE = [{"role": "user", "content": "12+7="}]
+
+
+def logged_reward(completions, completion_ids, row, log_path, **kwargs):
+    """Distinct characters of the reply (varied within a group); writes the group's n rollouts and rewards to
+    ``log_path`` (it runs in the worker's child process, once per group, on all n)."""
+    rewards = [float(len(set(c[0]["content"]))) for c in completions]
+    with open(log_path[0], "a") as log:
+        log.write(json.dumps({"row": row[0], "completion_ids": [list(ids) for ids in completion_ids],
+                              "rewards": rewards}) + "\n")
+    return rewards
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def vllm_server(vllm_model_dir, tmp_path_factory):
+    """``python -m vllm.entrypoints.openai.api_server`` on CPU, dev mode (``/pause``, ``/resume``,
+    ``/collective_rpc``), pods-rl's reload extension; waits at most ``SERVER_START_S`` for ``/health``; killed (its
+    process group) at the end."""
+    log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    port = free_port()
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(vllm_model_dir),
+               "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "256",
+               "--max-num-seqs", "16", "--enforce-eager", "--worker-extension-cls", EXTENSION]
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"vLLM server exited ({server.returncode}):\n{log_path.read_text()[-3000:]}")
+            try:
+                if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM server not up in {SERVER_START_S} s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(2)
+        yield url, str(vllm_model_dir), log_path
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(30)
+
+
+def greedy(url: str, model: str, prompt_ids: list[int]) -> tuple[list[int], list[float]]:
+    """The server's greedy completion of ``prompt_ids`` (8 tokens) and its log-probs."""
+    response = requests.post(f"{url}/v1/completions", timeout=60, json={
+        "model": model, "prompt": prompt_ids, "max_tokens": 8, "temperature": 0.0, "logprobs": 0,
+        "return_token_ids": True, "ignore_eos": True})
+    response.raise_for_status()
+    choice = response.json()["choices"][0]
+    return choice["token_ids"], choice["logprobs"]["token_logprobs"]
+
+
+def model_logprobs(model, prompt_ids: list[int], completion_ids: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+    start = len(prompt_ids)
+    return torch.stack([logp[start + i - 1, token] for i, token in enumerate(completion_ids)])
+
+
+def run_async_pods(url, model_dir, tmp_path, monkeypatch):
+    """Train ``STEPS`` steps; returns the rows (group id, completion ids, advantage, metrics) of each micro-batch
+    the trainer's ``compute_loss`` took (as TRL's collator received them; the dataloader collates one micro-batch
+    ahead, which is not trained), the n scored rollouts of each prompt, and the trainer."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.response_template = CHAR_RESPONSE_TEMPLATE
+    log_path = tmp_path / "groups.jsonl"
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}+{i % 7}="}] for i in range(64)],
+                                 "row": list(range(64)), "log_path": [str(log_path)] * 64})
+    args = AsyncGRPOConfig(output_dir=str(tmp_path / "run"), num_generations=N, per_device_train_batch_size=2 * M,
+                           gradient_accumulation_steps=1, max_steps=STEPS, learning_rate=0.05, bf16=False,
+                           max_completion_length=12, temperature=1.0, token_budget=0, max_staleness=100,
+                           weight_sync_steps=1, logging_steps=1, save_strategy="no", report_to=[],
+                           vllm_server_base_url=url, dtype="float32", use_cpu=True)
+    worker = pods_rollout_worker(model_dir, logged_reward, args, dataset, tokenizer, pods_m=M,
+                                 pods_rule="max_variance")
+    collated, trained = [], []  # rows of each micro-batch the collator built; which of them compute_loss took
+    collate, compute_loss = trl_trainer.DataCollatorForRollout.torch_call, AsyncGRPOTrainer.compute_loss
+
+    def recording_collate(self, examples):
+        (rows,) = examples
+        collated.append([(s["group_id"], s["input_ids"][s["completion_mask"] == 1].tolist(), s["advantage"],
+                          dict(s["metrics"])) for row in rows for s in row.samples])
+        batch = collate(self, examples)
+        batch["test_micro_batch"] = torch.full((self.num_processes,), len(collated) - 1)
+        return batch
+
+    def recording_compute_loss(self, model, inputs, *args, **kwargs):
+        trained.append(collated[int(inputs["test_micro_batch"][0])])
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(trl_trainer.DataCollatorForRollout, "torch_call", recording_collate)
+    monkeypatch.setattr(AsyncGRPOTrainer, "compute_loss", recording_compute_loss)
+    transfer = DirectoryWeightTransfer(url, tmp_path / "weights")
+    with async_trainer_on_cpu():
+        trainer = AsyncGRPOTrainer(model=model_dir, reward_funcs=logged_reward, args=args, train_dataset=dataset,
+                                   processing_class=tokenizer, rollout_worker=worker, weight_transfer=transfer)
+    trainer.train()
+    assert transfer.syncs == 1 + STEPS  # the cold sync at train begin, then one per step (weight_sync_steps=1)
+    groups = [json.loads(line) for line in log_path.read_text().splitlines()]
+    return trained, {g["row"]: g for g in groups}, trainer
+
+
+def test_async_pods_trains_against_a_real_vllm_server(vllm_server, tmp_path, monkeypatch):
+    url, model_dir, server_log = vllm_server
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    probe = tokenizer.apply_chat_template(PROBE, add_generation_prompt=True, return_dict=False)
+    before_ids, before_logps = greedy(url, model_dir, probe)
+    initial = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager")
+    torch.testing.assert_close(torch.tensor(before_logps), model_logprobs(initial, probe, before_ids),
+                               atol=2e-3, rtol=0)
+
+    trained, scored, trainer = run_async_pods(url, model_dir, tmp_path, monkeypatch)
+
+    # The trainer trained STEPS micro-batches (one per step), each of two whole groups of exactly M rows.
+    assert len(trained) == STEPS, [len(batch) for batch in trained]
+    rows_of = defaultdict(list)
+    for batch in trained:
+        assert len(batch) == 2 * M
+        for group_id, completion, advantage, metrics in batch:
+            rows_of[group_id].append((completion, advantage, metrics))
+    assert len(rows_of) == 2 * STEPS and all(len(rows) == M for rows in rows_of.values()), \
+        {g: len(rows) for g, rows in rows_of.items()}
+    for group_id, rows in sorted(rows_of.items()):
+        print(f"group {group_id}: n rewards {scored[group_id]['rewards']} -> trained rewards "
+              f"{[metrics['reward'] for _, _, metrics in rows]}, advantages {[round(a, 4) for _, a, _ in rows]}")
+        # ... selected by the rule from the N rollouts the worker scored for that prompt
+        group = scored[group_id]
+        assert len(group["completion_ids"]) == len(group["rewards"]) == N
+        rewards = torch.tensor([group["rewards"]], dtype=torch.float64)
+        kept = downsample(rewards, M, rule="max_variance")[0].tolist()
+        assert sorted(completion for completion, _, _ in rows) == sorted(group["completion_ids"][i] for i in kept)
+        # ... with the advantages recomputed by hand on the kept M (TRL async's formula: population std)
+        kept_rewards = [group["rewards"][i] for i in kept]
+        mean = sum(kept_rewards) / M
+        std = (sum((r - mean) ** 2 for r in kept_rewards) / M) ** 0.5
+        for completion, advantage, metrics in rows:
+            reward = group["rewards"][group["completion_ids"].index(completion)]
+            assert metrics["reward"] == reward
+            assert advantage == pytest.approx((reward - mean) / (std + 1e-8), abs=1e-9)
+            assert metrics["pods/reward_all_mean"] == pytest.approx(sum(group["rewards"]) / N)
+
+    # The weights reached the server: its greedy completion changed, and its log-probs are the trained model's.
+    after_ids, after_logps = greedy(url, model_dir, probe)
+    print(f"server greedy before: {before_ids} {before_logps}\nserver greedy after:  {after_ids} {after_logps}")
+    trained_model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager")
+    loaded = trained_model.load_state_dict(trainer.model.state_dict(), strict=False)
+    assert not loaded.missing_keys, loaded.missing_keys
+    assert (after_ids, after_logps) != (before_ids, before_logps)
+    assert not torch.allclose(model_logprobs(initial, probe, after_ids), torch.tensor(after_logps), atol=2e-3)
+    torch.testing.assert_close(torch.tensor(after_logps), model_logprobs(trained_model, probe, after_ids),
+                               atol=2e-3, rtol=0)
