@@ -356,6 +356,7 @@ class DirectoryWeightTransfer:
         self.syncs = 0
 
     def post(self, path: str, timeout: float, **kwargs: Any):
+        """POST to the server; a ``RuntimeError`` naming the endpoint when it fails (404: not in dev mode)."""
         import requests
 
         response = requests.post(f"{self.server_url}{path}", timeout=timeout, **kwargs)
@@ -385,9 +386,11 @@ class DirectoryWeightTransfer:
         self.directory.mkdir(parents=True, exist_ok=True)
 
     def pause(self) -> None:
+        """Freeze the server's requests before the weights change (TRL's ``POST /pause?mode=keep``)."""
         self.post("/pause", 300, params={"mode": "keep"})
 
     def send_weights(self, iterator) -> None:
+        """Write the ``(name, tensor)`` stream to ``directory/model.safetensors`` and have the server reload it."""
         from safetensors.torch import save_file
 
         tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in iterator}
@@ -409,9 +412,11 @@ class DirectoryWeightTransfer:
             logger.warning("pods-rl: the vLLM server kept its prefix cache after a weight reload: %s", err)
 
     def resume(self) -> None:
+        """Let the server generate again (``POST /resume``)."""
         self.post("/resume", 300)
 
     def destroy(self) -> None:
+        """Remove the weights file (the server has loaded it)."""
         (self.directory / "model.safetensors").unlink(missing_ok=True)
 
 
