@@ -485,10 +485,13 @@ def async_trainer_on_cpu():
     if torch.cuda.is_available():
         yield False
         return
-    originals = trainer_module.get_peak_flops_per_device, trainer_module.register_tree_attention
-    trainer_module.get_peak_flops_per_device = lambda accelerator, dtype: None
-    trainer_module.register_tree_attention = register_torch_tree_attention
+    stand_ins = {"get_peak_flops_per_device": lambda accelerator, dtype: None,
+                 "register_tree_attention": register_torch_tree_attention}
+    originals = {name: getattr(trainer_module, name) for name in stand_ins if hasattr(trainer_module, name)}
+    for name in originals:  # a TRL without one of them (before tree packing, MFU) needs no stand-in for it
+        setattr(trainer_module, name, stand_ins[name])
     try:
         yield True
     finally:
-        trainer_module.get_peak_flops_per_device, trainer_module.register_tree_attention = originals
+        for name, original in originals.items():
+            setattr(trainer_module, name, original)
