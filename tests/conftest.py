@@ -60,3 +60,14 @@ def two_step_run(tmp_path_factory, tiny_model_dir):
                        str(run_dir), "--eval_before_after", "false", "--max_steps", "2", "--save_strategy", "steps",
                        "--save_steps", "1"]) == 0
     return run_dir
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """A copy of the down-sampling rule registry, so rules registered by a test vanish after it (a rule left behind
+    would be run by every later test that loops over ``available_rules()``)."""
+    import importlib
+
+    ds_module = importlib.import_module("pods_rl.downsample")  # (`pods_rl.downsample` is also the function)
+    monkeypatch.setattr(ds_module, "_RULES", dict(ds_module._RULES))
+    monkeypatch.setattr(ds_module, "_FEATURE_RULES", set(ds_module._FEATURE_RULES))

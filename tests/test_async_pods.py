@@ -278,7 +278,7 @@ def test_random_rule_is_reproducible_with_a_seed():
     assert draws[0] == draws[1] and len(draws[0]) == 3
 
 
-def test_a_feature_rule_sees_lengths_and_each_functions_rewards():
+def test_a_feature_rule_sees_lengths_and_each_functions_rewards(scratch_registry):
     seen = {}
 
     def longest(rewards, m, generator, *, features):

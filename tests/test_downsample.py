@@ -544,11 +544,7 @@ def test_bad_tiebreak(tiebreak, match):
 # Registry
 
 
-@pytest.fixture
-def scratch_registry(monkeypatch):
-    """A copy of the rule registry, so rules registered by a test vanish after it."""
-    monkeypatch.setattr(ds_module, "_RULES", dict(ds_module._RULES))
-    monkeypatch.setattr(ds_module, "_FEATURE_RULES", set(ds_module._FEATURE_RULES))
+# (scratch_registry: tests/conftest.py)
 
 
 def test_builtin_rules_are_discoverable():

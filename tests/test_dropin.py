@@ -506,7 +506,7 @@ def tool_result_reward(completions, **kwargs):
 
 
 @pytest.mark.parametrize("rule", ["max_variance", "tool_calls_first"])
-def test_tools_multi_turn_rollouts_are_selected_whole(tmp_path, rule):
+def test_tools_multi_turn_rollouts_are_selected_whole(tmp_path, rule, scratch_registry):
     """Rollout i of each group: 0 and 3 call multiply(3, 4), 1 calls it with a wrong argument (the tool fails), 2
     answers without a tool. Kept rows keep their tool turns, tool mask and rewards aligned; a rule that takes
     features sees each rollout's tool calls and turns."""

@@ -92,19 +92,16 @@ def test_settings_are_checked_once_with_the_callers_names():
     assert SelectionSettings.validated(2, rule="registered_elsewhere", rule_registered_here=False).rule
 
 
-def test_a_rule_is_recognised_by_its_function_not_its_name():
+def test_a_rule_is_recognised_by_its_function_not_its_name(scratch_registry):
     """A user's own function registered as `max_variance` takes no features, so it cannot use a tiebreak: refused
     when the settings are checked (it used to pass the config by its name and fail at the first step)."""
     from pods_rl.downsample import _RULES
 
     builtin = _RULES["max_variance"]
     pods_rl.register_rule("max_variance", lambda rewards, m, generator: rewards.argsort(1)[:, :m], overwrite=True)
-    try:
-        with pytest.raises(ValueError, match="needs a rule that sees the rollouts"):
-            SelectionSettings.validated(2, rule="max_variance", tiebreak="shorter")
-    finally:
-        pods_rl.register_rule("max_variance", builtin, overwrite=True)
-    pods_rl.register_rule("my_variance", builtin, overwrite=True)  # the built-in function under another name
+    with pytest.raises(ValueError, match="needs a rule that sees the rollouts"):
+        SelectionSettings.validated(2, rule="max_variance", tiebreak="shorter")
+    pods_rl.register_rule("my_variance", builtin)  # the built-in function under another name
     assert SelectionSettings.validated(2, rule="my_variance", tiebreak="shorter").rule == "my_variance"
 
 

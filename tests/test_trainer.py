@@ -209,7 +209,7 @@ def test_downsample_tiebreak_by_completion_length(tmp_path, tiny_model_dir, tieb
             assert not kept_len or not dropped or max(kept_len) <= min(dropped)
 
 
-def test_feature_rule_sees_lengths_rewards_per_func_and_truncation(tmp_path, tiny_model_dir, monkeypatch):
+def test_feature_rule_sees_lengths_rewards_per_func_and_truncation(tmp_path, tiny_model_dir, monkeypatch, scratch_registry):
     import importlib
 
     ds_module = importlib.import_module("pods_rl.downsample")
