@@ -166,7 +166,10 @@ def run_async_pods(url, model_dir, tmp_path, monkeypatch):
     trainer.train()
     assert transfer.syncs == 1 + STEPS  # the cold sync at train begin, then one per step (weight_sync_steps=1)
     groups = [json.loads(line) for line in log_path.read_text().splitlines()]
-    return trained, {g["row"]: g for g in groups}, trainer
+    scored = defaultdict(list)  # row -> every scoring of it (a generation retried after a dropped connection
+    for group in groups:        # is scored again, so a row can appear more than once)
+        scored[group["row"]].append(group)
+    return trained, scored, trainer
 
 
 def test_async_pods_trains_against_a_real_vllm_server(vllm_server, tmp_path, monkeypatch):
@@ -190,14 +193,20 @@ def test_async_pods_trains_against_a_real_vllm_server(vllm_server, tmp_path, mon
     assert len(rows_of) == 2 * STEPS and all(len(rows) == M for rows in rows_of.values()), \
         {g: len(rows) for g, rows in rows_of.items()}
     for group_id, rows in sorted(rows_of.items()):
-        print(f"group {group_id}: n rewards {scored[group_id]['rewards']} -> trained rewards "
+        # ... selected by the rule from the N rollouts the worker scored for that prompt (the scoring whose rollouts
+        # these are, when a retried generation scored the prompt twice)
+        trained_completions = sorted(completion for completion, _, _ in rows)
+        matches = []
+        for group in scored[group_id]:
+            assert len(group["completion_ids"]) == len(group["rewards"]) == N
+            kept = downsample(torch.tensor([group["rewards"]], dtype=torch.float64), M, rule="max_variance")[0]
+            if trained_completions == sorted(group["completion_ids"][i] for i in kept.tolist()):
+                matches.append((group, kept.tolist()))
+        assert matches, (f"group {group_id}: the trained rows are not the rule's m of any scoring of that prompt "
+                         f"({len(scored[group_id])} scorings)")
+        group, kept = matches[0]
+        print(f"group {group_id}: n rewards {group['rewards']} -> trained rewards "
               f"{[metrics['reward'] for _, _, metrics in rows]}, advantages {[round(a, 4) for _, a, _ in rows]}")
-        # ... selected by the rule from the N rollouts the worker scored for that prompt
-        group = scored[group_id]
-        assert len(group["completion_ids"]) == len(group["rewards"]) == N
-        rewards = torch.tensor([group["rewards"]], dtype=torch.float64)
-        kept = downsample(rewards, M, rule="max_variance")[0].tolist()
-        assert sorted(completion for completion, _, _ in rows) == sorted(group["completion_ids"][i] for i in kept)
         # ... with the advantages recomputed by hand on the kept M (TRL async's formula: population std)
         kept_rewards = [group["rewards"][i] for i in kept]
         mean = sum(kept_rewards) / M
