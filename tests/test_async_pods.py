@@ -16,8 +16,10 @@ import dataclasses
 import inspect
 import math
 import queue
+import re
 import statistics
 import threading
+import time
 import types
 
 import numpy as np
@@ -381,8 +383,7 @@ def test_the_worker_gets_what_trls_default_worker_gets(tmp_path, monkeypatch, ti
                               pods_rule="max_reward")
     theirs = _trl_default_worker_kwargs(monkeypatch, tiny_model_dir, _config(tmp_path), dataset)
     pods = {k: ours.pop(k) for k in list(ours) if k.startswith("pods_")}
-    assert pods == {"pods_m": 2, "pods_rule": "max_reward", "pods_tiebreak": "index", "pods_seed": None,
-                    "pods_rule_module": None}
+    assert pods == {"pods_m": 2, "pods_rule": "max_reward"}  # the rest: the loop's defaults
     assert theirs["max_inflight_tasks"] == 4 * 4  # max_staleness x rows per step, in rollouts
     assert ours.pop("max_inflight_tasks") == 4 * 4 * 8 // 2  # the same in rows at m=2 of n=8
     theirs.pop("max_inflight_tasks")
@@ -395,36 +396,198 @@ def test_the_worker_gets_what_trls_default_worker_gets(tmp_path, monkeypatch, ti
     assert explicit["max_inflight_tasks"] == 5 and explicit["reward_funcs"] == [value]
 
 
-def test_the_loops_real_init_takes_those_arguments_and_scores(tmp_path, monkeypatch, tiny_model_dir):
-    """The child builds the loop from the worker's kwargs plus its queues; aiohttp (only the network code uses it,
-    and it is not installed here) is stubbed for the annotation ``__init__`` evaluates."""
+def real_loop(tmp_path, monkeypatch, model_dir, reward_funcs=(value, brevity), dataset=None, cls=PODSRolloutLoop,
+              args=None, **pods) -> PODSRolloutLoop:
+    """The loop as the worker's child builds it: the worker's kwargs (``pods_worker_kwargs``) plus its queues;
+    aiohttp (only the network code uses it, and it is not installed here) is stubbed for the annotation
+    ``__init__`` evaluates. Close it with ``close_loop``."""
     from datasets import Dataset
     from transformers import AutoTokenizer
 
     monkeypatch.setattr(trl_worker, "aiohttp", types.SimpleNamespace(ClientSession=object), raising=False)
     # The project's char tokenizer has a chat template TRL cannot parse replies of (add_response_schema refuses it);
     # generation would need a parser, scoring does not: a placeholder one.
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.response_template = {"placeholder": True}
-    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "2 + 2?"}]] * 4, "answer": ["4"] * 4})
-    kwargs = pods_worker_kwargs(str(tiny_model_dir), [value, brevity], _config(tmp_path), dataset, tokenizer,
-                                pods_m=3, pods_tiebreak="shorter")
+    if dataset is None:
+        dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "2 + 2?"}]] * 4, "answer": ["4"] * 4})
+    kwargs = pods_worker_kwargs(str(model_dir), list(reward_funcs), args or _config(tmp_path), dataset, tokenizer,
+                                **pods)
     kwargs["queue_maxsize"] = 0  # AsyncRolloutWorker.__init__ adds these two before forwarding
     kwargs["dataset_start_index"] = 0
-    shared = types.SimpleNamespace(value=0)
-    loop = PODSRolloutLoop(**kwargs, rollout_buffer=queue.Queue(), model_version_value=shared,
-                           heartbeat_value=types.SimpleNamespace(value=0.0), failed_event=threading.Event(),
-                           exception_info_queue=queue.Queue(), metrics_queue=queue.Queue())
+    return cls(**kwargs, rollout_buffer=queue.Queue(), model_version_value=types.SimpleNamespace(value=0),
+               heartbeat_value=types.SimpleNamespace(value=0.0), failed_event=threading.Event(),
+               exception_info_queue=queue.Queue(), metrics_queue=queue.Queue())
+
+
+def close_loop(loop) -> None:
+    loop._tool_pool.shutdown()
+    loop._loop.close()
+
+
+def test_the_loops_real_init_takes_those_arguments_and_scores(tmp_path, monkeypatch, tiny_model_dir):
+    loop = real_loop(tmp_path, monkeypatch, tiny_model_dir, pods_m=3, pods_tiebreak="shorter")
     try:
         assert loop.num_generations == 8 and loop.pods.m == 3 and loop.pods.tiebreak == "shorter"
+        assert loop.adaptive is None
         group = make_group(TEXTS)
         samples = asyncio.run(loop._score_group(group))
         rewards = totals(group)
         lengths = torch.tensor([len(ids) for ids in group.completions_ids], dtype=torch.float64)
         assert kept_conversations(samples) == downsample(torch.tensor(rewards), 3, tiebreak=lengths).tolist()
     finally:
-        loop._tool_pool.shutdown()
-        loop._loop.close()
+        close_loop(loop)
+
+
+# ---- adaptive rollouts: the worker tops up all-equal groups ----------------------------------------------------
+SCORED = []  # (group id, conversation) of every rollout a reward function scored (it runs in this process)
+
+
+def scored_value(completions, prompts, **kwargs):
+    """``value``, recording what it scored."""
+    SCORED.extend((c[0]["group"], c[0]["conversation"]) for c in completions)
+    return value(completions)
+
+
+# Conversation j of each prompt answers SCRIPT[prompt][j]: "mixed" is mixed in its pilot, "late" all-equal in its
+# pilot of 4 and mixed after one round of 2, "flat" all equal up to n = 8, "fails" raises in its first top-up.
+SCRIPT = {"mixed": "01011111", "late": "11110111", "flat": "00000000", "fails": "1111"}
+
+
+class ScriptedLoop(PODSRolloutLoop):
+    """The PODS loop with TRL's generation loop and scoring, whose one call to the vLLM server per conversation
+    (``_generate_one``) answers from ``SCRIPT`` instead (the vLLM lane runs the real server)."""
+
+    async def _generate_one(self, prompt, tool_dict, tools, group_id=0):
+        text = prompt[-1]["content"]
+        j = self.sampled.setdefault(group_id, 0)
+        self.sampled[group_id] = j + 1
+        await asyncio.sleep(0.001 * (j % 3))  # rollouts finish out of order, as the server's do
+        if j >= len(SCRIPT[text]):
+            raise RuntimeError(f"the server failed on {text!r}")
+        ids = [10 + j] * (2 + j)
+        rows = [TrainingSequence([1, 2, *ids], [0, 0] + [1] * len(ids), [0.0, 0.0] + [-0.5] * len(ids), f"{text}{j}")]
+        reply = {"role": "assistant", "content": SCRIPT[text][j], "group": group_id, "conversation": j}
+        return [reply], ids, rows, 0, 0, None
+
+
+def run_loops(loop, groups: int, timeout: float = 30.0) -> dict[int, list[RolloutSample]]:
+    """TRL's generate and score loops (PODS's scoring) until the groups with ids below ``groups`` reached the
+    rollout buffer (later ones may have too: the dataset cycles); each group's rows."""
+    rows = {}
+
+    async def drive():
+        stop = asyncio.Event()
+        loops = asyncio.gather(loop._generate_loop(stop), loop._score_loop(stop))
+        deadline = time.monotonic() + timeout
+        while not set(range(groups)) <= set(rows):
+            if loops.done():
+                loops.result()  # a loop that ended raises its error here
+            while not loop.rollout_buffer.empty():
+                sample = loop.rollout_buffer.get_nowait()
+                rows.setdefault(sample.group_id, []).append(sample)
+            assert time.monotonic() < deadline, f"only {sorted(rows)} of {groups} groups in {timeout} s"
+            await asyncio.sleep(0.01)
+        stop.set()
+        await asyncio.wait_for(loops, timeout)
+
+    asyncio.run(drive())
+    return rows
+
+
+def adaptive_loop(tmp_path, monkeypatch, model_dir, prompts, **pods):
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in prompts]})
+    loop = real_loop(tmp_path, monkeypatch, model_dir, (scored_value,), dataset, ScriptedLoop,
+                     _config(tmp_path, max_inflight_tasks=6), **pods)
+    loop.sampled = {}
+    return loop
+
+
+def test_adaptive_tops_up_all_equal_groups_in_the_background_and_keeps_m_of_them(tmp_path, monkeypatch,
+                                                                                  tiny_model_dir):
+    """n = 8, m = 3, pilot 4, rounds of 2: "mixed" stops at 4, "late" at 6, "flat" at n = 8; every rollout is scored
+    once; each group's m kept rows are max_variance's choice from all its rollouts, with advantages by hand."""
+    SCORED.clear()
+    loop = adaptive_loop(tmp_path, monkeypatch, tiny_model_dir, ["flat", "late", "mixed"], pods_m=3, pods_pilot=4,
+                         pods_round_size=2)
+    try:
+        assert loop.num_generations == 4 and loop.pods_n == 8  # TRL's generate loop emits the pilot
+        rows = run_loops(loop, groups=3)
+    finally:
+        close_loop(loop)
+    expected_counts = {"mixed": 4, "late": 6, "flat": 8}
+    for group_id, text in enumerate(["flat", "late", "mixed"]):
+        count = expected_counts[text]
+        assert loop.sampled[group_id] == count
+        order = [j for g, j in SCORED if g == group_id]  # the group's conversations, in the group's order
+        assert sorted(order) == list(range(count))  # each rollout scored once
+        rewards = [float(SCRIPT[text][j]) for j in order]
+        kept = [order[i] for i in downsample(torch.tensor([rewards]), 3)[0].tolist()]
+        by_conversation = {int(np.asarray(s.input_ids)[2]) - 10: s for s in rows[group_id]}
+        assert sorted(by_conversation) == sorted(kept) and len(rows[group_id]) == 3
+        advantages, std = by_hand([float(SCRIPT[text][j]) for j in kept])
+        assert [by_conversation[j].advantage for j in kept] == pytest.approx(advantages, abs=1e-9)
+        metrics = rows[group_id][0].metrics
+        assert metrics["pods/rollouts_sampled"] == count and metrics["pods/rounds"] == 1 + (count - 4) // 2
+        assert metrics["pods/frac_zero_std_pilot"] == float(text != "mixed")
+        assert metrics["pods/reward_all_mean"] == pytest.approx(statistics.fmean(rewards))
+        assert metrics["reward_std"] == pytest.approx(std)
+        assert {s.model_version for s in rows[group_id]} == {0}
+    assert not loop._top_ups and all(g >= 3 for g in loop._scored)  # later groups' top-ups: cancelled
+
+
+def length_penalty(completion_ids, **kwargs):
+    """-0.01 per completion token: varies within every group (conversation j has 2 + j tokens)."""
+    return [-0.01 * len(ids) for ids in completion_ids]
+
+
+@pytest.mark.parametrize("adaptive_reward", [None, "scored_value"])
+def test_the_adaptive_reward_alone_decides_whether_a_group_is_mixed(tmp_path, monkeypatch, tiny_model_dir,
+                                                                     adaptive_reward):
+    """By the total (value + length penalty) every pilot is mixed, so "late" stops at its pilot; judged on
+    ``scored_value`` alone its pilot is all equal and it gets a round."""
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "late"}]]})
+    loop = real_loop(tmp_path, monkeypatch, tiny_model_dir, (scored_value, length_penalty), dataset, ScriptedLoop,
+                     _config(tmp_path, max_inflight_tasks=6), pods_m=3, pods_pilot=4, pods_round_size=2,
+                     pods_adaptive_reward=adaptive_reward)
+    loop.sampled = {}
+    try:
+        rows = run_loops(loop, groups=1)
+    finally:
+        close_loop(loop)
+    assert rows[0][0].metrics["pods/rollouts_sampled"] == (4 if adaptive_reward is None else 6)
+
+
+def test_a_failing_top_up_fails_the_loop(tmp_path, monkeypatch, tiny_model_dir):
+    """A top-up whose generation fails makes the worker's loop fail with that error, as TRL's generate loop does."""
+    loop = adaptive_loop(tmp_path, monkeypatch, tiny_model_dir, ["fails"], pods_m=2, pods_pilot=4)
+    try:
+        with pytest.raises(RuntimeError, match="the server failed on 'fails'"):
+            run_loops(loop, groups=1)
+    finally:
+        close_loop(loop)
+
+
+def test_adaptive_settings_fail_with_one_line_naming_the_worker_argument(tmp_path, tiny_model_dir):
+    args = _config(tmp_path)
+    cases = {"pods_pilot (k) must be an integer in [1, num_generations=8]": dict(pods_pilot=9),
+             "pods_pilot needs pods_m (m) < num_generations": dict(pods_m=8, pods_pilot=4),
+             "Unknown pods_adaptive_rule 'often'": dict(pods_pilot=4, pods_adaptive_rule="often"),
+             "pods_round_size must be a positive integer": dict(pods_pilot=4, pods_round_size=0),
+             "pods_adaptive_rule=budgeted needs pods_adaptive_budget": dict(pods_pilot=4, pods_adaptive_rule="budgeted"),
+             "pods_adaptive_reward 'correct' is not one of this run's reward functions ['value']": dict(
+                 pods_pilot=4, pods_adaptive_reward="correct"),
+             "pods_pilot (adaptive rollouts) does not support environment_factory": dict(
+                 pods_pilot=4, environment_factory=object)}
+    for message, settings in cases.items():
+        settings = {"pods_m": 2, **settings}
+        with pytest.raises(ValueError, match=re.escape(message)) as error:
+            pods_worker_kwargs(str(tiny_model_dir), [value], args, None, **settings)
+        assert "\n" not in str(error.value)
 
 
 # ---- the TRL internals the module touches --------------------------------------------------------------------
@@ -445,6 +608,15 @@ def test_trl_async_internals_are_where_pods_expects_them():
     loop_params = inspect.signature(_AsyncRolloutLoop.__init__).parameters
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for name, p in loop_params.items() if name != "self")
     assert "rollout_worker" in inspect.signature(AsyncGRPOTrainer.__init__).parameters
+    # adaptive top-ups: one conversation sampled, the score queue, the counters the generate loop keeps
+    assert list(inspect.signature(_AsyncRolloutLoop._generate_one).parameters) == ["self", "prompt", "tool_dict",
+                                                                                  "tools", "group_id"]
+    assert list(inspect.signature(_AsyncRolloutLoop._score_loop).parameters) == ["self", "stop_event"]
+    init_source = inspect.getsource(_AsyncRolloutLoop.__init__)
+    for attribute in ("self._groups_to_score", "self._standalone_tools", "self._total_completion_tokens",
+                      "self.max_inflight_tasks", "self.num_generations"):
+        assert attribute in init_source, attribute
+    assert "range(self.num_generations)" in inspect.getsource(_AsyncRolloutLoop._repeat_iterator)
     # the trainer keeps resume state only for an AsyncRolloutWorker (ours is one), and logs sample metrics
     assert "isinstance(self.rollout_worker, AsyncRolloutWorker)" in inspect.getsource(AsyncGRPOTrainer)
     assert 'example["metrics"]' in inspect.getsource(trl_trainer.DataCollatorForRollout._log_metrics)

@@ -34,13 +34,15 @@ Built-in rules (``available_adaptive_rules()`` lists all, including registered o
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import torch
 
 from pods_rl.downsample import downsample
 
 __all__ = [
+    "AdaptiveSettings",
     "available_adaptive_rules",
     "downsample_ragged",
     "expected_until_mixed",
@@ -174,6 +176,68 @@ def plan_round(rewards, counts, m: int, n: int, round_size: int, rule: str = "un
         if bool(((counts < m) & (more == 0)).any()):
             raise ValueError(f"adaptive rule {rule!r} closed a prompt with fewer than m={m} rollouts")
     return more
+
+
+# How PODSConfig spells the adaptive settings (the one-line errors name these; other callers pass their own).
+CONFIG_NAMES = {"pilot": "pilot_generations", "n": "num_generations", "m": "downsample_to", "rule": "adaptive_rule",
+                "round_size": "adaptive_round_size", "budget": "adaptive_budget", "reward": "adaptive_reward"}
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """How adaptive rollouts sample: a pilot of ``pilot`` rollouts per prompt, then rounds of ``round_size`` while
+    ``rule`` keeps the prompt open, up to n; ``reward`` names the reward function that decides whether a group is
+    mixed (None: the reward total). Build it with ``validated``: ``PODSConfig`` and the asynchronous worker do."""
+
+    pilot: int
+    round_size: int
+    rule: str = "until_mixed"
+    budget: float | None = None
+    reward: str | None = None
+
+    @classmethod
+    def validated(cls, pilot, n: int | None, m: int, rule: str = "until_mixed", round_size=None, budget=None,
+                  reward: str | None = None, *, reward_names: list[str] | None = None,
+                  names: Mapping[str, str] | None = None) -> AdaptiveSettings:
+        """Check the settings (one ``ValueError`` line each, naming the setting as ``names`` spells it: keys of
+        ``CONFIG_NAMES``) and return them; ``round_size`` None means ``pilot``. ``reward_names``: the run's reward
+        functions, when known, which ``reward`` must be one of."""
+        names = {**CONFIG_NAMES, **(names or {})}
+        k = pilot
+        if isinstance(k, bool) or not isinstance(k, int) or n is None or not 1 <= k <= n:
+            raise ValueError(f"{names['pilot']} (k) must be an integer in [1, {names['n']}={n}], got {k!r}.")
+        if m >= n:
+            raise ValueError(f"{names['pilot']} needs {names['m']} (m) < {names['n']} (n={n}): every prompt must "
+                             f"reach m rollouts anyway, so rounds would change nothing. Lower {names['m']} or drop "
+                             f"{names['pilot']}.")
+        if rule not in available_adaptive_rules():
+            raise ValueError(f"Unknown {names['rule']} {rule!r}; available: {available_adaptive_rules()} "
+                             "(add your own with pods_rl.register_adaptive_rule).")
+        r = round_size
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
+            raise ValueError(f"{names['round_size']} must be a positive integer (default: {names['pilot']}), "
+                             f"got {r!r}.")
+        if rule == "budgeted":
+            low = max(k, m)
+            if (budget is None or isinstance(budget, bool) or not isinstance(budget, (int, float))
+                    or not low <= budget <= n):
+                raise ValueError(f"{names['rule']}=budgeted needs {names['budget']}, the mean rollouts per prompt per "
+                                 f"step, in [max({names['pilot']}, {names['m']})={low}, {names['n']}={n}]; got "
+                                 f"{budget!r}.")
+        elif budget is not None:
+            raise ValueError(f"{names['budget']} is only read by {names['rule']}=budgeted (got {names['rule']}="
+                             f"{rule!r}); drop it or set {names['rule']}=budgeted.")
+        settings = cls(pilot=k, round_size=k if r is None else r, rule=rule, budget=budget, reward=reward)
+        if reward_names is not None:
+            settings.check_reward(reward_names, names)
+        return settings
+
+    def check_reward(self, reward_names: list[str], names: Mapping[str, str] | None = None) -> None:
+        """``reward`` must be one of the run's reward functions (``reward_names``): one ``ValueError`` line."""
+        if self.reward is not None and self.reward not in reward_names:
+            name = {**CONFIG_NAMES, **(names or {})}["reward"]
+            raise ValueError(f"{name} {self.reward!r} is not one of this run's reward functions {list(reward_names)}; "
+                             "name one of them, or leave it unset to judge the reward total.")
 
 
 def downsample_ragged(rewards, counts, m: int, rule: str = "max_variance", *, tiebreak=None,

@@ -40,7 +40,7 @@ require_supported_trl(version("trl"))  # before the imports below, which reach i
 
 from trl import GRPOConfig
 
-from pods_rl.adaptive import available_adaptive_rules
+from pods_rl.adaptive import AdaptiveSettings
 from pods_rl.reward_guard import DEFAULT_REWARD_TIMEOUT_S, MAX_TIMEOUTS_IN_A_ROW
 from pods_rl.selection import TIEBREAKS, SelectionSettings, sampled_prompts
 
@@ -188,29 +188,7 @@ class PODSConfig(GRPOConfig):
             self.pilot_generations = k = None  # 0: off, so that a flag can turn a recipe's pilot off
         if k is None:
             return
-        if isinstance(k, bool) or not isinstance(k, int) or n is None or not 1 <= k <= n:
-            raise ValueError(f"pilot_generations (k) must be an integer in [1, num_generations={n}], got {k!r}.")
-        if m == n:
-            raise ValueError(f"pilot_generations needs downsample_to (m) < num_generations (n={n}): every prompt must "
-                             "reach m rollouts anyway, so rounds would change nothing. Lower downsample_to or drop "
-                             "pilot_generations.")
-        if self.adaptive_rule not in available_adaptive_rules():
-            raise ValueError(f"Unknown adaptive_rule {self.adaptive_rule!r}; available: {available_adaptive_rules()} "
-                             "(add your own with pods_rl.register_adaptive_rule).")
-        r = self.adaptive_round_size
-        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
-            raise ValueError(f"adaptive_round_size must be a positive integer (default: pilot_generations), got {r!r}.")
-        budget = self.adaptive_budget
-        if self.adaptive_rule == "budgeted":
-            low = max(k, m)
-            if (budget is None or isinstance(budget, bool) or not isinstance(budget, (int, float))
-                    or not low <= budget <= n):
-                raise ValueError(f"adaptive_rule=budgeted needs adaptive_budget, the mean rollouts per prompt per step, "
-                                 f"in [max(pilot_generations, downsample_to)={low}, num_generations={n}]; got "
-                                 f"{budget!r}.")
-        elif budget is not None:
-            raise ValueError(f"adaptive_budget is only read by adaptive_rule=budgeted (got adaptive_rule="
-                             f"{self.adaptive_rule!r}); drop it or set adaptive_rule=budgeted.")
+        AdaptiveSettings.validated(k, n, m, self.adaptive_rule, self.adaptive_round_size, self.adaptive_budget)
 
     @property
     def selection_settings(self) -> SelectionSettings:

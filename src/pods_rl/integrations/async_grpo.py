@@ -21,7 +21,21 @@ Per group of n conversations of one prompt, ``PODSRolloutLoop._score_group``:
    kept m by TRL async's formula ((r - mean) / (population std + 1e-8), NaN reward -> 0), ``reward_std`` set to the
    kept std, and the ``pods/*`` selection metrics added to each row's metrics.
 
-With m >= n it returns exactly what TRL returns. The trainer logs a row's metrics when it trains the row
+**Adaptive rollouts** (``pods_pilot=k``): TRL's generate loop samples k per prompt (the loop sets its
+``num_generations`` to k; n stays the cap). When the pilot's rewards (``pods_adaptive_reward``'s, or the total)
+are all equal, ``_score_group`` returns nothing for the group yet and starts a *top-up* task in the worker's event
+loop: another round of rollouts (``pods_round_size``, default k) of the same prompt, sampled from the server while
+the score loop goes on with other groups; the topped-up group comes back to the score queue, only its new
+conversations are scored (each rollout is scored once), and the adaptive rule (``pods_rl.adaptive.plan_round``,
+one group at a time) either closes it or starts another round, up to n. Then selection keeps m of however many it
+has. The trainer never waits on a round: it trains on whichever groups are finished. A topped-up group keeps its
+pilot's ``model_version`` (the oldest of its rollouts), so staleness is counted from the pilot; every row carries
+the old log-probs of the policy that sampled it. Top-ups draw on a pool of ``max_inflight_tasks`` generation
+slots of their own, beside the generate loop's. Environments (``environment_factory``) are refused with a pilot:
+TRL's generate loop draws and resets an environment per rollout, which a top-up would have to repeat outside it.
+Rows add ``pods/rollouts_sampled``, ``pods/rounds`` and ``pods/frac_zero_std_pilot`` to the ``pods/*`` metrics.
+
+With m >= n (and no pilot) it returns exactly what TRL returns. The trainer logs a row's metrics when it trains the row
 (``DataCollatorForRollout._log_metrics``: the mean over a micro-batch's rows, then over the logging window), so the
 ``pods/*`` values are per-group values averaged over the trained rows: ``pods/groups_zero_std`` reads as the
 fraction of groups whose kept rewards were all equal, ``pods/prompts_sampled`` as 1; ``reward`` and
@@ -49,6 +63,9 @@ TRL internals this module touches (pinned by tests/test_async_pods.py):
   copied with ``dataclasses.replace``. ``TrainingSequence``: built for the placeholder row.
 * ``RolloutSample``: reads ``metrics["reward"]``, ``metrics["rewards/<name>"]``; writes ``advantage``,
   ``metrics["reward_std"]`` and ``metrics["pods/..."]``.
+* With a pilot: ``num_generations`` (the generate loop's group size), ``_generate_one(prompt, tool_dict=, tools=,
+  group_id=)``, ``_groups_to_score`` (the score queue), ``_standalone_tools``, ``tools``, ``max_inflight_tasks``,
+  ``_total_completion_tokens``, ``_score_loop(stop_event)`` (wrapped to cancel top-ups when it ends).
 * ``AsyncRolloutWorker``: subclassed; the class attribute ``_loop_cls`` and ``**loop_kwargs`` forwarded to the loop.
 * ``AsyncGRPOConfig``'s fields that ``AsyncGRPOTrainer.__init__`` passes to its default worker, read by
   ``pods_worker_kwargs`` the same way.
@@ -56,14 +73,12 @@ TRL internals this module touches (pinned by tests/test_async_pods.py):
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
 import inspect
 import logging
 import math
-import os
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -75,18 +90,20 @@ from trl.experimental.async_grpo.async_rollout_worker import (
     TrainingSequence,
     _AsyncRolloutLoop,
 )
+from trl.trainer.utils import get_callable_name
 
+from pods_rl.adaptive import AdaptiveSettings, group_is_mixed, plan_round
 from pods_rl.downsample import rule_takes_features
 from pods_rl.selection import SelectionSettings, select
 
 __all__ = ["PODSRolloutLoop", "PODSRolloutWorker", "pods_rollout_worker", "pods_worker_kwargs", "pods_settings",
-           "kept_advantages", "DirectoryWeightTransfer", "async_trainer_on_cpu", "torch_tree_attention",
-           "register_torch_tree_attention"]
+           "kept_advantages"]
 
 logger = logging.getLogger("pods_rl")
-EXTENSION = "pods_rl.integrations.vllm_server.ReloadWeightsExtension"  # the vLLM server's --worker-extension-cls
 
 # How the async worker's users spell the settings (the one-line errors name these).
+ADAPTIVE_NAMES = {"pilot": "pods_pilot", "n": "num_generations", "m": "pods_m", "rule": "pods_adaptive_rule",
+                  "round_size": "pods_round_size", "budget": "pods_adaptive_budget", "reward": "pods_adaptive_reward"}
 ASYNC_NAMES = {"m": "pods_m", "rule": "pods_rule", "tiebreak": "pods_tiebreak",
                "register": "pods_rl.register_rule in a module named by pods_rule_module"}
 _PLACEHOLDER_ID = "pods-rl-placeholder"  # rollout_id of the row that scores a conversation without rows
@@ -128,18 +145,54 @@ def kept_advantages(rewards: np.ndarray) -> tuple[np.ndarray, float]:
     return advantages, float(scored.std())
 
 
+def adaptive_settings(pilot: int | None, n: int, m: int, rule: str = "until_mixed", round_size: int | None = None,
+                      budget: float | None = None, reward: str | None = None, *, reward_names=None,
+                      environment_factory=None) -> AdaptiveSettings | None:
+    """The worker's adaptive settings (``pods_pilot`` ...; one ``ValueError`` line each), None without a pilot.
+    ``budget`` (``pods_adaptive_budget``, the ``budgeted`` rule) counts rollouts per prompt: each group is planned
+    on its own. Environments are refused: TRL's generate loop draws and resets one per rollout, which a top-up
+    would have to repeat outside it."""
+    if pilot is None:
+        return None
+    if environment_factory is not None:
+        raise ValueError("pods_pilot (adaptive rollouts) does not support environment_factory: drop pods_pilot to "
+                         "sample n rollouts per prompt in one go (PODS still keeps m of them).")
+    return AdaptiveSettings.validated(pilot, n, m, rule, round_size, budget, reward, reward_names=reward_names,
+                                      names=ADAPTIVE_NAMES)
+
+
+def conversations_from(group: RolloutGroup, start: int) -> RolloutGroup:
+    """The group's conversations ``start:`` as a group of their own (every per-conversation list sliced)."""
+    if start == 0:
+        return group
+    lists = ("prompts", "completions", "completions_ids", "completions_sequences", "tool_call_counts",
+             "tool_failure_counts", "env_rewards", "rollout_rewards")
+    return dataclasses.replace(group, **{name: getattr(group, name)[start:] for name in lists},
+                               reward_kwargs={key: values[start:] for key, values in group.reward_kwargs.items()})
+
+
 class PODSRolloutLoop(_AsyncRolloutLoop):
     """TRL's asynchronous rollout loop, sampling n = ``num_generations`` per prompt and queueing the kept m.
 
     Takes ``_AsyncRolloutLoop``'s keyword arguments plus ``pods_m``, ``pods_rule`` (default ``max_variance``),
-    ``pods_tiebreak`` (default ``index``), ``pods_seed`` (for the ``random`` rule) and ``pods_rule_module``.
+    ``pods_tiebreak`` (default ``index``), ``pods_seed`` (for the ``random`` rule), ``pods_rule_module`` and, for
+    adaptive rollouts, ``pods_pilot``, ``pods_round_size``, ``pods_adaptive_rule``, ``pods_adaptive_reward`` and
+    ``pods_adaptive_budget`` (``pods_worker_kwargs`` says what each means).
     """
 
     def __init__(self, *, pods_m: int, pods_rule: str = "max_variance", pods_tiebreak: str = "index",
-                 pods_seed: int | None = None, pods_rule_module: str | None = None, **kwargs: Any):
-        self.init_pods(pods_m, pods_rule, pods_tiebreak, pods_seed, pods_rule_module,
-                       n=kwargs.get("num_generations", 8))
+                 pods_seed: int | None = None, pods_rule_module: str | None = None, pods_pilot: int | None = None,
+                 pods_round_size: int | None = None, pods_adaptive_rule: str = "until_mixed",
+                 pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None, **kwargs: Any):
+        n = kwargs.get("num_generations", 8)
+        self.init_pods(pods_m, pods_rule, pods_tiebreak, pods_seed, pods_rule_module, n=n)
+        self.adaptive = adaptive_settings(pods_pilot, n, pods_m, pods_adaptive_rule, pods_round_size,
+                                          pods_adaptive_budget, pods_adaptive_reward,
+                                          environment_factory=kwargs.get("environment_factory"))
         super().__init__(**kwargs)
+        if self.adaptive is not None:
+            self.adaptive.check_reward(self.reward_func_names, ADAPTIVE_NAMES)
+            self.init_top_ups(n)
 
     def init_pods(self, m: int, rule: str = "max_variance", tiebreak: str = "index", seed: int | None = None,
                   rule_module: str | None = None, n: int | None = None) -> None:
@@ -147,10 +200,44 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         self.pods = pods_settings(m, rule, tiebreak, n=n, rule_module=rule_module)
         self.pods_generator = None if seed is None else torch.Generator().manual_seed(int(seed))
 
+    def init_top_ups(self, n: int) -> None:
+        """Adaptive rollouts: TRL's generate loop now emits a group after its pilot (``num_generations`` = pilot);
+        ``pods_n`` is the cap. Top-up generations draw on a pool of ``max_inflight_tasks`` slots of their own."""
+        self.pods_n, self.num_generations = n, self.adaptive.pilot
+        self._scored: dict[int, list[list[RolloutSample]]] = {}  # group id -> its scored conversations' rows
+        self._rounds: dict[int, int] = {}  # group id -> rounds sampled so far
+        self._top_ups: set[asyncio.Task] = set()
+        self._top_up_slots = asyncio.Semaphore(max(1, self.max_inflight_tasks))
+        self._top_up_error: BaseException | None = None
+
     async def _score_group(self, group: RolloutGroup) -> list[RolloutSample]:
-        n, m = len(group.completions), self.pods.m
-        if n <= m:
+        m, adaptive = self.pods.m, getattr(self, "adaptive", None)
+        if adaptive is None and len(group.completions) <= m:
             return await super()._score_group(group)
+        if adaptive is None:
+            rows = await self.score_conversations(group)
+            return self.kept_rows(group, rows)
+        if self._top_up_error is not None:
+            raise self._top_up_error
+        rows = self._scored.pop(group.group_id, [])
+        rows += await self.score_conversations(group, start=len(rows))  # the new conversations only
+        rounds = self._rounds.pop(group.group_id, 0) + 1
+        more = self.plan_top_up(rows)
+        if more:  # all equal so far: sample more of this prompt in the background, score it when they arrive
+            self._scored[group.group_id], self._rounds[group.group_id] = rows, rounds
+            task = asyncio.create_task(self.top_up(group, more))
+            self._top_ups.add(task)
+            task.add_done_callback(self._top_up_done)
+            return []
+        pilot_rewards = self.adaptive_rewards(rows[:adaptive.pilot])
+        metrics = {"pods/rollouts_sampled": float(len(rows)), "pods/rounds": float(rounds),
+                   "pods/frac_zero_std_pilot": float(not group_is_mixed(pilot_rewards, torch.tensor([adaptive.pilot])))}
+        return self.kept_rows(group, rows, metrics)
+
+    async def score_conversations(self, group: RolloutGroup, start: int = 0) -> list[list[RolloutSample]]:
+        """TRL's ``_score_group`` on conversations ``start:`` of the group; each conversation's rows (a conversation
+        without rows is scored through a placeholder row, which ``kept_rows`` drops)."""
+        group = conversations_from(group, start)
         sizes = [max(1, len(rows)) for rows in group.completions_sequences]  # rows per conversation, placeholder: 1
         placeholder = TrainingSequence([], [], [], _PLACEHOLDER_ID)
         padded = dataclasses.replace(group, completions_sequences=[
@@ -160,8 +247,13 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
             raise RuntimeError(f"TRL's _score_group returned {len(samples)} rows for conversations of {sizes} rows: "
                                "pods_rl.integrations.async_grpo does not know this TRL's row layout.")
         starts = np.cumsum([0, *sizes])
-        rows = [samples[starts[i]:starts[i + 1]] for i in range(n)]  # conversation i's rows
+        return [samples[starts[i]:starts[i + 1]] for i in range(len(sizes))]
+
+    def kept_rows(self, group: RolloutGroup, rows: list[list[RolloutSample]], extra: dict | None = None):
+        """Select m of the group's conversations (``rows``: each one's scored rows) and return the kept ones' rows
+        with the advantage recomputed on the kept m, ``reward_std`` the kept std, and the ``pods/*`` metrics."""
         kept, metrics = self.select_conversations(group, [conversation[0].metrics for conversation in rows])
+        metrics.update(extra or {})
         totals = np.array([rows[i][0].metrics["reward"] for i in kept], dtype=float)
         advantages, kept_std = kept_advantages(totals)
         out = []
@@ -174,6 +266,64 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
                 sample.metrics.update(metrics)
                 out.append(sample)
         return out
+
+    # --- adaptive rollouts: top-ups in the background ------------------------------------------------------------
+
+    def adaptive_rewards(self, rows: list[list[RolloutSample]]) -> torch.Tensor:
+        """(1, len(rows)) the reward that decides whether a group is mixed: ``pods_adaptive_reward``'s, else the
+        total (NaN: not scored)."""
+        key = "reward" if self.adaptive.reward is None else f"rewards/{self.adaptive.reward}"
+        return torch.tensor([[conversation[0].metrics[key] for conversation in rows]], dtype=torch.float64)
+
+    def plan_top_up(self, rows: list[list[RolloutSample]]) -> int:
+        """Rollouts this group gets next by the adaptive rule (0: closed), from its scored conversations."""
+        count, n = len(rows), self.pods_n
+        rewards = torch.full((1, n), float("nan"), dtype=torch.float64)
+        rewards[:, :count] = self.adaptive_rewards(rows)
+        budget = None if self.adaptive.budget is None else round(self.adaptive.budget)
+        more = plan_round(rewards, torch.tensor([count]), self.pods.m, n, self.adaptive.round_size,
+                          self.adaptive.rule, budget=budget)
+        return int(more[0])
+
+    async def top_up(self, group: RolloutGroup, more: int) -> None:
+        """Sample ``more`` conversations of the group's prompt (with the standalone tools), append them to the group
+        and queue it for scoring again. The group keeps its pilot's policy version: staleness counts from its
+        oldest rollout."""
+        tool_dict = {tool.__name__: tool for tool in self._standalone_tools}
+
+        async def one():
+            async with self._top_up_slots:
+                return await self._generate_one(group.prompts[0], tool_dict=tool_dict, tools=self.tools,
+                                                group_id=group.group_id)
+
+        for completion, ids, sequences, calls, failures, rollout_reward in await asyncio.gather(
+                *(one() for _ in range(more))):
+            group.prompts.append(group.prompts[0])
+            group.completions.append(completion)
+            group.completions_ids.append(ids)
+            group.completions_sequences.append(sequences)
+            group.tool_call_counts.append(calls)
+            group.tool_failure_counts.append(failures)
+            group.rollout_rewards.append(rollout_reward)
+            group.env_rewards.append(None)
+            self._total_completion_tokens += len(ids)
+        for values in group.reward_kwargs.values():
+            values.extend(values[:1] * more)
+        await self._groups_to_score.put(group)
+
+    def _top_up_done(self, task: asyncio.Task) -> None:
+        self._top_ups.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._top_up_error is None:
+            self._top_up_error = task.exception()  # raised by the next _score_group: the worker fails, as TRL's
+
+    async def _score_loop(self, stop_event: asyncio.Event) -> None:
+        try:
+            await super()._score_loop(stop_event)
+        finally:  # top-ups still sampling when the loop stops are cancelled, not left pending
+            top_ups = list(getattr(self, "_top_ups", ()))
+            for task in top_ups:
+                task.cancel()
+            await asyncio.gather(*top_ups, return_exceptions=True)
 
     def select_conversations(self, group: RolloutGroup, metrics: list[dict[str, float]]) -> tuple[list[int], dict]:
         """Which m of the group's n conversations to keep (ascending) and the ``pods/*`` metrics, from each
@@ -215,29 +365,41 @@ class PODSRolloutWorker(AsyncRolloutWorker):
     """``AsyncRolloutWorker`` whose child runs ``PODSRolloutLoop``: pass it as ``rollout_worker=`` to
     ``AsyncGRPOTrainer``. Build it with ``pods_rollout_worker`` (the trainer's own default worker, with PODS).
 
-    Keyword arguments: ``AsyncRolloutWorker``'s (forwarded to the loop in the child) and ``pods_m``, ``pods_rule``,
-    ``pods_tiebreak``, ``pods_seed``, ``pods_rule_module``, checked here, in the launching process, before the
-    child is spawned. TRL's ``AsyncRolloutWorker`` needs vLLM and aiohttp installed to be constructed.
+    Keyword arguments: ``AsyncRolloutWorker``'s (forwarded to the loop in the child) and the loop's ``pods_*``
+    ones, checked here, in the launching process, before the child is spawned. TRL's ``AsyncRolloutWorker`` needs
+    vLLM and aiohttp installed to be constructed.
     """
 
     _loop_cls = PODSRolloutLoop
 
-    def __init__(self, *, pods_m: int, pods_rule: str = "max_variance", pods_tiebreak: str = "index",
-                 pods_seed: int | None = None, pods_rule_module: str | None = None, **kwargs: Any):
-        pods_settings(pods_m, pods_rule, pods_tiebreak, n=kwargs.get("num_generations", 8),
-                      rule_module=pods_rule_module)
-        super().__init__(pods_m=pods_m, pods_rule=pods_rule, pods_tiebreak=pods_tiebreak, pods_seed=pods_seed,
-                         pods_rule_module=pods_rule_module, **kwargs)
+    def __init__(self, *, pods_m: int, **kwargs: Any):
+        check_worker_settings(pods_m, kwargs.get("num_generations", 8), kwargs.get("reward_funcs") or [],
+                              kwargs.get("environment_factory"),
+                              **{key: value for key, value in kwargs.items() if key.startswith("pods_")})
+        super().__init__(pods_m=pods_m, **kwargs)
+
+
+def check_worker_settings(pods_m: int, n: int, reward_funcs, environment_factory=None, *,
+                          pods_rule: str = "max_variance", pods_tiebreak: str = "index", pods_seed: int | None = None,
+                          pods_rule_module: str | None = None, pods_pilot: int | None = None,
+                          pods_round_size: int | None = None, pods_adaptive_rule: str = "until_mixed",
+                          pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None) -> None:
+    """Check every ``pods_*`` setting of the worker (one ``ValueError`` line each; an unknown keyword is a
+    ``TypeError`` naming it), before a child process is spawned."""
+    pods_settings(pods_m, pods_rule, pods_tiebreak, n=n, rule_module=pods_rule_module)
+    reward_names = [get_callable_name(f) for f in reward_funcs]
+    adaptive_settings(pods_pilot, n, pods_m, pods_adaptive_rule, pods_round_size, pods_adaptive_budget,
+                      pods_adaptive_reward, reward_names=reward_names, environment_factory=environment_factory)
 
 
 def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, processing_class=None, *, pods_m: int,
-                       pods_rule: str = "max_variance", pods_tiebreak: str = "index", pods_seed: int | None = None,
-                       pods_rule_module: str | None = None, tools=None, environment_factory=None,
-                       lora_name: str | None = None, num_processes: int | None = None) -> dict[str, Any]:
+                       tools=None, environment_factory=None, lora_name: str | None = None,
+                       num_processes: int | None = None, **pods: Any) -> dict[str, Any]:
     """The keyword arguments of ``PODSRolloutWorker``: those ``AsyncGRPOTrainer.__init__`` gives its default
     ``AsyncRolloutWorker`` (from the same ``args``), n = ``args.num_generations`` rollouts per prompt, the PODS
-    settings, and ``max_inflight_tasks`` scaled by n/m when ``args`` leaves it to the trainer (-1); only the
-    arguments the installed TRL's loop takes (TRL 1.12/1.13 have no ``lora_name``, before 1.15 no ``eos_token_ids``).
+    settings, and ``max_inflight_tasks`` scaled by (rollouts a group starts with)/m when ``args`` leaves it to the
+    trainer (-1); only the arguments the installed TRL's loop takes (TRL 1.12/1.13 have no ``lora_name``, before
+    1.15 no ``eos_token_ids``).
 
     Args:
         model: the model's name or path, as given to ``AsyncGRPOTrainer`` (the name the vLLM server serves).
@@ -246,37 +408,43 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
         train_dataset: the prompts; None only with an ``environment_factory`` (then placeholder prompts, as TRL).
         processing_class: the tokenizer; default ``AutoTokenizer.from_pretrained(model)``.
         pods_m: rollouts kept per prompt, 2 <= m <= n.
-        pods_rule: the down-sampling rule's name.
-        pods_tiebreak: ``index``, ``shorter`` or ``longer`` (completion tokens).
-        pods_seed: seeds the ``random`` rule's generator in the child (None: unseeded).
-        pods_rule_module: a module the child imports first, where a rule of yours is registered.
         tools: as given to ``AsyncGRPOTrainer``.
         environment_factory: as given to ``AsyncGRPOTrainer``.
         lora_name: the adapter name vLLM serves when the trainer syncs a PEFT adapter (TRL's is ``"trl-policy"``);
             None for full weights.
         num_processes: training processes (default ``args.world_size``), for ``max_inflight_tasks``.
+        **pods: the other settings, all keyword-only:
+            ``pods_rule`` (default ``max_variance``), the down-sampling rule's name;
+            ``pods_tiebreak`` (``index``, ``shorter`` or ``longer``: completion tokens);
+            ``pods_seed``, seeds the ``random`` rule's generator in the child (None: unseeded);
+            ``pods_rule_module``, a module the child imports first, where a rule of yours is registered;
+            adaptive rollouts: ``pods_pilot`` (k rollouts per prompt first; None: all n at once),
+            ``pods_round_size`` (rollouts per later round, default k), ``pods_adaptive_rule`` (``until_mixed``,
+            ``budgeted`` or a registered one), ``pods_adaptive_reward`` (the reward function whose all-equal values
+            keep a prompt open, default the total), ``pods_adaptive_budget`` (``budgeted``: rollouts per prompt).
     """
     from transformers import AutoTokenizer
 
     n = args.num_generations
-    pods_settings(pods_m, pods_rule, pods_tiebreak, n=n, rule_module=pods_rule_module)
+    reward_funcs = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    check_worker_settings(pods_m, n, reward_funcs, environment_factory, **pods)
     init_kwargs = args.model_init_kwargs or {}
     revision, trust = init_kwargs.get("revision"), args.trust_remote_code
     if processing_class is None:
         processing_class = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust)
     if processing_class.pad_token is None:
         processing_class.pad_token = processing_class.eos_token
-    reward_funcs = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
     if train_dataset is None and environment_factory is not None:
         from datasets import Dataset
 
         rows = args.per_device_train_batch_size * args.gradient_accumulation_steps
         train_dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * rows})
     inflight = args.max_inflight_tasks
-    if inflight < 0:
+    if inflight < 0:  # TRL's horizon in rows; a group starts with n rollouts (k with a pilot) and yields m rows
         processes = args.world_size if num_processes is None else num_processes
         per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
-        inflight = math.ceil(max(args.max_staleness, 1) * per_step * n / pods_m)
+        started = pods.get("pods_pilot") or n
+        inflight = math.ceil(max(args.max_staleness, 1) * per_step * started / pods_m)
     kwargs = dict(
         model_name=model, lora_name=lora_name, dataset=train_dataset, reward_funcs=reward_funcs,
         processing_class=processing_class, eos_token_ids=_eos_token_ids(model, processing_class, revision, trust),
@@ -286,8 +454,7 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
         min_p=args.min_p, repetition_penalty=args.repetition_penalty, request_timeout=args.request_timeout,
         chat_template_kwargs=args.chat_template_kwargs, max_tool_calling_iterations=args.max_tool_calling_iterations,
         log_completions=args.log_completions, num_completions_to_print=args.num_completions_to_print,
-        fork_threshold_tokens=args.fork_threshold_tokens, pods_m=pods_m, pods_rule=pods_rule,
-        pods_tiebreak=pods_tiebreak, pods_seed=pods_seed, pods_rule_module=pods_rule_module)
+        fork_threshold_tokens=args.fork_threshold_tokens, pods_m=pods_m, **pods)
     # TRL before 1.14 has no lora_name, before 1.15 no eos_token_ids (its loop then stops on the tokenizer's eos)
     accepted = inspect.signature(_AsyncRolloutLoop.__init__).parameters
     if lora_name is not None and "lora_name" not in accepted:
@@ -316,182 +483,3 @@ def _eos_token_ids(model: str, processing_class, revision: str | None, trust_rem
     eos = generation_config.eos_token_id
     eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
     return eos if processing_class.eos_token_id in eos else [processing_class.eos_token_id, *eos]
-
-
-# --- Weight transfer without NCCL -----------------------------------------------------------------------------------
-
-
-class DirectoryWeightTransfer:
-    """TRL's ``WeightTransferProtocol`` (``AsyncGRPOTrainer(weight_transfer=...)``) through a directory and the vLLM
-    server's own weight reload, instead of TRL's ``WeightTransferClient`` (NCCL, CUDA only). Works on CPU.
-
-    Each sync, between TRL's ``pause`` and ``resume``:
-
-    1. ``send_weights`` writes the trainer's ``(name, tensor)`` stream (TRL's ``_streaming_iter``: checkpoint names,
-       the adapter merged) to ``directory/model.safetensors`` (written aside, then renamed over the last one);
-    2. asks the server to load it: ``POST /collective_rpc`` with ``{"method": "pods_reload_weights", "kwargs":
-       {"weights_path": directory}}``, a method of ``pods_rl.integrations.vllm_server.ReloadWeightsExtension`` (start
-       the server with ``--worker-extension-cls`` naming it): vLLM's own ``reload_weights`` on every worker (a
-       layerwise reload that re-runs each layer's ``process_weights_after_loading``, so vLLM's CPU kernels repack the
-       new weights), then the tied LM head refreshed, which vLLM's reload leaves stale (see that module);
-    3. ``POST /reset_prefix_cache`` (best effort: while paused requests hold blocks it is refused, and the server's
-       cached prefixes may then carry key/values of the previous weights for a while).
-
-    ``pause``/``resume`` are TRL's (``POST /pause?mode=keep``, ``POST /resume``). The server must be started with
-    ``VLLM_SERVER_DEV_MODE=1`` (these endpoints exist only in dev mode; checked on vLLM 0.31's CPU build), with
-    ``--worker-extension-cls pods_rl.integrations.vllm_server.ReloadWeightsExtension``, and must be able to read
-    ``directory`` (same machine or a shared filesystem). Every sync writes and reads the whole model once: fine for
-    CPU and small models, slower than NCCL for large ones.
-
-    Args:
-        server_url: the vLLM server's base URL (``AsyncGRPOConfig.vllm_server_base_url``).
-        directory: where the weights are written (created; made absolute, since the server resolves it).
-        timeout: seconds allowed for one reload.
-    """
-
-    def __init__(self, server_url: str, directory: str | os.PathLike, timeout: float = 1800.0):
-        self.server_url = server_url.rstrip("/")
-        self.directory = Path(directory).absolute()
-        self.timeout = timeout
-        self.syncs = 0
-
-    def post(self, path: str, timeout: float, **kwargs: Any):
-        """POST to the server; a ``RuntimeError`` naming the endpoint when it fails (404: not in dev mode)."""
-        import requests
-
-        response = requests.post(f"{self.server_url}{path}", timeout=timeout, **kwargs)
-        if response.status_code == 404:
-            raise RuntimeError(f"the vLLM server at {self.server_url} has no {path}: start it with "
-                               "VLLM_SERVER_DEV_MODE=1")
-        if response.status_code != 200:
-            raise RuntimeError(f"vLLM server {path} failed: {response.status_code} {response.text[:500]}")
-        return response
-
-    def init_weight_transfer(self, wait_s: float = 240.0) -> None:
-        """Wait (at most ``wait_s``) for the server's ``/health``; create the directory."""
-        import time
-
-        import requests
-
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                if requests.get(f"{self.server_url}/health", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the vLLM server at {self.server_url} did not answer /health in {wait_s:.0f} s")
-            time.sleep(1)
-        self.directory.mkdir(parents=True, exist_ok=True)
-
-    def pause(self) -> None:
-        """Freeze the server's requests before the weights change (TRL's ``POST /pause?mode=keep``)."""
-        self.post("/pause", 300, params={"mode": "keep"})
-
-    def send_weights(self, iterator) -> None:
-        """Write the ``(name, tensor)`` stream to ``directory/model.safetensors`` and have the server reload it."""
-        from safetensors.torch import save_file
-
-        tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in iterator}
-        written = self.directory / "model.safetensors.partial"
-        save_file(tensors, str(written), metadata={"format": "pt"})
-        written.replace(self.directory / "model.safetensors")
-        try:
-            self.post("/collective_rpc", self.timeout, json={
-                "method": "pods_reload_weights", "kwargs": {"weights_path": str(self.directory)},
-                "timeout": self.timeout})
-        except RuntimeError as err:
-            if "pods_reload_weights" in str(err) and "attribute" in str(err):
-                raise RuntimeError(f"{err}\nStart the vLLM server with --worker-extension-cls {EXTENSION}") from None
-            raise
-        self.syncs += 1
-        try:
-            self.post("/reset_prefix_cache", 60)
-        except RuntimeError as err:
-            logger.warning("pods-rl: the vLLM server kept its prefix cache after a weight reload: %s", err)
-
-    def resume(self) -> None:
-        """Let the server generate again (``POST /resume``)."""
-        self.post("/resume", 300)
-
-    def destroy(self) -> None:
-        """Remove the weights file (the server has loaded it)."""
-        (self.directory / "model.safetensors").unlink(missing_ok=True)
-
-
-# --- Running TRL's asynchronous trainer on CPU (no CUDA) ----------------------------------------------------------
-
-
-def torch_tree_attention(module, query, key, value, attention_mask, *, tree_kv_index, tree_cu_seqlens_q,
-                         tree_cu_seqlens_k, tree_max_seqlen_q=None, tree_max_seqlen_k=None, scaling=None,
-                         sliding_window=None, softcap=None, **kwargs):
-    """TRL's tree attention (``trl.experimental.async_grpo.packing.tree_attention``) in plain torch, for tensors off
-    CUDA; CUDA tensors go to TRL's own (a FlashAttention-3 kernel fetched from the Hub, CUDA only).
-
-    Same contract as the kernel call: segment s's queries are ``query`` rows ``cu_q[s]:cu_q[s+1]``, its keys and
-    values the rows ``tree_kv_index[cu_k[s]:cu_k[s+1]]`` (its root-to-segment path, the segment last), causal
-    aligned bottom-right as FlashAttention does when a segment has fewer queries than keys."""
-    if query.is_cuda:
-        from trl.experimental.async_grpo.packing import tree_attention
-
-        return tree_attention(module, query, key, value, attention_mask, tree_kv_index=tree_kv_index,
-                              tree_cu_seqlens_q=tree_cu_seqlens_q, tree_cu_seqlens_k=tree_cu_seqlens_k,
-                              tree_max_seqlen_q=tree_max_seqlen_q, tree_max_seqlen_k=tree_max_seqlen_k,
-                              scaling=scaling, sliding_window=sliding_window, softcap=softcap, **kwargs)
-    q = query[0]  # (heads, tokens, dim)
-    k, v = (x[0].index_select(1, tree_kv_index) for x in (key, value))  # (kv heads, path rows, dim)
-    k, v = (x.repeat_interleave(q.shape[0] // x.shape[0], dim=0) for x in (k, v))  # grouped-query attention
-    scale = q.shape[-1] ** -0.5 if scaling is None else scaling
-    out = torch.empty_like(q)
-    cu_q, cu_k = tree_cu_seqlens_q.tolist(), tree_cu_seqlens_k.tolist()
-    for s in range(len(cu_q) - 1):
-        qs, ks, vs = q[:, cu_q[s]:cu_q[s + 1]], k[:, cu_k[s]:cu_k[s + 1]], v[:, cu_k[s]:cu_k[s + 1]]
-        scores = (qs @ ks.transpose(-1, -2)) * scale
-        if softcap:
-            scores = softcap * torch.tanh(scores / softcap)
-        rows = torch.arange(qs.shape[1]).unsqueeze(1) + (ks.shape[1] - qs.shape[1])  # each query's own key
-        cols = torch.arange(ks.shape[1]).unsqueeze(0)
-        visible = (cols <= rows) & ((cols > rows - sliding_window) if sliding_window else True)
-        out[:, cu_q[s]:cu_q[s + 1]] = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1) @ vs
-    return out.transpose(0, 1).unsqueeze(0), None
-
-
-def register_torch_tree_attention() -> None:
-    """Register ``torch_tree_attention`` under TRL's tree-attention name (what ``register_tree_attention`` does
-    with the CUDA kernel)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-    from trl.experimental.async_grpo.packing import TREE_ATTENTION
-
-    AttentionInterface.register(TREE_ATTENTION, torch_tree_attention)
-    AttentionMaskInterface.register(TREE_ATTENTION, lambda **kwargs: None)
-
-
-@contextmanager
-def async_trainer_on_cpu():
-    """While ``AsyncGRPOTrainer`` is constructed on a machine without CUDA, two of its CUDA-only steps get CPU
-    stand-ins; a no-op where CUDA is available. Yields True when they are in place.
-
-    - ``get_peak_flops_per_device`` asks CUDA for the device name (``AssertionError: Torch not compiled with CUDA
-      enabled``): it returns None, TRL's own value for an unknown device (MFU metrics off, the rest logged).
-    - ``register_tree_attention`` registers a FlashAttention-3 kernel fetched from the Hub (CUDA only):
-      ``register_torch_tree_attention`` registers ``torch_tree_attention``, the same attention in plain torch.
-      The registration is global (transformers' registry) and outlives the block; CUDA tensors still reach TRL's
-      kernel through it.
-    """
-    import trl.experimental.async_grpo.async_grpo_trainer as trainer_module
-
-    if torch.cuda.is_available():
-        yield False
-        return
-    stand_ins = {"get_peak_flops_per_device": lambda accelerator, dtype: None,
-                 "register_tree_attention": register_torch_tree_attention}
-    originals = {name: getattr(trainer_module, name) for name in stand_ins if hasattr(trainer_module, name)}
-    for name in originals:  # a TRL without one of them (before tree packing, MFU) needs no stand-in for it
-        setattr(trainer_module, name, stand_ins[name])
-    try:
-        yield True
-    finally:
-        for name, original in originals.items():
-            setattr(trainer_module, name, original)

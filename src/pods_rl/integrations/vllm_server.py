@@ -2,7 +2,7 @@
 LM head.
 
 Start the server with ``--worker-extension-cls pods_rl.integrations.vllm_server.ReloadWeightsExtension`` (and
-``VLLM_SERVER_DEV_MODE=1``); ``pods_rl.integrations.async_grpo.DirectoryWeightTransfer`` then calls
+``VLLM_SERVER_DEV_MODE=1``); ``pods_rl.integrations.async_cpu.DirectoryWeightTransfer`` then calls
 ``pods_reload_weights`` through ``POST /collective_rpc``. This module imports nothing heavy: vLLM imports it in every
 worker.
 
