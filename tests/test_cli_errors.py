@@ -20,6 +20,11 @@ CASES = [
     (SMOKE + " --learning_rate abc", 2, "invalid float value: 'abc' (see `pods train --help`)"),
     (SMOKE + " --learnin_rate 1e-3", 2, "unknown flag --learnin_rate (did you mean --learning_rate?)"),
     (SMOKE + " stray", 2, "unexpected arguments ['stray']"),
+    # TRL's asynchronous trainer's settings: pods train has no asynchronous mode, and says where it is
+    (SMOKE + " --max_staleness 2", 2, "--max_staleness: `pods train` runs the synchronous trainer and has no "
+     "asynchronous mode"),
+    (SMOKE + " --async true", 2, "asynchronous PODS runs from Python: AsyncGRPOTrainer with rollout_worker="
+     "pods_rl.integrations.async_grpo.pods_rollout_worker(...)"),
     # values that cannot train
     (SMOKE + " --learning_rate 0", 2, "--learning_rate must be > 0, got 0.0"),
     (SMOKE + " --learning_rate -1", 2, "--learning_rate must be > 0, got -1.0"),

@@ -244,6 +244,11 @@ def unknown_flags_message(parser, leftover: list[str]) -> str:
     """One line naming the flags `pods train` does not know, with the nearest known spelling of each."""
     known = [o for action in parser._actions for o in action.option_strings]
     unknown = [a.split("=")[0] for a in leftover if a.startswith("-") and a.split("=")[0] not in known]
+    asynchronous = [flag for flag in unknown if flag.lstrip("-") in async_only_settings()]
+    if asynchronous:
+        return (f"{', '.join(asynchronous)}: `pods train` runs the synchronous trainer and has no asynchronous mode "
+                "(TRL's AsyncGRPOTrainer settings); asynchronous PODS runs from Python: AsyncGRPOTrainer with "
+                "rollout_worker=pods_rl.integrations.async_grpo.pods_rollout_worker(...) (docs: guides/async.md)")
     hints = []
     for flag in unknown:
         close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
@@ -251,6 +256,19 @@ def unknown_flags_message(parser, leftover: list[str]) -> str:
     if not hints:
         return f"unexpected arguments {leftover} (flags take the form --name value; see `pods train --help`)"
     return f"unknown flag{'s' if len(hints) != 1 else ''} {', '.join(hints)} (see `pods train --help`)"
+
+
+def async_only_settings() -> set[str]:
+    """The fields of TRL's ``AsyncGRPOConfig`` that ``PODSConfig`` (a ``GRPOConfig``) lacks, and the words a user
+    may try for the asynchronous mode: ``pods train`` names the asynchronous path for them."""
+    from pods_rl.trainer import PODSConfig
+
+    try:
+        from trl.experimental.async_grpo import AsyncGRPOConfig
+    except ImportError:  # a TRL without the asynchronous trainer
+        return {"async", "asynchronous"}
+    ours = {f.name for f in dataclasses.fields(PODSConfig)}
+    return {f.name for f in dataclasses.fields(AsyncGRPOConfig)} - ours | {"async", "asynchronous"}
 
 
 def check_recipe_yaml(path: str | Path) -> None:

@@ -122,7 +122,13 @@ def model_logprobs(model, prompt_ids: list[int], completion_ids: list[int]) -> t
     return torch.stack([logp[start + i - 1, token] for i, token in enumerate(completion_ids)])
 
 
-def run_async_pods(url, model_dir, tmp_path, monkeypatch):
+def parity_reward(completions, row, **kwargs):
+    """0 for the prompts of even rows (every group of theirs is all equal: an adaptive worker tops it up to n), the
+    distinct characters of the reply for odd rows."""
+    return [0.0 if r % 2 == 0 else float(len(set(c[0]["content"]))) for c, r in zip(completions, row, strict=True)]
+
+
+def run_async_pods(url, model_dir, tmp_path, monkeypatch, reward=logged_reward, **pods):
     """Train ``STEPS`` steps; returns the rows (group id, completion ids, advantage, metrics) of each micro-batch
     the trainer's ``compute_loss`` took (as TRL's collator received them; the dataloader collates one micro-batch
     ahead, which is not trained), the n scored rollouts of each prompt, and the trainer."""
@@ -136,8 +142,8 @@ def run_async_pods(url, model_dir, tmp_path, monkeypatch):
                            max_completion_length=12, temperature=1.0, token_budget=0, max_staleness=100,
                            weight_sync_steps=1, logging_steps=1, save_strategy="no", report_to=[],
                            vllm_server_base_url=url, dtype="float32", use_cpu=True)
-    worker = pods_rollout_worker(model_dir, logged_reward, args, dataset, tokenizer, pods_m=M,
-                                 pods_rule="max_variance")
+    worker = pods_rollout_worker(model_dir, reward, args, dataset, tokenizer, pods_m=M, pods_rule="max_variance",
+                                 **pods)
     collated, trained = [], []  # rows of each micro-batch the collator built; which of them compute_loss took
     collate, compute_loss = trl_trainer.DataCollatorForRollout.torch_call, AsyncGRPOTrainer.compute_loss
 
@@ -157,11 +163,11 @@ def run_async_pods(url, model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(AsyncGRPOTrainer, "compute_loss", recording_compute_loss)
     transfer = DirectoryWeightTransfer(url, tmp_path / "weights")
     with async_trainer_on_cpu():
-        trainer = AsyncGRPOTrainer(model=model_dir, reward_funcs=logged_reward, args=args, train_dataset=dataset,
+        trainer = AsyncGRPOTrainer(model=model_dir, reward_funcs=reward, args=args, train_dataset=dataset,
                                    processing_class=tokenizer, rollout_worker=worker, weight_transfer=transfer)
     trainer.train()
     assert transfer.syncs == 1 + STEPS  # the cold sync at train begin, then one per step (weight_sync_steps=1)
-    groups = [json.loads(line) for line in log_path.read_text().splitlines()]
+    groups = [json.loads(line) for line in log_path.read_text().splitlines()] if log_path.exists() else []
     scored = defaultdict(list)  # row -> every scoring of it (a generation retried after a dropped connection
     for group in groups:        # is scored again, so a row can appear more than once)
         scored[group["row"]].append(group)
@@ -223,3 +229,24 @@ def test_async_pods_trains_against_a_real_vllm_server(vllm_server, tmp_path, mon
     assert not torch.allclose(model_logprobs(initial, probe, after_ids), torch.tensor(after_logps), atol=2e-3)
     torch.testing.assert_close(torch.tensor(after_logps), model_logprobs(trained_model, probe, after_ids),
                                atol=2e-3, rtol=0)
+
+
+def test_adaptive_async_pods_tops_up_against_the_real_server(vllm_server, tmp_path, monkeypatch):
+    """Adaptive rollouts (pilot 3 of n = 6, rounds of 3) against the server: the groups of even rows are all equal
+    at every count, so the worker samples a second round of each from the server before keeping m; odd rows stop
+    at their pilot when it is mixed. Every trained group still has exactly m rows."""
+    url, model_dir, _ = vllm_server
+    trained, _, _ = run_async_pods(url, model_dir, tmp_path, monkeypatch, reward=parity_reward, pods_pilot=M)
+    rows_of = defaultdict(list)
+    for batch in trained:
+        for group_id, _, advantage, metrics in batch:
+            rows_of[group_id].append((advantage, metrics))
+    assert len(rows_of) == 2 * STEPS and any(group_id % 2 == 0 for group_id in rows_of), sorted(rows_of)
+    for group_id, rows in sorted(rows_of.items()):
+        assert len(rows) == M, (group_id, len(rows))
+        sampled, rounds = rows[0][1]["pods/rollouts_sampled"], rows[0][1]["pods/rounds"]
+        print(f"group {group_id}: {sampled:.0f} rollouts in {rounds:.0f} rounds")
+        assert sampled == M * rounds and rounds in (1, 2)
+        if group_id % 2 == 0:  # all equal: topped up to n, advantages 0
+            assert (sampled, rows[0][1]["pods/frac_zero_std_pilot"]) == (N, 1.0)
+            assert all(advantage == 0.0 for advantage, _ in rows)
