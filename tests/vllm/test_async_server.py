@@ -122,25 +122,30 @@ def model_logprobs(model, prompt_ids: list[int], completion_ids: list[int]) -> t
     return torch.stack([logp[start + i - 1, token] for i, token in enumerate(completion_ids)])
 
 
-def parity_reward(completions, row, **kwargs):
+def parity_reward(completions, row, log_path, **kwargs):
     """0 for the prompts of even rows (every group of theirs is all equal: an adaptive worker tops it up to n), the
-    distinct characters of the reply for odd rows."""
+    distinct characters of the reply for odd rows; writes each call's row and size to ``log_path``."""
+    with open(log_path[0], "a") as log:
+        log.write(json.dumps({"row": row[0], "scored": len(completions)}) + "\n")
     return [0.0 if r % 2 == 0 else float(len(set(c[0]["content"]))) for c, r in zip(completions, row, strict=True)]
 
 
-def run_async_pods(url, model_dir, tmp_path, monkeypatch, reward=logged_reward, **pods):
+def run_async_pods(url, model_dir, tmp_path, monkeypatch, reward=logged_reward, prompts=64, **pods):
     """Train ``STEPS`` steps; returns the rows (group id, completion ids, advantage, metrics) of each micro-batch
     the trainer's ``compute_loss`` took (as TRL's collator received them; the dataloader collates one micro-batch
     ahead, which is not trained), the n scored rollouts of each prompt, and the trainer."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.response_template = CHAR_RESPONSE_TEMPLATE
     log_path = tmp_path / "groups.jsonl"
-    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}+{i % 7}="}] for i in range(64)],
-                                 "row": list(range(64)), "log_path": [str(log_path)] * 64})
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}+{i % 7}="}] for i in range(prompts)],
+                                 "row": list(range(prompts)), "log_path": [str(log_path)] * prompts})
     args = AsyncGRPOConfig(output_dir=str(tmp_path / "run"), num_generations=N, per_device_train_batch_size=2 * M,
                            gradient_accumulation_steps=1, max_steps=STEPS, learning_rate=0.05, bf16=False,
                            max_completion_length=12, temperature=1.0, token_budget=0, max_staleness=100,
                            weight_sync_steps=1, logging_steps=1, save_strategy="no", report_to=[],
+                           # max_staleness=100 left this at 100 steps of rows (1200 requests at once): the CPU server
+                           # dropped connections under that load, and a request dropped 3 times fails the worker
+                           max_inflight_tasks=24,
                            vllm_server_base_url=url, dtype="float32", use_cpu=True)
     worker = pods_rollout_worker(model_dir, reward, args, dataset, tokenizer, pods_m=M, pods_rule="max_variance",
                                  **pods)
@@ -233,20 +238,31 @@ def test_async_pods_trains_against_a_real_vllm_server(vllm_server, tmp_path, mon
 
 def test_adaptive_async_pods_tops_up_against_the_real_server(vllm_server, tmp_path, monkeypatch):
     """Adaptive rollouts (pilot 3 of n = 6, rounds of 3) against the server: the groups of even rows are all equal
-    at every count, so the worker samples a second round of each from the server before keeping m; odd rows stop
-    at their pilot when it is mixed. Every trained group still has exactly m rows."""
+    at every count, so the worker samples a second round of each from the server, scoring only the new rollouts,
+    before keeping m; odd rows stop at their pilot when it is mixed. Every trained group has exactly m rows; which
+    groups the trainer gets first is the queue's order (odd groups, one round, tend to come first)."""
     url, model_dir, _ = vllm_server
-    trained, _, _ = run_async_pods(url, model_dir, tmp_path, monkeypatch, reward=parity_reward, pods_pilot=M)
+    # more prompts than the worker samples groups in the test, so that a row is one group (the dataset never cycles)
+    trained, _, _ = run_async_pods(url, model_dir, tmp_path, monkeypatch, reward=parity_reward, pods_pilot=M,
+                                   prompts=4096)
+    calls = defaultdict(list)  # row (= group id) -> the sizes of its scoring calls, in order
+    for line in (tmp_path / "groups.jsonl").read_text().splitlines():
+        call = json.loads(line)
+        calls[call["row"]].append(call["scored"])
+    assert sum(map(len, calls.values())) < 4096  # fewer scoring calls (so groups) than prompts: no row repeats
+    topped_up = [row for row, sizes in calls.items() if row % 2 == 0 and sizes == [M, M]]
+    assert topped_up, dict(calls)  # the worker sampled a second round of all-equal groups from the server
     rows_of = defaultdict(list)
     for batch in trained:
         for group_id, _, advantage, metrics in batch:
             rows_of[group_id].append((advantage, metrics))
-    assert len(rows_of) == 2 * STEPS and any(group_id % 2 == 0 for group_id in rows_of), sorted(rows_of)
+    assert len(rows_of) == 2 * STEPS, sorted(rows_of)
     for group_id, rows in sorted(rows_of.items()):
         assert len(rows) == M, (group_id, len(rows))
         sampled, rounds = rows[0][1]["pods/rollouts_sampled"], rows[0][1]["pods/rounds"]
-        print(f"group {group_id}: {sampled:.0f} rollouts in {rounds:.0f} rounds")
+        print(f"group {group_id}: {sampled:.0f} rollouts in {rounds:.0f} rounds; scoring calls {calls[group_id]}")
         assert sampled == M * rounds and rounds in (1, 2)
+        assert calls[group_id] == [M] * int(rounds)  # each rollout scored once: the pilot, then the new round
         if group_id % 2 == 0:  # all equal: topped up to n, advantages 0
             assert (sampled, rows[0][1]["pods/frac_zero_std_pilot"]) == (N, 1.0)
             assert all(advantage == 0.0 for advantage, _ in rows)
