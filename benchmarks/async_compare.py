@@ -261,9 +261,7 @@ class VLLMServer:
         self.start_seconds = None
 
     def start(self) -> str:
-        import requests
-
-        from pods_rl.integrations.async_cpu import EXTENSION
+        from pods_rl.integrations.async_cpu import EXTENSION, wait_for_health
 
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
@@ -279,19 +277,11 @@ class VLLMServer:
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
-        deadline = started + self.timeout_s
-        while True:
-            if self.process.poll() is not None:
-                fail(f"the vLLM server exited ({self.process.returncode}) while starting; its log: {self.log_path}")
-            try:
-                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                fail(f"the vLLM server did not answer /health in {self.timeout_s:.0f} s; its log: {self.log_path}")
-            time.sleep(1)
+        try:
+            wait_for_health(self.url, self.timeout_s, self.process)
+        except (RuntimeError, TimeoutError) as err:
+            self.stop()
+            fail(f"{err}; its log: {self.log_path}")
         self.start_seconds = time.monotonic() - started
         say(f"vLLM server up at {self.url} in {self.start_seconds:.0f} s (pid {self.process.pid}, log {self.log_path})")
         return self.url

@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections import defaultdict
 
 import pytest
@@ -37,7 +36,12 @@ from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer  # noq
 from trl.experimental.async_grpo import async_grpo_trainer as trl_trainer  # noqa: E402
 
 from pods_rl.downsample import downsample  # noqa: E402
-from pods_rl.integrations.async_cpu import EXTENSION, DirectoryWeightTransfer, async_trainer_on_cpu  # noqa: E402
+from pods_rl.integrations.async_cpu import (  # noqa: E402
+    EXTENSION,
+    DirectoryWeightTransfer,
+    async_trainer_on_cpu,
+    wait_for_health,
+)
 from pods_rl.integrations.async_grpo import pods_rollout_worker  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
@@ -82,18 +86,10 @@ def vllm_server(vllm_model_dir, tmp_path_factory):
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"vLLM server exited ({server.returncode}):\n{log_path.read_text()[-3000:]}")
-            try:
-                if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM server not up in {SERVER_START_S} s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(2)
+        try:
+            wait_for_health(url, SERVER_START_S, server)
+        except (RuntimeError, TimeoutError) as err:
+            pytest.fail(f"{err}:\n{log_path.read_text()[-3000:]}")
         yield url, str(vllm_model_dir), log_path
     finally:
         os.killpg(server.pid, signal.SIGTERM)

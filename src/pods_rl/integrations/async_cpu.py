@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["EXTENSION", "DirectoryWeightTransfer", "async_trainer_on_cpu", "torch_tree_attention",
+__all__ = ["EXTENSION", "DirectoryWeightTransfer", "wait_for_health", "async_trainer_on_cpu", "torch_tree_attention",
            "register_torch_tree_attention"]
 
 logger = logging.getLogger("pods_rl")
@@ -28,6 +28,28 @@ EXTENSION = "pods_rl.integrations.vllm_server.ReloadWeightsExtension"  # the vLL
 
 
 # --- Weight transfer without NCCL -----------------------------------------------------------------------------------
+
+
+def wait_for_health(url: str, wait_s: float, process=None) -> None:
+    """Wait until the server at ``url`` answers ``GET /health`` with 200, polling every second: a ``TimeoutError``
+    after ``wait_s`` seconds, a ``RuntimeError`` if ``process`` (the server's ``subprocess.Popen``, when this
+    process started it) exits first."""
+    import time
+
+    import requests
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the vLLM server exited ({process.returncode}) before answering /health")
+        try:
+            if requests.get(f"{url.rstrip('/')}/health", timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the vLLM server at {url} did not answer /health in {wait_s:.0f} s")
+        time.sleep(1)
 
 
 class DirectoryWeightTransfer:
@@ -78,20 +100,7 @@ class DirectoryWeightTransfer:
 
     def init_weight_transfer(self, wait_s: float = 240.0) -> None:
         """Wait (at most ``wait_s``) for the server's ``/health``; create the directory."""
-        import time
-
-        import requests
-
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                if requests.get(f"{self.server_url}/health", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the vLLM server at {self.server_url} did not answer /health in {wait_s:.0f} s")
-            time.sleep(1)
+        wait_for_health(self.server_url, wait_s)
         self.directory.mkdir(parents=True, exist_ok=True)
 
     def pause(self) -> None:
