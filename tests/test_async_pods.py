@@ -12,8 +12,10 @@ The last tests pin the TRL internals the module touches.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import inspect
+import itertools
 import math
 import queue
 import re
@@ -570,6 +572,55 @@ def test_a_failing_top_up_fails_the_loop(tmp_path, monkeypatch, tiny_model_dir):
             run_loops(loop, groups=1)
     finally:
         close_loop(loop)
+
+
+class VersionBumpingLoop(ScriptedLoop):
+    """The trainer publishes policy version 3 while a group is being topped up (its first round's rollouts)."""
+
+    async def _generate_one(self, prompt, tool_dict, tools, group_id=0):
+        if self.sampled.get(group_id, 0) >= 4:
+            self._model_version_value.value = 3
+        return await super()._generate_one(prompt, tool_dict, tools, group_id=group_id)
+
+
+@pytest.mark.parametrize("max_staleness", [2, 3])
+def test_trls_staleness_filter_counts_a_topped_up_group_from_its_pilot(tmp_path, monkeypatch, tiny_model_dir,
+                                                                       max_staleness):
+    """The policy moves on (version 0 -> 3) while "late" is topped up: its m kept rows (two of the pilot, the 0 its
+    round brought) keep the pilot's version 0, and TRL's own consumer (``RolloutQueueDataset``, the trainer at version
+    3) drops all of them together at max_staleness 2 and trains all of them at 3; a group sampled at version 3
+    passes either way."""
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "late"}]]})
+    loop = real_loop(tmp_path, monkeypatch, tiny_model_dir, (scored_value,), dataset, VersionBumpingLoop,
+                     _config(tmp_path, max_inflight_tasks=6), pods_m=3, pods_pilot=4, pods_round_size=2)
+    loop.sampled = {}
+    try:
+        rows = run_loops(loop, groups=1)
+    finally:
+        close_loop(loop)
+    assert loop.sampled[0] == 6 and loop.model_version == 3  # the version moved during the top-up
+    topped_up = rows[0]
+    conversations = {int(np.asarray(s.input_ids)[2]) - 10 for s in topped_up}
+    assert len(topped_up) == 3 and 4 in conversations  # a row of the top-up (scored at version 3) is kept
+    assert {s.model_version for s in topped_up} == {0}
+    fresh = [dataclasses.replace(s, group_id=9, model_version=3) for s in topped_up]  # as if sampled at version 3
+    rollouts = queue.Queue()
+    for sample in [*topped_up, *fresh]:
+        rollouts.put(sample)
+    metrics = collections.defaultdict(list)
+    consumer = trl_trainer.RolloutQueueDataset(rollouts, model_version_fn=lambda: 3, check_health_fn=lambda s: None,
+                                               stale_after_s=60.0, metrics=metrics, max_staleness=max_staleness,
+                                               poll_interval_s=0.1)
+    wanted = len(fresh) + (3 if max_staleness >= 3 else 0)
+    trained_groups = [row["group_id"] for row in itertools.islice(iter(consumer), wanted)]
+    dropped = len(metrics["sample/dropped_stale_total"])
+    if max_staleness == 2:
+        assert dropped == 3 and trained_groups == [9] * len(fresh)
+    else:
+        assert dropped == 0 and trained_groups == [0] * 3 + [9] * len(fresh)
+        assert metrics["sample/staleness_max"][:3] == [3.0] * 3
 
 
 def test_adaptive_settings_fail_with_one_line_naming_the_worker_argument(tmp_path, tiny_model_dir):
