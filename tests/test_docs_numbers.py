@@ -108,6 +108,35 @@ def test_the_evidence_study_is_quoted_from_its_json(relative):
         assert quoted in text, f"{relative} does not quote {quoted!r} (evidence/shipped/study.json)"
 
 
+# --- the asynchronous benchmark (#40) --------------------------------------------------------------------------
+
+
+def async_quotes() -> dict[str, str]:
+    """The asynchronous benchmark's headline ratios (report.json), as the docs print them."""
+    report = json.loads((RESULTS / "async" / "report.json").read_text())
+    quotes = {}
+    for method in ("pods", "adaptive"):
+        label = report["labels"][method]
+        for x in ("steps", "time"):
+            entry = report["accuracy"][f"to_grpo_peak_{x}"]["labels"][label]
+            quotes[f"{method} {x}"] = ratio({"value": entry["speedup"], "ci95": entry["speedup_ci95"]})
+        rows = report["throughput"][method]["rows_per_second"]
+        quotes[f"{method} rows"] = ratio({"value": rows["ratio_to_grpo"], "ci95": rows["ratio_to_grpo_ci95"]})
+    return quotes
+
+
+@pytest.mark.parametrize("relative, keys", [
+    ("README.md", ["pods steps", "pods time"]),
+    ("docs/guides/async.md", ["pods steps", "pods time", "adaptive steps", "adaptive time", "pods rows",
+                              "adaptive rows"]),
+])
+def test_the_async_benchmark_is_quoted_from_its_json(relative, keys):
+    text = page(relative).replace("**", "")
+    quotes = async_quotes()
+    for key in keys:
+        assert quotes[key] in text, f"{relative} does not quote {quotes[key]!r} ({key}, async/report.json)"
+
+
 # --- the adaptive-rollouts table ---------------------------------------------------------------------------------
 
 # (study folder, method label, the row's name in the README's table)
