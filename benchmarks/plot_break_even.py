@@ -26,7 +26,7 @@ OUT = ROOT / "docs" / "results" / "img" / "break_even.png"
 
 # (folder, legend name, {method label: short name}); the order is the legend's.
 STUDIES = [
-    ("evidence/shipped", "evidence study, shipped model (24 seeds x 300)",
+    ("evidence/shipped", "evidence study, shipped model (32 seeds x 300)",
      {"pods-mv-n32m8": "PODS 32->8", "pods-mv-n32m8-pilot8c": "adaptive"}),
     ("adaptive_quiet", "adaptive study, shipped model (8 seeds x 120)",
      {"pods-mv-n32m8": "PODS 32->8", "pods-mv-n32m8-pilot8c": "adaptive"}),

@@ -1,0 +1,64 @@
+"""Mean training seconds per run of each method, by the sitting each run ran in (the evidence study, shipped model).
+
+A sitting is one stretch of the study on one VM. Runs are assigned to the sitting whose log lists them as done
+(`stage1-8-seeds/study.log`, ...); seeds 8-11 ran one at a time under a log that was not kept, so they are the runs
+of seeds 8-11. Prints one row per sitting and the ratios adaptive PODS / GRPO and PODS 32 -> 8 / GRPO of those
+means: the step-time ratio of the machine the sitting had, which the wall-clock ratio divides into.
+
+    python benchmarks/results/cpu-2core-amd-epyc/evidence/sittings.py
+"""
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+HERE = Path(__file__).parent
+RUNS = HERE / "shipped" / "study" / "runs"
+METHODS = ["grpo-n8", "pods-mv-n32m8-pilot8c", "pods-mv-n32m8", "pods-random-n32m8-pilot8c"]
+SITTINGS = [  # (what, log listing its runs, or None with the seeds it ran)
+    ("stage 1, seeds 0-7, busy machine", "stage1-8-seeds/study.log", None),
+    ("stage 2, seeds 8-11, one run at a time on one core", None, range(8, 12)),
+    ("stage 2, seeds 12-15, quiet", "stage2-16-seeds/study.log", None),
+    ("stage 3, part 1, quiet", "stage3-24-seeds/study-stage3-part1.log", None),
+    ("stage 3, part 2, quiet, another VM", "stage3-24-seeds/study-stage3-part2.log", None),
+    ("stage 4, part 1, quiet, that VM", "shipped/study-stage4-part1.log", None),
+    ("stage 4, part 2, quiet, another VM", "shipped/study-stage4-part2.log", None),
+]
+
+
+def runs_in(log: str | None, seeds) -> list[str]:
+    """The run names a sitting finished: those its log reports done, or every method's run of ``seeds``."""
+    if log is None:
+        return [f"{method}-s{seed}" for seed in seeds for method in METHODS]
+    return re.findall(r"^\[\d+/\d+\] ([\w-]+): done", (HERE / log).read_text(), flags=re.M)
+
+
+def train_seconds(run: str) -> float:
+    summary = json.loads((RUNS / run / "summary.json").read_text())
+    assert summary["steps"] == 300, f"{run} did not finish its 300 updates"
+    return summary["train_seconds"]
+
+
+def method_of(run: str) -> str:
+    return run.rsplit("-s", 1)[0]
+
+
+def main() -> None:
+    print("| sitting | runs | GRPO | adaptive PODS | PODS 32 -> 8 | random control | adaptive / GRPO | "
+          "PODS 32 -> 8 / GRPO |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    seen = set()
+    for what, log, seeds in SITTINGS:
+        runs = runs_in(log, seeds)
+        assert not seen & set(runs), f"{what}: a run is in two sittings"
+        seen |= set(runs)
+        means = [statistics.mean(train_seconds(r) for r in runs if method_of(r) == m) for m in METHODS]
+        cells = " | ".join(f"{mean:.0f}" for mean in means)
+        print(f"| {what} | {len(runs)} | {cells} | {means[1] / means[0]:.2f} | {means[2] / means[0]:.2f} |")
+    every = {p.name for p in RUNS.iterdir() if p.is_dir()}
+    assert seen == every, f"runs in no sitting: {sorted(every - seen)}"
+
+
+if __name__ == "__main__":
+    main()
