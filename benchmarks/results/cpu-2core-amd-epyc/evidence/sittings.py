@@ -1,6 +1,7 @@
 """Mean training seconds per run of each method, by the sitting each run ran in (the evidence study, shipped model).
 
-A sitting is one stretch of the study on one VM. Runs are assigned to the sitting whose log lists them as done
+A sitting is one stretch of the study on one VM (2-core AMD EPYC, the last an Intel Xeon: each stage's
+`study.json["machine"]`). Runs are assigned to the sitting whose log lists them as done
 (`stage1-8-seeds/study.log`, ...); seeds 8-11 ran one at a time under a log that was not kept, so they are the runs
 of seeds 8-11. Prints one row per sitting and the ratios adaptive PODS / GRPO and PODS 32 -> 8 / GRPO of those
 means: the step-time ratio of the machine the sitting had, which the wall-clock ratio divides into.
@@ -21,9 +22,9 @@ SITTINGS = [  # (what, log listing its runs, or None with the seeds it ran)
     ("stage 2, seeds 8-11, one run at a time on one core", None, range(8, 12)),
     ("stage 2, seeds 12-15, quiet", "stage2-16-seeds/study.log", None),
     ("stage 3, part 1, quiet", "stage3-24-seeds/study-stage3-part1.log", None),
-    ("stage 3, part 2, quiet, another VM", "stage3-24-seeds/study-stage3-part2.log", None),
+    ("stage 3, part 2, quiet, another AMD EPYC VM", "stage3-24-seeds/study-stage3-part2.log", None),
     ("stage 4, part 1, quiet, that VM", "shipped/study-stage4-part1.log", None),
-    ("stage 4, part 2, quiet, another VM", "shipped/study-stage4-part2.log", None),
+    ("stage 4, part 2, quiet, an Intel Xeon VM", "shipped/study-stage4-part2.log", None),
 ]
 
 
