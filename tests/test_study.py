@@ -170,6 +170,13 @@ def test_eval_noise_separates_evaluation_from_seed_spread(tmp_path):
     assert noise["seed_std_at_step_0"] == 0.0
 
 
+def test_the_figures_say_how_many_seeds_each_method_has():
+    from pods_rl.commands.study_report import seeds_per_method
+
+    assert seeds_per_method([32, 32, 32, 32]) == "32 seeds per method"
+    assert seeds_per_method([8, 6, 8]) == "6-8 seeds per method"
+
+
 def test_report_reproduces_the_committed_evidence_study():
     """The package's report, on the committed runs of the strong-model study, gives the numbers the docs
     quote (docs/results/strong-model.md) (computed then by benchmarks/study_report.py): the statistics moved without changing."""

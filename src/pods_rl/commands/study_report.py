@@ -216,6 +216,16 @@ def _metric_keys(run: stats.RunData) -> set:
     return {k for row in read_metrics(run.run_dir) for k in row}
 
 
+def seeds_per_method(counts: list[int]) -> str:
+    """The figures' "N seeds per method" (a range "N-M" when methods have different numbers of seeds).
+
+    Args:
+        counts: (L,) finished seeds of each method.
+    """
+    low, high = min(counts), max(counts)
+    return f"{low} seeds per method" if low == high else f"{low}-{high} seeds per method"
+
+
 def _figures(runs: list, out: Path, labels: dict[str, str], title: str) -> list[str]:
     """accuracy_vs_steps, accuracy_vs_time and step_time_by_phase as PNG in ``out``; their names."""
     import matplotlib.pyplot as plt
@@ -223,9 +233,9 @@ def _figures(runs: list, out: Path, labels: dict[str, str], title: str) -> list[
     from pods_rl.commands.plots import STYLE, plot_accuracy, plot_phase_times
 
     named = [dataclasses.replace(r, label=labels.get(r.label, r.label)) for r in runs]
-    seeds = min(len(g) for g in stats.group_by_label(named).values())
-    figures = {f"accuracy_vs_{x}.png": plot_accuracy(named, x=x, title=f"{title}{', ' if title else ''}"
-                                                     f"{seeds}+ seeds per method") for x in ("steps", "time")}
+    seeds = seeds_per_method([len(g) for g in stats.group_by_label(named).values()])
+    figures = {f"accuracy_vs_{x}.png": plot_accuracy(named, x=x, title=f"{title}{', ' if title else ''}{seeds}")
+               for x in ("steps", "time")}
     figures["step_time_by_phase.png"] = plot_phase_times(named, title="seconds per step by phase")
     Path(out).mkdir(parents=True, exist_ok=True)
     with plt.rc_context({**STYLE, "savefig.dpi": 150}):
