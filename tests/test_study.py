@@ -230,6 +230,11 @@ def test_report_reads_the_committed_study_between_evaluations():
     text = format_report({"study": report})
     assert "interpolated between evaluations" in text and curves.VERDICT_RULE in text
     assert f"{inter['ratio']:.2f}x" in text and "at evaluation resolution" in text and "area under accuracy" in text
+    # the noise and projection sections (lost once in a refactor: the JSON had them, the text did not)
+    assert "evaluation noise against seed spread" in text and "PROJECTION (not a measurement)" in text
+    paper = next(row for row in report["projection"]["rows"] if row["source"].startswith("paper") and "64 -> 16"
+                 in row["source"])
+    assert f"pods-mv-n64m16: {paper['pods-mv-n64m16']['speedup']:.2f}x" in text
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -434,8 +434,21 @@ def _numbers_lines(study: dict, others: dict) -> list[str]:
 
 def _noise_and_projection_lines(study: dict) -> list[str]:
     """Evaluation noise against the seed spread, and the projection to other step-time ratios."""
-    lines = []
-
+    lines = ["\nevaluation noise against seed spread (std of accuracy over seeds at equal updates):"]
+    for name, n in study["noise"].items():
+        share = n["eval_share_of_seed_variance"]
+        lines.append(f"  {study['methods'][name]['label'][:34]:<34} eval SE {_f(n['eval_stderr_mean'])}  seed std "
+                     f"{_f(n['seed_std_mean_over_steps'])}  without eval noise {_f(n['seed_std_without_eval_noise'])}"
+                     + (f"  evaluation = {100 * share:.0f}% of the seed variance" if share is not None else ""))
+    worst = max((n["eval_share_of_seed_variance"] or 0 for n in study["noise"].values()), default=0)
+    if worst > 0.5:
+        lines.append("  warning: evaluation noise is over half the seed variance; raise --eval-problems or --eval-k")
+    proj = study["projection"]
+    lines.append("\nPROJECTION (not a measurement): wall-clock speed-up = (1) / step-time ratio r")
+    for row in proj["rows"]:
+        cells = "  ".join(f"{m}: {'—' if row[m]['speedup'] is None else format(row[m]['speedup'], '.2f')}x "
+                          f"{fmt_ci(row[m]['ci95'])}" for m in proj["break_even"])
+        lines.append(f"  r={row['step_ratio']:<6.3g} {row['source']:<46} {cells}")
     return lines
 
 
