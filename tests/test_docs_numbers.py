@@ -94,8 +94,8 @@ def test_the_number_formats_are_what_the_pages_write():
 # --- the evidence study (#42) ------------------------------------------------------------------------------------
 
 
-def interpolated(comparison: str, label: str) -> str:
-    entry = study("evidence/shipped")["study"]["comparisons_interpolated"][comparison]["labels"][label]
+def interpolated(comparison: str, label: str, folder: str = "evidence/shipped") -> str:
+    entry = study(folder)["study"]["comparisons_interpolated"][comparison]["labels"][label]
     return ratio({"value": entry["speedup"], "ci95": entry["speedup_ci95"]})
 
 
@@ -106,6 +106,20 @@ def test_the_evidence_study_is_quoted_from_its_json(relative):
                    interpolated("time/peak", "pods-mv-n32m8"),  # PODS 32 -> 8, wall clock
                    interpolated("steps/peak", "pods-mv-n32m8")):  # PODS 32 -> 8, per update
         assert quoted in text, f"{relative} does not quote {quoted!r} (evidence/shipped/study.json)"
+
+
+@pytest.mark.parametrize("relative, labels", [
+    ("README.md", {"time/peak": ["pods-mv-n64m16-pilot16c"]}),
+    ("docs/results/evidence-adaptive.md", {"time/peak": ["pods-mv-n64m16-pilot16c", "pods-mv-n64m16"],
+                                           "steps/peak": ["pods-mv-n64m16-pilot16c", "pods-mv-n64m16"]}),
+    ("docs/results/projection.md", {"steps/peak": ["pods-mv-n64m16-pilot16c", "pods-mv-n64m16"]}),
+])
+def test_the_strong_models_study_is_quoted_from_its_json(relative, labels):
+    text = page(relative).replace("**", "")
+    for comparison, methods in labels.items():
+        for method in methods:
+            quoted = interpolated(comparison, method, "evidence/strong")
+            assert quoted in text, f"{relative} does not quote {quoted!r} ({method}, evidence/strong/study.json)"
 
 
 # --- the asynchronous benchmark (#40) --------------------------------------------------------------------------
@@ -167,6 +181,8 @@ SEEDS_X_UPDATES = [
     ("README.md", "study600"),
     ("README.md", "evidence/shipped"),
     ("docs/results/evidence-adaptive.md", "evidence/shipped"),
+    ("README.md", "evidence/strong"),
+    ("docs/results/evidence-adaptive.md", "evidence/strong"),
 ]
 
 
@@ -182,7 +198,7 @@ def test_the_results_index_gives_each_study_its_seeds():
     rows = [line for line in (ROOT / "docs/results/index.md").read_text().splitlines() if line.startswith("| ")]
     checked = set()
     for folder in ("adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
-                   "study_cli", "evidence"):
+                   "study_cli", "evidence", "evidence/strong"):
         json_folder = "evidence/shipped" if folder == "evidence" else folder
         seeds, _ = seeds_and_updates(json_folder)
         for row in rows:
@@ -194,7 +210,7 @@ def test_the_results_index_gives_each_study_its_seeds():
             assert said == {seeds}, f"results index, {folder}/: says {sorted(said)} seeds, study.json has {seeds}"
             checked.add(folder)
     assert checked == {"adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
-                       "study_cli", "evidence"}
+                       "study_cli", "evidence", "evidence/strong"}
     options = study("study")["options"]["methods"]
     row = next(row for row in rows if "`study/options/`" in row)
     assert {int(n) for n in re.findall(r"--seeds (\d+)", row)} == {m["seeds"] for m in options.values()}
