@@ -42,6 +42,7 @@ MODELS = {  # model: (its study's runs, its methods (GRPO, adaptive, plain PODS,
             ("stage 3, part 1, quiet, that VM", "strong/study-stage3-part1.log", None),
             ("stage 3, part 2, quiet, that VM", "strong/study-stage3-part2.log", None),
             ("stage 3, part 3, quiet, that VM", "strong/study-stage3-part3.log", None),
+            ("stage 4, quiet, that VM", "strong/study-stage4.log", None),
         ],
     ),
 }
