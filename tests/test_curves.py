@@ -181,3 +181,54 @@ def test_interpolation_keeps_the_baseline_peak_and_bounds():
     never = stats.compare_runs(_runs(), baseline="GRPO", target=0.45, x="steps", n_boot=0, interpolate=True)
     assert never["labels"]["GRPO"]["steps_to_target"] is None and never["labels"]["PODS"]["speedup_kind"] == "lower_bound"
     assert never["labels"]["PODS"]["speedup"] == pytest.approx(30 / (20 + 0.04 / 0.09 * 10))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Time to every accuracy level, seeds paired
+# ------------------------------------------------------------------------------------------------------------
+def test_mean_of_curves_is_exact_on_the_union_grid():
+    """The seed-mean of two curves evaluated at different x is read at the union of their x (inside the span both
+    cover) and equals the mean of each curve interpolated there: no point of either curve is lost."""
+    a = (np.array([0.0, 10.0, 20.0, 30.0]), np.array([0.0, 0.4, 0.6, 0.7]))
+    b = (np.array([0.0, 15.0, 25.0]), np.array([0.2, 0.5, 0.9]))
+    grid, mean = curves.mean_of_curves([a, b])
+    assert grid.tolist() == [0.0, 10.0, 15.0, 20.0, 25.0]  # b ends at 25: 30 lies outside the common span
+    assert mean.tolist() == pytest.approx([(0.0 + 0.2) / 2, (0.4 + 0.4) / 2, (0.5 + 0.5) / 2, (0.6 + 0.7) / 2,
+                                           (0.65 + 0.9) / 2])
+
+
+def test_level_time_ratio_recovers_a_known_time_scale():
+    """A method whose every seed's curve is the baseline's run twice as fast (x halved, on its own grid) gets
+    there in half the time at every level: the ratio is 2 exactly. A method that never reaches the upper levels
+    scores 0 there (geometric mean 0); a baseline that does not rise has no levels (None)."""
+    xs = np.array([0.0, 25.0, 50.0, 75.0, 100.0])
+    base = [(xs, np.array([0.5, 0.6, 0.66, 0.69, 0.7]) + shift) for shift in (0.0, 0.01, -0.01)]
+    fast = [(x / 2, v) for x, v in base]
+    result = curves.level_time_ratio(base, fast)
+    assert result["ratio"] == pytest.approx(2.0)
+    assert result["per_level"] == pytest.approx([2.0] * 15) and len(result["levels"]) == 15
+    assert result["levels"][0] == pytest.approx(0.5 + 0.2 * 0.2) and result["levels"][-1] == pytest.approx(0.5 + 0.9 * 0.2)
+    stuck = [(x, np.minimum(v, 0.6)) for x, v in base]  # never above 0.6 + 0.01: misses the upper levels
+    assert curves.level_time_ratio(base, stuck)["ratio"] == 0.0
+    assert math.inf in curves.level_time_ratio(base, stuck)["method_x"]
+    flat = [(xs, np.full(5, 0.5))]
+    assert curves.level_time_ratio(flat, fast)["ratio"] is None
+
+
+def test_paired_bootstrap_cancels_what_a_seed_shares():
+    """Seeds differ a lot in speed (seed s runs at time scale 1 + s / 4), but a seed's speed is shared by both
+    methods and the method is 1.5x faster on every seed: resampling seeds in pairs gives every replicate 1.5, an
+    interval of zero width. With the method's seeds in another order (the pairing broken) the ratio's interval
+    widens. Seeds only one side ran are listed and left out; no shared seed is one line of error."""
+    xs = np.array([0.0, 10.0, 20.0, 30.0, 40.0])
+    values = np.array([0.3, 0.5, 0.6, 0.65, 0.67])
+    base = {s: (xs * (1 + s / 4), values) for s in range(8)}
+    method = {s: (xs * (1 + s / 4) / 1.5, values) for s in range(8)}
+    paired = curves.paired_level_time_ratio(base, {**method, 99: method[0]}, n_boot=300)
+    assert paired["ratio"] == pytest.approx(1.5) and paired["ci95"] == pytest.approx([1.5, 1.5])
+    assert paired["verdict"] == "faster" and paired["seeds"] == list(range(8)) and paired["unpaired"] == [99]
+    shuffled = {s: method[(s + 3) % 8] for s in range(8)}  # same curves, the pairing broken
+    broken = curves.paired_level_time_ratio(base, shuffled, n_boot=300)
+    assert broken["ratio"] == pytest.approx(1.5) and broken["ci95"][1] - broken["ci95"][0] > 0.1
+    with pytest.raises(ValueError, match="no seed was run by both"):
+        curves.paired_level_time_ratio({0: base[0]}, {1: method[1]})

@@ -56,6 +56,15 @@ def test_plan_gives_every_method_the_same_updates_and_kept_rows(tmp_path):
     assert {r.argv[r.argv.index("--num_generations") + 1] for r in runs} == {"16", "32", "64"}
 
 
+def test_first_seed_runs_fresh_seeds_seed_major(tmp_path):
+    """A new study beside an old one runs fresh seeds: --first-seed 32 --seeds 2 gives seeds 32 and 33, passed to
+    `pods train` and named in the run folders, every method's seed before the next seed."""
+    plan = _plan(tmp_path, "--methods", "grpo-n8,pods-mv-n32m8", "--first-seed", "32", "--seeds", "2")
+    runs = study_runs(plan, plan.lr)
+    assert [r.run_dir.name for r in runs] == ["grpo-n8-s32", "pods-mv-n32m8-s32", "grpo-n8-s33", "pods-mv-n32m8-s33"]
+    assert [r.argv[r.argv.index("--seed") + 1] for r in runs] == ["32", "32", "33", "33"]
+
+
 def test_pilot_adds_adaptive_methods_their_control_and_cost_rows(tmp_path):
     plan = _plan(tmp_path, "--n", "32", "--m", "8", "--pilot", "8", "--learning_rate", "1e-4")
     assert [m.name for m in plan.methods] == ["grpo-n8", "pods-mv-n32m8", "pods-random-n32m8",
@@ -78,7 +87,8 @@ def test_plan_refuses_bad_input_in_one_line(tmp_path):
              ("--updates", "10", "--eval-every", "20"): "--eval-every must be between 1 and --updates",
              ("--methods", "grpo-n16,pods-mv-n64m8"): "same m",
              ("--variant", "bad name=--x 1"): "--variant takes NAME=",
-             ("--n", "3x"): "comma-separated integers"}
+             ("--n", "3x"): "comma-separated integers",
+             ("--first-seed", "-1"): "--first-seed must be >= 0"}
     for argv, words in cases.items():
         with pytest.raises(ValueError, match=words):
             _plan(tmp_path, *argv)
@@ -227,7 +237,14 @@ def test_report_reads_the_committed_study_between_evaluations():
     assert numbers["learning_per_update"]["value"] == pytest.approx(1.375)  # the grid reading keeps its key
     assert {"wall_clock_speedup_interpolated", "break_even_interpolated", "accuracy_at_equal_time",
             "area_vs_time"} <= set(numbers)
+    levels = pods["to_levels"]["time"]  # time to every level from 20% to 90% of GRPO's gain, seeds paired
+    assert levels["seeds"] == sorted(r.seed for r in stats.load_runs(sorted((STRONG / "study" / "runs").glob(
+        "pods-mv-n64m16-s[0-9]*"))))
+    assert levels["ci95"][0] <= levels["ratio"] <= levels["ci95"][1] and len(levels["levels"]) == 15
+    assert numbers["wall_clock_speedup_levels"]["ratio"] == levels["ratio"]
+    assert numbers["learning_per_update_levels"]["ratio"] == pods["to_levels"]["steps"]["ratio"] > 1
     text = format_report({"study": report})
+    assert "to every accuracy level from 20% to 90%" in text and f"(3) {levels['ratio']:.2f}x" in text
     assert "interpolated between evaluations" in text and curves.VERDICT_RULE in text
     assert f"{inter['ratio']:.2f}x" in text and "at evaluation resolution" in text and "area under accuracy" in text
     # the noise and projection sections (lost once in a refactor: the JSON had them, the text did not)

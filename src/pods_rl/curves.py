@@ -236,3 +236,97 @@ def curve_comparison(curves_by_label: dict[str, list[tuple]], baseline: str,
                                                                               n_boot, seed)}}
     return {"span": [start, end], "fractions": [float(f) for f in fractions], "budgets": xs_budget.tolist(),
             "labels": labels}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Time to every accuracy level on the way up, seeds paired
+# ------------------------------------------------------------------------------------------------------------
+# The levels a method's time to target is read at: fractions of the baseline's gain (its seed-mean peak over its
+# first evaluation). Below 20% the crossing lies in the first segment, set by one evaluation; above 90% both
+# curves are flat, where a crossing moves with one evaluation's noise (the censoring of "time to peak").
+LEVEL_FRACTIONS = tuple(round(0.2 + 0.05 * i, 2) for i in range(15))  # 0.20, 0.25, ..., 0.90
+
+
+def mean_of_curves(curves: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    """The seed-mean of piecewise-linear curves over the span all of them cover.
+
+    Exact: the mean of piecewise-linear curves is piecewise linear with knots at the union of their xs.
+    Args:
+        curves: (xs (E,), values (E,)) per seed, on one x-axis.
+    Returns (grid (G,) the union of the xs inside ``common_span``, mean (G,) the seeds' mean there).
+    """
+    start, end = common_span(curves)
+    sorted_curves = [_curve(xs, values) for xs, values in curves]
+    grid = np.unique(np.concatenate([xs[(xs >= start) & (xs <= end)] for xs, _ in sorted_curves]))  # (G,)
+    return grid, np.mean([np.interp(grid, xs, values) for xs, values in sorted_curves], axis=0)
+
+
+def level_time_ratio(baseline_curves: Sequence[tuple], method_curves: Sequence[tuple],
+                     fractions: Sequence[float] = LEVEL_FRACTIONS) -> dict:
+    """The baseline's x (time or updates) to each accuracy level over the method's, on seed-mean curves.
+
+    Levels: start + f x (peak - start) for each fraction f, where start and peak are the baseline's seed-mean
+    accuracy at its first evaluation and its highest. Each curve's x at a level is its ``interpolated_crossing``.
+    The statistic is the geometric mean over levels of baseline x / method x (> 1: the method gets there sooner;
+    a level the method never reaches counts as ratio 0, one it starts above as inf).
+
+    Args:
+        baseline_curves: (xs (E,), values (E,)) per seed of the baseline.
+        method_curves: the same for the method (the same x-axis).
+        fractions: (L,) fractions of the baseline's gain, each in (0, 1].
+    Returns {ratio (None when the baseline does not rise or the levels disagree in sign), levels (L,),
+    baseline_x (L,), method_x (L,) (inf: never reached), per_level (L,) ratios}.
+    """
+    grid_b, mean_b = mean_of_curves(baseline_curves)
+    grid_m, mean_m = mean_of_curves(method_curves)
+    start, peak = float(mean_b[0]), float(mean_b.max())
+    levels = start + np.asarray(fractions, dtype=float) * (peak - start)  # (L,)
+    base_x = np.array([interpolated_crossing(grid_b, mean_b, a) for a in levels])  # (L,)
+    method_x = np.array([interpolated_crossing(grid_m, mean_m, a) for a in levels])  # (L,)
+    ratio = None
+    if peak > start:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_level = np.where(method_x > 0, base_x / method_x, math.inf)  # inf x / inf -> nan is excluded
+            log_mean = float(np.mean(np.log(per_level)))
+        ratio = None if math.isnan(log_mean) else math.exp(log_mean)
+    else:
+        per_level = np.full(len(levels), np.nan)
+    return {"ratio": ratio, "levels": levels.tolist(), "baseline_x": base_x.tolist(), "method_x": method_x.tolist(),
+            "per_level": per_level.tolist()}
+
+
+def paired_level_time_ratio(baseline_by_seed: dict, method_by_seed: dict,
+                            fractions: Sequence[float] = LEVEL_FRACTIONS, n_boot: int = 2000, seed: int = 0) -> dict:
+    """``level_time_ratio`` over the seeds both sides ran, with a paired percentile-bootstrap 95% CI.
+
+    Paired: a bootstrap replicate draws seeds with replacement and takes both sides' runs of each drawn seed, so
+    what a seed shares between methods (its held-out samples, its prompt order) cancels in the ratio.
+    Args:
+        baseline_by_seed: {seed: (xs (E,), values (E,))} of the baseline.
+        method_by_seed: the same for the method.
+        fractions: (L,) fractions of the baseline's gain (``LEVEL_FRACTIONS``).
+        n_boot: bootstrap replicates (0: no interval). seed: the bootstrap's RNG seed.
+    Returns {ratio, ci95 ([low, high], None bound = infinite; None without 2 paired seeds or replicates),
+    verdict (``interval_verdict``), seeds (the paired seeds), unpaired (seeds only one side ran, left out),
+    fractions, levels, baseline_x, method_x, per_level}.
+    Raises ValueError when no seed was run by both sides.
+    """
+    seeds = sorted(set(baseline_by_seed) & set(method_by_seed))
+    if not seeds:
+        raise ValueError("no seed was run by both the baseline and the method: a paired comparison needs shared seeds")
+    point = level_time_ratio([baseline_by_seed[s] for s in seeds], [method_by_seed[s] for s in seeds], fractions)
+    ci = None
+    if n_boot > 0 and len(seeds) >= 2:
+        rng = np.random.default_rng(seed)
+        replicates = []
+        for _ in range(n_boot):
+            drawn = resample(seeds, rng)
+            ratio = level_time_ratio([baseline_by_seed[s] for s in drawn], [method_by_seed[s] for s in drawn],
+                                     fractions)["ratio"]
+            replicates.append(ratio)
+        ci = percentile_interval(replicates)
+    ci95 = [_finite_or_none(ci[0]), _finite_or_none(ci[1])] if ci else None
+    unpaired = sorted(set(baseline_by_seed) ^ set(method_by_seed))
+    return {"ratio": point["ratio"], "ci95": ci95, "verdict": interval_verdict(ci95), "seeds": seeds,
+            "unpaired": unpaired, "fractions": [float(f) for f in fractions], **{k: point[k] for k in
+                                                                                  ("levels", "baseline_x", "method_x", "per_level")}}

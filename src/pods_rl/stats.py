@@ -53,7 +53,7 @@ from pods_rl.bootstrap import (  # noqa: F401  (re-exported: they lived here bef
     ratio_of_means,
     resample,
 )
-from pods_rl.curves import TARGET_TOLERANCE, interpolated_crossing
+from pods_rl.curves import TARGET_TOLERANCE, interpolated_crossing, paired_level_time_ratio
 from pods_rl.runlog import DEFAULT_EVAL_FILE, load_results, load_run_config, read_metrics
 
 PHASES = ("generation", "scoring", "selection", "update")
@@ -482,3 +482,22 @@ def eval_noise(runs: Sequence[RunData]) -> dict:
             else math.sqrt(max(spread**2 - se**2, 0.0)),
             "eval_share_of_seed_variance": None if not spread or math.isnan(se) else se**2 / spread**2,
             "seed_std_at_step_0": float(np.std(at_zero, ddof=1)) if len(at_zero) > 1 else None}
+
+
+def level_time_ratios(groups: dict[str, list[RunData]], baseline: str, n_boot: int = 2000) -> dict:
+    """Each method's time and updates to every accuracy level against the baseline's, seeds paired
+    (``curves.paired_level_time_ratio``): {method: {"time": ..., "steps": ...}}, the baseline left out.
+
+    Args:
+        groups: {method: its runs, one per seed}; runs without a seed in their config are left out.
+        baseline: the method the others are compared against.
+        n_boot: bootstrap replicates (0: no intervals).
+    Returns {} when the baseline has no run with a seed; a method sharing no seed with it gets None.
+    """
+    by_seed = {name: {x: {r.seed: run_curve(r, x)[:2] for r in group if r.seed is not None} for x in X_AXES}
+               for name, group in groups.items()}
+    if not by_seed.get(baseline, {}).get("time"):
+        return {}
+    return {name: {x: paired_level_time_ratio(by_seed[baseline][x], seeds[x], n_boot=n_boot)
+                   if set(seeds[x]) & set(by_seed[baseline][x]) else None for x in X_AXES}
+            for name, seeds in by_seed.items() if name != baseline}

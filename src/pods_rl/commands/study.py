@@ -88,10 +88,11 @@ def sweep_runs(plan: Plan) -> list[Run]:
 
 
 def study_runs(plan: Plan, lr: float) -> list[Run]:
-    """Every method at ``lr``, seed-major (seed 0 of every method, then seed 1, ...)."""
+    """Every method at ``lr``, seed-major (the first seed of every method, then the next, ...)."""
     root = plan.out / "study" / "runs"
+    seeds = range(plan.first_seed, plan.first_seed + plan.seeds)
     return [make_run(plan, method, seed, lr, root / f"{method.name}-s{seed}", plan.updates)
-            for seed in range(plan.seeds) for method in plan.methods]
+            for seed in seeds for method in plan.methods]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -160,8 +161,8 @@ def report_info(plan: Plan, lr: float | None) -> dict:
     """What the report shows of the plan."""
     recipe = next((plan.recipe_argv[i + 1] for i, a in enumerate(plan.recipe_argv[:-1]) if a == "--config"), "tiny")
     return {"recipe": recipe, "recipe_argv": plan.recipe_argv, "m": plan.m, "prompts_per_step": plan.prompts_per_step,
-            "updates": plan.updates, "seeds": plan.seeds, "lr": lr, "eval_every": plan.eval_every,
-            "eval_problems": plan.eval_problems, "eval_k": plan.eval_k, "device": plan.device, "jobs": plan.jobs,
+            "updates": plan.updates, "seeds": plan.seeds, "first_seed": plan.first_seed, "lr": lr,
+            "eval_every": plan.eval_every, "eval_problems": plan.eval_problems, "eval_k": plan.eval_k, "device": plan.device, "jobs": plan.jobs,
             "baseline": plan.baseline, "methods": [m.name for m in plan.methods],
             "labels": {m.name: m.label for m in plan.methods}, "title": f"{recipe}, {plan.updates} updates",
             "bootstrap": plan.bootstrap}
@@ -243,7 +244,8 @@ def check_plan_file(plan: Plan, study_lr: float | None = None) -> None:
         raise ValueError(f"{plan.out} holds a study with other settings ({listed}); use another --out, or the "
                          "same settings to continue it (more --seeds or methods may be added)")
     path.write_text(json.dumps({"settings": {**old, **settings}, "methods": [m.name for m in plan.methods],
-                                "seeds": plan.seeds, "baseline": plan.baseline}, indent=1) + "\n")
+                                "seeds": plan.seeds, "first_seed": plan.first_seed, "baseline": plan.baseline},
+                               indent=1) + "\n")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -273,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-pilotK; with --methods, declare it yourself with --variant)")
     add("--baseline", default=None, help="the method the others are compared with (default: GRPO, grpo-n<m>)")
     add("--seeds", type=int, default=4, help="seeds per method (default 4; CIs need >= 2)")
+    add("--first-seed", type=int, default=0, help="the first seed (default 0): seeds FIRST .. FIRST + SEEDS - 1, "
+        "e.g. fresh seeds for a new study beside an old one")
     add("--updates", "--max_steps", type=int, default=300,
         help="policy updates (optimizer steps) per run (default 300)")
     add("--eval-every", "--eval_every_steps", type=int, default=None,

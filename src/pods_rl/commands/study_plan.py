@@ -121,6 +121,7 @@ class Plan:
     drop_weights: bool = False
     in_process: bool = False  # runs (and the cost) in this process, one after another
     bootstrap: int = 2000  # bootstrap replicates of each CI
+    first_seed: int = 0  # the runs' seeds are first_seed, ..., first_seed + seeds - 1
 
     def settings(self) -> dict:
         """What must not change between invocations on the same ``out`` (seeds and methods may grow)."""
@@ -215,6 +216,8 @@ def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
     baseline = args.baseline or grpo_name(m)
     if baseline not in {meth.name for meth in methods}:
         raise ValueError(f"--baseline {baseline} is not among the methods {[meth.name for meth in methods]}")
+    if args.first_seed < 0:
+        raise ValueError(f"--first-seed must be >= 0, got {args.first_seed}")
     for flag, value in (("--seeds", args.seeds), ("--updates", args.updates), ("--eval-problems", args.eval_problems),
                         ("--eval-k", args.eval_k), ("--sweep-seeds", args.sweep_seeds), ("--cost-steps", args.cost_steps)):
         if value < 1:
@@ -245,7 +248,8 @@ def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
                 cost_pilot=pilot if cost_n and max(cost_n) > m else None,
                 cost_steps=args.cost_steps, cost_warmup=args.cost_warmup, checkpoint_every=args.checkpoint_every,
                 logging_steps=1 if args.smoke else 5, device=device, jobs=jobs, threads=threads,
-                drop_weights=args.drop_weights, in_process=args.in_process, bootstrap=args.bootstrap)
+                drop_weights=args.drop_weights, in_process=args.in_process, bootstrap=args.bootstrap,
+                first_seed=args.first_seed)
 
 
 def _cuda_or_cpu() -> str:

@@ -159,6 +159,7 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
     curve_stats = {x: curves.curve_comparison({name: [stats.run_curve(r, x)[:2] for r in group]
                                                for name, group in groups.items()}, baseline, n_boot=n_boot)
                    for x in ("steps", "time")}
+    to_levels = stats.level_time_ratios(groups, baseline, n_boot=n_boot)
     seconds = {name: [r.phase_seconds["step"] for r in group] for name, group in groups.items()}
     pods_keys = sorted({k for r in runs for k in _metric_keys(r) if k.startswith("pods/")})
     lengths = {name: {"train_kept": [_train_mean(r, "completions/mean_length") for r in group],
@@ -191,6 +192,7 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
         for x, key in (("steps", "updates"), ("time", "time")):  # accuracy at equal budgets, area under the curve
             entry[f"accuracy_at_equal_{key}"] = curve_stats[x]["labels"][name]["at_budget"]
             entry[f"area_vs_{key}"] = curve_stats[x]["labels"][name]["area"]
+        entry["to_levels"] = to_levels.get(name)
         methods[name] = entry
     result = {"baseline": baseline, "methods": methods, "comparisons": comparisons,
               "comparisons_interpolated": interpolated, "curves": curve_stats, "verdict_rule": curves.VERDICT_RULE,
@@ -276,6 +278,10 @@ def headline(study: dict) -> dict:
                 "break_even_interpolated": i["break_even/peak"],
                 "accuracy_at_equal_updates": e["accuracy_at_equal_updates"],
                 "accuracy_at_equal_time": e["accuracy_at_equal_time"], "area_vs_time": e["area_vs_time"]})
+        for x, key in (("time", "wall_clock_speedup_levels"), ("steps", "learning_per_update_levels")):
+            level = (e.get("to_levels") or {}).get(x)
+            if level:  # a report computed before the levels statistic was added has none
+                numbers[name][key] = {k: level[k] for k in ("ratio", "ci95", "verdict", "seeds", "fractions")}
     return numbers
 
 
@@ -408,6 +414,13 @@ def _numbers_lines(study: dict, others: dict) -> list[str]:
         f"{e['label']}: (1) {_fmt_ratio(i['steps/gain80'])} {fmt_ci(i['steps/gain80']['ci95'])}, (3) "
         f"{_fmt_ratio(i['time/gain80'])} {fmt_ci(i['time/gain80']['ci95'])} {i['time/gain80']['verdict']}, "
         f"break-even: {i['break_even/gain80']['verdict']}" for e in others.values() for i in [e["interpolated"]]))
+    leveled = [(e["label"], e["to_levels"]) for e in others.values() if e.get("to_levels")]
+    if leveled:
+        f = leveled[0][1]["time"]["fractions"]
+        lines.append(f"  to every accuracy level from {f[0]:.0%} to {f[-1]:.0%} of {study['baseline']}'s gain ({len(f)} "
+                     "levels, seed-mean curves; geometric mean of the baseline's x / the method's; CI: bootstrap "
+                     "paired by seed): " + "; ".join(
+                         f"{label}: (3) {_fmt_level(v['time'])}, (1) {_fmt_level(v['steps'])}" for label, v in leveled))
     sampled = [(e["label"], e["rollouts_per_update"], e.get("selection_metrics", {}).get("pods/rounds"))
                for e in study["methods"].values() if (e.get("rollouts_per_update") or {}).get("mean", (None,))[0]]
     if sampled:
@@ -450,6 +463,12 @@ def _noise_and_projection_lines(study: dict) -> list[str]:
                           f"{fmt_ci(row[m]['ci95'])}" for m in proj["break_even"])
         lines.append(f"  r={row['step_ratio']:<6.3g} {row['source']:<46} {cells}")
     return lines
+
+
+def _fmt_level(level: dict | None) -> str:
+    """A ``curves.paired_level_time_ratio`` result as ``0.97x [0.91, 1.03] equal (16 seeds)``."""
+    return "—" if not level or level["ratio"] is None else (
+        f"{level['ratio']:.2f}x {fmt_ci(level['ci95'])} {level['verdict']} ({len(level['seeds'])} seeds)")
 
 
 def _fmt_diff(row: dict) -> str:
