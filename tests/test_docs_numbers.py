@@ -122,6 +122,34 @@ def test_the_strong_models_study_is_quoted_from_its_json(relative, labels):
             assert quoted in text, f"{relative} does not quote {quoted!r} ({method}, evidence/strong/study.json)"
 
 
+def levels(method: str, x: str = "time", folder: str = "evidence/strong-levels") -> str:
+    """A method's time (x="time") or updates (x="steps") to every accuracy level against GRPO, as the docs print it."""
+    entry = study(folder)["study"]["methods"][method]["to_levels"][x]
+    return ratio({"value": entry["ratio"], "ci95": entry["ci95"]})
+
+
+@pytest.mark.parametrize("relative", ["README.md", "docs/results/evidence-adaptive.md"])
+def test_part_3_is_quoted_from_its_json(relative):
+    """The part-3 verdict (the strong model, fresh seeds, time to every accuracy level, paired) and its per-update
+    ratio are the study's; the stopping rule the pages state (narrower than 0.2) holds for its interval."""
+    text = page(relative).replace("**", "")
+    for x in ("time", "steps"):
+        quoted = levels("pods-mv-n64m16-pilot16c", x)
+        assert quoted in text, f"{relative} does not quote {quoted!r} (evidence/strong-levels/study.json, {x})"
+    low, high = study("evidence/strong-levels")["study"]["methods"]["pods-mv-n64m16-pilot16c"]["to_levels"]["time"][
+        "ci95"]
+    assert high - low < 0.2 and low < 1 < high and "narrower than 0.2" in text
+
+
+def test_the_projection_carries_part_3s_learning_per_update():
+    entry = study("evidence/strong-levels")["study"]["methods"]["pods-mv-n64m16-pilot16c"]["to_levels"]["steps"]
+    text = page("docs/results/projection.md").replace("**", "")
+    assert levels("pods-mv-n64m16-pilot16c", "steps") in text
+    for r in (7.9 / 7.6, 10.1 / 7.6):  # the paper's 32 -> 16 and 64 -> 16 step-time ratios
+        quoted = ratio({"value": entry["ratio"] / r, "ci95": [c / r for c in entry["ci95"]]})
+        assert quoted in text, f"projection.md does not quote {quoted!r} (part 3's learning per update / {r:.2f})"
+
+
 # --- the asynchronous benchmark (#40) --------------------------------------------------------------------------
 
 
@@ -183,6 +211,8 @@ SEEDS_X_UPDATES = [
     ("docs/results/evidence-adaptive.md", "evidence/shipped"),
     ("README.md", "evidence/strong"),
     ("docs/results/evidence-adaptive.md", "evidence/strong"),
+    ("README.md", "evidence/strong-levels"),
+    ("docs/results/evidence-adaptive.md", "evidence/strong-levels"),
 ]
 
 
@@ -198,7 +228,7 @@ def test_the_results_index_gives_each_study_its_seeds():
     rows = [line for line in (ROOT / "docs/results/index.md").read_text().splitlines() if line.startswith("| ")]
     checked = set()
     for folder in ("adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
-                   "study_cli", "evidence", "evidence/strong"):
+                   "study_cli", "evidence", "evidence/strong", "evidence/strong-levels"):
         json_folder = "evidence/shipped" if folder == "evidence" else folder
         seeds, _ = seeds_and_updates(json_folder)
         for row in rows:
@@ -210,7 +240,7 @@ def test_the_results_index_gives_each_study_its_seeds():
             assert said == {seeds}, f"results index, {folder}/: says {sorted(said)} seeds, study.json has {seeds}"
             checked.add(folder)
     assert checked == {"adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
-                       "study_cli", "evidence", "evidence/strong"}
+                       "study_cli", "evidence", "evidence/strong", "evidence/strong-levels"}
     options = study("study")["options"]["methods"]
     row = next(row for row in rows if "`study/options/`" in row)
     assert {int(n) for n in re.findall(r"--seeds (\d+)", row)} == {m["seeds"] for m in options.values()}
