@@ -128,26 +128,30 @@ def levels(method: str, x: str = "time", folder: str = "evidence/strong-levels")
     return ratio({"value": entry["ratio"], "ci95": entry["ci95"]})
 
 
+PARTS_3_4 = {"evidence/strong-levels": "pods-mv-n64m16-pilot16c", "evidence/shipped-levels": "pods-mv-n32m8-pilot8c"}
+
+
 @pytest.mark.parametrize("relative", ["README.md", "docs/results/evidence-adaptive.md"])
-def test_part_3_is_quoted_from_its_json(relative):
-    """The part-3 verdict (the strong model, fresh seeds, time to every accuracy level, paired) and its per-update
-    ratio are the study's; the stopping rule the pages state (narrower than 0.2) holds for its interval."""
+@pytest.mark.parametrize("folder", sorted(PARTS_3_4))
+def test_parts_3_and_4_are_quoted_from_their_json(relative, folder):
+    """The verdicts of parts 3-4 (fresh seeds, time to every accuracy level, paired) and their per-update ratios
+    are the studies'; the stopping rule the pages state (narrower than 0.2) holds for each interval."""
     text = page(relative).replace("**", "")
     for x in ("time", "steps"):
-        quoted = levels("pods-mv-n64m16-pilot16c", x)
-        assert quoted in text, f"{relative} does not quote {quoted!r} (evidence/strong-levels/study.json, {x})"
-    low, high = study("evidence/strong-levels")["study"]["methods"]["pods-mv-n64m16-pilot16c"]["to_levels"]["time"][
-        "ci95"]
+        quoted = levels(PARTS_3_4[folder], x, folder)
+        assert quoted in text, f"{relative} does not quote {quoted!r} ({folder}/study.json, {x})"
+    low, high = study(folder)["study"]["methods"][PARTS_3_4[folder]]["to_levels"]["time"]["ci95"]
     assert high - low < 0.2 and low < 1 < high and "narrower than 0.2" in text
 
 
-def test_the_projection_carries_part_3s_learning_per_update():
-    entry = study("evidence/strong-levels")["study"]["methods"]["pods-mv-n64m16-pilot16c"]["to_levels"]["steps"]
+@pytest.mark.parametrize("folder", sorted(PARTS_3_4))
+def test_the_projection_carries_the_whole_rise_learning_per_update(folder):
+    entry = study(folder)["study"]["methods"][PARTS_3_4[folder]]["to_levels"]["steps"]
     text = page("docs/results/projection.md").replace("**", "")
-    assert levels("pods-mv-n64m16-pilot16c", "steps") in text
+    assert levels(PARTS_3_4[folder], "steps", folder) in text
     for r in (7.9 / 7.6, 10.1 / 7.6):  # the paper's 32 -> 16 and 64 -> 16 step-time ratios
         quoted = ratio({"value": entry["ratio"] / r, "ci95": [c / r for c in entry["ci95"]]})
-        assert quoted in text, f"projection.md does not quote {quoted!r} (part 3's learning per update / {r:.2f})"
+        assert quoted in text, f"projection.md does not quote {quoted!r} ({folder}'s learning per update / {r:.2f})"
 
 
 # --- the asynchronous benchmark (#40) --------------------------------------------------------------------------
@@ -213,6 +217,8 @@ SEEDS_X_UPDATES = [
     ("docs/results/evidence-adaptive.md", "evidence/strong"),
     ("README.md", "evidence/strong-levels"),
     ("docs/results/evidence-adaptive.md", "evidence/strong-levels"),
+    ("README.md", "evidence/shipped-levels"),
+    ("docs/results/evidence-adaptive.md", "evidence/shipped-levels"),
 ]
 
 
@@ -228,7 +234,8 @@ def test_the_results_index_gives_each_study_its_seeds():
     rows = [line for line in (ROOT / "docs/results/index.md").read_text().splitlines() if line.startswith("| ")]
     checked = set()
     for folder in ("adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
-                   "study_cli", "evidence", "evidence/strong", "evidence/strong-levels"):
+                   "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
+                   "evidence/shipped-levels"):
         json_folder = "evidence/shipped" if folder == "evidence" else folder
         seeds, _ = seeds_and_updates(json_folder)
         for row in rows:
@@ -240,7 +247,8 @@ def test_the_results_index_gives_each_study_its_seeds():
             assert said == {seeds}, f"results index, {folder}/: says {sorted(said)} seeds, study.json has {seeds}"
             checked.add(folder)
     assert checked == {"adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
-                       "study_cli", "evidence", "evidence/strong", "evidence/strong-levels"}
+                       "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
+                       "evidence/shipped-levels"}
     options = study("study")["options"]["methods"]
     row = next(row for row in rows if "`study/options/`" in row)
     assert {int(n) for n in re.findall(r"--seeds (\d+)", row)} == {m["seeds"] for m in options.values()}
