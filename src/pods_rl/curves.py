@@ -274,8 +274,9 @@ def level_time_ratio(baseline_curves: Sequence[tuple], method_curves: Sequence[t
         baseline_curves: (xs (E,), values (E,)) per seed of the baseline.
         method_curves: the same for the method (the same x-axis).
         fractions: (L,) fractions of the baseline's gain, each in (0, 1].
-    Returns {ratio (None when the baseline does not rise or the levels disagree in sign), levels (L,),
-    baseline_x (L,), method_x (L,) (inf: never reached), per_level (L,) ratios}.
+    Returns {ratio (None when the baseline does not rise, or when the method starts above one level and never
+    reaches another: inf and 0 have no mean), levels (L,), baseline_x (L,), method_x (L,) (inf: never reached),
+    per_level (L,) ratios}.
     """
     grid_b, mean_b = mean_of_curves(baseline_curves)
     grid_m, mean_m = mean_of_curves(method_curves)
@@ -286,7 +287,8 @@ def level_time_ratio(baseline_curves: Sequence[tuple], method_curves: Sequence[t
     ratio = None
     if peak > start:
         with np.errstate(divide="ignore", invalid="ignore"):
-            per_level = np.where(method_x > 0, base_x / method_x, math.inf)  # inf x / inf -> nan is excluded
+            # the baseline reaches every level (each <= its peak); method_x inf (never) gives 0, 0 (at once) inf
+            per_level = np.where(method_x > 0, base_x / method_x, math.inf)
             log_mean = float(np.mean(np.log(per_level)))
         ratio = None if math.isnan(log_mean) else math.exp(log_mean)
     else:
@@ -318,15 +320,11 @@ def paired_level_time_ratio(baseline_by_seed: dict, method_by_seed: dict,
     ci = None
     if n_boot > 0 and len(seeds) >= 2:
         rng = np.random.default_rng(seed)
-        replicates = []
-        for _ in range(n_boot):
-            drawn = resample(seeds, rng)
-            ratio = level_time_ratio([baseline_by_seed[s] for s in drawn], [method_by_seed[s] for s in drawn],
-                                     fractions)["ratio"]
-            replicates.append(ratio)
-        ci = percentile_interval(replicates)
+        draws = [resample(seeds, rng) for _ in range(n_boot)]
+        ci = percentile_interval([level_time_ratio([baseline_by_seed[s] for s in drawn],
+                                                   [method_by_seed[s] for s in drawn], fractions)["ratio"]
+                                  for drawn in draws])
     ci95 = [_finite_or_none(ci[0]), _finite_or_none(ci[1])] if ci else None
     unpaired = sorted(set(baseline_by_seed) ^ set(method_by_seed))
-    return {"ratio": point["ratio"], "ci95": ci95, "verdict": interval_verdict(ci95), "seeds": seeds,
-            "unpaired": unpaired, "fractions": [float(f) for f in fractions], **{k: point[k] for k in
-                                                                                  ("levels", "baseline_x", "method_x", "per_level")}}
+    return {**point, "ci95": ci95, "verdict": interval_verdict(ci95), "seeds": seeds, "unpaired": unpaired,
+            "fractions": [float(f) for f in fractions]}
