@@ -71,3 +71,43 @@ def scratch_registry(monkeypatch):
     ds_module = importlib.import_module("pods_rl.downsample")  # (`pods_rl.downsample` is also the function)
     monkeypatch.setattr(ds_module, "_RULES", dict(ds_module._RULES))
     monkeypatch.setattr(ds_module, "_FEATURE_RULES", set(ds_module._FEATURE_RULES))
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3(tmp_path_factory):
+    """A random Gemma 3 vision-language model (~19k parameters) and its processor, saved to disk."""
+    import torch
+    import trl
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3ImageProcessorPil,
+        Gemma3Processor,
+    )
+
+    from pods_rl.tiny import make_tokenizer
+
+    tokenizer = make_tokenizer()
+    tokenizer.add_tokens(["<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<image_soft_token>",
+                          "<end_of_image>"], special_tokens=True)
+    tokenizer._set_model_specific_special_tokens(special_tokens={
+        "boi_token": "<start_of_image>", "image_token": "<image_soft_token>", "eoi_token": "<end_of_image>"})
+    template = (Path(trl.__file__).parent / "chat_templates" / "gemma3.jinja").read_text()
+    tokenizer.chat_template = template
+    processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 32, "width": 32}),
+                                tokenizer=tokenizer, chat_template=template, image_seq_length=4)
+    token = tokenizer.convert_tokens_to_ids
+    config = Gemma3Config(
+        text_config=dict(vocab_size=len(tokenizer), num_hidden_layers=2, hidden_size=16, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, intermediate_size=32, layer_types=None,
+                         max_position_embeddings=512, sliding_window=64),
+        vision_config=dict(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=32,
+                           image_size=32, patch_size=8),
+        mm_tokens_per_image=4, image_token_index=token("<image_soft_token>"), boi_token_index=token("<start_of_image>"),
+        eoi_token_index=token("<end_of_image>"), pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("tiny-gemma3")
+    Gemma3ForConditionalGeneration(config).save_pretrained(out)
+    processor.save_pretrained(out)
+    return out

@@ -126,6 +126,12 @@ def _colocated_engine_sized_for(config: PODSConfig):
         grpo_trainer.VLLMGeneration = built
 
 
+def _has_train_dataset(args: tuple, kwargs: dict) -> bool:
+    """Whether ``GRPOTrainer(model, reward_funcs, args, train_dataset, ...)`` was given a training dataset."""
+    return (kwargs.get("train_dataset") if "train_dataset" in kwargs else (args[3] if len(args) > 3 else None)) \
+        is not None
+
+
 # The model card's quick start when the training data has no prompt to show (no dataset, an empty one, no column).
 GENERIC_CARD_PROMPT = [{"role": "user", "content": "What is 17 + 25? Think it through, then give the answer."}]
 
@@ -205,12 +211,14 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         self.num_generations_eval = config.eval_generations
         self.downsample_to = config.downsample_to
         self.downsample_rule = config.downsample_rule
-        if config.is_adaptive and (self.environment_factories is not None or self.tools):
-            # TRL's tool loop addresses each row's environment and tools by its position in the batch; a round
-            # generates for a subset of the rows, so the positions would point at other rollouts' environments.
-            raise ValueError("pilot_generations (adaptive rollouts) does not support tools or environments yet: "
-                             "drop pilot_generations to sample n rollouts per prompt in one round (PODS still "
-                             "down-samples them to m).")
+        if config.selects and self.environment_factories is not None and not _has_train_dataset(args, kwargs):
+            # The environment owns the data (its reset returns the prompt): TRL drives the loop with a placeholder
+            # dataset of one generation round's prompts, counted for GRPO (generation_batch_size // n); PODS's
+            # sampler takes a round of B * oversample_prompts prompts, so the placeholder holds that many.
+            from datasets import Dataset
+
+            rows = self._prompts_per_generation_round()
+            self.train_dataset = Dataset.from_list([self.train_dataset[0]] * rows)
         if config.is_adaptive and config.adaptive_reward is not None:
             if config.adaptive_reward not in self.reward_func_names:
                 raise ValueError(f"adaptive_reward {config.adaptive_reward!r} is not one of this run's reward functions "

@@ -62,13 +62,13 @@ def record_syncs(trainer) -> list[int]:
 
 def record_selections(monkeypatch) -> list[tuple]:
     """(completion lengths of all sampled rows, kept rows) of every selection."""
-    seen, select = [], trainer_module._select_rows
+    seen, select = [], trainer_module.select_rows
 
     def recording_select(generated, rows, num_rows):
         seen.append(([len(ids) for ids in generated[1]], list(rows)))
         return select(generated, rows, num_rows)
 
-    monkeypatch.setattr(trainer_module, "_select_rows", recording_select)
+    monkeypatch.setattr(trainer_module, "select_rows", recording_select)
     return seen
 
 
@@ -88,7 +88,7 @@ def test_pods_logprobs_follow_kept_rows_and_current_weights(tmp_path, vllm_model
             sync()
 
     trainer.vllm_generation.sync_weights = sync_except_steps_3_4
-    select = trainer_module._select_rows
+    select = trainer_module.select_rows
 
     def rotate_vllm_logprobs_from_step_5(generated, rows, num_rows):
         kept = select(generated, rows, num_rows)
@@ -97,7 +97,7 @@ def test_pods_logprobs_follow_kept_rows_and_current_weights(tmp_path, vllm_model
         sampling_logprobs = kept.logprobs  # per kept row: vLLM's log-prob of each sampled token (vLLM only)
         return kept._replace(logprobs=sampling_logprobs[1:] + sampling_logprobs[:1])
 
-    monkeypatch.setattr(trainer_module, "_select_rows", rotate_vllm_logprobs_from_step_5)
+    monkeypatch.setattr(trainer_module, "select_rows", rotate_vllm_logprobs_from_step_5)
     trainer.train()
 
     diffs = logged(trainer, LOGP_DIFF)

@@ -1,0 +1,255 @@
+"""Adaptive rollouts in ``PODSTrainer``: a pilot round of k rollouts per prompt, then rounds for the prompts the
+adaptive rule keeps open, until each prompt has m..n (``RoundsStep._sample_in_rounds``; the rule is
+``pods_rl.adaptive.plan_round``, plain tensor code).
+
+Part of the trainer (a mixin of ``PODSStep``; ``super()`` is GRPOTrainer). A round is one ``_generate`` and one
+``_calculate_rewards`` call of GRPOTrainer's over the round's rows, in three named pieces:
+
+    RoundBook                 which of the P*n slots each round's rollouts fill, and what they scored (no TRL)
+    _agreed_round_rows        every process runs the same rounds with the same number of rows (TRL gathers
+                              per-row tensors): the most open rows of any process; fewer pad with throw-away rows
+    _agreed_run_length        the length of the runs of one prompt's rows, which vLLM's server mode relies on
+    _round_rollout_state      each row's environment instance and tool dicts are its slot's (TRL's tool loop
+                              addresses them by position in the batch it generates); padding rows get fresh ones
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from accelerate.utils import gather
+
+from pods_rl.adaptive import group_is_mixed, plan_round
+from pods_rl.selection import reward_totals
+from pods_rl.trainer_rows import (
+    Generated,
+    arrange_rounds,
+    generation_metrics_dropped,
+    metrics_logged,
+    place_extra_logs,
+    put_back_metrics,
+    ranks_within,
+    take_extra_logs,
+    write_extra_fields,
+)
+
+ROUND = "round"  # PODSStep._pods_call inside an adaptive round (see trainer_step)
+
+
+class RoundBook:
+    """One step's rounds for the P prompts of a process, with n slots each (prompt p's in p*n .. p*n + n - 1).
+
+    ``more`` (P,): rollouts each prompt gets in the next round (the pilot's k first); ``counts`` (P,): rollouts so
+    far; ``rewards`` (P, n): the deciding reward of each, NaN past ``counts``; ``per_func`` (P*n, F): each rollout's
+    rewards per function, NaN where none. Each round's ``_generate`` output, slots and ``log_extra`` columns are
+    kept for ``arranged``."""
+
+    def __init__(self, num_prompts: int, n: int, pilot: int):
+        self.P, self.n = num_prompts, n
+        self.more = torch.full((num_prompts,), pilot, dtype=torch.long)
+        self.counts = torch.zeros(num_prompts, dtype=torch.long)
+        self.rewards = torch.full((num_prompts, n), float("nan"), dtype=torch.float64)
+        self.per_func: torch.Tensor | None = None
+        self.outputs: list[tuple] = []
+        self.slots: list[list[int]] = []
+        self.extra_logs: list[dict[str, list]] = []
+        self.rows_generated = 0  # every process's rows of every round, padding included
+        self.pilot_all_equal: torch.Tensor | None = None  # (P,) after the pilot
+
+    @property
+    def open_rows(self) -> int:
+        """Rollouts this process generates in the next round."""
+        return int(self.more.sum())
+
+    def next_slots(self) -> list[int]:
+        """The slots of the next round's rollouts, prompt by prompt: p*n + counts[p] + j for each new rollout j."""
+        owners = torch.repeat_interleave(torch.arange(self.P), self.more).tolist()
+        return [p * self.n + int(self.counts[p]) + j for p, j in zip(owners, ranks_within(owners))]
+
+    def record(self, generated: tuple, slots: list[int], per_func: torch.Tensor, deciding: torch.Tensor,
+               extra_logs: dict[str, list], rows_generated: int) -> None:
+        """Note a round: its output, its rollouts' rewards per function (len(slots), F) and deciding rewards
+        (len(slots),), its log_extra columns, and the rows every process generated."""
+        if self.per_func is None:
+            self.per_func = torch.full((self.P * self.n, per_func.shape[1]), float("nan"), dtype=per_func.dtype)
+        self.per_func[slots] = per_func
+        self.rewards.view(-1)[slots] = deciding
+        self.outputs.append(generated)
+        self.slots.append(slots)
+        self.extra_logs.append(extra_logs)
+        self.counts += self.more
+        self.rows_generated += rows_generated
+        if self.pilot_all_equal is None:
+            self.pilot_all_equal = (~group_is_mixed(self.rewards, self.counts)).double()
+
+    def arranged(self) -> tuple[Generated, dict[str, list]]:
+        """The rounds' rollouts as P*n rows (``arrange_rounds``) and their log_extra columns by row."""
+        generated = arrange_rounds(self.outputs, self.slots, self.P, self.n)
+        return generated, place_extra_logs(self.extra_logs, self.slots, self.P * self.n)
+
+
+class RoundsStep:
+    """The adaptive rounds of ``PODSStep`` (its ``_sample_rollouts`` calls ``_sample_in_rounds``)."""
+
+    _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
+
+    def _sample_in_rounds(self, inputs: list[dict], prompts: list, num_sampled: int):
+        """Adaptive rollouts: a pilot round of k per prompt, then rounds for the prompts ``adaptive_rule`` keeps open.
+
+        Whether a group is mixed is judged on ``adaptive_reward`` (one reward function, e.g. correctness) or by
+        default on the weighted total that selection uses; ``pods/frac_zero_std_pilot`` is the share all-equal on it
+        after the pilot. A round runs while any process has a prompt open, with the same number of rows on every
+        process; a process with fewer pads its round with throw-away rows (generated and counted in
+        ``pods/rollouts_sampled``). Returns what ``PODSStep._sample_rollouts`` returns: ``Sampled``.
+        """
+        from pods_rl.trainer_step import Sampled  # (the step module imports this one)
+
+        args, n, m = self.args, self.num_generations, self.downsample_to
+        round_size = args.adaptive_round_size or args.pilot_generations
+        budget = None if args.adaptive_budget is None else int(args.adaptive_budget * num_sampled)
+        book = RoundBook(num_sampled, n, args.pilot_generations)
+        rank, weights, user_metrics = self.accelerator.process_index, self.reward_weights.cpu().double(), False
+        with _one_sleep_per_step(self), self._batch_rollout_state() as batch:
+            while True:
+                round_rows = self._agreed_round_rows(book.open_rows)
+                if round_rows == 0:
+                    break
+                slots = book.next_slots()
+                padding = round_rows - len(slots)
+                with self._round_rollout_state(batch, slots, padding, inputs, prompts) as (rows, texts):
+                    self.num_generations = self._agreed_run_length(book.more, round_rows)
+                    self._pods_call = ROUND
+                    try:
+                        with generation_metrics_dropped(self):
+                            generated = Generated(*self._generate(texts))
+                        write_extra_fields(rows, generated.extra_fields)
+                        with metrics_logged(self) as logged:
+                            round_per_func = self._calculate_rewards(rows, texts, generated.completions,
+                                                                     generated.completion_ids)
+                        extra_logs = take_extra_logs(self, round_rows)
+                    finally:
+                        self.num_generations = n
+                        self._pods_call = None
+                put_back_metrics(self, logged, owned=True)
+                user_metrics |= any(not name.startswith("pods/") for name in logged)
+                with self._phase("selection"):
+                    local = round_per_func[rank * round_rows: rank * round_rows + len(slots)].cpu()  # (rows, F)
+                    book.record(generated, slots, local, self._deciding_rewards(local, weights),
+                                {c: v[:len(slots)] for c, v in extra_logs.items()}, round_per_func.shape[0])
+                    book.more = plan_round(book.rewards, book.counts, m, n, round_size, args.adaptive_rule,
+                                           budget=budget)
+        with self._phase("selection"):
+            generated, extra_logs = book.arranged()
+            write_extra_fields(inputs, generated.extra_fields)
+            rewards_per_func = gather(book.per_func.to(self.accelerator.device))  # (P*n*processes, F)
+            metrics = self._metrics["train"]
+            metrics["pods/rollouts_sampled"].append(float(book.rows_generated))
+            metrics["pods/rounds"].append(float(len(book.outputs)))
+            metrics["pods/frac_zero_std_pilot"].append(
+                gather(book.pilot_all_equal.to(self.accelerator.device)).mean().item())
+        self._note_reward_variance(rewards_per_func)  # once per step, on the finished groups
+        return Sampled(generated, rewards_per_func, book.counts, extra_logs, user_metrics)
+
+    def _deciding_rewards(self, rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """(rows, F) -> (rows,) the reward that decides whether a group is mixed: ``adaptive_reward``'s column (e.g.
+        correctness: some right and some wrong) or the weighted total selection uses, NaN where unscored."""
+        if self._adaptive_reward_index is None:
+            return reward_totals(rewards_per_func.double(), weights)
+        return rewards_per_func[:, self._adaptive_reward_index].double()
+
+    def _agreed_round_rows(self, local_rows: int) -> int:
+        """The rows of the next round on every process: the most any process has open (0: the rounds are over).
+        A collective: every process calls it once per round."""
+        device = self.accelerator.device
+        return int(gather(torch.tensor([local_rows], device=device)).max())
+
+    def _agreed_run_length(self, more: torch.Tensor, round_rows: int) -> int:
+        """``num_generations`` for the round's ``_generate``: the round's rows come in runs of one prompt; TRL's vLLM
+        server mode de-duplicates every process's gathered prompts by the main process's ``num_generations``, so a
+        process whose rows are not in runs of that length would get another prompt's completions. The processes
+        agree on their common run length, else 1 (no de-duplication). A collective."""
+        open_counts = more[more > 0]
+        uniform = round_rows == int(more.sum()) and len(set(open_counts.tolist())) == 1
+        run = int(more.max()) if uniform else 1
+        runs = gather(torch.tensor([run], device=self.accelerator.device))  # (processes,)
+        return run if bool((runs == run).all()) else 1
+
+    @contextmanager
+    def _batch_rollout_state(self):
+        """The batch's per-rollout state as TRL prepared it ({name: per-row list}: environment instances, their
+        names, tool dicts; only those in use), yielded; on leaving, it is the trainer's again, whatever the rounds
+        set."""
+        names = ("environments", "_batch_environments", "_sync_tool_dicts", "_async_tool_dicts")
+        batch = {name: getattr(self, name) for name in names if getattr(self, name, None) is not None}
+        try:
+            yield batch
+        finally:
+            for name, values in batch.items():
+                setattr(self, name, values)
+
+    @contextmanager
+    def _round_rollout_state(self, batch: dict, slots: list[int], padding: int, inputs: list[dict], prompts: list):
+        """The round's rows (``slots``, then ``padding`` throw-away rows) and their prompts, with TRL's per-rollout
+        state (``batch``'s lists) set for them: each row gets its slot's environment instance and tool dicts, so
+        that a rollout's tool calls reach its own environment and its reward reads it. Padding rows repeat the first
+        prompt; with tools or environments TRL's own code prepares them, with fresh instances (no real rollout's
+        environment is touched)."""
+        rows = [dict(inputs[i]) for i in slots]
+        texts = [prompts[i] for i in slots]
+        padded = {name: [] for name in batch}
+        if padding:
+            pad_inputs = [dict(inputs[0]) for _ in range(padding)]
+            if batch:  # tools or environments
+                pool = getattr(self, "_environment_pool", None)
+                if pool is not None:  # TRL creates (and resets) a fresh instance for each padding row
+                    self._environment_pool = {name: [] for name in pool}
+                try:
+                    texts += self._rollout_prompts(pad_inputs)
+                finally:
+                    if pool is not None:
+                        self._environment_pool = pool
+                padded = {name: list(getattr(self, name)) for name in batch}
+            else:
+                texts += [prompts[0]] * padding
+            rows += pad_inputs
+        for name, values in batch.items():
+            setattr(self, name, [values[i] for i in slots] + padded[name])
+        yield rows, texts
+
+
+@contextmanager
+def _one_sleep_per_step(trainer):
+    """Adaptive rounds with vLLM's sleep mode (colocate): one weight push and one sleep per step, not per round.
+
+    TRL puts the engine to sleep after every ``generate`` call at level 2 (its weights discarded) and pushes the
+    whole model again before the next; the rounds of one step call it several times with the same weights. Inside
+    the block the engine's ``sleep`` is deferred and TRL is told the weights stayed (they did): the rounds after
+    the first generate at once. On leaving, the engine sleeps once, as TRL would have after the last round. (A
+    ``wake_up`` of an engine that is awake is a no-op in vLLM.) ``tests/test_trl_surface.py`` pins the names."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if not (getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", None) == "colocate"
+            and getattr(generation, "enable_sleep_mode", False) and getattr(generation, "llm", None) is not None):
+        yield
+        return
+    engine, generate = generation.llm, generation.generate
+    sleep, deferred = engine.sleep, []
+
+    def defer_sleep(level: int = 1, *args, **kwargs):
+        deferred.append((level, args, kwargs))
+
+    def generate_and_stay_awake(*args, **kwargs):
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            generation._llm_weights_sleeping = False  # its sleep was deferred: the weights are still loaded
+
+    engine.sleep, generation.generate = defer_sleep, generate_and_stay_awake
+    try:
+        yield
+    finally:
+        engine.sleep, generation.generate = sleep, generate
+        if deferred:
+            level, args, kwargs = deferred[-1]
+            sleep(level, *args, **kwargs)
+            generation._llm_weights_sleeping = True

@@ -1,0 +1,294 @@
+"""TRL's per-rollout data, by row: what ``GRPOTrainer._generate`` returns (``Generated``), a reward function's
+``log_extra`` columns, and the generation metrics TRL computes from them, for any subset of the rows.
+
+Part of the trainer (``pods_rl.trainer_step`` uses it; only the trainer's modules know TRL's internals). The PODS
+step generates and scores P*n rollouts but hands TRL the B*m it keeps, so whatever TRL keeps per rollout has to be
+cut down to the kept rows before TRL reads it::
+
+    Generated(*trainer._generate(prompts))          the 8-tuple by name; select_rows / arrange_rounds keep rows of it
+    take_extra_logs(trainer, rows)                  the log_extra values the last scoring call left, one per row
+    generation_metrics(trainer, generated)          num_tokens, completions/*, tools/* of these rows, as TRL logs them
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections import defaultdict
+from contextlib import contextmanager
+from importlib.metadata import version
+from typing import NamedTuple
+
+import torch
+from packaging.version import Version
+
+from pods_rl.rollouts import images_in_messages
+
+# TRL 1.15 keeps the generation config's EOS ids beside the tokenizer's (GRPOTrainer.eos_token_ids) and counts a
+# completion ending in any of them as terminated; earlier ones know only the tokenizer's. tests/test_trl_surface.py
+# pins both sides of the line.
+TRL_KEEPS_EOS_TOKEN_IDS = Version(version("trl")) >= Version("1.15")
+
+
+class Generated(NamedTuple):
+    """``GRPOTrainer._generate``'s 8-tuple, by name (a tuple still: TRL unpacks it as its own). Per-rollout lists,
+    except ``extra_fields`` (a ``rollout_func``'s: per-rollout lists or per-batch values) and the Nones TRL leaves
+    where a feature is off. ``tests/test_trl_surface.py`` pins the names against TRL's ``return``."""
+
+    prompt_ids: list
+    completion_ids: list
+    tool_mask: list | None
+    completions: list
+    logprobs: list | None
+    extra_fields: dict | None
+    images: list | None
+    tool_images: list | None
+
+
+def select_rows(generated: tuple, rows: list[int], num_rows: int) -> Generated:
+    """Keep ``rows`` of every per-rollout entry of ``GRPOTrainer._generate``'s output tuple (``num_rows`` rows)."""
+
+    def pick(value):
+        if isinstance(value, list) and len(value) == num_rows:
+            return [value[i] for i in rows]
+        if isinstance(value, dict):
+            return {k: pick(v) for k, v in value.items()}
+        return value  # None, or a per-batch scalar
+
+    return Generated(*(pick(value) for value in generated))
+
+
+def with_dataset_images(generated: Generated, prompts: list, rows: list[int]) -> Generated:
+    """``_generate``'s tuple for the kept rows, with the dataset's images where it has none (``images`` is None after
+    a ``rollout_func``: TRL then uses the dataset's, which the kept inputs no longer carry)."""
+    if generated.images is not None:
+        return generated
+    images = [images_in_messages(prompts[i]) for i in rows]
+    if not any(images):
+        return generated
+    return generated._replace(images=images)
+
+
+def ranks_within(owners: list[int]) -> list[int]:
+    """For each entry, how many earlier entries have the same value: [3, 3, 5, 3] -> [0, 1, 0, 2]."""
+    seen: dict[int, int] = {}
+    ranks = []
+    for owner in owners:
+        ranks.append(seen.get(owner, 0))
+        seen[owner] = ranks[-1] + 1
+    return ranks
+
+
+def arrange_rounds(outputs: list[tuple], slots: list[list[int]], num_prompts: int, n: int) -> Generated:
+    """Merge the rounds' ``_generate`` tuples into one of P*n rows: row ``slots[r][i]`` holds round r's i-th row
+    (a round's padding rows, past ``len(slots[r])``, are dropped); a slot no round filled holds a copy of its
+    prompt's first rollout (slot p*n, always filled by the pilot). Per-batch values (anything that is not a list
+    with a row for each of a round's rows) come from the first round."""
+    rows_per_round = [len(round_slots) for round_slots in slots]
+    empty = object()
+
+    def merge(values):
+        if isinstance(values[0], dict):
+            return {key: merge([v[key] for v in values]) for key in values[0]}
+        per_rollout = all(isinstance(v, list) and len(v) >= rows for v, rows in zip(values, rows_per_round))
+        if not per_rollout or len(values[0]) == 0:
+            return values[0]  # None, or a per-batch value (e.g. TRL's empty tool_images without tools)
+        merged = [empty] * (num_prompts * n)
+        for value, round_slots in zip(values, slots):
+            for i, slot in enumerate(round_slots):
+                merged[slot] = value[i]
+        return [merged[slot - slot % n] if value is empty else value for slot, value in enumerate(merged)]
+
+    return Generated(*(merge([output[i] for output in outputs]) for i in range(len(outputs[0]))))
+
+
+def write_extra_fields(inputs: list[dict], extra_fields: dict | None) -> None:
+    """Write a rollout_func's extra fields (per-rollout lists or per-batch values) into the rows of ``inputs``."""
+    for key, values in (extra_fields or {}).items():
+        for i, row in enumerate(inputs):
+            row[key] = values[i] if isinstance(values, list) else values
+
+
+# ---- log_extra: the completions table's extra columns, one value per row ---------------------------------------
+
+def take_extra_logs(trainer, num_rows: int) -> dict[str, list]:
+    """The ``log_extra`` columns the reward functions wrote during the last scoring call of ``num_rows`` rollouts
+    (TRL's ``_pending_extra_logs``), one value per row; TRL's buffer is left empty.
+
+    A column with another count than one value per rollout is refused in one line: TRL would write it beside
+    other completions (and its completions table could not be built)."""
+    pending = trainer._pending_extra_logs
+    columns = {column: list(values) for column, values in pending.items()}
+    pending.clear()
+    for column, values in columns.items():
+        if len(values) != num_rows:
+            raise ValueError(f"a reward function logged {len(values)} values in the log_extra column {column!r} for "
+                             f"{num_rows} completions: log_extra takes one value per completion it was given, in "
+                             "their order.")
+    return columns
+
+
+def place_extra_logs(columns_by_round: list[dict[str, list]], slots: list[list[int]], num_rows: int) -> dict:
+    """Each round's ``log_extra`` columns (a value per row of the round, padding rows last) placed at the rows'
+    slots of the P*n rollouts; None where a round logged nothing in that column (as TRL fills a column one process
+    did not log)."""
+    placed = defaultdict(lambda: [None] * num_rows)
+    for columns, round_slots in zip(columns_by_round, slots, strict=True):
+        for column, values in columns.items():
+            for slot, value in zip(round_slots, values):
+                placed[column][slot] = value
+    return dict(placed)
+
+
+def keep_extra_logs(columns: dict[str, list], rows: list[int]) -> defaultdict:
+    """The kept rows' values of every column, as TRL's ``_pending_extra_logs`` holds them."""
+    return defaultdict(list, {column: [values[i] for i in rows] for column, values in columns.items()})
+
+
+@contextmanager
+def metrics_logged(trainer):
+    """Inside the block, the reward functions' ``log_metric`` values land in an empty buffer; on leaving, TRL's
+    buffer (``_pending_metrics``) holds again what it held before, and the block's values are in the yielded dict
+    ({name: [values]}), for the caller to put back those it keeps (``put_back_metrics``)."""
+    pending = trainer._pending_metrics
+    before = {name: list(values) for name, values in pending.items()}
+    pending.clear()
+    logged: dict[str, list] = {}
+    try:
+        yield logged
+    finally:
+        logged.update({name: list(values) for name, values in pending.items()})
+        pending.clear()
+        for name, values in before.items():
+            pending[name].extend(values)
+
+
+def put_back_metrics(trainer, logged: dict[str, list], owned: bool) -> None:
+    """Put back into TRL's buffer the values of ``logged`` that pods-rl logs itself (``pods/*``, e.g. the reward
+    guard's timeouts) when ``owned``, else the reward functions' own."""
+    for name, values in logged.items():
+        if name.startswith("pods/") == owned:
+            trainer._pending_metrics[name].extend(values)
+
+
+# ---- the generation metrics TRL's `_generate` logs, for the rows TRL trains on ------------------------------------
+
+@contextmanager
+def generation_metrics_dropped(trainer):
+    """Undo what ``GRPOTrainer._generate`` logs about the rollouts it generated inside the block (tokens seen,
+    completion lengths, clipped ratio, tool use): under PODS those are all the sampled rollouts, while TRL's other
+    metrics describe the rows it trains on. ``log_generation_metrics`` logs them for the kept rows instead."""
+    metrics = trainer._metrics["train"]
+    lengths = {key: len(values) for key, values in metrics.items()}
+    num_tokens = list(metrics["num_tokens"]) if "num_tokens" in metrics else None
+    seen = trainer.state.num_input_tokens_seen
+    try:
+        yield
+    finally:
+        for key in list(metrics):
+            if key not in lengths:
+                del metrics[key]
+            else:
+                del metrics[key][lengths[key]:]
+        if num_tokens is not None:
+            metrics["num_tokens"] = num_tokens
+        trainer.state.num_input_tokens_seen = seen
+
+
+def eos_token_ids(trainer) -> list[int]:
+    """The token ids TRL counts as a completion's end (besides padding) in its clipped ratio, as this TRL does."""
+    if TRL_KEEPS_EOS_TOKEN_IDS:
+        return list(trainer.eos_token_ids)
+    return [trainer._tokenizer.eos_token_id]
+
+
+def count_tool_exceptions(trainer, num_rows: int) -> list[int]:
+    """Wrap the tools of each of the batch's ``num_rows`` rollouts (TRL's per-rollout tool dicts, built when it
+    prepared the prompts) so that a call that raises is counted for its rollout; returns the (live) counts. TRL counts
+    such a call as a failure and gives the model the error, which a rollout's messages lose when TRL rolls the result
+    back (it would have overflowed max_completion_length)."""
+    raised = [0] * num_rows
+
+    def counted(tool, row):
+        if inspect.iscoroutinefunction(tool):
+            async def counted_async(*args, **kwargs):
+                try:
+                    return await tool(*args, **kwargs)
+                except Exception:
+                    raised[row] += 1
+                    raise
+            return functools.wraps(tool)(counted_async)
+
+        def counted_sync(*args, **kwargs):
+            try:
+                return tool(*args, **kwargs)
+            except Exception:
+                raised[row] += 1
+                raise
+        return functools.wraps(tool)(counted_sync)
+
+    for dicts in (trainer._sync_tool_dicts, trainer._async_tool_dicts):
+        for row, tools in enumerate(dicts):
+            for name, tool in list(tools.items()):
+                tools[name] = counted(tool, row)
+    return raised
+
+
+def tool_calls_and_failures(completions: list, tool_names: list[set], max_iterations: int,
+                            raised: list[int]) -> tuple[list[int], list[int]]:
+    """Tool calls and failed calls of each rollout, as TRL's tool loop counts them: the calls of each assistant
+    message it executed (the first ``max_iterations`` of a rollout: one per loop iteration), a call failing when its
+    tool is unknown (not in the rollout's ``tool_names``), not a function call, or raised (``raised``, from
+    ``count_tool_exceptions``)."""
+    calls, failures = [0] * len(completions), list(raised)
+    for i, completion in enumerate(completions):
+        if not isinstance(completion, list):
+            continue
+        turns = [m for m in completion if isinstance(m, dict) and m.get("role") == "assistant"][:max_iterations]
+        for message in turns:
+            for call in message.get("tool_calls") or []:
+                calls[i] += 1
+                function = call.get("function") or {}
+                if call.get("type") != "function" or function.get("name") not in tool_names[i]:
+                    failures[i] += 1
+    return calls, failures
+
+
+def log_generation_metrics(trainer, generated: Generated, tool_calls: list[int] | None = None,
+                           tool_failures: list[int] | None = None) -> None:
+    """Log, for the rows of ``generated`` (this process's; gathered here), the metrics ``GRPOTrainer._generate``
+    logs of the rollouts it generates, computed as TRL computes them: ``num_tokens`` (and the trainer state's
+    tokens seen), ``completions/{mean,min,max}_length``, ``completions/clipped_ratio``,
+    ``completions/{mean,min,max}_terminated_length`` and, with tools, ``tools/call_frequency`` and
+    ``tools/failure_frequency`` (from ``tool_calls`` and ``tool_failures``, per row). The contract test compares
+    them with GRPOTrainer's on the same rollouts."""
+    gather = trainer.accelerator.gather
+    device = trainer.accelerator.device
+    metrics = trainer._metrics["train"]
+    prompt_ids, completion_ids, tool_mask = generated.prompt_ids, generated.completion_ids, generated.tool_mask
+    prompt_lengths = gather(torch.tensor([len(ids) for ids in prompt_ids], device=device))
+    if tool_mask is not None:  # only the tokens the model generated
+        completion_lengths = torch.tensor([sum(mask) for mask in tool_mask], device=device)
+    else:
+        completion_lengths = torch.tensor([len(ids) for ids in completion_ids], device=device)
+    completion_lengths = gather(completion_lengths)
+    trainer.state.num_input_tokens_seen += (prompt_lengths.sum() + completion_lengths.sum()).item()
+    metrics["num_tokens"] = [trainer.state.num_input_tokens_seen]
+    metrics["completions/mean_length"].append(completion_lengths.float().mean().item())
+    metrics["completions/min_length"].append(completion_lengths.float().min().item())
+    metrics["completions/max_length"].append(completion_lengths.float().max().item())
+    eos_and_pad = [*eos_token_ids(trainer), trainer._tokenizer.pad_token_id]
+    truncated = gather(torch.tensor([ids[-1] not in eos_and_pad for ids in completion_ids], device=device))
+    metrics["completions/clipped_ratio"].append(truncated.float().mean().item())
+    terminated = completion_lengths[~truncated]
+    if len(terminated) == 0:  # as TRL: no completion ended
+        terminated = torch.zeros(1, device=device)
+    metrics["completions/mean_terminated_length"].append(terminated.float().mean().item())
+    metrics["completions/min_terminated_length"].append(terminated.float().min().item())
+    metrics["completions/max_terminated_length"].append(terminated.float().max().item())
+    if trainer.tools:
+        total_calls = gather(torch.tensor(sum(tool_calls), device=device)).sum()
+        total_failures = gather(torch.tensor(sum(tool_failures), device=device)).sum()
+        metrics["tools/call_frequency"].append((total_calls / len(prompt_lengths)).item())
+        metrics["tools/failure_frequency"].append(
+            (total_failures / total_calls).item() if total_calls > 0 else 0.0)

@@ -1,0 +1,255 @@
+"""The drop-in's contract, feature by feature: PODSTrainer sampling n = 4 and keeping m = 2 produces, on the rows it
+keeps, what GRPOTrainer with m = 2 produces on those rollouts: the same batch for the loss, gradients, completions
+table (``log_extra`` columns and images included), logged metrics (``log_metric`` values included), environment
+states and tool masks (``tests/contract.py`` says how). One entry of ``FEATURES`` per TRL feature; CI runs this file
+on both ends of TRL_RANGE, and ``tests/scripts/contract_ranks.py`` runs a few entries on 2 gloo ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib.metadata import version
+
+import pytest
+import torch
+from datasets import Dataset, IterableDataset
+from packaging.version import Version
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+from pods_rl import register_rule
+from pods_rl.trainer import PODSConfig, PODSTrainer
+from tests import contract
+from tests.contract import KEPT_INDICES, TURNS, M, N, Script, turn_reward, vowel_share
+from tests.test_dropin import Counter, call, multiply, tool_model, tool_tokenizer
+
+TRL = Version(version("trl"))
+
+
+def tool_use_reward(completions, **kwargs):
+    """The tool calls a rollout's assistant turns made (each one's result rolled back or not)."""
+    return [float(sum(len(m.get("tool_calls") or []) for m in c if m.get("role") == "assistant"))
+            for c in completions]
+
+
+@dataclass
+class Feature:
+    """One TRL feature, as both runs are built with it."""
+
+    config: dict = field(default_factory=dict)  # GRPOConfig fields, for both runs
+    pods: dict = field(default_factory=dict)  # PODSConfig's own fields (the PODS run only)
+    kind: str = "text"  # text | tools | environment | environment_data | vision | rollout_func
+    dataset: str = "conversational"  # conversational | standard | iterable
+    reward_funcs: tuple = (turn_reward,)
+    peft: bool = False
+    evaluate: bool = False
+    min_trl: str = "1.12"  # the first TRL with the feature
+
+
+FEATURES = {
+    "plain": Feature(),
+    **{f"loss_type={loss}": Feature(config=dict(loss_type=loss))
+       for loss in ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo")},
+    "scale_rewards=batch": Feature(config=dict(scale_rewards="batch")),
+    "scale_rewards=none": Feature(config=dict(scale_rewards="none")),
+    "sum_then_normalize, weighted": Feature(reward_funcs=(turn_reward, vowel_share),
+                                            config=dict(reward_weights=[1.0, 0.3])),
+    "normalize_then_sum": Feature(reward_funcs=(turn_reward, vowel_share),
+                                  config=dict(multi_objective_aggregation="normalize_then_sum",
+                                              reward_weights=[1.0, 0.5])),
+    "beta (reference model)": Feature(config=dict(beta=0.04)),
+    "num_iterations": Feature(config=dict(num_iterations=2, max_steps=4)),
+    "steps_per_generation": Feature(config=dict(steps_per_generation=2, per_device_train_batch_size=M, max_steps=4)),
+    "gradient_accumulation_steps": Feature(config=dict(gradient_accumulation_steps=2, per_device_train_batch_size=M)),
+    "log_completions": Feature(config=dict(log_completions=True, num_completions_to_print=1)),
+    "LoRA (PEFT)": Feature(peft=True),
+    "standard prompts": Feature(dataset="standard"),
+    "iterable dataset": Feature(dataset="iterable"),
+    "rollout_func, extra fields": Feature(kind="rollout_func"),
+    "tools": Feature(kind="tools", reward_funcs=(), config=dict(max_completion_length=200)),
+    "tools, results past the completion budget": Feature(kind="tools", reward_funcs=(tool_use_reward,)),
+    "environment": Feature(kind="environment", reward_funcs=(), config=dict(max_completion_length=200)),
+    "environment-owned data": Feature(kind="environment_data", reward_funcs=(), config=dict(max_completion_length=200)),
+    "vision-language prompts": Feature(kind="vision"),
+    "evaluation": Feature(evaluate=True, config=dict(eval_strategy="steps", eval_steps=1, eval_on_start=True,
+                                                    per_device_eval_batch_size=2 * M)),
+    "adaptive rounds": Feature(pods=dict(pilot_generations=2, downsample_rule="max_variance")),
+    "adaptive rounds, tools": Feature(kind="tools", reward_funcs=(), config=dict(max_completion_length=200),
+                                      pods=dict(pilot_generations=2, downsample_rule="max_variance")),
+    "adaptive rounds, environment": Feature(kind="environment", reward_funcs=(), config=dict(max_completion_length=200),
+                                            pods=dict(pilot_generations=2, downsample_rule="max_variance")),
+    "prompt over-sampling": Feature(pods=dict(oversample_prompts=2.0, downsample_rule="max_variance")),
+}
+SUPPORTED = {name: f for name, f in FEATURES.items() if TRL >= Version(f.min_trl)}
+
+
+@pytest.fixture
+def contract_rule(scratch_registry):
+    register_rule("keep_indices", contract.keep_indices, overwrite=True)
+
+
+# ---- the pieces each kind of feature is built from ---------------------------------------------------------------
+
+def dataset_for(feature: Feature, rows: int = 8):
+    if feature.kind == "vision":
+        from PIL import Image
+
+        colors = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0), (0, 255, 255), (255, 0, 255), (9, 9, 9),
+                  (200, 100, 0)]
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Color {i}?"}] for i in range(rows)],
+                                  "image": [Image.new("RGB", (40, 40), colors[i % 8]) for i in range(rows)]})
+    if feature.kind == "environment_data":
+        return None
+    if feature.dataset == "standard":
+        return Dataset.from_dict({"prompt": [f"{i}+{i * 3}=" for i in range(rows)]})
+    prompts = [[{"role": "user", "content": f"{i}+{i * 3}="}] for i in range(rows)]
+    if feature.dataset == "iterable":
+        return IterableDataset.from_generator(lambda: iter({"prompt": p} for p in prompts))
+    return Dataset.from_dict({"prompt": prompts})
+
+
+TOOL_TURNS = (call("multiply", a=3, b=4), call("multiply", a=3, c=4), "I know it: 12", call("multiply", a=2, b=6),
+              call("divide", a=1, b=2), "no idea", call("multiply", a=1, b=1))
+COUNTER_TURNS = (call("increment", step=1), call("increment", step=5), "no", call("increment", step=3),
+                 call("increment", step=2), "none", call("increment", step=4))
+
+
+def tool_reward(completions, log_extra=None, **kwargs):
+    """1 when a tool answered 12 in the rollout; logs each rollout's tool messages."""
+    tools = [" ".join(str(m.get("content")) for m in c if m.get("role") == "tool") for c in completions]
+    if log_extra is not None:
+        log_extra("tool_text", tools)
+    return [float("12" in t) for t in tools]
+
+
+def environment_state(environments, log_extra=None, log_metric=None, **kwargs):
+    """Each rollout's environment state in the completions table; their mean count as a metric."""
+    counts = [float(e.count) for e in environments]
+    if log_extra is not None:
+        log_extra("count", counts)
+    if log_metric is not None:
+        log_metric("mean_count", sum(counts) / len(counts))
+    return [c % 2 for c in counts]
+
+
+class Problems(Counter):
+    """An environment that owns the data: ``reset`` returns the problem, one problem per group of ``group``
+    resets (n in the PODS run, m in GRPO's: each group's rollouts work on the same problem)."""
+
+    resets = 0
+    group = N
+
+    def reset(self, **kwargs) -> str:
+        self.problem = Problems.resets // Problems.group
+        Problems.resets += 1
+        self.count = 0
+        return f" Problem {self.problem}: raise the counter."
+
+
+def build(feature: Feature, tmp_path, pods: bool, plan=None, model_dirs=None):
+    """The PODS or the GRPO trainer of ``feature``, with its script (GRPO's answers from ``plan``)."""
+    args = dict(output_dir=str(tmp_path / ("pods" if pods else "grpo")), use_cpu=True, seed=5, learning_rate=5e-2,
+                max_steps=2, max_completion_length=64, per_device_train_batch_size=2 * M, logging_steps=1,
+                report_to="none", save_strategy="no", beta=0.0, bf16=False, dataloader_num_workers=0,
+                shuffle_dataset=False, disable_dropout=True)
+    args.update(feature.config)
+    if pods:
+        config = PODSConfig(**args, num_generations=N, downsample_to=M,
+                            **{"downsample_rule": "keep_indices", **feature.pods})
+    else:
+        config = GRPOConfig(**args, num_generations=M)
+    kwargs = dict(args=config, reward_funcs=list(feature.reward_funcs) or None, train_dataset=dataset_for(feature))
+    if feature.evaluate:
+        kwargs["eval_dataset"] = dataset_for(feature, rows=2)
+    turns = TURNS
+    if feature.kind in ("tools", "environment", "environment_data"):
+        tokenizer = tool_tokenizer()
+        kwargs.update(model=tool_model(tokenizer), processing_class=tokenizer)
+        if feature.kind == "tools":
+            kwargs.update(tools=[multiply], reward_funcs=list(feature.reward_funcs) or [tool_reward])
+            turns = TOOL_TURNS
+        else:
+            factory = Problems if feature.kind == "environment_data" else Counter
+            Problems.resets, Problems.group = 0, (N if pods else M)
+            kwargs.update(environment_factory=factory, reward_funcs=[environment_state])
+            turns = COUNTER_TURNS
+    elif feature.kind == "vision":
+        kwargs.update(model=str(model_dirs["vision"]))
+    else:
+        torch.manual_seed(0)
+        kwargs.update(model=AutoModelForCausalLM.from_pretrained(model_dirs["text"]),
+                      processing_class=AutoTokenizer.from_pretrained(model_dirs["text"]))
+    if feature.peft:
+        from peft import LoraConfig
+
+        kwargs["peft_config"] = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    trainer_class = PODSTrainer if pods else GRPOTrainer
+    if feature.kind == "rollout_func":
+        tokenizer = kwargs["processing_class"]
+        script = Script(tokenizer, turns=turns, plan=plan)
+        trainer = trainer_class(**kwargs, rollout_func=script.rollout_func)
+    else:
+        trainer = trainer_class(**kwargs)
+        tokenizer = trainer.processing_class
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a VLM's processor: its tokenizer
+        script = Script(tokenizer, turns=turns, plan=plan)
+    return trainer, script
+
+
+def kept_prompts_dataset(pods, dataset, tokenizer):
+    """The rows of ``dataset`` whose prompts PODS kept, in the order it trained on them (with prompt over-sampling,
+    GRPO's data is what PODS kept of its larger sample)."""
+    row_of = {}
+    for i, row in enumerate(dataset):
+        ids = tokenizer.apply_chat_template(row["prompt"], tokenize=True, add_generation_prompt=True)
+        row_of[tuple(ids["input_ids"] if hasattr(ids, "keys") else ids)] = i
+    kept = [row_of[tuple(prompt[mask.bool()].tolist())] for batch in pods.recorder.batches
+            for prompt, mask in zip(batch["prompt_ids"][::M], batch["prompt_mask"][::M], strict=True)]
+    return dataset.select(kept)
+
+
+def run_pair(feature: Feature, tmp_path, model_dirs):
+    """PODS first, then GRPO with m on what PODS kept; both runs."""
+    trainer, script = build(feature, tmp_path, pods=True, model_dirs=model_dirs)
+    pods = contract.train(trainer, script, patch_generate=feature.kind != "rollout_func")
+    plan = contract.plan_from(pods.recorder, script.tokenizer)
+    trainer, script = build(feature, tmp_path, pods=False, plan=plan, model_dirs=model_dirs)
+    if feature.pods.get("oversample_prompts", 1) > 1:
+        trainer.train_dataset = kept_prompts_dataset(pods, pods.trainer.train_dataset, script.tokenizer)
+    grpo = contract.train(trainer, script, patch_generate=feature.kind != "rollout_func")
+    return pods, grpo
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory, tiny_model_dir, tiny_gemma3):
+    return {"text": tiny_model_dir, "vision": tiny_gemma3}
+
+
+@pytest.mark.parametrize("name", list(SUPPORTED))
+def test_pods_on_its_kept_rows_is_grpo_with_m(name, tmp_path, model_dirs, contract_rule):
+    feature = SUPPORTED[name]
+    pods, grpo = run_pair(feature, tmp_path, model_dirs)
+    contract.assert_same(pods, grpo)
+    if feature.pods.get("downsample_rule", "keep_indices") == "keep_indices" and feature.kind == "text":
+        # The harness saw what the rule kept: rollouts 1 and 3 of each prompt's group.
+        kept = [contract.text_of(c) for c in pods.recorder.tables[0]["completion"][-2 * M:]]
+        assert all(t in TURNS for t in kept) and len(set(kept)) > 1, kept
+    assert pods.trainer.state.global_step == grpo.trainer.state.global_step == pods.trainer.args.max_steps
+    if name == "tools, results past the completion budget":  # TRL ran the tools and rolled their results back
+        completions = pods.recorder.tables[-1]["completion"]
+        assert not any(m.get("role") == "tool" for c in completions for m in c)
+        assert any(row.get("tools/call_frequency", 0) > 0 for row in pods.trainer.state.log_history)
+
+
+def test_the_harness_fails_when_pods_keeps_other_rows(tmp_path, model_dirs, contract_rule):
+    """The contract is not vacuous: GRPO scripted with other rollouts than PODS kept differs from PODS."""
+    feature = FEATURES["plain"]
+    trainer, script = build(feature, tmp_path, pods=True, model_dirs=model_dirs)
+    pods = contract.train(trainer, script)
+    plan = contract.plan_from(pods.recorder, script.tokenizer)
+    swapped = {key: turns[::-1] if key[0][1] == 0 else turns for key, turns in plan.items()}
+    trainer, script = build(feature, tmp_path, pods=False, plan=swapped, model_dirs=model_dirs)
+    grpo = contract.train(trainer, script)
+    with pytest.raises(AssertionError):
+        contract.assert_same(pods, grpo)
+    assert KEPT_INDICES == (1, 3)
