@@ -9,17 +9,24 @@ loop whose scoring step selects::
 
 Per group of n conversations of one prompt, ``PODSRolloutLoop._score_group``:
 
-1. lets TRL's own ``_score_group`` score the whole group (the reward functions run once, on all n; TRL builds the
-   rows: old log-probs, policy version, masks, tool metrics, multi-turn forks);
-2. reads each conversation's rewards back from its rows' metrics (``rewards/<name>``, ``reward``), mapping rows to
+1. lets TRL's own ``_score_group`` score the whole group, recording what each reward function returns (they run
+   once, on all n; ``pods_rl.integrations.async_scoring``);
+2. reads each conversation's rewards back from its row's metrics (``rewards/<name>``, ``reward``), mapping rows to
    conversations by the lengths of ``group.completions_sequences`` (a conversation that produced no row is scored
-   through a placeholder row, dropped afterwards);
+   through a placeholder row);
 3. keeps m with ``pods_rl.selection.select`` (every registered rule, the ``shorter``/``longer`` tiebreaks on
    ``len(group.completions_ids[i])``; feature rules get what the synchronous trainer gives them:
-   ``rollout_features``);
-4. returns the kept conversations' rows (all rows of a forked conversation), with the advantage recomputed on the
-   kept m by TRL async's formula ((r - mean) / (population std + 1e-8), NaN reward -> 0), ``reward_std`` set to the
-   kept std, and the ``pods/*`` selection metrics added to each row's metrics.
+   ``pods_rl.rollouts.rollout_features``);
+4. returns what TRL's own ``_score_group`` makes of the kept m as a group of their own, their recorded rewards
+   replayed (no reward function runs again): TRL's rows (all rows of a forked conversation, none of a conversation
+   without rows), advantages, ``reward_std`` and tool metrics on the kept group, the group GRPO at m would have
+   scored (tests/test_async_contract.py checks it field for field, on TRL 1.12 and 1.16), with the ``pods/*``
+   selection metrics added to each row's metrics.
+
+**Groups with fewer than n rollouts** (a server that returned fewer; TRL's open #7176 scores the survivors of
+failed generations): c > m keeps the rule's m of the c that came; c <= m keeps all c, as GRPO at m trains a short
+group (the rows are then TRL's own for the group, plus the ``pods/*`` metrics); an empty group scores nothing.
+With a pilot, a pilot that came back short is topped up from what came, and ``pods/frac_zero_std_pilot`` reads it.
 
 **Adaptive rollouts** (``pods_pilot=k``): TRL's generate loop samples k per prompt (the loop sets its
 ``num_generations`` to k; n stays the cap). When the pilot's rewards (``pods_adaptive_reward``'s, or the total)
@@ -59,10 +66,12 @@ TRL internals this module touches (pinned by tests/test_async_pods.py):
 * ``async_rollout_worker._AsyncRolloutLoop``: subclassed; its keyword-only ``__init__`` (ours are popped first),
   ``async _score_group(self, group) -> list[RolloutSample]`` (called through ``super()``), ``reward_func_names``,
   and, for rules that take features, ``tokenizer`` and ``eos_token_ids`` (TRL >= 1.15).
+* ``_score_group``'s use of ``self.reward_funcs`` (replaced for one call by recording, then replaying, functions:
+  TRL calls each with keyword arguments and awaits it) and ``self.reward_func_names``.
 * ``RolloutGroup``: reads ``completions_sequences``, ``completions_ids``, ``completions``, ``tool_call_counts``;
-  copied with ``dataclasses.replace``. ``TrainingSequence``: built for the placeholder row.
-* ``RolloutSample``: reads ``metrics["reward"]``, ``metrics["rewards/<name>"]``; writes ``advantage``,
-  ``metrics["reward_std"]`` and ``metrics["pods/..."]``.
+  split by conversation (every list field, every ``reward_kwargs`` column) and copied with
+  ``dataclasses.replace``. ``TrainingSequence``: built for the placeholder row.
+* ``RolloutSample``: reads ``metrics["reward"]``, ``metrics["rewards/<name>"]``; writes ``metrics["pods/..."]``.
 * With a pilot: ``num_generations`` (the generate loop's group size), ``_generate_one(prompt, tool_dict=, tools=,
   group_id=)``, ``_groups_to_score`` (the score queue), ``_standalone_tools``, ``tools``, ``max_inflight_tasks``,
   ``_total_completion_tokens``, ``_score_loop(stop_event)`` (wrapped to cancel top-ups when it ends).
@@ -94,10 +103,17 @@ from trl.trainer.utils import get_callable_name
 
 from pods_rl.adaptive import AdaptiveSettings, group_is_mixed, plan_round
 from pods_rl.downsample import rule_takes_features
+from pods_rl.integrations.async_scoring import (
+    ScoredConversation,
+    conversations_at,
+    recording,
+    replaying,
+    reward_funcs_as,
+)
+from pods_rl.rollouts import rollout_features
 from pods_rl.selection import SelectionSettings, select
 
-__all__ = ["PODSRolloutLoop", "PODSRolloutWorker", "pods_rollout_worker", "pods_worker_kwargs", "pods_settings",
-           "kept_advantages"]
+__all__ = ["PODSRolloutLoop", "PODSRolloutWorker", "pods_rollout_worker", "pods_worker_kwargs", "pods_settings"]
 
 logger = logging.getLogger("pods_rl")
 
@@ -133,18 +149,6 @@ def pods_settings(m: int, rule: str = "max_variance", tiebreak: str = "index", n
     return settings
 
 
-def kept_advantages(rewards: np.ndarray) -> tuple[np.ndarray, float]:
-    """TRL async's group advantage on the kept rewards (m,): ((r - mean) / (std + 1e-8), population std over the
-    scored ones, NaN reward -> 0), and that std (NaN when none is scored). Op for op as ``_score_group``."""
-    scored_mask = ~np.isnan(rewards)
-    advantages = np.zeros_like(rewards)
-    if not scored_mask.any():
-        return advantages, float("nan")
-    scored = rewards[scored_mask]
-    advantages[scored_mask] = (scored - scored.mean()) / (scored.std() + 1e-8)
-    return advantages, float(scored.std())
-
-
 def adaptive_settings(pilot: int | None, n: int, m: int, rule: str = "until_mixed", round_size: int | None = None,
                       budget: float | None = None, reward: str | None = None, *, reward_names=None,
                       environment_factory=None) -> AdaptiveSettings | None:
@@ -159,16 +163,6 @@ def adaptive_settings(pilot: int | None, n: int, m: int, rule: str = "until_mixe
                          "sample n rollouts per prompt in one go (PODS still keeps m of them).")
     return AdaptiveSettings.validated(pilot, n, m, rule, round_size, budget, reward, reward_names=reward_names,
                                       names=ADAPTIVE_NAMES)
-
-
-def conversations_from(group: RolloutGroup, start: int) -> RolloutGroup:
-    """The group's conversations ``start:`` as a group of their own (every per-conversation list sliced)."""
-    if start == 0:
-        return group
-    lists = ("prompts", "completions", "completions_ids", "completions_sequences", "tool_call_counts",
-             "tool_failure_counts", "env_rewards", "rollout_rewards")
-    return dataclasses.replace(group, **{name: getattr(group, name)[start:] for name in lists},
-                               reward_kwargs={key: values[start:] for key, values in group.reward_kwargs.items()})
 
 
 class PODSRolloutLoop(_AsyncRolloutLoop):
@@ -204,82 +198,86 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         """Adaptive rollouts: TRL's generate loop now emits a group after its pilot (``num_generations`` = pilot);
         ``pods_n`` is the cap. Top-up generations draw on a pool of ``max_inflight_tasks`` slots of their own."""
         self.pods_n, self.num_generations = n, self.adaptive.pilot
-        self._scored: dict[int, list[list[RolloutSample]]] = {}  # group id -> its scored conversations' rows
+        self._scored: dict[int, list[ScoredConversation]] = {}  # group id -> its conversations scored so far
         self._rounds: dict[int, int] = {}  # group id -> rounds sampled so far
+        self._pilots: dict[int, int] = {}  # group id -> rollouts of its first round (< pilot when some failed)
         self._top_ups: set[asyncio.Task] = set()
         self._top_up_slots = asyncio.Semaphore(max(1, self.max_inflight_tasks))
         self._top_up_error: BaseException | None = None
 
     async def _score_group(self, group: RolloutGroup) -> list[RolloutSample]:
-        m, adaptive = self.pods.m, getattr(self, "adaptive", None)
-        if adaptive is None and len(group.completions) <= m:
-            return await super()._score_group(group)
+        adaptive = getattr(self, "adaptive", None)
+        if adaptive is None and self.pods.m >= self.num_generations:
+            return await super()._score_group(group)  # m = n: TRL's own
+        if not group.completions:
+            return []  # nothing came back for this prompt: nothing to score or train
         if adaptive is None:
-            rows = await self.score_conversations(group)
-            return self.kept_rows(group, rows)
+            return await self.kept_rows(group, await self.score_conversations(group))
         if self._top_up_error is not None:
             raise self._top_up_error
-        rows = self._scored.pop(group.group_id, [])
-        rows += await self.score_conversations(group, start=len(rows))  # the new conversations only
+        scored = self._scored.pop(group.group_id, [])
+        scored += await self.score_conversations(group, start=len(scored))  # the new conversations only
         rounds = self._rounds.pop(group.group_id, 0) + 1
-        more = self.plan_top_up(rows)
+        pilot = self._pilots.pop(group.group_id, len(scored))
+        more = self.plan_top_up(scored)
         if more:  # all equal so far: sample more of this prompt in the background, score it when they arrive
-            self._scored[group.group_id], self._rounds[group.group_id] = rows, rounds
+            self._scored[group.group_id], self._rounds[group.group_id] = scored, rounds
+            self._pilots[group.group_id] = pilot
             task = asyncio.create_task(self.top_up(group, more))
             self._top_ups.add(task)
             task.add_done_callback(self._top_up_done)
             return []
-        pilot_rewards = self.adaptive_rewards(rows[:adaptive.pilot])
-        metrics = {"pods/rollouts_sampled": float(len(rows)), "pods/rounds": float(rounds),
-                   "pods/frac_zero_std_pilot": float(not group_is_mixed(pilot_rewards, torch.tensor([adaptive.pilot])))}
-        return self.kept_rows(group, rows, metrics)
+        pilot_rewards = self.adaptive_rewards(scored[:pilot])
+        metrics = {"pods/rollouts_sampled": float(len(scored)), "pods/rounds": float(rounds),
+                   "pods/frac_zero_std_pilot": float(not group_is_mixed(pilot_rewards, torch.tensor([pilot])))}
+        return await self.kept_rows(group, scored, metrics)
 
-    async def score_conversations(self, group: RolloutGroup, start: int = 0) -> list[list[RolloutSample]]:
-        """TRL's ``_score_group`` on conversations ``start:`` of the group; each conversation's rows (a conversation
-        without rows is scored through a placeholder row, which ``kept_rows`` drops)."""
-        group = conversations_from(group, start)
+    async def score_conversations(self, group: RolloutGroup, start: int = 0) -> list[ScoredConversation]:
+        """TRL's ``_score_group`` on conversations ``start:`` of the group, its reward functions recorded: each
+        conversation's metrics and reward-function outputs (a conversation without rows is scored through a
+        placeholder row). The rows TRL builds here are not kept: ``kept_rows`` scores the kept group again."""
+        group = conversations_at(group, range(start, len(group.completions)))
         sizes = [max(1, len(rows)) for rows in group.completions_sequences]  # rows per conversation, placeholder: 1
         placeholder = TrainingSequence([], [], [], _PLACEHOLDER_ID)
         padded = dataclasses.replace(group, completions_sequences=[
             rows if rows else [placeholder] for rows in group.completions_sequences])
-        samples = await super()._score_group(padded)
+        outputs, recorded = recording(self.reward_funcs)
+        with reward_funcs_as(self, recorded):
+            samples = await super()._score_group(padded)
         if len(samples) != sum(sizes):
             raise RuntimeError(f"TRL's _score_group returned {len(samples)} rows for conversations of {sizes} rows: "
                                "pods_rl.integrations.async_grpo does not know this TRL's row layout.")
         starts = np.cumsum([0, *sizes])
-        return [samples[starts[i]:starts[i + 1]] for i in range(len(sizes))]
+        return [ScoredConversation(samples[starts[i]].metrics, tuple(output[i] for output in outputs))
+                for i in range(len(sizes))]
 
-    def kept_rows(self, group: RolloutGroup, rows: list[list[RolloutSample]], extra: dict | None = None):
-        """Select m of the group's conversations (``rows``: each one's scored rows) and return the kept ones' rows
-        with the advantage recomputed on the kept m, ``reward_std`` the kept std, and the ``pods/*`` metrics."""
-        kept, metrics = self.select_conversations(group, [conversation[0].metrics for conversation in rows])
+    async def kept_rows(self, group: RolloutGroup, scored: list[ScoredConversation],
+                        extra: dict | None = None) -> list[RolloutSample]:
+        """Select m of the group's conversations (``scored``: each one's scoring) and return what TRL's own
+        ``_score_group`` makes of the kept ones as a group of their own (their rewards replayed, no reward function
+        runs again: advantages, ``reward_std`` and tool metrics are TRL's on the kept group), with the ``pods/*``
+        metrics (and ``extra``) added to each row. A group of at most m conversations keeps them all."""
+        kept, metrics = self.select_conversations(group, [conversation.metrics for conversation in scored])
         metrics.update(extra or {})
-        totals = np.array([rows[i][0].metrics["reward"] for i in kept], dtype=float)
-        advantages, kept_std = kept_advantages(totals)
-        out = []
-        for i, advantage in zip(kept, advantages, strict=True):
-            if not group.completions_sequences[i]:
-                continue  # its placeholder row: the conversation counts in the group, it has nothing to train
-            for sample in rows[i]:
-                sample.advantage = float(advantage)
-                sample.metrics["reward_std"] = kept_std
-                sample.metrics.update(metrics)
-                out.append(sample)
-        return out
+        with reward_funcs_as(self, replaying(scored, kept, len(self.reward_funcs))):
+            samples = await super()._score_group(conversations_at(group, kept))
+        for sample in samples:
+            sample.metrics.update(metrics)
+        return samples
 
     # --- adaptive rollouts: top-ups in the background ------------------------------------------------------------
 
-    def adaptive_rewards(self, rows: list[list[RolloutSample]]) -> torch.Tensor:
-        """(1, len(rows)) the reward that decides whether a group is mixed: ``pods_adaptive_reward``'s, else the
+    def adaptive_rewards(self, scored: list[ScoredConversation]) -> torch.Tensor:
+        """(1, len(scored)) the reward that decides whether a group is mixed: ``pods_adaptive_reward``'s, else the
         total (NaN: not scored)."""
         key = "reward" if self.adaptive.reward is None else f"rewards/{self.adaptive.reward}"
-        return torch.tensor([[conversation[0].metrics[key] for conversation in rows]], dtype=torch.float64)
+        return torch.tensor([[conversation.metrics[key] for conversation in scored]], dtype=torch.float64)
 
-    def plan_top_up(self, rows: list[list[RolloutSample]]) -> int:
+    def plan_top_up(self, scored: list[ScoredConversation]) -> int:
         """Rollouts this group gets next by the adaptive rule (0: closed), from its scored conversations."""
-        count, n = len(rows), self.pods_n
+        count, n = len(scored), self.pods_n
         rewards = torch.full((1, n), float("nan"), dtype=torch.float64)
-        rewards[:, :count] = self.adaptive_rewards(rows)
+        rewards[:, :count] = self.adaptive_rewards(scored)
         budget = None if self.adaptive.budget is None else round(self.adaptive.budget)
         more = plan_round(rewards, torch.tensor([count]), self.pods.m, n, self.adaptive.round_size,
                           self.adaptive.rule, budget=budget)
@@ -305,7 +303,8 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
             group.tool_call_counts.append(calls)
             group.tool_failure_counts.append(failures)
             group.rollout_rewards.append(rollout_reward)
-            group.env_rewards.append(None)
+            if group.env_rewards:  # (filled only where an environment owns a reward, which a pilot refuses)
+                group.env_rewards.append(None)
             self._total_completion_tokens += len(ids)
         for values in group.reward_kwargs.values():
             values.extend(values[:1] * more)
@@ -326,8 +325,9 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
             await asyncio.gather(*top_ups, return_exceptions=True)
 
     def select_conversations(self, group: RolloutGroup, metrics: list[dict[str, float]]) -> tuple[list[int], dict]:
-        """Which m of the group's n conversations to keep (ascending) and the ``pods/*`` metrics, from each
-        conversation's scored metrics (TRL's ``rewards/<name>`` per reward source, ``reward`` their total).
+        """Which m of the group's conversations to keep (ascending; all of them when it has at most m) and the
+        ``pods/*`` metrics, from each conversation's scored metrics (TRL's ``rewards/<name>`` per reward source,
+        ``reward`` their total).
 
         Where two reward sources share a name (one metrics key), the rule ranks the total and a feature rule's
         ``rewards_per_func`` is that one column."""
@@ -340,25 +340,20 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         selection = select(rewards_per_func, torch.ones(rewards_per_func.shape[2], dtype=torch.float64), 1,
                            self.pods, features=self.rollout_features(group, rewards_per_func),
                            generator=self.pods_generator)
-        return selection.kept[0].tolist(), selection.metrics
+        return [i for i in selection.kept[0].tolist() if i >= 0], selection.metrics  # (-1 pads a group below m)
 
     def rollout_features(self, group: RolloutGroup, rewards_per_func: torch.Tensor) -> dict[str, torch.Tensor]:
-        """What selection may look at besides the rewards, each (1, n), as the synchronous trainer gives it:
-        ``lengths`` (tokens the model generated, tool results excluded; the tiebreaks read it) and, for rules that
-        take features, ``rewards_per_func`` (1, n, F), ``truncated`` (the completion does not end on an eos or pad
-        token: TRL's ``completions/clipped_ratio``), ``tool_calls`` and ``turns`` (the model's turns)."""
-        features = {"lengths": torch.tensor([[len(ids) for ids in group.completions_ids]], dtype=torch.long)}
+        """What selection may look at besides the rewards, each (1, n), as the synchronous trainer gives it
+        (``pods_rl.rollouts.rollout_features``): ``lengths`` (tokens the model generated: TRL's ``completions_ids``
+        hold the model's turns only; the tiebreaks read it) and, for rules that take features, ``rewards_per_func``
+        (1, n, F), ``truncated`` (the completion does not end on an eos or pad token: TRL's
+        ``completions/clipped_ratio``), ``tool_calls`` and ``turns`` (the model's turns: its messages)."""
         if not rule_takes_features(self.pods.rule):
-            return features
-        eos_and_pad = {*(getattr(self, "eos_token_ids", None) or [self.tokenizer.eos_token_id]),
-                       self.tokenizer.pad_token_id}
-        features["rewards_per_func"] = rewards_per_func
-        features["truncated"] = torch.tensor([[len(ids) > 0 and ids[-1] not in eos_and_pad
-                                               for ids in group.completions_ids]])
-        features["tool_calls"] = torch.tensor([group.tool_call_counts], dtype=torch.long)
-        features["turns"] = torch.tensor([[sum(message.get("role") == "assistant" for message in completion)
-                                           for completion in group.completions]], dtype=torch.long)
-        return features
+            return rollout_features(group.completions_ids, 1)
+        eos = getattr(self, "eos_token_ids", None) or [self.tokenizer.eos_token_id]  # TRL < 1.15: the tokenizer's
+        turns = [sum(message.get("role") == "assistant" for message in completion) for completion in group.completions]
+        return rollout_features(group.completions_ids, 1, stop_ids={*eos, self.tokenizer.pad_token_id},
+                                tool_calls=group.tool_call_counts, turns=turns, rewards_per_func=rewards_per_func)
 
 
 class PODSRolloutWorker(AsyncRolloutWorker):
