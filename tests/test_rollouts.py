@@ -63,9 +63,11 @@ def _longest(rewards, m, generator, *, features):
                                             ("max_variance", "index")])
 @pytest.mark.parametrize("tool_mask", [MASK, None])
 def test_the_synchronous_steps_features_are_these(scratch_registry, rule, tiebreak, tool_mask):
-    """``PODSStep._rollout_features`` (TRL's ``_generate`` tuple in, TRL >= 1.13's ``eos_token_ids`` and the pad id
-    as stop ids) gives what ``rollout_features`` gives on the same lists: the two trainers' rules see the same."""
+    """``PODSStep._rollout_features`` (TRL's ``_generate`` tuple in; as stop ids the pad id and TRL >= 1.15's
+    ``eos_token_ids``, earlier TRLs' tokenizer EOS) gives what ``rollout_features`` gives on the same lists: the two
+    trainers' rules see the same."""
     from pods_rl.selection import SelectionSettings
+    from pods_rl.trainer_rows import TRL_KEEPS_EOS_TOKEN_IDS
     from pods_rl.trainer_step import Generated, PODSStep
 
     pods_rl.register_rule("test_rollouts_longest", _longest, overwrite=True)
@@ -79,7 +81,8 @@ def test_the_synchronous_steps_features_are_these(scratch_registry, rule, tiebre
     if tiebreak == "index" and not takes_features:
         assert theirs is None  # the step skips features nothing reads
         return
-    ours = rollout_features(IDS, 2, stop_ids={2, 7, 0}, tool_mask=tool_mask,
+    stop_ids = {2, 7, 0} if TRL_KEEPS_EOS_TOKEN_IDS else {2, 0}
+    ours = rollout_features(IDS, 2, stop_ids=stop_ids, tool_mask=tool_mask,
                             rewards_per_func=REWARDS if takes_features else None)
     assert theirs.keys() == ours.keys()
     assert all(torch.equal(theirs[key], ours[key]) for key in ours)

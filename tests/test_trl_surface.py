@@ -169,13 +169,73 @@ def test_eval_batch_check_message_we_reword():
 # ---- attributes GRPOTrainer sets that PODSTrainer reads -----------------------------------------------------
 TRAINER_ATTRIBUTES = ["num_generations", "num_iterations", "shuffle_dataset", "reward_weights", "scale_rewards",
                       "_metrics", "_tokenizer", "environment_factories", "tools", "vllm_generation",
-                      "num_generations_eval", "multi_objective_aggregation", "_environment_pool", "environments"]
+                      "num_generations_eval", "multi_objective_aggregation", "_environment_pool", "environments",
+                      "reward_func_names", "max_tool_calling_iterations", "_pending_extra_logs", "_pending_metrics"]
 
 
 @pytest.mark.parametrize("name", TRAINER_ATTRIBUTES)
 def test_grpo_trainer_sets_the_attributes_we_read(name):
     assert name in assigned_on_self(GRPOTrainer.__init__), (
         f"GRPOTrainer.__init__ no longer sets self.{name}; pods_rl.trainer reads it")
+
+
+def test_eos_token_ids_are_what_this_trl_counts_as_a_finish():
+    """pods_rl.trainer_rows.eos_token_ids: TRL >= 1.15 keeps GRPOTrainer.eos_token_ids and its `_generate` counts a
+    completion ending in any of them (or padding) as finished; earlier TRLs count only the tokenizer's EOS."""
+    from pods_rl.trainer_rows import TRL_KEEPS_EOS_TOKEN_IDS
+
+    generate = inspect.getsource(GRPOTrainer._generate)
+    if TRL_KEEPS_EOS_TOKEN_IDS:
+        assert "eos_token_ids" in assigned_on_self(GRPOTrainer.__init__)
+        assert "eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]" in generate
+    else:
+        assert "eos_token_ids" not in assigned_on_self(GRPOTrainer.__init__)
+        assert "eos_and_pad = [self._tokenizer.eos_token_id, self._tokenizer.pad_token_id]" in generate
+
+
+def test_reward_functions_log_through_the_buffers_the_step_cuts_to_the_kept_rows():
+    """log_extra / log_metric reach reward functions as the trainer's methods, which fill the buffers that
+    TRL's `_generate_and_score_completions` flushes (pods_rl.trainer_rows.take_extra_logs / metrics_logged)."""
+    rewards = inspect.getsource(GRPOTrainer._calculate_rewards)
+    assert 'reward_kwargs["log_extra"] = self._log_completion_extra' in rewards
+    assert 'reward_kwargs["log_metric"] = self._log_metric' in rewards
+    assert "self._pending_extra_logs[column].extend(values)" in inspect.getsource(GRPOTrainer._log_completion_extra)
+    assert "self._pending_metrics[name].append(value)" in inspect.getsource(GRPOTrainer._log_metric)
+    flush = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "self._pending_extra_logs.clear()" in flush and "self._pending_metrics.clear()" in flush
+
+
+def test_the_tool_loop_reads_each_rollouts_tool_dicts_by_position():
+    """The adaptive rounds set the round's rows' tool dicts (pods_rl.trainer_rounds) and count a failed call per
+    rollout (pods_rl.trainer_rows.count_tool_exceptions): TRL's loop looks each rollout's tools up by its position
+    in the batch it generates, at most max_tool_calling_iterations times, and counts a raised call as a failure."""
+    loop = inspect.getsource(GRPOTrainer._tool_call_loop)
+    assert "self._sync_tool_dicts[idx_with_tool]" in loop and "self._async_tool_dicts[idx_with_tool]" in loop
+    assert "iteration_num < self.max_tool_calling_iterations" in loop
+    assert "except Exception as e:" in loop and "tool_failure_count += 1" in loop
+    assert 'raise ValueError(f"Tool {name} not found.")' in loop
+    prepare = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "self._sync_tool_dicts = []" in prepare and "self._async_tool_dicts = []" in prepare
+
+
+def test_environment_owned_data_gets_a_placeholder_dataset_of_one_round():
+    """PODSTrainer replaces TRL's placeholder (a round of GRPO's prompts) with one of PODS's prompts per round,
+    repeating TRL's own first row."""
+    init = inspect.getsource(GRPOTrainer.__init__)
+    assert "if train_dataset is None:" in init
+    assert "num_placeholder_rows = args.generation_batch_size // args.num_generations" in init
+
+
+def test_vllm_sleep_mode_is_what_the_rounds_defer():
+    """pods_rl.trainer_rounds._one_sleep_per_step: TRL's VLLMGeneration (colocate, sleep mode) sleeps its engine
+    (`self.llm.sleep`) after `generate` and notes `_llm_weights_sleeping`, which `generate` reads to push the
+    weights again; the rounds defer the sleep and clear the flag."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    generate = inspect.getsource(VLLMGeneration.generate)
+    assert "self.llm.sleep(level=2)" in generate and "self._llm_weights_sleeping = True" in generate
+    assert "self.enable_sleep_mode and self._llm_weights_sleeping" in generate
+    assert "enable_sleep_mode" in assigned_on_self(VLLMGeneration.__init__)
 
 
 def test_vllm_generation_holds_its_engine_in_llm():

@@ -16,7 +16,7 @@ Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins 
                                               its input, answering the two calls below from what was computed.
     _generate(prompts) -> 8-tuple             (trainer_step) timed ("generation"); answered from KeptRollouts inside
                                               the inner call; raises PromptsPrepared(prompts) inside
-                                              _rollout_prompts' call. Read by name through trainer_step.Generated
+                                              _rollout_prompts' call. Read by name through trainer_rows.Generated
                                               (completion_ids, tool_mask, completions, extra_fields, images); rows
                                               of every per-rollout list are kept.
     _calculate_rewards(inputs, prompts, completions, completion_ids_list) -> (N, F)
@@ -42,13 +42,22 @@ Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins 
   GRPOTrainer's advantages   TRL's own, computed in the inner call on the kept rows grouped by m (GRPO with m
                            rollouts; tests/test_trainer.py recomputes them by hand): PODS never overwrites them
   GRPOTrainer attributes we read   num_generations (set to m around the inner call: TRL groups by it),
-                           num_iterations, shuffle_dataset, reward_weights, scale_rewards, _metrics["train"],
-                           num_generations_eval (set to m unless configured), multi_objective_aggregation,
-                           environments, _batch_environments, _environment_pool (swapped for the kept rows' own
-                           instances around the inner call),
-                           _tokenizer, environment_factories, tools, eos_token_ids (TRL >= 1.13; 1.12: the
-                           tokenizer's), _paper, _tag_names, _metrics["train"] (the pods/* metrics appended); vllm_generation (TRL's VLLMGeneration, built in
-                           GRPOTrainer.__init__ inside our CPU workaround; release_vllm_engine drops its .llm)
+                           num_iterations, shuffle_dataset, reward_weights, reward_func_names, scale_rewards,
+                           _metrics["train"] (the pods/* metrics appended; what TRL's `_generate` logs of the sampled
+                           rollouts dropped and logged for the kept rows: trainer_rows), num_generations_eval (set to
+                           m unless configured), multi_objective_aggregation, environments, _batch_environments,
+                           _environment_pool (swapped for the kept rows' own instances around the inner call; emptied
+                           while padding rows of a round are prepared), _sync_tool_dicts / _async_tool_dicts (per
+                           rollout: set for a round's rows; their tools wrapped to count raised calls),
+                           max_tool_calling_iterations, _pending_extra_logs / _pending_metrics (log_extra and
+                           log_metric: cut to the kept rows), _tokenizer, environment_factories, tools,
+                           eos_token_ids (TRL >= 1.15; earlier: the tokenizer's), _paper, _tag_names,
+                           vllm_generation (TRL's VLLMGeneration, built in GRPOTrainer.__init__ inside our CPU
+                           workaround; release_vllm_engine drops its .llm; the rounds defer its sleep mode)
+  GRPOTrainer's placeholder  train_dataset=None with an environment_factory: TRL's placeholder dataset (a round of
+                           GRPO's prompts) is replaced by a round of PODS's, its first row repeated
+  GRPOTrainer's tool loop  a rollout's tools are looked up by its position in the batch generated; at most
+                           max_tool_calling_iterations iterations; a raised or unknown call is a failure
   trl.trainer.grpo_trainer.VLLMGeneration   replaced while GRPOTrainer.__init__ runs by a subclass that raises its
                            max_num_seqs keyword to the rollouts PODS samples per process (colocate)
   GRPOConfig               subclassed (PODSConfig); __post_init__ runs with num_generations = m and its

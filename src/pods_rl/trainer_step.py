@@ -43,7 +43,7 @@ import torch
 from accelerate.utils import gather
 
 from pods_rl.downsample import rule_takes_features
-from pods_rl.rollouts import tool_turns
+from pods_rl.rollouts import rollout_features
 from pods_rl.selection import all_equal, reward_totals, select
 from pods_rl.trainer_config import TRL_RANGE  # importing it checks the TRL version first
 from pods_rl.trainer_rounds import ROUND, RoundsStep
@@ -242,28 +242,20 @@ class PODSStep(RoundsStep):
             self.environments, self._batch_environments = environments, names
 
     def _rollout_features(self, generated: tuple, rewards_per_func: torch.Tensor, num_prompts: int, n: int):
-        """What selection may look at besides the rewards, each (P, n): ``lengths`` tokens the model generated (tool
-        results excluded; the tiebreaks read it) and, for rules that take features, ``rewards_per_func`` (P, n, F)
-        from this process's (P*n, F), ``truncated`` (bool: hit max_completion_length, as TRL's clipped_ratio),
+        """What selection may look at besides the rewards, each (P, n) (``pods_rl.rollouts.rollout_features``, as
+        the asynchronous worker computes them): ``lengths`` tokens the model generated (tool results excluded; the
+        tiebreaks read it) and, for rules that take features, ``rewards_per_func`` (P, n, F) from this process's
+        (P*n, F), ``truncated`` (bool: ended on none of the ids TRL counts as a finish, as its clipped_ratio),
         ``tool_calls`` and ``turns`` (model turns of a multi-turn rollout; 0 and 1 without tools). None when the
         rule sees rewards only."""
         takes_features = rule_takes_features(self.args.selection_settings.rule)
         if self.args.selection_settings.tiebreak == "index" and not takes_features:
             return None
         generated = Generated(*generated)
-        completion_ids, tool_mask = generated.completion_ids, generated.tool_mask
-        counts = [sum(mask) for mask in tool_mask] if tool_mask is not None else [len(ids) for ids in completion_ids]
-        features = {"lengths": torch.tensor(counts, dtype=torch.long).view(num_prompts, n)}
-        if not takes_features:
-            return features
-        eos_and_pad = {*eos_token_ids(self), self._tokenizer.pad_token_id}  # what TRL counts for clipped_ratio
-        truncated = torch.tensor([len(ids) > 0 and ids[-1] not in eos_and_pad for ids in completion_ids])
-        calls, turns = tool_turns(tool_mask, len(completion_ids))
-        features["rewards_per_func"] = rewards_per_func.view(num_prompts, n, -1)
-        features["truncated"] = truncated.view(num_prompts, n)
-        features["tool_calls"] = torch.tensor(calls, dtype=torch.long).view(num_prompts, n)
-        features["turns"] = torch.tensor(turns, dtype=torch.long).view(num_prompts, n)
-        return features
+        return rollout_features(generated.completion_ids, num_prompts,
+                                stop_ids={*eos_token_ids(self), self._tokenizer.pad_token_id},
+                                tool_mask=generated.tool_mask,
+                                rewards_per_func=rewards_per_func if takes_features else None)
 
     # ---- the two GRPOTrainer calls the step answers (see _pods_call) ------------------------------------------
 
