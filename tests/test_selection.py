@@ -114,3 +114,26 @@ def test_all_equal_is_exact_and_ignores_unscored():
 def test_sampled_and_kept_groups_invert(oversample):
     for kept in range(1, 40):
         assert kept_groups(sampled_prompts(kept, oversample), oversample) == kept
+
+
+def test_per_group_tensors_travel_in_one_collective_and_come_back_by_name():
+    """gather_per_group: one gather call; names, dtypes and shapes as they went; the other process's rows after
+    this one's (a fake 2-process gather that appends a second process's copy, shifted)."""
+    from pods_rl.selection import gather_per_group
+
+    calls = []
+
+    def two_processes(table):
+        calls.append(table.shape)
+        return torch.cat([table, table + 1])
+
+    tensors = {"totals": torch.tensor([[0.5, float("nan")], [1.0, 2.0]]), "kept": torch.tensor([[True, False]] * 2),
+               "variance": torch.tensor([0.25, 0.0], dtype=torch.float64), "count": torch.tensor([3, 4])}
+    got = gather_per_group(tensors, two_processes)
+    assert calls == [(2, 6)]
+    assert {k: (v.dtype, tuple(v.shape)) for k, v in got.items()} == {
+        "totals": (torch.float32, (4, 2)), "kept": (torch.bool, (4, 2)), "variance": (torch.float64, (4,)),
+        "count": (torch.int64, (4,))}
+    assert torch.equal(got["count"], torch.tensor([3, 4, 4, 5]))
+    assert torch.equal(got["kept"], torch.tensor([[True, False], [True, False], [True, True], [True, True]]))
+    torch.testing.assert_close(got["totals"][2:], tensors["totals"] + 1, equal_nan=True)

@@ -194,13 +194,21 @@ def select(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_groups: in
     kept_mask = torch.zeros((P, n + 1), dtype=torch.bool)  # column n takes the padding's -1
     kept_mask.scatter_(1, torch.where(kept >= 0, kept, n), True)
     kept_mask = kept_mask[:, :n]  # (P, n)
-    table = torch.cat([totals.double(), kept_mask.double(), variance.double().unsqueeze(1),
-                       zero.double().unsqueeze(1), selected.double().unsqueeze(1)], dim=1)  # (P, 2n + 3)
+    per_group = {"totals": totals, "kept_mask": kept_mask, "variance": variance, "zero": zero, "selected": selected}
     if gather is not None:
-        table = gather(table).cpu()  # one collective for every metric
-    metrics = selection_metrics(table[:, :n], table[:, n:2 * n].bool(), table[:, 2 * n],
-                                table[:, 2 * n + 1].bool(), table[:, 2 * n + 2].bool())
-    return Selection(kept=kept, groups=groups, n=n, metrics=metrics)
+        per_group = gather_per_group(per_group, gather)  # every process's groups: global metrics
+    return Selection(kept=kept, groups=groups, n=n, metrics=selection_metrics(**per_group))
+
+
+def gather_per_group(tensors: dict[str, torch.Tensor], gather: Callable[[torch.Tensor], torch.Tensor]) -> dict:
+    """Concatenate per-group tensors ((G,) or (G, k) each, any dtype) over processes along dim 0 in one collective:
+    they travel as one float64 (G, total width) table and come back under their names, dtypes and shapes."""
+    names = list(tensors)
+    columns = [tensors[name].reshape(tensors[name].shape[0], -1).double() for name in names]
+    widths = [column.shape[1] for column in columns]
+    table = gather(torch.cat(columns, dim=1)).cpu()  # (G * processes, total width)
+    gathered = dict(zip(names, torch.split(table, widths, dim=1)))
+    return {name: gathered[name].reshape(-1, *tensors[name].shape[1:]).to(tensors[name].dtype) for name in names}
 
 
 def selection_metrics(totals: torch.Tensor, kept_mask: torch.Tensor, variance: torch.Tensor, zero: torch.Tensor,
