@@ -79,12 +79,14 @@ def vowel_share(completions, **kwargs):
 
 class Script:
     """Scripted generation for one trainer. Before ``plan`` is set (the PODS run), the k-th rollout of a prompt in a
-    generation round answers ``turns[(k + offset(prompt)) % len(turns)]``; with a ``plan`` (the GRPO run), rollout j
+    generation round answers ``turns[(k + offset(prompt text, ids)) % len(turns)]`` (offset: by default the sum of the
+    prompt's ids); with a ``plan`` (the GRPO run), rollout j
     answers the j-th first turn PODS kept for that prompt in that round. Prompts are known by their token ids;
     rounds by (train or eval, global step). A later turn (after a tool answered) answers ``later``."""
 
-    def __init__(self, tokenizer, turns=TURNS, later: str = "Done!", plan: dict | None = None):
+    def __init__(self, tokenizer, turns=TURNS, later: str = "Done!", plan: dict | None = None, offset=None):
         self.tokenizer, self.turns, self.later, self.plan = tokenizer, turns, later, plan
+        self.offset = offset or (lambda text, ids: sum(ids))  # where a prompt starts in ``turns``
         self.trainer = None  # set once the trainer is built: its step and mode name the round
         self.seen = defaultdict(int)  # (round, prompt ids) -> rollouts answered so far
 
@@ -99,7 +101,8 @@ class Script:
         self.seen[key] += 1
         if self.plan is not None and key[0][0] == "train":
             return self.plan[key][k]
-        text = self.turns[(k + sum(prompt_ids)) % len(self.turns)]
+        start = self.offset(self.tokenizer.decode(list(prompt_ids)), prompt_ids)
+        text = self.turns[(k + start) % len(self.turns)]
         return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
     def is_later_turn(self, prompt_ids) -> bool:

@@ -7,8 +7,10 @@ on both ends of TRL_RANGE, and ``tests/scripts/contract_ranks.py`` runs a few en
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 import torch
@@ -44,6 +46,8 @@ class Feature:
     peft: bool = False
     evaluate: bool = False
     min_trl: str = "1.12"  # the first TRL with the feature
+    turns: tuple | None = None  # the script's first turns (default: the kind's)
+    offset: object = None  # where a prompt starts in them (Script's offset)
 
 
 FEATURES = {
@@ -79,6 +83,15 @@ FEATURES = {
     "adaptive rounds, environment": Feature(kind="environment", reward_funcs=(), config=dict(max_completion_length=200),
                                             pods=dict(pilot_generations=2, downsample_rule="max_variance")),
     "prompt over-sampling": Feature(pods=dict(oversample_prompts=2.0, downsample_rule="max_variance")),
+    # Prompts i = 0, 1 (mod 4) answer "no" twice in their pilot (all equal: another round), the others call the tool
+    # twice (mixed: done). On 2 processes the first two prompts of each step are rank 0's: rank 1 pads its second
+    # round with throw-away rows, and fresh environments for them.
+    "adaptive rounds, environment, uneven": Feature(
+        kind="environment", reward_funcs=(), config=dict(max_completion_length=200),
+        pods=dict(pilot_generations=2, downsample_rule="max_variance"),
+        turns=("no", "none", "nada", "nil", call("increment", step=1), call("increment", step=5),
+               call("increment", step=3), call("increment", step=2)),
+        offset=lambda text, ids: 0 if int(text.split("+")[0].split()[-1]) % 4 < 2 else 4),
 }
 SUPPORTED = {name: f for name, f in FEATURES.items() if TRL >= Version(f.min_trl)}
 
@@ -184,15 +197,16 @@ def build(feature: Feature, tmp_path, pods: bool, plan=None, model_dirs=None):
 
         kwargs["peft_config"] = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
     trainer_class = PODSTrainer if pods else GRPOTrainer
+    turns = feature.turns or turns
     if feature.kind == "rollout_func":
         tokenizer = kwargs["processing_class"]
-        script = Script(tokenizer, turns=turns, plan=plan)
+        script = Script(tokenizer, turns=turns, plan=plan, offset=feature.offset)
         trainer = trainer_class(**kwargs, rollout_func=script.rollout_func)
     else:
         trainer = trainer_class(**kwargs)
         tokenizer = trainer.processing_class
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a VLM's processor: its tokenizer
-        script = Script(tokenizer, turns=turns, plan=plan)
+        script = Script(tokenizer, turns=turns, plan=plan, offset=feature.offset)
     return trainer, script
 
 
@@ -208,16 +222,25 @@ def kept_prompts_dataset(pods, dataset, tokenizer):
     return dataset.select(kept)
 
 
-def run_pair(feature: Feature, tmp_path, model_dirs):
-    """PODS first, then GRPO with m on what PODS kept; both runs."""
+def run_pods(feature: Feature, tmp_path, model_dirs) -> contract.Run:
+    """The PODS run of ``feature`` (n -> m), scripted."""
     trainer, script = build(feature, tmp_path, pods=True, model_dirs=model_dirs)
-    pods = contract.train(trainer, script, patch_generate=feature.kind != "rollout_func")
-    plan = contract.plan_from(pods.recorder, script.tokenizer)
+    return contract.train(trainer, script, patch_generate=feature.kind != "rollout_func")
+
+
+def run_grpo(feature: Feature, tmp_path, model_dirs, pods: contract.Run) -> contract.Run:
+    """GRPOTrainer with m on the rollouts ``pods`` kept (and, with prompt over-sampling, on the prompts it kept)."""
+    plan = contract.plan_from(pods.recorder, pods.script.tokenizer)
     trainer, script = build(feature, tmp_path, pods=False, plan=plan, model_dirs=model_dirs)
     if feature.pods.get("oversample_prompts", 1) > 1:
         trainer.train_dataset = kept_prompts_dataset(pods, pods.trainer.train_dataset, script.tokenizer)
-    grpo = contract.train(trainer, script, patch_generate=feature.kind != "rollout_func")
-    return pods, grpo
+    return contract.train(trainer, script, patch_generate=feature.kind != "rollout_func")
+
+
+def run_pair(feature: Feature, tmp_path, model_dirs):
+    """PODS first, then GRPO with m on what PODS kept; both runs."""
+    pods = run_pods(feature, tmp_path, model_dirs)
+    return pods, run_grpo(feature, tmp_path, model_dirs, pods)
 
 
 @pytest.fixture(scope="module")
@@ -253,3 +276,33 @@ def test_the_harness_fails_when_pods_keeps_other_rows(tmp_path, model_dirs, cont
     with pytest.raises(AssertionError):
         contract.assert_same(pods, grpo)
     assert KEPT_INDICES == (1, 3)
+
+
+RANK_FEATURES = ["plain", "adaptive rounds, environment, uneven", "environment-owned data"]
+
+
+@pytest.mark.slow
+def test_the_contract_holds_on_two_processes(tmp_path, tiny_model_dir):
+    """The same pairs on 2 gloo ranks (``accelerate launch``): each rank's kept rows, the gathered completions table
+    and metrics, the all-reduced gradients. The adaptive rounds differ between the ranks (their prompts do), so a
+    rank pads its rounds with rows of fresh environments, which must touch no kept rollout's."""
+    import json
+
+    from tests import multiproc
+
+    script = multiproc.SCRIPT.parent / "contract_ranks.py"
+    command = [arg if arg != str(multiproc.SCRIPT) else str(script) for arg in multiproc.launch_command()]
+    command += [str(tiny_model_dir), str(tmp_path), *RANK_FEATURES]
+    env = multiproc.launch_env()
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env["PYTHONPATH"]
+    proc = multiproc.start(command, env)
+    _, err = multiproc.end(proc, timeout=600)
+    assert proc.returncode == 0, err[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for rank, found in enumerate(ranks):
+        for name in RANK_FEATURES:
+            assert found[name]["same"], f"rank {rank}, {name}: {found[name].get('where')}"
+            assert found[name]["steps"] == 2
+    # 2 prompts x N rollouts x 2 steps per rank reset once each; more: a padded round's fresh environments
+    resets = [found["adaptive rounds, environment, uneven"]["counter_resets"] for found in ranks]
+    assert min(resets) >= 2 * N * 2 and max(resets) > 2 * N * 2, resets

@@ -490,7 +490,6 @@ def test_tools_multi_turn_rollouts_are_selected_whole(tmp_path, rule, scratch_re
         assert trained_params_moved(trainer)
     output = outputs[0]
     history = trainer.state.log_history[0]
-    assert history["tools/call_frequency"] == pytest.approx(3 / 4)  # over all n sampled rollouts
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])  # (1, n): the tool answered 12 in rollouts 0 and 3
     if rule == "tool_calls_first":
         calls = seen_features[0]["tool_calls"]
@@ -506,6 +505,10 @@ def test_tools_multi_turn_rollouts_are_selected_whole(tmp_path, rule, scratch_re
         rollout = kept_rollouts[row % M]
         assert model_text.startswith(first_turns[rollout]) and "Done!" in model_text
         assert ("12" in tool_text) == (rollout in (0, 3)) and tool_text  # the tool's answer, or its error
+    calls = [1, 1, 0, 1]  # rollout 2 answers without a tool; 1's call fails
+    assert history["tools/call_frequency"] == pytest.approx(sum(calls[r] for r in kept_rollouts) / M)  # the kept
+    assert history["tools/failure_frequency"] == pytest.approx(
+        (1 in kept_rollouts) / max(1, sum(calls[r] for r in kept_rollouts)))
     kept_rewards = rewards[0, kept_rollouts].repeat(2)  # (B*m,)
     assert torch.equal(output["advantages"] > 0, kept_rewards > 0)
 

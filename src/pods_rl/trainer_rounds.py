@@ -24,6 +24,7 @@ from pods_rl.adaptive import group_is_mixed, plan_round
 from pods_rl.selection import reward_totals
 from pods_rl.trainer_rows import (
     Generated,
+    Sampled,
     arrange_rounds,
     generation_metrics_dropped,
     metrics_logged,
@@ -103,8 +104,6 @@ class RoundsStep:
         process; a process with fewer pads its round with throw-away rows (generated and counted in
         ``pods/rollouts_sampled``). Returns what ``PODSStep._sample_rollouts`` returns: ``Sampled``.
         """
-        from pods_rl.trainer_step import Sampled  # (the step module imports this one)
-
         args, n, m = self.args, self.num_generations, self.downsample_to
         round_size = args.adaptive_round_size or args.pilot_generations
         budget = None if args.adaptive_budget is None else int(args.adaptive_budget * num_sampled)

@@ -6,6 +6,7 @@ step generates and scores P*n rollouts but hands TRL the B*m it keeps, so whatev
 cut down to the kept rows before TRL reads it::
 
     Generated(*trainer._generate(prompts))          the 8-tuple by name; select_rows / arrange_rounds keep rows of it
+    Sampled                                         what the step sampled: P*n rows, their rewards and logs
     take_extra_logs(trainer, rows)                  the log_extra values the last scoring call left, one per row
     generation_metrics(trainer, generated)          num_tokens, completions/*, tools/* of these rows, as TRL logs them
 """
@@ -16,6 +17,7 @@ import functools
 import inspect
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib.metadata import version
 from typing import NamedTuple
 
@@ -43,6 +45,18 @@ class Generated(NamedTuple):
     extra_fields: dict | None
     images: list | None
     tool_images: list | None
+
+
+@dataclass(eq=False)
+class Sampled:
+    """What sampling produced for the P prompts of a process, as P*n rows (prompt p's in rows p*n.., the first
+    ``counts[p]`` real, the rest copies of its first rollout that selection never sees)."""
+
+    generated: Generated  # GRPOTrainer._generate's tuple, P*n rows
+    rewards_per_func: torch.Tensor  # (P*n*processes, F) gathered, NaN on the copies
+    counts: torch.Tensor  # (P,) n for every prompt without pilot_generations, else m..n
+    extra_logs: dict[str, list]  # the reward functions' log_extra columns, a value per row
+    user_metrics: bool  # a reward function called log_metric (with a name of its own, not pods/*)
 
 
 def select_rows(generated: tuple, rows: list[int], num_rows: int) -> Generated:

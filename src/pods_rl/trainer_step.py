@@ -49,6 +49,7 @@ from pods_rl.trainer_config import TRL_RANGE  # importing it checks the TRL vers
 from pods_rl.trainer_rounds import ROUND, RoundsStep
 from pods_rl.trainer_rows import (
     Generated,
+    Sampled,
     count_tool_exceptions,
     eos_token_ids,
     generation_metrics_dropped,
@@ -64,18 +65,6 @@ from pods_rl.trainer_rows import (
 )
 
 logger = logging.getLogger("pods_rl.trainer")
-
-
-@dataclass(eq=False)
-class Sampled:
-    """What sampling produced for the P prompts of a process, as P*n rows (prompt p's in rows p*n.., the first
-    ``counts[p]`` real, the rest copies of its first rollout that selection never sees)."""
-
-    generated: Generated  # GRPOTrainer._generate's tuple, P*n rows
-    rewards_per_func: torch.Tensor  # (P*n*processes, F) gathered, NaN on the copies
-    counts: torch.Tensor  # (P,) n for every prompt without pilot_generations, else m..n
-    extra_logs: dict[str, list]  # the reward functions' log_extra columns, a value per row
-    user_metrics: bool  # a reward function called log_metric (with a name of its own, not pods/*)
 
 
 @dataclass(eq=False)

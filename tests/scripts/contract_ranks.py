@@ -1,0 +1,38 @@
+"""Run by tests/test_contract.py under ``accelerate launch`` with 2 gloo ranks: the contract's pairs (PODS n -> m,
+then GRPOTrainer with m on the rollouts PODS kept) for the features named in argv[3:], on every rank; each rank
+writes what it found to ``<out_dir>/rank<r>.json``: per feature, whether the two runs agreed (and where not), and the
+environment resets it made (adaptive rounds pad a process's round with rows of fresh environments)."""
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(model_dir: str, out_dir: str, names: list[str]) -> None:
+    from pods_rl import register_rule
+    from tests import contract
+    from tests.test_contract import FEATURES, run_grpo, run_pods
+    from tests.test_dropin import Counter
+
+    register_rule("keep_indices", contract.keep_indices, overwrite=True)
+    found, rank = {}, None
+    for name in names:
+        where = Path(out_dir) / name.replace(" ", "_").replace(",", "")
+        Counter.resets = 0
+        pods = run_pods(FEATURES[name], where, {"text": model_dir})
+        pods_resets = Counter.resets
+        grpo = run_grpo(FEATURES[name], where, {"text": model_dir}, pods)
+        rank = pods.trainer.accelerator.process_index
+        assert pods.trainer.accelerator.num_processes == 2, pods.trainer.accelerator.num_processes
+        try:
+            contract.assert_same(pods, grpo)
+            found[name] = {"same": True}
+        except AssertionError as err:
+            found[name] = {"same": False, "where": str(err)[:3000]}
+        found[name].update(steps=pods.trainer.state.global_step, counter_resets=pods_resets,
+                           rows_per_round=[len(b["advantages"]) for b in pods.recorder.batches])
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(found, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])
