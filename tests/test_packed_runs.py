@@ -5,7 +5,9 @@ computed again from its archive alone, is the committed one."""
 from __future__ import annotations
 
 import io
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -147,3 +149,31 @@ def test_the_study_stages_unpack_a_packed_study_to_continue_it(tmp_path, capsys)
     _unpack_to_continue(study)  # the folders are there: nothing to do
     assert capsys.readouterr().out == ""
 
+
+def test_a_committed_studys_report_is_computed_again_from_its_archive(tmp_path, capsys):
+    """The report stage on evidence/strong-levels (part 3 of the evidence, 128 runs), from ``runs.tar.xz`` alone:
+    every number of the committed study.json again (plan, cost, study, headline), and the same printed report."""
+    from pods_rl.commands.study_report import write_report
+
+    committed_dir = RESULTS / "evidence" / "strong-levels"
+    assert (committed_dir / "runs.tar.xz").is_file() and not packed.run_folders(committed_dir)
+    committed = json.loads((committed_dir / "study.json").read_text())
+    out = tmp_path / "strong-levels"
+    out.mkdir()
+    for name in ("runs.tar.xz", "cost.json"):
+        shutil.copy(committed_dir / name, out / name)
+    report = json.loads(json.dumps(write_report(out, committed["plan"], committed["command"]), default=float))
+    capsys.readouterr()
+
+    def without_paths(value):  # the run folders' names: where the study ran, or where the archive would unpack
+        if isinstance(value, dict):
+            return {k: without_paths(v) for k, v in value.items() if k != "run_dir"}
+        return [without_paths(v) for v in value] if isinstance(value, list) else value
+
+    for key in ("plan", "cost", "sweep", "study", "headline"):
+        assert without_paths(report[key]) == without_paths(committed[key]), key
+    run_dirs = {s["run_dir"] for s in report["study"]["comparisons"]["time/peak"]["labels"]["grpo-n16"]["seeds"]}
+    first, seeds = committed["plan"]["first_seed"], committed["plan"]["seeds"]
+    assert run_dirs == {f"{out}/study/runs/grpo-n16-s{seed}" for seed in range(first, first + seeds)}
+    assert (out / "report.txt").read_text() == (committed_dir / "report.txt").read_text()
+    assert not packed.run_folders(out)  # read where it is: nothing unpacked beside it
