@@ -28,7 +28,7 @@ ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pods-installed
 
-.PHONY: train test install
+.PHONY: train test install pack-runs unpack-runs
 train: install
 	$(BIN)/pods train $(ARGS)
 
@@ -54,3 +54,11 @@ install:
 	fi; \
 	$(BIN)/python -m pip install -q -e ".[dev]"; \
 	echo "$$key" > "$(STAMP)"
+
+# A study's raw runs, committed packed as STUDY/runs.tar.xz (benchmarks/results/cpu-2core-amd-epyc/README.md); no
+# install needed (the standard library's tarfile and lzma):
+#     make pack-runs STUDY=benchmarks/results/cpu-2core-amd-epyc/evidence/strong   (ARGS=--remove: then delete them)
+#     make unpack-runs STUDY=benchmarks/results/cpu-2core-amd-epyc/evidence/strong
+pack-runs unpack-runs:
+	@test -n "$(STUDY)" || { echo "make: name the study's folder: make $@ STUDY=benchmarks/results/<machine>/<study>"; exit 2; }
+	$(PYTHON) benchmarks/pack_runs.py $(@:-runs=) $(STUDY) $(ARGS)

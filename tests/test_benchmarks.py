@@ -76,9 +76,11 @@ def test_study_script_is_a_call_of_pods_study(tmp_path, capsys, monkeypatch):
     assert f"--out {out / 'options'}" in commands["options"] and "--baseline pods-mv-n32m16" in commands["options"]
     assert "'shorter=--downsample_tiebreak shorter'" in commands["options"]
 
-    strong = ROOT / "benchmarks" / "results" / "cpu-2core-amd-epyc" / "study_strong" / "study" / "runs"
+    from pods_rl.runlog.packed import unpack_runs
+
+    strong = unpack_runs(ROOT / "benchmarks" / "results" / "cpu-2core-amd-epyc" / "study_strong", tmp_path / "strong")
     for name in ("grpo-n16-s0", "grpo-n16-s1", "pods-mv-n64m16-s0", "pods-mv-n64m16-s1"):
-        shutil.copytree(strong / name, out / "study" / "runs" / name)
+        shutil.copytree(strong / "study" / "runs" / name, out / "study" / "runs" / name)
     assert main(["report", "--out", str(out), "--methods", "grpo-n16,pods-mv-n64m16"]) == 0
     report = json.loads((out / "study.json").read_text())
     numbers = report["headline"]["pods-mv-n64m16"]

@@ -18,6 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 STRONG = ROOT / "benchmarks" / "results" / "cpu-2core-amd-epyc" / "study_strong"
 
 
+@pytest.fixture(scope="module")
+def strong_runs(tmp_path_factory):
+    """The committed strong-model study's run directories, unpacked from its runs.tar.xz (once per module)."""
+    from pods_rl.runlog.packed import unpack_runs
+
+    return unpack_runs(STRONG, tmp_path_factory.mktemp("study_strong")) / "study" / "runs"
+
+
 def _plan(tmp_path, *argv):
     args, recipe = build_parser().parse_known_args(["--out", str(tmp_path / "st"), *argv])
     return make_plan(args, recipe)
@@ -187,13 +195,13 @@ def test_the_figures_say_how_many_seeds_each_method_has():
     assert seeds_per_method([8, 6, 8]) == "6-8 seeds per method"
 
 
-def test_report_reproduces_the_committed_evidence_study():
+def test_report_reproduces_the_committed_evidence_study(strong_runs):
     """The package's report, on the committed runs of the strong-model study, gives the numbers the docs
     quote (docs/results/strong-model.md) (computed then by benchmarks/study_report.py): the statistics moved without changing."""
     from pods_rl.commands.study_report import headline, study_report
 
     committed = json.loads((STRONG / "study.json").read_text())["study"]["methods"]
-    report = study_report(STRONG / "study" / "runs", None, "grpo-n16", n_boot=0, figures=False)
+    report = study_report(strong_runs, None, "grpo-n16", n_boot=0, figures=False)
     for name in ("pods-mv-n64m16", "pods-random-n64m16"):
         for key in ("steps/peak", "steps/gain80", "time/peak", "time/gain80"):
             assert report["methods"][name][key]["ratio"] == pytest.approx(committed[name][key]["ratio"]), (name, key)
@@ -203,7 +211,7 @@ def test_report_reproduces_the_committed_evidence_study():
     assert numbers["break_even"]["margin"] == pytest.approx(1.375 / committed["pods-mv-n64m16"]["step_ratio"])
 
 
-def test_report_reads_the_committed_study_between_evaluations():
+def test_report_reads_the_committed_study_between_evaluations(strong_runs):
     """Interpolated between evaluations, learning per update leaves the evaluation grid (evaluations every 25
     updates: GRPO reaches its peak at 275, so a grid reading is 275 / 200 = 1.375 or 275 / 175 = 1.571); the
     accuracy at equal budgets and the area under the curve come with intervals holding their estimates, and the
@@ -211,7 +219,7 @@ def test_report_reads_the_committed_study_between_evaluations():
     from pods_rl import curves
     from pods_rl.commands.study_report import format_report, headline, study_report
 
-    report = study_report(STRONG / "study" / "runs", None, "grpo-n16", n_boot=200, figures=False)
+    report = study_report(strong_runs, None, "grpo-n16", n_boot=200, figures=False)
     pods = report["methods"]["pods-mv-n64m16"]
     grid, inter = pods["steps/peak"], pods["interpolated"]["steps/peak"]
     assert grid["ratio"] == pytest.approx(275 / 200) and report["methods"]["grpo-n16"]["interpolated"][
@@ -238,7 +246,7 @@ def test_report_reads_the_committed_study_between_evaluations():
     assert {"wall_clock_speedup_interpolated", "break_even_interpolated", "accuracy_at_equal_time",
             "area_vs_time"} <= set(numbers)
     levels = pods["to_levels"]["time"]  # time to every level from 20% to 90% of GRPO's gain, seeds paired
-    assert levels["seeds"] == sorted(r.seed for r in stats.load_runs(sorted((STRONG / "study" / "runs").glob(
+    assert levels["seeds"] == sorted(r.seed for r in stats.load_runs(sorted(strong_runs.glob(
         "pods-mv-n64m16-s[0-9]*"))))
     assert levels["ci95"][0] <= levels["ratio"] <= levels["ci95"][1] and len(levels["levels"]) == 15
     assert numbers["wall_clock_speedup_levels"]["ratio"] == levels["ratio"]

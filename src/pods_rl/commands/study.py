@@ -175,6 +175,8 @@ def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float |
     plan.out.mkdir(parents=True, exist_ok=True)
     if set(stages) - {"report"}:  # a report alone reads what is there (committed results too) and writes no plan
         check_plan_file(plan)
+    if set(stages) & {"sweep", "runs"}:
+        _unpack_to_continue(plan.out)
     deadline = time.monotonic() + 60 * max_minutes if max_minutes else None
     runner = Runner(plan.device, plan.jobs, plan.threads, deadline=deadline, progress_every=progress_every,
                     keep_weights=not plan.drop_weights, in_process=plan.in_process)
@@ -223,6 +225,17 @@ def _sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _unpack_to_continue(out: Path) -> None:
+    """A study whose runs are packed (``OUT/runs.tar.xz``, no run files beside it): unpack them in place first, so
+    that its finished runs are skipped, not run again. (A report alone reads the archive where it is.)"""
+    from pods_rl.runlog.packed import ARCHIVE, holds_runs, unpack_runs
+
+    if (out / ARCHIVE).is_file() and not holds_runs(out):
+        print(f"pods study: unpacking {out / ARCHIVE} to continue the study (pack it again with `python -m "
+              f"pods_rl.runlog.packed pack {out}`)", flush=True)
+        unpack_runs(out)
 
 
 def _swept_lr(plan: Plan) -> float | None:

@@ -21,8 +21,7 @@ evaluation noise against the seed spread (``stats.eval_noise``), selection again
 n -> m), selection statistics and completion lengths, the `pods cost` step-time ratios of every n measured,
 a projection of (1) onto other step-time ratios (the paper's single-GPU GSM8K step times, assumed ratios),
 the GRPO learning-rate sweep, and figures: accuracy against updates and against training time (seed-mean with a
-95% band, thin lines = seeds) and seconds per step by phase. Written as ``study.json`` + PNG (+ PDF) + the
-printed table (``report.txt``).
+95% band, thin lines = seeds) and seconds per step by phase. Written as ``study.json``, PNGs and ``report.txt``.
 """
 
 from __future__ import annotations
@@ -511,21 +510,24 @@ def _f(value) -> str:
 
 
 def write_report(out: Path, plan_info: dict | None = None, command: str | None = None) -> dict:
-    """Compute the report from ``out/{sweep,study}/runs`` and ``out/cost.json``; write ``out/study.json`` and
-    ``out/report.txt`` and the figures; print the table. ``plan_info``: baseline, labels, settings to show."""
+    """Compute the report from ``out/{sweep,study}/runs`` (or ``out/runs.tar.xz``) and ``out/cost.json``; write
+    ``out/study.json``, ``out/report.txt`` and the figures; print the table. ``plan_info``: baseline, labels..."""
     from pods_rl.machine import machine_info
+    from pods_rl.runlog.packed import relocate, runs_root
 
     out = Path(out)
     plan_info = plan_info or {}
     cost = json.loads((out / "cost.json").read_text()) if (out / "cost.json").is_file() else None
-    report = {"command": command, "plan": plan_info, "machine": machine_info(),
-              "cost": cost_summary(cost), "sweep": sweep_report(out / "sweep" / "runs")}
-    baseline = plan_info.get("baseline") or _guess_baseline(out / "study" / "runs")
-    lr = _run_learning_rate(out / "study" / "runs", baseline)
-    if lr is not None:  # the rate the study's runs trained with (a report alone does not know it otherwise)
-        report["plan"] = plan_info = {**plan_info, "lr": lr}
-    report["study"] = study_report(out / "study" / "runs", out, baseline, plan_info.get("labels"), report["cost"],
-                                   plan_info.get("title", ""), plan_info.get("bootstrap", 2000)) if baseline else None
+    with runs_root(out) as root:  # out, or its archive unpacked (its runs then named where they would unpack)
+        runs = root / "study" / "runs"
+        report = {"command": command, "plan": plan_info, "machine": machine_info(),
+                  "cost": cost_summary(cost), "sweep": sweep_report(root / "sweep" / "runs")}
+        baseline = plan_info.get("baseline") or _guess_baseline(runs)
+        lr = _run_learning_rate(runs, baseline)
+        if lr is not None:  # the rate the study's runs trained with (a report alone does not know it otherwise)
+            report["plan"] = plan_info = {**plan_info, "lr": lr}
+        report["study"] = relocate(study_report(runs, out, baseline, plan_info.get("labels"), report["cost"], plan_info.get(
+            "title", ""), plan_info.get("bootstrap", 2000)) if baseline else None, root, out)
     report["headline"] = headline(report["study"]) if report["study"] else None
     text = format_report(report)
     print(text)
@@ -538,10 +540,8 @@ def write_report(out: Path, plan_info: dict | None = None, command: str | None =
 
 def _run_learning_rate(runs_dir: Path, baseline: str | None) -> float | None:
     """The learning rate in the config.yaml of the baseline's first finished study run, if any."""
-    for run_dir in sorted(Path(runs_dir).glob(f"{baseline}-s[0-9]*")) if baseline else []:
-        if run_finished(run_dir):
-            return stats.load_run(run_dir).config.get("learning_rate")
-    return None
+    finished = [d for d in sorted(Path(runs_dir).glob(f"{baseline}-s[0-9]*")) if run_finished(d)] if baseline else []
+    return stats.load_run(finished[0]).config.get("learning_rate") if finished else None
 
 
 def _guess_baseline(runs_dir: Path) -> str | None:

@@ -5,6 +5,7 @@ A sitting is one stretch of the study on one VM (2-core AMD EPYC or Intel Xeon: 
 (`stage1-8-seeds/study.log`, ...); the shipped model's seeds 8-11 ran one at a time under a log that was not kept,
 so they are the runs of seeds 8-11. Prints one row per sitting and the ratios adaptive PODS / GRPO and plain PODS /
 GRPO of those means: the step-time ratio of the machine the sitting had, which the wall-clock ratio divides into.
+The runs' summary.json are read from the study's `study/runs/` when it is unpacked, else from its `runs.tar.xz`.
 
     python benchmarks/results/cpu-2core-amd-epyc/evidence/sittings.py            # the shipped model
     python benchmarks/results/cpu-2core-amd-epyc/evidence/sittings.py strong     # the strong model
@@ -14,12 +15,14 @@ import json
 import re
 import statistics
 import sys
+import tarfile
+from functools import cache
 from pathlib import Path
 
 HERE = Path(__file__).parent
-MODELS = {  # model: (its study's runs, its methods (GRPO, adaptive, plain PODS, control), plain PODS's label, sittings)
+MODELS = {  # model: (its study's folder, its methods (GRPO, adaptive, plain PODS, control), plain PODS's label, sittings)
     "shipped": (
-        HERE / "shipped" / "study" / "runs",
+        HERE / "shipped",
         ["grpo-n8", "pods-mv-n32m8-pilot8c", "pods-mv-n32m8", "pods-random-n32m8-pilot8c"],
         "PODS 32 -> 8",
         [  # (what, log listing its runs, or None with the seeds it ran)
@@ -33,7 +36,7 @@ MODELS = {  # model: (its study's runs, its methods (GRPO, adaptive, plain PODS,
         ],
     ),
     "strong": (
-        HERE / "strong" / "study" / "runs",
+        HERE / "strong",
         ["grpo-n16", "pods-mv-n64m16-pilot16c", "pods-mv-n64m16", "pods-random-n64m16-pilot16c"],
         "PODS 64 -> 16",
         [
@@ -55,9 +58,20 @@ def runs_in(log: str | None, seeds, methods: list[str]) -> list[str]:
     return re.findall(r"^\[\d+/\d+\] ([\w-]+): done", (HERE / log).read_text(), flags=re.M)
 
 
-def train_seconds(runs: Path, run: str) -> float:
+@cache
+def summaries(study: Path) -> dict[str, dict]:
+    """{run name: its summary.json} of a study's runs: from ``study/runs/`` if unpacked, else from ``runs.tar.xz``."""
+    runs = study / "study" / "runs"
+    if runs.is_dir():
+        return {p.parent.name: json.loads(p.read_text()) for p in runs.glob("*/summary.json")}
+    with tarfile.open(study / "runs.tar.xz", "r:xz") as tar:
+        return {Path(m.name).parent.name: json.load(tar.extractfile(m)) for m in tar
+                if re.fullmatch(r"study/runs/[^/]+/summary\.json", m.name)}
+
+
+def train_seconds(study: Path, run: str) -> float:
     """``train_seconds`` of a finished run (its ``summary.json``; a resumed run's adds its sittings)."""
-    summary = json.loads((runs / run / "summary.json").read_text())
+    summary = summaries(study)[run]
     assert summary["steps"] == 300, f"{run} did not finish its 300 updates"
     return summary["train_seconds"]
 
@@ -67,7 +81,7 @@ def method_of(run: str) -> str:
 
 
 def main(model: str = "shipped") -> None:
-    runs_dir, methods, plain, sittings = MODELS[model]
+    study, methods, plain, sittings = MODELS[model]
     print(f"| sitting | runs | GRPO | adaptive PODS | {plain} | random control | adaptive / GRPO | {plain} / GRPO |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     seen = set()
@@ -75,10 +89,10 @@ def main(model: str = "shipped") -> None:
         runs = runs_in(log, seeds, methods)
         assert not seen & set(runs), f"{what}: a run is in two sittings"
         seen |= set(runs)
-        means = [statistics.mean(train_seconds(runs_dir, r) for r in runs if method_of(r) == m) for m in methods]
+        means = [statistics.mean(train_seconds(study, r) for r in runs if method_of(r) == m) for m in methods]
         cells = " | ".join(f"{mean:.0f}" for mean in means)
         print(f"| {what} | {len(runs)} | {cells} | {means[1] / means[0]:.2f} | {means[2] / means[0]:.2f} |")
-    every = {p.name for p in runs_dir.iterdir() if p.is_dir()}
+    every = set(summaries(study))
     assert seen == every, f"runs in no sitting: {sorted(every - seen)}"
 
 
