@@ -139,7 +139,7 @@ def test_a_two_rank_gather_gives_every_rank_the_ledger_of_all_groups():
             rewards, counts = padded(rows + [[]] * (4 - len(rows)), 4)  # pad to 4 groups per rank ...
             counts[len(rows):] = -1  # ... with padding rows that the ledger ignores
             ledgers[rank].record(torch.tensor(ids + [0] * (4 - len(ids))), rewards, counts, step=step,
-                                 gather=fake.for_rank(rank))
+                                 gather=fake.for_rank(rank), gather_device="cpu")
 
     threads = [threading.Thread(target=run, args=(rank,)) for rank in range(2)]
     for t in threads:

@@ -302,3 +302,28 @@ def test_every_planner_returns_the_same_plan_shape(name):
     assert plan.rollouts.dtype == torch.long and STANDARD <= set(plan.metrics)
     assert plan.metrics["pods/plan_rollouts"] == plan.rollouts.sum().item()
     assert planner.kind in ("which_prompts", "how_many") and isinstance(planner.state_dict(), dict)
+
+
+def test_the_crosscheck_script_loads_functions_and_methods_from_source():
+    """benchmarks/budget_crosscheck.py runs the authors' functions cut from their files; its loader and its imports
+    of our API stay in working order here (the authors' repositories are not needed for this)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "budget_crosscheck.py"
+    spec = importlib.util.spec_from_file_location("budget_crosscheck", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    source = ("import verl.heavy\n\n@register('x')\ndef twice(x: Optional[int]) -> int:\n    return 2 * helper(x)\n\n"
+              "def helper(x):\n    return x + 1\n\nclass Trainer(Base):\n    def score(self, v):\n"
+              "        return np.mean(v)\n")
+    shared = {}
+    script.extract(source, "helper", namespace=shared)
+    assert script.extract(source, "twice", namespace=shared)(3) == 8  # decorator dropped, helper shared
+    assert script.extract(source, "score", cls="Trainer")(None, [1.0, 2.0]) == 1.5
+    tally = script.Tally()
+    tally.add("a", True)
+    tally.add("a", False, documented=True)
+    assert tally.report()
+    tally.add("a", False)
+    assert not tally.report()

@@ -183,7 +183,8 @@ class PromptLedger:
         return row
 
     def record(self, ids, rewards, counts=None, *, step: int,
-               gather: Callable[[torch.Tensor], torch.Tensor] | None = None) -> GroupSummary:
+               gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+               gather_device: torch.device | str | None = None) -> GroupSummary:
         """Add scored groups: prompt ``ids[g]`` got the rollouts ``rewards[g, :counts[g]]`` at ``step``.
 
         Args:
@@ -196,12 +197,14 @@ class PromptLedger:
             gather: concatenates a per-rank tensor over ranks along dim 0 (accelerate's ``gather``, or an
                 ``all_gather`` + ``cat``); every rank then records every rank's groups. One collective per call: run
                 it on every rank.
+            gather_device: where the gathered table travels, the collective's device (``accelerator.device`` under
+                NCCL, which cannot gather CPU tensors); default: the CPU.
 
         Returns: a ``GroupSummary`` of the recorded groups.
         """
         ids, rewards, counts = _as_groups(ids, rewards, counts)
         if gather is not None:
-            ids, rewards, counts = _gathered(ids, rewards, counts, gather)
+            ids, rewards, counts = _gathered(ids, rewards, counts, gather, gather_device)
         real = counts >= 0
         ids, rewards, counts = ids[real], rewards[real], counts[real]
         n = rewards.shape[1]
@@ -316,12 +319,12 @@ def _as_groups(ids, rewards, counts):
     return ids, rewards, counts
 
 
-def _gathered(ids, rewards, counts, gather):
+def _gathered(ids, rewards, counts, gather, device):
     """All ranks' groups, in rank order: one float64 table (G, 3 + n) through one collective. Ids travel as two
     32-bit halves (float64 holds them exactly; a 63-bit id would not survive as one float)."""
     table = torch.cat([(ids >> 32).double().unsqueeze(1), (ids & 0xFFFFFFFF).double().unsqueeze(1),
                        counts.double().unsqueeze(1), rewards], dim=1)
-    table = gather(table).cpu().double()
+    table = gather(table if device is None else table.to(device)).cpu().double()
     ids = (table[:, 0].long() << 32) | table[:, 1].long()
     return ids, table[:, 3:], table[:, 2].long()
 
