@@ -1,0 +1,353 @@
+"""The prompt ledger: what a run has seen of each prompt, kept across epochs and saved in checkpoints.
+
+Plain torch, no framework. The rollout-budget planners (``pods_rl.planners``) read it to decide which prompts to
+sample and how many rollouts each gets; an engine records every scored group into it::
+
+    ledger = PromptLedger(LedgerSettings(success_threshold=0.5))
+    summary = ledger.record(ids, rewards, counts, step=step, gather=accelerator.gather)  # after scoring
+    stats = ledger.stats(candidate_ids)           # (P,) named tensors: rollouts, successes, streaks, ...
+    ledger.save(checkpoint_dir / LEDGER_FILE)     # beside the weights; PromptLedger.load(...) on resume
+
+**Prompt ids.** One int64 >= 0 per prompt, stable across epochs and restarts: the dataset index where the engine
+has it (TRL's sampler yields indices; verl's rows carry ``extra_info.index``), else ``prompt_key(prompt)``, a 63-bit
+BLAKE2b hash of the prompt (text, or chat messages as JSON with sorted keys). Use one kind per ledger: an index and a
+hash can collide. The hash is stable across processes and Python versions (unlike ``hash()``); two prompts collide
+with probability ~N^2 / 2^64 (1e-11 for 17k prompts).
+
+**Success.** The reward the caller passes is the *deciding* reward (e.g. the correctness reward alone, as
+``adaptive_reward`` is). A rollout succeeds when that reward is above ``success_threshold`` (Reinforce-Ada's
+``positive_threshold``; any value in [0, 1) for a 0/1 reward), or, with ``success_max`` set instead, when it
+reaches that maximum (GRESO's "all correct" groups, Knapsack-RL's reward 1). NaN = not scored: ignored everywhere.
+
+**What it keeps per prompt** (all int64 unless said): ``rollouts`` and ``successes`` (scored, summed over the run),
+``reward_sum`` (float64), ``groups`` (times sampled), ``last_step`` (-1: never), ``all_success_streak`` and
+``no_success_streak`` (how many of its most recent groups were all successes / had none: GRESO's "easy" and
+"hard" traces), ``window`` (its last W outcomes, int8, -1 = empty: Knapsack-RL's reward buffer),
+``last_group_rollouts`` / ``last_group_successes`` (its latest group alone), ``evicted`` (bool: never sample again,
+Pilot-Commit's exclusion).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["LEDGER_FILE", "GroupSummary", "LedgerSettings", "PromptLedger", "PromptStats", "prompt_key"]
+
+LEDGER_FILE = "pods_ledger.pt"  # the file name in a checkpoint directory
+_VERSION = 1
+_INT_COLUMNS = ("rollouts", "successes", "groups", "last_step", "all_success_streak", "no_success_streak",
+                "last_group_rollouts", "last_group_successes")
+
+
+def prompt_key(prompt) -> int:
+    """A stable prompt id (int in [0, 2^63)) for a prompt without a dataset index: text, or chat messages (a list of
+    dicts) hashed as JSON with sorted keys. The same prompt gives the same id in every process and run."""
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & (2**63 - 1)
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    """How the ledger judges a rollout and how much of each prompt's history it keeps.
+
+    ``success_threshold``: success = reward > threshold; ``success_max``: success = reward >= max (set exactly one).
+    ``window``: the last W outcomes kept per prompt (Knapsack-RL's ``reward_buffer_length``, 16).
+    """
+
+    success_threshold: float | None = 0.5
+    success_max: float | None = None
+    window: int = 16
+
+    def __post_init__(self):
+        if (self.success_threshold is None) == (self.success_max is None):
+            raise ValueError("set exactly one of success_threshold (success: reward > it) and success_max (success: "
+                             f"reward >= it), got {self.success_threshold!r} and {self.success_max!r}")
+        for name in ("success_threshold", "success_max"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or not 1 <= self.window <= 4096:
+            raise ValueError(f"window must be an integer in [1, 4096] (outcomes kept per prompt), got {self.window!r}")
+
+    def success(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Bool tensor shaped like ``rewards``: which rewards count as a success (NaN never does)."""
+        if self.success_threshold is not None:
+            return rewards > self.success_threshold
+        return rewards >= self.success_max
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """What ``record`` saw, one row per recorded group (all ranks' groups when it gathered), in order.
+
+    ``ids`` (G,) int64; ``rollouts`` (G,) scored rollouts; ``successes`` (G,); ``all_success`` / ``no_success`` /
+    ``zero_variance`` (G,) bool (a group with no scored rollout is none of them); ``metrics``: ``pods/ledger_*``.
+    """
+
+    ids: torch.Tensor
+    rollouts: torch.Tensor
+    successes: torch.Tensor
+    all_success: torch.Tensor
+    no_success: torch.Tensor
+    zero_variance: torch.Tensor
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class PromptStats:
+    """The ledger's columns for P prompts (``PromptLedger.stats``), zeros (``last_step`` -1, ``window`` -1) for a
+    prompt never recorded; ``seen`` (P,) bool says which were. See the module docstring for each column."""
+
+    ids: torch.Tensor
+    seen: torch.Tensor
+    rollouts: torch.Tensor
+    successes: torch.Tensor
+    reward_sum: torch.Tensor
+    groups: torch.Tensor
+    last_step: torch.Tensor
+    all_success_streak: torch.Tensor
+    no_success_streak: torch.Tensor
+    last_group_rollouts: torch.Tensor
+    last_group_successes: torch.Tensor
+    window: torch.Tensor
+    evicted: torch.Tensor
+
+    def recent_success_rate(self, length: int) -> torch.Tensor:
+        """(P,) float64: the success rate over each prompt's last ``length`` outcomes (fewer if it has fewer; 0 for
+        none). ``length`` <= the ledger's window."""
+        if length > self.window.shape[1]:
+            raise ValueError(f"length {length} is longer than the ledger's window {self.window.shape[1]}; raise the "
+                             "ledger's window")
+        recent = self.window[:, self.window.shape[1] - length:]  # (P, L) newest last, -1 = empty
+        have = (recent >= 0).sum(dim=1)
+        return torch.where(have > 0, (recent == 1).sum(dim=1).double() / have.clamp(min=1), 0.0)
+
+
+class PromptLedger:
+    """Per-prompt history of a run (see the module docstring). Every rank holds the whole ledger: ``record`` with a
+    ``gather`` adds all ranks' groups on every rank, in the same order, so every rank's ledger stays identical."""
+
+    def __init__(self, settings: LedgerSettings | None = None):
+        self.settings = settings or LedgerSettings()
+        self._rows: dict[int, int] = {}  # prompt id -> row
+        self._size = 0
+        self._data = self._empty(16)
+
+    def _empty(self, capacity: int) -> dict[str, torch.Tensor]:
+        data = {name: torch.zeros(capacity, dtype=torch.long) for name in ("ids", *_INT_COLUMNS)}
+        data["last_step"].fill_(-1)
+        data["reward_sum"] = torch.zeros(capacity, dtype=torch.float64)
+        data["evicted"] = torch.zeros(capacity, dtype=torch.bool)
+        data["window"] = torch.full((capacity, self.settings.window), -1, dtype=torch.int8)
+        return data
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def ids(self) -> torch.Tensor:
+        """(N,) int64: every prompt id recorded so far, in the order first seen."""
+        return self._data["ids"][: self._size].clone()
+
+    def rows(self, ids, *, create: bool = False) -> torch.Tensor:
+        """(P,) int64 rows of ``ids`` (P,) in the ledger; -1 for an id never seen, or a new row with ``create``."""
+        ids = _as_ids(ids)
+        rows = torch.empty(len(ids), dtype=torch.long)
+        for i, key in enumerate(ids.tolist()):
+            row = self._rows.get(key, -1)
+            if row < 0 and create:
+                row = self._append(key)
+            rows[i] = row
+        return rows
+
+    def _append(self, key: int) -> int:
+        if self._size == len(self._data["ids"]):  # grow by doubling
+            grown = self._empty(2 * self._size)
+            for name, column in self._data.items():
+                grown[name][: self._size] = column
+            self._data = grown
+        row = self._size
+        self._data["ids"][row] = key
+        self._rows[key] = row
+        self._size += 1
+        return row
+
+    def record(self, ids, rewards, counts=None, *, step: int,
+               gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+               gather_device: torch.device | str | None = None) -> GroupSummary:
+        """Add scored groups: prompt ``ids[g]`` got the rollouts ``rewards[g, :counts[g]]`` at ``step``.
+
+        Args:
+            ids: (G,) int prompt ids >= 0 (see the module docstring). A prompt may appear more than once (e.g. a pilot
+                and a commit group): its groups are added in order.
+            rewards: (G, n) the deciding reward of each rollout, padded after ``counts[g]``; NaN = not scored.
+            counts: (G,) rollouts per group (default n); -1 marks a padding row (ignored), so that ranks holding
+                different numbers of groups can be gathered at one shape.
+            step: the optimizer step the groups were sampled for (``last_step``).
+            gather: concatenates a per-rank tensor over ranks along dim 0 (accelerate's ``gather``, or an
+                ``all_gather`` + ``cat``); every rank then records every rank's groups. One collective per call: run
+                it on every rank.
+            gather_device: where the gathered table travels, the collective's device (``accelerator.device`` under
+                NCCL, which cannot gather CPU tensors); default: the CPU.
+
+        Returns: a ``GroupSummary`` of the recorded groups.
+        """
+        ids, rewards, counts = _as_groups(ids, rewards, counts)
+        if gather is not None:
+            ids, rewards, counts = _gathered(ids, rewards, counts, gather, gather_device)
+        real = counts >= 0
+        ids, rewards, counts = ids[real], rewards[real], counts[real]
+        n = rewards.shape[1]
+        rewards = torch.where(torch.arange(n) < counts.unsqueeze(1), rewards, float("nan"))  # padding -> NaN
+        scored = ~torch.isnan(rewards)  # (G, n)
+        success = self.settings.success(rewards) & scored
+        rows = self.rows(ids, create=True)
+        # A prompt twice in one call: add its groups in passes (the first occurrences, then the second, ...).
+        occurrence = _occurrence(rows)
+        for k in range(int(occurrence.max()) + 1 if len(rows) else 0):
+            chosen = occurrence == k
+            self._update(rows[chosen], rewards[chosen], scored[chosen], success[chosen], step)
+        return _summary(ids, rewards, scored, success)
+
+    def _update(self, rows, rewards, scored, success, step: int) -> None:
+        """Add one group to each of ``rows`` (distinct). rewards/scored/success (G, n)."""
+        d = self._data
+        n_scored = scored.sum(dim=1)  # (G,)
+        n_success = success.sum(dim=1)
+        has = n_scored > 0
+        d["rollouts"][rows] += n_scored
+        d["successes"][rows] += n_success
+        d["reward_sum"][rows] += torch.where(scored, rewards.double(), 0.0).sum(dim=1)
+        d["groups"][rows] += 1
+        d["last_step"][rows] = int(step)
+        # Streaks: a group with no scored rollout says nothing and leaves them as they were.
+        for name, hit in (("all_success_streak", n_success == n_scored), ("no_success_streak", n_success == 0)):
+            d[name][rows] = torch.where(has, torch.where(hit, d[name][rows] + 1, 0), d[name][rows])
+        d["last_group_rollouts"][rows] = torch.where(has, n_scored, d["last_group_rollouts"][rows])
+        d["last_group_successes"][rows] = torch.where(has, n_success, d["last_group_successes"][rows])
+        # Window: the scored outcomes in rollout order appended after the old ones; keep the last W.
+        W, n = self.settings.window, scored.shape[1]
+        order = torch.sort((~scored).to(torch.int8), dim=1, stable=True).indices  # scored first, in order
+        outcomes = torch.where(scored, success.to(torch.int8), -1).gather(1, order)  # (G, n)
+        combined = torch.cat([d["window"][rows], outcomes], dim=1)  # (G, W + n)
+        d["window"][rows] = combined.gather(1, torch.arange(W).unsqueeze(0) + n_scored.unsqueeze(1).clamp(max=n))
+
+    def stats(self, ids) -> PromptStats:
+        """The ledger's columns for ``ids`` (P,) as a ``PromptStats`` of (P,) tensors (``window`` (P, W))."""
+        ids = _as_ids(ids)
+        rows = self.rows(ids)
+        seen = rows >= 0
+        safe = rows.clamp(min=0)
+        empty = self._empty(1)
+        columns = {name: torch.where(seen.view(-1, *[1] * (col.dim() - 1)), col[safe], empty[name][0])
+                   for name, col in self._data.items() if name != "ids"}
+        return PromptStats(ids=ids, seen=seen, **columns)
+
+    def evict(self, ids) -> None:
+        """Mark ``ids`` (P,) evicted: planners never sample them again (Pilot-Commit's solved prompts)."""
+        rows = self.rows(ids, create=True)
+        self._data["evicted"][rows] = True
+
+    def state_dict(self) -> dict:
+        """Everything needed to restore this ledger exactly: the settings and every column, in row order."""
+        state = {name: column[: self._size].clone() for name, column in self._data.items()}
+        return {"version": _VERSION, "settings": asdict(self.settings), **state}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict``. The settings must match this ledger's (a ValueError names the difference)."""
+        if state.get("version") != _VERSION:
+            raise ValueError(f"ledger state has version {state.get('version')!r}, this pods-rl reads {_VERSION}")
+        saved = LedgerSettings(**state["settings"])
+        if saved != self.settings:
+            raise ValueError(f"the saved ledger was kept with {saved}, this run asks for {self.settings}; resume with "
+                             "the saved settings")
+        size = len(state["ids"])
+        self._data = self._empty(max(16, size))
+        for name in self._data:
+            self._data[name][:size] = state[name]
+        self._size = size
+        self._rows = {key: row for row, key in enumerate(state["ids"].tolist())}
+
+    def save(self, path) -> Path:
+        """Write ``state_dict`` to ``path`` (torch.save; written to a temporary file, then renamed into place)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path) -> PromptLedger:
+        """A ledger restored from a file ``save`` wrote (with the settings it was kept with)."""
+        state = torch.load(Path(path), weights_only=True)
+        ledger = cls(LedgerSettings(**state["settings"]))
+        ledger.load_state_dict(state)
+        return ledger
+
+
+def _as_ids(ids) -> torch.Tensor:
+    ids = torch.as_tensor(ids).detach().cpu()
+    if ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
+        raise ValueError(f"ids must be a 1-d integer tensor of prompt ids, got {ids.dtype} of shape {tuple(ids.shape)}")
+    ids = ids.long()
+    if bool((ids < 0).any()):
+        raise ValueError("prompt ids must be >= 0 (dataset indices, or pods_rl.ledger.prompt_key of the prompt)")
+    return ids
+
+
+def _as_groups(ids, rewards, counts):
+    ids = _as_ids(ids)
+    rewards = torch.as_tensor(rewards).detach().cpu()
+    if rewards.dim() != 2 or rewards.shape[0] != len(ids):
+        raise ValueError(f"rewards must be (G, n) with one row per id (G={len(ids)}), got shape "
+                         f"{tuple(rewards.shape)}")
+    rewards = rewards.double()
+    n = rewards.shape[1]
+    counts = torch.full((len(ids),), n, dtype=torch.long) if counts is None else torch.as_tensor(counts).cpu().long()
+    if counts.shape != ids.shape or bool(((counts < -1) | (counts > n)).any()):
+        raise ValueError(f"counts must be (G,) integers in [0, n={n}] (or -1 for a padding row), got {counts.tolist()}")
+    return ids, rewards, counts
+
+
+def _gathered(ids, rewards, counts, gather, device):
+    """All ranks' groups, in rank order: one float64 table (G, 3 + n) through one collective. Ids travel as two
+    32-bit halves (float64 holds them exactly; a 63-bit id would not survive as one float)."""
+    table = torch.cat([(ids >> 32).double().unsqueeze(1), (ids & 0xFFFFFFFF).double().unsqueeze(1),
+                       counts.double().unsqueeze(1), rewards], dim=1)
+    table = gather(table if device is None else table.to(device)).cpu().double()
+    ids = (table[:, 0].long() << 32) | table[:, 1].long()
+    return ids, table[:, 3:], table[:, 2].long()
+
+
+def _occurrence(rows: torch.Tensor) -> torch.Tensor:
+    """(G,) how many earlier entries of ``rows`` equal each entry (0 for a first occurrence)."""
+    seen: dict[int, int] = {}
+    out = []
+    for row in rows.tolist():
+        out.append(seen.get(row, 0))
+        seen[row] = out[-1] + 1
+    return torch.tensor(out, dtype=torch.long)
+
+
+def _summary(ids, rewards, scored, success) -> GroupSummary:
+    n_scored = scored.sum(dim=1)
+    n_success = success.sum(dim=1)
+    has = n_scored > 0
+    top = torch.where(scored, rewards, float("-inf")).amax(dim=1) if rewards.shape[1] else n_scored.double()
+    bottom = torch.where(scored, rewards, float("inf")).amin(dim=1) if rewards.shape[1] else n_scored.double()
+    groups = max(len(ids), 1)
+    metrics = {"pods/ledger_groups_recorded": float(len(ids)),
+               "pods/ledger_frac_all_success": float((has & (n_success == n_scored)).sum()) / groups,
+               "pods/ledger_frac_no_success": float((has & (n_success == 0)).sum()) / groups}
+    return GroupSummary(ids=ids, rollouts=n_scored, successes=n_success, all_success=has & (n_success == n_scored),
+                        no_success=has & (n_success == 0), zero_variance=has & (top == bottom), metrics=metrics)

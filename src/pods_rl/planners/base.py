@@ -1,0 +1,180 @@
+"""What every rollout-budget planner shares: the decision it returns (``Plan``), its ``pods/*`` metrics, the
+registry, and the one-line checks of its settings.
+
+A GRPO step asks three questions of its rollouts, and pods-rl has one kind of registry entry for each:
+
+* **which prompts** to sample this step: a planner of kind ``"which_prompts"`` (GRESO's skip, Pilot-Commit's
+  pilot / defer / evict);
+* **how many rollouts** each prompt gets: a planner of kind ``"how_many"`` (Knapsack-RL's allocation,
+  Reinforce-Ada's rounds), or an adaptive round rule (``pods_rl.adaptive.register_adaptive_rule``);
+* **which rollouts** to train on: a down-sampling rule (``pods_rl.downsample.register_rule``).
+
+A planner is a class with ``kind``, a frozen ``Settings`` dataclass whose fields are the paper's knobs under their
+own names (checked when it is built: one ``ValueError`` line naming the knob and the fix), and
+``plan(ids, ledger, *, n, generator=None) -> Plan``. ``register_planner`` / ``available_planners`` /
+``make_planner`` mirror ``register_rule`` / ``available_rules``; ``budget_registry`` lists all three kinds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["KINDS", "Plan", "available_planners", "budget_registry", "check_choice", "check_int", "check_number",
+           "make_plan", "make_planner", "register_planner"]
+
+KINDS = ("which_prompts", "how_many")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A planner's decision for P candidate prompts, as named tensors, plus its ``pods/*`` metrics.
+
+    ``ids`` (P,) int64 the candidates, in the order given; ``rollouts`` (P,) int64 rollouts to sample for each this
+    step (0: not sampled now); ``skipped`` (P,) bool: not sampled, the history predicts nothing to learn (GRESO);
+    ``deferred`` (P,) bool: not sampled now, may come back later (Pilot-Commit's too-hard prompts); ``evicted`` (P,)
+    bool: never to be sampled again (Pilot-Commit's solved prompts, or already evicted in the ledger);
+    ``extra``: planner-specific (P,) tensors (e.g. GRESO's skip probability); ``metrics``: see ``make_plan``.
+    """
+
+    ids: torch.Tensor
+    rollouts: torch.Tensor
+    skipped: torch.Tensor
+    deferred: torch.Tensor
+    evicted: torch.Tensor
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def sampled(self) -> torch.Tensor:
+        """(P,) bool: the prompts that get at least one rollout this step."""
+        return self.rollouts > 0
+
+
+def make_plan(ids: torch.Tensor, rollouts: torch.Tensor, *, skipped=None, deferred=None, evicted=None,
+              extra: Mapping[str, torch.Tensor] | None = None, metrics: Mapping[str, float] | None = None) -> Plan:
+    """A ``Plan`` with its standard metrics (plus ``metrics``, the planner's own):
+
+    ``pods/plan_prompts`` (candidates P), ``pods/plan_rollouts`` (rollouts to sample), ``pods/rollouts_per_prompt_
+    {mean,min,max}`` (over the prompts sampled; NaN if none), ``pods/prompts_skipped``, ``pods/prompts_deferred``,
+    ``pods/prompts_evicted``. Masks left None are all False.
+    """
+    P = len(ids)
+    none = torch.zeros(P, dtype=torch.bool)
+    skipped, deferred, evicted = (none.clone() if mask is None else mask.bool() for mask in (skipped, deferred, evicted))
+    rollouts = rollouts.long()
+    sampled = rollouts[rollouts > 0].double()
+    nan = float("nan")
+    standard = {
+        "pods/plan_prompts": float(P),
+        "pods/plan_rollouts": float(rollouts.sum()),
+        "pods/rollouts_per_prompt_mean": sampled.mean().item() if len(sampled) else nan,
+        "pods/rollouts_per_prompt_min": sampled.min().item() if len(sampled) else nan,
+        "pods/rollouts_per_prompt_max": sampled.max().item() if len(sampled) else nan,
+        "pods/prompts_skipped": float(skipped.sum()),
+        "pods/prompts_deferred": float(deferred.sum()),
+        "pods/prompts_evicted": float(evicted.sum()),
+    }
+    return Plan(ids=ids, rollouts=rollouts, skipped=skipped, deferred=deferred, evicted=evicted,
+                extra=dict(extra or {}), metrics={**standard, **dict(metrics or {})})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The registry of planners (the rules have theirs in pods_rl.downsample, the round rules in pods_rl.adaptive).
+
+_PLANNERS: dict[str, type] = {}
+
+
+def register_planner(name: str, cls: type | None = None, *, overwrite: bool = False):
+    """Register a planner class under ``name`` (usable as a decorator: ``@register_planner("mine")``).
+
+    The class needs ``kind`` (one of ``KINDS``), ``Settings`` (a dataclass of its knobs, checked in its own
+    ``__post_init__``), ``__init__(settings)`` and ``plan(ids, ledger, *, n, generator=None) -> Plan``.
+    Re-registering a name needs ``overwrite=True``.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"planner name must be a non-empty string, got {name!r}")
+
+    def _register(planner_cls: type) -> type:
+        if getattr(planner_cls, "kind", None) not in KINDS:
+            raise ValueError(f"planner {name!r} must have a class attribute kind in {list(KINDS)}, got "
+                             f"{getattr(planner_cls, 'kind', None)!r}")
+        if not dataclasses.is_dataclass(getattr(planner_cls, "Settings", None)) or not callable(
+                getattr(planner_cls, "plan", None)):
+            raise ValueError(f"planner {name!r} must have a Settings dataclass and a plan(ids, ledger, *, n, "
+                             "generator) method")
+        if name in _PLANNERS and not overwrite:
+            raise ValueError(f"planner {name!r} is already registered; pass overwrite=True to replace it")
+        _PLANNERS[name] = planner_cls
+        return planner_cls
+
+    return _register if cls is None else _register(cls)
+
+
+def available_planners(kind: str | None = None) -> list[str]:
+    """Names of the registered planners (of ``kind``, when given), sorted."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {list(KINDS)}, got {kind!r}")
+    return sorted(name for name, cls in _PLANNERS.items() if kind is None or cls.kind == kind)
+
+
+def make_planner(name: str, **knobs):
+    """The planner registered as ``name``, built with its ``Settings(**knobs)``; an unknown name or knob is one
+    ``ValueError`` line listing what exists."""
+    if name not in _PLANNERS:
+        raise ValueError(f"unknown planner {name!r}; available planners: {available_planners()}")
+    cls = _PLANNERS[name]
+    known = [f.name for f in dataclasses.fields(cls.Settings)]
+    unknown = sorted(set(knobs) - set(known))
+    if unknown:
+        raise ValueError(f"planner {name!r} has no setting {unknown[0]!r}; its settings are {known}")
+    return cls(cls.Settings(**knobs))
+
+
+def budget_registry() -> dict[str, list[str]]:
+    """Every registered entry, by the question it answers: ``which_prompts`` and ``how_many`` (planners),
+    ``how_many_rounds`` (adaptive round rules) and ``which_rollouts`` (down-sampling rules)."""
+    from pods_rl.adaptive import available_adaptive_rules
+    from pods_rl.downsample import available_rules
+
+    return {"which_prompts": available_planners("which_prompts"), "how_many": available_planners("how_many"),
+            "how_many_rounds": available_adaptive_rules(), "which_rollouts": available_rules()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Settings checks: one line naming the knob, what it must be, and what it was.
+
+
+def check_number(owner: str, name: str, value, low: float, high: float, *, low_open: bool = False,
+                 high_open: bool = False, fix: str = "") -> None:
+    """``value`` must be a real number in [low, high] (open where said); else ValueError naming ``owner.name``."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise ValueError(f"{owner} {name} must be a number in {interval}, got {value!r}{'; ' + fix if fix else ''}")
+
+
+def check_int(owner: str, name: str, value, low: int, high: int | None = None, *, fix: str = "") -> None:
+    """``value`` must be an integer in [low, high] (no upper bound if None); else ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{owner} {name} must be an integer {bound}, got {value!r}{'; ' + fix if fix else ''}")
+
+
+def check_choice(owner: str, name: str, value, choices) -> None:
+    """``value`` must be one of ``choices``; else ValueError listing them."""
+    if value not in choices:
+        raise ValueError(f"{owner} {name} must be one of {list(choices)}, got {value!r}")
+
+
+def as_ids(ids) -> torch.Tensor:
+    """Prompt ids as a 1-d int64 CPU tensor (ValueError otherwise)."""
+    ids = torch.as_tensor(ids).detach().cpu()
+    if ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
+        raise ValueError(f"ids must be a 1-d integer tensor of prompt ids, got {ids.dtype} of shape {tuple(ids.shape)}")
+    return ids.long()
