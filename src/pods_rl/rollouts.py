@@ -45,9 +45,10 @@ def rollout_features(completion_ids: list[list[int]], num_prompts: int, *, stop_
             anything else hit the length cap (``truncated``, as TRL's ``completions/clipped_ratio``).
         tool_mask: per rollout, 1 per token the model generated, 0 per token a tool inserted (TRL's ``_generate``
             with tools); None: every completion token is the model's.
-        tool_calls, turns: per rollout, tool calls made and model turns, where the caller counts them itself (the
-            asynchronous worker: ``RolloutGroup.tool_call_counts``, assistant messages); None: read off
-            ``tool_mask`` (``tool_turns``: 0 calls and 1 turn without one).
+        tool_calls: per rollout, tool calls made, where the caller counts them itself (the asynchronous worker:
+            ``RolloutGroup.tool_call_counts``); None: read off ``tool_mask`` (``tool_turns``: 0 without one).
+        turns: per rollout, model turns, where the caller counts them itself (the asynchronous worker: assistant
+            messages); None: read off ``tool_mask`` (1 without one).
         rewards_per_func: (N, F) or (P, n, F) each reward function's reward. Pass it for a rule that takes features
             (``pods_rl.downsample.rule_takes_features``); None: only the ``lengths`` the tiebreaks read.
 
