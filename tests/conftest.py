@@ -69,8 +69,7 @@ def scratch_registry(monkeypatch):
     import importlib
 
     ds_module = importlib.import_module("pods_rl.downsample")  # (`pods_rl.downsample` is also the function)
-    monkeypatch.setattr(ds_module, "_RULES", dict(ds_module._RULES))
-    monkeypatch.setattr(ds_module, "_FEATURE_RULES", set(ds_module._FEATURE_RULES))
+    monkeypatch.setattr(ds_module, "_RULES", ds_module._RULES.copy())
 
 
 @pytest.fixture(scope="session")

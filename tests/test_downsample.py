@@ -818,3 +818,29 @@ def test_the_readable_max_variance_and_the_batched_one_agree(seed):
             batched = pods_rl.downsample(rewards, m, rule="max_variance")  # (16, m)
             readable = [max_variance_reference(row.tolist(), m) for row in rewards]
             assert batched.tolist() == readable, (n, m)
+
+
+def test_every_kind_of_rule_registers_through_one_registry(scratch_registry, monkeypatch):
+    """Down-sampling rules, adaptive rules and planners share pods_rl.registry.Registry: the same checks at
+    registration (a non-name, a taken name without overwrite, a bad entry: one line each), the same sorted names."""
+    import importlib
+
+    from pods_rl import adaptive, planners
+    from pods_rl.planners import base
+    from pods_rl.registry import Registry
+
+    monkeypatch.setattr(adaptive, "_RULES", adaptive._RULES.copy())
+    monkeypatch.setattr(base, "_PLANNERS", base._PLANNERS.copy())
+    ds = importlib.import_module("pods_rl.downsample")  # (`pods_rl.downsample` is also the function)
+    registries = {"rule": (ds._RULES, register_rule), "adaptive rule": (adaptive._RULES, adaptive.register_adaptive_rule),
+                  "planner": (base._PLANNERS, planners.register_planner)}
+    for what, (registry, register) in registries.items():
+        assert isinstance(registry, Registry) and registry.what == what
+        with pytest.raises(ValueError, match=f"^{what} name must be a non-empty string"):
+            register("")
+        taken = registry.names()[0]
+        with pytest.raises(ValueError, match=f"{what} {taken!r} is already registered; pass overwrite=True"):
+            register(taken, registry[taken])
+        with pytest.raises(ValueError, match=f"^{what} 'broken' must"):
+            register("broken", object())
+        assert "broken" not in registry and registry.names() == sorted(registry)

@@ -21,7 +21,7 @@ COMMANDS = {"pods_rl.commands.cli", "pods_rl.commands.train", "pods_rl.commands.
             "pods_rl.commands.study_report",  # these three: parts of `pods study`
             "pods_rl.commands.build_tiny", "pods_rl.commands.verl_args"}
 # The core: plain tensor code, no framework; it imports nothing of ours but the core (adaptive: wave 4).
-CORE = {"pods_rl.downsample", "pods_rl.advantages", "pods_rl.reward_checks", "pods_rl.adaptive",
+CORE = {"pods_rl.downsample", "pods_rl.advantages", "pods_rl.reward_checks", "pods_rl.adaptive", "pods_rl.registry",
         "pods_rl.ledger", "pods_rl.planners", "pods_rl.planners.base", "pods_rl.planners.greso",
         "pods_rl.planners.knapsack", "pods_rl.planners.reinforce_ada", "pods_rl.planners.pilot_commit",
         "pods_rl.planners.presets"}  # ledger and planners: wave 6

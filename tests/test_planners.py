@@ -185,7 +185,7 @@ def test_reinforce_ada_plugs_into_the_adaptive_rounds_and_the_rules(scratch_regi
     import importlib
 
     adaptive = importlib.import_module("pods_rl.adaptive")
-    monkeypatch.setattr(adaptive, "_RULES", dict(adaptive._RULES))  # registered here, gone after the test
+    monkeypatch.setattr(adaptive, "_RULES", adaptive._RULES.copy())  # registered here, gone after the test
     planner = ReinforceAda(ReinforceAdaSettings(max_rounds=2, round_repeat=4, final_keep_per_prompt=4))
     register_adaptive_rule("test_reinforce_ada", planner.as_adaptive_rule(), overwrite=True)
     register_rule("test_reinforce_ada_keep", planner.as_downsample_rule(), overwrite=True)

@@ -213,8 +213,7 @@ def test_feature_rule_sees_lengths_rewards_per_func_and_truncation(tmp_path, tin
     import importlib
 
     ds_module = importlib.import_module("pods_rl.downsample")
-    monkeypatch.setattr(ds_module, "_RULES", dict(ds_module._RULES))
-    monkeypatch.setattr(ds_module, "_FEATURE_RULES", set(ds_module._FEATURE_RULES))
+    monkeypatch.setattr(ds_module, "_RULES", ds_module._RULES.copy())
     seen = {}
 
     @register_rule("reward_per_token")

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from pods_rl.downsample import downsample
+from pods_rl.registry import Registry
 
 __all__ = [
     "AdaptiveSettings",
@@ -99,8 +100,25 @@ def _budgeted(rewards, counts, m, n, round_size, budget=None):
     return more
 
 
-_RULES: dict[str, AdaptiveRule] = {"until_mixed": _until_mixed, "budgeted": _budgeted}
 _BUILTIN = (_until_mixed, _budgeted)
+
+
+def _check_adaptive_rule(name: str, fn) -> None:
+    """An adaptive rule must be callable as fn(rewards, counts, m, n, round_size, budget) (checked when it is
+    registered, not at the first round)."""
+    if not callable(fn):
+        raise ValueError(f"adaptive rule {name!r} must be callable, got {fn!r}")
+    try:
+        inspect.signature(fn).bind(None, None, None, None, None, None)
+    except TypeError as err:
+        raise ValueError(f"adaptive rule {name!r} must be callable as fn(rewards, counts, m, n, round_size, "
+                         f"budget): {err}") from None
+    except ValueError:  # no inspectable signature: trust it
+        pass
+
+
+# The adaptive rules by name (pods_rl.registry: one registry for every kind of rule).
+_RULES = Registry("adaptive rule", {"until_mixed": _until_mixed, "budgeted": _budgeted}, check=_check_adaptive_rule)
 
 
 def register_adaptive_rule(name: str, fn: AdaptiveRule | None = None, *, overwrite: bool = False):
@@ -112,30 +130,12 @@ def register_adaptive_rule(name: str, fn: AdaptiveRule | None = None, *, overwri
     ``plan_round`` checks the result: every prompt must end with at most n, and a prompt below m must not be
     closed (the update needs m per prompt). Re-registering a name needs ``overwrite=True``.
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"adaptive rule name must be a non-empty string, got {name!r}")
-
-    def _register(rule_fn: AdaptiveRule) -> AdaptiveRule:
-        if not callable(rule_fn):
-            raise ValueError(f"adaptive rule {name!r} must be callable, got {rule_fn!r}")
-        if name in _RULES and not overwrite:
-            raise ValueError(f"adaptive rule {name!r} is already registered; pass overwrite=True to replace it")
-        try:
-            inspect.signature(rule_fn).bind(None, None, None, None, None, None)
-        except TypeError as err:
-            raise ValueError(f"adaptive rule {name!r} must be callable as fn(rewards, counts, m, n, round_size, "
-                             f"budget): {err}") from None
-        except ValueError:  # no inspectable signature: trust it
-            pass
-        _RULES[name] = rule_fn
-        return rule_fn
-
-    return _register if fn is None else _register(fn)
+    return _RULES.register(name, fn, overwrite=overwrite)
 
 
 def available_adaptive_rules() -> list[str]:
     """Names of all registered adaptive rules (built-in and user-registered), sorted."""
-    return sorted(_RULES)
+    return _RULES.names()
 
 
 def plan_round(rewards, counts, m: int, n: int, round_size: int, rule: str = "until_mixed", *,

@@ -46,6 +46,7 @@ except ImportError:  # pragma: no cover - numpy comes with every install of pods
     _numpy = None
 
 from pods_rl.advantages import group_advantages, nanstd  # noqa: F401  (re-exported: they lived here)
+from pods_rl.registry import Registry
 from pods_rl.reward_checks import as_reward_tensor, check_finite, group_list
 
 __all__ = ["available_rules", "downsample", "group_advantages", "max_variance_reference", "register_rule",
@@ -281,21 +282,19 @@ def _max_variance(
     return _kept_positions(order, m, n_low)
 
 
-_RULES: dict[str, Rule] = {
-    "max_variance": _max_variance,
-    "max_reward": _max_reward,
-    "random": _random,
-}
 _BUILTIN_FNS = (_max_variance, _max_reward, _random)  # trusted output; user rules' output is checked
-_FEATURE_RULES: set[str] = set()  # names of registered rules that take a ``features`` keyword
 
 
 def _takes_features(name: str, fn) -> bool:
     """Check that ``fn`` can be called as fn(rewards, m, generator); True if it also takes ``features=``.
 
     Raises ValueError naming the rule and its signature otherwise, so a wrong rule fails when it is
-    registered, not at the first training step.
+    registered, not at the first training step. (The registry keeps the answer: ``_RULES.info``.)
     """
+    if not callable(fn):
+        raise ValueError(f"rule {name!r} must be callable as fn(rewards, m, generator), got {fn!r}")
+    if fn in _BUILTIN_FNS:
+        return False
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # some builtins have no inspectable signature: trust them
@@ -335,30 +334,19 @@ def register_rule(name: str, fn: Rule | None = None, *, overwrite: bool = False)
 
     The signature is checked here: a function that cannot be called that way raises ValueError now.
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"rule name must be a non-empty string, got {name!r}")
+    return _RULES.register(name, fn, overwrite=overwrite)
 
-    def _register(rule_fn: Rule) -> Rule:
-        if not callable(rule_fn):
-            raise ValueError(f"rule {name!r} must be callable as fn(rewards, m, generator), got {rule_fn!r}")
-        if name in _RULES and not overwrite:
-            raise ValueError(f"rule {name!r} is already registered; pass overwrite=True to replace it")
-        takes_features = rule_fn not in _BUILTIN_FNS and _takes_features(name, rule_fn)
-        _RULES[name] = rule_fn
-        if takes_features:
-            _FEATURE_RULES.add(name)
-        else:
-            _FEATURE_RULES.discard(name)
-        return rule_fn
 
-    return _register if fn is None else _register(fn)
+# The down-sampling rules by name (pods_rl.registry: one registry for every kind of rule).
+_RULES = Registry("rule", {"max_variance": _max_variance, "max_reward": _max_reward, "random": _random},
+                  check=_takes_features)
 
 
 def rule_takes_features(rule: str) -> bool:
     """True if the registered rule ``rule`` takes the ``features`` keyword (see ``register_rule``)."""
     if rule not in _RULES:
         raise ValueError(f"unknown down-sampling rule {rule!r}; available rules: {available_rules()}")
-    return rule in _FEATURE_RULES
+    return bool(_RULES.info[rule])
 
 
 def rule_sees_rollouts(rule: str) -> bool:
@@ -366,12 +354,12 @@ def rule_sees_rollouts(rule: str) -> bool:
     registered under) or a registered rule that takes ``features``."""
     if rule not in _RULES:
         raise ValueError(f"unknown down-sampling rule {rule!r}; available rules: {available_rules()}")
-    return _RULES[rule] in _BUILTIN_FNS or rule in _FEATURE_RULES
+    return _RULES[rule] in _BUILTIN_FNS or bool(_RULES.info[rule])
 
 
 def available_rules() -> list[str]:
     """Names of all registered down-sampling rules (built-in and user-registered), sorted."""
-    return sorted(_RULES)
+    return _RULES.names()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -447,7 +435,7 @@ def downsample(
     builtin = rule_fn in _BUILTIN_FNS
     if tiebreak is not None:
         tiebreak = _as_tiebreak(tiebreak, rewards.shape, single_group, grouped.device)
-        if not builtin and rule not in _FEATURE_RULES:
+        if not builtin and not _RULES.info[rule]:
             raise ValueError(
                 f"rule {rule!r} does not take features, so it cannot use a tiebreak; register it as "
                 "fn(rewards, m, generator, *, features) and read features['tiebreak'], or drop the tiebreak"
@@ -466,7 +454,7 @@ def downsample(
             grouped = grouped.double()  # exact for integers up to 2**53; rules see floats
         if builtin:
             kept = rule_fn(grouped, m, generator, tiebreak=tiebreak)
-        elif rule in _FEATURE_RULES:
+        elif _RULES.info[rule]:
             features = dict(features or {})
             if tiebreak is not None:
                 features["tiebreak"] = tiebreak

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pods_rl.registry import Registry
+
 __all__ = ["KINDS", "Plan", "available_planners", "budget_registry", "check_choice", "check_int", "check_number",
            "make_plan", "make_planner", "register_planner"]
 
@@ -86,7 +88,18 @@ def make_plan(ids: torch.Tensor, rollouts: torch.Tensor, *, skipped=None, deferr
 # ----------------------------------------------------------------------------------------------------------------
 # The registry of planners (the rules have theirs in pods_rl.downsample, the round rules in pods_rl.adaptive).
 
-_PLANNERS: dict[str, type] = {}
+def _check_planner(name: str, planner_cls: type) -> None:
+    """A planner class needs ``kind`` (one of ``KINDS``), a ``Settings`` dataclass and ``plan``."""
+    if getattr(planner_cls, "kind", None) not in KINDS:
+        raise ValueError(f"planner {name!r} must have a class attribute kind in {list(KINDS)}, got "
+                         f"{getattr(planner_cls, 'kind', None)!r}")
+    if not dataclasses.is_dataclass(getattr(planner_cls, "Settings", None)) or not callable(
+            getattr(planner_cls, "plan", None)):
+        raise ValueError(f"planner {name!r} must have a Settings dataclass and a plan(ids, ledger, *, n, "
+                         "generator) method")
+
+
+_PLANNERS = Registry("planner", check=_check_planner)
 
 
 def register_planner(name: str, cls: type | None = None, *, overwrite: bool = False):
@@ -96,23 +109,7 @@ def register_planner(name: str, cls: type | None = None, *, overwrite: bool = Fa
     ``__post_init__``), ``__init__(settings)`` and ``plan(ids, ledger, *, n, generator=None) -> Plan``.
     Re-registering a name needs ``overwrite=True``.
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"planner name must be a non-empty string, got {name!r}")
-
-    def _register(planner_cls: type) -> type:
-        if getattr(planner_cls, "kind", None) not in KINDS:
-            raise ValueError(f"planner {name!r} must have a class attribute kind in {list(KINDS)}, got "
-                             f"{getattr(planner_cls, 'kind', None)!r}")
-        if not dataclasses.is_dataclass(getattr(planner_cls, "Settings", None)) or not callable(
-                getattr(planner_cls, "plan", None)):
-            raise ValueError(f"planner {name!r} must have a Settings dataclass and a plan(ids, ledger, *, n, "
-                             "generator) method")
-        if name in _PLANNERS and not overwrite:
-            raise ValueError(f"planner {name!r} is already registered; pass overwrite=True to replace it")
-        _PLANNERS[name] = planner_cls
-        return planner_cls
-
-    return _register if cls is None else _register(cls)
+    return _PLANNERS.register(name, cls, overwrite=overwrite)
 
 
 def available_planners(kind: str | None = None) -> list[str]:
