@@ -259,8 +259,7 @@ def test_pods_on_its_kept_rows_is_grpo_with_m(name, tmp_path, model_dirs, contra
         assert all(t in TURNS for t in kept) and len(set(kept)) > 1, kept
     assert pods.trainer.state.global_step == grpo.trainer.state.global_step == pods.trainer.args.max_steps
     if name == "tools, results past the completion budget":  # TRL ran the tools and rolled their results back
-        completions = pods.recorder.tables[-1]["completion"]
-        assert not any(m.get("role") == "tool" for c in completions for m in c)
+        assert all(bool(batch["tool_mask"].bool().all()) for batch in pods.recorder.batches)  # no tool tokens kept
         assert any(row.get("tools/call_frequency", 0) > 0 for row in pods.trainer.state.log_history)
 
 
@@ -306,3 +305,18 @@ def test_the_contract_holds_on_two_processes(tmp_path, tiny_model_dir):
     # 2 prompts x N rollouts x 2 steps per rank reset once each; more: a padded round's fresh environments
     resets = [found["adaptive rounds, environment, uneven"]["counter_resets"] for found in ranks]
     assert min(resets) >= 2 * N * 2 and max(resets) > 2 * N * 2, resets
+
+
+def test_a_log_extra_column_of_another_length_is_refused_in_one_line(tmp_path, model_dirs, contract_rule):
+    """A reward function that logs one value for a whole batch cannot be lined up with its rollouts: refused, naming
+    the column and the rule (GRPOTrainer would write it beside other completions)."""
+
+    def one_value(completions, log_extra=None, **kwargs):
+        log_extra("batch_note", ["one for all"])
+        return [contract.digit_value(contract.text_of(c)) for c in completions]
+
+    trainer, script = build(Feature(reward_funcs=(one_value,)), tmp_path, pods=True, model_dirs=model_dirs)
+    with pytest.raises(ValueError) as err:
+        contract.train(trainer, script)
+    assert str(err.value) == ("a reward function logged 1 values in the log_extra column 'batch_note' for 8 "
+                              "completions: log_extra takes one value per completion it was given, in their order.")
