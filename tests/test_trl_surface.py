@@ -335,3 +335,17 @@ def test_transformers_reads_checkpoints_through_the_loaders_we_wrap(name, params
 
     assert list(inspect.signature(getattr(Trainer, name)).parameters)[1:] == params
     assert f"self.{name}(resume_from_checkpoint" in inspect.getsource(transformers.trainer)
+
+
+def test_checkpoints_are_written_where_the_ledger_goes():
+    """PODSTrainer._save_checkpoint writes the prompt ledger (pods_ledger.pt) into the checkpoint just saved:
+    transformers names it <output dir of the trial>/checkpoint-<global step>, and GRPOTrainer's override keeps the
+    parameters."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    assert parameters(Trainer._save_checkpoint) == ["self", "model", "trial"]
+    assert parameters(GRPOTrainer._save_checkpoint) == ["self", "model", "trial"]
+    source = inspect.getsource(Trainer._save_checkpoint)
+    assert 'checkpoint_folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"' in source
+    assert "run_dir = self._get_output_dir(trial=trial)" in source
+    assert PREFIX_CHECKPOINT_DIR == "checkpoint"

@@ -159,7 +159,8 @@ def select(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_groups: in
         rewards_per_func: (P, n, F) each reward function's reward, NaN where it did not score (and on padding).
         weights: (F,) the reward functions' weights.
         num_groups: B, prompts that reach the update: all P without over-sampling; otherwise those whose kept
-            rewards have the largest variance, all-equal groups (nothing to learn) last, ties by prompt order.
+            rewards have the largest variance, all-equal groups (nothing to learn) last, ties by prompt order;
+            a prompt with fewer than m rollouts (a planner did not sample it) after all of them.
         settings: m, the rule, the tiebreak (``SelectionSettings.validated``).
         counts: (P,) rollouts each prompt really has (its first ``counts[p]``; the rest is padding). Default: n.
             A prompt with at most m keeps all of them.
@@ -188,13 +189,16 @@ def select(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_groups: in
     variance = torch.nan_to_num(_nanvar(kept_ranked.double()), nan=0.0)  # (P,)
     zero = all_equal(kept_ranked)  # (P,)
     score = torch.where(zero, torch.full_like(variance, -1.0), variance)
+    # A prompt with fewer than m rollouts (a planner did not sample it) cannot fill an update group: last of all.
+    score = torch.where(counts < settings.m, torch.full_like(variance, -2.0), score)
     groups = torch.sort(score, descending=True, stable=True).indices[:num_groups].sort().values  # (B,)
     selected = torch.zeros(P, dtype=torch.bool)
     selected[groups] = True
     kept_mask = torch.zeros((P, n + 1), dtype=torch.bool)  # column n takes the padding's -1
     kept_mask.scatter_(1, torch.where(kept >= 0, kept, n), True)
     kept_mask = kept_mask[:, :n]  # (P, n)
-    per_group = {"totals": totals, "kept_mask": kept_mask, "variance": variance, "zero": zero, "selected": selected}
+    per_group = {"totals": totals, "kept_mask": kept_mask, "variance": variance, "zero": zero, "selected": selected,
+                 "sampled": counts > 0}
     if gather is not None:
         per_group = gather_per_group(per_group, gather)  # every process's groups: global metrics
     return Selection(kept=kept, groups=groups, n=n, metrics=selection_metrics(**per_group))
@@ -212,8 +216,9 @@ def gather_per_group(tensors: dict[str, torch.Tensor], gather: Callable[[torch.T
 
 
 def selection_metrics(totals: torch.Tensor, kept_mask: torch.Tensor, variance: torch.Tensor, zero: torch.Tensor,
-                      selected: torch.Tensor) -> dict[str, float]:
-    """The ``pods/*`` selection metrics of G groups (every process's, for global metrics).
+                      selected: torch.Tensor, sampled: torch.Tensor | None = None) -> dict[str, float]:
+    """The ``pods/*`` selection metrics of G groups (every process's, for global metrics); with ``sampled`` (G,)
+    bool, of the groups it marks only (a planner's unsampled prompts say nothing).
 
     Args:
         totals: (G, n) total rewards of every sampled rollout, NaN where unscored or padding.
@@ -226,6 +231,9 @@ def selection_metrics(totals: torch.Tensor, kept_mask: torch.Tensor, variance: t
     after selection), ``pods/prompts_sampled``, ``pods/groups_zero_std`` (all-equal after down-sampling),
     ``pods/groups_zero_std_kept`` (of those, how many reach the update) and ``pods/kept_groups_var_mean``.
     """
+    if sampled is not None:
+        totals, kept_mask, variance, zero, selected = (t[sampled] for t in (totals, kept_mask, variance, zero,
+                                                                             selected))
     trained = torch.where(kept_mask & selected.unsqueeze(1), totals, float("nan"))  # (G, n)
     kept_totals = trained[selected]  # (B, n) NaN outside the kept rollouts
     return {

@@ -92,6 +92,7 @@ from pods_rl.reward_guard import (
     reward_weights_of,
 )
 from pods_rl.runlog.integrity import reading_checkpoint
+from pods_rl.trainer_budget import RolloutBudget
 from pods_rl.trainer_config import PODSConfig, eval_batch_problem
 from pods_rl.trainer_step import PODSStep
 
@@ -234,6 +235,11 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                                  f"{self.reward_func_names}; name one of them, or drop it to use the total reward.")
             self._adaptive_reward_index = self.reward_func_names.index(config.adaptive_reward)
         self._selects = config.selects
+        self._budget = RolloutBudget.from_config(config)  # the planners and the prompt ledger, None without planners
+        if self._budget is not None and not _has_train_dataset(args, kwargs):
+            raise ValueError("prompt_planner / rollout_planner tell prompts apart by their text, but the environment "
+                             "owns the data here (train_dataset=None: every row is the same placeholder); pass a "
+                             "train_dataset, or drop the planners.")
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
         self.phase_clock = PhaseClock(self)
@@ -327,7 +333,11 @@ class PODSTrainer(PODSStep, GRPOTrainer):
     # cannot be read, given its own type here, where it is raised (pods train names the file and the way on).
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         with reading_checkpoint(resume_from_checkpoint):
-            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+            loaded = super()._load_from_checkpoint(resume_from_checkpoint, model)
+            if self._budget is not None and not self._budget.load(resume_from_checkpoint):
+                logger.warning("warning: %s holds no prompt ledger (%s): the planners start from an empty one",
+                               resume_from_checkpoint, "pods_ledger.pt")
+            return loaded
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         with reading_checkpoint(checkpoint):
@@ -336,6 +346,15 @@ class PODSTrainer(PODSStep, GRPOTrainer):
     def _load_scaler(self, checkpoint):
         with reading_checkpoint(checkpoint):
             return super()._load_scaler(checkpoint)
+
+    # The prompt ledger and the planners' state travel with each checkpoint (trainer_budget: pods_ledger.pt).
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self._budget is not None and self.is_world_process_zero():  # every rank holds the same ledger
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            run_dir = self._get_output_dir(trial=trial)
+            self._budget.save(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"))
 
     def _load_rng_state(self, checkpoint):
         with reading_checkpoint(checkpoint):

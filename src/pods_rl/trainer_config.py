@@ -7,6 +7,7 @@ TRL version check lives here and runs before any of TRL's internals is touched. 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -111,6 +112,33 @@ class PODSConfig(GRPOConfig):
         metadata={"help": "For adaptive_rule=budgeted: rollouts per prompt per step on average (a number in "
                   "[max(pilot_generations, downsample_to), num_generations])."},
     )
+    prompt_planner: str | None = field(
+        default=None,
+        metadata={"help": "Which of a step's candidate prompts get rollouts, from what the run has seen of each (a "
+                  "planner of pods_rl.planners): greso (skip prompts whose recent groups were all-equal, re-admitting "
+                  "some; GRESO). Needs oversample_prompts > 1: the candidates that replace the skipped prompts."},
+    )
+    prompt_planner_args: dict | str | None = field(
+        default=None,
+        metadata={"help": "The prompt planner's settings by the paper's names, as a dict or JSON (e.g. "
+                  "'{\"target_zero_variance\": 0.25}'; docs: Rollout budgets)."},
+    )
+    rollout_planner: str | None = field(
+        default=None,
+        metadata={"help": "How many rollouts each sampled prompt gets (a planner of pods_rl.planners): knapsack "
+                  "(Knapsack-RL: a budget of adaptive_budget rollouts per prompt on average, default "
+                  "num_generations, spent where groups are likeliest mixed; each prompt gets downsample_to .. "
+                  "num_generations, then PODS keeps m)."},
+    )
+    rollout_planner_args: dict | str | None = field(
+        default=None,
+        metadata={"help": "The rollout planner's settings by the paper's names, as a dict or JSON."},
+    )
+    ledger_success_threshold: float = field(
+        default=0.5,
+        metadata={"help": "With a planner: a rollout succeeds when its deciding reward (adaptive_reward's, or the "
+                  "total) is above this; the ledger counts successes per prompt."},
+    )
     save_every_seconds: float | None = field(
         default=None,
         metadata={"help": "Save a checkpoint every this many seconds of training time (excludes checkpointing "
@@ -142,6 +170,18 @@ class PODSConfig(GRPOConfig):
         SelectionSettings.validated(m, self.downsample_rule, self.downsample_tiebreak, self.oversample_prompts,
                                     names=CONFIG_NAMES)
         self._check_adaptive(n, m)
+        for name in ("prompt_planner_args", "rollout_planner_args"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    setattr(self, name, json.loads(value) if value.strip() else None)
+                except ValueError as err:
+                    raise ValueError(f"{name} must be a dict or a JSON object, got {value!r} ({err})") from None
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
+                raise ValueError(f"{name} must be a dict or a JSON object, got {getattr(self, name)!r}")
+        from pods_rl.trainer_budget import check_planner_settings  # (the planners: plain tensor code)
+
+        check_planner_settings(self)
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -215,8 +255,13 @@ class PODSConfig(GRPOConfig):
 
     @property
     def selects(self) -> bool:
-        """True when the trainer selects rollouts or groups (m < n, or prompt over-sampling)."""
-        return self.is_pods or self.oversample_prompts > 1
+        """True when the trainer selects rollouts or groups (m < n, prompt over-sampling, or a planner)."""
+        return self.is_pods or self.oversample_prompts > 1 or self.has_planner
+
+    @property
+    def has_planner(self) -> bool:
+        """True when a rollout-budget planner decides which prompts get rollouts, or how many."""
+        return self.prompt_planner is not None or self.rollout_planner is not None
 
     def sampled_prompts_per_process(self) -> int:
         """Prompts sampled per process and generation round: kept groups times ``oversample_prompts``, rounded up."""

@@ -41,14 +41,16 @@ ROUND = "round"  # PODSStep._pods_call inside an adaptive round (see trainer_ste
 class RoundBook:
     """One step's rounds for the P prompts of a process, with n slots each (prompt p's in p*n .. p*n + n - 1).
 
-    ``more`` (P,): rollouts each prompt gets in the next round (the pilot's k first); ``counts`` (P,): rollouts so
+    ``more`` (P,): rollouts each prompt gets in the next round (``first``: the pilot's k, or the planners' counts);
+    ``counts`` (P,): rollouts so
     far; ``rewards`` (P, n): the deciding reward of each, NaN past ``counts``; ``per_func`` (P*n, F): each rollout's
     rewards per function, NaN where none. Each round's ``_generate`` output, slots and ``log_extra`` columns are
     kept for ``arranged``."""
 
-    def __init__(self, num_prompts: int, n: int, pilot: int):
+    def __init__(self, num_prompts: int, n: int, first: int | torch.Tensor):
         self.P, self.n = num_prompts, n
-        self.more = torch.full((num_prompts,), pilot, dtype=torch.long)
+        self.more = torch.full((num_prompts,), first, dtype=torch.long) if isinstance(first, int) \
+            else first.clone().long()  # (P,)
         self.counts = torch.zeros(num_prompts, dtype=torch.long)
         self.rewards = torch.full((num_prompts, n), float("nan"), dtype=torch.float64)
         self.per_func: torch.Tensor | None = None
@@ -95,19 +97,23 @@ class RoundsStep:
 
     _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
 
-    def _sample_in_rounds(self, inputs: list[dict], prompts: list, num_sampled: int):
+    def _sample_in_rounds(self, inputs: list[dict], prompts: list, num_sampled: int,
+                          first: torch.Tensor | None = None):
         """Adaptive rollouts: a pilot round of k per prompt, then rounds for the prompts ``adaptive_rule`` keeps open.
 
         Whether a group is mixed is judged on ``adaptive_reward`` (one reward function, e.g. correctness) or by
         default on the weighted total that selection uses; ``pods/frac_zero_std_pilot`` is the share all-equal on it
         after the pilot. A round runs while any process has a prompt open, with the same number of rows on every
         process; a process with fewer pads its round with throw-away rows (generated and counted in
-        ``pods/rollouts_sampled``). Returns what ``PODSStep._sample_rollouts`` returns: ``Sampled``.
+        ``pods/rollouts_sampled``). ``first`` (P,): the first round's rollouts per prompt, from the planners (0: the
+        prompt is not sampled this step); then rounds follow only with ``pilot_generations``. Returns what
+        ``PODSStep._sample_rollouts`` returns: ``Sampled``.
         """
         args, n, m = self.args, self.num_generations, self.downsample_to
         round_size = args.adaptive_round_size or args.pilot_generations
         budget = None if args.adaptive_budget is None else int(args.adaptive_budget * num_sampled)
-        book = RoundBook(num_sampled, n, args.pilot_generations)
+        book = RoundBook(num_sampled, n, args.pilot_generations if first is None else first)
+        planned = book.more > 0  # (P,) the prompts sampled this step
         rank, weights, user_metrics = self.accelerator.process_index, self.reward_weights.cpu().double(), False
         with _one_sleep_per_step(self), self._batch_rollout_state() as batch:
             while True:
@@ -136,8 +142,11 @@ class RoundsStep:
                     local = round_per_func[rank * round_rows: rank * round_rows + len(slots)].cpu()  # (rows, F)
                     book.record(generated, slots, local, self._deciding_rewards(local, weights),
                                 {c: v[:len(slots)] for c, v in extra_logs.items()}, round_per_func.shape[0])
-                    book.more = plan_round(book.rewards, book.counts, m, n, round_size, args.adaptive_rule,
-                                           budget=budget)
+                    if args.is_adaptive:
+                        book.more = plan_round(book.rewards, book.counts, m, n, round_size, args.adaptive_rule,
+                                               budget=budget) * planned
+                    else:  # the planners' one round
+                        book.more = torch.zeros_like(book.more)
         with self._phase("selection"):
             generated, extra_logs = book.arranged()
             write_extra_fields(inputs, generated.extra_fields)
@@ -145,8 +154,10 @@ class RoundsStep:
             metrics = self._metrics["train"]
             metrics["pods/rollouts_sampled"].append(float(book.rows_generated))
             metrics["pods/rounds"].append(float(len(book.outputs)))
-            metrics["pods/frac_zero_std_pilot"].append(
-                gather(book.pilot_all_equal.to(self.accelerator.device)).mean().item())
+            equal = book.pilot_all_equal[planned]  # (sampled prompts,) all-equal after the first round
+            total, count = gather(torch.tensor([[equal.sum().item(), float(len(equal))]],
+                                               device=self.accelerator.device)).sum(0).tolist()
+            metrics["pods/frac_zero_std_pilot"].append(total / count if count else float("nan"))
         self._note_reward_variance(rewards_per_func)  # once per step, on the finished groups
         return Sampled(generated, rewards_per_func, book.counts, extra_logs, user_metrics)
 

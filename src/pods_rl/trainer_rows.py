@@ -96,8 +96,9 @@ def ranks_within(owners: list[int]) -> list[int]:
 def arrange_rounds(outputs: list[tuple], slots: list[list[int]], num_prompts: int, n: int) -> Generated:
     """Merge the rounds' ``_generate`` tuples into one of P*n rows: row ``slots[r][i]`` holds round r's i-th row
     (a round's padding rows, past ``len(slots[r])``, are dropped); a slot no round filled holds a copy of its
-    prompt's first rollout (slot p*n, always filled by the pilot). Per-batch values (anything that is not a list
-    with a row for each of a round's rows) come from the first round."""
+    prompt's first rollout (slot p*n, filled by the first round), or, for a prompt no round sampled (a planner's 0),
+    of the first rollout of all. Per-batch values (anything that is not a list with a row for each of a round's rows)
+    come from the first round."""
     rows_per_round = [len(round_slots) for round_slots in slots]
     empty = object()
 
@@ -111,7 +112,9 @@ def arrange_rounds(outputs: list[tuple], slots: list[list[int]], num_prompts: in
         for value, round_slots in zip(values, slots):
             for i, slot in enumerate(round_slots):
                 merged[slot] = value[i]
-        return [merged[slot - slot % n] if value is empty else value for slot, value in enumerate(merged)]
+        filler = merged[min(s for round_slots in slots for s in round_slots)]
+        first = [merged[p * n] if merged[p * n] is not empty else filler for p in range(num_prompts)]
+        return [first[slot // n] if value is empty else value for slot, value in enumerate(merged)]
 
     return Generated(*(merge([output[i] for output in outputs]) for i in range(len(outputs[0]))))
 

@@ -45,6 +45,7 @@ from accelerate.utils import gather
 from pods_rl.downsample import rule_takes_features
 from pods_rl.rollouts import rollout_features
 from pods_rl.selection import all_equal, reward_totals, select
+from pods_rl.trainer_budget import candidate_ids
 from pods_rl.trainer_config import TRL_RANGE  # importing it checks the TRL version first
 from pods_rl.trainer_rounds import ROUND, RoundsStep
 from pods_rl.trainer_rows import (
@@ -95,6 +96,7 @@ class PODSStep(RoundsStep):
     # Class-level defaults, so that a trainer built without __init__ (TRL's tests build GRPOTrainers with
     # object.__new__) behaves as plain GRPO.
     _pods_call: str | KeptRollouts | None = None
+    _budget = None  # the planners and the prompt ledger (trainer_budget.RolloutBudget), None without planners
     _selects = False
     phase_clock = None
     _no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
@@ -116,7 +118,16 @@ class PODSStep(RoundsStep):
         prompts = self._rollout_prompts(inputs)  # as GRPOTrainer prepares them: environments, tools, images
         raised = count_tool_exceptions(self, len(inputs)) if self.tools else None  # (P*n,) per rollout, live
 
-        sampled = self._sample_rollouts(inputs, prompts, num_sampled)  # P*n rollouts, their rewards and logs
+        ids = first = None
+        if self._budget is not None:  # the planners: which candidates get rollouts, how many (trainer_budget)
+            ids = candidate_ids(inputs, n)  # (P,)
+            first, metrics = self._budget.plan(ids, num_groups, step=self.state.global_step,
+                                               rank=self.accelerator.process_index,
+                                               pilot=self.args.pilot_generations)
+            self._log_train_metrics(metrics)
+        sampled = self._sample_rollouts(inputs, prompts, num_sampled, first)  # P*n rollouts, rewards, logs
+        if self._budget is not None:
+            self._record_in_ledger(ids, sampled, num_sampled, n)
 
         with self._phase("selection"):
             rank = self.accelerator.process_index
@@ -127,8 +138,7 @@ class PODSStep(RoundsStep):
                                features=self._rollout_features(sampled.generated, local_rewards_per_func,
                                                                num_sampled, n),
                                generator=self._selection_generator, gather=self._gather)
-            for name, value in selection.metrics.items():
-                self._metrics["train"][name].append(value)
+            self._log_train_metrics(selection.metrics)
             kept_rows = selection.kept_rows  # (B*m,)
             generated = select_rows(sampled.generated, kept_rows, len(inputs))
             kept = KeptRollouts(generated=with_dataset_images(generated, prompts, kept_rows),
@@ -160,17 +170,32 @@ class PODSStep(RoundsStep):
         """Whether ``flag`` is true on any process (a collective: every process calls it)."""
         return bool(self._gather(torch.tensor([float(flag)])).max() > 0)
 
-    def _sample_rollouts(self, inputs: list[dict], prompts: list, num_sampled: int) -> Sampled:
+    def _log_train_metrics(self, metrics: dict[str, float]) -> None:
+        for name, value in metrics.items():
+            self._metrics["train"][name].append(value)
+
+    def _record_in_ledger(self, ids: torch.Tensor, sampled: Sampled, num_sampled: int, n: int) -> None:
+        """Every process's scored groups into the prompt ledger (one collective), by their deciding reward."""
+        rank = self.accelerator.process_index
+        local = sampled.rewards_per_func[rank * num_sampled * n:(rank + 1) * num_sampled * n].cpu()  # (P*n, F)
+        deciding = self._deciding_rewards(local, self.reward_weights.cpu().double()).view(num_sampled, n)
+        self._log_train_metrics(self._budget.record(
+            ids, deciding, sampled.counts, step=self.state.global_step, epoch=int(self.state.epoch or 0),
+            gather=gather, device=self.accelerator.device))
+
+    def _sample_rollouts(self, inputs: list[dict], prompts: list, num_sampled: int,
+                         first: torch.Tensor | None = None) -> Sampled:
         """Generate and score the rollouts of the P = ``num_sampled`` prompts of ``inputs`` (P*n rows, each prompt's
         row repeated n times; extra fields of a ``rollout_func`` are written into them): one ``_generate`` +
-        ``_calculate_rewards`` (GRPOTrainer's), or adaptive rounds (``RoundsStep._sample_in_rounds``).
+        ``_calculate_rewards`` (GRPOTrainer's), or rounds (``RoundsStep._sample_in_rounds``): adaptive ones, or one
+        round of the planners' ``first`` (P,) rollouts per prompt (0: not sampled).
 
         What TRL keeps of these calls per rollout is taken out of its buffers, for the kept rows to get theirs back:
         the generation metrics (``generation_metrics_dropped``), the ``log_extra`` columns (``Sampled.extra_logs``)
         and the reward functions' own ``log_metric`` values (``Sampled.user_metrics``: the kept rows are scored again
         for them, ``_rescore_for_metrics``)."""
-        if self.args.is_adaptive:
-            return self._sample_in_rounds(inputs, prompts, num_sampled)
+        if self.args.is_adaptive or first is not None:
+            return self._sample_in_rounds(inputs, prompts, num_sampled, first)
         with generation_metrics_dropped(self):
             generated = Generated(*self._generate(prompts))  # (P*n) rollouts
         write_extra_fields(inputs, generated.extra_fields)  # rollout_func extras are reward inputs (as in TRL)

@@ -1,0 +1,176 @@
+"""The rollout budget in ``PODSTrainer``: which of a step's candidate prompts get rollouts and how many, from what
+the run has seen of each prompt (``pods_rl.ledger``, ``pods_rl.planners``: plain tensor code, no TRL).
+
+Part of the trainer; the step (``pods_rl.trainer_step``) calls it around sampling::
+
+    budget = RolloutBudget.from_config(config)            # None when no planner is set
+    first, metrics = budget.plan(ids, num_groups, ...)    # (P,) rollouts of each candidate's first round
+    ... generate and score them ...
+    metrics = budget.record(ids, rewards, counts, ...)    # every rank records every rank's groups
+    budget.save(checkpoint_dir) / budget.load(checkpoint_dir)
+
+A prompt is known by ``pods_rl.ledger.prompt_key`` of its dataset row's ``prompt`` (TRL's rows carry no index).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import torch
+
+from pods_rl.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, prompt_key
+from pods_rl.planners import available_planners, make_planner
+
+__all__ = ["RolloutBudget", "candidate_ids", "check_planner_settings"]
+
+
+def candidate_ids(inputs: list[dict], n: int) -> torch.Tensor:
+    """(P,) the ledger ids of the P prompts of ``inputs`` (each prompt's row repeated n times)."""
+    return torch.tensor([prompt_key(inputs[p]["prompt"]) for p in range(0, len(inputs), n)], dtype=torch.long)
+
+
+def _knobs(name: str | None, args: dict | None, n: int, m: int) -> dict:
+    """The planner's settings: the user's, plus what PODS's layout fixes (Knapsack-RL: every prompt it samples gets
+    m..n rollouts, m to fill an update group, n the slots a prompt has)."""
+    knobs = dict(args or {})
+    if name == "knapsack":
+        for key, default in (("min_n", m), ("max_n", n)):
+            value = knobs.setdefault(key, default)
+            if not (isinstance(value, int) and m <= value <= n):
+                raise ValueError(f"rollout_planner_args {key}={value!r}: with PODS every prompt Knapsack-RL samples "
+                                 f"gets between downsample_to (m={m}) and num_generations (n={n}) rollouts; set it in "
+                                 f"[{m}, {n}] or drop it")
+        for key in ("negative_n", "positive_n"):
+            if knobs.get(key) is not None and not m <= knobs[key] <= n:
+                raise ValueError(f"rollout_planner_args {key}={knobs[key]!r} must be in [{m}, {n}] (m..n) with PODS")
+    return knobs
+
+
+def check_planner_settings(config) -> None:
+    """Refuse, in one line each before any model loads, planner settings PODS cannot carry out."""
+    for field, kind in (("prompt_planner", "which_prompts"), ("rollout_planner", "how_many")):
+        name = getattr(config, field)
+        supported = {"which_prompts": ["greso"], "how_many": ["knapsack"]}[kind]
+        if name is not None and name not in supported:
+            known = available_planners(kind)
+            raise ValueError(f"{field}={name!r}: PODSTrainer runs {supported} for this question (registered: {known}); "
+                             "the others are plain tensor code to call from your own loop (docs: Rollout budgets)")
+    if config.prompt_planner is not None and config.oversample_prompts <= 1:
+        raise ValueError(f"prompt_planner={config.prompt_planner!r} skips prompts before sampling and replaces them "
+                         "with other candidates: set oversample_prompts above 1 (e.g. 2), or nothing can replace them")
+    if config.rollout_planner is not None and config.is_adaptive:
+        raise ValueError("rollout_planner and pilot_generations both decide how many rollouts a prompt gets: set one")
+    if config.rollout_planner is not None and config.num_generations == config.downsample_to:
+        raise ValueError("rollout_planner spends between downsample_to (m) and num_generations (n) rollouts per prompt:"
+                         " with m = n every prompt gets n; raise num_generations above downsample_to")
+    RolloutBudget.from_config(config)  # the planners' own knobs, checked by their Settings
+
+
+class RolloutBudget:
+    """The ledger and the step's planners (``prompt_planner``: which prompts, ``rollout_planner``: how many)."""
+
+    def __init__(self, ledger: PromptLedger, which=None, how_many=None, *, n: int, m: int, seed: int,
+                 budget_per_prompt: float | None = None):
+        self.ledger, self.which, self.how_many = ledger, which, how_many
+        self.n, self.m, self.seed = n, m, seed
+        self.budget_per_prompt = budget_per_prompt
+
+    @classmethod
+    def from_config(cls, config) -> RolloutBudget | None:
+        """The budget ``config`` (a ``PODSConfig``) asks for, or None without planners."""
+        if config.prompt_planner is None and config.rollout_planner is None:
+            return None
+        n, m = config.num_generations, config.downsample_to
+        which = config.prompt_planner and make_planner(
+            config.prompt_planner, **_knobs(config.prompt_planner, config.prompt_planner_args, n, m))
+        how_many = config.rollout_planner and make_planner(
+            config.rollout_planner, **_knobs(config.rollout_planner, config.rollout_planner_args, n, m))
+        ledger = PromptLedger(LedgerSettings(success_threshold=config.ledger_success_threshold))
+        return cls(ledger, which or None, how_many or None, n=n, m=m, seed=config.seed,
+                   budget_per_prompt=config.adaptive_budget)
+
+    def plan(self, ids: torch.Tensor, num_groups: int, *, step: int, rank: int,
+             pilot: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """(P,) rollouts for each candidate's first round (0: not sampled this step) and the plan's metrics.
+
+        ``which``: its first ``num_groups`` (B) survivors in candidate order get rollouts (GRESO's trainer fills its
+        batch so); when fewer survive, the skipped ones least likely to be all-equal fill it. ``how_many``: their
+        counts under a budget of ``adaptive_budget`` (default n) per sampled prompt. Otherwise n, or the adaptive
+        pilot's k. Draws come from a generator seeded by (seed, step, rank): the same on a resume."""
+        generator = torch.Generator().manual_seed(hash((self.seed, step, rank)) & (2**63 - 1))
+        P, metrics = len(ids), {}
+        chosen = torch.zeros(P, dtype=torch.bool)
+        if self.which is not None:
+            plan = self.which.plan(ids, self.ledger, n=self.n, generator=generator)
+            metrics.update(plan.metrics)
+            survivors = torch.nonzero(plan.rollouts > 0).flatten()[:num_groups]
+            chosen[survivors] = True
+            missing = num_groups - len(survivors)
+            if missing > 0:  # fill the batch: the skipped candidates least likely to be all-equal
+                order = torch.argsort(plan.extra.get("skip_probability", torch.zeros(P)), stable=True)
+                fill = order[~chosen[order]][:missing]
+                chosen[fill] = True
+            metrics["pods/prompts_readmitted"] = float(max(missing, 0))
+        else:
+            chosen[:] = True
+        first = torch.zeros(P, dtype=torch.long)
+        if self.how_many is not None:
+            # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
+            # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
+            per_prompt = min(self.n, max(self.m, round(self.budget_per_prompt or self.n)))
+            budget = round((self.budget_per_prompt or self.n) * int(chosen.sum()))
+            plan = self.how_many.plan(ids[chosen], self.ledger, n=per_prompt, total_budget=budget)
+            metrics.update({k: v for k, v in plan.metrics.items() if k not in metrics})
+            first[chosen] = plan.rollouts.clamp(self.m, self.n)
+        else:
+            first[chosen] = pilot or self.n
+        metrics["pods/rollouts_planned"] = float(first.sum())
+        return first, metrics
+
+    def record(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, *, step: int, epoch: int,
+               gather=None, device=None) -> dict[str, float]:
+        """Add the step's groups to the ledger (``rewards`` (P, n) deciding rewards, ``counts`` (P,); prompts not
+        sampled are padding), every rank's (one collective: every rank calls it), then let the planners adapt."""
+        counts = torch.where(counts > 0, counts, -1)
+        summary = self.ledger.record(ids, rewards, counts, step=step, gather=gather, gather_device=device)
+        metrics = dict(summary.metrics)
+        if self.which is not None and hasattr(self.which, "update"):
+            metrics.update(self.which.update(summary, epoch=epoch))
+        return metrics
+
+    def state_dict(self) -> dict:
+        """The ledger's and the planners' state."""
+        return {"ledger": self.ledger.state_dict(),
+                "which": self.which.state_dict() if self.which is not None else None,
+                "how_many": self.how_many.state_dict() if self.how_many is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict``."""
+        self.ledger.load_state_dict(state["ledger"])
+        for name in ("which", "how_many"):
+            planner = getattr(self, name)
+            if planner is not None and state.get(name) is not None:
+                planner.load_state_dict(state[name])
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write the state into ``directory`` (a checkpoint) as ``LEDGER_FILE``, by rename: never half written."""
+        path = Path(directory) / LEDGER_FILE
+        partial = path.with_name(path.name + ".partial")
+        torch.save(self.state_dict(), partial)
+        os.replace(partial, path)
+        return path
+
+    def load(self, directory: str | os.PathLike) -> bool:
+        """Restore the state saved in ``directory``; False (nothing changed) when it holds none."""
+        path = Path(directory) / LEDGER_FILE
+        if not path.is_file():
+            return False
+        self.load_state_dict(torch.load(path, weights_only=True))
+        return True
+
+    def describe(self) -> dict:
+        """The planners and their settings, for a run's records."""
+        return {name: {"planner": type(p).__name__, **dataclasses.asdict(p.settings)}
+                for name, p in (("prompt_planner", self.which), ("rollout_planner", self.how_many)) if p is not None}

@@ -1,0 +1,115 @@
+"""The rollout-budget planners in PODSTrainer (pods_rl.trainer_budget): GRESO's skip and Knapsack-RL's allocation
+decide which candidates get rollouts and how many; the prompt ledger records every scored group and resumes exactly
+from a checkpoint; bad settings are refused in one line before any model loads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pods_rl.ledger import LEDGER_FILE
+from pods_rl.trainer import PODSConfig, PODSTrainer
+
+N, M, B = 4, 2, 2  # rollouts sampled per prompt (at most), kept per prompt, kept groups per step
+
+
+def solved_by_parity(prompts, completions, **kwargs):
+    """Even prompts are always solved (all-equal: nothing to learn), odd ones half the time (by the text)."""
+    out = []
+    for prompt, completion in zip(prompts, completions, strict=True):
+        i = int(prompt[-1]["content"].split("+")[0].split()[-1])
+        text = completion[0]["content"] if isinstance(completion, list) else completion
+        out.append(1.0 if i % 2 == 0 else float(sum(map(ord, text)) % 2))
+    return out
+
+
+def dataset(rows=16):
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}+{i}="}] for i in range(rows)]})
+
+
+def config(tmp_path, **overrides):
+    args = dict(output_dir=str(tmp_path / "out"), use_cpu=True, seed=1, learning_rate=1e-2, max_steps=4,
+                max_completion_length=4, num_generations=N, downsample_to=M, per_device_train_batch_size=B * M,
+                logging_steps=1, report_to="none", save_strategy="no", beta=0.0, bf16=False,
+                dataloader_num_workers=0, shuffle_dataset=False)
+    args.update(overrides)
+    return PODSConfig(**args)
+
+
+def trainer_for(tmp_path, model_dir, **overrides):
+    return PODSTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[solved_by_parity],
+                       args=config(tmp_path, **overrides), train_dataset=dataset(),
+                       processing_class=AutoTokenizer.from_pretrained(model_dir))
+
+
+def logged(trainer, key):
+    return [row[key] for row in trainer.state.log_history if key in row]
+
+
+def test_greso_skips_prompts_it_has_seen_all_equal(tmp_path, tiny_model_dir):
+    """Two epochs over 8 prompts (4 candidates, 2 kept groups per step): in the second, the even prompts (always
+    solved in the first) are skipped with GRESO's probability, and only the kept groups' rollouts are generated."""
+    trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                          reward_funcs=[solved_by_parity], train_dataset=dataset(8),
+                          processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                          args=config(tmp_path, prompt_planner="greso", oversample_prompts=2.0, max_steps=8,
+                                      prompt_planner_args={"p_easy": 0.05, "min_p": 0.05, "adapt_from_epoch": 99}))
+    trainer.train()
+    sampled = logged(trainer, "pods/rollouts_sampled")
+    assert sampled == [B * N] * 8  # two of the four candidates generated, every step
+    skipped = logged(trainer, "pods/prompts_skipped")
+    assert sum(skipped[:2]) == 0  # the first epoch knows nothing yet
+    assert sum(skipped[2:]) > 0  # the second skips the prompts it saw all-equal
+    ledger = trainer._budget.ledger
+    assert len(ledger.ids) >= 4 and int(ledger.stats(ledger.ids).groups.sum()) == B * 8
+
+
+def test_knapsack_spends_its_budget_between_m_and_n(tmp_path, tiny_model_dir):
+    trainer = trainer_for(tmp_path, tiny_model_dir, rollout_planner="knapsack", adaptive_budget=3.0,
+                          rollout_planner_args={"min_buffer_length": 1, "reward_buffer_length": 4})
+    trainer.train()
+    sampled = logged(trainer, "pods/rollouts_sampled")
+    assert all(B * M <= s <= B * N for s in sampled) and sum(sampled) <= 4 * B * 3 + 1, sampled
+    assert logged(trainer, "pods/rollouts_per_prompt_min") and min(logged(trainer, "pods/rollouts_per_prompt_min")) >= M
+
+
+def test_the_ledger_resumes_exactly(tmp_path, tiny_model_dir):
+    """4 steps straight, or 2 steps, a checkpoint, and 2 more from it: the same ledger, GRESO's state and plans (its
+    second epoch skips prompts: what it skips depends on the ledger of the first)."""
+    def build(where, **overrides):
+        return PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           reward_funcs=[solved_by_parity], train_dataset=dataset(8),
+                           processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                           args=config(where, prompt_planner="greso", oversample_prompts=2.0,
+                                       prompt_planner_args={"p_easy": 0.05, "min_p": 0.05}, **overrides))
+
+    straight = build(tmp_path, save_strategy="steps", save_steps=2)
+    straight.train()
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    assert (checkpoint / LEDGER_FILE).is_file()
+    resumed = build(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    a, b = straight._budget.state_dict(), resumed._budget.state_dict()
+    assert a["which"] == b["which"]
+    for key, value in a["ledger"].items():
+        other = b["ledger"][key]
+        assert torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other, key
+    skipped = logged(straight, "pods/prompts_skipped")
+    assert sum(skipped[2:]) > 0 and logged(resumed, "pods/prompts_skipped") == skipped
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(prompt_planner="greso"), "set oversample_prompts above 1"),
+    (dict(prompt_planner="knapsack", oversample_prompts=2.0), r"PODSTrainer runs \['greso'\] for this question"),
+    (dict(rollout_planner="knapsack", pilot_generations=2), "set one"),
+    (dict(rollout_planner="knapsack", downsample_to=N), "raise num_generations above downsample_to"),
+    (dict(rollout_planner="knapsack", rollout_planner_args={"max_n": 64}), r"max_n=64: .* set it in \[2, 4\]"),
+    (dict(prompt_planner="greso", oversample_prompts=2.0, prompt_planner_args='{"p_easy": 2}'), "p_easy"),
+    (dict(prompt_planner="greso", oversample_prompts=2.0, prompt_planner_args="{nope"), "a dict or a JSON object"),
+])
+def test_bad_planner_settings_fail_in_one_line(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message) as err:
+        config(tmp_path, **overrides)
+    assert "\n" not in str(err.value)
