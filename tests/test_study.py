@@ -41,6 +41,8 @@ def test_method_names_round_trip():
     assert parse_method("pods-random-n64m16").rule == "random"
     shorter = parse_method("pods-mv-n32m16-shorter", {"shorter": ("--downsample_tiebreak", "shorter")})
     assert shorter.extra == ("--downsample_tiebreak", "shorter") and "+shorter" in shorter.label
+    greso = parse_method("pods-mv-n16m16-greso", {"greso": ("--prompt_planner", "greso")})
+    assert not greso.is_grpo and greso.label == "GRPO (n=16) +greso"  # GRPO with a planner: named as a variant
     assert [m.name for m in default_methods(8, [32], [32])] == ["grpo-n8", "pods-mv-n32m8", "pods-random-n32m8"]
     for bad, words in (("pods-mv-n8m16", "smaller than m"), ("ppo-n16", "unknown method"),
                        ("pods-mv-n32m16-x", "--variant x=")):

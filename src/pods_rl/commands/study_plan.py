@@ -45,9 +45,10 @@ class Method:
 
     @property
     def label(self) -> str:
-        """Human label for figures: ``GRPO (n=16)``, ``PODS max_variance (n=64→m=16)`` [+ `` +variant``]."""
+        """Human label for figures: ``GRPO (n=16)``, ``PODS max_variance (n=64→m=16)`` [+ `` +variant``, also on
+        GRPO: ``GRPO (n=16) +greso``]."""
         text = f"GRPO (n={self.n})" if self.n == self.m else f"PODS {self.rule} (n={self.n}→m={self.m})"
-        suffix = self.name.split(f"n{self.n}m{self.m}", 1)[-1] if self.n != self.m else ""
+        suffix = self.name.split(f"n{self.n}m{self.m}", 1)[-1] if not self.is_grpo else ""
         return text + (f" +{suffix.lstrip('-')}" if suffix else "")
 
 
