@@ -1,4 +1,4 @@
-"""The rollout-budget planners in PODSTrainer (pods_rl.trainer_budget): GRESO's skip and Knapsack-RL's allocation
+"""The rollout-budget planners in PODSTrainer (pods_rl.budget): GRESO's skip and Knapsack-RL's allocation
 decide which candidates get rollouts and how many; the prompt ledger records every scored group and resumes exactly
 from a checkpoint; bad settings are refused in one line before any model loads."""
 

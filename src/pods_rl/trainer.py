@@ -85,6 +85,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
 from pods_rl import tiny
+from pods_rl.budget import RolloutBudget
 from pods_rl.machine import pods_rl_version
 from pods_rl.phase_clock import PhaseClock
 from pods_rl.reward_guard import (
@@ -92,7 +93,6 @@ from pods_rl.reward_guard import (
     reward_weights_of,
 )
 from pods_rl.runlog.integrity import reading_checkpoint
-from pods_rl.trainer_budget import RolloutBudget
 from pods_rl.trainer_config import PODSConfig, eval_batch_problem
 from pods_rl.trainer_step import PODSStep
 
@@ -347,7 +347,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         with reading_checkpoint(checkpoint):
             return super()._load_scaler(checkpoint)
 
-    # The prompt ledger and the planners' state travel with each checkpoint (trainer_budget: pods_ledger.pt).
+    # The prompt ledger and the planners' state travel with each checkpoint (pods_rl.budget: pods_ledger.pt).
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self._budget is not None and self.is_world_process_zero():  # every rank holds the same ledger

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 import torch
 from accelerate.utils import gather
 
+from pods_rl.budget import candidate_ids
 from pods_rl.downsample import rule_takes_features
 from pods_rl.rollouts import rollout_features
 from pods_rl.selection import all_equal, reward_totals, select
-from pods_rl.trainer_budget import candidate_ids
 from pods_rl.trainer_config import TRL_RANGE  # importing it checks the TRL version first
 from pods_rl.trainer_rounds import ROUND, RoundsStep
 from pods_rl.trainer_rows import (
@@ -96,7 +96,7 @@ class PODSStep(RoundsStep):
     # Class-level defaults, so that a trainer built without __init__ (TRL's tests build GRPOTrainers with
     # object.__new__) behaves as plain GRPO.
     _pods_call: str | KeptRollouts | None = None
-    _budget = None  # the planners and the prompt ledger (trainer_budget.RolloutBudget), None without planners
+    _budget = None  # the planners and the prompt ledger (budget.RolloutBudget), None without planners
     _selects = False
     phase_clock = None
     _no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
@@ -119,7 +119,7 @@ class PODSStep(RoundsStep):
         raised = count_tool_exceptions(self, len(inputs)) if self.tools else None  # (P*n,) per rollout, live
 
         ids = first = None
-        if self._budget is not None:  # the planners: which candidates get rollouts, how many (trainer_budget)
+        if self._budget is not None:  # the planners: which candidates get rollouts, how many (pods_rl.budget)
             ids = candidate_ids(inputs, n)  # (P,)
             first, metrics = self._budget.plan(ids, num_groups, step=self.state.global_step,
                                                rank=self.accelerator.process_index,

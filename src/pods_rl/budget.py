@@ -1,7 +1,7 @@
-"""The rollout budget in ``PODSTrainer``: which of a step's candidate prompts get rollouts and how many, from what
-the run has seen of each prompt (``pods_rl.ledger``, ``pods_rl.planners``: plain tensor code, no TRL).
-
-Part of the trainer; the step (``pods_rl.trainer_step``) calls it around sampling::
+"""The rollout budget an engine runs: which of a step's candidate prompts get rollouts and how many, from what the
+run has seen of each prompt (``pods_rl.ledger``, ``pods_rl.planners``). No framework: ``PODSTrainer``'s step
+(``pods_rl.trainer_step``) calls it around sampling, and any engine can, with a config that has ``PODSConfig``'s
+planner fields::
 
     budget = RolloutBudget.from_config(config)            # None when no planner is set
     first, metrics = budget.plan(ids, num_groups, ...)    # (P,) rollouts of each candidate's first round
