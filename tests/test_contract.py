@@ -83,6 +83,8 @@ FEATURES = {
     "adaptive rounds, environment": Feature(kind="environment", reward_funcs=(), config=dict(max_completion_length=200),
                                             pods=dict(pilot_generations=2, downsample_rule="max_variance")),
     "prompt over-sampling": Feature(pods=dict(oversample_prompts=2.0, downsample_rule="max_variance")),
+    "Reinforce-Ada's rounds and balanced keep": Feature(pods=dict(pilot_generations=2, adaptive_rule="reinforce_ada",
+                                                                  downsample_rule="reinforce_ada")),
     "GRESO's skip (prompt_planner)": Feature(pods=dict(prompt_planner="greso", oversample_prompts=2.0,
                                                        downsample_rule="max_variance",
                                                        prompt_planner_args={"p_easy": 0.05, "min_p": 0.05}),

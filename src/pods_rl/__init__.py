@@ -14,6 +14,7 @@ from pods_rl.adaptive import (
 )
 from pods_rl.downsample import available_rules, downsample, group_advantages, register_rule
 from pods_rl.machine import pods_rl_version
+from pods_rl.planners import reinforce_ada as _reinforce_ada  # noqa: F401  (registers Reinforce-Ada's two rules)
 
 # One source of truth: pyproject.toml's version, as installed ("0+unknown" for a source tree never installed).
 __version__ = pods_rl_version()

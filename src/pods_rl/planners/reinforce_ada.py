@@ -223,3 +223,32 @@ def _global_stats(positives: int, negatives: int, epsilon: float) -> tuple[torch
         return torch.tensor(0.0), torch.tensor(1.0)
     sample = torch.cat([torch.ones(positives), torch.zeros(negatives)])
     return sample.mean(), torch.clamp(sample.std(), min=epsilon)
+
+
+# Reinforce-Ada by name in pods-rl's adaptive rounds (PODSTrainer, `pods train`): the adaptive rule and the keep rule
+# "reinforce_ada", with the released defaults and the sizes read off the run (round_repeat = the round size, max_rounds
+# = n // it, final_keep_per_prompt = m). Its all-samples baseline is not carried: the update's advantages are TRL's,
+# on the m kept (docs/concepts/rollout-budgets.md).
+def _reinforce_ada_rounds(rewards, counts, m, n, round_size, budget=None):
+    if n % round_size or m > round_size:
+        raise ValueError(f"{_OWNER} runs whole rounds of adaptive_round_size = pilot_generations rollouts up to "
+                         f"num_generations: make n={n} a multiple of the round size {round_size}, and downsample_to "
+                         f"(m={m}) at most the round size")
+    settings = ReinforceAdaSettings(max_rounds=n // round_size, round_repeat=round_size, final_keep_per_prompt=m)
+    return ReinforceAda(settings).plan_round(rewards, counts)
+
+
+def _reinforce_ada_keep(rewards, m, generator=None):
+    settings = ReinforceAdaSettings(max_rounds=1, round_repeat=max(m, rewards.shape[1]), final_keep_per_prompt=m)
+    return ReinforceAda(settings).keep(rewards, torch.full((rewards.shape[0],), rewards.shape[1]))
+
+
+def _register_named_rules() -> None:
+    from pods_rl.adaptive import register_adaptive_rule
+    from pods_rl.downsample import register_rule
+
+    register_adaptive_rule("reinforce_ada", _reinforce_ada_rounds, overwrite=True)
+    register_rule("reinforce_ada", _reinforce_ada_keep, overwrite=True)
+
+
+_register_named_rules()
