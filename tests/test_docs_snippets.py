@@ -15,8 +15,8 @@ test; pytest-examples is built around docstrings and formatting checks (ruff/bla
 
 A block that cannot run here (a GPU, a hub download, a long run) is marked
 ``<!-- docs-test: notest (the reason) -->``; it is still compiled, its imports must exist, and the keywords it
-passes to a pods-rl, TRL or PEFT class must be ones that class takes. The TRL guide's before/after diff runs on
-both sides. Shell snippets: every ``pods SUB --flag`` is checked against ``pods SUB --help`` by
+passes to a pods-rl, TRL or PEFT class must be ones that class takes. The TRL guide's before and after scripts
+both run. Shell snippets: every ``pods SUB --flag`` is checked against ``pods SUB --help`` by
 tests/test_docs_flags.py.
 """
 
@@ -48,7 +48,12 @@ def doc_files() -> list[Path]:
 def fences(path: Path):
     """(line, language, options, reason, code) of each fenced code block of a Markdown file, read with the parser
     the snippets are run with (the ``docs-test`` comments moved into the info strings)."""
-    for token in markdown_parser().parse(path.read_text(encoding="utf-8")):
+    yield from fences_of(path.read_text(encoding="utf-8"))
+
+
+def fences_of(text: str):
+    """``fences`` of a Markdown text."""
+    for token in markdown_parser().parse(text):
         if token.type == "fence" and token.map:
             language, *options = token.info.split() or [""]
             reason = (token.meta or {}).get("docs_test_reason", "")
@@ -188,19 +193,35 @@ def test_the_marked_snippets_compile_and_name_what_exists(where, code):
     assert not snippet_problems(where, code)
 
 
-def diff_sides(path: Path, heading: str) -> tuple[str, str]:
-    """The two scripts of the first ```diff block after ``heading``: (before, after)."""
+def switch_scripts(path: Path = ROOT / "docs" / "guides" / "trl.md") -> tuple[str, str]:
+    """The two scripts of the TRL guide's switching section, as a reader copies them: (before, after)."""
     text = path.read_text(encoding="utf-8")
-    block = re.search(r"```diff\n(.*?)```", text[text.index(heading):], flags=re.S).group(1)
-    lines = block.split("\n")
-    side = lambda keep: "\n".join(line[1:] for line in lines if line[:1] in (" ", keep))  # noqa: E731
-    return side("-"), side("+")
+    section = text[text.index("## From GRPOTrainer to PODSTrainer"):]
+    section = section[:section.index("### Every difference from GRPOTrainer")]
+    blocks = [code for line, language, _, _, code in fences_of(section) if language in PYTHON]
+    assert len(blocks) == 2, f"the switching section has {len(blocks)} Python blocks, not a before and an after"
+    return blocks[0], blocks[1]
 
 
-def test_the_grpo_to_pods_diff_runs_on_both_sides(tmp_path, monkeypatch):
-    """The TRL guide's diff is of a real script: the GRPOTrainer side and the PODSTrainer side each train."""
-    before, after = diff_sides(ROOT / "docs" / "guides" / "trl.md", "## From GRPOTrainer to PODSTrainer")
-    assert "GRPOTrainer(" in before and "PODSTrainer(" in after and "downsample_to" in after
+def test_the_switch_from_grpo_changes_only_what_it_says():
+    """Before and after differ in the three changes the section names (the imports, the config with n and m, the
+    trainer), and are plain scripts (no diff markers a copy button would carry along)."""
+    import difflib
+
+    before, after = switch_scripts()
+    assert "GRPOTrainer(" in before and "PODSTrainer(" in after and "downsample_to=" in after
+    changed = [line[1:] for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    named = ("from trl import", "from pods_rl import", "Config(", "Trainer(")
+    assert changed and all(any(name in line for name in named) for line in changed if line.strip()), changed
+    for name, script in (("before", before), ("after", after)):
+        compile(script, f"docs/guides/trl.md ({name})", "exec")  # a line starting with + or - would not compile
+
+
+def test_the_grpo_to_pods_switch_runs_on_both_sides(tmp_path, monkeypatch):
+    """The TRL guide's before and after are real scripts: the GRPOTrainer one and the PODSTrainer one each train,
+    the second sampling n and keeping m < n."""
+    before, after = switch_scripts()
     monkeypatch.chdir(tmp_path)
     for name, script in (("before", before), ("after", after)):
         namespace: dict = {"__name__": f"trl_guide_{name}"}
@@ -211,10 +232,15 @@ def test_the_grpo_to_pods_diff_runs_on_both_sides(tmp_path, monkeypatch):
 
 
 def test_one_repository_address():
-    """pyproject's Repository URL is the one mkdocs.yml and the clone commands of the README and Get started use."""
+    """The repository's address is written in one place, pyproject.toml's ``[project.urls]``. The project is not
+    published yet, so the README and Get started say so and start from the project's directory, not from a clone
+    command; no other page, the site's config or the Makefile repeats the address."""
     url = re.search(r'^Repository\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(), flags=re.M).group(1)
-    repo_url = re.search(r"^repo_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), flags=re.M).group(1)
-    assert repo_url == url
+    assert url.startswith("https://")
+    elsewhere = [ROOT / "mkdocs.yml", ROOT / "Makefile", *doc_files(), *(ROOT / "src").rglob("*.py")]
+    repeats = [str(path.relative_to(ROOT)) for path in elsewhere if url in path.read_text(encoding="utf-8")]
+    assert not repeats, f"{url} is written again in {repeats}: pyproject.toml's [project.urls] is the one place"
     for page in ("README.md", "docs/get-started.md"):
-        clones = re.findall(r"git clone (\S+)", (ROOT / page).read_text())
-        assert clones and set(clones) == {url}, (page, clones)
+        text = re.sub(r"\s+", " ", (ROOT / page).read_text(encoding="utf-8"))
+        assert "not published yet" in text and "`[project.urls]`" in text and "cd pods-rl" in text, page
+        assert "git clone" not in text, page
