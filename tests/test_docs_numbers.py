@@ -369,3 +369,36 @@ def test_the_results_index_gives_the_async_study_its_seeds_and_steps():
     (seeds,) = {len(s) for s in report["seeds"].values()}
     row = next(line for line in (ROOT / "docs/results/index.md").read_text().splitlines() if "| `async/` |" in line)
     assert f"{seeds} seeds x {report['settings']['steps']} steps" in row, row
+
+
+# (page, which verdicts it quotes): the current wall-clock verdicts, to every accuracy level, wherever they are given
+VERDICT_PAGES = [("docs/index.md", ("strong", "shipped")), ("docs/results/index.md", ("strong", "shipped")),
+                 ("docs/concepts/when-pods-pays.md", ("strong", "shipped")), ("docs/concepts/adaptive.md", ("shipped",)),
+                 ("docs/results/projection.md", ("strong", "shipped"))]
+
+
+@pytest.mark.parametrize("relative, models", VERDICT_PAGES)
+def test_the_current_verdict_is_quoted_from_its_json_wherever_it_is_given(relative, models):
+    text = page(relative).replace("**", "")
+    for model in models:
+        folder, method = LEVELS[model]
+        assert levels(method, "time", folder) in text, (relative, model, levels(method, "time", folder))
+
+
+def test_when_pods_pays_quotes_its_ranges_from_the_studies():
+    """The concept page's summary: the whole-rise learning and step costs of adaptive PODS, and plain PODS's learning
+    to GRPO's peak and step costs, each a range over the two models."""
+    text = page("docs/concepts/when-pods-pays.md")
+    adaptive = [study(f)["study"]["methods"][m] for f, m in LEVELS.values()]
+    plain = [("evidence/strong", "pods-mv-n64m16"), ("evidence/shipped", "pods-mv-n32m8")]
+
+    def span(values, x="x"):
+        return f"{min(values):.2f}{x}-{max(values):.2f}{x}"
+
+    quoted = [span([a["to_levels"]["steps"]["ratio"] for a in adaptive]), span([a["step_ratio"] for a in adaptive]),
+              span([study(f)["study"]["comparisons_interpolated"]["steps/peak"]["labels"][m]["speedup"]
+                    for f, m in plain]),
+              span([study(f)["study"]["methods"][m]["step_ratio"] for f, m in plain])]
+    for phrase in quoted:
+        assert phrase in text, f"when-pods-pays.md does not say {phrase!r}"
+    assert interpolated("time/peak", "pods-mv-n32m8") in page("docs/concepts/adaptive.md")

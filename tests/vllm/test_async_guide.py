@@ -40,7 +40,7 @@ def example_blocks() -> tuple[str, str]:
     section = section[:section.index("\n## ", len(SECTION))]
     fences = re.findall(r"^```(\w*)\n(.*?)^```", section, flags=re.M | re.S)
     languages = [language for language, _ in fences]
-    assert languages == ["bash", "python"], f"the example should be a server command and a script, is {languages}"
+    assert languages[:2] == ["bash", "python"], f"the example should be a server command, then a script: {languages}"
     return fences[0][1], fences[1][1]
 
 
@@ -79,9 +79,9 @@ def test_the_cpu_example_trains_against_the_server_it_starts(tmp_path):
             server.wait(30)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
+    # 20 steps, the weights synced to the server after each (and once cold, before the first)
+    assert "trained 20 steps; weights synced to the server 21 times" in output, output[-3000:]
     printed = re.search(r"mean reward of all 16 rollouts per prompt, every 5 steps: ([\d.]+(?: -> [\d.]+)*)", output)
     assert printed, output[-3000:]
     rewards = [float(r) for r in printed.group(1).split(" -> ")]
-    assert len(rewards) == 4 and all(0 <= r <= 1 for r in rewards), rewards  # 20 steps, logged every 5
-    print(printed.group(0))
-    assert (tmp_path / "runs" / "async-pods-cpu" / "weights" / "model.safetensors").is_file()  # synced to the server
+    assert len(rewards) == 4 and all(0 <= r <= 1 for r in rewards), rewards  # logged every 5 steps
