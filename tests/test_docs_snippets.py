@@ -212,10 +212,12 @@ def test_the_switch_from_grpo_changes_only_what_it_says():
     assert "GRPOTrainer(" in before and "PODSTrainer(" in after and "downsample_to=" in after
     changed = [line[1:] for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
                if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    named = ("from trl import", "from pods_rl import", "Config(", "Trainer(")
+    named = ("from trl import", "from pods_rl import", "Config(", "num_generations=", "Trainer(")
     assert changed and all(any(name in line for name in named) for line in changed if line.strip()), changed
     for name, script in (("before", before), ("after", after)):
         compile(script, f"docs/guides/trl.md ({name})", "exec")  # a line starting with + or - would not compile
+        # the whole of every line shows in the site's code block at a 1400 px wide window (about 72 characters)
+        assert max(map(len, script.splitlines())) <= 72, name
 
 
 def test_the_grpo_to_pods_switch_runs_on_both_sides(tmp_path, monkeypatch):
