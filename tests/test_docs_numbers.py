@@ -278,6 +278,13 @@ def test_the_readme_verdict_is_the_studies():
     for peak_folder, method in (("evidence/strong", "pods-mv-n64m16-pilot16c"),
                                 ("evidence/shipped", "pods-mv-n32m8-pilot8c")):
         quoted.append(interpolated("time/peak", method, peak_folder))
+    # why a step costs more: the rollouts adaptive PODS samples, and what a rollout costs against a trained one
+    rollouts = sorted(study(f)["headline"][m]["rollouts_per_update"]["ratio_to_baseline"] for f, m in LEVELS.values())
+    quoted.append(f"samples {rollouts[0]:.1f}-{rollouts[1]:.0f} times GRPO's rollouts")
+    grpo = json.loads((RESULTS / "cost" / "cost_default.json").read_text())["rows"][0]
+    assert grpo["n"] == grpo["m"]
+    assert 0.4 < grpo["generation_ms_per_sampled_rollout"] / grpo["update_ms_per_kept_rollout"] < 0.6
+    quoted.append("sampling a rollout costs about half as much as training on one")
     for phrase in quoted:
         assert phrase in verdict, f"README's verdict does not say {phrase!r}"
     assert "Brackets are 95% bootstrap intervals" in verdict and "above 1 means PODS is faster" in verdict
