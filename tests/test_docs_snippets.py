@@ -280,7 +280,8 @@ def test_the_async_example_is_complete():
 
 
 # An issue number (#42), a study's stage or part (stage 4, parts 3-4): the project's bookkeeping, not the reader's.
-JARGON = re.compile(r"(?<![\w/`\[(&])#\d+\b|\b[Ss]tages? \d|\b[Pp]arts? \d")
+# (An upstream pull request, "TRL's PR #7176", is a reference a reader can follow.)
+JARGON = re.compile(r"(?<![\w/`\[(&])(?<!PR )#\d+\b|\b[Ss]tages? \d|\b[Pp]arts? \d")
 
 
 def jargon(text: str) -> list[tuple[int, str]]:
@@ -296,6 +297,7 @@ def jargon(text: str) -> list[tuple[int, str]]:
 
 def test_the_jargon_check_finds_what_it_should():
     assert jargon("as in #42, parts 3-4 and stage 4") == [(1, "#42"), (1, "parts 3"), (1, "stage 4")]
+    assert jargon("TRL's open PR #7176 scores them") == []
     assert jargon("`stage1-8-seeds/`, [x](#part-3), [y](a.md#h), 95% CIs, issue-free\n```\n#42\n```") == []
 
 
