@@ -307,3 +307,22 @@ def test_user_facing_pages_name_no_issues_or_stages():
     found = [f"{path.relative_to(ROOT)}:{line}: {match}" for path in doc_files()
              for line, match in jargon(path.read_text(encoding="utf-8"))]
     assert not found, "\n".join(found)
+
+
+def test_the_switch_names_every_field_pods_adds():
+    """The switching section's list of differences names each field PODSConfig adds to GRPOConfig (or its family)."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from pods_rl import PODSConfig
+
+    added = {f.name for f in dataclasses.fields(PODSConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
+    text = (ROOT / "docs" / "guides" / "trl.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| new fields |"))
+    named = set(re.findall(r"`(\w+)`", row))
+    families = {"adaptive_": "pilot_generations", "prompt_planner": "prompt_planner", "rollout_planner": "rollout_planner",
+                "ledger_": "prompt_planner"}  # "..." after a family's first field stands for the rest
+    missing = [name for name in added if name not in named
+               and not any(name.startswith(prefix) and first in named for prefix, first in families.items())]
+    assert not missing, f"docs/guides/trl.md's new fields do not name {missing}"
