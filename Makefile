@@ -6,6 +6,8 @@
 # Each creates or reuses the project's virtual environment .venv and, when pyproject.toml (or the torch choice) changed
 # since the last install, installs torch and the project with its dev extras into it, then runs.
 #
+#     make docs       the documentation site, into site/ (SITE_DIR=...), in an environment of its own without torch
+#
 # torch: on a machine without CUDA, the CPU build of TORCH_SPEC from TORCH_INDEX (PyTorch's CPU index); with CUDA
 # (nvidia-smi works) or on macOS, PyPI's default build. Choose another with e.g.
 #     make test TORCH_SPEC="torch==2.13.0" TORCH_INDEX=https://download.pytorch.org/whl/cu128
@@ -28,7 +30,7 @@ ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pods-installed
 
-.PHONY: train test install pack-runs unpack-runs
+.PHONY: train test install pack-runs unpack-runs docs
 train: install
 	$(BIN)/pods train $(ARGS)
 
@@ -62,3 +64,24 @@ install:
 pack-runs unpack-runs:
 	@test -n "$(STUDY)" || { echo "make: name the study's folder: make $@ STUDY=benchmarks/results/<machine>/<study>"; exit 2; }
 	$(PYTHON) benchmarks/pack_runs.py $(@:-runs=) $(STUDY) $(ARGS)
+
+# The documentation site, without torch: the pinned doc tools of pyproject.toml's `docs` extra in .venv-docs (installing
+# the extra itself would install pods-rl's dependencies, torch among them: the API pages are read statically instead),
+# then a strict build. Two banners about MkDocs 2.0 are silenced: mkdocs-material's (NO_MKDOCS_2_WARNING, read in
+# material/templates/__init__.py) and properdocs' (DISABLE_MKDOCS_2_WARNING=true, properdocs/replacement_warning.py;
+# mkdocs-gen-files and mkdocs-literate-nav import it).
+DOCS_VENV ?= .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.docs-installed
+SITE_DIR ?= site
+docs:
+	@set -e; \
+	if [ ! -x "$(DOCS_VENV)/bin/python" ]; then $(PYTHON) -m venv "$(DOCS_VENV)"; fi; \
+	$(DOCS_VENV)/bin/python docs/_scripts/docs_requirements.py > "$(DOCS_VENV)/docs-requirements.txt"; \
+	if ! cmp -s "$(DOCS_VENV)/docs-requirements.txt" "$(DOCS_STAMP)"; then \
+		echo "make: installing the doc tools into $(DOCS_VENV):" $$(cat "$(DOCS_VENV)/docs-requirements.txt"); \
+		$(DOCS_VENV)/bin/python -m pip install -q --upgrade pip; \
+		$(DOCS_VENV)/bin/python -m pip install -q -r "$(DOCS_VENV)/docs-requirements.txt"; \
+		cp "$(DOCS_VENV)/docs-requirements.txt" "$(DOCS_STAMP)"; \
+	fi; \
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(DOCS_VENV)/bin/mkdocs build --strict --site-dir "$(SITE_DIR)"; \
+	echo "make: the site is in $(SITE_DIR)/ (open $(SITE_DIR)/index.html, or serve it: $(DOCS_VENV)/bin/mkdocs serve)"

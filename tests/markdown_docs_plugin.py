@@ -67,12 +67,14 @@ def _fresh_registries():
     for name, module in list(sys.modules.items()):
         if name == "pods_rl" or name.startswith("pods_rl."):
             for value in vars(module).values():
-                if type(value) in (dict, set, list):
-                    saved.append((value, type(value)(value)))
+                # dict subclasses included: pods_rl.registry.Registry, the registries' own class, is one
+                if isinstance(value, (dict, set, list)):
+                    kind = dict if isinstance(value, dict) else set if isinstance(value, set) else list
+                    saved.append((value, kind, kind(value)))
     yield
-    for container, copy in saved:
-        if isinstance(container, list):
+    for container, kind, copy in saved:
+        if kind is list:
             container[:] = copy
-        else:
-            container.clear()
-            container.update(copy)
+        else:  # the base class's own clear/update: a registry's register() checks are for new entries, not these
+            kind.clear(container)
+            kind.update(container, copy)

