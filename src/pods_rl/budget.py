@@ -126,7 +126,13 @@ class RolloutBudget:
             first[chosen] = plan.rollouts.clamp(self.m, self.n)
         else:
             first[chosen] = pilot or self.n
-        metrics["pods/rollouts_planned"] = float(first.sum())
+        # The plan's rollouts are what is sampled: the chosen candidates' (a which-planner's own counts cover every
+        # candidate it did not skip).
+        sampled = first[first > 0].double()
+        metrics.update({"pods/plan_prompts": float(P), "pods/plan_rollouts": float(first.sum()),
+                        "pods/rollouts_per_prompt_mean": sampled.mean().item(),
+                        "pods/rollouts_per_prompt_min": sampled.min().item(),
+                        "pods/rollouts_per_prompt_max": sampled.max().item()})
         return first, metrics
 
     def record(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, *, step: int, epoch: int,
