@@ -5,12 +5,12 @@
 # math-verify the preset carries (all from `benchmarks/gpu/wheels.py constraints`), in an environment of its own
 # (.venv-gpu-image); pods-rl installed without its dependencies, so that those versions hold. Then, in a `git archive`
 # of HEAD (the tree a device call carries, without this checkout's build files): the preset's dry run as on the
-# machine (src/ on PYTHONPATH, no package metadata needed) and the trainer tests.
+# machine (src/ on PYTHONPATH, no package metadata needed), the trainer tests, and the preset's CPU mode end to end.
 # Python here is 3.11 (the image's is 3.12): the image's numpy 2.5.2 needs 3.12, so numpy is pip's choice here.
 # The wheels (about 3.5 GB with torch's CUDA libraries) are kept in PODS_GPU_IMAGE_WHEELS (default
 # ~/.cache/pods-rl/gpu-image-wheels): a second run on the same machine downloads nothing.
-# From the repository root: CI=true bash .ci/lane-gpu-image.sh. About 6 minutes on 2 cores with the wheels at hand,
-# 5 more to download them.
+# From the repository root: CI=true bash .ci/lane-gpu-image.sh. About 10 minutes on 2 cores with the wheels at hand
+# (install 2-3, dry run 0.5, tests 2, the CPU mode 3-5), 5-7 more to download them the first time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -47,6 +47,10 @@ export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 CUDA_VISIBLE_DEV
 (cd "$tree" && PYTHONPATH="$tree/src" timeout 300 python benchmarks/gpu/h100.py all --dry-run --work "$tree/work" \
     > "$tree/dry-run.log" 2>&1) || { tail -30 "$tree/dry-run.log"; exit 1; }
 grep -E "^dry run: |^total " "$tree/dry-run.log"
+# The trainer tests and the preset's own (not the one that makes its own git archive: this tree is one), then the
+# preset's CPU mode end to end (tests/gpu_image: answer, study, keep, and a second study that resumes).
 (cd "$tree" && timeout 900 python -m pytest -q -p no:cacheprovider --timeout 600 tests/test_trainer.py \
-    tests/test_trainer_adaptive.py tests/test_dropin.py tests/test_trl_surface.py tests/test_gpu_preset.py -k "not git_archive")
+    tests/test_trainer_adaptive.py tests/test_dropin.py tests/test_trl_surface.py tests/test_gpu_preset.py \
+    -k "not git_archive")
+(cd "$tree" && timeout 900 python -m pytest -q -p no:cacheprovider --timeout 800 --lane gpu_image tests/gpu_image)
 echo "gpu-image lane: passed in $((SECONDS - started)) s"

@@ -138,9 +138,11 @@ def study(args) -> int:
         pack()
         call.stage("gate", 0, lambda: gate(model["start_accuracy"], P.TINY_ACCURACY_RANGE if args.cpu
                                            else P.ACCURACY_RANGE) or {"start_accuracy": model["start_accuracy"]})
+        # At least a minute of runs, and the report's time kept after them (--max-minutes stops them gracefully).
         with Repacker(pack, lambda: finished_runs(study_dir)):
-            call.stage("runs", 60, lambda: pods_study(call, *flags, "runs", call.left() - s["report_seconds"],
-                                                      minutes=(call.left() - s["report_seconds"] - 20) / 60))
+            call.stage("runs", s["report_seconds"] + 80, lambda: pods_study(
+                call, *flags, "runs", call.left() - s["report_seconds"],
+                minutes=(call.left() - s["report_seconds"] - 20) / 60))
         call.stage("report", s["report_seconds"], lambda: pods_study(call, *flags, "report", s["report_seconds"] * 2))
         call.record["study"]["finished_after"] = finished_runs(study_dir)
         pack()
