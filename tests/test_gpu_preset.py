@@ -441,3 +441,15 @@ def test_the_machine_check_names_a_carried_wheel_that_shadows_the_image(gpu, tmp
         "trl": ["1.16.0 at /tmp/site", "1.10.0 at /image"]}
     result = gpu.session.machine_stage(_session(gpu, _args(tmp_path), step="answer", record="answer.json"))
     assert result["shadowed"] == {} and result["info"]["device"] == "cpu" and result["import_errors"] == {}
+
+
+def test_a_command_past_its_budget_is_asked_to_stop_first(gpu, tmp_path):
+    """A stage's command past its budget gets SIGTERM (so `pods study` can stop its runs gracefully), exit 124."""
+    call = _session(gpu, _args(tmp_path), step="answer", record="answer.json")
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: (print('stopping gracefully', flush=True), sys.exit(0)))\n"
+              "print('started', flush=True); time.sleep(60)\n")
+    start = time.monotonic()
+    assert call.run([sys.executable, "-c", script], tmp_path / "x.log", budget=10) == 124
+    assert time.monotonic() - start < 40
+    assert (tmp_path / "x.log").read_text().split() == ["started", "stopping", "gracefully"]

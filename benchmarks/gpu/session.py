@@ -122,16 +122,24 @@ class Session:
         return result
 
     def run(self, argv: list[str], log: Path, budget: float, env: dict | None = None) -> int:
-        """``argv`` in the repository root, its output to ``log``, killed after ``budget`` seconds or at the
-        deadline (exit 124); on failure its last lines are printed."""
+        """``argv`` in the repository root, its output to ``log``, stopped after ``budget`` seconds or at the
+        deadline (SIGTERM, then a kill 20 s later; exit 124); on failure its last lines are printed."""
         log.parent.mkdir(parents=True, exist_ok=True)
         print("+ " + shlex.join(argv), flush=True)
         limit = max(1.0, min(budget, self.left()))
         with open(log, "w") as out:
+            proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **(env or {})})
             try:
-                code = subprocess.run(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=limit,
-                                      env={**os.environ, **(env or {})}).returncode
+                code = proc.wait(timeout=limit)
             except subprocess.TimeoutExpired:
+                # SIGTERM first: `pods study` then stops its runs (their own sessions, which a kill would orphan)
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
                 code = 124
         if code:
             tail = log.read_text(errors="replace").strip().splitlines()[-6:]
