@@ -59,7 +59,7 @@ def test_the_plan_fits_one_30_minute_chance_and_call_1_fits_15(gpu):
     one_more = P.CALLS + (P.CALLS[-1],)
     assert sum(seconds for _, seconds in P.timeline(one_more)) > P.BUDGET_SECONDS  # the plan is full: no 4th call
     text = P.plan_text()
-    assert "of 30" in text and "call 1 alone" in text and "45" not in text
+    assert "of 30" in text and "call 1 alone" in text and "of 45" not in text
 
 
 def test_each_call_is_one_command_that_returns_what_it_has(gpu):
