@@ -13,8 +13,8 @@ import pytest  # noqa: E402
 
 # Optional engines have their own test lanes (tests/<lane>/), each run by .ci/run in that engine's own
 # environment: `python -m pytest -q --lane vllm tests/vllm`. The main suite never collects them, so it needs
-# neither engine installed.
-ENGINE_LANES = ("vllm", "verl", "deepspeed")
+# neither engine installed. gpu_image: the GPU preset end to end on CPU, with the GPU image's versions.
+ENGINE_LANES = ("vllm", "verl", "deepspeed", "gpu_image")
 _TESTS = Path(__file__).resolve().parent
 
 

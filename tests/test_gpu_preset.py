@@ -1,7 +1,7 @@
-"""The GPU preset (benchmarks/gpu/h100.py): the commands its steps run, what `pack` brings back from the machine, its
-dry run from a tree without package metadata, its plan against the GPU budget, and the wheels it carries
-(benchmarks/gpu/wheels.py and its lock). The steps themselves ran end to end on CPU at toy sizes (`h100.py all
---device cpu --tiny`, benchmarks/gpu/README.md); a GPU runs them at full size."""
+"""The GPU preset (benchmarks/gpu/): its plan against one 30-minute chance, the command of each device call, what a
+call carries (preflight), what comes back and how it is kept, the model's hash and accuracy gate, a call's stages
+against its deadline, its dry run from a tree without package metadata, and the wheels it carries. The steps run end
+to end on CPU at toy sizes with `h100.py answer --cpu` and `h100.py study --cpu` (benchmarks/gpu/README.md)."""
 
 import argparse
 import json
@@ -11,80 +11,316 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import time
 import zipfile
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = ROOT / "benchmarks"
+GPU = ROOT / "benchmarks" / "gpu"
 
 
 @pytest.fixture
-def preset(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS / "gpu"))
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    sys.modules.pop("h100", None)
-    import h100
+def gpu(monkeypatch):
+    """The preset's modules (plan, outbox, carry, session, answer, study_call, h100, wheels), imported fresh."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(GPU))
+    names = ("plan", "outbox", "carry", "session", "answer", "study_call", "h100", "wheels")
+    for name in names:
+        sys.modules.pop(name, None)
+    import importlib
 
-    return h100
+    return argparse.Namespace(**{name: importlib.import_module(name) for name in names})
 
 
 def _args(tmp_path, **kw):
-    base = dict(device="cuda", tiny=False, root=tmp_path / "gpu-x", model_dir=tmp_path / "model", study_name=None,
-                minutes=8.0, dest=None)
+    base = dict(out=tmp_path / "out", work=tmp_path / "work", results=tmp_path / "results", cpu=True,
+                model="built", dry_run=False, step="study")
     return argparse.Namespace(**{**base, **kw})
 
 
-def test_study_command_is_the_h100_plan(preset, tmp_path):
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "model.safetensors").write_bytes(b"weights")
-    command = preset.study_argv(_args(tmp_path), "--stage", "runs,report", "--max-minutes", "7.5")
-    flags = dict(zip(command[4::2], command[5::2]))  # after python -m pods_rl.commands.cli study
-    assert command[1:4] == ["-m", "pods_rl.commands.cli", "study"]
-    assert flags["--config"].endswith("benchmarks/gpu/h100.yaml") and flags["--m"] == "16" and flags["--n"] == "64"
-    assert flags["--cost-n"] == "16,32,64,128" and flags["--updates"] == "150" and "--use_cpu" not in command
-    assert flags["--seeds"] == "3" and flags["--control"] == "none"  # GRPO against PODS only: no random control
-    assert "--drop-weights" in command and command[-2:] == ["--max-minutes", "7.5"]
-    sha = preset.weights_sha256(tmp_path / "model")
-    assert flags["--out"] == str(tmp_path / "gpu-x" / f"study-{sha[:12]}")  # a rebuilt, different model: own folder
-    cpu = preset.study_argv(_args(tmp_path, device="cpu", tiny=True))
-    assert "--use_cpu" in cpu and cpu[cpu.index("--n") + 1] == "8"
+# ------------------------------------------------------------------------------------------------------------
+# The plan and the commands
+# ------------------------------------------------------------------------------------------------------------
+def test_the_plan_fits_one_30_minute_chance_and_call_1_fits_15(gpu):
+    """Machine start, every call at its hard limit and the per-call overhead fit 30 minutes; every call ends inside
+    9 (the device stops a command at 10); call 1, the answer, comes first and alone fits the 15 minutes a drawn task
+    gets at present; its stages' estimates fit inside its limit less the margin it keeps to pack."""
+    P = gpu.plan
+    assert P.BUDGET_SECONDS == 30 * 60 and P.CALL_LIMIT_SECONDS == 9 * 60
+    assert sum(seconds for _, seconds in P.timeline()) <= P.BUDGET_SECONDS
+    assert all(c.estimate <= c.timeout <= P.CALL_LIMIT_SECONDS for c in P.CALLS)
+    assert P.CALLS[0].step == "answer" and {c.step for c in P.CALLS[1:]} == {"study"}
+    assert P.fitting_calls(P.BUDGET_SECONDS) == len(P.CALLS) and P.fitting_calls(P.SMALL_BUDGET_SECONDS) == 1
+    assert P.START_SECONDS >= 120 and P.PER_CALL_SECONDS >= 30  # the device's start, carry and warm window
+    assert sum(P.ANSWER_STAGES.values()) <= P.CALLS[0].timeout - gpu.plan.MARGIN_SECONDS
+    one_more = P.CALLS + (P.CALLS[-1],)
+    assert sum(seconds for _, seconds in P.timeline(one_more)) > P.BUDGET_SECONDS  # the plan is full: no 4th call
+    text = P.plan_text()
+    assert "of 30" in text and "call 1 alone" in text and "of 45" not in text
 
 
-def test_pack_brings_back_results_but_no_weights(preset, tmp_path):
-    args = _args(tmp_path, dest=str(tmp_path / "out"))
-    run = args.root / "study" / "study" / "runs" / "grpo-n16-s0"
-    for name in ("metrics.jsonl", "summary.json", "final/model.safetensors", "checkpoint-5/optimizer.pt",
-                 "checkpoint-5/trainer_state.json"):
-        (run / name).parent.mkdir(parents=True, exist_ok=True)
-        (run / name).write_text("x")
-    (args.root / "study" / "report.txt").write_text("report")
-    assert preset.step_pack(args) == 0
-    with tarfile.open(tmp_path / "out" / "results.tgz") as tar:
-        names = sorted(Path(n).name for n in tar.getnames())
-    assert names == ["metrics.jsonl", "report.txt", "summary.json"]
+def test_each_call_is_one_command_that_returns_what_it_has(gpu):
+    """Each device call is one command of at most 2,000 characters: only the wheels the image lacks installed, after
+    src/ on PYTHONPATH; the step under a `timeout` below the device's limit; its output kept in $OUT as it is
+    written (tee), the pipeline's status that of the step. benchmarks/gpu/README.md writes each one out."""
+    readme = (GPU / "README.md").read_text()
+    for call in gpu.plan.CALLS:
+        command = gpu.plan.command(call)
+        assert len(command) <= 2000, len(command)
+        assert command.startswith("set -o pipefail; ")
+        assert f"timeout -k 10 {call.timeout} python3 benchmarks/gpu/h100.py {call.step} --out $OUT" in command
+        assert command.endswith(f"2>&1 | tee $OUT/{call.step}.log")
+        assert "PYTHONPATH=$PWD/src:/tmp/site " in command and "--no-index --no-deps" in command
+        assert command in readme, f"README lacks call {call.step}'s command"
 
 
-def test_the_plan_fits_the_gpu_budget_with_margin_and_the_old_one_did_not(preset):
-    """45 minutes of GPU, machine start included: the plan's estimate stays under MARGIN of it, so that a machine
-    lost mid-way (a new start and the model rebuilt, ~8 min) still fits; 12 runs x 200 updates (GRPO, PODS and the
-    random control, 4 seeds) did not fit at all."""
-    total = sum(seconds for _, seconds in preset.plan_seconds()) / 60
-    assert total <= preset.MARGIN * preset.BUDGET_MINUTES and preset.MARGIN <= 0.8
-    assert total + (preset.ESTIMATE["machine_start"] + preset.ESTIMATE["model"]) / 60 <= preset.BUDGET_MINUTES
-    methods = preset.study_methods(preset.STUDY)
-    assert [name for name, _ in methods] == ["grpo-n16", "pods-mv-n64m16"]
-    study = preset.STUDY["seeds"] * sum(preset.run_seconds(n, preset.STUDY) for _, n in methods)
-    calls = [s for name, s in preset.plan_seconds() if "study" in name]
-    assert study <= len(calls) * preset.STUDY_CALL_MINUTES * 60  # the study calls hold every run
-    old = {**preset.STUDY, "seeds": 4, "updates": 200}
-    old_methods = [*methods, ("pods-random-n64m16", 64)]
-    assert sum(seconds for _, seconds in preset.plan_seconds(old, old_methods)) / 60 > preset.BUDGET_MINUTES
+def test_the_readme_shows_the_plan_as_plan_py_computes_it(gpu):
+    readme = (GPU / "README.md").read_text()
+    assert "```\n" + gpu.plan.plan_text() + "\n```" in readme
 
 
+def test_commands_subcommand_prints_the_plans_commands(gpu, capsys):
+    assert gpu.h100.main(["commands"]) == 0
+    assert capsys.readouterr().out.splitlines() == [gpu.plan.command(c) for c in gpu.plan.CALLS]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Preflight: what a call carries
+# ------------------------------------------------------------------------------------------------------------
+def _git(repo, *args):
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def test_preflight_sums_what_the_device_would_carry(gpu, tmp_path):
+    """A synthetic tree: tracked (1 MiB), untracked but not ignored (2 MiB), ignored (50 MiB: stays, unless carried),
+    a deleted tracked file (gone: not counted), shared/ (travels though ignored) and .whl (3 MiB, carried)."""
+    MiB = 2**20
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / ".gitignore").write_text("big/\n.whl/\nshared/\n")
+    (repo / "src" / "a.bin").write_bytes(b"a" * MiB)
+    (repo / "gone.bin").write_bytes(b"g" * 5 * MiB)
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "tree")
+    (repo / "gone.bin").unlink()
+    (repo / "new.bin").write_bytes(b"n" * 2 * MiB)
+    (repo / "big").mkdir()
+    (repo / "big" / "weights.bin").write_bytes(b"w" * 50 * MiB)
+    (repo / ".whl").mkdir()
+    (repo / ".whl" / "x.whl").write_bytes(b"x" * 3 * MiB)
+    (repo / "shared").mkdir()
+    (repo / "shared" / "s.txt").write_bytes(b"s" * (MiB // 2))
+    size = (repo / ".gitignore").stat().st_size
+    ok, line = gpu.carry.preflight(repo, [".whl"], 10)
+    assert ok, line
+    expected = (1 + 2 + 0.5 + 3) * MiB + size
+    assert f"a call carries {expected / MiB:.1f} MiB" in line and ".whl 3.0 MiB" in line and "within 10 MiB" in line
+    ok, line = gpu.carry.preflight(repo, [".whl", "big"], 10)  # carrying the ignored folder counts it
+    assert not ok and "\n" not in line and "over the 10 MiB limit" in line and "big 50.0 MiB" in line
+    ok, line = gpu.carry.preflight(repo, [".whl"], 5)
+    assert not ok and "largest: new.bin 2.0 MiB" in line, line
+
+
+def test_preflight_subcommand_exits_1_over_the_limit(gpu, monkeypatch, capsys):
+    monkeypatch.setattr(gpu.h100, "preflight", lambda repo, carry, limit: (False, f"preflight: {carry} over {limit}"))
+    assert gpu.h100.main(["preflight", "--carry", ".whl,.gl"]) == 1
+    assert capsys.readouterr().out.strip() == "preflight: ['.whl', '.gl'] over 60"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# What comes back, and how it is kept
+# ------------------------------------------------------------------------------------------------------------
+def _run(study, name, finished=True, weights=True):
+    run = study / "study" / "runs" / name
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(f'{{"step": 0, "name": "{name}"}}\n')
+    (study / "study" / "runs" / f"{name}.log").write_text("log\n")
+    if finished:
+        (run / "summary.json").write_text("{}")
+        (run / "study_run.json").write_text("{}")
+    if weights:
+        (run / "checkpoint-5").mkdir()
+        (run / "checkpoint-5" / "trainer_state.json").write_text("{}")
+        (run / "final").mkdir()
+        (run / "final" / "model.safetensors").write_bytes(b"w")
+    return run
+
+
+def _names(archive):
+    with tarfile.open(archive) as tar:
+        return sorted(tar.getnames())
+
+
+def test_study_archive_holds_finished_runs_and_no_weights(gpu, tmp_path):
+    study = tmp_path / "study-abc"
+    _run(study, "grpo-n16-s0")
+    _run(study, "pods-mv-n64m16-s0", finished=False)  # in flight: restarts elsewhere
+    (study / "report.txt").write_text("report")
+    (study / "huge.log").write_bytes(b"x" * (gpu.outbox.SMALL_BYTES + 1))
+    box = gpu.outbox.Outbox(tmp_path / "out")
+    box.pack("study-abc.tgz", study, gpu.outbox.study_files(study))
+    assert _names(tmp_path / "out" / "study-abc.tgz") == [
+        "report.txt", "study/runs/grpo-n16-s0.log", "study/runs/grpo-n16-s0/metrics.jsonl",
+        "study/runs/grpo-n16-s0/study_run.json", "study/runs/grpo-n16-s0/summary.json"]
+    assert not list((tmp_path / "out").glob(".*"))  # no temporary file left: each file is replaced whole
+
+
+def test_keep_merges_study_archives_and_moves_a_changed_json_aside(gpu, tmp_path):
+    """An archive that came back is merged with the one kept before: the union of their finished runs (a call that
+    started from an older archive loses nothing); a JSON that changed moves the old one to previous/; logs go to
+    logs/ under the time they came back."""
+    results = tmp_path / "results"
+    old, new = tmp_path / "old", tmp_path / "new"
+    _run(old, "grpo-n16-s0")
+    _run(old, "pods-mv-n64m16-s0")
+    _run(new, "grpo-n16-s0")
+    _run(new, "grpo-n16-s1")
+    (new / "report.txt").write_text("new report")
+    back = tmp_path / "back"
+    box = gpu.outbox.Outbox(back)
+    box.write_json("study-call.json", {"results_dir": "gpu-test"})
+    box.write_json("model.json", {"sha256": "b"})
+    box.pack("study-k.tgz", new, gpu.outbox.study_files(new))
+    (back / "study.log").write_text("output")
+    dest = results / "gpu-test"
+    dest.mkdir(parents=True)
+    gpu.outbox.Outbox(dest).pack("study-k.tgz", old, gpu.outbox.study_files(old))
+    (dest / "model.json").write_text('{"sha256": "a"}')
+    lines = gpu.outbox.keep(back, results, stamp="T")
+    assert any("3 finished runs (1 kept from the archive there)" in line for line in lines), lines
+    names = _names(dest / "study-k.tgz")
+    assert {n for n in names if n.endswith("study_run.json")} == {
+        f"study/runs/{r}/study_run.json" for r in ("grpo-n16-s0", "grpo-n16-s1", "pods-mv-n64m16-s0")}
+    assert "report.txt" in names and "study/runs/pods-mv-n64m16-s0.log" in names
+    assert json.loads((dest / "model.json").read_text()) == {"sha256": "b"}
+    assert json.loads((dest / "previous" / "T-model.json").read_text()) == {"sha256": "a"}
+    assert (dest / "logs" / "T-study.log").read_text() == "output"
+    with pytest.raises(ValueError, match="no call record"):
+        gpu.outbox.keep(tmp_path / "old", results)
+
+
+def test_unpack_missing_keeps_the_newer_files_of_a_warm_machine(gpu, tmp_path):
+    study = tmp_path / "s"
+    _run(study, "grpo-n16-s0", weights=False)
+    gpu.outbox.Outbox(tmp_path).pack("a.tgz", study, gpu.outbox.study_files(study))
+    (study / "study" / "runs" / "grpo-n16-s0" / "metrics.jsonl").write_text("newer\n")
+    (study / "study" / "runs" / "grpo-n16-s0" / "summary.json").unlink()
+    assert gpu.outbox.unpack_missing(tmp_path / "a.tgz", study) == 1
+    assert (study / "study" / "runs" / "grpo-n16-s0" / "metrics.jsonl").read_text() == "newer\n"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The model: its hash, its accuracy, the study's folder
+# ------------------------------------------------------------------------------------------------------------
+def test_the_recorded_sha_of_the_shipped_model_is_the_shipped_weights(gpu):
+    assert gpu.session.weights_sha256(gpu.session.SHIPPED) == gpu.plan.SHIPPED_SHA256
+    assert gpu.plan.ACCURACY_RANGE[0] <= gpu.session.start_accuracy(gpu.session.SHIPPED) <= gpu.plan.ACCURACY_RANGE[1]
+
+
+@pytest.mark.parametrize("accuracy, fits", [(0.1, False), (0.2, True), (0.5, True), (0.8, True), (0.85, False)])
+def test_the_accuracy_gate_stops_in_one_line(gpu, accuracy, fits):
+    if fits:
+        gpu.session.gate(accuracy, gpu.plan.ACCURACY_RANGE)
+        return
+    with pytest.raises(gpu.session.Stop) as stop:
+        gpu.session.gate(accuracy, gpu.plan.ACCURACY_RANGE)
+    assert "\n" not in str(stop.value) and f"{accuracy:.3f}" in str(stop.value) and "--model shipped" in str(stop.value)
+
+
+def _model(directory, weights=b"weights", accuracy=0.5):
+    directory.mkdir(parents=True)
+    (directory / "model.safetensors").write_bytes(weights)
+    (directory / "build_info.json").write_text(json.dumps({"held_out_accuracy": {"sampled_t1": {"accuracy": accuracy}},
+                                                           "versions": {"torch": "2.11.0+cu130"}}))
+
+
+def _session(gpu, args, step="study", record="study-call.json"):
+    call = gpu.session.Session(args, step, record)
+    call.record["machine"] = {"info": {"gpu": "NVIDIA H100 80GB HBM3"}}
+    return call
+
+
+def test_a_built_model_other_than_the_recorded_one_stops_the_study(gpu, tmp_path):
+    """A warm machine's model (or a rebuild) is hashed and compared with the sha256 kept in the results folder: the
+    same continues, another stops in one line, after model.json went to $OUT (what was built comes back)."""
+    args = _args(tmp_path)
+    _model(args.work / "model")
+    sha = gpu.session.weights_sha256(args.work / "model")
+    call = _session(gpu, args)
+    record = gpu.study_call.ensure_model(call)
+    assert record["reused"] and record["key"] == sha[:12] and record["recorded_sha256"] is None
+    assert json.loads((args.out / "model.json").read_text())["sha256"] == sha
+    args.results.mkdir()
+    (args.results / "model.json").write_text(json.dumps({"kind": "built", "sha256": sha}))
+    assert gpu.study_call.ensure_model(call)["recorded_sha256"] == sha
+    (args.results / "model.json").write_text(json.dumps({"kind": "built", "sha256": "f" * 64}))
+    with pytest.raises(gpu.session.Stop) as stop:
+        gpu.study_call.ensure_model(call)
+    assert "\n" not in str(stop.value) and "ffffffffffff" in str(stop.value) and sha[:12] in str(stop.value)
+    assert json.loads((args.out / "model.json").read_text())["recorded_sha256"] == "f" * 64
+
+
+def test_the_shipped_model_names_its_own_study(gpu, tmp_path):
+    record = gpu.study_call.ensure_model(_session(gpu, _args(tmp_path, model="shipped")))
+    assert record["key"] == f"shipped-{gpu.plan.SHIPPED_SHA256[:12]}" and record["lr"] == gpu.plan.SHIPPED_LR
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A call's stages against its deadline
+# ------------------------------------------------------------------------------------------------------------
+def test_a_stage_that_does_not_fit_is_skipped_and_every_stage_is_recorded_at_once(gpu, tmp_path):
+    call = _session(gpu, _args(tmp_path), step="answer", record="answer.json")
+    record = lambda: json.loads((tmp_path / "out" / "answer.json").read_text())  # noqa: E731
+    assert call.stage("one", 1, lambda: {"x": 1}) == {"x": 1}
+    assert record()["one"] == {"x": 1} and record()["stages"][0]["status"] == "done"
+    assert call.stage("broken", 1, lambda: 1 / 0) is None and call.failed
+    assert record()["stages"][1]["status"] == "failed" and "ZeroDivisionError" in record()["stages"][1]["why"]
+    call.deadline = time.monotonic() + 10
+    assert call.stage("long", 60, lambda: pytest.fail("ran past the deadline")) is None
+    assert record()["stages"][2]["status"] == "skipped"
+
+    def stop():
+        raise gpu.session.Stop("no CUDA")
+
+    with pytest.raises(gpu.session.Stop):
+        call.stage("machine", 0, stop)
+    assert record()["stages"][3] | {"seconds": 0} == {"name": "machine", "estimate": 0, "status": "stopped",
+                                                      "why": "no CUDA", "seconds": 0}
+
+
+def test_cost_summary_splits_the_step_and_names_the_headline(gpu):
+    def row(n, pilot, step, ratio, gen, sel, upd):
+        return {"n": n, "m": 16, "pilot_generations": pilot, "step_ratio": ratio, "update_peak_gb": 1.0,
+                "sampled_per_step": 128, "seconds": {"generation": gen, "scoring": 0.0, "selection": sel,
+                                                     "update": upd, "step": step}}
+
+    summary = gpu.answer.cost_summary({"rows": [row(16, None, 1.0, 1.0, 0.3, 0.0, 0.7),
+                                                row(64, None, 1.2, 1.2, 0.45, 0.05, 0.7),
+                                                row(64, 16, 1.1, 1.1, 0.35, 0.05, 0.7)]})
+    assert summary["rows"][1]["share"] == {"generation": 0.375, "scoring": 0.0, "selection": 0.042, "update": 0.583}
+    assert summary["headline"] == ("a PODS 64 -> 16 step takes 1.20x a GRPO step (generation 38%, selection 4.2%, "
+                                   "update 58% of it); adaptive 64 -> 16 k16: 1.10x")
+
+
+def test_gpu_paths_cover_the_documented_paths(gpu, tmp_path):
+    """gpu_paths.json names every GPU-only path of plan.GPU_PATHS, and docs/guides/gpu.md has a row for each."""
+    call = _session(gpu, _args(tmp_path), step="answer", record="answer.json")
+    call.record["train_grpo-n16"] = {"finished": True, "bf16": True, "device": "cuda"}
+    call.record["stages"] = [{"name": "train_grpo-n16"}]
+    paths = gpu.answer.gpu_paths(call)
+    assert set(paths) == set(gpu.plan.GPU_PATHS) and paths["bf16"]["ran"] and not paths["nccl"]["ran"]
+    doc = (ROOT / "docs" / "guides" / "gpu.md").read_text()
+    for path in gpu.plan.GPU_PATHS:
+        assert f"`{path}`" in doc, path
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The dry run, from the tree a device call carries
+# ------------------------------------------------------------------------------------------------------------
 def python_without_pods_rl_metadata(tmp_path: Path) -> Path:
     """A virtual environment with every package of this one (linked) except pods-rl: no metadata, no editable
     finder, so ``importlib.metadata.version("pods-rl")`` fails there, as in a tree that was never installed."""
@@ -101,9 +337,10 @@ def python_without_pods_rl_metadata(tmp_path: Path) -> Path:
 
 
 def test_dry_run_from_a_git_archive_without_package_metadata(tmp_path):
-    """#38 item 6: `git archive HEAD` (no egg-info, no dist-info), pods_rl from its src/ on PYTHONPATH, in an
-    environment without pods-rl's metadata: `h100.py all --dry-run` imports what every step imports, plans the study
-    with `pods study --dry-run` and fits the budget, on CPU, writing nothing."""
+    """`git archive HEAD` (no egg-info), pods_rl from its src/ on PYTHONPATH as on the machine, in an environment
+    without pods-rl's metadata: `h100.py all --dry-run` imports what every stage imports, prints every command,
+    plans the study with `pods study --dry-run` (GRPO, PODS, adaptive PODS, seed by seed), fits the budget on CPU,
+    and writes nothing."""
     tree = tmp_path / "tree"
     tree.mkdir()
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, check=True, capture_output=True).stdout
@@ -115,52 +352,46 @@ def test_dry_run_from_a_git_archive_without_package_metadata(tmp_path):
     probe = subprocess.run([python, "-c", "import importlib.metadata as m; m.version('pods-rl')"], env=env,
                            capture_output=True, text=True)
     assert probe.returncode != 0 and "PackageNotFoundError" in probe.stderr
-    results = tmp_path / "results"
-    done = subprocess.run([python, "benchmarks/gpu/h100.py", "all", "--dry-run", "--root", str(results)],
+    work = tmp_path / "work"
+    done = subprocess.run([python, "benchmarks/gpu/h100.py", "all", "--dry-run", "--work", str(work)],
                           cwd=tree, env=env, capture_output=True, text=True, timeout=600)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     assert f"pods_rl from {tree / 'src' / 'pods_rl' / '__init__.py'} (version 0+unknown)" in out
-    assert '"missing": {}' in out and "dry run: ok" in out and "fits under 80%" in out
+    assert "dry run: ok" in out and "shipped model: sha256 f59f28d24887 as recorded" in out
     runs = re.findall(r"^pods train .*--output_dir \S+/study/runs/(\S+) ", out, re.M)
-    assert runs == ["grpo-n16-s0", "pods-mv-n64m16-s0", "grpo-n16-s1", "pods-mv-n64m16-s1", "grpo-n16-s2",
-                    "pods-mv-n64m16-s2"], runs  # GRPO against PODS, seed by seed
-    assert not results.exists()  # a dry run writes nothing
+    methods = ["grpo-n16", "pods-mv-n64m16", "pods-mv-n64m16-pilot16"]
+    assert runs == [f"{m}-s{s}" for s in range(8) for m in methods], runs  # seed by seed
+    assert out.count("+ ") >= 9 and "build-tiny" in out and "--max_train_seconds 40" in out
+    assert not work.exists()  # a dry run writes nothing
 
 
-@pytest.fixture
-def wheels(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS / "gpu"))
-    sys.modules.pop("wheels", None)
-    import wheels
-
-    return wheels
-
-
-def test_the_wheels_lock_is_complete(wheels):
-    """Everything pods-rl's base dependencies reach (their requirements, and theirs...) is in the lock, carried,
-    the image's or not needed with a reason; what was seen missing on the image is carried."""
-    lock = wheels.load()
-    assert wheels.lock_problems(lock) == []
-    assert set(lock["roots"]) == {wheels.canonical(re.match(r"[\w.-]+", d).group(0)) for d in wheels.base_dependencies()}
-    carried = wheels.carried(lock)
-    for name in ("xxhash", "pandas", "psutil", "jinja2", "markupsafe", "trl", "datasets", "dill", "multiprocess",
-                 "fsspec", "python-dateutil", "tzdata", "regex", "tokenizers", "safetensors", "pyyaml"):
-        assert name in carried, name
-    reached = wheels.closure(lock["roots"], lock["packages"])
-    for name, package in lock["packages"].items():
-        if name in reached:
-            assert package["status"] == wheels.status_of(name), name
-        else:
-            assert package["status"].startswith("not needed: reached only through an extra"), name
-    assert carried["trl"] == "1.16.0" and carried["datasets"] == "4.8.5" and Version(carried["fsspec"]) <= Version("2026.2.0")
-    assert set(wheels.IMAGE) <= set(lock["packages"])
+# ------------------------------------------------------------------------------------------------------------
+# The wheels: only what the image lacks
+# ------------------------------------------------------------------------------------------------------------
+def test_the_carried_wheels_are_what_the_image_lacks_and_nothing_it_has(gpu):
+    """Carried: TRL, datasets, math-verify and what they need that the image lacks; never a package of the image
+    (a carried copy would come first on PYTHONPATH and replace the image's torch or transformers)."""
+    w = gpu.wheels
+    lock = w.load()
+    assert w.lock_problems(lock) == []
+    assert set(lock["roots"]) == {w.canonical(re.match(r"[\w.-]+", d).group(0)) for d in w.base_dependencies()}
+    carried = w.carried(lock)
+    assert set(carried) == {"trl", "datasets", "math-verify", "dill", "multiprocess", "latex2sympy2-extended",
+                            "antlr4-python3-runtime"}
+    assert not set(carried) & w.IMAGE_PACKAGES
+    for name in ("torch", "transformers", "accelerate", "peft", "pandas", "psutil", "xxhash", "jinja2", "pyarrow"):
+        assert lock["packages"][name]["status"] == "image", name
+    assert carried["trl"] == "1.16.0" and carried["datasets"] == "4.8.5"
+    for name, version in w.IMAGE_VERSIONS.items():
+        assert lock["packages"][name]["version"] == version, name
+    assert "torch==2.11.0" in w.constraints(lock) and "trl==1.16.0" in w.constraints(lock)
 
 
-def test_the_wheels_lock_is_the_packages_own_metadata(wheels):
+def test_the_wheels_lock_is_the_packages_own_metadata(gpu):
     """Each lock entry installed here at the same version lists exactly the requirements its metadata declares (the
     lock is what pip resolved, not edited by hand)."""
-    lock = wheels.load()
+    lock = gpu.wheels.load()
     compared = 0
     for name, package in lock["packages"].items():
         try:
@@ -169,14 +400,15 @@ def test_the_wheels_lock_is_the_packages_own_metadata(wheels):
             continue
         if installed.version == package["version"]:
             compared += 1
-            assert wheels.requirement_names(installed.requires) == package["requires"], name
-    assert compared >= 10, compared  # 58 of 71 when the lock was written; fewer as this environment moves on
+            assert gpu.wheels.requirement_names(installed.requires) == package["requires"], name
+    assert compared >= 10, compared
 
 
-def test_wheel_check_names_what_is_missing(wheels, tmp_path):
+def test_wheel_check_names_what_is_missing(gpu, tmp_path):
     """``wheels.py check`` on wheels built here from the lock: complete passes; a missing wheel, another version
     and a requirement outside the lock are each named."""
-    lock = wheels.load()
+    w = gpu.wheels
+    lock = w.load()
 
     def wheel(name, version, requires):
         path = tmp_path / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
@@ -185,26 +417,39 @@ def test_wheel_check_names_what_is_missing(wheels, tmp_path):
             z.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", "Metadata-Version: 2.1\n" + meta + "\n\n")
         return path
 
-    for name, version in wheels.carried(lock).items():
+    for name, version in w.carried(lock).items():
         wheel(name, version, lock["packages"][name]["requires"])
-    assert wheels.wheel_problems(tmp_path, lock) == []
-    next(tmp_path.glob("xxhash-*.whl")).unlink()
-    wheel("pandas", "3.1.1", ["numpy", "no-such-dist>=1; python_version >= '3.8'"])
-    wheel("psutil", "0.1", [])
-    problems = wheels.wheel_problems(tmp_path, lock)
+    assert w.wheel_problems(tmp_path, lock) == []
+    next(tmp_path.glob("dill-*.whl")).unlink()
+    wheel("trl", "1.16.0", ["accelerate", "no-such-dist>=1; python_version >= '3.8'"])
+    wheel("datasets", "0.1", [])
+    problems = w.wheel_problems(tmp_path, lock)
     assert any(p.endswith("requires no-such-dist, which is not in the lock") for p in problems), problems
-    assert any("psutil 0.1, but the lock carries" in p for p in problems), problems
-    assert f"xxhash=={lock['packages']['xxhash']['version']}: no wheel" in problems
+    assert any("datasets 0.1, but the lock carries" in p for p in problems), problems
+    assert f"dill=={lock['packages']['dill']['version']}: no wheel" in problems
 
 
-def test_check_reports_every_missing_package_at_once(preset, wheels, monkeypatch):
-    lock = {"roots": ["packaging"], "packages": {
-        "packaging": {"version": "1", "requires": [], "status": "carried"},
-        "no-such-dist": {"version": "1", "requires": [], "status": "image"},
-        "also-missing": {"version": "1", "requires": [], "status": "carried"},
-        "networkx": {"version": "1", "requires": [], "status": "not needed: torch.compile only"}}}
-    monkeypatch.setattr(preset.wheels, "load", lambda: lock)
-    report = preset.import_report()
-    assert report["packaging"] == metadata.version("packaging") and "networkx" not in report
-    assert report["no-such-dist"].startswith("MISSING") and report["also-missing"].startswith("MISSING")
-    json.dumps(report)
+def test_the_machine_check_names_a_carried_wheel_that_shadows_the_image(gpu, tmp_path):
+    """On the machine, a carried distribution installed twice (in /tmp/site and in the image) is reported; the
+    check itself runs here (the CPU mode's machine stage)."""
+    class Dist:
+        def __init__(self, name, version, path):
+            self.metadata, self.version, self._path = {"Name": name}, version, path
+
+    dists = [Dist("trl", "1.16.0", "/tmp/site"), Dist("TRL", "1.10.0", "/image"), Dist("torch", "2.11.0", "/image")]
+    assert gpu.session.shadowing(dists, {"trl": "1.16.0", "dill": "0.4.1"}) == {
+        "trl": ["1.16.0 at /tmp/site", "1.10.0 at /image"]}
+    result = gpu.session.machine_stage(_session(gpu, _args(tmp_path), step="answer", record="answer.json"))
+    assert result["shadowed"] == {} and result["info"]["device"] == "cpu" and result["import_errors"] == {}
+
+
+def test_a_command_past_its_budget_is_asked_to_stop_first(gpu, tmp_path):
+    """A stage's command past its budget gets SIGTERM (so `pods study` can stop its runs gracefully), exit 124."""
+    call = _session(gpu, _args(tmp_path), step="answer", record="answer.json")
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: (print('stopping gracefully', flush=True), sys.exit(0)))\n"
+              "print('started', flush=True); time.sleep(60)\n")
+    start = time.monotonic()
+    assert call.run([sys.executable, "-c", script], tmp_path / "x.log", budget=10) == 124
+    assert time.monotonic() - start < 40
+    assert (tmp_path / "x.log").read_text().split() == ["started", "stopping", "gracefully"]
