@@ -117,13 +117,9 @@ class RolloutBudget:
             chosen[:] = True
         first = torch.zeros(P, dtype=torch.long)
         if self.how_many is not None:
-            # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
-            # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
-            per_prompt = min(self.n, max(self.m, round(self.budget_per_prompt or self.n)))
-            budget = round((self.budget_per_prompt or self.n) * int(chosen.sum()))
-            plan = self.how_many.plan(ids[chosen], self.ledger, n=per_prompt, total_budget=budget)
-            metrics.update({k: v for k, v in plan.metrics.items() if k not in metrics})
-            first[chosen] = plan.rollouts.clamp(self.m, self.n)
+            counts, allocated = self.allocate(ids[chosen])
+            metrics.update({k: v for k, v in allocated.items() if k not in metrics})
+            first[chosen] = counts
         else:
             first[chosen] = pilot or self.n
         # The plan's rollouts are what is sampled: the chosen candidates' (a which-planner's own counts cover every
@@ -134,6 +130,16 @@ class RolloutBudget:
                         "pods/rollouts_per_prompt_min": sampled.min().item(),
                         "pods/rollouts_per_prompt_max": sampled.max().item()})
         return first, metrics
+
+    def allocate(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """(S,) rollouts for each of S prompts that will be sampled (``ids`` (S,)), by the ``how_many`` planner under
+        a budget of ``adaptive_budget`` (default n) per prompt, each in [m, n]; and the planner's metrics."""
+        # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
+        # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
+        per_prompt = min(self.n, max(self.m, round(self.budget_per_prompt or self.n)))
+        budget = round((self.budget_per_prompt or self.n) * len(ids))
+        plan = self.how_many.plan(ids, self.ledger, n=per_prompt, total_budget=budget)
+        return plan.rollouts.clamp(self.m, self.n), plan.metrics
 
     def record(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, *, step: int, epoch: int,
                gather=None, device=None) -> dict[str, float]:

@@ -61,7 +61,11 @@ is an ``AsyncRolloutWorker``, saves and restores the prompt position for resume 
 now yields m rows for n rollouts, so ``pods_worker_kwargs`` scales it by n/m (rounded up) to keep the same
 staleness horizon in rows.
 
-TRL internals this module touches (pinned by tests/test_async_pods.py):
+**Rollout-budget planners** (``pods_prompt_planner="greso"``, ``pods_rollout_planner="knapsack"``): where the
+worker draws its prompts, ``pods_rl.integrations.async_budget`` skips the prompts its ledger saw all-equal and
+gives each prompt m..n rollouts (m from the generate loop, the rest as a top-up); every scored group is recorded.
+
+TRL internals this module touches (pinned by tests/test_async_pods.py and tests/test_async_budget.py):
 
 * ``async_rollout_worker._AsyncRolloutLoop``: subclassed; its keyword-only ``__init__`` (ours are popped first),
   ``async _score_group(self, group) -> list[RolloutSample]`` (called through ``super()``), ``reward_func_names``,
@@ -75,6 +79,9 @@ TRL internals this module touches (pinned by tests/test_async_pods.py):
 * With a pilot: ``num_generations`` (the generate loop's group size), ``_generate_one(prompt, tool_dict=, tools=,
   group_id=)``, ``_groups_to_score`` (the score queue), ``_standalone_tools``, ``tools``, ``max_inflight_tasks``,
   ``_total_completion_tokens``, ``_score_loop(stop_event)`` (wrapped to cancel top-ups when it ends).
+* With a planner: ``_repeat_iterator()`` (overridden: ``(group_id, row)`` pairs, ``num_generations`` per group),
+  ``dataset``, ``_dataset_iter``, ``model_version``, ``_push_metrics``; the trainer's ``_TrainBeginCallback``
+  (starts the worker) and ``_save_checkpoint``'s ``checkpoint-N`` and ``rollout_state.json`` resume point.
 * ``AsyncRolloutWorker``: subclassed; the class attribute ``_loop_cls`` and ``**loop_kwargs`` forwarded to the loop.
 * ``AsyncGRPOConfig``'s fields that ``AsyncGRPOTrainer.__init__`` passes to its default worker, read by
   ``pods_worker_kwargs`` the same way.
@@ -88,6 +95,7 @@ import importlib
 import inspect
 import logging
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -103,6 +111,12 @@ from trl.trainer.utils import get_callable_name
 
 from pods_rl.adaptive import AdaptiveSettings, group_is_mixed, plan_round
 from pods_rl.downsample import rule_takes_features
+from pods_rl.integrations.async_budget import (
+    BUDGET_KEYS,
+    BudgetLoop,
+    PODSLedgerCallback,
+    check_budget_settings,
+)
 from pods_rl.integrations.async_scoring import (
     ScoredConversation,
     conversations_at,
@@ -110,10 +124,12 @@ from pods_rl.integrations.async_scoring import (
     replaying,
     reward_funcs_as,
 )
+from pods_rl.ledger import LEDGER_FILE
 from pods_rl.rollouts import rollout_features
 from pods_rl.selection import SelectionSettings, select
 
-__all__ = ["PODSRolloutLoop", "PODSRolloutWorker", "pods_rollout_worker", "pods_worker_kwargs", "pods_settings"]
+__all__ = ["PODSLedgerCallback", "PODSRolloutLoop", "PODSRolloutWorker", "pods_rollout_worker", "pods_worker_kwargs",
+           "pods_settings"]
 
 logger = logging.getLogger("pods_rl")
 
@@ -165,13 +181,16 @@ def adaptive_settings(pilot: int | None, n: int, m: int, rule: str = "until_mixe
                                       names=ADAPTIVE_NAMES)
 
 
-class PODSRolloutLoop(_AsyncRolloutLoop):
+class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
     """TRL's asynchronous rollout loop, sampling n = ``num_generations`` per prompt and queueing the kept m.
 
     Takes ``_AsyncRolloutLoop``'s keyword arguments plus ``pods_m``, ``pods_rule`` (default ``max_variance``),
-    ``pods_tiebreak`` (default ``index``), ``pods_seed`` (for the ``random`` rule), ``pods_rule_module`` and, for
-    adaptive rollouts, ``pods_pilot``, ``pods_round_size``, ``pods_adaptive_rule``, ``pods_adaptive_reward`` and
-    ``pods_adaptive_budget`` (``pods_worker_kwargs`` says what each means).
+    ``pods_tiebreak`` (default ``index``), ``pods_seed`` (for the ``random`` rule and the planners' draws),
+    ``pods_rule_module``; for adaptive rollouts, ``pods_pilot``, ``pods_round_size``, ``pods_adaptive_rule``,
+    ``pods_adaptive_reward`` and ``pods_adaptive_budget``; for the rollout-budget planners
+    (``pods_rl.integrations.async_budget``), ``pods_prompt_planner``, ``pods_rollout_planner``, their ``*_args``,
+    ``pods_ledger_success_threshold``, ``pods_groups_per_step``, ``pods_ledger_path`` and ``pods_ledger_resume``
+    (``pods_worker_kwargs`` says what each means).
     """
 
     def __init__(self, *, pods_m: int, pods_rule: str = "max_variance", pods_tiebreak: str = "index",
@@ -179,14 +198,28 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
                  pods_round_size: int | None = None, pods_adaptive_rule: str = "until_mixed",
                  pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None, **kwargs: Any):
         n = kwargs.get("num_generations", 8)
+        planners = {key: kwargs.pop(key) for key in BUDGET_KEYS if key in kwargs}
         self.init_pods(pods_m, pods_rule, pods_tiebreak, pods_seed, pods_rule_module, n=n)
         self.adaptive = adaptive_settings(pods_pilot, n, pods_m, pods_adaptive_rule, pods_round_size,
                                           pods_adaptive_budget, pods_adaptive_reward,
                                           environment_factory=kwargs.get("environment_factory"))
+        budget = check_budget_settings(n, pods_m, pilot=pods_pilot, environment_factory=kwargs.get(
+            "environment_factory"), dataset=kwargs.get("dataset"), pods_adaptive_budget=pods_adaptive_budget,
+            pods_seed=pods_seed, **planners)
         super().__init__(**kwargs)
+        self.deciding_key = "reward" if pods_adaptive_reward is None else f"rewards/{pods_adaptive_reward}"
         if self.adaptive is not None:
             self.adaptive.check_reward(self.reward_func_names, ADAPTIVE_NAMES)
-            self.init_top_ups(n)
+            self.init_top_ups(n, self.adaptive.pilot)
+        elif budget is not None and budget.how_many is not None:
+            self.init_top_ups(n, pods_m)  # Knapsack-RL: m from TRL's generate loop, the rest topped up
+        if budget is not None and pods_adaptive_reward not in (None, *self.reward_func_names):
+            raise ValueError(f"pods_adaptive_reward {pods_adaptive_reward!r} is not one of this run's reward "
+                             f"functions {list(self.reward_func_names)}: the planners' ledger counts successes by it")
+        self.init_budget(budget, groups_per_step=planners.get("pods_groups_per_step") or 1,
+                         dataset_start_index=kwargs.get("dataset_start_index", 0), seed=pods_seed,
+                         ledger_path=planners.get("pods_ledger_path"),
+                         ledger_resume=planners.get("pods_ledger_resume"), logger=logger)
 
     def init_pods(self, m: int, rule: str = "max_variance", tiebreak: str = "index", seed: int | None = None,
                   rule_module: str | None = None, n: int | None = None) -> None:
@@ -194,10 +227,11 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         self.pods = pods_settings(m, rule, tiebreak, n=n, rule_module=rule_module)
         self.pods_generator = None if seed is None else torch.Generator().manual_seed(int(seed))
 
-    def init_top_ups(self, n: int) -> None:
-        """Adaptive rollouts: TRL's generate loop now emits a group after its pilot (``num_generations`` = pilot);
-        ``pods_n`` is the cap. Top-up generations draw on a pool of ``max_inflight_tasks`` slots of their own."""
-        self.pods_n, self.num_generations = n, self.adaptive.pilot
+    def init_top_ups(self, n: int, first: int) -> None:
+        """Rollouts in rounds (adaptive rollouts, Knapsack-RL's counts): TRL's generate loop now emits a group after
+        its ``first`` round (``num_generations`` = the pilot, or m); ``pods_n`` is the cap. Top-up generations draw
+        on a pool of ``max_inflight_tasks`` slots of their own."""
+        self.pods_n, self.num_generations = n, first
         self._scored: dict[int, list[ScoredConversation]] = {}  # group id -> its conversations scored so far
         self._rounds: dict[int, int] = {}  # group id -> rounds sampled so far
         self._pilots: dict[int, int] = {}  # group id -> rollouts of its first round (< pilot when some failed)
@@ -206,30 +240,36 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         self._top_up_error: BaseException | None = None
 
     async def _score_group(self, group: RolloutGroup) -> list[RolloutSample]:
-        adaptive = getattr(self, "adaptive", None)
-        if adaptive is None and self.pods.m >= self.num_generations:
+        adaptive, rounds = getattr(self, "adaptive", None), getattr(self, "pods_n", None) is not None
+        if not rounds and self.budget is None and self.pods.m >= self.num_generations:
             return await super()._score_group(group)  # m = n: TRL's own
         if not group.completions:
             return []  # nothing came back for this prompt: nothing to score or train
-        if adaptive is None:
-            return await self.kept_rows(group, await self.score_conversations(group))
+        if not rounds:
+            scored = await self.score_conversations(group)
+            self.record_group(group.group_id, self.deciding_rewards(scored)[0].tolist())
+            return await self.kept_rows(group, scored)
         if self._top_up_error is not None:
             raise self._top_up_error
         scored = self._scored.pop(group.group_id, [])
         scored += await self.score_conversations(group, start=len(scored))  # the new conversations only
         rounds = self._rounds.pop(group.group_id, 0) + 1
         pilot = self._pilots.pop(group.group_id, len(scored))
-        more = self.plan_top_up(scored)
-        if more:  # all equal so far: sample more of this prompt in the background, score it when they arrive
+        more = self.plan_top_up(scored, group.group_id)
+        if more:  # all equal so far / short of its count: sample more in the background, score them when they arrive
             self._scored[group.group_id], self._rounds[group.group_id] = scored, rounds
             self._pilots[group.group_id] = pilot
             task = asyncio.create_task(self.top_up(group, more))
             self._top_ups.add(task)
             task.add_done_callback(self._top_up_done)
             return []
-        pilot_rewards = self.adaptive_rewards(scored[:pilot])
-        metrics = {"pods/rollouts_sampled": float(len(scored)), "pods/rounds": float(rounds),
-                   "pods/frac_zero_std_pilot": float(not group_is_mixed(pilot_rewards, torch.tensor([pilot])))}
+        self.record_group(group.group_id, self.deciding_rewards(scored)[0].tolist())
+        metrics = {"pods/rollouts_sampled": float(len(scored)), "pods/rounds": float(rounds)}
+        if adaptive is not None:
+            pilot_rewards = self.deciding_rewards(scored[:pilot])
+            metrics["pods/frac_zero_std_pilot"] = float(not group_is_mixed(pilot_rewards, torch.tensor([pilot])))
+        else:
+            metrics["pods/rollouts_planned"] = float(self._planned.pop(group.group_id, len(scored)))
         return await self.kept_rows(group, scored, metrics)
 
     async def score_conversations(self, group: RolloutGroup, start: int = 0) -> list[ScoredConversation]:
@@ -267,17 +307,20 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
 
     # --- adaptive rollouts: top-ups in the background ------------------------------------------------------------
 
-    def adaptive_rewards(self, scored: list[ScoredConversation]) -> torch.Tensor:
-        """(1, len(scored)) the reward that decides whether a group is mixed: ``pods_adaptive_reward``'s, else the
-        total (NaN: not scored)."""
-        key = "reward" if self.adaptive.reward is None else f"rewards/{self.adaptive.reward}"
+    def deciding_rewards(self, scored: list[ScoredConversation]) -> torch.Tensor:
+        """(1, len(scored)) the reward that decides whether a group is mixed, and what the planners' ledger counts:
+        ``pods_adaptive_reward``'s, else the total (NaN: not scored)."""
+        key = getattr(self, "deciding_key", "reward")
         return torch.tensor([[conversation.metrics[key] for conversation in scored]], dtype=torch.float64)
 
-    def plan_top_up(self, scored: list[ScoredConversation]) -> int:
-        """Rollouts this group gets next by the adaptive rule (0: closed), from its scored conversations."""
+    def plan_top_up(self, scored: list[ScoredConversation], group_id: int | None = None) -> int:
+        """Rollouts this group gets next (0: closed), from its scored conversations: by the adaptive rule, or up to
+        the count Knapsack-RL planned for it."""
         count, n = len(scored), self.pods_n
+        if self.adaptive is None:
+            return max(self._planned.get(group_id, count) - count, 0)
         rewards = torch.full((1, n), float("nan"), dtype=torch.float64)
-        rewards[:, :count] = self.adaptive_rewards(scored)
+        rewards[:, :count] = self.deciding_rewards(scored)
         budget = None if self.adaptive.budget is None else round(self.adaptive.budget)
         more = plan_round(rewards, torch.tensor([count]), self.pods.m, n, self.adaptive.round_size,
                           self.adaptive.rule, budget=budget)
@@ -323,6 +366,7 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
             for task in top_ups:
                 task.cancel()
             await asyncio.gather(*top_ups, return_exceptions=True)
+            self.save_budget(force=True)  # the planners' state as the worker leaves it
 
     def select_conversations(self, group: RolloutGroup, metrics: list[dict[str, float]]) -> tuple[list[int], dict]:
         """Which m of the group's conversations to keep (ascending; all of them when it has at most m) and the
@@ -369,22 +413,27 @@ class PODSRolloutWorker(AsyncRolloutWorker):
 
     def __init__(self, *, pods_m: int, **kwargs: Any):
         check_worker_settings(pods_m, kwargs.get("num_generations", 8), kwargs.get("reward_funcs") or [],
-                              kwargs.get("environment_factory"),
+                              kwargs.get("environment_factory"), dataset=kwargs.get("dataset"),
                               **{key: value for key, value in kwargs.items() if key.startswith("pods_")})
         super().__init__(pods_m=pods_m, **kwargs)
 
 
-def check_worker_settings(pods_m: int, n: int, reward_funcs, environment_factory=None, *,
+def check_worker_settings(pods_m: int, n: int, reward_funcs, environment_factory=None, *, dataset=None,
                           pods_rule: str = "max_variance", pods_tiebreak: str = "index", pods_seed: int | None = None,
                           pods_rule_module: str | None = None, pods_pilot: int | None = None,
                           pods_round_size: int | None = None, pods_adaptive_rule: str = "until_mixed",
-                          pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None) -> None:
+                          pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None,
+                          **planners: Any) -> None:
     """Check every ``pods_*`` setting of the worker (one ``ValueError`` line each; an unknown keyword is a
-    ``TypeError`` naming it), before a child process is spawned."""
+    ``TypeError`` naming it), before a child process is spawned. ``planners``: the rollout-budget keywords
+    (``pods_rl.integrations.async_budget.BUDGET_KEYS``)."""
     pods_settings(pods_m, pods_rule, pods_tiebreak, n=n, rule_module=pods_rule_module)
     reward_names = [get_callable_name(f) for f in reward_funcs]
     adaptive_settings(pods_pilot, n, pods_m, pods_adaptive_rule, pods_round_size, pods_adaptive_budget,
                       pods_adaptive_reward, reward_names=reward_names, environment_factory=environment_factory)
+    check_budget_settings(n, pods_m, pilot=pods_pilot, environment_factory=environment_factory, dataset=dataset,
+                          reward_names=reward_names, pods_adaptive_budget=pods_adaptive_budget,
+                          pods_adaptive_reward=pods_adaptive_reward, pods_seed=pods_seed, **planners)
 
 
 def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, processing_class=None, *, pods_m: int,
@@ -416,13 +465,19 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
             adaptive rollouts: ``pods_pilot`` (k rollouts per prompt first; None: all n at once),
             ``pods_round_size`` (rollouts per later round, default k), ``pods_adaptive_rule`` (``until_mixed``,
             ``budgeted`` or a registered one), ``pods_adaptive_reward`` (the reward function whose all-equal values
-            keep a prompt open, default the total), ``pods_adaptive_budget`` (``budgeted``: rollouts per prompt).
+            keep a prompt open, default the total; also what the planners' ledger counts successes by),
+            ``pods_adaptive_budget`` (``budgeted`` and Knapsack-RL: rollouts per prompt on average);
+            rollout-budget planners (``pods_rl.integrations.async_budget``): ``pods_prompt_planner`` (``greso``: skip
+            prompts the ledger saw all-equal), ``pods_rollout_planner`` (``knapsack``: m..n rollouts per prompt),
+            ``pods_prompt_planner_args`` / ``pods_rollout_planner_args`` (dicts of the paper's knobs),
+            ``pods_ledger_success_threshold`` (0.5), ``pods_groups_per_step`` (default: the rows of a training
+            step / m) and ``pods_ledger_path`` (default ``args.output_dir/pods_ledger.pt``).
     """
     from transformers import AutoTokenizer
 
     n = args.num_generations
     reward_funcs = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
-    check_worker_settings(pods_m, n, reward_funcs, environment_factory, **pods)
+    check_worker_settings(pods_m, n, reward_funcs, environment_factory, dataset=train_dataset, **pods)
     init_kwargs = args.model_init_kwargs or {}
     revision, trust = init_kwargs.get("revision"), args.trust_remote_code
     if processing_class is None:
@@ -434,12 +489,15 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
 
         rows = args.per_device_train_batch_size * args.gradient_accumulation_steps
         train_dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * rows})
+    processes = args.world_size if num_processes is None else num_processes
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes  # rows
     inflight = args.max_inflight_tasks
-    if inflight < 0:  # TRL's horizon in rows; a group starts with n rollouts (k with a pilot) and yields m rows
-        processes = args.world_size if num_processes is None else num_processes
-        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
-        started = pods.get("pods_pilot") or n
+    if inflight < 0:  # TRL's horizon in rows; a group starts with n rollouts (k with a pilot, m with Knapsack-RL)
+        started = pods.get("pods_pilot") or (pods_m if pods.get("pods_rollout_planner") else n)  # and yields m rows
         inflight = math.ceil(max(args.max_staleness, 1) * per_step * started / pods_m)
+    if pods.get("pods_prompt_planner") or pods.get("pods_rollout_planner"):  # the planners' window and state file
+        pods.setdefault("pods_groups_per_step", math.ceil(per_step / pods_m))
+        pods.setdefault("pods_ledger_path", os.path.join(args.output_dir, LEDGER_FILE))
     kwargs = dict(
         model_name=model, lora_name=lora_name, dataset=train_dataset, reward_funcs=reward_funcs,
         processing_class=processing_class, eos_token_ids=_eos_token_ids(model, processing_class, revision, trust),

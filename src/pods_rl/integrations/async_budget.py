@@ -1,0 +1,389 @@
+"""The rollout-budget planners in TRL's asynchronous worker: which prompts it samples and how many rollouts each gets.
+
+``PODSRolloutLoop`` (``pods_rl.integrations.async_grpo``) runs them where TRL's worker draws its prompts: its generate
+loop takes ``(group_id, row)`` pairs from ``_repeat_iterator``, n per prompt, and starts one rollout per pair. With a
+planner, ``BudgetLoop._repeat_iterator`` draws prompts a window at a time (``pods_groups_per_step`` of them, the
+groups one training step consumes) through ``WorkerBudget.draw``:
+
+* ``pods_prompt_planner="greso"``: GRESO's skip decides, from the worker's prompt ledger, which drawn prompts are
+  skipped; a skipped prompt gets no group and no rollout, and the next row is drawn in its place (as GRESO's trainer
+  draws until its batch is full). A prompt is re-admitted when a whole pass over the dataset was skipped in a row.
+* ``pods_rollout_planner="knapsack"``: Knapsack-RL's allocation spreads ``pods_adaptive_budget`` rollouts per prompt
+  on average (default n) over the window's prompts, each between m and n. TRL's generate loop closes a group after a
+  fixed number of rollouts, so it samples m of each prompt and the worker tops the group up to its count in the
+  background (the adaptive rollouts' top-ups), then keeps m of all of them.
+
+Every group the worker scores is recorded in the ledger by its deciding reward (``pods_adaptive_reward``'s, or the
+total); GRESO's exploration probabilities adapt once per window of recorded groups (a training step's worth, as in
+GRESO's trainer). Decisions go to the trainer's log through the worker's metrics queue (``pods/prompts_*_total``
+counters, rates and gauges; see the guide), each group's planned count with its rows (``pods/rollouts_planned``).
+
+**Ids and positions.** A prompt's ledger id is its dataset index (TRL's worker walks the dataset in order, from
+``dataset_start_index``). Group ids count the groups started, not the rows drawn, so that the trainer's resume point
+(``rollout_state.json``: ``dataset_start_index`` + the first untrained group id) stays a prefix of trained groups;
+``WorkerBudget`` keeps each group's prompt position so that a resume maps it back to the prompt (``resume``).
+
+**State.** The worker is a child process: it writes its state (ledger, GRESO's probabilities, positions, generator)
+to ``pods_ledger_path`` (in ``args.output_dir``) after every window it draws, at most every ``SAVE_INTERVAL_S``
+after the groups it records, and when it stops. ``PODSLedgerCallback`` (``pods_rl.integrations.async_grpo``) copies
+that file into each checkpoint and hands it back to the worker on resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from pods_rl.budget import RolloutBudget
+from pods_rl.ledger import LEDGER_FILE
+from pods_rl.planners import available_planners
+
+__all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
+
+logger = logging.getLogger("pods_rl")
+
+# The worker's budget keywords (PODSRolloutLoop pops them before TRL's __init__); pods_seed, pods_adaptive_reward
+# and pods_adaptive_budget are shared with selection and the adaptive rounds.
+BUDGET_KEYS = ("pods_prompt_planner", "pods_prompt_planner_args", "pods_rollout_planner", "pods_rollout_planner_args",
+               "pods_ledger_success_threshold", "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume")
+SUPPORTED = {"pods_prompt_planner": ("which_prompts", "greso"), "pods_rollout_planner": ("how_many", "knapsack")}
+SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after recorded groups
+_RENAMES = {"rollout_planner_args": "pods_rollout_planner_args", "prompt_planner_args": "pods_prompt_planner_args",
+            "downsample_to": "pods_m"}
+
+
+def _worker_names(message: str) -> str:
+    """A core error's field names as the worker's users spell them."""
+    return re.sub(r"(?<![\w])(" + "|".join(_RENAMES) + r")\b", lambda match: _RENAMES[match.group(1)], message)
+
+
+def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_planner_args=None,
+                  pods_rollout_planner=None, pods_rollout_planner_args=None, pods_ledger_success_threshold=0.5,
+                  pods_adaptive_budget=None, pods_seed=None) -> types.SimpleNamespace:
+    """The fields ``RolloutBudget.from_config`` reads, from the worker's settings."""
+    return types.SimpleNamespace(
+        prompt_planner=pods_prompt_planner, prompt_planner_args=pods_prompt_planner_args,
+        rollout_planner=pods_rollout_planner, rollout_planner_args=pods_rollout_planner_args,
+        ledger_success_threshold=pods_ledger_success_threshold, adaptive_budget=pods_adaptive_budget,
+        num_generations=n, downsample_to=m, seed=0 if pods_seed is None else int(pods_seed))
+
+
+def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environment_factory=None,
+                          dataset=None, reward_names=None, **settings) -> RolloutBudget | None:
+    """Refuse, one line each and before the child is spawned, planner settings the worker cannot carry out; return
+    the budget they make (None without a planner). ``settings``: the ``pods_*`` budget keywords (``BUDGET_KEYS``),
+    plus ``pods_adaptive_budget``, ``pods_adaptive_reward`` and ``pods_seed``; an unknown one is a TypeError."""
+    unknown = sorted(set(settings) - {*BUDGET_KEYS, "pods_adaptive_budget", "pods_adaptive_reward", "pods_seed"})
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r} for the PODS worker")
+    for field, (kind, supported) in SUPPORTED.items():
+        name = settings.get(field)
+        if name is not None and name != supported:
+            raise ValueError(f"{field}={name!r}: the asynchronous worker runs {supported!r} for this question "
+                             f"(registered: {available_planners(kind)}); the others need a step that sees a batch "
+                             "of prompts at once (PODSTrainer, or your own loop: docs, Rollout budgets)")
+    if settings.get("pods_prompt_planner") is None and settings.get("pods_rollout_planner") is None:
+        return None
+    if settings.get("pods_rollout_planner") is not None:
+        if pilot is not None:
+            raise ValueError("pods_rollout_planner and pods_pilot both decide how many rollouts a prompt gets: set one")
+        if m >= n:
+            raise ValueError(f"pods_rollout_planner spends between pods_m (m={m}) and num_generations (n={n}) "
+                             "rollouts per prompt: with m = n every prompt gets n; raise num_generations above pods_m")
+        if environment_factory is not None:
+            raise ValueError("pods_rollout_planner does not support environment_factory: the worker samples m of each "
+                             "prompt and tops the group up to its count outside TRL's generate loop, which draws and "
+                             "resets an environment per rollout")
+        budget = settings.get("pods_adaptive_budget")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                   or not m <= budget <= n):
+            raise ValueError(f"pods_adaptive_budget={budget!r}: Knapsack-RL's rollouts per prompt on average must be a "
+                             f"number in [pods_m, num_generations] = [{m}, {n}]")
+    adaptive_reward = settings.get("pods_adaptive_reward")
+    if adaptive_reward is not None and reward_names is not None and adaptive_reward not in reward_names:
+        raise ValueError(f"pods_adaptive_reward {adaptive_reward!r} is not one of this run's reward functions "
+                         f"{list(reward_names)}: the planners' ledger counts successes by it")
+    if dataset is not None and not hasattr(dataset, "__len__"):
+        raise ValueError("the rollout-budget planners need a dataset with a length (a Dataset, not an "
+                         "IterableDataset): the ledger knows a prompt by its dataset index")
+    for key in ("pods_groups_per_step",):
+        value = settings.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{key} must be a positive integer (groups per training step), got {value!r}")
+    config = budget_config(n, m, **{k: v for k, v in settings.items() if k not in (
+        "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward")})
+    try:
+        return RolloutBudget.from_config(config)
+    except ValueError as err:
+        raise ValueError(_worker_names(str(err))) from None
+
+
+class WorkerBudget:
+    """The worker's planners and prompt ledger, and the prompt positions its groups came from. No framework: the
+    loop hands it rows (``draw``) and scored groups (``record``).
+
+    Args:
+        budget: the planners and the ledger (``RolloutBudget``).
+        groups_per_step: W, the prompts planned together (Knapsack-RL's budget is spread over them) and the
+            recorded groups between two adaptations of GRESO's probabilities.
+        dataset_size: rows in the dataset (prompt id = position modulo it).
+        start_index: TRL's ``dataset_start_index`` for this session: the position of the first row drawn.
+        seed: seeds the planners' draws (GRESO's uniform numbers).
+    """
+
+    def __init__(self, budget: RolloutBudget, *, groups_per_step: int, dataset_size: int, start_index: int = 0,
+                 seed: int = 0):
+        self.budget, self.window, self.dataset_size = budget, groups_per_step, dataset_size
+        self.start_index = self.next_position = start_index
+        self.positions: list[int] = []  # group id (this session) -> the absolute position of its prompt
+        self.generator = torch.Generator().manual_seed(seed)
+        self.pending: list[tuple[int, int, list[float], int]] = []  # (prompt id, position, rewards, step) not recorded
+
+    def prompt_id(self, position: int) -> int:
+        """The ledger id of the prompt at ``position``: its dataset index."""
+        return position % self.dataset_size
+
+    def draw(self, next_row: Callable[[], dict]) -> tuple[list[tuple[int, dict, int]], dict]:
+        """Draw the next window of W prompts from ``next_row`` (the dataset, in order), skipping those GRESO skips;
+        return ``(group_id, row, rollouts)`` per group (rollouts: Knapsack-RL's count, else n) and the metrics."""
+        which, n = self.budget.which, self.budget.n
+        chosen: list[tuple[int, dict]] = []  # (position, row)
+        drawn = skipped = easy = hard = readmitted = run = 0
+        while len(chosen) < self.window:
+            rows = []
+            for _ in range(self.window - len(chosen)):
+                rows.append((self.next_position, next_row()))
+                self.next_position += 1
+            drawn += len(rows)
+            keep = [True] * len(rows)
+            if which is not None:
+                ids = torch.tensor([self.prompt_id(position) for position, _ in rows], dtype=torch.long)
+                plan = which.plan(ids, self.budget.ledger, n=n, generator=self.generator)
+                keep = (plan.rollouts > 0).tolist()
+                hit = {"easy": plan.extra["easy"] & ~plan.sampled, "hard": plan.extra["hard"] & ~plan.sampled}
+            for i, (row, kept) in enumerate(zip(rows, keep, strict=True)):
+                if not kept and run < self.dataset_size:  # a whole pass skipped in a row: re-admit this one
+                    run, skipped = run + 1, skipped + 1
+                    easy, hard = easy + int(hit["easy"][i]), hard + int(hit["hard"][i])
+                    continue
+                run, readmitted = 0, readmitted + (not kept)
+                chosen.append(row)
+        metrics: dict = {}
+        if which is not None:
+            metrics = {"pods/prompts_drawn_total": float(drawn), "pods/prompts_skipped_total": float(skipped),
+                       "pods/prompts_skipped_easy_total": float(easy), "pods/prompts_skipped_hard_total": float(hard),
+                       "pods/prompts_readmitted_total": float(readmitted),
+                       "pods/prompts_skipped_frac": (float(skipped), float(drawn)),
+                       "pods/greso_p_easy": float(which.p_easy), "pods/greso_p_hard": float(which.p_hard)}
+        ids = torch.tensor([self.prompt_id(position) for position, _ in chosen], dtype=torch.long)
+        counts = torch.full((len(chosen),), n, dtype=torch.long)
+        if self.budget.how_many is not None:
+            counts, planned = self.budget.allocate(ids)
+            metrics.update({"pods/rollouts_planned_per_prompt": (float(counts.sum()), float(len(counts))),
+                            "pods/rollouts_planned_min": float(counts.min()),
+                            "pods/rollouts_planned_max": float(counts.max()),
+                            **{k: float(v) for k, v in planned.items() if k.startswith("pods/knapsack_")}})
+        groups = []
+        for (position, row), count in zip(chosen, counts.tolist(), strict=True):
+            groups.append((len(self.positions), row, count))
+            self.positions.append(position)
+        return groups, metrics
+
+    def record(self, group_id: int, rewards: list[float], *, step: int) -> dict[str, float]:
+        """Note group ``group_id``'s deciding rewards (one per rollout; NaN: unscored); once W groups are noted,
+        record them in the ledger together (GRESO adapts once per W) and return the ledger's and GRESO's metrics."""
+        position = self.positions[group_id]
+        self.pending.append((self.prompt_id(position), position, [float(r) for r in rewards], int(step)))
+        if len(self.pending) < self.window:
+            return {}
+        return self.flush()
+
+    def flush(self) -> dict[str, float]:
+        """Record the noted groups in the ledger now (one call: GRESO adapts once); their metrics."""
+        if not self.pending:
+            return {}
+        pending, self.pending = self.pending, []
+        width = max(len(rewards) for _, _, rewards, _ in pending)
+        rewards = torch.full((len(pending), max(width, 1)), float("nan"), dtype=torch.float64)
+        for g, (_, _, values, _) in enumerate(pending):
+            rewards[g, :len(values)] = torch.tensor(values, dtype=torch.float64)
+        ids = torch.tensor([prompt for prompt, _, _, _ in pending], dtype=torch.long)
+        counts = torch.tensor([len(values) for _, _, values, _ in pending], dtype=torch.long)
+        epoch = max(position for _, position, _, _ in pending) // self.dataset_size
+        return self.budget.record(ids, rewards, counts, step=max(step for *_, step in pending), epoch=epoch)
+
+    # ---- state: saved by the worker, copied into checkpoints, loaded on resume ------------------------------------
+
+    def state_dict(self) -> dict:
+        """The budget's state (ledger, planners), the generator's, this session's positions and the unrecorded
+        groups."""
+        pending = self.pending
+        return {"budget": self.budget.state_dict(), "generator": self.generator.get_state(),
+                "start_index": self.start_index, "next_position": self.next_position,
+                "positions": torch.tensor(self.positions, dtype=torch.long),
+                "pending_ids": torch.tensor([p for p, _, _, _ in pending], dtype=torch.long),
+                "pending_positions": torch.tensor([q for _, q, _, _ in pending], dtype=torch.long),
+                "pending_steps": torch.tensor([s for *_, s in pending], dtype=torch.long),
+                "pending_rewards": [torch.tensor(r, dtype=torch.float64) for _, _, r, _ in pending]}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``state_dict`` to ``path`` (a temporary file renamed into place: a reader never sees half of it)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        torch.save(self.state_dict(), partial)
+        os.replace(partial, path)
+        return path
+
+    def resume(self, path: str | os.PathLike, dataset_start_index: int) -> tuple[int, bool]:
+        """Restore the state saved at ``path`` for a session that TRL starts at ``dataset_start_index`` (its
+        ``rollout_state.json``: the saved session's start plus its first untrained group). Returns the prompt
+        position to draw from and whether it was found among the saved groups (else ``dataset_start_index``)."""
+        state = torch.load(Path(path), weights_only=True)
+        self.budget.load_state_dict(state["budget"])
+        self.generator.set_state(state["generator"])
+        self.pending = [(int(p), int(q), r.tolist(), int(s)) for p, q, s, r in zip(
+            state["pending_ids"], state["pending_positions"], state["pending_steps"], state["pending_rewards"],
+            strict=True)]
+        positions, offset = state["positions"].tolist(), dataset_start_index - int(state["start_index"])
+        found = 0 <= offset <= len(positions)
+        position = (positions[offset] if offset < len(positions) else int(state["next_position"])) if found \
+            else dataset_start_index
+        self.start_index, self.next_position, self.positions = dataset_start_index, position, []
+        return position, found
+
+
+class BudgetLoop:
+    """What ``PODSRolloutLoop`` adds to TRL's ``_AsyncRolloutLoop`` for the planners (a mixin before it in the bases:
+    ``super()`` is TRL's loop). Reads TRL's ``dataset``, ``_dataset_iter``, ``num_generations``, ``model_version``
+    and ``_push_metrics``."""
+
+    budget: WorkerBudget | None = None
+    _planned: dict[int, int]  # group id -> Knapsack-RL's rollouts for it (groups not yet closed)
+
+    def init_budget(self, budget: RolloutBudget | None, *, groups_per_step: int, dataset_start_index: int,
+                    seed: int | None, ledger_path: str | None, ledger_resume: str | None, logger) -> None:
+        """Set up the budget (None: no planner) in the child, resuming its state from ``ledger_resume`` when the
+        trainer resumes, and position the dataset where the saved groups say."""
+        self._planned, self._ledger_path, self._saved_at = {}, ledger_path, 0.0
+        if budget is None:
+            return
+        self.budget = WorkerBudget(budget, groups_per_step=groups_per_step, dataset_size=len(self.dataset),
+                                   start_index=dataset_start_index, seed=0 if seed is None else int(seed))
+        if ledger_resume:
+            position, found = self.budget.resume(ledger_resume, dataset_start_index)
+            if not found:
+                logger.warning("warning: the trainer resumes at prompt %d, which the saved ledger (%s) does not know: "
+                               "the worker starts drawing there", dataset_start_index, ledger_resume)
+            start = position % len(self.dataset)
+            self._dataset_iter = iter(self.dataset.select(range(start, len(self.dataset)))) if start else iter(
+                self.dataset)
+        elif dataset_start_index > 0:
+            logger.warning("warning: the trainer resumes at prompt %d without the worker's ledger (pass "
+                           "PODSLedgerCallback(worker) to AsyncGRPOTrainer(callbacks=...)): the planners start from an "
+                           "empty ledger, and the position counts trained groups, not the prompts skipped before "
+                           "them", dataset_start_index)
+
+    def _next_row(self) -> dict:
+        """The dataset's next row, starting over at its end (as TRL's ``_repeat_iterator``)."""
+        try:
+            return next(self._dataset_iter)
+        except StopIteration:
+            self._dataset_iter = iter(self.dataset)
+            return next(self._dataset_iter)
+
+    def _repeat_iterator(self):
+        if self.budget is None:
+            yield from super()._repeat_iterator()
+            return
+        while True:
+            groups, metrics = self.budget.draw(self._next_row)
+            self.save_budget(force=True)  # the new groups' positions, before any of them is generated
+            if metrics:
+                self._push_metrics(metrics)
+            for group_id, row, count in groups:
+                if self.budget.budget.how_many is not None:
+                    self._planned[group_id] = count
+                for _ in range(self.num_generations):
+                    yield group_id, row
+
+    def record_group(self, group_id: int, rewards: list[float]) -> None:
+        """Note a scored group's deciding rewards in the ledger (pushing the metrics of a recording)."""
+        if self.budget is None:
+            return
+        metrics = self.budget.record(group_id, rewards, step=self.model_version)
+        if metrics:
+            self._push_metrics(metrics)
+        self.save_budget(force=bool(metrics))
+
+    def save_budget(self, force: bool = False) -> None:
+        """Write the state to ``pods_ledger_path`` (``force``, or ``SAVE_INTERVAL_S`` after the last write)."""
+        if self.budget is None or not self._ledger_path:
+            return
+        now = time.monotonic()
+        if force or now - self._saved_at >= SAVE_INTERVAL_S:
+            self.budget.save(self._ledger_path)
+            self._saved_at = now
+
+
+class PODSLedgerCallback(TrainerCallback):
+    """Puts the asynchronous worker's ledger into each of ``AsyncGRPOTrainer``'s checkpoints and gives it back to the
+    worker when the trainer resumes from one::
+
+        worker = pods_rollout_worker(model, accuracy, args, dataset, pods_m=4, pods_prompt_planner="greso")
+        trainer = AsyncGRPOTrainer(..., rollout_worker=worker, callbacks=[PODSLedgerCallback(worker)])
+
+    Pass it to the constructor: the trainer starts its worker in a callback of its own at train begin, added after
+    the constructor's, and the worker must know the saved ledger before its child starts. On save it copies the
+    file the worker keeps (``pods_ledger_path``) into ``checkpoint-N/pods_ledger.pt``; on resume it hands the
+    worker ``output_dir/checkpoint-N/pods_ledger.pt``, N the step the trainer resumed at. Without planners it does
+    nothing.
+    """
+
+    def __init__(self, worker):
+        self.worker = worker
+
+    def _kwargs(self) -> dict:
+        return self.worker._loop_kwargs  # what AsyncRolloutWorker hands its child (TRL's resume state goes there too)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        loop_kwargs = self._kwargs()
+        loop_kwargs.pop("pods_ledger_resume", None)  # never carried over from an earlier train() call
+        if not loop_kwargs.get("pods_ledger_path") or not state.global_step:
+            return
+        if getattr(self.worker, "_process", None) is not None:
+            raise RuntimeError("PODSLedgerCallback ran after the rollout worker started: pass it as "
+                               "AsyncGRPOTrainer(callbacks=[PODSLedgerCallback(worker)]), not with add_callback")
+        saved = ledger_file(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+        if saved.is_file():
+            loop_kwargs["pods_ledger_resume"] = str(saved)
+        else:
+            logger.warning("warning: %s holds no worker ledger: the planners start from an empty one", saved.parent)
+
+    def on_save(self, args, state, control, **kwargs):
+        live = self._kwargs().get("pods_ledger_path")
+        if not live or not state.is_world_process_zero:
+            return
+        if not Path(live).is_file():
+            logger.warning("warning: the worker has written no ledger yet (%s): checkpoint-%d holds none", live,
+                           state.global_step)
+            return
+        target = ledger_file(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+        partial = target.with_name(target.name + ".partial")
+        shutil.copyfile(live, partial)  # (the worker replaces the file by rename: a copy never sees half of it)
+        os.replace(partial, target)
+
+
+def ledger_file(checkpoint_dir: str | os.PathLike) -> Path:
+    """Where a checkpoint holds the worker's state."""
+    return Path(checkpoint_dir) / LEDGER_FILE
+
