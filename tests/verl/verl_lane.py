@@ -45,14 +45,16 @@ def make_trainer(*overrides: str, mode: str = "sync"):
 
 
 def put_group(rewards, *, partition: str = "train", lengths=None, sessions=None, outputs: int = 1,
-              status: str = "finished", global_steps: int = 0, with_rewards: bool = True) -> str:
+              status: str = "finished", global_steps: int = 0, with_rewards: bool = True,
+              dataset_index: int | None = None) -> str:
     """Write one prompt group into TransferQueue as verl's rollout does (AgentLoopWorkerTQ): each session's
     outputs under ``{uid}_{session}_{index}`` with verl's own ``AgentLoopOutput.as_dict()`` fields (the reward on
     the last response token of ``rm_scores``) and tags, then the prompt's status. Returns the uid.
 
     ``lengths``: response tokens per session (default 4 + session); ``sessions``: session ids (default 0..n-1;
     fewer make a ragged group); ``outputs``: outputs per session (multi-output agent loops; every output carries
-    the session's reward, as verl copies it).
+    the session's reward, as verl copies it); ``dataset_index``: the prompt's dataset index, stored with every rollout as
+    verl's agent loop stores the dataset row's fields (RLHFDataset's ``index``, from ``extra_info.index``).
     """
     from transfer_queue import kv_batch_put, kv_put
     from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
@@ -75,6 +77,8 @@ def put_group(rewards, *, partition: str = "train", lengths=None, sessions=None,
             sample["loss_mask"] = sample["response_mask"]
             sample["uid"] = uid
             sample["session_id"] = session
+            if dataset_index is not None:
+                sample["index"] = dataset_index
             keys.append(f"{uid}_{session}_{index}")
             fields.append(sample)
             tags.append({"status": "success", "prompt_len": len(prompt_ids), "response_len": length,

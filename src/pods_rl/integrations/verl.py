@@ -36,6 +36,17 @@ response tokens and ``truncated`` (B, n), True where the last output reached ``r
 Every ``sample()`` of the training partition adds the ``pods/*`` metrics the TRL trainer logs: reward mean and
 std over all sampled and over the kept rollouts, the fraction of groups with all-equal rewards before and after,
 and the group-selection counts (see ``select_sessions``).
+
+**The prompt ledger** (``pods_rl.ledger``, issue #54), with ``+trainer.v1.sampler.sampler_kwargs.ledger=true``: every
+sampled group of the training partition (all its sessions, before selection) is recorded by its session rewards
+(success: above ``ledger_success_threshold``, 0.5), keyed by the ``index`` verl stores with each rollout (the
+dataset row's ``extra_info.index``), with ``pods/ledger_*`` metrics. verl's checkpoint hook saves it
+(``trainer.checkpoint_callback_class=pods_rl.integrations.verl.PODSCheckpointCallback``: ``global_step_N/
+pods_ledger.pt``), and the first training sample after verl resumed loads it from the folder verl resumed from.
+The planners that would read it cannot run here: verl's trainer draws prompts from its dataloader and dispatches
+them to generation itself, and its agent loop takes a prompt's rollout count from the dataset row, so the buffer,
+which sees a group only once it is generated, can neither skip a prompt (GRESO) nor size its group (Knapsack-RL);
+``sampler_kwargs.prompt_planner`` / ``rollout_planner`` are refused by name (docs/guides/verl.md).
 """
 
 from __future__ import annotations
@@ -68,6 +79,8 @@ def _installed_verl() -> str | None:
 
 _require_supported_verl(_installed_verl())  # before the imports below, which reach into verl's internals
 
+import logging  # noqa: E402
+import os  # noqa: E402
 from collections.abc import Mapping  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
@@ -75,19 +88,36 @@ import torch  # noqa: E402
 import transfer_queue as tq  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
+from verl.trainer.ppo.checkpoint_callback import CheckpointCallback  # noqa: E402
 from verl.trainer.ppo.utils import need_critic  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
+from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path  # noqa: E402
 from verl.utils.import_utils import load_module  # noqa: E402
 
 from pods_rl.downsample import rule_takes_features  # noqa: E402
 from pods_rl.integrations.verl_args import SEPARATE_ASYNC, padding_rows  # noqa: E402
+from pods_rl.ledger import LEDGER_FILE, LedgerSettings, PromptLedger  # noqa: E402
 from pods_rl.selection import SelectionSettings, kept_groups, select  # noqa: E402
 
-__all__ = ["PODSReplayBuffer", "PODSReplayBufferAsync", "PODSSettings", "select_sessions", "VERL_RANGE"]
+__all__ = ["PODSCheckpointCallback", "PODSReplayBuffer", "PODSReplayBufferAsync", "PODSSettings", "select_sessions",
+           "VERL_RANGE"]
+
+logger = logging.getLogger("pods_rl")
 
 # How verl's users spell the selection settings (SelectionSettings' errors name them so).
 VERL_NAMES = {name: f"sampler_kwargs.{name}" for name in ("m", "rule", "tiebreak", "oversample_prompts")}
 VERL_NAMES["register"] = "pods_rl.register_rule in a module named by sampler_kwargs.rule_module"
+# The rollout-budget planners verl's hooks cannot carry (docs/guides/verl.md, "Rollout budgets"), refused by name.
+_SKIP = ("verl's trainer draws prompts from its dataloader and dispatches them to generation itself "
+         "(_add_batch_to_generate); the replay buffer sees a prompt only once its rollouts are finished, so it cannot "
+         "skip one before generation (GRESO); run it in PODSTrainer or the asynchronous TRL worker")
+_COUNTS = ("verl's agent loop reads a prompt's rollout count from its dataset row (__rollout_n__), which the replay "
+           "buffer never sees, and sizes mini-batches and GRPO groups by rollout.n; the buffer cannot give prompts "
+           "different counts (Knapsack-RL); run it in PODSTrainer or the asynchronous TRL worker")
+_CANNOT_CARRY = {"prompt_planner": _SKIP, "prompt_planner_args": _SKIP, "rollout_planner": _COUNTS,
+                 "rollout_planner_args": _COUNTS}
+_NO_INDEX = ("sampler_kwargs.ledger keys prompts by the dataset index verl stores with each rollout (the `index` field, "
+             "from the row's extra_info.index): ")
 _NO_REWARDS = ("no rewards (rm_scores) in TransferQueue when the PODS replay buffer samples: PODS selects by reward "
                "before anything else runs, so use rule-based rewards or a reward model in its own resource pool "
                "(reward.reward_model.enable_resource_pool=True)")
@@ -103,6 +133,8 @@ class PODSSettings:
     oversample_prompts: float = 1.0
     seed: int = 0
     rule_module: str | None = None
+    ledger: bool = False  # keep a prompt ledger of every sampled group (pods_rl.ledger), saved with checkpoints
+    ledger_success_threshold: float = 0.5  # a session succeeds when its reward is above this
     n: int | None = None  # rollout.n, when the trainer's config is known
     response_length: int | None = None  # rollout.response_length: where a response counts as truncated
 
@@ -113,6 +145,8 @@ class PODSSettings:
         ``trainer_config``: the trainer's whole config, when known: gives n and the response length.
         """
         kwargs = _plain(sampler_kwargs)
+        for key in sorted(set(kwargs) & set(_CANNOT_CARRY)):
+            raise ValueError(f"sampler_kwargs.{key}: {_CANNOT_CARRY[key]}")
         known = {f for f in cls.__dataclass_fields__ if f not in ("n",)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
@@ -137,9 +171,13 @@ class PODSSettings:
         if rule_takes_features(rule) and response_length is None:
             raise ValueError(f"rule {rule!r} takes features (lengths, truncated): set "
                              "+trainer.v1.sampler.sampler_kwargs.response_length to rollout.response_length")
+        ledger, threshold = kwargs.get("ledger", False), kwargs.get("ledger_success_threshold", 0.5)
+        if not isinstance(ledger, bool):
+            raise ValueError(f"sampler_kwargs.ledger must be true or false, got {ledger!r}")
+        LedgerSettings(success_threshold=threshold)  # a finite number, or one line naming it
         return cls(m=selection.m, rule=rule, tiebreak=selection.tiebreak,
                    oversample_prompts=selection.oversample_prompts, seed=seed, rule_module=kwargs.get("rule_module"),
-                   n=n, response_length=response_length)
+                   ledger=ledger, ledger_success_threshold=float(threshold), n=n, response_length=response_length)
 
     @property
     def selection(self) -> SelectionSettings:
@@ -239,14 +277,44 @@ class PODSReplayBuffer(ReplayBuffer):
                          refill_fn=refill_fn, **kwargs)
         self._generator = torch.Generator().manual_seed(self.pods.seed)
         self._pods_metrics: dict[str, float] = {}
+        self._config = config
+        self.ledger = PromptLedger(LedgerSettings(success_threshold=self.pods.ledger_success_threshold)) \
+            if self.pods.ledger else None
+        self._ledger_resumed, self._global_steps = False, 0
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         """verl's ``sample`` (sync or async semantics), returning only the kept rollouts, plus the ``pods/*``
         metrics. ``batch_size`` counts sampled prompt groups; with over-sampling fewer groups come back."""
         self._pods_metrics = {}
+        if partition_id != "val":
+            self._resume_ledger(global_steps)
+        self._global_steps = global_steps
         batch, metrics = super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
         metrics.update(self._pods_metrics)
         return batch, metrics
+
+    def save_ledger(self, checkpoint_dir: str) -> str | None:
+        """Write the ledger into verl's ``checkpoint_dir`` (``global_step_N``) as ``pods_ledger.pt``; the path, or
+        None without a ledger. ``PODSCheckpointCallback`` calls it after each of verl's checkpoint saves."""
+        if self.ledger is None:
+            return None
+        return str(self.ledger.save(os.path.join(checkpoint_dir, LEDGER_FILE)))
+
+    def _resume_ledger(self, global_steps: int) -> None:
+        """On the first training sample of a resumed run, load the ledger of the checkpoint verl resumed from (the
+        folder verl's ``_load_checkpoint`` picked: ``resume_from_path``, or ``global_step_{N}`` with N the step
+        before this one in ``auto`` mode)."""
+        if self._ledger_resumed or self.ledger is None or self._config is None:
+            return
+        self._ledger_resumed = True
+        folder = _resume_folder(self._config.trainer, global_steps)
+        if folder is None:
+            return
+        path = os.path.join(folder, LEDGER_FILE)
+        if not os.path.isfile(path):
+            logger.warning("warning: %s holds no prompt ledger (%s): the ledger starts empty", folder, LEDGER_FILE)
+            return
+        self.ledger = PromptLedger.load(path)
 
     def _materialize_batch(self, partition_id: str, selected_prompt_uids: list[str],
                            partition_snapshot: dict[str, dict]) -> KVBatchMeta:
@@ -254,10 +322,12 @@ class PODSReplayBuffer(ReplayBuffer):
         if partition_id == "val" or not batch.keys:
             return batch  # validation: every rollout, untouched
         final_keys = _final_keys(batch.keys)
-        rewards = _session_rewards(partition_id, list(final_keys.values()))
+        rewards, indices = _session_rewards(partition_id, list(final_keys.values()), with_index=self.ledger is not None)
         num_groups = kept_groups(len(selected_prompt_uids), self.pods.oversample_prompts)
         kept, metrics = select_sessions(batch.keys, batch.tags, dict(zip(final_keys, rewards.tolist())),
                                         self.pods, num_groups, self._generator)
+        if self.ledger is not None:
+            metrics.update(self._record(list(final_keys), rewards, indices))
         dropped = [key for key, keep in zip(batch.keys, kept) if not keep]
         if dropped:
             tq.kv_clear(keys=dropped, partition_id=partition_id)  # verl clears only the keys it trains on
@@ -266,8 +336,54 @@ class PODSReplayBuffer(ReplayBuffer):
                            tags=[t for t, keep in zip(batch.tags, kept) if keep])
 
 
+    def _record(self, sessions: list[str], rewards: torch.Tensor, indices: list[int]) -> dict[str, float]:
+        """Every sampled group (all its sessions, before selection) into the ledger: ``sessions`` the batch's
+        ``{uid}_{session}`` names, ``rewards`` (S,) their rewards, ``indices`` (S,) their prompts' dataset index."""
+        by_uid: dict[str, list[int]] = {}
+        for s, name in enumerate(sessions):
+            by_uid.setdefault(name.rsplit("_", 1)[0], []).append(s)
+        groups = list(by_uid.values())
+        ids = torch.tensor([indices[group[0]] for group in groups], dtype=torch.long)
+        if len(groups) > 1 and not bool(ids.any()):
+            raise ValueError(_NO_INDEX + f"every one of the {len(groups)} sampled prompts has index 0, so the ledger "
+                             "would merge them: give each row its extra_info.index (verl's preprocessing scripts do)")
+        width = max(len(group) for group in groups)
+        table = torch.full((len(groups), width), float("nan"), dtype=torch.float64)
+        for g, group in enumerate(groups):
+            table[g, :len(group)] = rewards[group]
+        counts = torch.tensor([len(group) for group in groups], dtype=torch.long)
+        return self.ledger.record(ids, table, counts, step=self._global_steps).metrics
+
+
 class PODSReplayBufferAsync(PODSReplayBuffer, ReplayBufferAsync):
     """``PODSReplayBuffer`` with verl's ``ReplayBufferAsync`` sampling (trainer_mode colocate_async)."""
+
+
+class PODSCheckpointCallback(CheckpointCallback):
+    """verl's checkpoint hook (``trainer.checkpoint_callback_class=pods_rl.integrations.verl.PODSCheckpointCallback``):
+    after each checkpoint save, the PODS replay buffer's prompt ledger goes into the same ``global_step_N`` folder.
+    With a callback of your own, subclass this one and call ``super().on_save(...)``."""
+
+    def on_save(self, trainer, global_step: int, checkpoint_dir: str, async_save: bool = False, **kwargs) -> None:
+        buffer = getattr(trainer, "replay_buffer", None)
+        if isinstance(buffer, PODSReplayBuffer):
+            buffer.save_ledger(checkpoint_dir)
+
+
+def _resume_folder(trainer_config, global_steps: int) -> str | None:
+    """The checkpoint folder verl's ``_load_checkpoint`` resumed from, seen from the first training step after it
+    (``global_steps``: 1 in a fresh run), or None when it did not resume."""
+    mode = trainer_config.resume_mode
+    if mode == "disable" or global_steps <= 1:
+        return None
+    if mode == "resume_path":
+        folder = str(trainer_config.resume_from_path)
+    else:  # auto: the latest checkpoint, as verl finds it, when it is the step before this one
+        root = str(trainer_config.default_local_dir)
+        folder = find_latest_ckpt_path(root if os.path.isabs(root) else os.path.join(os.getcwd(), root))
+        if folder is None or not folder.rstrip("/").endswith(f"global_step_{global_steps - 1}"):
+            return None
+    return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
 
 
 def _split_key(key: str) -> tuple[str, str, int]:
@@ -286,16 +402,31 @@ def _final_keys(keys: list[str]) -> dict[str, str]:
     return {name: key for name, (_, key) in final.items()}
 
 
-def _session_rewards(partition_id: str, keys: list[str]) -> torch.Tensor:
+def _session_rewards(partition_id: str, keys: list[str], with_index: bool = False) -> tuple[torch.Tensor, list]:
     """Each key's reward (B,) float64: the sum of its token-level ``rm_scores`` (the reward sits on the last
-    response token), read from TransferQueue."""
-    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
+    response token), read from TransferQueue; and, ``with_index``, each key's ``index`` (its prompt's dataset
+    index, which verl's agent loop stores with every rollout), else None."""
+    fields = ["rm_scores", "index"] if with_index else ["rm_scores"]
+    try:
+        data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=fields)
+    except Exception as err:  # TransferQueue refuses a field one of the keys lacks
+        if not with_index:
+            raise
+        raise ValueError(_NO_INDEX + f"TransferQueue has none for these rollouts ({err})") from None
     if "rm_scores" not in data.keys() or data.batch_size[0] != len(keys):
         raise ValueError(_NO_REWARDS)
     scores = data["rm_scores"]
     if getattr(scores, "is_nested", False):  # jagged: one row per key
-        return torch.stack([row.sum() for row in scores.unbind(0)]).double()
-    return scores.reshape(len(keys), -1).sum(dim=1).double()
+        rewards = torch.stack([row.sum() for row in scores.unbind(0)]).double()
+    else:
+        rewards = scores.reshape(len(keys), -1).sum(dim=1).double()
+    if not with_index:
+        return rewards, None
+    if "index" not in data.keys():
+        raise ValueError(_NO_INDEX + "TransferQueue has none for these rollouts")
+    index = data["index"]
+    index = index.tolist() if torch.is_tensor(index) else [int(i) for i in index]
+    return rewards, [int(i) for i in index]
 
 
 def select_sessions(keys: list[str], tags: list[dict], rewards: dict[str, float], settings: PODSSettings,
