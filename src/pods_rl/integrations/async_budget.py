@@ -356,6 +356,7 @@ class PODSLedgerCallback(TrainerCallback):
         return self.worker._loop_kwargs  # what AsyncRolloutWorker hands its child (TRL's resume state goes there too)
 
     def on_train_begin(self, args, state, control, **kwargs):
+        """On a resume (``state.global_step`` > 0), point the worker at the checkpoint's ledger, before it starts."""
         loop_kwargs = self._kwargs()
         loop_kwargs.pop("pods_ledger_resume", None)  # never carried over from an earlier train() call
         if not loop_kwargs.get("pods_ledger_path") or not state.global_step:
@@ -370,6 +371,7 @@ class PODSLedgerCallback(TrainerCallback):
             logger.warning("warning: %s holds no worker ledger: the planners start from an empty one", saved.parent)
 
     def on_save(self, args, state, control, **kwargs):
+        """Copy the worker's state file into the checkpoint just written (``checkpoint-{state.global_step}``)."""
         live = self._kwargs().get("pods_ledger_path")
         if not live or not state.is_world_process_zero:
             return

@@ -365,6 +365,7 @@ class PODSCheckpointCallback(CheckpointCallback):
     With a callback of your own, subclass this one and call ``super().on_save(...)``."""
 
     def on_save(self, trainer, global_step: int, checkpoint_dir: str, async_save: bool = False, **kwargs) -> None:
+        """Write ``trainer.replay_buffer``'s ledger into ``checkpoint_dir`` (nothing without a PODS ledger)."""
         buffer = getattr(trainer, "replay_buffer", None)
         if isinstance(buffer, PODSReplayBuffer):
             buffer.save_ledger(checkpoint_dir)
