@@ -331,6 +331,8 @@ def test_a_resumed_loop_draws_from_the_prompt_the_saved_positions_name(tmp_path,
     (dict(pods_prompt_planner="greso", pods_adaptive_reward="correct"),
      "pods_adaptive_reward 'correct' is not one of this run's reward functions ['value']"),
     (dict(pods_prompt_planner="greso", pods_groups_per_step=0), "pods_groups_per_step must be a positive integer"),
+    (dict(pods_prompt_planner="greso", pods_ledger_success_threshold=float("inf")),
+     "pods_ledger_success_threshold must be a finite number"),
 ])
 def test_bad_planner_settings_fail_in_one_line_naming_the_worker_argument(tmp_path, tiny_model_dir, settings,
                                                                            message):

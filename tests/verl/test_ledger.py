@@ -114,7 +114,7 @@ def test_verls_checkpoint_hook_saves_the_ledger_and_a_resumed_buffer_loads_it(tq
                               "cannot skip one before generation"]),
     ("rollout_planner=knapsack", ["sampler_kwargs.rollout_planner", "__rollout_n__", "rollout.n"]),
     ("ledger=3", ["sampler_kwargs.ledger must be true or false"]),
-    ("ledger_success_threshold=nan", ["success_threshold must be a finite number"]),
+    ("ledger_success_threshold=nan", ["sampler_kwargs.ledger_success_threshold must be a finite number"]),
 ])
 def test_what_verl_cannot_carry_is_refused_by_name(key, phrases):
     with pytest.raises(ValueError) as excinfo:

@@ -58,7 +58,7 @@ BUDGET_KEYS = ("pods_prompt_planner", "pods_prompt_planner_args", "pods_rollout_
 SUPPORTED = {"pods_prompt_planner": ("which_prompts", "greso"), "pods_rollout_planner": ("how_many", "knapsack")}
 SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after recorded groups
 _RENAMES = {"rollout_planner_args": "pods_rollout_planner_args", "prompt_planner_args": "pods_prompt_planner_args",
-            "downsample_to": "pods_m"}
+            "downsample_to": "pods_m", "success_threshold": "pods_ledger_success_threshold"}
 
 
 def _worker_names(message: str) -> str:
@@ -164,19 +164,19 @@ class WorkerBudget:
                 rows.append((self.next_position, next_row()))
                 self.next_position += 1
             drawn += len(rows)
-            keep = [True] * len(rows)
+            keep, is_easy, is_hard = [True] * len(rows), [False] * len(rows), [False] * len(rows)
             if which is not None:
                 ids = torch.tensor([self.prompt_id(position) for position, _ in rows], dtype=torch.long)
                 plan = which.plan(ids, self.budget.ledger, n=n, generator=self.generator)
-                keep = (plan.rollouts > 0).tolist()
-                hit = {"easy": plan.extra["easy"] & ~plan.sampled, "hard": plan.extra["hard"] & ~plan.sampled}
-            for i, (row, kept) in enumerate(zip(rows, keep, strict=True)):
-                if not kept and run < self.dataset_size:  # a whole pass skipped in a row: re-admit this one
-                    run, skipped = run + 1, skipped + 1
-                    easy, hard = easy + int(hit["easy"][i]), hard + int(hit["hard"][i])
+                keep, is_easy, is_hard = plan.sampled.tolist(), plan.extra["easy"].tolist(), plan.extra["hard"].tolist()
+            for candidate, kept, was_easy, was_hard in zip(rows, keep, is_easy, is_hard, strict=True):
+                # Skipped: the next row takes its place. After a whole pass skipped in a row, admit it anyway (as
+                # GRESO's trainer's batch fill), so that the worker never stalls on a dataset it has all seen equal.
+                if not kept and run < self.dataset_size:
+                    run, skipped, easy, hard = run + 1, skipped + 1, easy + was_easy, hard + was_hard
                     continue
                 run, readmitted = 0, readmitted + (not kept)
-                chosen.append(row)
+                chosen.append(candidate)
         metrics: dict = {}
         if which is not None:
             metrics = {"pods/prompts_drawn_total": float(drawn), "pods/prompts_skipped_total": float(skipped),

@@ -174,7 +174,10 @@ class PODSSettings:
         ledger, threshold = kwargs.get("ledger", False), kwargs.get("ledger_success_threshold", 0.5)
         if not isinstance(ledger, bool):
             raise ValueError(f"sampler_kwargs.ledger must be true or false, got {ledger!r}")
-        LedgerSettings(success_threshold=threshold)  # a finite number, or one line naming it
+        try:
+            LedgerSettings(success_threshold=threshold)  # a finite number
+        except ValueError as err:
+            raise ValueError(f"sampler_kwargs.ledger_{err}") from None
         return cls(m=selection.m, rule=rule, tiebreak=selection.tiebreak,
                    oversample_prompts=selection.oversample_prompts, seed=seed, rule_module=kwargs.get("rule_module"),
                    ledger=ledger, ledger_success_threshold=float(threshold), n=n, response_length=response_length)
