@@ -44,6 +44,11 @@ except ImportError:  # Windows
     fcntl = None
 
 
+# How long a refused process waits for the holder to write its name, and for a record of another host to stay put.
+NAME_WAIT_SECONDS = 10.0
+SETTLE_SECONDS = 0.5
+
+
 class RunDirInUse(ValueError):
     """The run directory is held by another process (the message names it and the way on)."""
 
@@ -147,20 +152,93 @@ def try_lock(path: str | os.PathLike, record: dict | None = None, wait_s: float 
             os.close(fd)
             continue
         if record is not None:
+            # Over the old bytes, then cut to length (not truncate-then-write): a reader never sees an empty file
+            # once a record was there; a torn mix of old and new does not parse, and the reader waits.
             data = (json.dumps(record) + "\n").encode()
-            os.ftruncate(fd, 0)
             os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
             os.fsync(fd)
         return Lock(path, fd)
+
+
+def _process_start(pid: int) -> float | None:
+    """When local process ``pid`` started (Unix seconds, to about 1 s), or None where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22, starttime (clock ticks after boot)
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _names_live_holder(record: dict) -> bool | None:
+    """Whether ``record`` names a process of this host that is alive and as old as the record: True, False (gone, a
+    zombie, or its pid now belongs to a younger process: the record is an earlier holder's), or None when it
+    cannot be checked (another host, no pid)."""
+    pid = record.get("pid")
+    if record.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # EPERM: another user's process, alive
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+        if state[state.rindex(")") + 2] in "ZX":  # exited, not yet reaped: its locks are gone
+            return False
+    except (OSError, ValueError, IndexError):
+        pass
+    started, since = _process_start(pid), record.get("since_unix")
+    if started is not None and isinstance(since, (int, float)) and started > since + 2.0:
+        return False  # the pid was reused (after a reboot, say) by a process younger than the record
+    return True
+
+
+def _wait_for_holder(path: Path, record: dict | None, wait_s: float | None = None,
+                     settle_s: float | None = None) -> tuple[Lock | None, dict | None]:
+    """After a refused ``try_lock(path, record)``: wait until the file names its holder (see the module's
+    docstring), trying the lock again meanwhile. Returns ``(Lock, None)`` if the holder let go (ours now, with
+    ``record`` written), else ``(None, holder)``: the holder's record, or after ``wait_s`` (``NAME_WAIT_SECONDS``)
+    the last record read (possibly None or stale: the holder never wrote its name in time)."""
+    wait_s = NAME_WAIT_SECONDS if wait_s is None else wait_s
+    settle_s = SETTLE_SECONDS if settle_s is None else settle_s
+    deadline, pause = time.monotonic() + wait_s, 0.01
+    unchanged_since, last = None, None
+    while True:
+        holder = read_holder(path)
+        if holder is not None:
+            live = _names_live_holder(holder)
+            if live:
+                return None, holder
+            if live is None:  # another host's: believed once it stayed the same long enough
+                if holder != last:
+                    unchanged_since = time.monotonic()
+                elif time.monotonic() - unchanged_since >= settle_s:
+                    return None, holder
+        last = holder
+        if time.monotonic() >= deadline:
+            return None, holder
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+        lock = try_lock(path, record)
+        if lock is not None:
+            return lock, None
 
 
 @contextmanager
 def exclusive(path: str | os.PathLike, what: str = "pods eval", wait_s: float = 600.0):
     """Hold the exclusive lock on ``path`` inside the block, waiting up to ``wait_s`` seconds for it (for short
     critical sections such as a results file's read-modify-write)."""
-    lock = try_lock(path, holder_record(what), wait_s=wait_s)
+    record = holder_record(what)
+    lock = try_lock(path, record, wait_s=wait_s)
     if lock is None:
-        raise RuntimeError(f"{path} stayed locked by {describe_holder(read_holder(path))} for {wait_s:.0f} s")
+        lock, holder = _wait_for_holder(path, record)
+        if lock is None:
+            raise RuntimeError(f"{path} stayed locked by {describe_holder(holder)} for {wait_s:.0f} s")
     try:
         yield lock
     finally:
@@ -175,12 +253,15 @@ def lock_path_for(results_file: str | os.PathLike) -> Path:
 
 def hold_run_dir(run_dir: str | os.PathLike, what: str = "pods train") -> Lock:
     """Take ``run_dir``'s lock for the life of this process (``Lock.release`` or process exit frees it); the
-    directory must exist. Raises ``RunDirInUse`` naming the holder when another process has it."""
+    directory must exist. Raises ``RunDirInUse`` naming the holder when another process has it (after waiting up
+    to ``NAME_WAIT_SECONDS`` for a holder that has just taken it to write its name)."""
     run_dir = Path(run_dir)
     path = run_dir / LOCK_FILE
-    lock = try_lock(path, holder_record(what))
+    record = holder_record(what)
+    lock = try_lock(path, record)
     if lock is None:
-        holder = read_holder(path)
+        lock, holder = _wait_for_holder(path, record)
+    if lock is None:
         raise RunDirInUse(
             f"{run_dir} is in use by {describe_holder(holder)}: one run directory has one writer. Wait for it to "
             f"finish (or stop it: kill -TERM {holder.get('pid', 'PID') if holder else 'PID'} on "
