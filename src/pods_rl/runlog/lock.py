@@ -10,8 +10,19 @@ The lock is ``fcntl.flock`` on a file inside the run directory (``LOCK_FILE``; `
 `pods eval` never waits on a running trainer). The operating system releases it when the process ends, however it
 ends (SIGKILL, OOM killer, node crash with the file system's lease expiring): a killed job never leaves a stale
 lock in the way of its own resume (its lock file stays behind, unlocked and harmless; a clean release removes it,
-and a process that locked a file just removed notices and locks the new one). The holder writes its host, pid, start time and command into the file; a second
-writer reads them for its one-line refusal.
+and a process that locked a file just removed notices and locks the new one). The holder writes its host, pid,
+start time and command into the file; a second writer reads them for its one-line refusal.
+
+Naming the holder is race-free. A holder writes its record just after it takes the lock, in one ``pwrite`` over
+whatever the file held, then cuts the file to it: a reader sees the old bytes (none in a new file), the new record,
+or (rarely) a mix that does not parse, never a file emptied in between. The file may still hold the record of an
+earlier holder that was killed (the lock went with it, the record stayed). So a refused process waits for a record
+that names a live holder (``_wait_for_holder``, at most ``NAME_WAIT_SECONDS``), trying the lock again meanwhile in
+case the holder died before writing: an empty or unparseable record, or one naming a process of this host that is
+gone (or a pid reused by a process younger than the record), is one being replaced. A record of another host cannot
+be checked (its pids are not ours to see, NFS or not): it is taken once it stayed the same for ``SETTLE_SECONDS``,
+far longer than a live holder takes to replace it. (A holder in another pid namespace under the same host name, as
+containers may be, looks gone from here: its record is named once the wait runs out.)
 
 Where it holds: local file systems (ext4, xfs, btrfs, tmpfs...): yes. NFS (v3 with lockd, v4): yes, across
 clients: Linux maps flock to POSIX byte-range locks on NFS (unless mounted with ``local_lock=flock|all``, which
