@@ -638,14 +638,37 @@ def _copy_run(run_dir, tmp_path) -> Path:
     return Path(shutil.copytree(run_dir, tmp_path / "run"))
 
 
+# Both starts reach the run directory's lock together (each waits for the other there, then takes it). Started at
+# once is not enough: on a loaded machine their imports took 32 to 52 s, and one can trail the other by the whole
+# of the other's run (1 run in 24), then find a finished run instead of a held lock.
+MEET_AT_THE_LOCK = """
+    import os, time
+    from pathlib import Path
+    from pods_rl import runlog
+    take = runlog.hold_run_dir
+
+    def hold_run_dir_together(run_dir, what="pods train"):
+        meet = Path(os.environ["PODS_MEET"])
+        (meet / str(os.getpid())).touch()
+        deadline = time.monotonic() + 300
+        while len(list(meet.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return take(run_dir, what)
+
+    runlog.hold_run_dir = hold_run_dir_together
+"""
+
+
 def test_two_trains_started_at_once_on_one_directory(tmp_path, tiny_model_dir):
-    """Exactly one owns the directory and finishes intact; the other exits 2 at once with one line naming it."""
+    """Exactly one owns the directory and finishes intact; the other exits 2 at once with one line naming it (the
+    winner's, even when it read the lock file before the winner wrote its name there)."""
     from pods_rl import runlog
 
-    run_dir = tmp_path / "run"
+    run_dir, meet = tmp_path / "run", tmp_path / "meet"
+    meet.mkdir()
     argv = ["train", *_train_args(tiny_model_dir, run_dir, "--max_steps", "2", "--save_strategy", "steps",
                                   "--save_steps", "1")]
-    procs = [_pods_process(*argv), _pods_process(*argv)]
+    procs = [_pods_process(*argv, prelude=MEET_AT_THE_LOCK, env={"PODS_MEET": str(meet)}) for _ in range(2)]
     outputs = [p.communicate(timeout=400) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2], outputs
