@@ -92,6 +92,112 @@ def test_a_second_holder_is_refused_naming_the_first_and_a_killed_holder_leaves_
         first.wait(timeout=30)
 
 
+# A holder caught between taking the lock and writing its name: it locks without a record, says so, writes its
+# record ``sys.argv[2]`` seconds later (as try_lock does: over the old bytes, then cut to length), then holds on.
+SLOW_NAMER = LOAD_LOCK + """
+    import json, os, sys, time
+    lock = runlock.try_lock(runlock.Path(sys.argv[1]))
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    data = (json.dumps(runlock.holder_record("pods train")) + "\\n").encode()
+    os.pwrite(lock.fd, data, 0)
+    os.ftruncate(lock.fd, len(data))
+    print("named", flush=True)
+    time.sleep(120)
+"""
+
+
+def _slow_namer(run_dir, delay: float) -> subprocess.Popen:
+    code = SLOW_NAMER.replace("sys.argv[1]", repr(str(run_dir / runlock.LOCK_FILE)))
+    return _python(code.replace("sys.argv[2]", repr(str(delay))))
+
+
+def _dead_pid() -> int:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
+
+
+@pytest.mark.parametrize("left_behind", ["nothing", "a killed holder's record", "a record whose pid was reused",
+                                         "a longer record"])
+def test_a_refused_start_names_a_holder_that_writes_its_name_late(tmp_path, left_behind):
+    """The holder has the lock but writes its name a second later; the file may still hold an earlier holder's
+    record (killed: the lock went, the record stayed). The refused start waits for the holder's own record."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    stale = {"nothing": None,
+             "a killed holder's record": {**runlock.holder_record("pods train"), "pid": _dead_pid()},
+             # a live process of this host (this one), younger than the record: its pid was the dead holder's
+             "a record whose pid was reused": {**runlock.holder_record("pods train"),
+                                               "since_unix": time.time() - 3600},
+             # longer than the new one: the new record, written over it, must not leave its tail behind
+             "a longer record": {**runlock.holder_record("pods train " + "x" * 500), "pid": _dead_pid()}}[left_behind]
+    if stale is not None:
+        (run_dir / runlock.LOCK_FILE).write_text(json.dumps(stale) + "\n")
+    holder = _slow_namer(run_dir, 1.0)
+    try:
+        _wait_for_line(holder, "locked")
+        started = time.monotonic()
+        with pytest.raises(runlock.RunDirInUse) as refused:
+            runlock.hold_run_dir(run_dir)
+        waited = time.monotonic() - started
+        assert f"is in use by pods train (pid {holder.pid} on {os.uname().nodename}, since " in str(refused.value)
+        assert 0.5 < waited < runlock.NAME_WAIT_SECONDS, waited  # it waited for the name, not for the bound
+        assert runlock.read_holder(run_dir / runlock.LOCK_FILE)["pid"] == holder.pid  # parses: no stale tail
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+def test_a_holder_that_dies_before_writing_its_name_leaves_the_lock_to_the_next(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    holder = _python(LOAD_LOCK + f"""
+    import os, time
+    lock = runlock.try_lock({str(run_dir / runlock.LOCK_FILE)!r})
+    print("locked", flush=True)
+    time.sleep(0.5)
+    os._exit(0)
+""")
+    try:
+        _wait_for_line(holder, "locked")
+        lock = runlock.hold_run_dir(run_dir)  # refused at first; the lock comes free while it waits for the name
+        assert runlock.read_holder(run_dir / runlock.LOCK_FILE)["pid"] == os.getpid()
+        lock.release()
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+def test_naming_the_holder_is_bounded_and_another_hosts_record_is_believed_once_it_stays(tmp_path, monkeypatch):
+    """In this process (a second descriptor of the file is refused like another process): a holder that never
+    writes its name is reported as such after NAME_WAIT_SECONDS; a record of another host, whose pid cannot be
+    checked from here, is named once it stayed unchanged for SETTLE_SECONDS, and a newer one replacing it within
+    that time is named instead."""
+    monkeypatch.setattr(runlock, "NAME_WAIT_SECONDS", 0.5)
+    path = tmp_path / runlock.LOCK_FILE
+    held = runlock.try_lock(path)
+    try:
+        with pytest.raises(runlock.RunDirInUse, match=r"in use by another process \(it has not written its name yet\)"):
+            runlock.hold_run_dir(tmp_path)
+        monkeypatch.setattr(runlock, "NAME_WAIT_SECONDS", 10.0)
+        elsewhere = {**runlock.holder_record("pods train"), "host": "node-elsewhere", "pid": 4242}
+        path.write_text(json.dumps(elsewhere))
+        started = time.monotonic()
+        with pytest.raises(runlock.RunDirInUse, match="pid 4242 on node-elsewhere"):
+            runlock.hold_run_dir(tmp_path)
+        assert runlock.SETTLE_SECONDS <= time.monotonic() - started < 5.0
+        path.write_text(json.dumps(elsewhere))
+        newer = {**elsewhere, "host": "node-new", "pid": 77}
+        writer = threading.Timer(0.2, lambda: path.write_text(json.dumps(newer)))
+        writer.start()
+        with pytest.raises(runlock.RunDirInUse, match="pid 77 on node-new"):
+            runlock.hold_run_dir(tmp_path)
+        writer.join()
+    finally:
+        held.release()
+
+
 RMW = LOAD_LOCK + """
     import json, sys
     from pathlib import Path
@@ -532,14 +638,37 @@ def _copy_run(run_dir, tmp_path) -> Path:
     return Path(shutil.copytree(run_dir, tmp_path / "run"))
 
 
+# Both starts reach the run directory's lock together (each waits for the other there, then takes it). Started at
+# once is not enough: on a loaded machine their imports took 32 to 52 s, and one can trail the other by the whole
+# of the other's run (1 run in 24), then find a finished run instead of a held lock.
+MEET_AT_THE_LOCK = """
+    import os, time
+    from pathlib import Path
+    from pods_rl import runlog
+    take = runlog.hold_run_dir
+
+    def hold_run_dir_together(run_dir, what="pods train"):
+        meet = Path(os.environ["PODS_MEET"])
+        (meet / str(os.getpid())).touch()
+        deadline = time.monotonic() + 300
+        while len(list(meet.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return take(run_dir, what)
+
+    runlog.hold_run_dir = hold_run_dir_together
+"""
+
+
 def test_two_trains_started_at_once_on_one_directory(tmp_path, tiny_model_dir):
-    """Exactly one owns the directory and finishes intact; the other exits 2 at once with one line naming it."""
+    """Exactly one owns the directory and finishes intact; the other exits 2 at once with one line naming it (the
+    winner's, even when it read the lock file before the winner wrote its name there)."""
     from pods_rl import runlog
 
-    run_dir = tmp_path / "run"
+    run_dir, meet = tmp_path / "run", tmp_path / "meet"
+    meet.mkdir()
     argv = ["train", *_train_args(tiny_model_dir, run_dir, "--max_steps", "2", "--save_strategy", "steps",
                                   "--save_steps", "1")]
-    procs = [_pods_process(*argv), _pods_process(*argv)]
+    procs = [_pods_process(*argv, prelude=MEET_AT_THE_LOCK, env={"PODS_MEET": str(meet)}) for _ in range(2)]
     outputs = [p.communicate(timeout=400) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2], outputs

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import torch
 from transformers import TrainerCallback
 
-from pods_rl import activity
+from pods_rl import activity, ranks
 
 PHASES = ("generation", "scoring", "selection", "update")
 
@@ -53,7 +53,9 @@ class PhaseClock(TrainerCallback):
                 self._reset_peak_memory()
 
     def on_step_begin(self, args, state, control, **kwargs):
-        """Start the step's clock; every phase at 0."""
+        """Start the step's clock, once every rank is there (``ranks.start_step_together``: a rank's step does not
+        include its wait for rank 0's logs and checkpoints of the previous step); every phase at 0."""
+        ranks.start_step_together(state)
         self._sync()
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self._reset_peak_memory()

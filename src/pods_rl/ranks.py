@@ -174,6 +174,27 @@ def agree_max(values: list[float]) -> list[float]:
     return tensor.cpu().tolist()
 
 
+_step_started: tuple[int, int] | None = None  # (id of the trainer's state, global_step) of the last step start
+
+
+def start_step_together(state) -> None:
+    """Wait until every rank has reached the start of the optimizer step after ``state.global_step`` (``state``: the
+    trainer's ``TrainerState``), once per step however many callbacks ask (the first waits, the others return at
+    once: every rank runs the same callbacks in the same order). A no-op with one process.
+
+    The step clocks start after it: rank 0 writes the logs and checkpoints after a step while the others go on to
+    the next one, and whatever a rank waits for at the next collective would otherwise count as that rank's
+    training time (and, agreed as the slowest clock, as everyone's)."""
+    global _step_started
+    if world_size() <= 1:
+        return
+    key = (id(state), state.global_step)
+    if key == _step_started:
+        return
+    _step_started = key
+    agree_max([0.0])  # a barrier on the process group's own device (an all-reduce every rank must join)
+
+
 def any_rank(flag: bool) -> bool:
     """Whether ``flag`` is true on any rank (every rank must call this at the same point)."""
     return agree_max([1.0 if flag else 0.0])[0] > 0

@@ -3,6 +3,8 @@
 of its own), ``sleep`` (rank ``PODS_SLEEP_RANK`` sleeps in a step from then on, after writing ``PODS_FAULT_MARK``)
 ``slow_logs`` (rank 0 takes ``PODS_LOG_SECONDS`` more to write each metrics row, outside its step: what a slow
 disk or a large checkpoint does; the other rank waits for it inside its next step, so their own clocks drift apart)
+``slow_saves`` (rank 0 takes ``PODS_SAVE_SECONDS`` more to write each checkpoint, in its last file, pods_clock.json,
+after the trainer's own save and its barrier: a slow shared file system; training time must not count it)
 ``mismatch`` (from its ``PODS_FAULT_STEP``-th clock agreement on, rank ``PODS_FAULT_RANK`` reduces 64 values where
 its peer reduces 1: a collective mismatch, which gloo answers with an abort) or ``none`` (no fault: a plain run,
 for the SIGKILL / SIGSTOP cases)."""
@@ -49,6 +51,16 @@ if os.environ.get("PODS_FAULT") == "slow_logs" and os.environ.get("RANK") == "0"
         write_row(self, row)
 
     TrainingClock.append_metrics = slow_append_metrics
+if os.environ.get("PODS_FAULT") == "slow_saves" and os.environ.get("RANK") == "0":
+    from pods_rl.runlog.callbacks import TrainingClock
+
+    write_clock = TrainingClock.on_save
+
+    def slow_on_save(self, args, state, control, **kwargs):
+        time.sleep(float(os.environ.get("PODS_SAVE_SECONDS", "1.5")))
+        return write_clock(self, args, state, control, **kwargs)
+
+    TrainingClock.on_save = slow_on_save
 if os.environ.get("PODS_FAULT") == "mismatch" and os.environ.get("RANK") == os.environ.get("PODS_FAULT_RANK"):
     from pods_rl import ranks
 

@@ -1,8 +1,8 @@
 """The transformers ``TrainerCallback``s through which a training run writes its run directory.
 
-    TrainingClock           training time (sum of optimizer-step durations, one clock agreed by all ranks), time-based
-                            checkpoints and stop, periodic evaluation, one ``metrics.jsonl`` row per log;
-                            ``pods_clock.json`` last
+    TrainingClock           training time (sum of optimizer-step durations, started together and agreed by all
+                            ranks), time-based checkpoints and stop, periodic evaluation, one ``metrics.jsonl``
+                            row per log; ``pods_clock.json`` last
     GracefulStop            SIGTERM / SIGINT: finish the step, save a complete checkpoint, stop
     ApplyOptimizerSettings  a resume with accepted config changes: put the new hyper-parameters in the optimizer
 
@@ -113,16 +113,19 @@ class TrainingClock(TrainerCallback):
             self.evaluate(model, 0)
 
     def on_step_begin(self, args, state, control, **kwargs):
-        """Start the clock of this optimizer step."""
+        """Start the clock of this optimizer step, once every rank is there (``ranks.start_step_together``): the
+        time a rank waits for rank 0's writes of the previous step (logs, checkpoints) is not training."""
+        ranks.start_step_together(state)
         self._step_start = time.perf_counter()
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         """Add the step's seconds to the training clock; ask for a save, the stop or an evaluation when one is due.
 
         With several processes the ranks agree on one clock first (the slowest rank's: one all-reduce), so that
-        each of these decisions is taken by every rank at the same step. Their own clocks drift apart: rank 0
-        writes the logs and checkpoints while the others already wait in the next step's first collective, and a
-        rank that evaluated, saved or stopped alone would leave the others in a collective it never joins."""
+        each of these decisions is taken by every rank at the same step: a rank that evaluated, saved or stopped
+        alone would leave the others in a collective it never joins. Their own clocks would drift apart otherwise,
+        if only by rounding and by what each rank's step does; what lies between steps (rank 0's logs and
+        checkpoints, the evaluations) is outside every rank's clock, as the ranks start each step together."""
         if self._step_start is not None:
             self.train_seconds += time.perf_counter() - self._step_start
             self._step_start = None

@@ -10,8 +10,19 @@ The lock is ``fcntl.flock`` on a file inside the run directory (``LOCK_FILE``; `
 `pods eval` never waits on a running trainer). The operating system releases it when the process ends, however it
 ends (SIGKILL, OOM killer, node crash with the file system's lease expiring): a killed job never leaves a stale
 lock in the way of its own resume (its lock file stays behind, unlocked and harmless; a clean release removes it,
-and a process that locked a file just removed notices and locks the new one). The holder writes its host, pid, start time and command into the file; a second
-writer reads them for its one-line refusal.
+and a process that locked a file just removed notices and locks the new one). The holder writes its host, pid,
+start time and command into the file; a second writer reads them for its one-line refusal.
+
+Naming the holder is race-free. A holder writes its record just after it takes the lock, in one ``pwrite`` over
+whatever the file held, then cuts the file to it: a reader sees the old bytes (none in a new file), the new record,
+or (rarely) a mix that does not parse, never a file emptied in between. The file may still hold the record of an
+earlier holder that was killed (the lock went with it, the record stayed). So a refused process waits for a record
+that names a live holder (``_wait_for_holder``, at most ``NAME_WAIT_SECONDS``), trying the lock again meanwhile in
+case the holder died before writing: an empty or unparseable record, or one naming a process of this host that is
+gone (or a pid reused by a process younger than the record), is one being replaced. A record of another host cannot
+be checked (its pids are not ours to see, NFS or not): it is taken once it stayed the same for ``SETTLE_SECONDS``,
+far longer than a live holder takes to replace it. (A holder in another pid namespace under the same host name, as
+containers may be, looks gone from here: its record is named once the wait runs out.)
 
 Where it holds: local file systems (ext4, xfs, btrfs, tmpfs...): yes. NFS (v3 with lockd, v4): yes, across
 clients: Linux maps flock to POSIX byte-range locks on NFS (unless mounted with ``local_lock=flock|all``, which
@@ -42,6 +53,11 @@ try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None
+
+
+# How long a refused process waits for the holder to write its name, and for a record of another host to stay put.
+NAME_WAIT_SECONDS = 10.0
+SETTLE_SECONDS = 0.5
 
 
 class RunDirInUse(ValueError):
@@ -147,20 +163,93 @@ def try_lock(path: str | os.PathLike, record: dict | None = None, wait_s: float 
             os.close(fd)
             continue
         if record is not None:
+            # Over the old bytes, then cut to length (not truncate-then-write): a reader never sees an empty file
+            # once a record was there; a torn mix of old and new does not parse, and the reader waits.
             data = (json.dumps(record) + "\n").encode()
-            os.ftruncate(fd, 0)
             os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
             os.fsync(fd)
         return Lock(path, fd)
+
+
+def _process_start(pid: int) -> float | None:
+    """When local process ``pid`` started (Unix seconds, to about 1 s), or None where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22, starttime (clock ticks after boot)
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _names_live_holder(record: dict) -> bool | None:
+    """Whether ``record`` names a process of this host that is alive and as old as the record: True, False (gone, a
+    zombie, or its pid now belongs to a younger process: the record is an earlier holder's), or None when it
+    cannot be checked (another host, no pid)."""
+    pid = record.get("pid")
+    if record.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # EPERM: another user's process, alive
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+        if state[state.rindex(")") + 2] in "ZX":  # exited, not yet reaped: its locks are gone
+            return False
+    except (OSError, ValueError, IndexError):
+        pass
+    started, since = _process_start(pid), record.get("since_unix")
+    if started is not None and isinstance(since, (int, float)) and started > since + 2.0:
+        return False  # the pid was reused (after a reboot, say) by a process younger than the record
+    return True
+
+
+def _wait_for_holder(path: Path, record: dict | None, wait_s: float | None = None,
+                     settle_s: float | None = None) -> tuple[Lock | None, dict | None]:
+    """After a refused ``try_lock(path, record)``: wait until the file names its holder (see the module's
+    docstring), trying the lock again meanwhile. Returns ``(Lock, None)`` if the holder let go (ours now, with
+    ``record`` written), else ``(None, holder)``: the holder's record, or after ``wait_s`` (``NAME_WAIT_SECONDS``)
+    the last record read (possibly None or stale: the holder never wrote its name in time)."""
+    wait_s = NAME_WAIT_SECONDS if wait_s is None else wait_s
+    settle_s = SETTLE_SECONDS if settle_s is None else settle_s
+    deadline, pause = time.monotonic() + wait_s, 0.01
+    unchanged_since, last = None, None
+    while True:
+        holder = read_holder(path)
+        if holder is not None:
+            live = _names_live_holder(holder)
+            if live:
+                return None, holder
+            if live is None:  # another host's: believed once it stayed the same long enough
+                if holder != last:
+                    unchanged_since = time.monotonic()
+                elif time.monotonic() - unchanged_since >= settle_s:
+                    return None, holder
+        last = holder
+        if time.monotonic() >= deadline:
+            return None, holder
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+        lock = try_lock(path, record)
+        if lock is not None:
+            return lock, None
 
 
 @contextmanager
 def exclusive(path: str | os.PathLike, what: str = "pods eval", wait_s: float = 600.0):
     """Hold the exclusive lock on ``path`` inside the block, waiting up to ``wait_s`` seconds for it (for short
     critical sections such as a results file's read-modify-write)."""
-    lock = try_lock(path, holder_record(what), wait_s=wait_s)
+    record = holder_record(what)
+    lock = try_lock(path, record, wait_s=wait_s)
     if lock is None:
-        raise RuntimeError(f"{path} stayed locked by {describe_holder(read_holder(path))} for {wait_s:.0f} s")
+        lock, holder = _wait_for_holder(path, record)
+        if lock is None:
+            raise RuntimeError(f"{path} stayed locked by {describe_holder(holder)} for {wait_s:.0f} s")
     try:
         yield lock
     finally:
@@ -175,12 +264,15 @@ def lock_path_for(results_file: str | os.PathLike) -> Path:
 
 def hold_run_dir(run_dir: str | os.PathLike, what: str = "pods train") -> Lock:
     """Take ``run_dir``'s lock for the life of this process (``Lock.release`` or process exit frees it); the
-    directory must exist. Raises ``RunDirInUse`` naming the holder when another process has it."""
+    directory must exist. Raises ``RunDirInUse`` naming the holder when another process has it (after waiting up
+    to ``NAME_WAIT_SECONDS`` for a holder that has just taken it to write its name)."""
     run_dir = Path(run_dir)
     path = run_dir / LOCK_FILE
-    lock = try_lock(path, holder_record(what))
+    record = holder_record(what)
+    lock = try_lock(path, record)
     if lock is None:
-        holder = read_holder(path)
+        lock, holder = _wait_for_holder(path, record)
+    if lock is None:
         raise RunDirInUse(
             f"{run_dir} is in use by {describe_holder(holder)}: one run directory has one writer. Wait for it to "
             f"finish (or stop it: kill -TERM {holder.get('pid', 'PID') if holder else 'PID'} on "
