@@ -287,7 +287,8 @@ def test_the_harness_fails_when_pods_keeps_other_rows(tmp_path, model_dirs, cont
     assert KEPT_INDICES == (1, 3)
 
 
-RANK_FEATURES = ["plain", "adaptive rounds, environment, uneven", "environment-owned data"]
+RANK_FEATURES = ["plain", "adaptive rounds, environment, uneven", "environment-owned data",
+                 "Knapsack-RL's allocation (rollout_planner)"]  # (its ledger gathers both ranks' groups)
 
 
 @pytest.mark.slow
@@ -311,7 +312,9 @@ def test_the_contract_holds_on_two_processes(tmp_path, tiny_model_dir):
     for rank, found in enumerate(ranks):
         for name in RANK_FEATURES:
             assert found[name]["same"], f"rank {rank}, {name}: {found[name].get('where')}"
-            assert found[name]["steps"] == 2
+            assert found[name]["steps"] == FEATURES[name].config.get("max_steps", 2)
+    knapsack = [found["Knapsack-RL's allocation (rollout_planner)"]["ledger"] for found in ranks]
+    assert knapsack[0] == knapsack[1] and knapsack[0]["groups"] == 2 * 2 * 4, knapsack  # 2 ranks x 2 groups x 4 steps
     # 2 prompts x N rollouts x 2 steps per rank reset once each; more: a padded round's fresh environments
     resets = [found["adaptive rounds, environment, uneven"]["counter_resets"] for found in ranks]
     assert min(resets) >= 2 * N * 2 and max(resets) > 2 * N * 2, resets

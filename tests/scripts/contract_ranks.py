@@ -1,7 +1,8 @@
 """Run by tests/test_contract.py under ``accelerate launch`` with 2 gloo ranks: the contract's pairs (PODS n -> m,
 then GRPOTrainer with m on the rollouts PODS kept) for the features named in argv[3:], on every rank; each rank
-writes what it found to ``<out_dir>/rank<r>.json``: per feature, whether the two runs agreed (and where not), and the
-environment resets it made (adaptive rounds pad a process's round with rows of fresh environments)."""
+writes what it found to ``<out_dir>/rank<r>.json``: per feature, whether the two runs agreed (and where not), the
+environment resets it made (adaptive rounds pad a process's round with rows of fresh environments), and with a
+planner what its prompt ledger holds."""
 
 import json
 import sys
@@ -31,6 +32,10 @@ def main(model_dir: str, out_dir: str, names: list[str]) -> None:
             found[name] = {"same": False, "where": str(err)[:3000]}
         found[name].update(steps=pods.trainer.state.global_step, counter_resets=pods_resets,
                            rows_per_round=[len(b["advantages"]) for b in pods.recorder.batches])
+        if pods.trainer._budget is not None:  # the prompt ledger: every rank's groups, so the same on every rank
+            ledger = pods.trainer._budget.ledger
+            found[name]["ledger"] = {"ids": sorted(ledger.ids.tolist()),
+                                     "groups": int(ledger.stats(ledger.ids).groups.sum())}
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(found, indent=1))
 
 
