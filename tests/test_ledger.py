@@ -180,6 +180,9 @@ def _gloo_rank(rank, init_file, out_dir):
         rewards = torch.tensor([[1.0, 0.0, float(rank)], [float(step % 2), 1.0, 1.0]])
         ledger.record(ids, rewards, step=step, gather=gather)
     ledger.save(os.path.join(out_dir, f"rank{rank}.pt"))
+    # Both ranks leave the last collective before either tears gloo down: a rank that closes its pairs while its
+    # peer still reads from them aborts the peer ("terminate called without an active exception", seen in CI).
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -39,6 +39,9 @@ def main(model_dir: str, out_dir: str) -> None:
     except TrainingDiverged as err:
         record["raised"] = str(err)
     json.dump(record, open(f"{out_dir}/rank{rank}.json", "w"))
+    # Both ranks leave the last collective before either tears gloo down: a rank that closes its pairs while its
+    # peer still reads from them aborts the peer ("terminate called without an active exception", seen in CI).
+    dist.barrier()
     dist.destroy_process_group()
 
 
