@@ -311,6 +311,9 @@ SEEDS_X_UPDATES = [
     ("docs/results/evidence-adaptive.md", "evidence/strong-levels"),
     ("README.md", "evidence/shipped-levels"),
     ("docs/results/evidence-adaptive.md", "evidence/shipped-levels"),
+    ("README.md", "budgets/shipped"),
+    ("docs/results/rollout-budgets.md", "budgets/shipped"),
+    ("docs/results/index.md", "budgets/shipped"),
 ]
 
 
@@ -327,7 +330,7 @@ def test_the_results_index_gives_each_study_its_seeds():
     checked = set()
     for folder in ("adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
                    "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
-                   "evidence/shipped-levels"):
+                   "evidence/shipped-levels", "budgets/shipped"):
         json_folder = "evidence/shipped" if folder == "evidence" else folder
         seeds, _ = seeds_and_updates(json_folder)
         for row in rows:
@@ -340,7 +343,7 @@ def test_the_results_index_gives_each_study_its_seeds():
             checked.add(folder)
     assert checked == {"adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
                        "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
-                       "evidence/shipped-levels"}
+                       "evidence/shipped-levels", "budgets/shipped"}
     options = study("study")["options"]["methods"]
     row = next(row for row in rows if "`study/options/`" in row)
     assert {int(n) for n in re.findall(r"--seeds (\d+)", row)} == {m["seeds"] for m in options.values()}
@@ -409,3 +412,43 @@ def test_when_pods_pays_quotes_its_ranges_from_the_studies():
     for phrase in quoted:
         assert phrase in text, f"when-pods-pays.md does not say {phrase!r}"
     assert interpolated("time/peak", "pods-mv-n32m8") in page("docs/concepts/adaptive.md")
+
+
+# --- the rollout-budgets study (#54) -----------------------------------------------------------------------------
+
+BUDGETS = ["pods-mv-n16m8-knap12", "pods-mv-n8m8-greso", "pods-mv-n32m8-pilot8c", "pods-mv-n16m8"]
+
+
+def test_the_rollout_budgets_page_is_its_study():
+    """Each method's row on the results page: wall clock and updates to every level (with the verdict the study
+    read), the step-time ratio, rollouts per update against GRPO's and the area difference, all from study.json."""
+    methods = study("budgets/shipped")["study"]["methods"]
+    rows = {line for line in (ROOT / "docs/results/rollout-budgets.md").read_text().splitlines()
+            if line.startswith("| ")}
+    for method in BUDGETS:
+        entry = methods[method]
+        time = entry["to_levels"]["time"]
+        low, high = entry["step_ratio_ci95"]
+        area = entry["area_vs_time"]
+        rollouts = entry["rollouts_per_update"]["mean"][0] / methods["grpo-n8"]["rollouts_per_update"]["mean"][0]
+        cells = [f"{levels(method, 'time', 'budgets/shipped')}, {time['verdict']}",
+                 levels(method, "steps", "budgets/shipped"),
+                 f"{entry['step_ratio']:.2f} [{low:.2f}, {high:.2f}]", f"{rollouts:.2f}x",
+                 f"{area['difference']:+.3f} [{area['difference_ci95'][0]:+.3f}, {area['difference_ci95'][1]:+.3f}]"]
+        row = [r for r in rows if all(cell in r for cell in cells)]
+        assert len(row) == 1, f"rollout-budgets.md has no single row for {method} with {cells}"
+
+
+@pytest.mark.parametrize("relative", ["README.md", "docs/results/rollout-budgets.md",
+                                      "docs/concepts/rollout-budgets.md"])
+def test_the_rollout_budgets_wall_clock_is_quoted_from_its_json(relative):
+    """The README and the concept page quote Knapsack-RL's (and the README GRESO's) wall clock; the results page's
+    verdict quotes every method's."""
+    text = page(relative).replace("**", "")
+    methods = {"README.md": ["pods-mv-n16m8-knap12", "pods-mv-n8m8-greso"],
+               "docs/concepts/rollout-budgets.md": ["pods-mv-n16m8-knap12"]}.get(relative, BUDGETS)
+    for method in methods:
+        quoted = levels(method, "time", "budgets/shipped")
+        assert quoted in text, f"{relative} does not quote {quoted!r} ({method}, budgets/shipped/study.json)"
+    verdicts = {m: study("budgets/shipped")["study"]["methods"][m]["to_levels"]["time"]["verdict"] for m in BUDGETS}
+    assert "faster" not in verdicts.values(), "the pages say no method is faster in wall clock: re-read the study"
