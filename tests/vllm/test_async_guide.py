@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,13 +22,12 @@ pytest.importorskip("trl.experimental.async_grpo")
 pytest.importorskip("aiohttp")
 pytest.importorskip("vllm")
 
-from pods_rl.integrations.async_cpu import wait_for_health  # noqa: E402
+from tests.vllm.server import free_port, serving  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "async.md"
 SECTION = "## Run it on a CPU: a complete example"
-SERVER_START_S = 300
 
 
 def example_blocks() -> tuple[str, str]:
@@ -44,12 +41,6 @@ def example_blocks() -> tuple[str, str]:
     return fences[0][1], fences[1][1]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_cpu_example_trains_against_the_server_it_starts(tmp_path):
     server_command, script = example_blocks()
     port = free_port()
@@ -60,23 +51,9 @@ def test_the_cpu_example_trains_against_the_server_it_starts(tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     log_path = tmp_path / "server.log"
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(["bash", "-c", server_command], cwd=tmp_path, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        try:
-            wait_for_health(f"http://127.0.0.1:{port}", SERVER_START_S, server)
-        except (RuntimeError, TimeoutError) as err:
-            pytest.fail(f"{err}:\n{log_path.read_text()[-3000:]}")
+    with serving(["bash", "-c", server_command], f"http://127.0.0.1:{port}", log_path, env, cwd=tmp_path):
         result = subprocess.run([sys.executable, "async_pods_cpu.py"], cwd=tmp_path, env=env, capture_output=True,
                                 text=True, timeout=600)
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(30)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     # 20 steps, the weights synced to the server after each (and once cold, before the first)

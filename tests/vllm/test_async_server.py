@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 from collections import defaultdict
 
@@ -40,15 +37,14 @@ from pods_rl.integrations.async_cpu import (  # noqa: E402
     EXTENSION,
     DirectoryWeightTransfer,
     async_trainer_on_cpu,
-    wait_for_health,
 )
 from pods_rl.integrations.async_grpo import pods_rollout_worker  # noqa: E402
+from tests.vllm.server import free_port, serving  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 N, M = 6, 3  # rollouts sampled per prompt, kept per prompt
 STEPS = 3
-SERVER_START_S = 300
 # Parses the tiny char tokenizer's replies (TRL's add_response_schema knows only the chat templates it ships).
 CHAR_RESPONSE_TEMPLATE = {"defaults": {"role": "assistant"}, "start_anchor": "<|assistant|>",
                           "fields": {"content": {"close_pattern": r"</s>\s*", "content": "text"}}}
@@ -65,12 +61,6 @@ def logged_reward(completions, completion_ids, row, log_path, **kwargs):
     return rewards
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_server(vllm_model_dir, tmp_path_factory):
     """``python -m vllm.entrypoints.openai.api_server`` on CPU, dev mode (``/pause``, ``/resume``,
@@ -82,22 +72,9 @@ def vllm_server(vllm_model_dir, tmp_path_factory):
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(vllm_model_dir),
                "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "256",
                "--max-num-seqs", "16", "--enforce-eager", "--worker-extension-cls", EXTENSION]
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    try:
-        try:
-            wait_for_health(url, SERVER_START_S, server)
-        except (RuntimeError, TimeoutError) as err:
-            pytest.fail(f"{err}:\n{log_path.read_text()[-3000:]}")
+    with serving(command, url, log_path, env):
         yield url, str(vllm_model_dir), log_path
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(30)
 
 
 def greedy(url: str, model: str, prompt_ids: list[int]) -> tuple[list[int], list[float]]:
