@@ -326,3 +326,29 @@ def test_the_switch_names_every_field_pods_adds():
     missing = [name for name in added if name not in named
                and not any(name.startswith(prefix) and first in named for prefix, first in families.items())]
     assert not missing, f"docs/guides/trl.md's new fields do not name {missing}"
+
+
+def test_the_trl_feature_table_names_tests_that_exist():
+    """Each test the "Supported at m < n" table names is there: ``file.py::test_name``, a bare ``test_name`` (in any
+    test file), and ``test_contract.py::...[entry]`` (an entry of its FEATURES); a renamed test or entry fails here
+    instead of leaving the table pointing at nothing."""
+    from tests.test_contract import FEATURES
+
+    text = (ROOT / "docs" / "guides" / "trl-features.md").read_text(encoding="utf-8")
+    table = text[text.index("## Supported at m < n"):]
+    table = table[:table.index("\n## ")]
+    sources = {path.name: path.read_text(encoding="utf-8") for path in (ROOT / "tests").rglob("test_*.py")}
+    missing, checked = [], 0
+    for row in (line for line in table.splitlines() if line.startswith("| ") and "---" not in line):
+        cell = row.rstrip(" |").rsplit(" | ", 1)[-1]
+        for file, entry in re.findall(r"`(test_\w+\.py)::\.\.\.\[([^\]`]+)\]`", cell):
+            checked += 1
+            if file != "test_contract.py" or entry not in FEATURES:
+                missing.append(f"{file}::...[{entry}]")
+        for file, name in re.findall(r"`(?:(test_\w+\.py)::)?(test_\w+)\b(?!\.py)", cell):
+            checked += 1
+            defined = [source for path, source in sources.items() if file in ("", path)]
+            if not any(re.search(rf"^def {name}\(", source, flags=re.M) for source in defined):
+                missing.append(f"{file}::{name}" if file else name)
+    assert checked > 20, f"the table's tests were not found ({checked}): did its format change?"
+    assert not missing, f"docs/guides/trl-features.md names tests that do not exist: {missing}"
