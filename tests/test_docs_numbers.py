@@ -314,6 +314,8 @@ SEEDS_X_UPDATES = [
     ("README.md", "budgets/shipped"),
     ("docs/results/rollout-budgets.md", "budgets/shipped"),
     ("docs/results/index.md", "budgets/shipped"),
+    ("docs/results/rollout-budgets.md", "budgets/strong"),
+    ("docs/results/index.md", "budgets/strong"),
 ]
 
 
@@ -330,7 +332,7 @@ def test_the_results_index_gives_each_study_its_seeds():
     checked = set()
     for folder in ("adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
                    "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
-                   "evidence/shipped-levels", "budgets/shipped"):
+                   "evidence/shipped-levels", "budgets/shipped", "budgets/strong"):
         json_folder = "evidence/shipped" if folder == "evidence" else folder
         seeds, _ = seeds_and_updates(json_folder)
         for row in rows:
@@ -343,7 +345,7 @@ def test_the_results_index_gives_each_study_its_seeds():
             checked.add(folder)
     assert checked == {"adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
                        "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
-                       "evidence/shipped-levels", "budgets/shipped"}
+                       "evidence/shipped-levels", "budgets/shipped", "budgets/strong"}
     options = study("study")["options"]["methods"]
     row = next(row for row in rows if "`study/options/`" in row)
     assert {int(n) for n in re.findall(r"--seeds (\d+)", row)} == {m["seeds"] for m in options.values()}
@@ -416,39 +418,49 @@ def test_when_pods_pays_quotes_its_ranges_from_the_studies():
 
 # --- the rollout-budgets study (#54) -----------------------------------------------------------------------------
 
-BUDGETS = ["pods-mv-n16m8-knap12", "pods-mv-n8m8-greso", "pods-mv-n32m8-pilot8c", "pods-mv-n16m8"]
+BUDGETS = {"budgets/shipped": ("grpo-n8", ["pods-mv-n16m8-knap12", "pods-mv-n8m8-greso", "pods-mv-n32m8-pilot8c",
+                                           "pods-mv-n16m8"]),
+           "budgets/strong": ("grpo-n16", ["pods-mv-n32m16-knap24", "pods-mv-n16m16-greso",
+                                           "pods-mv-n64m16-pilot16c"])}
 
 
-def test_the_rollout_budgets_page_is_its_study():
+@pytest.mark.parametrize("folder", sorted(BUDGETS))
+def test_the_rollout_budgets_page_is_its_study(folder):
     """Each method's row on the results page: wall clock and updates to every level (with the verdict the study
     read), the step-time ratio, rollouts per update against GRPO's and the area difference, all from study.json."""
-    methods = study("budgets/shipped")["study"]["methods"]
+    baseline, names = BUDGETS[folder]
+    methods = study(folder)["study"]["methods"]
     rows = {line for line in (ROOT / "docs/results/rollout-budgets.md").read_text().splitlines()
             if line.startswith("| ")}
-    for method in BUDGETS:
+    for method in names:
         entry = methods[method]
         time = entry["to_levels"]["time"]
         low, high = entry["step_ratio_ci95"]
         area = entry["area_vs_time"]
-        rollouts = entry["rollouts_per_update"]["mean"][0] / methods["grpo-n8"]["rollouts_per_update"]["mean"][0]
-        cells = [f"{levels(method, 'time', 'budgets/shipped')}, {time['verdict']}",
-                 levels(method, "steps", "budgets/shipped"),
+        rollouts = entry["rollouts_per_update"]["mean"][0] / methods[baseline]["rollouts_per_update"]["mean"][0]
+        cells = [f"{levels(method, 'time', folder)}, {time['verdict']}", levels(method, "steps", folder),
                  f"{entry['step_ratio']:.2f} [{low:.2f}, {high:.2f}]", f"{rollouts:.2f}x",
                  f"{area['difference']:+.3f} [{area['difference_ci95'][0]:+.3f}, {area['difference_ci95'][1]:+.3f}]"]
         row = [r for r in rows if all(cell in r for cell in cells)]
-        assert len(row) == 1, f"rollout-budgets.md has no single row for {method} with {cells}"
+        assert len(row) == 1, f"rollout-budgets.md has no single row for {method} ({folder}) with {cells}"
 
 
-@pytest.mark.parametrize("relative", ["README.md", "docs/results/rollout-budgets.md",
-                                      "docs/concepts/rollout-budgets.md"])
+QUOTED = {"README.md": {"budgets/shipped": ["pods-mv-n16m8-knap12", "pods-mv-n8m8-greso"],
+                        "budgets/strong": ["pods-mv-n32m16-knap24"]},
+          "docs/concepts/rollout-budgets.md": {"budgets/shipped": ["pods-mv-n16m8-knap12"],
+                                               "budgets/strong": ["pods-mv-n32m16-knap24"]},
+          "docs/results/rollout-budgets.md": {folder: names for folder, (_, names) in BUDGETS.items()}}
+
+
+@pytest.mark.parametrize("relative", sorted(QUOTED))
 def test_the_rollout_budgets_wall_clock_is_quoted_from_its_json(relative):
-    """The README and the concept page quote Knapsack-RL's (and the README GRESO's) wall clock; the results page's
-    verdict quotes every method's."""
+    """The README and the concept page quote Knapsack-RL's wall clock on both models (the README GRESO's too); the
+    results page's verdict quotes every method's. No method is faster: the pages say so, and would have to change."""
     text = page(relative).replace("**", "")
-    methods = {"README.md": ["pods-mv-n16m8-knap12", "pods-mv-n8m8-greso"],
-               "docs/concepts/rollout-budgets.md": ["pods-mv-n16m8-knap12"]}.get(relative, BUDGETS)
-    for method in methods:
-        quoted = levels(method, "time", "budgets/shipped")
-        assert quoted in text, f"{relative} does not quote {quoted!r} ({method}, budgets/shipped/study.json)"
-    verdicts = {m: study("budgets/shipped")["study"]["methods"][m]["to_levels"]["time"]["verdict"] for m in BUDGETS}
-    assert "faster" not in verdicts.values(), "the pages say no method is faster in wall clock: re-read the study"
+    for folder, methods in QUOTED[relative].items():
+        for method in methods:
+            quoted = levels(method, "time", folder)
+            assert quoted in text, f"{relative} does not quote {quoted!r} ({method}, {folder}/study.json)"
+    for folder, (_, names) in BUDGETS.items():
+        verdicts = {m: study(folder)["study"]["methods"][m]["to_levels"]["time"]["verdict"] for m in names}
+        assert "faster" not in verdicts.values(), f"the pages say no method is faster in wall clock ({folder})"
