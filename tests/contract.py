@@ -272,6 +272,13 @@ def assert_same(pods: Run, grpo: Run, ignore: tuple = ()) -> None:
     assert len(pods.recorder.grads) == len(grpo.recorder.grads) > 0
     assert any(bool(g.abs().sum() > 0) for step in pods.recorder.grads for g in step.values()), "no gradient at all"
     for s, (a, b) in enumerate(zip(pods.recorder.grads, grpo.recorder.grads, strict=True)):
-        assert_close_values(a, b, f"step {s}: gradients", rtol=1e-4, atol=1e-6)
+        # The first steps' gradients agree exactly; after a few updates at lr 5e-2 the two runs' float rounding
+        # drifts apart in the 6th digit (also for features that change nothing but the data, e.g. GRESO's skip), so
+        # an element near 0 is compared against its tensor's scale, not alone.
+        for name in a:
+            scale = float(b[name].abs().max()) if name in b else 0.0
+            assert_close_values(a[name], b.get(name), f"step {s}: gradients.{name}", rtol=1e-4,
+                                atol=1e-6 + 1e-5 * scale)
+        assert sorted(a) == sorted(b), f"step {s}: gradients of {sorted(set(a) ^ set(b))}"
     assert_close_values(logged(pods.trainer, ignore), logged(grpo.trainer, ignore), "logged metrics", rtol=1e-4,
                         atol=1e-6)

@@ -89,6 +89,9 @@ FEATURES = {
                                                        downsample_rule="max_variance",
                                                        prompt_planner_args={"p_easy": 0.05, "min_p": 0.05}),
                                              config=dict(max_steps=4)),
+    "Pilot-Commit's pilot and commit (prompt_planner)": Feature(pods=dict(
+        prompt_planner="pilot_commit", oversample_prompts=2.0, downsample_rule="max_variance",
+        prompt_planner_args={"n_explore": 2}), config=dict(max_steps=4)),
     "Knapsack-RL's allocation (rollout_planner)": Feature(pods=dict(
         rollout_planner="knapsack", adaptive_budget=3.0, downsample_rule="max_variance",
         rollout_planner_args={"min_buffer_length": 1, "reward_buffer_length": 4}), config=dict(max_steps=4)),
@@ -221,14 +224,21 @@ def build(feature: Feature, tmp_path, pods: bool, plan=None, model_dirs=None):
 
 def kept_prompts_dataset(pods, dataset, tokenizer):
     """The rows of ``dataset`` whose prompts PODS kept, in the order it trained on them (with prompt over-sampling,
-    GRPO's data is what PODS kept of its larger sample)."""
+    GRPO's data is what PODS kept of its larger sample). On several processes, each step's rows are every
+    process's kept prompts in rank order: GRPO's sampler then hands each process the prompts it kept."""
     row_of = {}
     for i, row in enumerate(dataset):
         ids = tokenizer.apply_chat_template(row["prompt"], tokenize=True, add_generation_prompt=True)
         row_of[tuple(ids["input_ids"] if hasattr(ids, "keys") else ids)] = i
-    kept = [row_of[tuple(prompt[mask.bool()].tolist())] for batch in pods.recorder.batches
-            for prompt, mask in zip(batch["prompt_ids"][::M], batch["prompt_mask"][::M], strict=True)]
-    return dataset.select(kept)
+    kept = [[row_of[tuple(prompt[mask.bool()].tolist())]
+             for prompt, mask in zip(batch["prompt_ids"][::M], batch["prompt_mask"][::M], strict=True)]
+            for batch in pods.recorder.batches]  # per step
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    every = [kept]
+    if world > 1:
+        every = [None] * world
+        torch.distributed.all_gather_object(every, kept)
+    return dataset.select([row for step in zip(*every, strict=True) for rows in step for row in rows])
 
 
 def run_pods(feature: Feature, tmp_path, model_dirs) -> contract.Run:
@@ -268,6 +278,11 @@ def test_pods_on_its_kept_rows_is_grpo_with_m(name, tmp_path, model_dirs, contra
         kept = [contract.text_of(c) for c in pods.recorder.tables[0]["completion"][-2 * M:]]
         assert all(t in TURNS for t in kept) and len(set(kept)) > 1, kept
     assert pods.trainer.state.global_step == grpo.trainer.state.global_step == pods.trainer.args.max_steps
+    if feature.pods.get("prompt_planner") == "pilot_commit":  # a pilot round, then a commit round, every step
+        rows = [row for row in pods.trainer.state.log_history if "pods/rounds" in row]
+        assert [row["pods/rounds"] for row in rows] == [2.0] * 4, rows
+        assert all(row["pods/prompts_committed"] == row["pods/prompts_sampled"] > 0 for row in rows), rows
+        assert sum(row["pods/pilot_passed"] for row in rows) > 0, rows
     if name == "tools, results past the completion budget":  # TRL ran the tools and rolled their results back
         assert all(bool(batch["tool_mask"].bool().all()) for batch in pods.recorder.batches)  # no tool tokens kept
         assert any(row.get("tools/call_frequency", 0) > 0 for row in pods.trainer.state.log_history)
@@ -288,7 +303,9 @@ def test_the_harness_fails_when_pods_keeps_other_rows(tmp_path, model_dirs, cont
 
 
 RANK_FEATURES = ["plain", "adaptive rounds, environment, uneven", "environment-owned data",
-                 "Knapsack-RL's allocation (rollout_planner)"]  # (its ledger gathers both ranks' groups)
+                 "Knapsack-RL's allocation (rollout_planner)",  # (its ledger gathers both ranks' groups)
+                 "GRESO's skip (prompt_planner)",  # (with over-sampling: each rank keeps its own candidates)
+                 "Pilot-Commit's pilot and commit (prompt_planner)"]  # (and both ranks' evictions, in one order)
 
 
 @pytest.mark.slow
@@ -315,6 +332,8 @@ def test_the_contract_holds_on_two_processes(tmp_path, tiny_model_dir):
             assert found[name]["steps"] == FEATURES[name].config.get("max_steps", 2)
     knapsack = [found["Knapsack-RL's allocation (rollout_planner)"]["ledger"] for found in ranks]
     assert knapsack[0] == knapsack[1] and knapsack[0]["groups"] == 2 * 2 * 4, knapsack  # 2 ranks x 2 groups x 4 steps
+    pilot_commit = [found["Pilot-Commit's pilot and commit (prompt_planner)"]["ledger"] for found in ranks]
+    assert pilot_commit[0] == pilot_commit[1] and pilot_commit[0]["groups"] >= 2 * 2 * 4, pilot_commit
     # 2 prompts x N rollouts x 2 steps per rank reset once each; more: a padded round's fresh environments
     resets = [found["adaptive rounds, environment, uneven"]["counter_resets"] for found in ranks]
     assert min(resets) >= 2 * N * 2 and max(resets) > 2 * N * 2, resets

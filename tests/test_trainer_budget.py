@@ -100,16 +100,97 @@ def test_the_ledger_resumes_exactly(tmp_path, tiny_model_dir):
     assert sum(skipped[2:]) > 0 and logged(resumed, "pods/prompts_skipped") == skipped
 
 
+def pilot_commit(where, model_dir, rows=8, **overrides):
+    """Pilot-Commit with n = 4 (a pilot of 1, a commit of 3), 4 candidates per step, 2 of them committed."""
+    args = dict(prompt_planner="pilot_commit", oversample_prompts=2.0,
+                prompt_planner_args={"diversity_threshold_upper": 0.0, "diversity_threshold_lower": 0.0})
+    args.update(overrides)
+    return PODSTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[solved_by_parity],
+                       train_dataset=dataset(rows), processing_class=AutoTokenizer.from_pretrained(model_dir),
+                       args=config(where, **args))
+
+
+def test_pilot_commit_pilots_every_candidate_and_commits_the_batch(tmp_path, tiny_model_dir):
+    """Each step pilots its candidates with 1 rollout (n // 4) and commits 2 of them to 3 more, in two rounds. A
+    pilot that solves its prompt evicts it (exclude_threshold_upper 1.0): the even prompts, always solved, are all
+    evicted in the first epoch; in the second, the candidates it evicted get no pilot unless the batch needs them
+    (re-admitted). Only the committed groups reach selection, and the ledger holds every rollout."""
+    trainer = pilot_commit(tmp_path, tiny_model_dir, max_steps=4)
+    trainer.train()
+    sampled, evicted = logged(trainer, "pods/rollouts_sampled"), logged(trainer, "pods/prompts_evicted")
+    assert evicted[:2] == [0, 0] and all(e >= 2 for e in evicted[2:]), evicted  # 2 evens among each step's 4
+    piloted = [max(B, 4 - int(e)) for e in evicted]
+    assert sampled == [p * 1 + B * 3 for p in piloted], (sampled, evicted)
+    assert logged(trainer, "pods/prompts_readmitted") == [p - (4 - e) for p, e in zip(piloted, evicted)]
+    assert logged(trainer, "pods/rounds") == [2.0] * 4
+    assert logged(trainer, "pods/prompts_committed") == [B] * 4
+    assert logged(trainer, "pods/prompts_sampled") == [B] * 4  # selection sees the committed groups only
+    ledger = trainer._budget.ledger
+    evens = torch.tensor([prompt_id(i) for i in range(0, 8, 2)])
+    assert bool(ledger.stats(evens).evicted.all())
+    assert sum(logged(trainer, "pods/pilot_solved")[:2]) >= 4
+    assert int(ledger.stats(ledger.ids).rollouts.sum()) == sum(sampled)  # every pilot and commit rollout
+    assert len(trainer._budget.which) == 0  # nothing kept past its step
+
+
+def prompt_id(i: int) -> int:
+    from pods_rl.ledger import prompt_key
+
+    return prompt_key([{"role": "user", "content": f"{i}+{i}="}])
+
+
+def test_pilot_commit_resumes_exactly(tmp_path, tiny_model_dir):
+    """4 steps straight, or 2, a checkpoint, and 2 more: the same ledger (evictions included) and decisions."""
+    straight = pilot_commit(tmp_path, tiny_model_dir, save_strategy="steps", save_steps=2)
+    straight.train()
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    resumed = pilot_commit(tmp_path / "resumed", tiny_model_dir)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    a, b = straight._budget.state_dict()["ledger"], resumed._budget.state_dict()["ledger"]
+    for key, value in a.items():
+        assert torch.equal(value, b[key]) if isinstance(value, torch.Tensor) else value == b[key], key
+    assert bool(a["evicted"].any())
+    for key in ("pods/prompts_evicted", "pods/prompts_readmitted", "pods/rollouts_sampled", "loss"):
+        assert logged(resumed, key) == logged(straight, key) and len(logged(straight, key)) == 4, key
+
+
 @pytest.mark.parametrize("overrides, message", [
     (dict(prompt_planner="greso"), "set oversample_prompts above 1"),
-    (dict(prompt_planner="knapsack", oversample_prompts=2.0), r"PODSTrainer runs \['greso'\] for this question"),
+    (dict(prompt_planner="knapsack", oversample_prompts=2.0),
+     r"PODSTrainer runs \['greso', 'pilot_commit'\] for this question"),
     (dict(rollout_planner="knapsack", pilot_generations=2), "set one"),
     (dict(rollout_planner="knapsack", downsample_to=N), "raise num_generations above downsample_to"),
     (dict(rollout_planner="knapsack", rollout_planner_args={"max_n": 64}), r"max_n=64: .* set it in \[2, 4\]"),
     (dict(prompt_planner="greso", oversample_prompts=2.0, prompt_planner_args='{"p_easy": 2}'), "p_easy"),
     (dict(prompt_planner="greso", oversample_prompts=2.0, prompt_planner_args="{nope"), "a dict or a JSON object"),
+    (dict(prompt_planner="pilot_commit", oversample_prompts=2.0, pilot_generations=2), "drop pilot_generations"),
+    (dict(prompt_planner="pilot_commit", oversample_prompts=2.0, rollout_planner="knapsack"), "drop rollout_planner"),
+    (dict(prompt_planner="pilot_commit", oversample_prompts=2.0, prompt_planner_args={"n_explore": 2, "n_commit": 8}),
+     r"n_explore=2 \+ n_commit=8 must make num_generations \(n=4\)"),
+    (dict(prompt_planner="pilot_commit", oversample_prompts=2.0, prompt_planner_args={"buffer_max_off_steps": 4}),
+     "commits a prompt in the step that piloted it"),
+    (dict(prompt_planner="pilot_commit", oversample_prompts=2.0, prompt_planner_args={"n_explore_effective": 1,
+                                                                                       "n_explore": 2}),
+     "trains on every pilot rollout"),
 ])
 def test_bad_planner_settings_fail_in_one_line(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message) as err:
         config(tmp_path, **overrides)
     assert "\n" not in str(err.value)
+
+
+def test_pilot_commit_runs_from_pods_train(tmp_path, tiny_model_dir):
+    """`pods train` with Pilot-Commit's flags: n = 8 split 2 + 6 (n_explore given, n_commit the rest), 4 candidates
+    for 2 kept groups; each logged step is a pilot and a commit round."""
+    from pods_rl import runlog
+    from pods_rl.commands.train import main as train_main
+
+    run_dir = tmp_path / "run"
+    code = train_main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir",
+                       str(run_dir), "--max_steps", "2", "--eval_before_after", "false", "--prompt_planner",
+                       "pilot_commit", "--oversample_prompts", "2", "--prompt_planner_args", '{"n_explore": 2}'])
+    assert code == 0
+    rows = [r for r in runlog.read_metrics(run_dir) if "pods/prompts_committed" in r]
+    assert [r["pods/rounds"] for r in rows] == [2.0, 2.0]
+    assert all(r["pods/prompts_committed"] == 2 and r["pods/plan_rollouts"] <= 4 * 2 for r in rows), rows
+    assert all(r["pods/rollouts_sampled"] == r["pods/plan_rollouts"] + 2 * 6 for r in rows), rows

@@ -45,14 +45,41 @@ def _knobs(name: str | None, args: dict | None, n: int, m: int) -> dict:
         for key in ("negative_n", "positive_n"):
             if knobs.get(key) is not None and not m <= knobs[key] <= n:
                 raise ValueError(f"rollout_planner_args {key}={knobs[key]!r} must be in [{m}, {n}] (m..n) with PODS")
+    if name == "pilot_commit":
+        _pilot_commit_knobs(knobs, n)
     return knobs
+
+
+def _pilot_commit_knobs(knobs: dict, n: int) -> None:
+    """Pilot-Commit in PODSTrainer: a committed prompt trains on its pilot and commit rollouts as one group of n
+    (n_explore + n_commit = n; by default the paper's 1:3 split), in the step that piloted it."""
+    explore, commit = knobs.get("n_explore"), knobs.get("n_commit")
+    if explore is None and commit is None:
+        explore = max(1, n // 4)
+    if explore is None and isinstance(commit, int):
+        explore = n - commit
+    if commit is None and isinstance(explore, int):
+        commit = n - explore
+    if isinstance(explore, int) and isinstance(commit, int) and (explore + commit != n or min(explore, commit) < 1):
+        raise ValueError(f"prompt_planner_args n_explore={explore} + n_commit={commit} must make num_generations "
+                         f"(n={n}), each at least 1: a committed prompt trains on its pilot and commit rollouts as "
+                         "one group of n; set one of them, or neither (n_explore = n // 4, the paper's 1:3 split)")
+    knobs.update(n_explore=explore, n_commit=commit)
+    if knobs.get("n_explore_effective") not in (None, explore):
+        raise ValueError(f"prompt_planner_args n_explore_effective={knobs['n_explore_effective']!r}: PODSTrainer "
+                         "trains on every pilot rollout of a committed prompt; drop it, and keep m of the n with "
+                         "downsample_to instead")
+    if knobs.setdefault("buffer_max_off_steps", 0) != 0:
+        raise ValueError(f"prompt_planner_args buffer_max_off_steps={knobs['buffer_max_off_steps']!r}: PODSTrainer "
+                         "commits a prompt in the step that piloted it (TRL's step trains the rollouts it generated; "
+                         "none are kept for a later step): set it to 0 or drop it")
 
 
 def check_planner_settings(config) -> None:
     """Refuse, in one line each before any model loads, planner settings PODS cannot carry out."""
     for field, kind in (("prompt_planner", "which_prompts"), ("rollout_planner", "how_many")):
         name = getattr(config, field)
-        supported = {"which_prompts": ["greso"], "how_many": ["knapsack"]}[kind]
+        supported = {"which_prompts": ["greso", "pilot_commit"], "how_many": ["knapsack"]}[kind]
         if name is not None and name not in supported:
             known = available_planners(kind)
             raise ValueError(f"{field}={name!r}: PODSTrainer runs {supported} for this question (registered: {known}); "
@@ -60,12 +87,22 @@ def check_planner_settings(config) -> None:
     if config.prompt_planner is not None and config.oversample_prompts <= 1:
         raise ValueError(f"prompt_planner={config.prompt_planner!r} skips prompts before sampling and replaces them "
                          "with other candidates: set oversample_prompts above 1 (e.g. 2), or nothing can replace them")
+    if config.prompt_planner == "pilot_commit" and (config.rollout_planner is not None or config.is_adaptive):
+        other = "rollout_planner" if config.rollout_planner is not None else "pilot_generations"
+        raise ValueError(f"prompt_planner='pilot_commit' decides how many rollouts a prompt gets itself (n_explore, "
+                         f"then n_commit for the prompts it commits): drop {other}")
     if config.rollout_planner is not None and config.is_adaptive:
         raise ValueError("rollout_planner and pilot_generations both decide how many rollouts a prompt gets: set one")
     if config.rollout_planner is not None and config.num_generations == config.downsample_to:
         raise ValueError("rollout_planner spends between downsample_to (m) and num_generations (n) rollouts per prompt:"
                          " with m = n every prompt gets n; raise num_generations above downsample_to")
     RolloutBudget.from_config(config)  # the planners' own knobs, checked by their Settings
+
+
+def _generator(seed: int, step: int, rank: int, *salt: int) -> torch.Generator:
+    """A generator seeded by (seed, step, rank, salt), integers (whose hash is the same in every process): the same
+    draws on a resume."""
+    return torch.Generator().manual_seed(hash((seed, step, rank, *salt)) & (2**63 - 1))
 
 
 class RolloutBudget:
@@ -83,12 +120,13 @@ class RolloutBudget:
         if config.prompt_planner is None and config.rollout_planner is None:
             return None
         n, m = config.num_generations, config.downsample_to
-        which = config.prompt_planner and make_planner(
+        # (`is not None`, not truth: a planner with a buffer, Pilot-Commit's, is falsy while the buffer is empty)
+        which = None if config.prompt_planner is None else make_planner(
             config.prompt_planner, **_knobs(config.prompt_planner, config.prompt_planner_args, n, m))
-        how_many = config.rollout_planner and make_planner(
+        how_many = None if config.rollout_planner is None else make_planner(
             config.rollout_planner, **_knobs(config.rollout_planner, config.rollout_planner_args, n, m))
         ledger = PromptLedger(LedgerSettings(success_threshold=config.ledger_success_threshold))
-        return cls(ledger, which or None, how_many or None, n=n, m=m, seed=config.seed,
+        return cls(ledger, which, how_many, n=n, m=m, seed=config.seed,
                    budget_per_prompt=config.adaptive_budget)
 
     def plan(self, ids: torch.Tensor, num_groups: int, *, step: int, rank: int,
@@ -99,13 +137,14 @@ class RolloutBudget:
         batch so); when fewer survive, the skipped ones least likely to be all-equal fill it. ``how_many``: their
         counts under a budget of ``adaptive_budget`` (default n) per sampled prompt. Otherwise n, or the adaptive
         pilot's k. Draws come from a generator seeded by (seed, step, rank): the same on a resume."""
-        generator = torch.Generator().manual_seed(hash((self.seed, step, rank)) & (2**63 - 1))
+        generator = _generator(self.seed, step, rank)
         P, metrics = len(ids), {}
         chosen = torch.zeros(P, dtype=torch.bool)
         if self.which is not None:
             plan = self.which.plan(ids, self.ledger, n=self.n, generator=generator)
             metrics.update(plan.metrics)
-            survivors = torch.nonzero(plan.rollouts > 0).flatten()[:num_groups]
+            # Pilot-Commit pilots every candidate it has not evicted; GRESO samples the first B it keeps.
+            survivors = torch.nonzero(plan.rollouts > 0).flatten()[:None if self.commits else num_groups]
             chosen[survivors] = True
             missing = num_groups - len(survivors)
             if missing > 0:  # fill the batch: the skipped candidates least likely to be all-equal
@@ -120,6 +159,8 @@ class RolloutBudget:
             counts, allocated = self.allocate(ids[chosen])
             metrics.update({k: v for k, v in allocated.items() if k not in metrics})
             first[chosen] = counts
+        elif self.commits:
+            first[chosen] = self.which.settings.n_explore
         else:
             first[chosen] = pilot or self.n
         # The plan's rollouts are what is sampled: the chosen candidates' (a which-planner's own counts cover every
@@ -130,6 +171,58 @@ class RolloutBudget:
                         "pods/rollouts_per_prompt_min": sampled.min().item(),
                         "pods/rollouts_per_prompt_max": sampled.max().item()})
         return first, metrics
+
+    @property
+    def commits(self) -> bool:
+        """True when the prompt planner samples in two rounds, a pilot and then a commit (Pilot-Commit)."""
+        return self.which is not None and hasattr(self.which, "after_pilot")
+
+    def commit(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, num_groups: int, *, step: int,
+               rank: int = 0, gather=None, device=None) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """Pilot-Commit's second round, once the candidates ``ids`` (P,) have their pilot: ``counts`` (P,) rollouts
+        each (0: not piloted), deciding rewards (P, n), NaN past counts.
+
+        The pilots are judged (``PilotCommit.after_pilot``: passed, too easy, too hard, solved), the solved ones are
+        evicted from the ledger (every process's, in one order: one collective with ``gather``, so every process
+        calls it), and ``num_groups`` (B) prompts are committed from the buffer by ``buffer_sampling_method``. When
+        fewer than B passed, the other piloted prompts fill the batch, largest pilot std first, then candidate
+        order (``pods/prompts_filled``). What was not committed leaves the buffer: its rollouts are not kept.
+
+        Returns ``more`` (P,) the commit round's rollouts (``n_commit`` for each committed prompt, else 0),
+        ``committed`` (P,) bool (the B groups that train) and the metrics."""
+        piloted = counts > 0
+        first = torch.zeros(len(ids), dtype=torch.bool)  # a prompt listed twice is judged (and committed) once
+        seen = set()
+        for p in torch.nonzero(piloted).flatten().tolist():
+            if int(ids[p]) not in seen:
+                seen.add(int(ids[p]))
+                first[p] = True
+        verdict = self.which.after_pilot(ids[first], rewards[first], counts[first], self.ledger, step=step,
+                                         evict=False)
+        solved = verdict.ids[verdict.evicted]
+        if gather is not None:  # every process's solved prompts, in one order: the ledgers stay identical
+            padded = torch.full((len(ids),), -1, dtype=torch.long)
+            padded[:len(solved)] = solved
+            solved = gather(padded.to(device)).cpu()
+            solved = solved[solved >= 0]
+        if len(solved):
+            self.ledger.evict(solved)
+        chosen = self.which.commit(num_groups, generator=_generator(self.seed, step, rank, 1))
+        self.which.flush(step + 1)  # buffer_max_off_steps = 0: what is not committed now is not kept
+        committed = first & torch.isin(ids, chosen.ids)
+        std = torch.full((len(ids),), -1.0, dtype=torch.float64)
+        std[first] = verdict.extra["std"]
+        missing = num_groups - int(committed.sum())
+        if missing > 0:
+            order = torch.argsort(std, descending=True, stable=True)
+            committed[order[(piloted & ~committed)[order]][:missing]] = True
+        metrics = {name: verdict.metrics[name] for name in ("pods/pilot_passed", "pods/pilot_too_easy",
+                                                             "pods/pilot_too_hard")}
+        metrics.update({"pods/pilot_solved": float(verdict.evicted.sum()),
+                        "pods/prompts_committed": float(committed.sum()),
+                        "pods/prompts_filled": float(max(missing, 0))})
+        more = torch.where(committed, self.which.settings.n_commit, 0)
+        return more, committed, metrics
 
     def allocate(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """(S,) rollouts for each of S prompts that will be sampled (``ids`` (S,)), by the ``how_many`` planner under

@@ -116,7 +116,9 @@ class PODSConfig(GRPOConfig):
         default=None,
         metadata={"help": "Which of a step's candidate prompts get rollouts, from what the run has seen of each (a "
                   "planner of pods_rl.planners): greso (skip prompts whose recent groups were all-equal, re-admitting "
-                  "some; GRESO). Needs oversample_prompts > 1: the candidates that replace the skipped prompts."},
+                  "some; GRESO) or pilot_commit (pilot every candidate with n_explore rollouts, commit B of those "
+                  "whose pilot was mixed to n_commit more, in the same step; Pilot-Commit). Needs oversample_prompts "
+                  "> 1: the candidates that replace the skipped prompts."},
     )
     prompt_planner_args: dict | str | None = field(
         default=None,

@@ -98,7 +98,7 @@ class RoundsStep:
     _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
 
     def _sample_in_rounds(self, inputs: list[dict], prompts: list, num_sampled: int,
-                          first: torch.Tensor | None = None):
+                          first: torch.Tensor | None = None, ids: torch.Tensor | None = None):
         """Adaptive rollouts: a pilot round of k per prompt, then rounds for the prompts ``adaptive_rule`` keeps open.
 
         Whether a group is mixed is judged on ``adaptive_reward`` (one reward function, e.g. correctness) or by
@@ -106,14 +106,17 @@ class RoundsStep:
         after the pilot. A round runs while any process has a prompt open, with the same number of rows on every
         process; a process with fewer pads its round with throw-away rows (generated and counted in
         ``pods/rollouts_sampled``). ``first`` (P,): the first round's rollouts per prompt, from the planners (0: the
-        prompt is not sampled this step); then rounds follow only with ``pilot_generations``. Returns what
-        ``PODSStep._sample_rollouts`` returns: ``Sampled``.
+        prompt is not sampled this step); then rounds follow only with ``pilot_generations``, or with Pilot-Commit
+        (``RolloutBudget.commit``: the first round is the pilot, the second commits B of the candidates ``ids``
+        (P,), which alone train: ``Sampled.trainable``). Returns what ``PODSStep._sample_rollouts`` returns:
+        ``Sampled``.
         """
         args, n, m = self.args, self.num_generations, self.downsample_to
         round_size = args.adaptive_round_size or args.pilot_generations
         budget = None if args.adaptive_budget is None else int(args.adaptive_budget * num_sampled)
         book = RoundBook(num_sampled, n, args.pilot_generations if first is None else first)
         planned = book.more > 0  # (P,) the prompts sampled this step
+        trainable = None  # (P,) bool, after Pilot-Commit's pilot
         rank, weights, user_metrics = self.accelerator.process_index, self.reward_weights.cpu().double(), False
         with _one_sleep_per_step(self), self._batch_rollout_state() as batch:
             while True:
@@ -145,7 +148,12 @@ class RoundsStep:
                     if args.is_adaptive:
                         book.more = plan_round(book.rewards, book.counts, m, n, round_size, args.adaptive_rule,
                                                budget=budget) * planned
-                    else:  # the planners' one round
+                    elif trainable is None and self._budget is not None and self._budget.commits:
+                        book.more, trainable, metrics = self._budget.commit(  # Pilot-Commit's commit round
+                            ids, book.rewards, book.counts, self._kept_groups_per_process, step=self.state.global_step,
+                            rank=rank, gather=gather, device=self.accelerator.device)
+                        self._log_train_metrics(metrics)
+                    else:  # the planners' one round (Pilot-Commit's two)
                         book.more = torch.zeros_like(book.more)
         with self._phase("selection"):
             generated, extra_logs = book.arranged()
@@ -159,7 +167,7 @@ class RoundsStep:
                                                device=self.accelerator.device)).sum(0).tolist()
             metrics["pods/frac_zero_std_pilot"].append(total / count if count else float("nan"))
         self._note_reward_variance(rewards_per_func)  # once per step, on the finished groups
-        return Sampled(generated, rewards_per_func, book.counts, extra_logs, user_metrics)
+        return Sampled(generated, rewards_per_func, book.counts, extra_logs, user_metrics, trainable)
 
     def _deciding_rewards(self, rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """(rows, F) -> (rows,) the reward that decides whether a group is mixed: ``adaptive_reward``'s column (e.g.

@@ -57,6 +57,7 @@ class Sampled:
     counts: torch.Tensor  # (P,) n for every prompt without pilot_generations, else m..n
     extra_logs: dict[str, list]  # the reward functions' log_extra columns, a value per row
     user_metrics: bool  # a reward function called log_metric (with a name of its own, not pods/*)
+    trainable: torch.Tensor | None = None  # (P,) bool: the prompts that may train (Pilot-Commit's committed); None: all
 
 
 def select_rows(generated: tuple, rows: list[int], num_rows: int) -> Generated:

@@ -111,7 +111,7 @@ class PODSStep(RoundsStep):
         if len(inputs) % n != 0:
             raise RuntimeError(f"PODS expects whole groups of n={n} rollouts per process, got {len(inputs)} rows.")
         num_sampled = len(inputs) // n  # P, local: B * oversample_prompts prompts
-        num_groups = self.args.per_device_train_batch_size * self.args.steps_per_generation // m  # B, local, updated
+        num_groups = self._kept_groups_per_process  # B, local, updated
         if num_sampled < num_groups:
             raise RuntimeError(f"PODS expects at least {num_groups} groups per process, got {num_sampled}.")
         inputs = [dict(x) for x in inputs]  # rows are annotated below; leave the dataloader's dicts alone
@@ -125,15 +125,16 @@ class PODSStep(RoundsStep):
                                                rank=self.accelerator.process_index,
                                                pilot=self.args.pilot_generations)
             self._log_train_metrics(metrics)
-        sampled = self._sample_rollouts(inputs, prompts, num_sampled, first)  # P*n rollouts, rewards, logs
+        sampled = self._sample_rollouts(inputs, prompts, num_sampled, first, ids)  # P*n rollouts, rewards, logs
         if self._budget is not None:
             self._record_in_ledger(ids, sampled, num_sampled, n)
 
         with self._phase("selection"):
             rank = self.accelerator.process_index
             local_rewards_per_func = sampled.rewards_per_func[rank * len(inputs):(rank + 1) * len(inputs)].cpu()
+            counts = sampled.counts if sampled.trainable is None else torch.where(sampled.trainable, sampled.counts, 0)
             selection = select(local_rewards_per_func.view(num_sampled, n, -1), self.reward_weights.cpu(),
-                               num_groups, self.args.selection_settings, counts=sampled.counts,
+                               num_groups, self.args.selection_settings, counts=counts,
                                aggregation=self.multi_objective_aggregation,
                                features=self._rollout_features(sampled.generated, local_rewards_per_func,
                                                                num_sampled, n),
@@ -162,6 +163,11 @@ class PODSStep(RoundsStep):
             self.num_generations = n
             self._pods_call = None
 
+    @property
+    def _kept_groups_per_process(self) -> int:
+        """B: the groups of m kept rollouts this process trains on per generation."""
+        return self.args.per_device_train_batch_size * self.args.steps_per_generation // self.downsample_to
+
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` concatenated over processes along dim 0 (accelerate's ``gather``, on this process's device)."""
         return gather(tensor.to(self.accelerator.device))
@@ -184,7 +190,7 @@ class PODSStep(RoundsStep):
             gather=gather, device=self.accelerator.device))
 
     def _sample_rollouts(self, inputs: list[dict], prompts: list, num_sampled: int,
-                         first: torch.Tensor | None = None) -> Sampled:
+                         first: torch.Tensor | None = None, ids: torch.Tensor | None = None) -> Sampled:
         """Generate and score the rollouts of the P = ``num_sampled`` prompts of ``inputs`` (P*n rows, each prompt's
         row repeated n times; extra fields of a ``rollout_func`` are written into them): one ``_generate`` +
         ``_calculate_rewards`` (GRPOTrainer's), or rounds (``RoundsStep._sample_in_rounds``): adaptive ones, or one
@@ -195,7 +201,7 @@ class PODSStep(RoundsStep):
         and the reward functions' own ``log_metric`` values (``Sampled.user_metrics``: the kept rows are scored again
         for them, ``_rescore_for_metrics``)."""
         if self.args.is_adaptive or first is not None:
-            return self._sample_in_rounds(inputs, prompts, num_sampled, first)
+            return self._sample_in_rounds(inputs, prompts, num_sampled, first, ids)
         with generation_metrics_dropped(self):
             generated = Generated(*self._generate(prompts))  # (P*n) rollouts
         write_extra_fields(inputs, generated.extra_fields)  # rollout_func extras are reward inputs (as in TRL)

@@ -115,11 +115,13 @@ class PilotCommit:
         evicted = ledger.stats(ids).evicted
         return make_plan(ids, torch.where(evicted, 0, s.n_explore), evicted=evicted)
 
-    def after_pilot(self, ids, rewards, counts, ledger: PromptLedger, *, step: int) -> Plan:
+    def after_pilot(self, ids, rewards, counts, ledger: PromptLedger, *, step: int, evict: bool = True) -> Plan:
         """Classify the piloted prompts ``ids`` (P,, distinct) from their pilot rewards (P, n) padded after counts
         (P,) (success as the ledger judges it; NaN not scored): pass -> buffer (at ``step``), too easy -> skipped,
-        too hard -> deferred, solved -> evicted (also in ``ledger``). Returns a ``Plan`` with ``rollouts`` 0 (this
-        is a verdict, the commit comes from ``commit``) and ``extra``: ``passed``, ``success_rate``, ``std``."""
+        too hard -> deferred, solved -> evicted (also in ``ledger`` unless ``evict`` is False: an engine on several
+        processes evicts every process's verdicts itself, in one order, so that the ledgers stay identical).
+        Returns a ``Plan`` with ``rollouts`` 0 (this is a verdict, the commit comes from ``commit``) and ``extra``:
+        ``passed``, ``success_rate``, ``std``."""
         ids = as_ids(ids)
         rewards = torch.as_tensor(rewards).detach().cpu().double()
         counts = torch.full((len(ids),), rewards.shape[1]) if counts is None else torch.as_tensor(counts).long()
@@ -145,7 +147,7 @@ class PilotCommit:
         for p in torch.nonzero(passed).flatten().tolist():
             # Re-adding a prompt keeps its place in the order (a dict's), as the code's buffer does.
             self._buffer[int(ids[p])] = (int(step), float(rate[p]), float(std[p]), int(scored[p].sum()))
-        if bool(evicted.any()):
+        if evict and bool(evicted.any()):
             ledger.evict(ids[evicted])
         metrics = {"pods/pilot_passed": float(passed.sum()), "pods/pilot_too_easy": float(too_easy.sum()),
                    "pods/pilot_too_hard": float(too_hard.sum()), "pods/buffer_size": float(len(self._buffer))}
