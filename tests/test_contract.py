@@ -352,3 +352,47 @@ def test_a_log_extra_column_of_another_length_is_refused_in_one_line(tmp_path, m
         contract.train(trainer, script)
     assert str(err.value) == ("a reward function logged 1 values in the log_extra column 'batch_note' for 8 "
                               "completions: log_extra takes one value per completion it was given, in their order.")
+
+
+@pytest.mark.parametrize("scale", ["none", "group"])
+def test_the_sampled_baseline_centres_the_kept_rows_on_every_sampled_rollout(scale, tmp_path, model_dirs,
+                                                                             contract_rule):
+    """``advantage_baseline="sampled"`` (Reinforce-Ada's all-samples baseline) leaves the contract on purpose: each
+    kept rollout's advantage is its reward minus the mean of all N rewards sampled for its prompt (divided by their
+    std + 1e-4 with scale_rewards=group), in the batch TRL hands the loss and in the completions table."""
+    scored = []
+
+    def recorded_reward(completions, **kwargs):
+        rewards = turn_reward(completions, **kwargs)
+        scored.append(rewards)
+        return rewards
+
+    feature = Feature(reward_funcs=(recorded_reward,), pods=dict(advantage_baseline="sampled"),
+                      config=dict(scale_rewards=scale))
+    trainer, script = build(feature, tmp_path, pods=True, model_dirs=model_dirs)
+    run = contract.train(trainer, script)
+    sampled = [torch.tensor(r).view(-1, N) for r in scored if len(r) == 2 * N]  # each step's (B, N), as sampled
+    assert len(sampled) == len(run.recorder.batches) == 2
+    differs = False
+    for rewards, batch, table in zip(sampled, run.recorder.batches, run.recorder.tables, strict=True):
+        kept = rewards[:, list(KEPT_INDICES)]  # (B, M): the contract's rule keeps rollouts 1 and 3
+        expected = kept - rewards.mean(dim=1, keepdim=True)
+        local = kept - kept.mean(dim=1, keepdim=True)  # TRL's (kept) baseline
+        if scale == "group":
+            expected = expected / (rewards.std(dim=1, keepdim=True) + 1e-4)
+            local = local / (kept.std(dim=1, keepdim=True) + 1e-4)
+        torch.testing.assert_close(batch["advantages"].view(-1, M).cpu(), expected.float())
+        torch.testing.assert_close(torch.tensor(table["advantages"][-2 * M:]).view(-1, M), expected.float())
+        differs |= not torch.allclose(expected.float(), local.float())
+    assert differs  # the test data tells the two baselines apart
+
+
+def test_the_sampled_baseline_is_refused_where_it_is_undefined(tmp_path):
+    base = dict(output_dir=str(tmp_path), use_cpu=True, num_generations=N, downsample_to=M,
+                per_device_train_batch_size=2 * M, report_to="none", advantage_baseline="sampled")
+    for extra, message in ((dict(scale_rewards="batch"), "got scale_rewards=.batch"),
+                           (dict(multi_objective_aggregation="normalize_then_sum"), "sum_then_normalize"),
+                           (dict(advantage_baseline="all"), "must be one of")):
+        with pytest.raises(ValueError, match=message) as err:
+            PODSConfig(**{**base, **extra})
+        assert "\n" not in str(err.value)

@@ -327,3 +327,26 @@ def test_the_crosscheck_script_loads_functions_and_methods_from_source():
     assert tally.report()
     tally.add("a", False)
     assert not tally.report()
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_the_trainer_sampled_baseline_is_reinforce_adas_on_binary_rewards(normalize):
+    """PODSTrainer's advantage_baseline=sampled (``sampled_baseline_advantages``) gives Reinforce-Ada's advantages
+    (``global_stat_est``) on 0/1 rewards: mean #positive / #all over every sampled rollout; with the std, the same
+    up to where the two put their epsilon (TRL's 1e-4 added; the code's 1e-6 clamp and add)."""
+    from pods_rl.advantages import sampled_baseline_advantages
+
+    generator = torch.Generator().manual_seed(3)
+    P, n, m = 64, 12, 4
+    counts = torch.randint(m, n + 1, (P,), generator=generator)
+    rewards = (torch.rand(P, n, generator=generator) < torch.rand(P, 1, generator=generator)).float()
+    rewards[torch.arange(n) >= counts.unsqueeze(1)] = float("nan")
+    ada = ReinforceAda(ReinforceAdaSettings(max_rounds=3, round_repeat=4, final_keep_per_prompt=m,
+                                            norm_adv_by_std_in_grpo=normalize))
+    kept = ada.keep(rewards, counts)  # (P, m)
+    theirs = ada.advantages(rewards, counts, kept)  # (P, m)
+    rows = (kept + n * torch.arange(P).unsqueeze(1)).flatten()
+    ours = sampled_baseline_advantages(rewards, rows, scale=normalize).view(P, m)
+    mixed = (rewards == 1).any(dim=1) & (rewards == 0).any(dim=1)  # (all-equal groups: 0 in both)
+    torch.testing.assert_close(ours[mixed], theirs[mixed], rtol=1e-3 if normalize else 1e-6, atol=1e-6)
+    assert bool((ours[~mixed] == 0).all())

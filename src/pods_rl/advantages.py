@@ -106,3 +106,32 @@ def group_advantages(rewards, eps: float = 1e-4, scale: str | bool = "group") ->
         advantages = advantages / (std + eps)
     advantages = torch.nan_to_num(advantages, nan=0.0)
     return advantages[0] if single_group else advantages
+
+
+def sampled_baseline_advantages(rewards: torch.Tensor, rows, eps: float = 1e-4, scale: bool = True) -> torch.Tensor:
+    """Advantages of the kept rows against a baseline from *every* rollout sampled for their prompt (Reinforce-Ada's
+    ``global_stat_est``), instead of from the kept ones (PODS's, and GRPO with m).
+
+    Args:
+        rewards: (P, n) each sampled rollout's total reward, NaN where a prompt has no rollout (after its count) or
+            the rollout could not be scored.
+        rows: the R kept rollouts as flat indices ``p * n + j`` (``Selection.kept_rows``).
+        eps: added to the std (TRL's 1e-4).
+        scale: divide by the prompt's std over its sampled rollouts (TRL's ``scale_rewards="group"``); False:
+            reward minus the mean only (``"none"``, Reinforce-Ada's recipe).
+
+    Returns (R,) float32: (reward - mean) [/ (std + eps)] with mean and Bessel std over the prompt's scored
+    rollouts (TRL's nanmean / nanstd); 0 where the reward is NaN or the std undefined (fewer than two scored), as
+    TRL zeroes them. With 0/1 rewards this is the code's baseline (mean = #positive / #all).
+    """
+    rewards = torch.as_tensor(rewards).float()
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must have shape (P, n), got {tuple(rewards.shape)}")
+    n = rewards.shape[1]
+    rows = torch.as_tensor(rows, dtype=torch.long)
+    owner = rows // n  # (R,)
+    mean = torch.nanmean(rewards, dim=1)  # (P,)
+    advantages = rewards.reshape(-1)[rows] - mean[owner]
+    if scale:
+        advantages = advantages / (nanstd(rewards, dim=1)[owner] + eps)
+    return torch.nan_to_num(advantages, nan=0.0)

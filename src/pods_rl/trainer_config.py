@@ -48,6 +48,7 @@ from pods_rl.selection import TIEBREAKS, SelectionSettings, sampled_prompts
 # How PODSConfig's users spell the selection settings (SelectionSettings' errors name them so).
 CONFIG_NAMES = {"m": "downsample_to (m)", "rule": "downsample_rule", "tiebreak": "downsample_tiebreak",
                 "oversample_prompts": "oversample_prompts", "register": "pods_rl.register_rule"}
+ADVANTAGE_BASELINES = ("kept", "sampled")  # advantage_baseline: from the m kept rollouts, or from all sampled
 
 
 @dataclass
@@ -136,6 +137,14 @@ class PODSConfig(GRPOConfig):
         default=None,
         metadata={"help": "The rollout planner's settings by the paper's names, as a dict or JSON."},
     )
+    advantage_baseline: str = field(
+        default="kept",
+        metadata={"help": "What a group's advantage baseline (its mean, and its std with scale_rewards=group) is "
+                  "computed from: kept (the m kept rollouts, TRL's own: GRPO with m, as the PODS paper does) or "
+                  "sampled (every rollout sampled for the prompt this step: Reinforce-Ada's all-samples baseline, "
+                  "whose recipe pairs it with scale_rewards=none). sampled needs multi_objective_aggregation="
+                  "sum_then_normalize and scale_rewards group or none."},
+    )
     ledger_success_threshold: float = field(
         default=0.5,
         metadata={"help": "With a planner: a rollout succeeds when its deciding reward (adaptive_reward's, or the "
@@ -214,6 +223,7 @@ class PODSConfig(GRPOConfig):
             ) from None
         finally:
             self.num_generations = n
+        self._check_advantage_baseline()
         local_kept = self.per_device_train_batch_size * self.steps_per_generation
         if local_kept % m != 0:
             raise ValueError(
@@ -222,6 +232,20 @@ class PODSConfig(GRPOConfig):
                 f"not a multiple of downsample_to (m={m}). Each process must hold whole groups so that selection "
                 f"never splits a group: make per_device_train_batch_size * steps_per_generation a multiple of {m}."
             )
+
+    def _check_advantage_baseline(self) -> None:
+        """advantage_baseline: kept, or sampled where its baseline is defined (one line each otherwise)."""
+        if self.advantage_baseline not in ADVANTAGE_BASELINES:
+            raise ValueError(f"advantage_baseline must be one of {list(ADVANTAGE_BASELINES)}, got "
+                             f"{self.advantage_baseline!r}.")
+        if self.advantage_baseline == "kept":
+            return
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError("advantage_baseline=sampled takes each prompt's mean of the summed rewards: set "
+                             "multi_objective_aggregation=sum_then_normalize, or advantage_baseline=kept.")
+        if self.scale_rewards not in ("group", "none"):
+            raise ValueError(f"advantage_baseline=sampled scales by each prompt's own std (scale_rewards=group) or "
+                             f"not at all (none); got scale_rewards={self.scale_rewards!r}.")
 
     def _check_adaptive(self, n: int | None, m: int) -> None:
         """Validate the adaptive-rollout knobs (pilot_generations, adaptive_*), each error naming its fix."""

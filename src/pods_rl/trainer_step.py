@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import torch
 from accelerate.utils import gather
 
+from pods_rl.advantages import sampled_baseline_advantages
 from pods_rl.budget import candidate_ids
 from pods_rl.downsample import rule_takes_features
 from pods_rl.rollouts import rollout_features
@@ -158,10 +159,31 @@ class PODSStep(RoundsStep):
         self._pending_extra_logs.update(keep_extra_logs(sampled.extra_logs, kept_rows))
         try:
             with self._kept_environments(kept_rows):
-                return super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept_rows))
+                output = super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept_rows))
         finally:
             self.num_generations = n
             self._pods_call = None
+        if self.args.advantage_baseline == "sampled":
+            self._use_sampled_baseline(output, local_rewards_per_func.view(num_sampled, n, -1), sampled.counts,
+                                       kept_rows)
+        return output
+
+    def _use_sampled_baseline(self, output: dict, rewards_per_func: torch.Tensor, counts: torch.Tensor,
+                              kept_rows: list[int]) -> None:
+        """``advantage_baseline="sampled"``: replace TRL's advantages of the kept rows (baseline from the m kept)
+        by ``pods_rl.advantages.sampled_baseline_advantages`` (from all of each prompt's sampled rollouts), in the
+        batch and in the completions table. ``rewards_per_func`` (P, n, F) this process's, NaN on padding;
+        ``counts`` (P,)."""
+        weights = self.reward_weights.cpu().to(rewards_per_func.dtype)
+        totals = (rewards_per_func * weights).nansum(dim=-1)  # (P, n) TRL's sum; NaN: unscorable or padding
+        unscored = torch.isnan(rewards_per_func).all(dim=-1) | (torch.arange(totals.shape[1]) >= counts.unsqueeze(1))
+        totals = totals.masked_fill(unscored, float("nan"))
+        advantages = sampled_baseline_advantages(totals, kept_rows, scale=self.args.scale_rewards == "group")
+        output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
+        every = self._gather(advantages).cpu().tolist()  # the completions table's column: every process's rows
+        logged = self._logs["advantages"]
+        for i, value in enumerate(every):
+            logged[len(logged) - len(every) + i] = value
 
     @property
     def _kept_groups_per_process(self) -> int:

@@ -227,8 +227,8 @@ def _global_stats(positives: int, negatives: int, epsilon: float) -> tuple[torch
 
 # Reinforce-Ada by name in pods-rl's adaptive rounds (PODSTrainer, `pods train`): the adaptive rule and the keep rule
 # "reinforce_ada", with the released defaults and the sizes read off the run (round_repeat = the round size, max_rounds
-# = n // it, final_keep_per_prompt = m). Its all-samples baseline is not carried: the update's advantages are TRL's,
-# on the m kept (docs/concepts/rollout-budgets.md).
+# = n // it, final_keep_per_prompt = m). Its all-samples baseline there is PODSConfig's advantage_baseline="sampled"
+# (pods_rl.advantages.sampled_baseline_advantages; docs/concepts/rollout-budgets.md).
 def _reinforce_ada_rounds(rewards, counts, m, n, round_size, budget=None):
     if n % round_size or m > round_size:
         raise ValueError(f"{_OWNER} runs whole rounds of adaptive_round_size = pilot_generations rollouts up to "
