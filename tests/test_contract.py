@@ -305,6 +305,7 @@ def test_the_harness_fails_when_pods_keeps_other_rows(tmp_path, model_dirs, cont
 RANK_FEATURES = ["plain", "adaptive rounds, environment, uneven", "environment-owned data",
                  "Knapsack-RL's allocation (rollout_planner)",  # (its ledger gathers both ranks' groups)
                  "GRESO's skip (prompt_planner)",  # (with over-sampling: each rank keeps its own candidates)
+                 "Reinforce-Ada's rounds and balanced keep",
                  "Pilot-Commit's pilot and commit (prompt_planner)"]  # (and both ranks' evictions, in one order)
 
 

@@ -100,6 +100,30 @@ def test_the_ledger_resumes_exactly(tmp_path, tiny_model_dir):
     assert sum(skipped[2:]) > 0 and logged(resumed, "pods/prompts_skipped") == skipped
 
 
+def test_knapsack_resumes_exactly(tmp_path, tiny_model_dir):
+    """Knapsack-RL's counts come from the ledger's success rates: 4 steps straight, or 2, a checkpoint, and 2 more,
+    plan the same rollouts per prompt and leave the same ledger."""
+    def build(where, **overrides):  # 4 prompts, 2 per step: each comes back with a history in steps 3 and 4
+        return PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           reward_funcs=[solved_by_parity], train_dataset=dataset(4),
+                           processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                           args=config(where, rollout_planner="knapsack", adaptive_budget=3.0,
+                                       rollout_planner_args={"min_buffer_length": 1, "reward_buffer_length": 4},
+                                       **overrides))
+
+    straight = build(tmp_path, save_strategy="steps", save_steps=2)
+    straight.train()
+    resumed = build(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
+    a, b = straight._budget.state_dict()["ledger"], resumed._budget.state_dict()["ledger"]
+    for key, value in a.items():
+        assert torch.equal(value, b[key]) if isinstance(value, torch.Tensor) else value == b[key], key
+    for key in ("pods/rollouts_sampled", "pods/rollouts_per_prompt_min", "pods/rollouts_per_prompt_max", "loss"):
+        assert logged(resumed, key) == logged(straight, key) and len(logged(straight, key)) == 4, key
+    lows, highs = logged(straight, "pods/rollouts_per_prompt_min"), logged(straight, "pods/rollouts_per_prompt_max")
+    assert any(low < high for low, high in zip(lows, highs)), (lows, highs)  # the ledger split the budget unevenly
+
+
 def pilot_commit(where, model_dir, rows=8, **overrides):
     """Pilot-Commit with n = 4 (a pilot of 1, a commit of 3), 4 candidates per step, 2 of them committed."""
     args = dict(prompt_planner="pilot_commit", oversample_prompts=2.0,
