@@ -316,6 +316,9 @@ SEEDS_X_UPDATES = [
     ("docs/results/index.md", "budgets/shipped"),
     ("docs/results/rollout-budgets.md", "budgets/strong"),
     ("docs/results/index.md", "budgets/strong"),
+    ("docs/results/index.md", "budgets/pilot-commit"),
+    ("docs/results/rollout-budgets.md", "budgets/pilot-commit-quiet"),
+    ("docs/results/index.md", "budgets/pilot-commit-quiet"),
 ]
 
 
@@ -332,7 +335,8 @@ def test_the_results_index_gives_each_study_its_seeds():
     checked = set()
     for folder in ("adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
                    "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
-                   "evidence/shipped-levels", "budgets/shipped", "budgets/strong"):
+                   "evidence/shipped-levels", "budgets/shipped", "budgets/strong", "budgets/pilot-commit",
+                   "budgets/pilot-commit-quiet"):
         json_folder = "evidence/shipped" if folder == "evidence" else folder
         seeds, _ = seeds_and_updates(json_folder)
         for row in rows:
@@ -345,7 +349,8 @@ def test_the_results_index_gives_each_study_its_seeds():
             checked.add(folder)
     assert checked == {"adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
                        "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
-                       "evidence/shipped-levels", "budgets/shipped", "budgets/strong"}
+                       "evidence/shipped-levels", "budgets/shipped", "budgets/strong", "budgets/pilot-commit",
+                       "budgets/pilot-commit-quiet"}
     options = study("study")["options"]["methods"]
     row = next(row for row in rows if "`study/options/`" in row)
     assert {int(n) for n in re.findall(r"--seeds (\d+)", row)} == {m["seeds"] for m in options.values()}
@@ -421,7 +426,9 @@ def test_when_pods_pays_quotes_its_ranges_from_the_studies():
 BUDGETS = {"budgets/shipped": ("grpo-n8", ["pods-mv-n16m8-knap12", "pods-mv-n8m8-greso", "pods-mv-n32m8-pilot8c",
                                            "pods-mv-n16m8"]),
            "budgets/strong": ("grpo-n16", ["pods-mv-n32m16-knap24", "pods-mv-n16m16-greso",
-                                           "pods-mv-n64m16-pilot16c"])}
+                                           "pods-mv-n64m16-pilot16c"]),
+           "budgets/pilot-commit": ("grpo-n8", ["pods-mv-n8m8-pc", "pods-mv-n16m8-pc4", "pods-mv-n8m8-pcstay"]),
+           "budgets/pilot-commit-quiet": ("grpo-n8", ["pods-mv-n8m8-pcstay"])}
 
 
 @pytest.mark.parametrize("folder", sorted(BUDGETS))
@@ -446,9 +453,11 @@ def test_the_rollout_budgets_page_is_its_study(folder):
 
 
 QUOTED = {"README.md": {"budgets/shipped": ["pods-mv-n16m8-knap12", "pods-mv-n8m8-greso"],
-                        "budgets/strong": ["pods-mv-n32m16-knap24"]},
+                        "budgets/strong": ["pods-mv-n32m16-knap24"],
+                        "budgets/pilot-commit-quiet": ["pods-mv-n8m8-pcstay"]},
           "docs/concepts/rollout-budgets.md": {"budgets/shipped": ["pods-mv-n16m8-knap12"],
-                                               "budgets/strong": ["pods-mv-n32m16-knap24"]},
+                                               "budgets/strong": ["pods-mv-n32m16-knap24"],
+                                               "budgets/pilot-commit-quiet": ["pods-mv-n8m8-pcstay"]},
           "docs/results/rollout-budgets.md": {folder: names for folder, (_, names) in BUDGETS.items()}}
 
 
