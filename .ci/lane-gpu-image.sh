@@ -7,8 +7,9 @@
 # of HEAD (the tree a device call carries, without this checkout's build files): the preset's dry run as on the
 # machine (src/ on PYTHONPATH, no package metadata needed), the trainer tests, and the preset's CPU mode end to end.
 # Python here is 3.11 (the image's is 3.12): the image's numpy 2.5.2 needs 3.12, so numpy is pip's choice here.
-# The wheels (about 3.5 GB with torch's CUDA libraries) are kept in PODS_GPU_IMAGE_WHEELS (default
-# ~/.cache/pods-rl/gpu-image-wheels): a second run on the same machine downloads nothing.
+# The wheels (about 2.7 GB with torch's CUDA libraries) are kept in PODS_GPU_IMAGE_WHEELS (default
+# ~/.cache/pods-rl/gpu-image-wheels): a second run on the same machine downloads nothing. Under CI=true the default
+# folder is removed once installed (a CI machine never runs twice, and its disk is tight).
 # From the repository root: CI=true bash .ci/lane-gpu-image.sh. 7-10 minutes on 2 shared cores with the wheels at hand
 # (measured 437 s: install 170 s, tests 82 s, the CPU mode 169 s), about 5 more to download them the first time.
 set -euo pipefail
@@ -25,8 +26,11 @@ python benchmarks/gpu/wheels.py constraints > "$venv/constraints.txt"
 packages=(torch transformers accelerate huggingface-hub peft tokenizers safetensors pyarrow trl datasets math-verify
           matplotlib pyyaml requests tqdm packaging numpy pytest pytest-timeout hypothesis)
 mkdir -p "$wheels"
-python -m pip download -q -d "$wheels" -c "$venv/constraints.txt" "${packages[@]}"
-python -m pip install -q --no-index --find-links "$wheels" -c "$venv/constraints.txt" "${packages[@]}"
+# No pip cache beside the wheels (they would be on disk twice). On a CI machine, which never runs this twice, the
+# wheels go once they are installed: about 2.7 GB back before the tests.
+python -m pip download -q --no-cache-dir -d "$wheels" -c "$venv/constraints.txt" "${packages[@]}"
+python -m pip install -q --no-cache-dir --no-index --find-links "$wheels" -c "$venv/constraints.txt" "${packages[@]}"
+if [ "${CI:-}" = true ] && [ -z "${PODS_GPU_IMAGE_WHEELS:-}" ]; then rm -rf "$wheels"; fi
 tree=$(mktemp -d /tmp/pods-gpu-image.XXXXXX)
 trap 'rm -rf "$tree"' EXIT
 git archive HEAD | tar -x -C "$tree"
