@@ -317,8 +317,9 @@ def test_a_resumed_loop_draws_from_the_prompt_the_saved_positions_name(tmp_path,
 @pytest.mark.parametrize("settings, message", [
     (dict(pods_prompt_planner="pilot_commit"), "pods_prompt_planner='pilot_commit': the asynchronous worker runs "
                                                 "'greso'"),
-    (dict(pods_rollout_planner="reinforce_ada"), "pods_rollout_planner='reinforce_ada': the asynchronous worker "
-                                                  "runs 'knapsack'"),
+    (dict(pods_rollout_planner="reinforce_ada"), "pods_rollout_planner='reinforce_ada': in the asynchronous worker "
+                                                  "Reinforce-Ada runs as its round rule, its keep and its baseline: "
+                                                  "pods_pilot=K, pods_adaptive_rule='reinforce_ada'"),
     (dict(pods_rollout_planner="knapsack", pods_pilot=4), "pods_rollout_planner and pods_pilot both decide"),
     (dict(pods_rollout_planner="knapsack", pods_m=8), "with m = n every prompt gets n"),
     (dict(pods_rollout_planner="knapsack", environment_factory=object),

@@ -131,7 +131,7 @@ def group_of(convs, *, env=False, group_id=7, model_version=3) -> RolloutGroup:
         rollout_rewards=[c.rollout for c in convs])
 
 
-def loop_of(cls, reward_funcs, *, env=False, rollout=False, n=8, m=None, rule="test_keep_listed"):
+def loop_of(cls, reward_funcs, *, env=False, rollout=False, n=8, m=None, rule="test_keep_listed", baseline="kept"):
     """A loop with what ``_score_group`` reads (its real ``__init__`` wants a tokenizer, queues, aiohttp), set as
     TRL's ``__init__`` sets it: reward sources named after the functions, then the environment classes that own a
     reward, then a rollout reward (as TRL's OpenEnv harness loop)."""
@@ -144,7 +144,7 @@ def loop_of(cls, reward_funcs, *, env=False, rollout=False, n=8, m=None, rule="t
     loop.tokenizer = types.SimpleNamespace(eos_token_id=EOS, pad_token_id=PAD)
     loop.eos_token_ids = [EOS]
     if cls is PODSRolloutLoop:
-        loop.init_pods(m, rule)
+        loop.init_pods(m, rule, advantage_baseline=baseline)
     return loop
 
 
@@ -257,6 +257,36 @@ def test_the_contract_tells_the_kept_groups_scoring_from_the_whole_groups(keep):
         assert_same_rows(ours, [whole[conv_of(s)] for s in ours])
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_sampled_baseline_gives_each_kept_row_its_advantage_in_the_whole_group(keep, case):
+    """``pods_advantage_baseline="sampled"`` (Reinforce-Ada's baseline from all n): every field of every row is TRL's
+    scoring of the kept group, but the advantage, which is TRL's own for that conversation scored in the whole
+    group; each reward function still runs once."""
+    convs, kept, funcs, env, rollout = CASES[case]
+    keep[:] = kept
+    CALLS.clear()
+    ours = score(loop_of(PODSRolloutLoop, funcs, env=env, rollout=rollout, m=len(kept), baseline="sampled"),
+                 group_of(convs, env=env))
+    assert sorted(CALLS) == sorted((get_callable_name(f) if f is not twin else "twin", len(convs)) for f in funcs)
+    theirs = score(loop_of(_AsyncRolloutLoop, funcs, env=env, rollout=rollout, n=len(kept)),
+                   group_of([convs[i] for i in kept], env=env))
+    whole = {conv_of(s): s.advantage for s in score(loop_of(_AsyncRolloutLoop, funcs, env=env, rollout=rollout,
+                                                            n=len(convs)), group_of(convs, env=env))}
+    assert_same_rows(ours, [dataclasses.replace(row, advantage=whole[conv_of(row)]) for row in theirs])
+    if case == "two functions":  # not vacuous: the kept group's own advantages differ
+        assert [row.advantage for row in ours] != [row.advantage for row in theirs]
+
+
+def test_an_unknown_advantage_baseline_is_one_line_naming_the_worker_argument():
+    from pods_rl.integrations.async_grpo import check_worker_settings
+
+    with pytest.raises(ValueError, match=r"^pods_advantage_baseline must be one of \['kept', 'sampled'\], "
+                                         r"got 'global'\.$"):
+        check_worker_settings(4, 8, [value], pods_advantage_baseline="global")
+    with pytest.raises(ValueError, match="pods_advantage_baseline"):
+        loop_of(PODSRolloutLoop, (value,), m=4, rule="max_variance", baseline="all")
+
+
 def test_a_reward_function_runs_once_per_group_even_when_it_is_not_deterministic(keep):
     """A judge that answers differently on every call: the kept rows carry the rewards of the one call on all n."""
     calls = collections.Counter()
@@ -323,14 +353,18 @@ def test_conversations_at_takes_every_per_conversation_list_and_refuses_what_it_
         conversations_at(broken, [0])
 
 
-def test_an_adaptive_pilot_that_came_back_short_is_topped_up_from_what_came(tmp_path, monkeypatch, tiny_model_dir):
+@pytest.mark.parametrize("baseline", ["kept", "sampled"])
+def test_an_adaptive_pilot_that_came_back_short_is_topped_up_from_what_came(tmp_path, monkeypatch, tiny_model_dir,
+                                                                            baseline):
     """Pilot k = 4, m = 3, n = 8, rounds of 2, but only 2 of the pilot came back (both 1): the group is topped up
     (below m, all equal) to 4, mixed then (1 1 0 1); its pilot is the 2 that came, all equal (the first 4 are not);
-    the kept rows are TRL's scoring of the kept conversations."""
+    the kept rows are TRL's scoring of the kept conversations. With the sampled baseline, their advantages are
+    against all 4 rollouts of both rounds (TRL's scoring of the whole group)."""
     from tests.test_async_pods import SCRIPT, adaptive_loop, close_loop, scored_value
 
     monkeypatch.setitem(SCRIPT, "short", "1101")
-    loop = adaptive_loop(tmp_path, monkeypatch, tiny_model_dir, ["short"], pods_m=3, pods_pilot=4, pods_round_size=2)
+    loop = adaptive_loop(tmp_path, monkeypatch, tiny_model_dir, ["short"], pods_m=3, pods_pilot=4, pods_round_size=2,
+                         pods_advantage_baseline=baseline)
     prompt = [{"role": "user", "content": "short"}]
 
     async def drive():
@@ -360,6 +394,11 @@ def test_an_adaptive_pilot_that_came_back_short_is_topped_up_from_what_came(tmp_
     by_hand = dataclasses.replace(group, **{name: [getattr(group, name)[i] for i in kept] for name in (
         "prompts", "completions", "completions_ids", "completions_sequences", "tool_call_counts",
         "tool_failure_counts", "rollout_rewards")})
-    assert_same_rows(rows, score(loop_of(_AsyncRolloutLoop, (scored_value,)), by_hand))
+    reference = score(loop_of(_AsyncRolloutLoop, (scored_value,)), by_hand)
+    if baseline == "sampled":
+        whole = {conv_of(row): row.advantage for row in score(loop_of(_AsyncRolloutLoop, (scored_value,)), group)}
+        reference = [dataclasses.replace(row, advantage=whole[conv_of(row)]) for row in reference]
+        assert sorted({round(row.advantage, 6) for row in reference}) == [-1.732051, 0.57735]  # 1 1 0 1 around 0.75
+    assert_same_rows(rows, reference)
     metrics = rows[0].metrics
     assert (metrics["pods/rollouts_sampled"], metrics["pods/rounds"], metrics["pods/frac_zero_std_pilot"]) == (4, 2, 1)

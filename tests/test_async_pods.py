@@ -535,6 +535,36 @@ def test_adaptive_tops_up_all_equal_groups_in_the_background_and_keeps_m_of_them
     assert not loop._top_ups and all(g >= 3 for g in loop._scored)  # later groups' top-ups: cancelled
 
 
+def test_reinforce_ada_runs_in_the_worker_rounds_balanced_keep_and_baseline_from_all(tmp_path, monkeypatch,
+                                                                                     tiny_model_dir):
+    """Reinforce-Ada in the asynchronous worker: its rounds (4 rollouts each, at most n = 8), its balanced keep of
+    m = 4 and its baseline from every rollout sampled. "mixed" (0101) leaves after its pilot with 2 positives and 2
+    negatives; "late" (1111 then 0111) never finds a second negative and stops at n; "flat" stops at n. Each kept
+    rollout's advantage is against all of its group's rollouts, TRL's formula, by hand."""
+    SCORED.clear()
+    loop = adaptive_loop(tmp_path, monkeypatch, tiny_model_dir, ["flat", "late", "mixed"], pods_m=4, pods_pilot=4,
+                         pods_adaptive_rule="reinforce_ada", pods_rule="reinforce_ada",
+                         pods_advantage_baseline="sampled")
+    try:
+        rows = run_loops(loop, groups=3)
+    finally:
+        close_loop(loop)
+    for group_id, (text, count) in enumerate([("flat", 8), ("late", 8), ("mixed", 4)]):
+        assert loop.sampled[group_id] == count
+        order = [j for g, j in SCORED if g == group_id]
+        assert sorted(order) == list(range(count))
+        rewards = [float(SCRIPT[text][j]) for j in order]
+        kept = sorted(order[i] for i in downsample(torch.tensor([rewards]), 4, "reinforce_ada")[0].tolist())
+        by_conversation = {int(np.asarray(s.input_ids)[2]) - 10: s for s in rows[group_id]}
+        assert sorted(by_conversation) == kept
+        every, _ = by_hand([float(SCRIPT[text][j]) for j in range(count)])
+        assert [by_conversation[j].advantage for j in kept] == pytest.approx([every[j] for j in kept], abs=1e-9)
+        assert rows[group_id][0].metrics["pods/rounds"] == count // 4
+    assert sorted(by_conversation) == [0, 1, 2, 3]  # "mixed": all of its pilot
+    late = {int(np.asarray(s.input_ids)[2]) - 10: s.advantage for s in rows[1]}
+    assert len(late) == 4 and late[4] == pytest.approx(-7 / 8 / (7 ** 0.5 / 8 + 1e-8))  # its one failure: kept
+
+
 def length_penalty(completion_ids, **kwargs):
     """-0.01 per completion token: varies within every group (conversation j has 2 + j tokens)."""
     return [-0.01 * len(ids) for ids in completion_ids]

@@ -85,6 +85,10 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
     unknown = sorted(set(settings) - {*BUDGET_KEYS, "pods_adaptive_budget", "pods_adaptive_reward", "pods_seed"})
     if unknown:
         raise TypeError(f"unexpected keyword argument {unknown[0]!r} for the PODS worker")
+    if settings.get("pods_rollout_planner") == "reinforce_ada":  # it decides one group at a time: the round rule
+        raise ValueError("pods_rollout_planner='reinforce_ada': in the asynchronous worker Reinforce-Ada runs as its "
+                         "round rule, its keep and its baseline: pods_pilot=K, pods_adaptive_rule='reinforce_ada', "
+                         "pods_rule='reinforce_ada', pods_advantage_baseline='sampled'")
     for field, (kind, supported) in SUPPORTED.items():
         name = settings.get(field)
         if name is not None and name != supported:

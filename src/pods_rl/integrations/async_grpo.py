@@ -123,6 +123,7 @@ from pods_rl.integrations.async_scoring import (
     recording,
     replaying,
     reward_funcs_as,
+    sampled_advantages,
 )
 from pods_rl.ledger import LEDGER_FILE
 from pods_rl.rollouts import rollout_features
@@ -165,6 +166,17 @@ def pods_settings(m: int, rule: str = "max_variance", tiebreak: str = "index", n
     return settings
 
 
+ADVANTAGE_BASELINES = ("kept", "sampled")  # pods_advantage_baseline: PODSConfig's advantage_baseline, in the worker
+
+
+def check_advantage_baseline(baseline: str) -> str:
+    """``pods_advantage_baseline``: ``kept`` (TRL's advantages on the kept group: GRPO at m) or ``sampled`` (against
+    every scored conversation of the group: ``async_scoring.sampled_advantages``); one ``ValueError`` line else."""
+    if baseline not in ADVANTAGE_BASELINES:
+        raise ValueError(f"pods_advantage_baseline must be one of {list(ADVANTAGE_BASELINES)}, got {baseline!r}.")
+    return baseline
+
+
 def adaptive_settings(pilot: int | None, n: int, m: int, rule: str = "until_mixed", round_size: int | None = None,
                       budget: float | None = None, reward: str | None = None, *, reward_names=None,
                       environment_factory=None) -> AdaptiveSettings | None:
@@ -186,7 +198,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
 
     Takes ``_AsyncRolloutLoop``'s keyword arguments plus ``pods_m``, ``pods_rule`` (default ``max_variance``),
     ``pods_tiebreak`` (default ``index``), ``pods_seed`` (for the ``random`` rule and the planners' draws),
-    ``pods_rule_module``; for adaptive rollouts, ``pods_pilot``, ``pods_round_size``, ``pods_adaptive_rule``,
+    ``pods_rule_module``, ``pods_advantage_baseline`` (default ``kept``); for adaptive rollouts, ``pods_pilot``, ``pods_round_size``, ``pods_adaptive_rule``,
     ``pods_adaptive_reward`` and ``pods_adaptive_budget``; for the rollout-budget planners
     (``pods_rl.integrations.async_budget``), ``pods_prompt_planner``, ``pods_rollout_planner``, their ``*_args``,
     ``pods_ledger_success_threshold``, ``pods_groups_per_step``, ``pods_ledger_path`` and ``pods_ledger_resume``
@@ -196,10 +208,12 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
     def __init__(self, *, pods_m: int, pods_rule: str = "max_variance", pods_tiebreak: str = "index",
                  pods_seed: int | None = None, pods_rule_module: str | None = None, pods_pilot: int | None = None,
                  pods_round_size: int | None = None, pods_adaptive_rule: str = "until_mixed",
-                 pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None, **kwargs: Any):
+                 pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None,
+                 pods_advantage_baseline: str = "kept", **kwargs: Any):
         n = kwargs.get("num_generations", 8)
         planners = {key: kwargs.pop(key) for key in BUDGET_KEYS if key in kwargs}
-        self.init_pods(pods_m, pods_rule, pods_tiebreak, pods_seed, pods_rule_module, n=n)
+        self.init_pods(pods_m, pods_rule, pods_tiebreak, pods_seed, pods_rule_module, n=n,
+                       advantage_baseline=pods_advantage_baseline)
         self.adaptive = adaptive_settings(pods_pilot, n, pods_m, pods_adaptive_rule, pods_round_size,
                                           pods_adaptive_budget, pods_adaptive_reward,
                                           environment_factory=kwargs.get("environment_factory"))
@@ -222,9 +236,11 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
                          ledger_resume=planners.get("pods_ledger_resume"), logger=logger)
 
     def init_pods(self, m: int, rule: str = "max_variance", tiebreak: str = "index", seed: int | None = None,
-                  rule_module: str | None = None, n: int | None = None) -> None:
-        """Set the PODS settings (checked: ``pods_settings``) and the random rule's generator."""
+                  rule_module: str | None = None, n: int | None = None, advantage_baseline: str = "kept") -> None:
+        """Set the PODS settings (checked: ``pods_settings``, ``check_advantage_baseline``) and the random rule's
+        generator."""
         self.pods = pods_settings(m, rule, tiebreak, n=n, rule_module=rule_module)
+        self.advantage_baseline = check_advantage_baseline(advantage_baseline)
         self.pods_generator = None if seed is None else torch.Generator().manual_seed(int(seed))
 
     def init_top_ups(self, n: int, first: int) -> None:
@@ -301,6 +317,10 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         metrics.update(extra or {})
         with reward_funcs_as(self, replaying(scored, kept, len(self.reward_funcs))):
             samples = await super()._score_group(conversations_at(group, kept))
+        if getattr(self, "advantage_baseline", "kept") == "sampled":  # every row of a kept conversation gets its own
+            rows = [len(group.completions_sequences[i]) for i in kept]
+            for sample, advantage in zip(samples, np.repeat(sampled_advantages(scored, kept), rows), strict=True):
+                sample.advantage = float(advantage)
         for sample in samples:
             sample.metrics.update(metrics)
         return samples
@@ -423,11 +443,12 @@ def check_worker_settings(pods_m: int, n: int, reward_funcs, environment_factory
                           pods_rule_module: str | None = None, pods_pilot: int | None = None,
                           pods_round_size: int | None = None, pods_adaptive_rule: str = "until_mixed",
                           pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None,
-                          **planners: Any) -> None:
+                          pods_advantage_baseline: str = "kept", **planners: Any) -> None:
     """Check every ``pods_*`` setting of the worker (one ``ValueError`` line each; an unknown keyword is a
     ``TypeError`` naming it), before a child process is spawned. ``planners``: the rollout-budget keywords
     (``pods_rl.integrations.async_budget.BUDGET_KEYS``)."""
     pods_settings(pods_m, pods_rule, pods_tiebreak, n=n, rule_module=pods_rule_module)
+    check_advantage_baseline(pods_advantage_baseline)
     reward_names = [get_callable_name(f) for f in reward_funcs]
     adaptive_settings(pods_pilot, n, pods_m, pods_adaptive_rule, pods_round_size, pods_adaptive_budget,
                       pods_adaptive_reward, reward_names=reward_names, environment_factory=environment_factory)
@@ -462,6 +483,9 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
             ``pods_tiebreak`` (``index``, ``shorter`` or ``longer``: completion tokens);
             ``pods_seed``, seeds the ``random`` rule's generator in the child (None: unseeded);
             ``pods_rule_module``, a module the child imports first, where a rule of yours is registered;
+            ``pods_advantage_baseline``: ``kept`` (default: TRL's advantages on the kept group, GRPO at m) or
+            ``sampled`` (each kept conversation against every scored one of its group, Reinforce-Ada's baseline,
+            with TRL's asynchronous formula: always divided by the std);
             adaptive rollouts: ``pods_pilot`` (k rollouts per prompt first; None: all n at once),
             ``pods_round_size`` (rollouts per later round, default k), ``pods_adaptive_rule`` (``until_mixed``,
             ``budgeted`` or a registered one), ``pods_adaptive_reward`` (the reward function whose all-equal values

@@ -12,6 +12,7 @@ what each function returned, the second replays it.
     outputs, funcs = recording(loop.reward_funcs) -> funcs run as TRL runs them; outputs[k]: function k's output
     replaying(scored, kept, F)                   -> F functions returning the kept conversations' recorded rewards
     with reward_funcs_as(loop, funcs): ...       -> ``loop.reward_funcs`` replaced for one ``_score_group``
+    sampled_advantages(scored, kept)             -> the kept conversations' advantages against all of them
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import contextlib
 import dataclasses
 import inspect
 
+import numpy as np
 from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup
 
-__all__ = ["ScoredConversation", "conversations_at", "recording", "replaying", "reward_funcs_as"]
+__all__ = ["ScoredConversation", "conversations_at", "recording", "replaying", "reward_funcs_as", "sampled_advantages"]
 
 
 def conversations_at(group: RolloutGroup, indices) -> RolloutGroup:
@@ -109,3 +111,18 @@ def reward_funcs_as(loop, reward_funcs: list):
         yield
     finally:
         loop.reward_funcs = originals
+
+
+def sampled_advantages(scored: list[ScoredConversation], kept: list[int]) -> np.ndarray:
+    """(len(kept),) the kept conversations' advantages against a baseline from every scored conversation of the
+    group (``pods_advantage_baseline="sampled"``, Reinforce-Ada's ``global_stat_est``): TRL's asynchronous formula,
+    op for op, on the whole group, (reward - mean) / (std + 1e-8) with the population std over the scored totals
+    (``metrics["reward"]``); 0 where a total is NaN (not scored), as TRL sets it. On a group scored in one call
+    this is exactly the advantage TRL's ``_score_group`` gave that conversation in the whole group."""
+    rewards = np.array([conversation.metrics["reward"] for conversation in scored], dtype=float)  # (c,)
+    scored_mask = ~np.isnan(rewards)
+    advantages = np.zeros_like(rewards)
+    if scored_mask.any():
+        total = rewards[scored_mask]
+        advantages[scored_mask] = (total - total.mean()) / (total.std() + 1e-8)
+    return advantages[list(kept)]
