@@ -42,6 +42,12 @@ slots of their own, beside the generate loop's. Environments (``environment_fact
 TRL's generate loop draws and resets an environment per rollout, which a top-up would have to repeat outside it.
 Rows add ``pods/rollouts_sampled``, ``pods/rounds`` and ``pods/frac_zero_std_pilot`` to the ``pods/*`` metrics.
 
+**Reinforce-Ada's baseline** (``pods_advantage_baseline="sampled"``): each kept row's advantage is taken against
+every scored conversation of its group, all rounds included, by TRL's worker formula (population std + 1e-8; the
+worker has no unscaled variant); everything else stays TRL's scoring of the kept group. With
+``pods_adaptive_rule="reinforce_ada"`` and ``pods_rule="reinforce_ada"`` this is the whole method. It leaves the
+drop-in's contract on purpose: the default ``kept`` is GRPO at m.
+
 With m >= n (and no pilot) it returns exactly what TRL returns. The trainer logs a row's metrics when it trains the row
 (``DataCollatorForRollout._log_metrics``: the mean over a micro-batch's rows, then over the logging window), so the
 ``pods/*`` values are per-group values averaged over the trained rows: ``pods/groups_zero_std`` reads as the
@@ -198,8 +204,9 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
 
     Takes ``_AsyncRolloutLoop``'s keyword arguments plus ``pods_m``, ``pods_rule`` (default ``max_variance``),
     ``pods_tiebreak`` (default ``index``), ``pods_seed`` (for the ``random`` rule and the planners' draws),
-    ``pods_rule_module``, ``pods_advantage_baseline`` (default ``kept``); for adaptive rollouts, ``pods_pilot``, ``pods_round_size``, ``pods_adaptive_rule``,
-    ``pods_adaptive_reward`` and ``pods_adaptive_budget``; for the rollout-budget planners
+    ``pods_rule_module``, ``pods_advantage_baseline`` (default ``kept``); for adaptive rollouts, ``pods_pilot``,
+    ``pods_round_size``, ``pods_adaptive_rule``, ``pods_adaptive_reward`` and ``pods_adaptive_budget``; for the
+    rollout-budget planners
     (``pods_rl.integrations.async_budget``), ``pods_prompt_planner``, ``pods_rollout_planner``, their ``*_args``,
     ``pods_ledger_success_threshold``, ``pods_groups_per_step``, ``pods_ledger_path`` and ``pods_ledger_resume``
     (``pods_worker_kwargs`` says what each means).
