@@ -1,0 +1,93 @@
+"""The asynchronous worker's settings, checked in the launching process before a child is spawned: each bad
+``pods_*`` argument of ``pods_rl.integrations.async_grpo``'s worker fails in one ``ValueError`` line that names it
+(an unknown keyword is a ``TypeError`` naming it)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from trl.trainer.utils import get_callable_name
+
+from pods_rl.adaptive import AdaptiveSettings
+from pods_rl.integrations.async_budget import check_budget_settings
+from pods_rl.selection import SelectionSettings
+
+__all__ = ["ADVANTAGE_BASELINES", "adaptive_settings", "check_advantage_baseline", "check_worker_settings",
+           "pods_settings"]
+
+# How the async worker's users spell the settings (the one-line errors name these).
+ADAPTIVE_NAMES = {"pilot": "pods_pilot", "n": "num_generations", "m": "pods_m", "rule": "pods_adaptive_rule",
+                  "round_size": "pods_round_size", "budget": "pods_adaptive_budget", "reward": "pods_adaptive_reward"}
+ASYNC_NAMES = {"m": "pods_m", "rule": "pods_rule", "tiebreak": "pods_tiebreak",
+               "register": "pods_rl.register_rule in a module named by pods_rule_module"}
+
+
+def pods_settings(m: int, rule: str = "max_variance", tiebreak: str = "index", n: int | None = None,
+                  rule_module: str | None = None) -> SelectionSettings:
+    """Check the worker's PODS settings (one ``ValueError`` line each) and return them.
+
+    Args:
+        m: rollouts kept per prompt (``pods_m``), 2 <= m <= n.
+        rule: a down-sampling rule's name (``pods_rule``).
+        tiebreak: ``index``, ``shorter`` or ``longer`` (``pods_tiebreak``).
+        n: rollouts sampled per prompt (``num_generations``), when known.
+        rule_module: a module to import first, where the rule is registered (``pods_rule_module``): the loop runs in
+            a spawned child, which has the rules registered at import time of the modules it imports, not those
+            registered later in the launching script.
+    """
+    if rule_module:
+        try:
+            importlib.import_module(rule_module)
+        except ImportError as err:
+            raise ValueError(f"pods_rule_module={rule_module!r} could not be imported: {err}") from None
+    settings = SelectionSettings.validated(m, rule, tiebreak, names=ASYNC_NAMES)
+    if n is not None and m > n:
+        raise ValueError(f"pods_m must be at most num_generations (the rollouts sampled per prompt, n={n}), got {m}.")
+    return settings
+
+
+ADVANTAGE_BASELINES = ("kept", "sampled")  # pods_advantage_baseline: PODSConfig's advantage_baseline, in the worker
+
+
+def check_advantage_baseline(baseline: str) -> str:
+    """``pods_advantage_baseline``: ``kept`` (TRL's advantages on the kept group: GRPO at m) or ``sampled`` (against
+    every scored conversation of the group: ``async_scoring.sampled_advantages``); one ``ValueError`` line else."""
+    if baseline not in ADVANTAGE_BASELINES:
+        raise ValueError(f"pods_advantage_baseline must be one of {list(ADVANTAGE_BASELINES)}, got {baseline!r}.")
+    return baseline
+
+
+def adaptive_settings(pilot: int | None, n: int, m: int, rule: str = "until_mixed", round_size: int | None = None,
+                      budget: float | None = None, reward: str | None = None, *, reward_names=None,
+                      environment_factory=None) -> AdaptiveSettings | None:
+    """The worker's adaptive settings (``pods_pilot`` ...; one ``ValueError`` line each), None without a pilot.
+    ``budget`` (``pods_adaptive_budget``, the ``budgeted`` rule) counts rollouts per prompt: each group is planned
+    on its own. Environments are refused: TRL's generate loop draws and resets one per rollout, which a top-up
+    would have to repeat outside it."""
+    if pilot is None:
+        return None
+    if environment_factory is not None:
+        raise ValueError("pods_pilot (adaptive rollouts) does not support environment_factory: drop pods_pilot to "
+                         "sample n rollouts per prompt in one go (PODS still keeps m of them).")
+    return AdaptiveSettings.validated(pilot, n, m, rule, round_size, budget, reward, reward_names=reward_names,
+                                      names=ADAPTIVE_NAMES)
+
+
+def check_worker_settings(pods_m: int, n: int, reward_funcs, environment_factory=None, *, dataset=None,
+                          pods_rule: str = "max_variance", pods_tiebreak: str = "index", pods_seed: int | None = None,
+                          pods_rule_module: str | None = None, pods_pilot: int | None = None,
+                          pods_round_size: int | None = None, pods_adaptive_rule: str = "until_mixed",
+                          pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None,
+                          pods_advantage_baseline: str = "kept", **planners: Any) -> None:
+    """Check every ``pods_*`` setting of the worker (one ``ValueError`` line each; an unknown keyword is a
+    ``TypeError`` naming it), before a child process is spawned. ``planners``: the rollout-budget keywords
+    (``pods_rl.integrations.async_budget.BUDGET_KEYS``)."""
+    pods_settings(pods_m, pods_rule, pods_tiebreak, n=n, rule_module=pods_rule_module)
+    check_advantage_baseline(pods_advantage_baseline)
+    reward_names = [get_callable_name(f) for f in reward_funcs]
+    adaptive_settings(pods_pilot, n, pods_m, pods_adaptive_rule, pods_round_size, pods_adaptive_budget,
+                      pods_adaptive_reward, reward_names=reward_names, environment_factory=environment_factory)
+    check_budget_settings(n, pods_m, pilot=pods_pilot, environment_factory=environment_factory, dataset=dataset,
+                          reward_names=reward_names, pods_adaptive_budget=pods_adaptive_budget,
+                          pods_adaptive_reward=pods_adaptive_reward, pods_seed=pods_seed, **planners)
