@@ -108,6 +108,11 @@ def group_advantages(rewards, eps: float = 1e-4, scale: str | bool = "group") ->
     return advantages[0] if single_group else advantages
 
 
+# Where a kept rollout's baseline comes from (PODSConfig's advantage_baseline, the asynchronous worker's
+# pods_advantage_baseline): the m kept rollouts (GRPO at m, the default), or every rollout sampled for the prompt.
+ADVANTAGE_BASELINES = ("kept", "sampled")
+
+
 def sampled_baseline_advantages(rewards: torch.Tensor, rows, eps: float = 1e-4, scale: bool = True) -> torch.Tensor:
     """Advantages of the kept rows against a baseline from *every* rollout sampled for their prompt (Reinforce-Ada's
     ``global_stat_est``), instead of from the kept ones (PODS's, and GRPO with m).

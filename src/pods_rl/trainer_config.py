@@ -42,13 +42,13 @@ require_supported_trl(version("trl"))  # before the imports below, which reach i
 from trl import GRPOConfig
 
 from pods_rl.adaptive import AdaptiveSettings
+from pods_rl.advantages import ADVANTAGE_BASELINES
 from pods_rl.reward_guard import DEFAULT_REWARD_TIMEOUT_S, MAX_TIMEOUTS_IN_A_ROW
 from pods_rl.selection import TIEBREAKS, SelectionSettings, sampled_prompts
 
 # How PODSConfig's users spell the selection settings (SelectionSettings' errors name them so).
 CONFIG_NAMES = {"m": "downsample_to (m)", "rule": "downsample_rule", "tiebreak": "downsample_tiebreak",
                 "oversample_prompts": "oversample_prompts", "register": "pods_rl.register_rule"}
-ADVANTAGE_BASELINES = ("kept", "sampled")  # advantage_baseline: from the m kept rollouts, or from all sampled
 
 
 @dataclass

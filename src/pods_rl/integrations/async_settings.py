@@ -10,10 +10,11 @@ from typing import Any
 from trl.trainer.utils import get_callable_name
 
 from pods_rl.adaptive import AdaptiveSettings
+from pods_rl.advantages import ADVANTAGE_BASELINES
 from pods_rl.integrations.async_budget import check_budget_settings
 from pods_rl.selection import SelectionSettings
 
-__all__ = ["ADVANTAGE_BASELINES", "adaptive_settings", "check_advantage_baseline", "check_worker_settings",
+__all__ = ["adaptive_settings", "check_advantage_baseline", "check_worker_settings",
            "pods_settings"]
 
 # How the async worker's users spell the settings (the one-line errors name these).
@@ -45,9 +46,6 @@ def pods_settings(m: int, rule: str = "max_variance", tiebreak: str = "index", n
     if n is not None and m > n:
         raise ValueError(f"pods_m must be at most num_generations (the rollouts sampled per prompt, n={n}), got {m}.")
     return settings
-
-
-ADVANTAGE_BASELINES = ("kept", "sampled")  # pods_advantage_baseline: PODSConfig's advantage_baseline, in the worker
 
 
 def check_advantage_baseline(baseline: str) -> str:
