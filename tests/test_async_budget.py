@@ -315,8 +315,8 @@ def test_a_resumed_loop_draws_from_the_prompt_the_saved_positions_name(tmp_path,
 
 # ---- settings ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("settings, message", [
-    (dict(pods_prompt_planner="pilot_commit"), "pods_prompt_planner='pilot_commit': the asynchronous worker runs "
-                                                "'greso'"),
+    (dict(pods_prompt_planner="dapo"), "pods_prompt_planner='dapo': the asynchronous worker runs ['greso', "
+                                        "'pilot_commit'] for this question (registered: ['greso', 'pilot_commit'])"),
     (dict(pods_rollout_planner="reinforce_ada"), "pods_rollout_planner='reinforce_ada': in the asynchronous worker "
                                                   "Reinforce-Ada runs as its round rule, its keep and its baseline: "
                                                   "pods_pilot=K, pods_adaptive_rule='reinforce_ada'"),

@@ -12,6 +12,14 @@ groups one training step consumes) through ``WorkerBudget.draw``:
   on average (default n) over the window's prompts, each between m and n. TRL's generate loop closes a group after a
   fixed number of rollouts, so it samples m of each prompt and the worker tops the group up to its count in the
   background (the adaptive rollouts' top-ups), then keeps m of all of them.
+* ``pods_prompt_planner="pilot_commit"``: Pilot-Commit skips the prompts it evicted (solved in a pilot) and pilots
+  the others with ``n_explore`` rollouts (TRL's generate loop samples them). A pilot whose success rate passes its
+  band is committed as soon as it is scored: ``n_commit`` more rollouts as a top-up, and the group of n trains (m of
+  it kept). A pilot that does not pass trains nothing: too easy, too hard (it comes back on the next pass over the
+  dataset) or solved (evicted). The worker streams groups one at a time, so no pilot waits in Pilot-Commit's buffer:
+  each passing pilot is committed alone, where the paper's trainer commits B of a step's passing pilots by
+  ``buffer_sampling_method``. Committed groups reach the trainer under ids of their own (0, 1, ...), because TRL's
+  trainer counts trained groups (its epoch stop, its resume point) by id and a pilot that does not pass never trains.
 
 Every group the worker scores is recorded in the ledger by its deciding reward (``pods_adaptive_reward``'s, or the
 total); GRESO's exploration probabilities adapt once per window of recorded groups (a training step's worth, as in
@@ -22,6 +30,7 @@ counters, rates and gauges; see the guide), each group's planned count with its 
 ``dataset_start_index``). Group ids count the groups started, not the rows drawn, so that the trainer's resume point
 (``rollout_state.json``: ``dataset_start_index`` + the first untrained group id) stays a prefix of trained groups;
 ``WorkerBudget`` keeps each group's prompt position so that a resume maps it back to the prompt (``resume``).
+With Pilot-Commit the trainer sees committed ids, and ``WorkerBudget`` keeps each committed group's position.
 
 **State.** The worker is a child process: it writes its state (ledger, GRESO's probabilities, positions, generator)
 to ``pods_ledger_path`` (in ``args.output_dir``) after every window it draws, at most every ``SAVE_INTERVAL_S``
@@ -55,7 +64,8 @@ logger = logging.getLogger("pods_rl")
 # and pods_adaptive_budget are shared with selection and the adaptive rounds.
 BUDGET_KEYS = ("pods_prompt_planner", "pods_prompt_planner_args", "pods_rollout_planner", "pods_rollout_planner_args",
                "pods_ledger_success_threshold", "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume")
-SUPPORTED = {"pods_prompt_planner": ("which_prompts", "greso"), "pods_rollout_planner": ("how_many", "knapsack")}
+SUPPORTED = {"pods_prompt_planner": ("which_prompts", ("greso", "pilot_commit")),
+             "pods_rollout_planner": ("how_many", ("knapsack",))}
 SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after recorded groups
 _RENAMES = {"rollout_planner_args": "pods_rollout_planner_args", "prompt_planner_args": "pods_prompt_planner_args",
             "downsample_to": "pods_m", "success_threshold": "pods_ledger_success_threshold"}
@@ -91,12 +101,14 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
                          "pods_rule='reinforce_ada', pods_advantage_baseline='sampled'")
     for field, (kind, supported) in SUPPORTED.items():
         name = settings.get(field)
-        if name is not None and name != supported:
-            raise ValueError(f"{field}={name!r}: the asynchronous worker runs {supported!r} for this question "
+        if name is not None and name not in supported:
+            raise ValueError(f"{field}={name!r}: the asynchronous worker runs {list(supported)} for this question "
                              f"(registered: {available_planners(kind)}); the others need a step that sees a batch "
                              "of prompts at once (PODSTrainer, or your own loop: docs, Rollout budgets)")
     if settings.get("pods_prompt_planner") is None and settings.get("pods_rollout_planner") is None:
         return None
+    if settings.get("pods_prompt_planner") == "pilot_commit":
+        _check_pilot_commit(pilot, environment_factory, **settings)
     if settings.get("pods_rollout_planner") is not None:
         if pilot is not None:
             raise ValueError("pods_rollout_planner and pods_pilot both decide how many rollouts a prompt gets: set one")
@@ -131,6 +143,28 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
         raise ValueError(_worker_names(str(err))) from None
 
 
+def _check_pilot_commit(pilot, environment_factory, **settings) -> None:
+    """Pilot-Commit's refusals in the worker (its knobs are checked with PODSTrainer's, ``budget._knobs``)."""
+    other = "pods_rollout_planner" if settings.get("pods_rollout_planner") is not None else \
+        "pods_pilot" if pilot is not None else None
+    if other is not None:
+        raise ValueError(f"pods_prompt_planner='pilot_commit' decides how many rollouts a prompt gets itself "
+                         f"(n_explore, then n_commit for the prompts it commits): drop {other}")
+    if environment_factory is not None:
+        raise ValueError("pods_prompt_planner='pilot_commit' does not support environment_factory: the worker pilots a "
+                         "prompt in TRL's generate loop and samples its commit rollouts outside it, which draws and "
+                         "resets an environment per rollout")
+    knobs = settings.get("pods_prompt_planner_args") or {}
+    if knobs.get("buffer_max_off_steps", 0) != 0:
+        raise ValueError(f"pods_prompt_planner_args buffer_max_off_steps={knobs['buffer_max_off_steps']!r}: the "
+                         "asynchronous worker commits each pilot that passes as soon as it is scored (no pilot "
+                         "waits in a buffer): set it to 0 or drop it")
+    if knobs.get("n_explore_effective") not in (None, knobs.get("n_explore")):
+        raise ValueError(f"pods_prompt_planner_args n_explore_effective={knobs['n_explore_effective']!r}: the worker "
+                         "trains on every pilot rollout of a committed prompt; drop it, and keep m of the n with "
+                         "pods_m instead")
+
+
 class WorkerBudget:
     """The worker's planners and prompt ledger, and the prompt positions its groups came from. No framework: the
     loop hands it rows (``draw``) and scored groups (``record``).
@@ -149,6 +183,9 @@ class WorkerBudget:
         self.budget, self.window, self.dataset_size = budget, groups_per_step, dataset_size
         self.start_index = self.next_position = start_index
         self.positions: list[int] = []  # group id (this session) -> the absolute position of its prompt
+        # Pilot-Commit: a group trains only when its pilot passes, under a committed id the trainer counts
+        self.committed: list[int] = []  # committed id (this session) -> the position of its prompt
+        self.unjudged: dict[int, int] = {}  # group id -> position, for the pilots drawn and not yet judged
         self.generator = torch.Generator().manual_seed(seed)
         self.pending: list[tuple[int, int, list[float], int]] = []  # (prompt id, position, rewards, step) not recorded
 
@@ -172,7 +209,9 @@ class WorkerBudget:
             if which is not None:
                 ids = torch.tensor([self.prompt_id(position) for position, _ in rows], dtype=torch.long)
                 plan = which.plan(ids, self.budget.ledger, n=n, generator=self.generator)
-                keep, is_easy, is_hard = plan.sampled.tolist(), plan.extra["easy"].tolist(), plan.extra["hard"].tolist()
+                keep = plan.sampled.tolist()
+                no = torch.zeros(len(rows), dtype=torch.bool)  # (Pilot-Commit skips the evicted: neither)
+                is_easy, is_hard = plan.extra.get("easy", no).tolist(), plan.extra.get("hard", no).tolist()
             for candidate, kept, was_easy, was_hard in zip(rows, keep, is_easy, is_hard, strict=True):
                 # Skipped: the next row takes its place. After a whole pass skipped in a row, admit it anyway (as
                 # GRESO's trainer's batch fill), so that the worker never stalls on a dataset it has all seen equal.
@@ -184,10 +223,14 @@ class WorkerBudget:
         metrics: dict = {}
         if which is not None:
             metrics = {"pods/prompts_drawn_total": float(drawn), "pods/prompts_skipped_total": float(skipped),
-                       "pods/prompts_skipped_easy_total": float(easy), "pods/prompts_skipped_hard_total": float(hard),
                        "pods/prompts_readmitted_total": float(readmitted),
-                       "pods/prompts_skipped_frac": (float(skipped), float(drawn)),
-                       "pods/greso_p_easy": float(which.p_easy), "pods/greso_p_hard": float(which.p_hard)}
+                       "pods/prompts_skipped_frac": (float(skipped), float(drawn))}
+            if self.commits:  # what Pilot-Commit skips at the draw: the prompts it evicted
+                metrics["pods/prompts_skipped_evicted_total"] = float(skipped)
+            else:
+                metrics.update({"pods/prompts_skipped_easy_total": float(easy),
+                                "pods/prompts_skipped_hard_total": float(hard),
+                                "pods/greso_p_easy": float(which.p_easy), "pods/greso_p_hard": float(which.p_hard)})
         ids = torch.tensor([self.prompt_id(position) for position, _ in chosen], dtype=torch.long)
         counts = torch.full((len(chosen),), n, dtype=torch.long)
         if self.budget.how_many is not None:
@@ -196,11 +239,46 @@ class WorkerBudget:
                             "pods/rollouts_planned_min": float(counts.min()),
                             "pods/rollouts_planned_max": float(counts.max()),
                             **{k: float(v) for k, v in planned.items() if k.startswith("pods/knapsack_")}})
+        if self.commits:  # a pilot of n_explore; the commit rollouts come when it passes (``judge_pilot``)
+            counts = torch.full((len(chosen),), which.settings.n_explore, dtype=torch.long)
         groups = []
         for (position, row), count in zip(chosen, counts.tolist(), strict=True):
+            if self.commits:
+                self.unjudged[len(self.positions)] = position
             groups.append((len(self.positions), row, count))
             self.positions.append(position)
         return groups, metrics
+
+    @property
+    def commits(self) -> bool:
+        """True with Pilot-Commit: a group trains only when its pilot passes (``judge_pilot``), under a committed id."""
+        return self.budget.commits
+
+    def judge_pilot(self, group_id: int, rewards: list[float], *, step: int) -> tuple[int | None, dict[str, float]]:
+        """Pilot-Commit's verdict on group ``group_id``'s pilot (its deciding rewards, one per rollout; NaN: not
+        scored), ``PilotCommit.after_pilot``'s: passed, or too easy, too hard (deferred: it comes back on the next
+        pass over the dataset) or solved (evicted from the ledger: never drawn again). A pilot that passes is
+        committed at once (the buffer holds it alone; ``buffer_sampling_method`` has no choice to make) and gets
+        the next committed id: the ``group_id`` its rows carry to the trainer, which counts trained groups by it.
+
+        Returns the committed id (None: not committed, nothing of the group trains) and the verdict's counters."""
+        which, prompt = self.budget.which, self.prompt_id(self.positions[group_id])
+        verdict = which.after_pilot(torch.tensor([prompt]), torch.tensor([rewards], dtype=torch.float64), None,
+                                    self.budget.ledger, step=step)
+        self.unjudged.pop(group_id, None)
+        committed = None
+        if bool(verdict.extra["passed"][0]):
+            taken = which.commit(len(which)).ids.tolist()
+            if taken != [prompt]:  # every earlier pass was committed when judged: nothing else can wait there
+                raise RuntimeError(f"Pilot-Commit's buffer held {taken} where the worker committed prompt {prompt}")
+            committed = len(self.committed)
+            self.committed.append(self.positions[group_id])
+        metrics = {"pods/pilot_judged_total": 1.0, "pods/pilot_passed_total": float(committed is not None),
+                   "pods/pilot_too_easy_total": float(verdict.skipped[0]),
+                   "pods/pilot_too_hard_total": float(verdict.deferred[0]),
+                   "pods/prompts_evicted_total": float(verdict.evicted[0]),
+                   "pods/pilot_success_rate": float(verdict.extra["success_rate"][0])}
+        return committed, metrics
 
     def record(self, group_id: int, rewards: list[float], *, step: int) -> dict[str, float]:
         """Note group ``group_id``'s deciding rewards (one per rollout; NaN: unscored); once W groups are noted,
@@ -234,6 +312,8 @@ class WorkerBudget:
         return {"budget": self.budget.state_dict(), "generator": self.generator.get_state(),
                 "start_index": self.start_index, "next_position": self.next_position,
                 "positions": torch.tensor(self.positions, dtype=torch.long),
+                "committed": torch.tensor(self.committed, dtype=torch.long),
+                "unjudged": torch.tensor(sorted(self.unjudged.values()), dtype=torch.long),
                 "pending_ids": torch.tensor([p for p, _, _, _ in pending], dtype=torch.long),
                 "pending_positions": torch.tensor([q for _, q, _, _ in pending], dtype=torch.long),
                 "pending_steps": torch.tensor([s for *_, s in pending], dtype=torch.long),
@@ -251,18 +331,25 @@ class WorkerBudget:
     def resume(self, path: str | os.PathLike, dataset_start_index: int) -> tuple[int, bool]:
         """Restore the state saved at ``path`` for a session that TRL starts at ``dataset_start_index`` (its
         ``rollout_state.json``: the saved session's start plus its first untrained group). Returns the prompt
-        position to draw from and whether it was found among the saved groups (else ``dataset_start_index``)."""
+        position to draw from and whether it was found among the saved groups (else ``dataset_start_index``).
+
+        With Pilot-Commit the trainer counts committed groups: the first untrained one is looked up among them, and a
+        pilot that was drawn but not yet judged, if earlier, is drawn again."""
         state = torch.load(Path(path), weights_only=True)
         self.budget.load_state_dict(state["budget"])
         self.generator.set_state(state["generator"])
         self.pending = [(int(p), int(q), r.tolist(), int(s)) for p, q, s, r in zip(
             state["pending_ids"], state["pending_positions"], state["pending_steps"], state["pending_rewards"],
             strict=True)]
-        positions, offset = state["positions"].tolist(), dataset_start_index - int(state["start_index"])
+        positions = (state["committed"] if self.commits else state["positions"]).tolist()
+        offset = dataset_start_index - int(state["start_index"])
         found = 0 <= offset <= len(positions)
         position = (positions[offset] if offset < len(positions) else int(state["next_position"])) if found \
             else dataset_start_index
+        if found and self.commits:
+            position = min([position, *state["unjudged"].tolist()])
         self.start_index, self.next_position, self.positions = dataset_start_index, position, []
+        self.committed, self.unjudged = [], {}
         return position, found
 
 

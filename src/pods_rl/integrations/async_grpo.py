@@ -67,9 +67,11 @@ is an ``AsyncRolloutWorker``, saves and restores the prompt position for resume 
 now yields m rows for n rollouts, so ``pods_worker_kwargs`` scales it by n/m (rounded up) to keep the same
 staleness horizon in rows.
 
-**Rollout-budget planners** (``pods_prompt_planner="greso"``, ``pods_rollout_planner="knapsack"``): where the
-worker draws its prompts, ``pods_rl.integrations.async_budget`` skips the prompts its ledger saw all-equal and
-gives each prompt m..n rollouts (m from the generate loop, the rest as a top-up); every scored group is recorded.
+**Rollout-budget planners** (``pods_prompt_planner="greso"`` or ``"pilot_commit"``,
+``pods_rollout_planner="knapsack"``): where the worker draws its prompts, ``pods_rl.integrations.async_budget``
+skips the prompts its ledger saw all-equal (or evicted) and gives each prompt m..n rollouts (m from the generate
+loop, the rest as a top-up); Pilot-Commit pilots each prompt, commits the pilots that pass (a top-up of n_commit)
+and trains nothing of the others; every scored group is recorded.
 
 TRL internals this module touches (pinned by tests/test_async_pods.py and tests/test_async_budget.py):
 
@@ -183,6 +185,8 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
             self.init_top_ups(n, self.adaptive.pilot)
         elif budget is not None and budget.how_many is not None:
             self.init_top_ups(n, pods_m)  # Knapsack-RL: m from TRL's generate loop, the rest topped up
+        elif budget is not None and budget.commits:
+            self.init_top_ups(n, budget.which.settings.n_explore)  # Pilot-Commit: the pilot, then the commit
         if budget is not None and pods_adaptive_reward not in (None, *self.reward_func_names):
             raise ValueError(f"pods_adaptive_reward {pods_adaptive_reward!r} is not one of this run's reward "
                              f"functions {list(self.reward_func_names)}: the planners' ledger counts successes by it")
@@ -207,6 +211,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         self._scored: dict[int, list[ScoredConversation]] = {}  # group id -> its conversations scored so far
         self._rounds: dict[int, int] = {}  # group id -> rounds sampled so far
         self._pilots: dict[int, int] = {}  # group id -> rollouts of its first round (< pilot when some failed)
+        self._committed: dict[int, int] = {}  # Pilot-Commit: group id -> its committed id (groups not yet closed)
         self._top_ups: set[asyncio.Task] = set()
         self._top_up_slots = asyncio.Semaphore(max(1, self.max_inflight_tasks))
         self._top_up_error: BaseException | None = None
@@ -227,7 +232,13 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         scored += await self.score_conversations(group, start=len(scored))  # the new conversations only
         rounds = self._rounds.pop(group.group_id, 0) + 1
         pilot = self._pilots.pop(group.group_id, len(scored))
-        more = self.plan_top_up(scored, group.group_id)
+        commits = self.budget is not None and self.budget.commits
+        if commits and rounds == 1:  # Pilot-Commit's verdict on the pilot: commit it, or train nothing of it
+            more = self.judge_pilot(group.group_id, scored)
+            if not more:
+                return []
+        else:
+            more = self.plan_top_up(scored, group.group_id)
         if more:  # all equal so far / short of its count: sample more in the background, score them when they arrive
             self._scored[group.group_id], self._rounds[group.group_id] = scored, rounds
             self._pilots[group.group_id] = pilot
@@ -240,9 +251,25 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         if adaptive is not None:
             pilot_rewards = self.deciding_rewards(scored[:pilot])
             metrics["pods/frac_zero_std_pilot"] = float(not group_is_mixed(pilot_rewards, torch.tensor([pilot])))
+        elif commits:  # the trainer counts committed groups: the rows carry the committed id
+            metrics["pods/pilot_rollouts"] = float(pilot)
+            group = dataclasses.replace(group, group_id=self._committed.pop(group.group_id))
         else:
             metrics["pods/rollouts_planned"] = float(self._planned.pop(group.group_id, len(scored)))
         return await self.kept_rows(group, scored, metrics)
+
+    def judge_pilot(self, group_id: int, scored: list[ScoredConversation]) -> int:
+        """Pilot-Commit's verdict on a scored pilot (``WorkerBudget.judge_pilot``): the commit rollouts to sample
+        (``n_commit``), or 0 when it is not committed (then the pilot is recorded in the ledger now, and nothing of
+        the group trains)."""
+        rewards = self.deciding_rewards(scored)[0].tolist()
+        committed, metrics = self.budget.judge_pilot(group_id, rewards, step=self.model_version)
+        self._push_metrics(metrics)
+        if committed is None:
+            self.record_group(group_id, rewards)
+            return 0
+        self._committed[group_id] = committed
+        return self.budget.budget.which.settings.n_commit
 
     async def score_conversations(self, group: RolloutGroup, start: int = 0) -> list[ScoredConversation]:
         """TRL's ``_score_group`` on conversations ``start:`` of the group, its reward functions recorded: each
@@ -438,7 +465,7 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
 
     n = args.num_generations
     reward_funcs = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
-    check_worker_settings(pods_m, n, reward_funcs, environment_factory, dataset=train_dataset, **pods)
+    budget = check_worker_settings(pods_m, n, reward_funcs, environment_factory, dataset=train_dataset, **pods)
     init_kwargs = args.model_init_kwargs or {}
     revision, trust = init_kwargs.get("revision"), args.trust_remote_code
     if processing_class is None:
@@ -453,8 +480,11 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
     processes = args.world_size if num_processes is None else num_processes
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes  # rows
     inflight = args.max_inflight_tasks
-    if inflight < 0:  # TRL's horizon in rows; a group starts with n rollouts (k with a pilot, m with Knapsack-RL)
-        started = pods.get("pods_pilot") or (pods_m if pods.get("pods_rollout_planner") else n)  # and yields m rows
+    if inflight < 0:  # TRL's horizon in rows; a group starts with n rollouts (k with a pilot, m with Knapsack-RL,
+        # n_explore with Pilot-Commit) and yields m rows
+        started = pods.get("pods_pilot") or (pods_m if pods.get("pods_rollout_planner") else n)
+        if budget is not None and budget.commits:
+            started = budget.which.settings.n_explore
         inflight = math.ceil(max(args.max_staleness, 1) * per_step * started / pods_m)
     if pods.get("pods_prompt_planner") or pods.get("pods_rollout_planner"):  # the planners' window and state file
         pods.setdefault("pods_groups_per_step", math.ceil(per_step / pods_m))

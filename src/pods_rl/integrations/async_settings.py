@@ -77,15 +77,16 @@ def check_worker_settings(pods_m: int, n: int, reward_funcs, environment_factory
                           pods_rule_module: str | None = None, pods_pilot: int | None = None,
                           pods_round_size: int | None = None, pods_adaptive_rule: str = "until_mixed",
                           pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None,
-                          pods_advantage_baseline: str = "kept", **planners: Any) -> None:
+                          pods_advantage_baseline: str = "kept", **planners: Any):
     """Check every ``pods_*`` setting of the worker (one ``ValueError`` line each; an unknown keyword is a
-    ``TypeError`` naming it), before a child process is spawned. ``planners``: the rollout-budget keywords
+    ``TypeError`` naming it), before a child process is spawned, and return the rollout budget they make (a
+    ``pods_rl.budget.RolloutBudget``; None without planners). ``planners``: the rollout-budget keywords
     (``pods_rl.integrations.async_budget.BUDGET_KEYS``)."""
     pods_settings(pods_m, pods_rule, pods_tiebreak, n=n, rule_module=pods_rule_module)
     check_advantage_baseline(pods_advantage_baseline)
     reward_names = [get_callable_name(f) for f in reward_funcs]
     adaptive_settings(pods_pilot, n, pods_m, pods_adaptive_rule, pods_round_size, pods_adaptive_budget,
                       pods_adaptive_reward, reward_names=reward_names, environment_factory=environment_factory)
-    check_budget_settings(n, pods_m, pilot=pods_pilot, environment_factory=environment_factory, dataset=dataset,
+    return check_budget_settings(n, pods_m, pilot=pods_pilot, environment_factory=environment_factory, dataset=dataset,
                           reward_names=reward_names, pods_adaptive_budget=pods_adaptive_budget,
                           pods_adaptive_reward=pods_adaptive_reward, pods_seed=pods_seed, **planners)
