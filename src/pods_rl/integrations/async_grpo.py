@@ -220,8 +220,10 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         adaptive, rounds = getattr(self, "adaptive", None), getattr(self, "pods_n", None) is not None
         if not rounds and self.budget is None and self.pods.m >= self.num_generations:
             return await super()._score_group(group)  # m = n: TRL's own
-        if not group.completions:
-            return []  # nothing came back for this prompt: nothing to score or train
+        if not group.completions:  # nothing came back for this prompt: nothing to score or train
+            if self.budget is not None:
+                self.budget.unjudged.pop(group.group_id, None)  # (a resume need not draw it again)
+            return []
         if not rounds:
             scored = await self.score_conversations(group)
             self.record_group(group.group_id, self.deciding_rewards(scored)[0].tolist())
