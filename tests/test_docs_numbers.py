@@ -321,6 +321,8 @@ SEEDS_X_UPDATES = [
     ("docs/results/index.md", "budgets/pilot-commit-quiet"),
     ("docs/results/rollout-budgets.md", "budgets/reinforce-ada"),
     ("docs/results/index.md", "budgets/reinforce-ada"),
+    ("docs/results/rollout-budgets.md", "budgets/strong-followups"),
+    ("docs/results/index.md", "budgets/strong-followups"),
 ]
 
 
@@ -338,7 +340,7 @@ def test_the_results_index_gives_each_study_its_seeds():
     for folder in ("adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
                    "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
                    "evidence/shipped-levels", "budgets/shipped", "budgets/strong", "budgets/pilot-commit",
-                   "budgets/pilot-commit-quiet", "budgets/reinforce-ada"):
+                   "budgets/pilot-commit-quiet", "budgets/reinforce-ada", "budgets/strong-followups"):
         json_folder = "evidence/shipped" if folder == "evidence" else folder
         seeds, _ = seeds_and_updates(json_folder)
         for row in rows:
@@ -352,7 +354,7 @@ def test_the_results_index_gives_each_study_its_seeds():
     assert checked == {"adaptive", "adaptive_quiet", "adaptive_strong", "study600", "study", "study_strong",
                        "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
                        "evidence/shipped-levels", "budgets/shipped", "budgets/strong", "budgets/pilot-commit",
-                       "budgets/pilot-commit-quiet", "budgets/reinforce-ada"}
+                       "budgets/pilot-commit-quiet", "budgets/reinforce-ada", "budgets/strong-followups"}
     options = study("study")["options"]["methods"]
     row = next(row for row in rows if "`study/options/`" in row)
     assert {int(n) for n in re.findall(r"--seeds (\d+)", row)} == {m["seeds"] for m in options.values()}
@@ -431,7 +433,9 @@ BUDGETS = {"budgets/shipped": ("grpo-n8", ["pods-mv-n16m8-knap12", "pods-mv-n8m8
                                            "pods-mv-n64m16-pilot16c"]),
            "budgets/pilot-commit": ("grpo-n8", ["pods-mv-n8m8-pc", "pods-mv-n16m8-pc4", "pods-mv-n8m8-pcstay"]),
            "budgets/pilot-commit-quiet": ("grpo-n8", ["pods-mv-n8m8-pcstay"]),
-           "budgets/reinforce-ada": ("grpo-n8", ["pods-mv-n32m8-ra", "pods-mv-n32m8-rastd"])}
+           "budgets/reinforce-ada": ("grpo-n8", ["pods-mv-n32m8-ra", "pods-mv-n32m8-rastd"]),
+           "budgets/strong-followups": ("grpo-n16", ["pods-mv-n16m16-pcstay", "pods-mv-n32m16-pc",
+                                                     "pods-mv-n64m16-ra"])}
 
 
 @pytest.mark.parametrize("folder", sorted(BUDGETS))
@@ -458,11 +462,15 @@ def test_the_rollout_budgets_page_is_its_study(folder):
 QUOTED = {"README.md": {"budgets/shipped": ["pods-mv-n16m8-knap12", "pods-mv-n8m8-greso"],
                         "budgets/strong": ["pods-mv-n32m16-knap24"],
                         "budgets/pilot-commit-quiet": ["pods-mv-n8m8-pcstay"],
-                        "budgets/reinforce-ada": ["pods-mv-n32m8-ra"]},
+                        "budgets/reinforce-ada": ["pods-mv-n32m8-ra"],
+                        "budgets/strong-followups": ["pods-mv-n16m16-pcstay", "pods-mv-n64m16-ra"]},
           "docs/concepts/rollout-budgets.md": {"budgets/shipped": ["pods-mv-n16m8-knap12"],
                                                "budgets/strong": ["pods-mv-n32m16-knap24"],
                                                "budgets/pilot-commit-quiet": ["pods-mv-n8m8-pcstay"],
-                                               "budgets/reinforce-ada": ["pods-mv-n32m8-ra"]},
+                                               "budgets/reinforce-ada": ["pods-mv-n32m8-ra"],
+                                               "budgets/strong-followups": ["pods-mv-n16m16-pcstay",
+                                                                            "pods-mv-n32m16-pc",
+                                                                            "pods-mv-n64m16-ra"]},
           "docs/results/rollout-budgets.md": {folder: names for folder, (_, names) in BUDGETS.items()}}
 
 

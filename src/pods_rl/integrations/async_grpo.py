@@ -482,11 +482,8 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
     processes = args.world_size if num_processes is None else num_processes
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes  # rows
     inflight = args.max_inflight_tasks
-    if inflight < 0:  # TRL's horizon in rows; a group starts with n rollouts (k with a pilot, m with Knapsack-RL,
-        # n_explore with Pilot-Commit) and yields m rows
-        started = pods.get("pods_pilot") or (pods_m if pods.get("pods_rollout_planner") else n)
-        if budget is not None and budget.commits:
-            started = budget.which.settings.n_explore
+    if inflight < 0:  # TRL's horizon in rows; a group starts with `started` rollouts and yields m rows
+        started = _rollouts_a_group_starts(n, pods_m, budget, **pods)
         inflight = math.ceil(max(args.max_staleness, 1) * per_step * started / pods_m)
     if pods.get("pods_prompt_planner") or pods.get("pods_rollout_planner"):  # the planners' window and state file
         pods.setdefault("pods_groups_per_step", math.ceil(per_step / pods_m))
@@ -506,6 +503,14 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
     if lora_name is not None and "lora_name" not in accepted:
         raise ValueError("lora_name (adapter-only vLLM sync) needs TRL >= 1.14's asynchronous GRPO trainer.")
     return {key: value for key, value in kwargs.items() if key in accepted or key.startswith("pods_")}
+
+
+def _rollouts_a_group_starts(n: int, m: int, budget, **pods: Any) -> int:
+    """Rollouts TRL's generate loop samples per group before the worker's top-ups: n; the pilot k with adaptive
+    rollouts; m with Knapsack-RL; ``n_explore`` with Pilot-Commit (``budget``: the worker's ``RolloutBudget``)."""
+    if budget is not None and budget.commits:
+        return budget.which.settings.n_explore
+    return pods.get("pods_pilot") or (m if pods.get("pods_rollout_planner") else n)
 
 
 def pods_rollout_worker(model: str, reward_funcs, args, train_dataset=None, processing_class=None, *, pods_m: int,
