@@ -325,6 +325,8 @@ SEEDS_X_UPDATES = [
     ("docs/results/index.md", "budgets/strong-followups"),
     ("docs/results/rollout-budgets.md", "budgets/dapo"),
     ("docs/results/index.md", "budgets/dapo"),
+    ("docs/results/rollout-budgets.md", "budgets/dapo-strong"),
+    ("docs/results/index.md", "budgets/dapo-strong"),
 ]
 
 
@@ -343,7 +345,7 @@ def test_the_results_index_gives_each_study_its_seeds():
                    "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
                    "evidence/shipped-levels", "budgets/shipped", "budgets/strong", "budgets/pilot-commit",
                    "budgets/pilot-commit-quiet", "budgets/reinforce-ada", "budgets/strong-followups",
-                   "budgets/dapo"):
+                   "budgets/dapo", "budgets/dapo-strong"):
         json_folder = "evidence/shipped" if folder == "evidence" else folder
         seeds, _ = seeds_and_updates(json_folder)
         for row in rows:
@@ -358,7 +360,7 @@ def test_the_results_index_gives_each_study_its_seeds():
                        "study_cli", "evidence", "evidence/strong", "evidence/strong-levels",
                        "evidence/shipped-levels", "budgets/shipped", "budgets/strong", "budgets/pilot-commit",
                        "budgets/pilot-commit-quiet", "budgets/reinforce-ada", "budgets/strong-followups",
-                       "budgets/dapo"}
+                       "budgets/dapo", "budgets/dapo-strong"}
     options = study("study")["options"]["methods"]
     row = next(row for row in rows if "`study/options/`" in row)
     assert {int(n) for n in re.findall(r"--seeds (\d+)", row)} == {m["seeds"] for m in options.values()}
@@ -440,7 +442,8 @@ BUDGETS = {"budgets/shipped": ("grpo-n8", ["pods-mv-n16m8-knap12", "pods-mv-n8m8
            "budgets/reinforce-ada": ("grpo-n8", ["pods-mv-n32m8-ra", "pods-mv-n32m8-rastd"]),
            "budgets/strong-followups": ("grpo-n16", ["pods-mv-n16m16-pcstay", "pods-mv-n32m16-pc",
                                                      "pods-mv-n64m16-ra"]),
-           "budgets/dapo": ("grpo-n8", ["pods-mv-n8m8-dapo"])}
+           "budgets/dapo": ("grpo-n8", ["pods-mv-n8m8-dapo"]),
+           "budgets/dapo-strong": ("grpo-n16", ["pods-mv-n16m16-dapo"])}
 
 
 @pytest.mark.parametrize("folder", sorted(BUDGETS))
@@ -469,7 +472,8 @@ QUOTED = {"README.md": {"budgets/shipped": ["pods-mv-n16m8-knap12", "pods-mv-n8m
                         "budgets/pilot-commit-quiet": ["pods-mv-n8m8-pcstay"],
                         "budgets/reinforce-ada": ["pods-mv-n32m8-ra"],
                         "budgets/strong-followups": ["pods-mv-n16m16-pcstay", "pods-mv-n64m16-ra"],
-                        "budgets/dapo": ["pods-mv-n8m8-dapo"]},
+                        "budgets/dapo": ["pods-mv-n8m8-dapo"],
+                        "budgets/dapo-strong": ["pods-mv-n16m16-dapo"]},
           "docs/concepts/rollout-budgets.md": {"budgets/shipped": ["pods-mv-n16m8-knap12"],
                                                "budgets/strong": ["pods-mv-n32m16-knap24"],
                                                "budgets/pilot-commit-quiet": ["pods-mv-n8m8-pcstay"],
@@ -477,7 +481,8 @@ QUOTED = {"README.md": {"budgets/shipped": ["pods-mv-n16m8-knap12", "pods-mv-n8m
                                                "budgets/strong-followups": ["pods-mv-n16m16-pcstay",
                                                                             "pods-mv-n32m16-pc",
                                                                             "pods-mv-n64m16-ra"],
-                                               "budgets/dapo": ["pods-mv-n8m8-dapo"]},
+                                               "budgets/dapo": ["pods-mv-n8m8-dapo"],
+                                               "budgets/dapo-strong": ["pods-mv-n16m16-dapo"]},
           "docs/results/rollout-budgets.md": {folder: names for folder, (_, names) in BUDGETS.items()}}
 
 
