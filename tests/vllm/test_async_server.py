@@ -4,7 +4,7 @@ A ``vllm serve`` process (vLLM's CPU build, dev mode) serves the tiny model over
 ``AsyncGRPOTrainer`` trains with ``rollout_worker=`` the PODS worker (its child process samples n per prompt from the
 server over HTTP, scores them, keeps m) and ``weight_transfer=`` ``DirectoryWeightTransfer`` (safetensors files and the
 server's own weight-reload call instead of NCCL), constructed inside ``async_trainer_on_cpu`` (the CPU stand-ins for
-TRL's two CUDA-only construction steps).
+TRL's two CUDA-only construction steps). The adaptive worker and Pilot-Commit's worker run against the same server.
 
 What is checked, all of it for real: every group the trainer trains on (the rows of each micro-batch TRL's
 ``compute_loss`` takes, as its collator built them) has exactly m rows; the n scored rollouts of that group (written by the reward function in
@@ -103,7 +103,7 @@ def parity_reward(completions, row, log_path, **kwargs):
     return [0.0 if r % 2 == 0 else float(len(set(c[0]["content"]))) for c, r in zip(completions, row, strict=True)]
 
 
-def run_async_pods(url, model_dir, tmp_path, monkeypatch, reward=logged_reward, prompts=64, **pods):
+def run_async_pods(url, model_dir, tmp_path, monkeypatch, reward=logged_reward, prompts=64, inflight=24, **pods):
     """Train ``STEPS`` steps; returns the rows (group id, completion ids, advantage, metrics) of each micro-batch
     the trainer's ``compute_loss`` took (as TRL's collator received them; the dataloader collates one micro-batch
     ahead, which is not trained), the n scored rollouts of each prompt, and the trainer."""
@@ -118,7 +118,7 @@ def run_async_pods(url, model_dir, tmp_path, monkeypatch, reward=logged_reward, 
                            weight_sync_steps=1, logging_steps=1, save_strategy="no", report_to=[],
                            # max_staleness=100 left this at 100 steps of rows (1200 requests at once): the CPU server
                            # dropped connections under that load, and a request dropped 3 times fails the worker
-                           max_inflight_tasks=24,
+                           max_inflight_tasks=inflight,
                            vllm_server_base_url=url, dtype="float32", use_cpu=True)
     worker = pods_rollout_worker(model_dir, reward, args, dataset, tokenizer, pods_m=M, pods_rule="max_variance",
                                  **pods)
@@ -239,3 +239,74 @@ def test_adaptive_async_pods_tops_up_against_the_real_server(vllm_server, tmp_pa
         if group_id % 2 == 0:  # all equal: topped up to n, advantages 0
             assert (sampled, rows[0][1]["pods/frac_zero_std_pilot"]) == (N, 1.0)
             assert all(advantage == 0.0 for advantage, _ in rows)
+
+
+def pilot_reward(completions, completion_ids, row, log_path, **kwargs):
+    """A pilot (2 rollouts) by the row's class, the paper's three verdicts: rows 0 mod 3 mixed [1, 0] (passes), 1 mod 3
+    [0, 0] (too hard), 2 mod 3 [1, 1] (solved: evicted); a commit (4 rollouts) 2 + the reply's distinct characters.
+    Writes each call's row, completion ids and rewards to ``log_path``."""
+    if len(completions) == 2:
+        rewards = [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]][row[0] % 3]
+    else:
+        rewards = [2.0 + len(set(c[0]["content"])) for c in completions]
+    with open(log_path[0], "a") as log:
+        log.write(json.dumps({"row": row[0], "completion_ids": [list(ids) for ids in completion_ids],
+                              "rewards": rewards}) + "\n")
+    return rewards
+
+
+def test_pilot_commit_in_the_worker_against_the_real_server(vllm_server, tmp_path, monkeypatch):
+    """Pilot-Commit (pilot 2 + commit 4 = n) against the server, over 12 prompts the worker cycles through: only the
+    pilots that pass get their 4 commit rollouts from the server, and only they train, m of the 6 kept by the rule
+    and advantages recomputed on those m; the solved prompts are evicted and skipped when drawn again."""
+    url, model_dir, _ = vllm_server
+    trained, scored, trainer = run_async_pods(
+        url, model_dir, tmp_path, monkeypatch, reward=pilot_reward, prompts=12, inflight=8,
+        pods_prompt_planner="pilot_commit", pods_prompt_planner_args={"n_explore": 2, "n_commit": 4})
+    for row, calls in scored.items():
+        sizes = {len(call["rewards"]) for call in calls}
+        # only passing pilots get commit rollouts (a pilot scored as the run stopped may have none yet)
+        assert sizes <= ({2, 4} if row % 3 == 0 else {2}), (row, [len(c["rewards"]) for c in calls])
+    rows_of = defaultdict(list)
+    for batch in trained:
+        for group_id, completion, advantage, metrics in batch:
+            rows_of[group_id].append((completion, advantage, metrics))
+    assert len(rows_of) == 2 * STEPS, sorted(rows_of)
+    for group_id, rows in sorted(rows_of.items()):
+        assert len(rows) == M
+        metrics = rows[0][2]
+        assert (metrics["pods/rollouts_sampled"], metrics["pods/rounds"], metrics["pods/pilot_rollouts"]) == (N, 2, 2)
+        # the trained rows are the rule's m of a mixed row's pilot + commit (the scoring they came from)
+        trained_completions = sorted(completion for completion, _, _ in rows)
+        matches = []
+        for row in range(0, 12, 3):
+            pilots = [call for call in scored[row] if len(call["rewards"]) == 2]
+            commits = [call for call in scored[row] if len(call["rewards"]) == 4]
+            for pilot in pilots:
+                for commit in commits:
+                    ids, rewards = (pilot["completion_ids"] + commit["completion_ids"],
+                                    pilot["rewards"] + commit["rewards"])
+                    kept = downsample(torch.tensor([rewards], dtype=torch.float64), M, rule="max_variance")[0]
+                    if trained_completions == sorted(ids[i] for i in kept.tolist()):
+                        matches.append((ids, rewards, kept.tolist()))
+        assert matches, f"committed group {group_id}: not the rule's m of any mixed row's pilot and commit"
+        ids, rewards, kept = matches[0]
+        kept_rewards = [rewards[i] for i in kept]
+        mean = sum(kept_rewards) / M
+        std = (sum((r - mean) ** 2 for r in kept_rewards) / M) ** 0.5
+        for completion, advantage, row_metrics in rows:
+            reward = rewards[ids.index(completion)]
+            assert row_metrics["reward"] == reward
+            assert advantage == pytest.approx((reward - mean) / (std + 1e-8), abs=1e-9)
+    totals = defaultdict(float)
+    for log in trainer.state.log_history:
+        for key, value in log.items():
+            if key.startswith("pods/") and key.endswith("_total"):
+                totals[key] += value
+    print(dict(totals), {row: [len(c["rewards"]) for c in calls] for row, calls in sorted(scored.items())})
+    assert totals["pods/pilot_passed_total"] >= 2 * STEPS and totals["pods/pilot_too_hard_total"] >= 1
+    assert max(rows_of) < totals["pods/pilot_passed_total"]  # committed ids count the commits: 0, 1, ...
+    assert totals["pods/prompts_evicted_total"] >= 1 and totals["pods/prompts_skipped_evicted_total"] >= 1
+    # an evicted prompt is drawn again only while its first pilot waits for its verdict; a too-hard one every pass
+    solved, too_hard = (sum(len(scored[row]) for row in range(first, 12, 3)) for first in (2, 1))
+    assert solved < too_hard, (solved, too_hard)
