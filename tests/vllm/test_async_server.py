@@ -55,10 +55,15 @@ def logged_reward(completions, completion_ids, row, log_path, **kwargs):
     """Distinct characters of the reply (varied within a group); writes the group's n rollouts and rewards to
     ``log_path`` (it runs in the worker's child process, once per group, on all n)."""
     rewards = [float(len(set(c[0]["content"]))) for c in completions]
-    with open(log_path[0], "a") as log:
-        log.write(json.dumps({"row": row[0], "completion_ids": [list(ids) for ids in completion_ids],
-                              "rewards": rewards}) + "\n")
+    log_group(log_path[0], row[0], completion_ids, rewards)
     return rewards
+
+
+def log_group(log_path: str, row: int, completion_ids, rewards: list[float]) -> None:
+    """Appends one scoring call (its row, completion ids and rewards) to ``log_path`` as a JSON line."""
+    with open(log_path, "a") as log:
+        log.write(json.dumps({"row": row, "completion_ids": [list(ids) for ids in completion_ids],
+                              "rewards": rewards}) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -249,9 +254,7 @@ def pilot_reward(completions, completion_ids, row, log_path, **kwargs):
         rewards = [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]][row[0] % 3]
     else:
         rewards = [2.0 + len(set(c[0]["content"])) for c in completions]
-    with open(log_path[0], "a") as log:
-        log.write(json.dumps({"row": row[0], "completion_ids": [list(ids) for ids in completion_ids],
-                              "rewards": rewards}) + "\n")
+    log_group(log_path[0], row[0], completion_ids, rewards)
     return rewards
 
 
