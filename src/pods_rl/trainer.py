@@ -93,7 +93,7 @@ from pods_rl.reward_guard import (
     reward_weights_of,
 )
 from pods_rl.runlog.integrity import reading_checkpoint
-from pods_rl.trainer_config import PODSConfig, eval_batch_problem
+from pods_rl.trainer_config import PODSConfig, eval_batch_problem, quiet_checkpointing_deprecations
 from pods_rl.trainer_step import PODSStep
 
 __all__ = ["PODSConfig", "PODSTrainer", "card_example_prompt", "rollouts_per_generation"]
@@ -215,6 +215,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                 vllm_cpu.check_cpu_model(model_config)
             if config.vllm_mode == "colocate":  # TRL builds the LLM in GRPOTrainer.__init__
                 engine_setup = vllm_cpu.reloadable_cpu_weights()
+        quiet_checkpointing_deprecations()
         with engine_setup, _colocated_engine_sized_for(config):
             super().__init__(*args, **kwargs)
         # Evaluation samples what a GRPO run with m samples (PODSConfig validated the eval batch in these terms).

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import version
 
@@ -35,6 +36,13 @@ def require_supported_trl(trl_version: str) -> None:
             f"but trl {trl_version} is installed. Install a supported version: pip install \"trl{TRL_RANGE}\"."
         )
 
+
+
+def quiet_checkpointing_deprecations() -> None:
+    """Hide transformers' FutureWarnings for the ``gradient_checkpointing*`` model methods, which TRL (1.12-1.16)
+    calls around every generation: TRL's code, not the user's to act on; narrowly, by message and module."""
+    warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable|_kwargs)?` is deprecated",
+                            category=FutureWarning, module=r"transformers\.")
 
 
 require_supported_trl(version("trl"))  # before the imports below, which reach into TRL's internals
@@ -208,6 +216,10 @@ class PODSConfig(GRPOConfig):
         # TRL checks that the generation batch holds whole groups of `num_generations`. Under PODS the batch
         # sizes count kept rollouts, so the same check must be made against m: run TRL's validation with m.
         self.num_generations = m
+        if getattr(self, "activation_checkpointing", False) is None and self.gradient_checkpointing is not None:
+            # transformers 5.2x renamed gradient_checkpointing (which TRL's config sets) to activation_checkpointing
+            # and warns once per config that still sets the old name: pass the value on under the new one, as it would.
+            self.activation_checkpointing = self.gradient_checkpointing
         try:
             super().__post_init__()
         except ValueError as err:
