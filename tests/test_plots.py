@@ -202,7 +202,8 @@ def test_plot_accuracy_vs_time_figure_and_files(tmp_path):
     assert ax.get_ylabel() == "Test accuracy (fraction)"
     assert ax.get_title() == "Arithmetic"
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == ["GRPO (n=16) (2 seeds)", "PODS max_variance (n=64→m=16) (2 seeds)"]
+    assert legend == ["GRPO (n=16) (2 seeds)", "PODS max_variance (n=64→m=16) (2 seeds)",
+                      "shaded: 95% band, ± 1.96 standard errors across seeds"]
     # The PODS mean line: minutes on x, the mean of its (identical) seeds on y.
     pods_line = [line for line in ax.get_lines() if line.get_label().startswith("PODS")][0]
     assert pods_line.get_xdata().tolist() == pytest.approx([0.0, 50 / 60, 100 / 60, 150 / 60])
@@ -216,6 +217,12 @@ def test_plot_accuracy_vs_time_figure_and_files(tmp_path):
     fig_s = plots.plot_accuracy_vs_time(runs[:1], time_unit="s", metric="pass_at_k")
     assert fig_s.axes[0].get_xlabel() == "Training time (seconds)"
     assert fig_s.axes[0].get_ylabel() == "pass@k (fraction)"
+    assert fig_s.axes[0].get_title() == "pass@k against training time"  # a title even when none is given
+    legend = [t.get_text() for t in fig_s.axes[0].get_legend().get_texts()]
+    assert not fig_s.axes[0].collections and not any(text.startswith("shaded") for text in legend)  # no band here
+    import matplotlib.pyplot as plt
+
+    assert not plt.get_fignums(), "plots.py leaves figures open"
 
 
 def test_plot_phase_times_stacked_bars(tmp_path):

@@ -6,7 +6,8 @@ Figures only; the curves, time (steps) to target, speed-ups and bootstrap CIs ar
 ``pods_rl.commands.plots.compare_runs`` etc. keep working.
 
 Accuracy figure: per label, the seed-mean curve (``stats.mean_curve``) with its 95% band (± 1.96 x the
-standard error across seeds; one seed: ± 1.96 x the eval's own standard error), thin lines = the seeds; on the
+standard error across seeds; one seed: ± 1.96 x the eval's own standard error; the legend says which), thin
+lines = the seeds, a title (the metric against the x-axis unless one is given); on the
 x-axis training time (``--x time``, default) or optimizer steps (``--x steps``: how much each policy update
 teaches, whatever it costs).
 """
@@ -81,11 +82,14 @@ def plot_accuracy(runs: Sequence, out=None, x: str = "time", metric: str = "accu
         raise ValueError(f"x must be one of {list(X_AXES)}, got {x!r}")
     if time_unit not in TIME_UNITS:
         raise ValueError(f"time_unit must be one of {list(TIME_UNITS)}, got {time_unit!r}")
+    from matplotlib.patches import Patch
+
     runs = load_runs(runs, metric=metric, **load_kwargs)
     divisor, unit_name = TIME_UNITS[time_unit] if x == "time" else (1.0, "steps")
+    groups = group_by_label(runs)
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(5.0, 3.3))
-        for i, (label, label_runs) in enumerate(group_by_label(runs).items()):
+        for i, (label, label_runs) in enumerate(groups.items()):
             color = f"C{i}"
             grid, mean, half_width = mean_curve(label_runs, x)
             if len(label_runs) > 1:
@@ -106,11 +110,19 @@ def plot_accuracy(runs: Sequence, out=None, x: str = "time", metric: str = "accu
         ax.set_ylabel(ylabel)
         ax.set_xlim(left=0)
         ax.grid(alpha=0.3, linewidth=0.5)
-        ax.legend(frameon=False, loc="lower right")
-        if title:
-            ax.set_title(title)
+        handles, _ = ax.get_legend_handles_labels()
+        if ax.collections:  # say what the shading is
+            seeds = {len(label_runs) > 1 for label_runs in groups.values()}
+            band = ("shaded: 95% band, ± 1.96 standard errors across seeds" if seeds == {True} else
+                    "shaded: 95% interval, ± 1.96 standard errors of each evaluation" if seeds == {False} else
+                    "shaded: 95% band (across seeds; one seed: of each evaluation)")
+            handles.append(Patch(facecolor="0.5", alpha=0.3, linewidth=0, label=band))
+        ax.legend(handles=handles, frameon=False, loc="best")
+        ax.set_title(title if title is not None else
+                     f"{ylabel.split(' (')[0]} against {'training time' if x == 'time' else 'policy updates'}")
         fig.tight_layout()
         _save(fig, out, f"accuracy_vs_{x}" if metric == "accuracy" else f"{metric}_vs_{x}")
+    plt.close(fig)  # out of pyplot's registry (the Figure returned still draws and saves)
     return fig
 
 
@@ -166,6 +178,7 @@ def plot_phase_times(runs: Sequence, out=None, title: str | None = None, **load_
             ax.set_title(title, pad=18)
         fig.tight_layout()
         _save(fig, out, "step_time_by_phase")
+    plt.close(fig)  # out of pyplot's registry (the Figure returned still draws and saves)
     return fig
 
 

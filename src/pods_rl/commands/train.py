@@ -483,7 +483,7 @@ def _finish(run_dir: Path, summary: dict, figure: bool = True) -> None:
     runlog.write_summary(run_dir, summary)
     try:
         if figure:
-            plot_accuracy_vs_time([run_dir], run_dir)
+            plot_accuracy_vs_time([run_dir], run_dir, title=f"{run_dir.name}: held-out accuracy while training")
     except Exception as err:  # a figure must never cost the run
         logger.warning("could not draw the accuracy figure: %s", err)
     before, after = summary.get("accuracy_before"), summary.get("accuracy_after")

@@ -107,8 +107,11 @@ class TrainingClock(TrainerCallback):
         if self.progress and self.is_main_process:
             from tqdm.auto import tqdm
 
+            # Counts seconds of training time (not steps; no "s/s" rate), against wall time elapsed and left.
             self._bar = tqdm(total=round(self.max_train_seconds), initial=round(self.train_seconds),
-                             unit="s", desc="training time", dynamic_ncols=True)
+                             desc="training time", dynamic_ncols=True,
+                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} s "
+                                        "[wall {elapsed}, ~{remaining} left{postfix}]")
         if self.eval_fn is not None and state.global_step == 0:
             self.evaluate(model, 0)
 
@@ -151,7 +154,12 @@ class TrainingClock(TrainerCallback):
         row.update(logs or {})
         self.append_metrics(row)
         if self._bar is not None and "reward" in row:
-            self._bar.set_postfix(step=state.global_step, reward=f"{row['reward']:.3f}")
+            # The mean of the weighted sum of the reward functions: 0 to the sum of the weights for rewards in [0, 1]
+            # (a pods-rl task's: correctness 1 + format 0.1 + tag count 0.1 = 1.2).
+            weights = getattr(args, "reward_weights", None) or []
+            top = sum(float(w) for w in weights if float(w) > 0)
+            scale = f" (weighted, 0-{top:g})" if top else ""
+            self._bar.set_postfix_str(f"step {state.global_step}, reward {row['reward']:.3f}{scale}")
 
     def on_train_end(self, args, state, control, **kwargs):
         """Close the progress bar."""
