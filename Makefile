@@ -6,7 +6,8 @@
 # Each creates or reuses the project's virtual environment .venv and, when pyproject.toml (or the torch choice) changed
 # since the last install, installs torch and the project with its dev extras into it, then runs.
 #
-#     make docs       the documentation site, into site/ (SITE_DIR=...), in an environment of its own without torch
+#     make docs       the documentation site, into site/ (SITE_DIR=...), in an environment of its own without torch;
+#                     the first build also downloads Mermaid (the diagrams' script, about 3 MB) once from the npm registry
 #
 # torch: on a machine without CUDA, the CPU build of TORCH_SPEC from TORCH_INDEX (PyTorch's CPU index); with CUDA
 # (nvidia-smi works) or on macOS, PyPI's default build. Choose another with e.g.
@@ -84,4 +85,4 @@ docs:
 		cp "$(DOCS_VENV)/docs-requirements.txt" "$(DOCS_STAMP)"; \
 	fi; \
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(DOCS_VENV)/bin/mkdocs build --strict --site-dir "$(SITE_DIR)"; \
-	echo "make: the site is in $(SITE_DIR)/ (open $(SITE_DIR)/index.html, or serve it: $(DOCS_VENV)/bin/mkdocs serve)"
+	echo "make: the site is in $(SITE_DIR)/: open $(SITE_DIR)/index.html (the search needs it served: python3 -m http.server -d $(SITE_DIR), then http://localhost:8000)"
