@@ -47,8 +47,10 @@ def _default(field: dataclasses.Field) -> str:
     return "required"
 
 
-def _section(field: dataclasses.Field) -> str:
-    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+def _section(field: dataclasses.Field, annotations: dict) -> str:
+    # The annotation as written (HfArgumentParser replaces a field's ``type`` with the type it resolves).
+    kind = annotations.get(field.name, field.type)
+    kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
     help_text = " ".join(field.metadata.get("help", "").split()) or "(no help text)"
     return (f"### `{field.name}`\n\n"
             f"Type `{kind}`, default {_default(field)}; flag `--{field.name}`.\n\n"
@@ -81,7 +83,7 @@ def render() -> str:
         "## `PODSConfig`'s own fields",
         "",
     ]
-    lines += [_section(f) for f in pods_fields]
+    lines += [_section(f, PODSConfig.__dict__["__annotations__"]) for f in pods_fields]
     lines += [
         "## TRL's fields",
         "",
@@ -100,7 +102,7 @@ def render() -> str:
         "## `pods train`'s own flags",
         "",
     ]
-    lines += [_section(f) for f in run_fields]
+    lines += [_section(f, RunArguments.__dict__["__annotations__"]) for f in run_fields]
     return "\n".join(lines).rstrip() + "\n"
 
 
