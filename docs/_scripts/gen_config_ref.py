@@ -72,8 +72,9 @@ def render() -> str:
         "tests/test_reference_pages.py fails when this page and the code differ. -->",
         "",
         "`PODSConfig` is TRL's `GRPOConfig` plus the fields below; every field is also a `pods train` flag "
-        "(`--name value`) and a key of a recipe's YAML. `pods train --help` prints the same help. Batch sizes "
-        "count the **kept** rollouts.",
+        "(`--name value`) and a key of a recipe's YAML. Batch sizes count the **kept** rollouts. The defaults "
+        "below are the code's; a recipe sets its own (`pods train` with no `--config` reads the `tiny` recipe), "
+        "and `pods train --help` prints the values in effect.",
         "",
         f"- [`PODSConfig`'s own fields](#podsconfigs-own-fields) ({len(pods_fields)})",
         "- [TRL's fields](#trls-fields): `GRPOConfig`'s, documented by TRL",
