@@ -64,7 +64,8 @@ def test_the_starting_accuracy_names_its_evaluation_set():
     assert len(build) == 1 and len(trains) == 1, (build, trains)
     assert f"{build.pop()} on `pods build-tiny`'s 200 problems x 4 samples" in page
     assert f"{trains.pop()} on `pods train`'s 200 x 4" in page
-    assert f"{100 * min(starts):.1f}-{100 * max(starts):.1f}% on the studies' 400 x 4" in page
+    studies = f"{100 * min(starts):.1f}-{100 * max(starts):.1f}% on the studies' 400 x 4"
+    assert studies in page and studies in text(ROOT / "docs/results/index.md")
     get_started = text(ROOT / "docs/get-started.md")
     assert "200 held-out problems x 4 samples" in get_started
 
