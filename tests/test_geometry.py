@@ -55,12 +55,21 @@ GEOMETRIES = {
         **ENVIRONMENT, config={**ONE_PROMPT, **ENV_CONFIG, "gradient_accumulation_steps": 2, "max_steps": 2}),
     "a group split across steps (per_device_train_batch_size 1, steps_per_generation 2)": Feature(
         config=dict(per_device_train_batch_size=1, steps_per_generation=2, max_steps=2)),
+    "one prompt per round, iterable dataset": Feature(dataset="iterable", config=ONE_PROMPT),
+    "generation_batch_size of two steps, one prompt per step": Feature(
+        config=dict(per_device_train_batch_size=M, generation_batch_size=2 * M, max_steps=2)),
     "one prompt per round, GRESO's skip": Feature(
         config=ONE_PROMPT, pods=dict(prompt_planner="greso", oversample_prompts=2.0, downsample_rule="max_variance",
                                      prompt_planner_args={"p_easy": 0.05, "min_p": 0.05})),
     "one prompt per round, Knapsack-RL": Feature(
         config=ONE_PROMPT, pods=dict(rollout_planner="knapsack", adaptive_budget=3.0, downsample_rule="max_variance",
                                      rollout_planner_args={"min_buffer_length": 1, "reward_buffer_length": 4})),
+    "one prompt per round, Pilot-Commit": Feature(
+        config=ONE_PROMPT, pods=dict(prompt_planner="pilot_commit", oversample_prompts=2.0,
+                                     downsample_rule="max_variance", prompt_planner_args={"n_explore": 2})),
+    "one prompt per round, Reinforce-Ada": Feature(
+        config=ONE_PROMPT, pods=dict(pilot_generations=2, adaptive_rule="reinforce_ada",
+                                     downsample_rule="reinforce_ada")),
 }
 
 # Run on 2 gloo ranks, one prompt per rank and round (tests/scripts/contract_ranks.py).
