@@ -199,7 +199,8 @@ def build(feature: Feature, tmp_path, pods: bool, plan=None, model_dirs=None):
         else:
             factory = Problems if feature.kind == "environment_data" else Counter
             Problems.resets, Problems.group = 0, (feature.pods.get("num_generations", N) if pods else M)
-            Problems.schedule = None if pods or plan is None else kept_problems(plan, tokenizer)
+            oversampled = feature.pods.get("oversample_prompts", 1) > 1 and feature.kind == "environment_data"
+            Problems.schedule = kept_problems(plan, tokenizer) if oversampled and not pods else None
             kwargs.update(environment_factory=factory, reward_funcs=[environment_state])
             turns = COUNTER_TURNS
     elif feature.kind == "vision":
