@@ -149,28 +149,39 @@ def _greso_filter(profiler, P, uniforms, p_easy, p_hard, draws) -> list[bool]:
     return [i not in kept for i in range(P)]
 
 
-def greso_adapt(trials: int, rng: random.Random, tally: Tally) -> None:
-    """Their adaptation, transcribed (ray_trainer.py, fit: 'adjust exploration factor'), against ``update``."""
+def greso_adapt(repo: str, trials: int, rng: random.Random, tally: Tally) -> None:
+    """Their adaptation against ``update``: each sampled batch's shares from their ``compute_reward_metrics``
+    (metric_utils.py, run as is: float32 count / groups), summed over the step's batches weighted by the batch's
+    rows, and the step's update, transcribed (ray_trainer.py, fit: 'adjust exploration factor'). 1 to 3 sampled
+    batches a step, as their dynamic sampling draws them; targets that shares can sit on exactly."""
+    metrics_fn = extract(read(repo, "verl/trainer/ppo/metric_utils.py"), "compute_reward_metrics")
     for _ in range(trials):
-        settings = GresoSettings(target_zero_variance=rng.choice([0.1, 0.25, 0.5]))
+        settings = GresoSettings(target_zero_variance=rng.choice([0.1, 0.25, 0.5, 0.75, 0.375]))
         planner, p_easy, p_hard = GresoSkip(settings), settings.p_easy, settings.p_hard
         same = True
         for step in range(30):
             epoch = step // 10
-            groups = [[1.0 if rng.random() < rate else 0.1 for _ in range(8)]
-                      for rate in [rng.choice([0.0, 1.0, rng.random()]) for _ in range(rng.randint(1, 16))]]
-            rewards = torch.tensor(groups)
-            # compute_reward_metrics: all-correct groups (max == min == 1), "format" groups (max == min == 0.1)
-            easy = float(((rewards.max(1).values == 1) & (rewards.min(1).values == 1)).sum()) / len(groups)
-            hard = float(((rewards.max(1).values == 0.1) & (rewards.min(1).values == 0.1)).sum()) / len(groups)
+            easy_num = hard_num = total = 0
+            summaries = []
+            for _ in range(rng.randint(1, 3)):
+                groups = [[1.0 if rng.random() < rate else 0.1 for _ in range(8)]
+                          for rate in [rng.choice([0.0, 1.0, rng.random()]) for _ in range(rng.randint(1, 16))]]
+                rewards = torch.tensor(groups)
+                batch = types.SimpleNamespace(batch={"token_level_scores": rewards.view(-1, 1)})
+                with contextlib.redirect_stdout(io.StringIO()):
+                    metrics = metrics_fn(batch, None)
+                easy_num += metrics["examples/all_correct_example_ratio"] * rewards.numel()
+                hard_num += metrics["examples/format_example_ratio"] * rewards.numel()
+                total += rewards.numel()
+                summaries.append(PromptLedger(LedgerSettings(success_threshold=None, success_max=1.0)).record(
+                    torch.arange(len(groups)), rewards, step=step))
+            easy, hard = easy_num / total, hard_num / total
             if epoch > 0:
                 p_hard = max(p_hard - 0.01, 0.05) if hard >= settings.target_zero_variance * 2 / 3 else min(
                     p_hard + 0.01, 0.95)
                 p_easy = max(p_easy - 0.01, 0.05) if easy >= settings.target_zero_variance / 3 else min(
                     p_easy + 0.01, 0.95)
-            summary = PromptLedger(LedgerSettings(success_threshold=None, success_max=1.0)).record(
-                torch.arange(len(groups)), rewards, step=step)
-            planner.update(summary, epoch=epoch)
+            planner.update(summaries, epoch=epoch)
             same = same and (planner.p_easy, planner.p_hard) == (p_easy, p_hard)
         tally.add("GRESO p_easy/p_hard adaptation (30 steps)", same)
 
@@ -305,10 +316,13 @@ def reinforce_ada(repo: str, tinker: str | None, trials: int, rng: random.Random
         choice = rng.choice(["balanced", "positive_focused"])
         settings = ReinforceAdaSettings(reinforce_ada_choice=choice, max_rounds=rng.choice([1, 2, 4]),
                                         round_repeat=rng.choice([2, 4, 8]), final_keep_per_prompt=rng.choice([2, 4, 5]),
-                                        norm_adv_by_std_in_grpo=rng.random() < 0.5)
+                                        norm_adv_by_std_in_grpo=rng.random() < 0.5,
+                                        global_stat_est=rng.random() < 0.5)
         P, cap = rng.randint(1, 8), settings.cap
         rates = [rng.choice([0.0, 1.0, rng.random()]) for _ in range(P)]
-        rewards = [[1.0 if rng.random() < r else rng.choice([0.0, 0.5]) for _ in range(cap)] for r in rates]
+        # rewards whose float32 sums round differently in another order (the local baseline sums the kept ones)
+        rewards = [[rng.choice([1.0, 0.71, 0.83, 0.9]) if rng.random() < r else rng.choice([0.0, 0.1, 0.2, 0.3, 0.45])
+                    for _ in range(cap)] for r in rates]
         selected, their_counts, stats = _ra_verl_rounds(rewards, 0.7, settings.max_rounds, settings.round_repeat,
                                                          settings.final_keep_per_prompt, choice)
         planner = ReinforceAda(settings)
@@ -325,7 +339,8 @@ def reinforce_ada(repo: str, tinker: str | None, trials: int, rng: random.Random
         ours_adv = planner.advantages(seen, counts, kept)
         theirs_adv = _ra_verl_advantages(advantage_fn, rewards, selected, stats, settings)
         ok = all(torch.equal(ours_adv[p][kept[p] >= 0].sort().values, theirs_adv[p].sort().values) for p in range(P))
-        tally.add("Reinforce-Ada all-samples advantages (verl, exact)", ok)
+        tally.add(f"Reinforce-Ada advantages, {'all-samples' if settings.global_stat_est else 'kept'} baseline "
+                  "(verl, exact)", ok)
         if tinker is not None:
             _ra_tinker(tinker, rewards, seen, counts, planner, settings, tally)
 
@@ -334,7 +349,7 @@ def _ra_verl_advantages(advantage_fn, rewards, selected, stats, settings):
     rows = [(p, j) for p in range(len(rewards)) for j in selected[p]]
     scores = torch.tensor([[rewards[p][j]] for p, j in rows], dtype=torch.float32)
     index = np.array([f"uid{p}" for p, _ in rows], dtype=object)
-    config = {"global_stat_est": True}
+    config = {"global_stat_est": settings.global_stat_est}
     adv, _ = advantage_fn(scores, torch.ones_like(scores), index, epsilon=settings.epsilon,
                           norm_adv_by_std_in_grpo=settings.norm_adv_by_std_in_grpo, config=config,
                           grpo_uid_to_pos_count={f"uid{p}": s[0] for p, s in enumerate(stats)},
@@ -430,8 +445,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     rng, tally = random.Random(args.seed), Tally()
-    checks = [(args.greso, lambda: (greso_skip(args.greso, args.trials, rng, tally), greso_adapt(args.trials, rng,
-                                                                                                   tally))),
+    checks = [(args.greso, lambda: (greso_skip(args.greso, args.trials, rng, tally),
+                                    greso_adapt(args.greso, args.trials, rng, tally))),
               (args.knapsack, lambda: knapsack(args.knapsack, args.trials, rng, tally)),
               (args.reinforce_ada, lambda: reinforce_ada(args.reinforce_ada, args.reinforce_ada_tinker, args.trials,
                                                          rng, tally)),

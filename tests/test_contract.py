@@ -159,13 +159,16 @@ def environment_state(environments, log_extra=None, log_metric=None, **kwargs):
 
 class Problems(Counter):
     """An environment that owns the data: ``reset`` returns the problem, one problem per group of ``group``
-    resets (n in the PODS run, m in GRPO's: each group's rollouts work on the same problem)."""
+    resets (n in the PODS run, m in GRPO's: each group's rollouts work on the same problem); with a ``schedule``
+    (GRPO's run after PODS over-sampled its candidates), the g-th group's problem is ``schedule[g]``."""
 
     resets = 0
     group = N
+    schedule: list[int] | None = None
 
     def reset(self, **kwargs) -> str:
-        self.problem = Problems.resets // Problems.group
+        index = Problems.resets // Problems.group
+        self.problem = index if Problems.schedule is None else Problems.schedule[index]
         Problems.resets += 1
         self.count = 0
         return f" Problem {self.problem}: raise the counter."
@@ -179,8 +182,8 @@ def build(feature: Feature, tmp_path, pods: bool, plan=None, model_dirs=None):
                 shuffle_dataset=False, disable_dropout=True)
     args.update(feature.config)
     if pods:
-        config = PODSConfig(**args, num_generations=N, downsample_to=M,
-                            **{"downsample_rule": "keep_indices", **feature.pods})
+        config = PODSConfig(**args, **{"num_generations": N, "downsample_to": M, "downsample_rule": "keep_indices",
+                                       **feature.pods})
     else:
         config = GRPOConfig(**args, num_generations=M)
     kwargs = dict(args=config, reward_funcs=list(feature.reward_funcs) or None, train_dataset=dataset_for(feature))
@@ -195,7 +198,9 @@ def build(feature: Feature, tmp_path, pods: bool, plan=None, model_dirs=None):
             turns = TOOL_TURNS
         else:
             factory = Problems if feature.kind == "environment_data" else Counter
-            Problems.resets, Problems.group = 0, (N if pods else M)
+            Problems.resets, Problems.group = 0, (feature.pods.get("num_generations", N) if pods else M)
+            oversampled = feature.pods.get("oversample_prompts", 1) > 1 and feature.kind == "environment_data"
+            Problems.schedule = kept_problems(plan, tokenizer) if oversampled and not pods else None
             kwargs.update(environment_factory=factory, reward_funcs=[environment_state])
             turns = COUNTER_TURNS
     elif feature.kind == "vision":
@@ -241,6 +246,17 @@ def kept_prompts_dataset(pods, dataset, tokenizer):
     return dataset.select([row for step in zip(*every, strict=True) for rows in step for row in rows])
 
 
+def kept_problems(plan: dict, tokenizer) -> list[int]:
+    """The problems (``Problems``) of the groups PODS kept, in training order: GRPO's environment resets to them."""
+    import re
+
+    kept = []
+    for (_, prompt_ids), turns in sorted(plan.items(), key=lambda item: item[0][0][1]):
+        problem = int(re.search(r"Problem (\d+):", tokenizer.decode(list(prompt_ids))).group(1))
+        kept += [problem] * (len(turns) // M)
+    return kept
+
+
 def run_pods(feature: Feature, tmp_path, model_dirs) -> contract.Run:
     """The PODS run of ``feature`` (n -> m), scripted."""
     trainer, script = build(feature, tmp_path, pods=True, model_dirs=model_dirs)
@@ -251,7 +267,8 @@ def run_grpo(feature: Feature, tmp_path, model_dirs, pods: contract.Run) -> cont
     """GRPOTrainer with m on the rollouts ``pods`` kept (and, with prompt over-sampling, on the prompts it kept)."""
     plan = contract.plan_from(pods.recorder, pods.script.tokenizer)
     trainer, script = build(feature, tmp_path, pods=False, plan=plan, model_dirs=model_dirs)
-    if feature.pods.get("oversample_prompts", 1) > 1:  # (GRPO's data: the prompts PODS kept of its candidates)
+    if feature.pods.get("oversample_prompts", 1) > 1 and feature.kind != "environment_data":
+        # (GRPO's data: the prompts PODS kept of its candidates; an environment's own: Problems.schedule)
         trainer.train_dataset = kept_prompts_dataset(pods, pods.trainer.train_dataset, script.tokenizer)
     return contract.train(trainer, script, patch_generate=feature.kind != "rollout_func")
 

@@ -95,6 +95,28 @@ def test_greso_adapts_its_probabilities_as_their_trainer_does():
     assert planner.p_easy == 0.05  # never below min_p
 
 
+def test_greso_takes_each_batchs_share_in_float32_as_their_trainer_does():
+    """Their trainer: per sampled batch, share = (count / groups) in float32 (compute_reward_metrics), weighted by the
+    batch's rows; a step of batches of 2, 12 and 8 groups with 1, 5 and 5 no-success groups has the share
+    0.4999999946 there (float32 5/12), not 0.5: under a target of exactly 0.5, p_hard rises. One batch of 11 of 22
+    groups (0.5 exactly) falls. p_easy: 0 all-success groups, under its target (0.25): rises both times."""
+    settings = GresoSettings(target_zero_variance=0.75)  # p_hard's target: 0.75 * 2 / 3 == 0.5 exactly
+    assert settings.target_zero_variance * 2 / 3 == 0.5
+    ledger = PromptLedger(LedgerSettings(success_threshold=None, success_max=1.0))
+    hard, mixed = GROUP[0.0], GROUP[0.5]
+    batches = [[hard] * 1 + [mixed] * 1, [hard] * 5 + [mixed] * 7, [hard] * 5 + [mixed] * 3]
+    summaries = [ledger.record(torch.arange(len(b)) + 100 * i, torch.tensor(b), step=0)
+                 for i, b in enumerate(batches)]
+    planner = GresoSkip(settings)
+    metrics = planner.update(summaries, epoch=1)
+    assert metrics["pods/greso_too_hard_ratio"] == pytest.approx(0.4999999946, abs=1e-10)
+    assert metrics["pods/greso_too_hard_ratio"] < 0.5
+    assert (planner.p_hard, planner.p_easy) == (0.51, 0.51)
+    one_batch = GresoSkip(settings)
+    one_batch.update(ledger.record(torch.arange(22) + 1000, torch.tensor([hard] * 11 + [mixed] * 11), step=1), epoch=1)
+    assert (one_batch.p_hard, one_batch.p_easy) == (0.49, 0.51)
+
+
 def test_greso_resumes_exactly(tmp_path):
     ledger, planner = greso_ledger(), GresoSkip()
     planner.update(ledger.record(torch.tensor([0, 1]), torch.tensor([GROUP[1.0], GROUP[0.0]]), step=20), epoch=4)
@@ -179,6 +201,23 @@ def test_reinforce_ada_rounds_keep_and_baseline_are_their_codes(choice, counts, 
     kept = planner.keep(rewards, got_counts)
     assert kept.tolist() == [[0, 1, 2, 3], [0, 1, 2, 4], [0, 1, 2, 3], [0, 1, 2, 3]]
     assert planner.advantages(rewards, got_counts, kept).tolist() == advantages
+
+
+def test_reinforce_ada_local_baseline_sums_the_kept_rewards_in_their_row_order():
+    """global_stat_est=False: their code averages the kept scores in its row order, positives first (pos[:k] +
+    neg[:k]); for rewards [0.3, 0.3, 0.3, 0.71], keep 4, the positive's advantage is 0.71 - mean = 0.30750000 in
+    float32 there (0.30749997 in rollout order), and the negatives' -0.10249996."""
+    planner = ReinforceAda(ReinforceAdaSettings(max_rounds=1, round_repeat=4, final_keep_per_prompt=4,
+                                                global_stat_est=False))
+    rewards, counts = torch.tensor([[0.3, 0.3, 0.3, 0.71]]), torch.tensor([4])
+    kept = planner.keep(rewards, counts)
+    assert kept.tolist() == [[0, 1, 2, 3]]  # returned ascending; the baseline still sums in their order
+    advantages = planner.advantages(rewards, counts, kept)
+    scores = torch.tensor([0.71, 0.3, 0.3, 0.3])  # their rows
+    theirs = (scores - scores.mean())[[1, 2, 3, 0]]
+    assert torch.equal(advantages[0], theirs)
+    assert f"{advantages[0, 3].item():.8f}" == "0.30750000"
+    assert f"{advantages[0, 0].item():.8f}" == "-0.10249996"
 
 
 def test_reinforce_ada_plugs_into_the_adaptive_rounds_and_the_rules(scratch_registry, monkeypatch):

@@ -219,11 +219,18 @@ def test_the_tool_loop_reads_each_rollouts_tool_dicts_by_position():
 
 
 def test_environment_owned_data_gets_a_placeholder_dataset_of_one_round():
-    """PODSTrainer replaces TRL's placeholder (a round of GRPO's prompts) with one of PODS's prompts per round,
-    repeating TRL's own first row."""
+    """PODSTrainer replaces TRL's placeholder (a round of GRPO's prompts, none when a round keeps fewer rows than n)
+    with one of PODS's prompts per round, each row TRL's own empty prompt (PLACEHOLDER_PROMPT), which
+    _generate_and_score_completions also uses for a row without a prompt."""
+    from pods_rl.trainer import PLACEHOLDER_PROMPT
+
     init = inspect.getsource(GRPOTrainer.__init__)
     assert "if train_dataset is None:" in init
     assert "num_placeholder_rows = args.generation_batch_size // args.num_generations" in init
+    assert PLACEHOLDER_PROMPT == [{"role": "user", "content": ""}]
+    assert 'Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * num_placeholder_rows})' in init
+    prepare = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert 'x.get("prompt", [{"role": "user", "content": ""}])' in prepare
 
 
 def test_vllm_sleep_mode_is_what_the_rounds_defer():

@@ -55,7 +55,8 @@ Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins 
                            vllm_generation (TRL's VLLMGeneration, built in GRPOTrainer.__init__ inside our CPU
                            workaround; release_vllm_engine drops its .llm; the rounds defer its sleep mode)
   GRPOTrainer's placeholder  train_dataset=None with an environment_factory: TRL's placeholder dataset (a round of
-                           GRPO's prompts) is replaced by a round of PODS's, its first row repeated
+                           GRPO's prompts, possibly none) is replaced by a round of PODS's rows of its empty prompt
+                           (PLACEHOLDER_PROMPT)
   GRPOTrainer's tool loop  a rollout's tools are looked up by its position in the batch generated; at most
                            max_tool_calling_iterations iterations; a raised or unknown call is a failure
   trl.trainer.grpo_trainer.VLLMGeneration   replaced while GRPOTrainer.__init__ runs by a subclass that raises its
@@ -142,6 +143,10 @@ def _has_train_dataset(args: tuple, kwargs: dict) -> bool:
         is not None
 
 
+# The prompt of each row of GRPOTrainer's placeholder dataset (train_dataset=None with an environment_factory: the
+# environment's reset returns the real prompt); tests/test_trl_surface.py pins it to TRL's.
+PLACEHOLDER_PROMPT = [{"role": "user", "content": ""}]
+
 # The model card's quick start when the training data has no prompt to show (no dataset, an empty one, no column).
 GENERIC_CARD_PROMPT = [{"role": "user", "content": "What is 17 + 25? Think it through, then give the answer."}]
 
@@ -202,6 +207,10 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                 kwargs["reward_funcs"] = reward_funcs
             else:
                 args = (*args[:1], reward_funcs, *args[2:])
+        if config.has_planner and not _has_train_dataset(args, kwargs) and kwargs.get("environment_factory"):
+            raise ValueError("prompt_planner / rollout_planner tell prompts apart by their text, but the environment "
+                             "owns the data here (train_dataset=None: every row is the same placeholder); pass a "
+                             "train_dataset, or drop the planners.")
         engine_setup = nullcontext()
         if config.use_vllm:  # imported only then: the vLLM checks and the CPU build's workaround live there
             from pods_rl.integrations import vllm_cpu
@@ -224,12 +233,13 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         self.downsample_rule = config.downsample_rule
         if config.selects and self.environment_factories is not None and not _has_train_dataset(args, kwargs):
             # The environment owns the data (its reset returns the prompt): TRL drives the loop with a placeholder
-            # dataset of one generation round's prompts, counted for GRPO (generation_batch_size // n); PODS's
-            # sampler takes a round of B * oversample_prompts prompts, so the placeholder holds that many.
+            # dataset of one generation round's prompts, counted for GRPO (generation_batch_size // n, which is 0
+            # when a round keeps fewer rows than n); PODS's sampler takes a round of B * oversample_prompts
+            # prompts, so the placeholder holds that many rows of TRL's empty prompt, built here.
             from datasets import Dataset
 
             rows = self._prompts_per_generation_round()
-            self.train_dataset = Dataset.from_list([self.train_dataset[0]] * rows)
+            self.train_dataset = Dataset.from_dict({"prompt": [PLACEHOLDER_PROMPT] * rows})
         if config.is_adaptive and config.adaptive_reward is not None:
             if config.adaptive_reward not in self.reward_func_names:
                 raise ValueError(f"adaptive_reward {config.adaptive_reward!r} is not one of this run's reward functions "
@@ -237,10 +247,6 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             self._adaptive_reward_index = self.reward_func_names.index(config.adaptive_reward)
         self._selects = config.selects
         self._budget = RolloutBudget.from_config(config)  # the planners and the prompt ledger, None without planners
-        if self._budget is not None and not _has_train_dataset(args, kwargs):
-            raise ValueError("prompt_planner / rollout_planner tell prompts apart by their text, but the environment "
-                             "owns the data here (train_dataset=None: every row is the same placeholder); pass a "
-                             "train_dataset, or drop the planners.")
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
         self.phase_clock = PhaseClock(self)

@@ -1,5 +1,6 @@
-"""Run by tests/test_contract.py under ``accelerate launch`` with 2 gloo ranks: the contract's pairs (PODS n -> m,
-then GRPOTrainer with m on the rollouts PODS kept) for the features named in argv[3:], on every rank; each rank
+"""Run by tests/test_contract.py and tests/test_geometry.py under ``accelerate launch`` with 2 gloo ranks: the
+contract's pairs (PODS n -> m, then GRPOTrainer with m on the rollouts PODS kept) for the features or batch
+geometries named in argv[3:], on every rank; each rank
 writes what it found to ``<out_dir>/rank<r>.json``: per feature, whether the two runs agreed (and where not), the
 environment resets it made (adaptive rounds pad a process's round with rows of fresh environments), and with a
 planner what its prompt ledger holds (its rows in order, evictions included)."""
@@ -14,6 +15,9 @@ def main(model_dir: str, out_dir: str, names: list[str]) -> None:
     from tests import contract
     from tests.test_contract import FEATURES, run_grpo, run_pods
     from tests.test_dropin import Counter
+    from tests.test_geometry import GEOMETRIES
+
+    FEATURES = {**FEATURES, **GEOMETRIES}  # the contract's features and its batch geometries, by name
 
     register_rule("keep_indices", contract.keep_indices, overwrite=True)
     found, rank = {}, None
@@ -38,6 +42,15 @@ def main(model_dir: str, out_dir: str, names: list[str]) -> None:
             stats = ledger.stats(ledger.ids)
             found[name]["ledger"] = {"ids": ledger.ids.tolist(), "groups": int(stats.groups.sum()),  # in row order
                                      "evicted": ledger.ids[stats.evicted].tolist()}
+    if any(name in GEOMETRIES for name in names):  # one kept row per process: refused in one line on every rank
+        from pods_rl.trainer import PODSConfig
+
+        try:
+            PODSConfig(output_dir=str(Path(out_dir) / "refused"), use_cpu=True, num_generations=4, downsample_to=2,
+                       per_device_train_batch_size=1, report_to="none")
+            found["refused"] = "accepted"
+        except ValueError as err:
+            found["refused"] = str(err)
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(found, indent=1))
 
 

@@ -83,6 +83,12 @@ def greso_skip_probability(stats: PromptStats, p_easy: float, p_hard: float, min
     return skip, easy, hard
 
 
+def _batch_share(flags: torch.Tensor) -> float:
+    """The share of a batch's groups that ``flags`` (G,) bool marks, as GRESO's ``compute_reward_metrics`` computes
+    it: an integer count divided by G in float32, read back as a Python float."""
+    return float(flags.sum().to(torch.float32) / torch.tensor(len(flags), dtype=torch.float32))
+
+
 @register_planner("greso")
 class GresoSkip:
     """GRESO's pre-rollout skip as a ``which_prompts`` planner (see the module docstring).
@@ -126,11 +132,14 @@ class GresoSkip:
         summary since the last update; gathered, so every rank adapts alike). Returns the metrics it logged."""
         if isinstance(summaries, GroupSummary):
             summaries = [summaries]
-        total = sum(len(s.ids) for s in summaries)
-        if total == 0:
+        batches = [s for s in summaries if len(s.ids)]
+        if not batches:
             return {}
-        easy_ratio = sum(float(s.all_success.sum()) for s in summaries) / total
-        hard_ratio = sum(float(s.no_success.sum()) for s in summaries) / total
+        # As the code: each batch's share a float32 (count / groups), weighted by the batch's rollouts (its
+        # len(batch)), the sums in float64; a share that sits on the target then falls on the code's side of it.
+        rows = [float(s.rollouts.sum()) or float(len(s.ids)) for s in batches]
+        easy_ratio = sum(_batch_share(s.all_success) * r for s, r in zip(batches, rows)) / sum(rows)
+        hard_ratio = sum(_batch_share(s.no_success) * r for s, r in zip(batches, rows)) / sum(rows)
         s = self.settings
         if epoch >= s.adapt_from_epoch:
             # The code: at or above the target, explore less (skip more); below it, explore more.

@@ -154,7 +154,8 @@ class ReinforceAda:
         ``global_stat_est``: baseline mean / std from all the prompt's scored rollouts as 0/1 (the code's
         ``_compute_with_global_stats``: mean 0 and std 1 for one rollout or none, std clamped at ``epsilon``); else
         from the kept rewards (``_compute_with_local_stats``). Computed in float32 with ``torch.mean`` /
-        ``torch.std`` as the code does.
+        ``torch.std`` as the code does, over the kept rewards in the code's row order (the kept positives, then the
+        kept negatives, each in sampling order), so that the float32 sums round as there.
         """
         rewards, counts, positive, negative = self._check(rewards, counts)
         kept = torch.as_tensor(kept).long()
@@ -162,13 +163,17 @@ class ReinforceAda:
         scores = torch.where(kept >= 0, rewards.float().gather(1, kept.clamp(min=0)), float("nan"))  # (P, m)
         out = torch.full_like(scores, float("nan"))
         for p in range(len(counts)):
-            row = scores[p][kept[p] >= 0]
+            # The kept columns in the code's row order: positives first (its pos[:k] + neg[:k]), stable in index.
+            columns = torch.nonzero(kept[p] >= 0).flatten()
+            kept_positive = positive[p][kept[p][columns]]
+            columns = torch.cat([columns[kept_positive], columns[~kept_positive]])
+            row = scores[p][columns]
             if s.global_stat_est:
                 mean, std = _global_stats(int(positive[p].sum()), int(negative[p].sum()), s.epsilon)
             else:
                 mean, std = (row.mean(), row.std()) if len(row) > 1 else (torch.tensor(0.0), torch.tensor(1.0))
             advantage = (row - mean) / (std + s.epsilon) if s.norm_adv_by_std_in_grpo else row - mean
-            out[p, kept[p] >= 0] = advantage
+            out[p, columns] = advantage
         return out
 
     def round_metrics(self, rewards, counts) -> dict[str, float]:
