@@ -493,7 +493,8 @@ def downsample_deferred(rewards, m: int, rule: str = "max_variance", *, tiebreak
             kept = rule_fn(grouped, m, generator)
         if not builtin:
             kept = _check_rule_output(kept, rule, B, n, m, grouped.device)
-    ok = torch.stack(checks).all() if checks else torch.ones((), dtype=torch.bool, device=grouped.device)
+    ok = (checks[0] if len(checks) == 1 else torch.stack(checks).all() if checks  # (one launch less: the usual)
+          else torch.ones((), dtype=torch.bool, device=grouped.device))
     return (kept[0] if single_group else kept), ok
 
 
