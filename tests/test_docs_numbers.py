@@ -158,9 +158,7 @@ def test_the_projection_carries_the_whole_rise_learning_per_update(folder):
     entry = study(folder)["study"]["methods"][PARTS_3_4[folder]]["to_levels"]["steps"]
     text = page("docs/results/projection.md").replace("**", "")
     assert levels(PARTS_3_4[folder], "steps", folder) in text
-    for r in (7.9 / 7.6, 10.1 / 7.6):  # the paper's 32 -> 16 and 64 -> 16 step-time ratios
-        quoted = ratio({"value": entry["ratio"] / r, "ci95": [c / r for c in entry["ci95"]]})
-        assert quoted in text, f"projection.md does not quote {quoted!r} ({folder}'s learning per update / {r:.2f})"
+    assert entry["ratio"] > 1  # (its division by the GPU's step costs: tests/test_docs_gpu_numbers.py)
 
 
 # --- the asynchronous benchmark (#40) --------------------------------------------------------------------------
@@ -288,15 +286,6 @@ def test_the_readme_verdict_is_the_studies():
     for phrase in quoted:
         assert phrase in verdict, f"README's verdict does not say {phrase!r}"
     assert "Brackets are 95% bootstrap intervals" in verdict and "above 1 means PODS is faster" in verdict
-
-
-def test_the_projection_quotes_of_the_readme_are_on_the_projection_page():
-    """The README's GPU projections are the projection page's (the page gives their intervals)."""
-    text = page("docs/results/projection.md").replace("**", "")
-    r = 7.9 / 7.6
-    for folder, method in LEVELS.values():
-        entry = study(folder)["study"]["methods"][method]["to_levels"]["steps"]
-        assert ratio({"value": entry["ratio"] / r, "ci95": [c / r for c in entry["ci95"]]}) in text
 
 
 # --- seeds and updates -------------------------------------------------------------------------------------------

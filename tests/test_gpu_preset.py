@@ -44,22 +44,29 @@ def _args(tmp_path, **kw):
 # ------------------------------------------------------------------------------------------------------------
 # The plan and the commands
 # ------------------------------------------------------------------------------------------------------------
-def test_the_plan_fits_one_30_minute_chance_and_call_1_fits_15(gpu):
-    """Machine start, every call at its hard limit and the per-call overhead fit 30 minutes; every call ends inside
-    9 (the device stops a command at 10); call 1, the answer, comes first and alone fits the 15 minutes a drawn task
-    gets at present; its stages' estimates fit inside its limit less the margin it keeps to pack."""
+def test_the_plan_fits_one_15_minute_lease(gpu):
+    """Machine start, every call at its hard limit and the per-call overhead fit the 15 minutes a lease has; every
+    call ends inside 9 (the device stops a command at 10); call 1, the step costs, comes first, then one study call;
+    call 1's stages' estimates fit inside its limit less the margin it keeps to pack, and the study call leaves
+    time to runs."""
     P = gpu.plan
-    assert P.BUDGET_SECONDS == 30 * 60 and P.CALL_LIMIT_SECONDS == 9 * 60
+    assert P.BUDGET_SECONDS == 15 * 60 and P.CALL_LIMIT_SECONDS == 9 * 60
     assert sum(seconds for _, seconds in P.timeline()) <= P.BUDGET_SECONDS
     assert all(c.estimate <= c.timeout <= P.CALL_LIMIT_SECONDS for c in P.CALLS)
-    assert P.CALLS[0].step == "answer" and {c.step for c in P.CALLS[1:]} == {"study"}
-    assert P.fitting_calls(P.BUDGET_SECONDS) == len(P.CALLS) and P.fitting_calls(P.SMALL_BUDGET_SECONDS) == 1
+    assert [c.step for c in P.CALLS] == ["answer", "study"]
+    assert P.fitting_calls(P.BUDGET_SECONDS) == len(P.CALLS)
     assert P.START_SECONDS >= 120 and P.PER_CALL_SECONDS >= 30  # the device's start, carry and warm window
     assert sum(P.ANSWER_STAGES.values()) <= P.CALLS[0].timeout - gpu.plan.MARGIN_SECONDS
+    assert P.study_run_seconds() >= sum(P.RUN_SECONDS.values())  # at least one paired seed per lease
     one_more = P.CALLS + (P.CALLS[-1],)
-    assert sum(seconds for _, seconds in P.timeline(one_more)) > P.BUDGET_SECONDS  # the plan is full: no 4th call
+    assert sum(seconds for _, seconds in P.timeline(one_more)) > P.BUDGET_SECONDS  # the plan is full: no 3rd call
     text = P.plan_text()
-    assert "of 30" in text and "call 1 alone" in text and "of 45" not in text
+    assert "of 15" in text and "of 30" not in text
+
+
+def test_the_plan_subcommand_prints_it(gpu, capsys):
+    assert gpu.h100.main(["plan"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == gpu.plan.plan_text()
 
 
 def test_each_call_is_one_command_that_returns_what_it_has(gpu):
@@ -306,16 +313,34 @@ def test_cost_summary_splits_the_step_and_names_the_headline(gpu):
                                    "update 58% of it); adaptive 64 -> 16 k16: 1.10x")
 
 
-def test_gpu_paths_cover_the_documented_paths(gpu, tmp_path):
-    """gpu_paths.json names every GPU-only path of plan.GPU_PATHS, and docs/guides/gpu.md has a row for each."""
-    call = _session(gpu, _args(tmp_path), step="answer", record="answer.json")
-    call.record["train_grpo-n16"] = {"finished": True, "bf16": True, "device": "cuda"}
-    call.record["stages"] = [{"name": "train_grpo-n16"}]
-    paths = gpu.answer.gpu_paths(call)
-    assert set(paths) == set(gpu.plan.GPU_PATHS) and paths["bf16"]["ran"] and not paths["nccl"]["ran"]
+def test_gpu_paths_cover_the_documented_paths(gpu):
+    """docs/guides/gpu.md has a row for every GPU-only path of plan.GPU_PATHS, and the H200's gpu_paths.json (its
+    first lease) says for each whether it ran."""
     doc = (ROOT / "docs" / "guides" / "gpu.md").read_text()
     for path in gpu.plan.GPU_PATHS:
         assert f"`{path}`" in doc, path
+    recorded = json.loads((ROOT / "benchmarks" / "results" / "gpu-nvidia-h200" / "gpu_paths.json").read_text())
+    assert set(recorded) == set(gpu.plan.GPU_PATHS) and recorded["bf16"]["ran"] and not recorded["vllm_cuda"]["ran"]
+
+
+def test_auto_picks_the_model_with_fewer_finished_runs(gpu, tmp_path):
+    """`study --model auto` continues the study the repository holds fewer finished runs of (shipped on a tie), so
+    leases on later days grow both models' studies; an explicit --model is kept."""
+    args = _args(tmp_path, model="auto", cpu=False)
+    info = {"gpu": "NVIDIA H200"}
+    assert gpu.study_call.choose_model(args, info) == "shipped"
+    folder = gpu.session.results_dir(args, info)
+    folder.mkdir(parents=True, exist_ok=True)
+    study = tmp_path / "shipped-study"
+    for name in ("grpo-n16-s0", "pods-mv-n64m16-s0"):
+        _run(study, name)
+    key = gpu.study_call.committed_model("shipped")["key"]
+    gpu.outbox.Outbox(folder).pack(f"study-{key}.tgz", study, gpu.outbox.study_files(study))
+    assert gpu.outbox.archived_runs(folder / f"study-{key}.tgz") == ["grpo-n16-s0", "pods-mv-n64m16-s0"]
+    assert gpu.study_call.choose_model(args, info) == "strong"
+    assert gpu.study_call.choose_model(_args(tmp_path, model="shipped"), info) == "shipped"
+    strong = gpu.study_call.committed_model("strong")
+    assert strong["lr"] == gpu.plan.STRONG_LR and 0.2 <= strong["start_accuracy"] <= 0.8
 
 
 # ------------------------------------------------------------------------------------------------------------

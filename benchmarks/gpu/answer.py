@@ -1,9 +1,10 @@
-"""Call 1 of the GPU preset (``h100.py answer``): the question alone, on the shipped model, in about 6 minutes.
+"""Call 1 of the GPU preset (``h100.py answer``): what a step costs on this GPU, in about 5 minutes.
 
-Most valuable first: the machine and its versions; the CUDA selection test; `pods cost` at n = 16, 32, 64 -> 16,
-plain and adaptive (the step-time ratio, split into generation, scoring, selection and update); `pods train` in
-bf16 on CUDA for GRPO, PODS 64 -> 16 and adaptive PODS; then NCCL and FSDP2 on one GPU. ``gpu_paths.json`` says
-which of the GPU-only paths ran.
+Most valuable first: the machine and its versions; the CUDA selection tests (the rules agree with the CPU, and the
+common path makes no host synchronization); `pods cost` at n = 16, 32, 64, 128 -> 16 on the shipped model, plain and
+adaptive (each step-time ratio with its range, split into generation, scoring, selection and update); a ~0.4B
+random-init model and `pods cost` on it at two completion lengths; the CUDA selection benchmark (time per call,
+against a bare sort). Every cost is `pods cost`'s robust estimate (``pods_rl.step_cost``), every step kept.
 """
 
 from __future__ import annotations
@@ -17,74 +18,57 @@ from session import (
     REPO,
     SHIPPED,
     Session,
-    Skip,
     Stop,
     gate,
     machine_stage,
     python,
     recipe_flags,
-    run_summary,
     sizes,
     start_accuracy,
     weights_sha256,
 )
 
 
-def answer_methods(a: dict) -> list[tuple[str, int, list[str]]]:
-    """Call 1's `pods train` runs: (name, n, extra flags): GRPO n = m, PODS n -> m, adaptive PODS (pilot, up to n)."""
-    m, n, k = a["m"], a["n"], a["pilot"]
-    return [(f"grpo-n{m}", m, []), (f"pods-mv-n{n}m{m}", n, []),
-            (f"pods-mv-n{n}m{m}-pilot{k}", n, ["--pilot_generations", str(k)])]
-
-
-def train_argv(args, name: str, n: int, extra: list[str], run_dir: Path) -> list[str]:
-    """`pods train` of call 1: ``ANSWER['train_seconds']`` of training in bf16 (CPU mode: 2 updates), evaluated
-    before and after."""
-    a = sizes(args)[0]
-    budget = ["--max_steps", "2", "--logging_steps", "1"] if args.cpu else ["--max_steps", "100000", "--max_train_seconds",
-                                                    str(a["train_seconds"])]
-    evals = ["--eval_num_problems", "8", "--eval_k", "2"] if args.cpu else ["--eval_num_problems", "400",
-                                                                            "--eval_k", "4"]
-    return [*python(), "-m", "pods_rl.commands.cli", "train", *recipe_flags(args, SHIPPED, P.SHIPPED_LR),
-            "--num_generations", str(n), "--downsample_to", str(a["m"]), "--per_device_train_batch_size",
-            str(sizes(args)[1]["prompts"] * a["m"]), "--seed", "0",
-            *budget, *evals, "--eval_every_seconds", "1e9", "--eval_before_after", "true", "--save_strategy", "no",
-            "--save_every_seconds", "1e9", "--run_figure", "false", "--disable_tqdm", "true",
-            "--output_dir", str(run_dir), *extra]
-
-
-def cost_argv(args, model_dir: Path, lr: float, out: Path) -> list[str]:
-    """`pods cost` of call 1: n = 16, 32, 64 -> 16, plain and adaptive (pilot 16), on ``model_dir``."""
+def cost_argv(args, model_dir: Path, lr: float, out: Path, big: bool = False, length: int | None = None) -> list[str]:
+    """`pods cost` of call 1 on ``model_dir``: the shipped model at n = 16, 32, 64, 128 -> 16, plain and adaptive
+    (pilot 16); or (``big``) the random-init model at n = 16, 64 -> 16 with completions of ``length`` tokens."""
     a, prompts = sizes(args)[0], sizes(args)[1]["prompts"]
-    return [*python(), "-m", "pods_rl.commands.cli", "cost", *recipe_flags(args, model_dir, lr),
-            "--n", ",".join(map(str, a["cost_n"])), "--m", str(a["m"]), "--downsample_to", str(a["m"]),
-            "--pilot_generations", str(a["pilot"]),
-            "--per_device_train_batch_size", str(prompts * a["m"]), "--steps", str(a["cost_steps"]),
-            "--warmup", str(a["cost_warmup"]), "--out", str(out)]
+    c = big_sizes(args) if big else a
+    argv = [*python(), "-m", "pods_rl.commands.cli", "cost", *recipe_flags(args, model_dir, lr),
+            "--n", ",".join(map(str, c["cost_n"])), "--m", str(a["m"]), "--downsample_to", str(a["m"]),
+            "--per_device_train_batch_size", str(prompts * a["m"]), "--steps", str(c["cost_steps"]),
+            "--warmup", str(c["cost_warmup"]), "--out", str(out)]
+    return argv + (["--max_completion_length", str(length)] if big else ["--pilot_generations", str(a["pilot"])])
+
+
+def big_sizes(args) -> dict:
+    """Call 1's model of GPU size (``plan.BIG_MODEL``; CPU mode: ``plan.TINY_BIG_MODEL``)."""
+    return P.TINY_BIG_MODEL if args.cpu else P.BIG_MODEL
+
+
+def big_model_argv(args, out: Path) -> list[str]:
+    """`pods build-tiny` of a random-init model of GPU size: one SFT step (its cost is measured, not its accuracy)."""
+    b = big_sizes(args)
+    return [*python(), "-m", "pods_rl.commands.cli", "build-tiny", "--out", str(out), "--device",
+            "cpu" if args.cpu else "cuda", "--hidden-size", str(b["hidden_size"]), "--num-layers", str(b["num_layers"]),
+            "--num-heads", str(b["num_heads"]), "--steps", str(b["steps"]), "--batch-size", str(b["batch_size"]),
+            "--seed", "0", "--eval-problems", "4"]
 
 
 def selection_argv() -> list[str]:
-    """The CUDA selection test (tests/test_downsample.py: max_variance, max_reward and random agree on CPU and GPU)."""
-    return [*python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_downsample.py", "-k", "cuda_agree"]
+    """The CUDA selection tests: the rules agree on CPU and GPU, and the common path makes no host synchronization
+    (under ``torch.cuda.set_sync_debug_mode("error")``); both skip without CUDA."""
+    return [*python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_downsample.py::test_cpu_and_cuda_agree",
+            "tests/test_selection_sync.py::test_no_synchronization_on_cuda"]
 
 
-def fsdp_argv(args, run_dir: Path) -> list[str]:
-    """`pods train` for 3 updates under `accelerate launch` with the shipped FSDP2 config, one process."""
-    config = REPO / "src" / "pods_rl" / "recipes" / "accelerate" / "fsdp.yaml"
-    return [*python(), "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "1",
-            "-m", "pods_rl.commands.cli", "train", *recipe_flags(args, SHIPPED, P.SHIPPED_LR), "--max_steps", "3",
-            "--eval_before_after", "false", "--save_strategy", "no", "--run_figure", "false", "--disable_tqdm",
-            "true", "--output_dir", str(run_dir)]
-
-
-NCCL_PROBE = """
-import json, socket, torch, torch.distributed as dist
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-x = torch.arange(4.0, device="cuda"); dist.all_reduce(x); dist.broadcast(x, 0); dist.barrier()
-print(json.dumps({"ok": x.tolist() == [0.0, 1.0, 2.0, 3.0], "nccl": ".".join(map(str, torch.cuda.nccl.version()))}))
-dist.destroy_process_group()
-"""
+def bench_argv(args, out: Path) -> list[str]:
+    """The selection benchmark (``benchmarks/bench_downsample.py``): max_variance, eager and deferred, against a bare
+    sort, per call (CPU mode: its quick grid)."""
+    grid = ["--quick"] if args.cpu else ["--batch-sizes", "64,512", "--group-sizes", "16,64,256,1024",
+                                         "--reference-limit", "9000"]
+    return [*python(), str(REPO / "benchmarks" / "bench_downsample.py"), "--device", "cpu" if args.cpu else "cuda",
+            *grid, "--out", str(out)]
 
 
 def cost_summary(cost: dict) -> dict:
@@ -96,7 +80,9 @@ def cost_summary(cost: dict) -> dict:
         rows.append({"setting": f"{r['n']} -> {r['m']}" + (f" k{r['pilot_generations']}" if r.get(
             "pilot_generations") else ""), "step_ratio": round(r["step_ratio"], 3), "step_seconds": round(step, 4),
             "share": {p: round(r["seconds"][p] / step, 3) for p in ("generation", "scoring", "selection", "update")}
-            if step else None, "update_peak_gb": r.get("update_peak_gb"), "sampled_per_step": r.get("sampled_per_step")})
+            if step else None, "update_peak_gb": r.get("update_peak_gb"), "sampled_per_step": r.get("sampled_per_step"),
+            "step_ratio_range": r.get("step_ratio_range"), "selection_ms": round(1e3 * r["seconds"]["selection"], 3),
+            "warning": r.get("warning")})
     big = [r for r in rows if " k" not in r["setting"]][-1]
     adaptive = [r for r in rows if " k" in r["setting"]]
     text = (f"a PODS {big['setting']} step takes {big['step_ratio']:.2f}x a GRPO step (generation "
@@ -108,39 +94,61 @@ def cost_summary(cost: dict) -> dict:
 
 
 def answer(args) -> int:
-    """Call 1: the question alone, on the shipped model (see plan.CALLS)."""
+    """Call 1: the step costs on this GPU (see plan.CALLS and the module docstring)."""
     call = Session(args, "answer", "answer.json")
-    a = sizes(args)[0]
     work = call.work / "answer"
-    files = lambda: small_files(work)  # noqa: E731
-    pack = lambda: call.outbox.pack("answer-files.tgz", work, files())  # noqa: E731
+    pack = lambda: call.outbox.pack("answer-files.tgz", work, small_files(work))  # noqa: E731
     work.mkdir(parents=True, exist_ok=True)
     call.work = work
     try:
         est = P.ANSWER_STAGES
         call.stage("machine", est["machine"], lambda: machine_stage(call))
-        call.stage("selection_test", est["selection_test"], lambda: selection_test(call))
+        call.stage("cuda_tests", est["cuda_tests"], lambda: selection_test(call))
         call.stage("model", est["model"], lambda: shipped_model(args))
-        call.stage("cost", est["cost"], lambda: answer_cost(call))
+        call.stage("cost", est["cost"], lambda: answer_cost(call, cost_argv(args, SHIPPED, P.SHIPPED_LR,
+                                                                               work / "cost.json"), "cost"))
         pack()
-        for (name, n, extra), key in zip(answer_methods(a), ("train_grpo", "train_pods", "train_adaptive")):
-            call.stage(f"train_{name}", est[key], lambda n=n, name=name, extra=extra: answer_train(call, name, n, extra))
-            call.outbox.write_json("gpu_paths.json", gpu_paths(call))
+        big = work / "big"
+        call.stage("big_model", est["big_model"], lambda: build_big(call, big))
+        for length, name in zip(big_sizes(args)["completion_lengths"], ("cost_big_long", "cost_big_short")):
+            argv = cost_argv(args, big, big_sizes(args)["lr"], work / f"{name}.json", big=True, length=length)
+            call.stage(name, est[name], lambda argv=argv, name=name: answer_cost(call, argv, name))
             pack()
-        call.stage("nccl", est["nccl"], lambda: nccl_probe(call))
-        call.stage("fsdp", est["fsdp"], lambda: fsdp_probe(call))
+        call.stage("selection_bench", est["selection_bench"], lambda: selection_bench(call))
     except Stop as stop:
         print(f"h100.py answer: stopped: {stop}", flush=True)
         return 3
     finally:
-        call.record["gpu_paths"] = gpu_paths(call)
-        call.outbox.write_json("gpu_paths.json", call.record["gpu_paths"])
         if "cost" in call.record:
             call.record["headline"] = call.record["cost"]["headline"]
             print(f"h100.py answer: {call.record['headline']}", flush=True)
         call.save()
         pack()
     return 1 if call.failed else 0
+
+
+def build_big(call: Session, out: Path) -> dict:
+    """The random-init model of GPU size (kept on a warm machine); its parameter count."""
+    if not (out / "build_info.json").is_file():
+        code = call.run(big_model_argv(call.args, out), call.work / "big-build.log", 120)
+        if code:
+            raise RuntimeError(f"pods build-tiny of the big model failed (exit {code})")
+    info = json.loads((out / "build_info.json").read_text())
+    return {"num_parameters": info["num_parameters"], "hidden_size": info["hidden_size"],
+            "num_layers": info["num_layers"]}
+
+
+def selection_bench(call: Session) -> dict:
+    """The selection benchmark: seconds per call of max_variance (eager, deferred) and of a bare sort, per case."""
+    out = call.work / "sel"
+    code = call.run(bench_argv(call.args, out), call.work / "selection_bench.log", 180)
+    found = sorted(out.glob("bench_downsample*.json"))
+    if not found:
+        raise RuntimeError(f"bench_downsample.py wrote no JSON (exit {code})")
+    rows = json.loads(found[0].read_text())["results"]
+    return {"exit_code": code, "cases": [{k: r.get(k) for k in ("B", "n", "m", "max_variance_s",
+                                                                  "max_variance_deferred_s", "sort_s", "ratio_to_sort",
+                                                                  "deferred_ratio_to_sort")} for r in rows]}
 
 
 def selection_test(call: Session) -> dict:
@@ -165,67 +173,12 @@ def shipped_model(args) -> dict:
     return {"model": "shipped", "sha256": sha, "start_accuracy": accuracy}
 
 
-def answer_cost(call: Session) -> dict:
-    """`pods cost` on the shipped model; the summary (ratios, phases, selection's share) into the record."""
-    out = call.work / "cost.json"
-    code = call.run(cost_argv(call.args, SHIPPED, P.SHIPPED_LR, out), call.work / "cost.log", 240)
+def answer_cost(call: Session, argv: list[str], name: str) -> dict:
+    """One `pods cost` of call 1; its summary (ratios with ranges, phases, selection's share) into the record."""
+    out = call.work / f"{name}.json"
+    code = call.run(argv, call.work / f"{name}.log", 240)
     if code or not out.is_file():
         raise RuntimeError(f"pods cost failed (exit {code})")
     summary = cost_summary(json.loads(out.read_text()))
     print(f"  {summary['headline']}", flush=True)
     return summary
-
-
-def answer_train(call: Session, name: str, n: int, extra: list[str]) -> dict:
-    """One `pods train` run of call 1 and its numbers."""
-    run_dir = call.work / "runs" / name
-    code = call.run(train_argv(call.args, name, n, extra, run_dir), call.work / "runs" / f"{name}.log", 150)
-    summary = {**run_summary(run_dir), "exit_code": code}
-    if code or not summary["finished"]:
-        raise RuntimeError(f"pods train {name} did not finish (exit {code})")
-    print(f"  {name}: {summary['updates']} updates, accuracy {summary['accuracy_before']} -> "
-          f"{summary['accuracy_after']}, {summary['seconds_per_update']}", flush=True)
-    return summary
-
-
-def nccl_probe(call: Session) -> dict:
-    """NCCL on one rank: init, all_reduce, broadcast, barrier (skipped on CPU)."""
-    if call.args.cpu:
-        raise Skip("CPU mode: NCCL needs CUDA")
-    log = call.work / "nccl.log"
-    code = call.run([*python(), "-c", NCCL_PROBE], log, 60)
-    lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("{")]
-    return {**(json.loads(lines[-1]) if lines else {"ok": False}), "exit_code": code}
-
-
-def fsdp_probe(call: Session) -> dict:
-    """`pods train` under accelerate's FSDP2 config on one GPU (skipped on CPU: accelerate has no FSDP there)."""
-    if call.args.cpu:
-        raise Skip("CPU mode: accelerate has no FSDP on CPU")
-    run_dir = call.work / "runs" / "fsdp"
-    code = call.run(fsdp_argv(call.args, run_dir), call.work / "runs" / "fsdp.log", 120)
-    return {"finished": code == 0 and (run_dir / "summary.json").is_file(), "exit_code": code}
-
-
-def gpu_paths(call: Session) -> dict:
-    """{path: {ran, how or why}} for each of ``plan.GPU_PATHS``, from this call's stages (and what is installed)."""
-    import importlib.util
-
-    stages = {s["name"]: s for s in call.record["stages"]}
-    trains = [call.record.get(n) for n in stages if n.startswith("train_")]
-    bf16 = [t for t in trains if t and t.get("finished") and t.get("bf16") and t.get("device") == "cuda"]
-    out = {"bf16": {"ran": bool(bf16), "how": f"pods train in bf16 on CUDA: {len(bf16)} of 3 runs finished"}}
-    nccl = call.record.get("nccl") or {}
-    out["nccl"] = {"ran": bool(nccl.get("ok")), "how": "torch.distributed all_reduce and broadcast over NCCL, 1 rank",
-                   "status": stages.get("nccl", {}).get("status")}
-    fsdp = call.record.get("fsdp") or {}
-    out["fsdp_gpu"] = {"ran": bool(fsdp.get("finished")), "how": "pods train under accelerate launch with the "
-                       "shipped fsdp config (FSDP2), 1 GPU, 1 process (no sharding across ranks)",
-                       "status": stages.get("fsdp", {}).get("status")}
-    for path, module in (("vllm_cuda", "vllm"), ("deepspeed_gpu", "deepspeed")):
-        installed = importlib.util.find_spec(module) is not None
-        out[path] = {"ran": False, "why": f"{module} is installed but the preset does not run it" if installed
-                     else f"{module} is not in the image (and is not carried: too large)"}
-    out["flash_attention_async"] = {"ran": False, "why": "the async trainer needs a vLLM server (not in the image) "
-                                    "and TRL's FlashAttention-3 kernel comes from the Hub (no network there)"}
-    return out

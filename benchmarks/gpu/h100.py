@@ -1,23 +1,22 @@
-"""The GPU preset: what one H100 can tell about PODS in one 30-minute chance, with no hub and no internet.
+"""The GPU preset: what one lent GPU can add to the PODS study in one 15-minute lease, with no hub and no internet.
 
     python benchmarks/gpu/h100.py plan                  # the calls, each one's limit and what it measures; the budget
     python benchmarks/gpu/h100.py commands              # each device call's whole command (benchmarks/gpu/README.md)
     python benchmarks/gpu/h100.py preflight             # what a call carries (the tree and .whl): fails above 60 MiB
-    python benchmarks/gpu/h100.py answer --out $OUT     # call 1, on the GPU machine: the question alone (~6 min)
-    python benchmarks/gpu/h100.py study --out $OUT      # calls 2, 3, ...: the GPU model, its cost, the study
+    python benchmarks/gpu/h100.py answer --out $OUT     # call 1, on the GPU machine: the step costs (~5 min)
+    python benchmarks/gpu/h100.py study --out $OUT      # call 2: the study's next seeds, from what the repository holds
     python benchmarks/gpu/h100.py keep FILES_AT         # here, after each call: file what came back
     python benchmarks/gpu/h100.py all --dry-run         # no GPU, nothing run or written: imports, commands, plan
     python benchmarks/gpu/h100.py answer --cpu --out D --work W   # the same code at toy sizes on CPU (study too)
 
 Each call writes its results into ``$OUT`` as they are produced, each file whole (``outbox.Outbox``), so that a call
 killed at any moment brings back what it had: ``<step>.log`` (its output), ``answer.json`` or ``study-call.json`` (the
-call's record: every stage with its status and seconds, and the numbers), ``gpu_paths.json``, ``model.json`` and
-the archives. Every stage checks the time left before it starts (the call's ``timeout`` in ``plan.CALLS``, less a
-margin to pack) and is skipped, and recorded as skipped, when its estimate does not fit. Nothing between calls needs
-the machine: the study's state travels in the repository (``keep`` files the study archive under
-``benchmarks/results/<gpu>/``; the next call carries it and skips the finished runs), and the model is rebuilt on a
-fresh machine, the same weights every time (a fixed step count, deterministic kernels; its sha256 is checked
-against the one recorded there, and a study on other weights would not start).
+call's record: every stage with its status and seconds, and the numbers), ``model.json`` and the archives. Every
+stage checks the time left before it starts (the call's ``timeout`` in ``plan.CALLS``, less a margin to pack) and is
+skipped, and recorded as skipped, when its estimate does not fit. Nothing between calls or leases needs the machine:
+the study's state travels in the repository (``keep`` files the study archive under ``benchmarks/results/<gpu>/``,
+merged with the one there; the next call, on any later day, carries it and skips the finished runs). The study's
+models are committed (the shipped and the strong tiny model): nothing is built on the machine for it.
 """
 
 from __future__ import annotations
@@ -30,10 +29,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # plan, session, answer, study_call, outbox, carry, wheels
 import plan as P  # noqa: E402
-from answer import answer, answer_methods, cost_argv, fsdp_argv, selection_argv, shipped_model, train_argv  # noqa: E402
+from answer import answer, bench_argv, big_model_argv, big_sizes, cost_argv, selection_argv, shipped_model  # noqa: E402
 from carry import preflight  # noqa: E402
 from outbox import keep  # noqa: E402
-from session import REPO, RESULTS_ROOT, SHIPPED, sizes  # noqa: E402
+from session import REPO, RESULTS_ROOT, SHIPPED  # noqa: E402
 from study_call import dry_run_study, study  # noqa: E402
 
 
@@ -58,12 +57,13 @@ def dry_run(args) -> int:
     shipped = shipped_model(args)
     print(f"shipped model: sha256 {shipped['sha256'][:12]} as recorded, starting accuracy {shipped['start_accuracy']}")
     work = args.work / "answer"
-    a = sizes(args)[0]
     if args.step in ("answer", "all"):
         print("=== answer (dry run)")
+        b = big_sizes(args)
         for argv in (selection_argv(), cost_argv(args, SHIPPED, P.SHIPPED_LR, work / "cost.json"),
-                     *(train_argv(args, name, n, extra, work / name) for name, n, extra in answer_methods(a)),
-                     fsdp_argv(args, work / "fsdp")):
+                     big_model_argv(args, work / "big"),
+                     *(cost_argv(args, work / "big", b["lr"], work / f"cost_big_{n}.json", big=True, length=n)
+                       for n in b["completion_lengths"]), bench_argv(args, work / "sel")):
             print("+ " + shlex.join(argv))
     if args.step in ("study", "all"):
         print("=== study (dry run)")
@@ -86,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=None, help="this machine's results folder in the repository "
                         "(default benchmarks/results/<machine>): the recorded model and the study archives")
     parser.add_argument("--results-root", type=Path, default=RESULTS_ROOT, help="keep: where machines' folders are")
-    parser.add_argument("--model", choices=["built", "shipped"], default="built",
-                        help="study: the GPU model built on the machine (default) or the shipped tiny model")
+    parser.add_argument("--model", choices=["auto", "shipped", "strong", "built"], default="auto",
+                        help="study: the shipped or the strong tiny model (committed: no build), auto (default: the "
+                        "one whose study the repository holds fewer finished runs of), or a GPU model built here")
     parser.add_argument("--cpu", action="store_true", help="toy sizes on CPU: every stage through the same code")
     parser.add_argument("--dry-run", action="store_true", help="nothing run or written: plan, commands, imports")
     parser.add_argument("--carry", default=".whl", help="preflight: carried paths, comma-separated (default .whl)")

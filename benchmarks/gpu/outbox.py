@@ -97,6 +97,13 @@ def finished_runs(study_dir: Path) -> list[str]:
     return sorted(p.parent.name for p in runs.glob("*/study_run.json")) if runs.is_dir() else []
 
 
+def archived_runs(archive: Path) -> list[str]:
+    """The names of the finished runs a study archive (``study-<key>.tgz``) holds."""
+    with tarfile.open(archive) as tar:
+        return sorted({Path(m.name).parts[2] for m in _safe_members(tar)
+                       if m.name.startswith("study/runs/") and m.name.endswith("/study_run.json")})
+
+
 class Repacker:
     """Calls ``pack()`` every ``every`` seconds while ``signature()`` changes (e.g. the finished runs), and once
     more at ``stop()``: the archive in ``$OUT`` follows the study as it runs."""

@@ -1,18 +1,19 @@
-"""The GPU preset's plan, as data: the calls of one 30-minute chance on one H100, what each measures, its
-estimated seconds and its hard limit, the sizes of every step (and their toy sizes for the CPU mode), and the
-exact command of each call. ``h100.py plan`` prints it; tests/test_gpu_preset.py keeps it inside the budget.
+"""The GPU preset's plan, as data: the calls of one 15-minute lease of one GPU, what each measures, its estimated
+seconds and its hard limit, the sizes of every step (and their toy sizes for the CPU mode), and the exact command of
+each call. ``h100.py plan`` prints it; tests/test_gpu_preset.py keeps it inside the budget.
 
 The device's limits (its notes): a fresh machine starts in about 2-3 minutes; a command runs at most 10 minutes;
-the machine stays warm 30 s after a call, then goes back; a session has at most 30 minutes of device time, starts,
-idle time and closes counted (15 at present); 64 MiB travel per call; 8 files come back from ``$OUT``.
+the machine stays warm a while after a call, then goes back; a session has 15 minutes of device time, its start,
+idle time and close counted; 64 MiB travel per call; 8 files come back from ``$OUT``. A GPU is lent rarely and by
+chance, so each lease adds a whole piece: call 1 the step costs, call 2 seeds of the study, which the next lease,
+on any later day, continues from what the repository holds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-BUDGET_SECONDS = 30 * 60  # one chance: device time, machine start and idle counted
-SMALL_BUDGET_SECONDS = 15 * 60  # what a drawn task gets at present: call 1 alone must fit it
+BUDGET_SECONDS = 15 * 60  # one lease: device time, machine start and idle counted
 CALL_LIMIT_SECONDS = 9 * 60  # every call ends (its `timeout` inside) before this; the device stops it at 10 min
 START_SECONDS = 150  # a fresh machine's start (the device notes: 2-3 minutes)
 PER_CALL_SECONDS = 40  # per call: the tree and wheels carried there, the wheels installed, $OUT brought back and
@@ -32,19 +33,17 @@ class Call:
     measures: str
 
 
-# Estimates, not measurements (nothing has run on a GPU yet): every call writes its real seconds to its JSON.
+# Estimates from the H200's first lease (2026-11-28: call 1's stages took 15-70 s each; a `pods train` update of the
+# shipped model 0.3-0.46 s): every call writes its real seconds to its JSON.
 CALLS = (
-    Call("answer", 400, 350,
-         "the question alone: versions and nvidia-smi; the CUDA selection test; pods cost n = 16, 32, 64 -> 16 on the "
-         "shipped model, plain and adaptive (step-time ratio split into generation, scoring, selection, update; "
-         "selection's share of a step); pods train in bf16 on CUDA, 40 s each: GRPO, PODS 64 -> 16, adaptive PODS; "
-         "NCCL and FSDP2 on one GPU tried; which GPU-only paths ran (gpu_paths.json)"),
-    Call("study", 480, 480,
-         "the GPU model built (fixed SFT steps, deterministic kernels), its sha256 checked against the recorded one, "
-         "pods cost on it (n = 16, 32, 64 -> 16), its accuracy checked (0.2-0.8), then the study's runs until the "
-         "deadline: GRPO, PODS 64 -> 16 and adaptive PODS, seed by seed"),
-    Call("study", 480, 480,
-         "the study continued (the model rebuilt first on a fresh machine; finished runs skipped), its report"),
+    Call("answer", 330, 290,
+         "the step costs: versions and nvidia-smi; the CUDA selection tests (CPU agreement, no host synchronization); "
+         "pods cost n = 16, 32, 64, 128 -> 16 on the shipped model, plain and adaptive; a ~0.4B random-init model "
+         "and pods cost n = 16, 64 -> 16 on it at completions of 128 and 32 tokens (median steps, warm-up until "
+         "steady); the CUDA selection benchmark"),
+    Call("study", 330, 330,
+         "the study continued from the repository: paired seeds of GRPO n = 16 and PODS 64 -> 16 on the shipped "
+         "model or the strong one (whichever has fewer finished runs), until its deadline; its report"),
 )
 
 # The shipped tiny model (src/pods_rl/assets/tiny): call 1's model, and the study's with --model shipped.
@@ -52,32 +51,43 @@ SHIPPED_SHA256 = "f59f28d248876d73351f595c76fbf726db404843bcba7c23fe7e147a1f3a8b
 SHIPPED_LR = 2e-4  # the tiny recipe's, swept on CPU (the evidence study)
 ACCURACY_RANGE = (0.2, 0.8)  # starting held-out accuracy (sampled, T = 1) that leaves room to learn
 
-# The GPU model: a ~75.7M-parameter Qwen2 (hidden 768, 8 layers, 12 heads: head_dim 64) built as `pods build-tiny`
-# builds the shipped one, for a fixed number of SFT steps (no time limit: the same weights every time).
+# The strong tiny model (committed by the CPU evidence study; starts at 79-80%): the study's second model, no build.
+STRONG_RELATIVE = "benchmarks/results/cpu-2core-amd-epyc/evidence/strong/model"
+STRONG_LR = 1e-4  # the evidence study's for it
+STUDY_MODELS = ("shipped", "strong")  # `study --model auto` takes the one with fewer finished seeds, shipped first
+# A model built on the machine (`study --model built`; not in the 15-minute plan: its build takes a call's minutes).
 MODEL = dict(hidden_size=768, num_layers=8, num_heads=12, steps=4000, batch_size=64, lr=6e-4, build_seconds=180)
-# GRPO n = m = 16 against PODS max_variance 64 -> 16 and adaptive PODS (a pilot of 16, up to 64 -> 16), every
-# method 8 prompts x 16 kept rollouts per update; seed by seed (GRPO s0, PODS s0, adaptive s0, GRPO s1, ...), so a
-# study stopped anywhere holds whole seeds but the last; evaluated every 10 updates (21 points per run: the levels
+# Call 1's model of GPU size: a ~0.4B random-init Qwen2 (hidden 1024, 24 layers, 16 heads: head_dim 64), one SFT
+# step (its cost, not its accuracy, is measured), at two completion lengths.
+BIG_MODEL = dict(hidden_size=1024, num_layers=24, num_heads=16, steps=1, batch_size=8, lr=1e-5,
+                 completion_lengths=(128, 32), cost_n=(16, 64), cost_steps=4, cost_warmup=1)
+# GRPO n = m = 16 against PODS max_variance 64 -> 16 (adaptive PODS, pilot 16, is the next study, once these seeds
+# are paired), 8 prompts x 16 kept rollouts per update; seed by seed (GRPO s0, PODS s0, GRPO s1, ...), so a study
+# stopped anywhere holds whole seeds but the last; 100 updates, evaluated every 10 (11 points per run: the levels
 # statistic reads time to every accuracy level on them).
-STUDY = dict(m=16, n=64, pilot=16, seeds=8, updates=200, eval_every=10, eval_problems=400, eval_k=4, prompts=8,
-             cost_n=(16, 32, 64), cost_steps=5, cost_warmup=2, cost_seconds=90, report_seconds=45)
+STUDY = dict(m=16, n=64, pilot=None, seeds=8, updates=100, eval_every=10, eval_problems=400, eval_k=4, prompts=8,
+             cost_n=(16, 64), cost_steps=3, cost_warmup=1, cost_seconds=40, report_seconds=30)
 # Call 1's stages and their estimated seconds (the call skips a stage whose estimate no longer fits its deadline).
-ANSWER_STAGES = {"machine": 15, "selection_test": 25, "model": 1, "cost": 60, "train_grpo": 60, "train_pods": 60,
-                 "train_adaptive": 60, "nccl": 10, "fsdp": 50}
-ANSWER = dict(train_seconds=40, cost_n=(16, 32, 64), m=16, n=64, pilot=16, cost_steps=5, cost_warmup=2)
-# Estimated seconds of one study run (start-up and 21 evaluations included) on the H100, by method.
-RUN_SECONDS = {"grpo": 90, "pods": 130, "adaptive": 100}
+ANSWER_STAGES = {"machine": 15, "cuda_tests": 30, "model": 1, "cost": 75, "big_model": 25, "cost_big_long": 60,
+                 "cost_big_short": 35, "selection_bench": 30}
+ANSWER = dict(cost_n=(16, 32, 64, 128), m=16, n=64, pilot=16, cost_steps=5, cost_warmup=1)
+# Estimated seconds of one study run (start-up and 21 evaluations included), by method: the H200's 40-s runs took
+# 0.30, 0.33 and 0.46 s per update on the shipped model, and an evaluation of 400 x 4 about 2 s.
+RUN_SECONDS = {"grpo": 70, "pods": 75}
 
 # The CPU mode (--cpu): every step through the same code at toy sizes, in a few minutes on 2 cores.
 TINY_MODEL = dict(hidden_size=64, num_layers=2, num_heads=2, steps=20, batch_size=16, lr=3e-3, build_seconds=60)
-TINY_STUDY = dict(m=4, n=8, pilot=4, seeds=1, updates=2, eval_every=2, eval_problems=8, eval_k=2, prompts=2,
+TINY_STUDY = dict(m=4, n=8, pilot=None, seeds=1, updates=2, eval_every=2, eval_problems=8, eval_k=2, prompts=2,
                   cost_n=(4, 8), cost_steps=1, cost_warmup=1, cost_seconds=60, report_seconds=60)
-TINY_ANSWER = dict(train_seconds=None, cost_n=(4, 8), m=4, n=8, pilot=4, cost_steps=1, cost_warmup=1)
+TINY_ANSWER = dict(cost_n=(4, 8), m=4, n=8, pilot=4, cost_steps=1, cost_warmup=1)
+TINY_BIG_MODEL = dict(hidden_size=64, num_layers=2, num_heads=2, steps=1, batch_size=8, lr=1e-5,
+                      completion_lengths=(12, 8), cost_n=(4, 8), cost_steps=1, cost_warmup=1)
 TINY_ACCURACY_RANGE = (0.0, 1.0)  # a 20-step toy model knows nothing: the gate is tested on its own
 CPU_FLAGS = ("--use_cpu", "true", "--bf16", "false", "--max_completion_length", "12", "--eval_batch_size", "64",
              "--torch_threads", "1", "--task_args", "train_size=256,test_size=16")
 
-# The GPU-only paths pods-rl has (docs/guides/gpu.md says, for each, where it has run): call 1 records which ran.
+# The GPU-only paths pods-rl has (docs/guides/gpu.md says, for each, where it has run; the H200's first lease
+# recorded which ran in its gpu_paths.json).
 GPU_PATHS = ("bf16", "nccl", "vllm_cuda", "deepspeed_gpu", "fsdp_gpu", "flash_attention_async")
 
 INSTALL = ("python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "
@@ -99,15 +109,15 @@ def study_seconds(study: dict | None = None) -> int:
 
 
 def study_run_seconds(calls: tuple[Call, ...] = CALLS) -> float:
-    """Seconds one chance's study calls leave to the study's runs: each call's limit less the margin it keeps, the
-    machine stage and the report; the first also builds the model and measures its cost."""
+    """Seconds one lease's study calls leave to the study's runs: each call's limit less the margin it keeps, the
+    machine stage, the report and (the first time on a model) the study's own cost."""
     studies = [c for c in calls if c.step == "study"]
     held = sum(c.timeout - MARGIN_SECONDS - ANSWER_STAGES["machine"] - STUDY["report_seconds"] for c in studies)
-    return held - (MODEL["build_seconds"] + STUDY["cost_seconds"] if studies else 0)
+    return held - (STUDY["cost_seconds"] if studies else 0)
 
 
 def timeline(calls: tuple[Call, ...] = CALLS) -> list[tuple[str, int]]:
-    """(what, seconds) for the chance: the machine's start, then each call at its hard limit plus the per-call
+    """(what, seconds) for the lease: the machine's start, then each call at its hard limit plus the per-call
     overhead (a call that ends early leaves time over)."""
     return [("machine start", START_SECONDS),
             *((f"call {i}: {c.step}", c.timeout + PER_CALL_SECONDS) for i, c in enumerate(calls, 1))]
@@ -134,11 +144,8 @@ def plan_text() -> str:
     runs, per_seed = study_seconds(), sum(RUN_SECONDS.values())
     held = study_run_seconds()
     lines += [f"total {total / 60:.1f} min of {BUDGET_SECONDS // 60} (calls at their limits, {PER_CALL_SECONDS} s "
-              f"per call to carry, install and bring back); call 1 alone: "
-              f"{(START_SECONDS + CALLS[0].timeout + PER_CALL_SECONDS) / 60:.1f} min (fits "
-              f"{SMALL_BUDGET_SECONDS // 60}: {fitting_calls(SMALL_BUDGET_SECONDS)} call)",
-              f"the study: {STUDY['seeds']} seeds x 3 methods, about {runs / 60:.0f} min of runs ({per_seed / 60:.1f} "
-              f"per seed); one chance's study calls leave about {held / 60:.1f} min to runs (after the model's build, "
-              f"its cost and the reports): about {held / per_seed:.1f} seeds a chance, the rest in later chances "
-              "(resumable)"]
+              f"per call to carry, install and bring back; every command under {CALL_LIMIT_SECONDS // 60} min)",
+              f"the study: {STUDY['seeds']} seeds x {len(RUN_SECONDS)} methods per model, about {runs / 60:.0f} min of runs "
+              f"({per_seed / 60:.1f} per seed); a lease's study call leaves about {held / 60:.1f} min to runs: about "
+              f"{held / per_seed:.1f} seeds a lease, the rest in later leases (resumable from the repository)"]
     return "\n".join(lines)

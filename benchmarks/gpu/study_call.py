@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 import plan as P
-from outbox import Repacker, finished_runs, study_files, unpack_missing
+from outbox import Repacker, archived_runs, finished_runs, study_files, unpack_missing
 from session import (
     RECIPE,
+    REPO,
     SHIPPED,
     Session,
     Stop,
@@ -50,7 +51,8 @@ def study_argv(args, model_dir: Path, lr: float, study_dir: Path, stage: str, mi
     """`pods study` of the preset (``plan.STUDY``; CPU mode: ``plan.TINY_STUDY``) on ``model_dir``, one stage."""
     s = sizes(args)[1]
     argv = [*python(), "-m", "pods_rl.commands.cli", "study", *recipe_flags(args, model_dir, lr), "--out", str(study_dir),
-            "--m", str(s["m"]), "--n", str(s["n"]), "--pilot", str(s["pilot"]), "--control", "none",
+            "--m", str(s["m"]), "--n", str(s["n"]), *(["--pilot", str(s["pilot"])] if s["pilot"] else []),
+            "--control", "none",
             "--seeds", str(s["seeds"]), "--updates", str(s["updates"]), "--eval-every", str(s["eval_every"]),
             "--eval-problems", str(s["eval_problems"]), "--eval-k", str(s["eval_k"]), "--prompts-per-step",
             str(s["prompts"]), "--cost-n", ",".join(map(str, s["cost_n"])), "--cost-steps", str(s["cost_steps"]),
@@ -68,16 +70,45 @@ def recorded_sha(args, info: dict) -> str | None:
     return record.get("sha256") if record.get("kind") == "built" else None
 
 
+def committed_model(kind: str, work: Path | None = None) -> dict:
+    """A model the repository holds (``shipped`` or ``strong``): no build; the shipped one's sha256 is checked.
+    With ``work``, the study reads a copy under ``work/models/<kind>``: a path the same on every machine, where the
+    checkout's may differ (`pods study` refuses a study whose recorded model path changed)."""
+    model_dir = SHIPPED if kind == "shipped" else REPO / P.STRONG_RELATIVE
+    if not list(model_dir.glob("*.safetensors")):
+        raise Stop(f"no weights in {model_dir}: the {kind} model's study needs the repository's copy of them")
+    sha = weights_sha256(model_dir)
+    if kind == "shipped" and sha != P.SHIPPED_SHA256:
+        raise Stop(f"the shipped model's weights have sha256 {sha[:12]}, not {P.SHIPPED_SHA256[:12]}")
+    if work is not None:
+        copy = Path(work) / "models" / kind
+        if not copy.is_dir():
+            shutil.copytree(model_dir, copy)
+        model_dir = copy
+    return {"kind": kind, "dir": str(model_dir), "key": f"{kind}-{sha[:12]}", "sha256": sha,
+            "lr": P.SHIPPED_LR if kind == "shipped" else P.STRONG_LR, "start_accuracy": start_accuracy(model_dir)}
+
+
+def choose_model(args, info: dict) -> str:
+    """``--model auto``: of ``plan.STUDY_MODELS``, the one whose study in the repository (``study-<key>.tgz`` under
+    the machine's results folder) holds the fewest finished runs; the first on a tie."""
+    if args.model != "auto":
+        return args.model
+    held = {}
+    for kind in P.STUDY_MODELS:
+        archive = results_dir(args, info) / f"study-{committed_model(kind)['key']}.tgz"
+        held[kind] = len(archived_runs(archive)) if archive.is_file() else 0
+    return min(P.STUDY_MODELS, key=lambda kind: held[kind])
+
+
 def ensure_model(call: Session) -> dict:
-    """The study's model: the shipped one (``--model shipped``), or the GPU model, built unless this (warm)
-    machine has it; its record goes to ``$OUT/model.json`` before the check against the recorded sha256."""
+    """The study's model: a committed one (``shipped``, ``strong``; ``auto`` picks: ``choose_model``), or a GPU model
+    built unless this (warm) machine has it (``built``); a built model's record goes to ``$OUT/model.json`` before
+    the check against the recorded sha256."""
     args = call.args
-    if args.model == "shipped":
-        sha = weights_sha256(SHIPPED)
-        if sha != P.SHIPPED_SHA256:
-            raise Stop(f"the shipped model's weights have sha256 {sha[:12]}, not {P.SHIPPED_SHA256[:12]}")
-        return {"kind": "shipped", "dir": str(SHIPPED), "key": f"shipped-{sha[:12]}", "sha256": sha,
-                "lr": P.SHIPPED_LR, "start_accuracy": start_accuracy(SHIPPED)}
+    kind = choose_model(args, call.record["machine"]["info"])
+    if kind in P.STUDY_MODELS:
+        return committed_model(kind, call.work)
     model_dir = call.work / "model"
     reused = (model_dir / "build_info.json").is_file()
     record = {"kind": "built", "dir": str(model_dir), "reused": reused, "size": sizes(args)[2]}
@@ -121,7 +152,7 @@ def study(args) -> int:
     s = sizes(args)[1]
     try:
         call.stage("machine", P.ANSWER_STAGES["machine"], lambda: machine_stage(call))
-        build = 5 if args.model == "shipped" or (call.work / "model" / "build_info.json").is_file() else \
+        build = 5 if args.model != "built" or (call.work / "model" / "build_info.json").is_file() else \
             sizes(args)[2]["build_seconds"]
         model = call.stage("model", build, lambda: ensure_model(call))
         if model is None:
@@ -151,7 +182,7 @@ def study(args) -> int:
         return 3
     finally:
         call.save()
-    done, total = len(call.record["study"]["finished_after"]), s["seeds"] * 3
+    done, total = len(call.record["study"]["finished_after"]), s["seeds"] * (3 if s["pilot"] else 2)
     print(f"h100.py study: {done} of {total} runs finished; the same command continues (after `h100.py keep`)",
           flush=True)
     return 1 if call.failed else 0
@@ -177,18 +208,22 @@ def pods_study(call: Session, args, model_dir: Path, lr: float, study_dir: Path,
 
 
 def dry_run_study(args) -> int:
-    """The study's commands, and `pods study --dry-run` on its exact flags (with --use_cpu where CUDA is absent):
-    the `pods train` commands it would run, seed by seed."""
+    """The study's commands on each committed model, and `pods study --dry-run` on the shipped one's exact flags
+    (with --use_cpu where CUDA is absent): the `pods train` commands it would run, seed by seed."""
     import torch
 
     from pods_rl.commands import study as study_cmd
 
-    model_dir, study_dir = args.work / "model", args.work / "study-MODELSHA"
-    print("+ " + shlex.join(model_argv(args, model_dir)))
-    lr = _recipe_lr()
-    for stage in ("cost", "runs", "report"):
-        print("+ " + shlex.join(study_argv(args, model_dir, lr, study_dir, stage, 7.0 if stage == "runs" else None)))
-    argv = study_argv(args, SHIPPED, lr, study_dir, "runs")[4:]  # the shipped model stands in: same flags
+    for kind in P.STUDY_MODELS:
+        model = committed_model(kind)  # (the study reads a copy under --work: see committed_model)
+        study_dir = args.work / f"study-{model['key']}"
+        print(f"study on the {kind} model (sha256 {model['sha256'][:12]}, starting accuracy "
+              f"{model['start_accuracy']}): archive study-{model['key']}.tgz")
+        for stage in ("cost", "runs", "report"):
+            print("+ " + shlex.join(study_argv(args, Path(model["dir"]), model["lr"], study_dir, stage,
+                                               4.0 if stage == "runs" else None)))
+    model = committed_model("shipped")
+    argv = study_argv(args, Path(model["dir"]), model["lr"], args.work / "study-DRY", "runs")[4:]
     if not args.cpu and not torch.cuda.is_available():
         print("(no CUDA here: the plan is parsed with --use_cpu true --bf16 false appended; on the GPU they are absent)")
         argv += ["--use_cpu", "true", "--bf16", "false"]

@@ -25,10 +25,6 @@ CUDA for them): the rule fixes the multiset of kept reward values (``max_reward`
 (float64) variance the smallest k). Among rollouts with equal reward, those with the smaller ``tiebreak``
 (optional, e.g. completion length) are kept first, then those with the lower index, at both ends. So an
 all-equal group, or ``m == 1``, keeps exactly what ``max_reward`` keeps.
-
-Changed (after 0.1.0): the low end of ``max_variance`` used to keep the *highest* indices among equal lowest
-rewards (e.g. ``[0, 0, 1, 1] -> m=2`` kept ``[1, 2]``); it now keeps the lowest (``[0, 2]``), like the
-high end. The kept reward values, and so the variance and the advantages, are unchanged.
 """
 
 from __future__ import annotations
@@ -47,10 +43,16 @@ except ImportError:  # pragma: no cover - numpy comes with every install of pods
 
 from pods_rl.advantages import group_advantages, nanstd  # noqa: F401  (re-exported: they lived here)
 from pods_rl.registry import Registry
-from pods_rl.reward_checks import as_reward_tensor, check_finite, group_list
+from pods_rl.reward_checks import (
+    as_reward_tensor,
+    check_finite,
+    check_finite_or_defer,
+    group_list,
+    raise_unless_ok,
+)
 
-__all__ = ["available_rules", "downsample", "group_advantages", "max_variance_reference", "register_rule",
-           "rule_sees_rollouts", "rule_takes_features"]
+__all__ = ["available_rules", "downsample", "downsample_deferred", "group_advantages", "max_variance_reference",
+           "raise_unless_ok", "register_rule", "rule_sees_rollouts", "rule_takes_features"]
 
 # A rule maps rewards (B, n) float, m, generator -> kept indices (B, m) int64.
 Rule = Callable[[torch.Tensor, int, "torch.Generator | None"], torch.Tensor]
@@ -197,16 +199,18 @@ def _kept_positions(order: _TieOrder, m: int, n_low: torch.Tensor) -> torch.Tens
 
 
 def _max_reward(
-    rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None
+    rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None,
+    checks: list | None = None
 ) -> torch.Tensor:
     """Keep the m highest rewards per group; among equal rewards the smallest tiebreak, then lowest index."""
-    check_finite(rewards)
+    check_finite_or_defer(checks, rewards)
     order = _TieOrder(rewards, tiebreak)
     return _kept_positions(order, m, torch.zeros((rewards.shape[0], 1), dtype=torch.long, device=rewards.device))
 
 
 def _random(
-    rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None
+    rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None,
+    checks: list | None = None
 ) -> torch.Tensor:
     """Keep m rollouts per group uniformly at random without replacement. (B, n) -> (B, m).
 
@@ -214,7 +218,7 @@ def _random(
     of each row, which is a uniformly random m-subset; reproducible for a seeded generator. Ignores the
     tiebreak (there are no ties to break).
     """
-    check_finite(rewards)  # the rewards are not used, but bad ones still mean a bug upstream
+    check_finite_or_defer(checks, rewards)  # the rewards are not used, but bad ones still mean a bug upstream
     B, n = rewards.shape
     key_device = generator.device if generator is not None else rewards.device
     keys = torch.rand((B, n), generator=generator, device=key_device)  # (B, n)
@@ -244,7 +248,8 @@ def max_variance_reference(rewards: list[float], m: int) -> list[int]:
 
 
 def _max_variance(
-    rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None
+    rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None,
+    checks: list | None = None
 ) -> torch.Tensor:
     """Keep the size-m subset with the largest reward variance per group (exact). (B, n) -> (B, m).
 
@@ -270,9 +275,11 @@ def _max_variance(
     # catastrophically; for integer and dyadic rewards every step below is then exact.
     low, high = values[:, 0, :1], values[:, 1, :1]  # (B, 1) each: min and max
     half_range = (high - low) * 0.5  # (B, 1)
-    if not bool((half_range < 1e150).all()):  # False for NaN/inf, which sit at the ends
-        check_finite(rewards)
-        raise ValueError("rewards spread too wide (max - min > ~1e150) for a float64 variance; rescale them")
+    ok = (half_range < 1e150).all()  # 0-d; False for NaN/inf (they sit at the ends) and for too wide a spread
+    if checks is None:
+        raise_unless_ok(ok, rewards)
+    else:
+        checks.append(ok)  # on the device: the caller reads it when it syncs anyway
     values -= (low + half_range).unsqueeze(1)  # minus (max + min) / 2, computed without overflow
     torch.mul(prefix[0], prefix[0], out=prefix[1])
     prefix.cumsum_(-1)
@@ -415,6 +422,26 @@ def downsample(
         int64 indices into each group, shape (m,) or (B, m) matching the input's rank, distinct and sorted
         ascending within each group, on the same device as ``rewards``. ``m == n`` keeps every index.
         See the module docstring for the (deterministic) tie rule.
+
+    The rewards are checked (finite, a spread float64 can square) once the selection is queued, so on CUDA the
+    host waits once, at the end; ``downsample_deferred`` leaves that read to the caller.
+    """
+    kept, ok = downsample_deferred(rewards, m, rule, tiebreak=tiebreak, generator=generator, features=features)
+    raise_unless_ok(ok, rewards)
+    return kept
+
+
+def downsample_deferred(rewards, m: int, rule: str = "max_variance", *, tiebreak=None,
+                        generator: torch.Generator | None = None, features: dict | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``downsample`` that reads nothing back from the device: returns ``(kept, ok)``.
+
+    ``kept`` is what ``downsample`` returns (indices (m,) or (B, m)); ``ok`` is a 0-d bool tensor on the rewards'
+    device, False when they hold NaN or +-inf (or a spread too wide for a float64 variance), in which case
+    ``kept`` means nothing: read it with ``raise_unless_ok(ok, rewards)`` where the host waits anyway (a trainer's
+    metrics). Shape, m and rule errors are raised at once. On the common path (a built-in rule, float32/16-bit
+    rewards, no tiebreak) nothing crosses to the host; float64 rewards float32 cannot hold, a tiebreak or a
+    registered rule still read values.
     """
     rewards = as_reward_tensor(rewards)
     if rewards.dim() not in (1, 2):
@@ -442,8 +469,11 @@ def downsample(
             )
     if features is not None:
         features = _as_features(features, rewards.shape, single_group)
-    if m == n or B == 0 or not builtin:
-        check_finite(grouped)  # built-in rules check on their own, more cheaply
+    checks = []  # 0-d bool tensors on the device: built-in rules fold their checks in (cheaper than a pass)
+    if not builtin:
+        check_finite(grouped)  # a registered rule gets checked input
+    elif m == n or B == 0:
+        checks.append(torch.isfinite(grouped).all())
 
     if m == n:
         kept = torch.arange(n, device=grouped.device).expand(B, n).clone()
@@ -453,7 +483,7 @@ def downsample(
         if not grouped.is_floating_point():
             grouped = grouped.double()  # exact for integers up to 2**53; rules see floats
         if builtin:
-            kept = rule_fn(grouped, m, generator, tiebreak=tiebreak)
+            kept = rule_fn(grouped, m, generator, tiebreak=tiebreak, checks=checks)
         elif _RULES.info[rule]:
             features = dict(features or {})
             if tiebreak is not None:
@@ -463,7 +493,9 @@ def downsample(
             kept = rule_fn(grouped, m, generator)
         if not builtin:
             kept = _check_rule_output(kept, rule, B, n, m, grouped.device)
-    return kept[0] if single_group else kept
+    ok = (checks[0] if len(checks) == 1 else torch.stack(checks).all() if checks  # (one launch less: the usual)
+          else torch.ones((), dtype=torch.bool, device=grouped.device))
+    return (kept[0] if single_group else kept), ok
 
 
 def _as_tiebreak(tiebreak, shape: torch.Size, single_group: bool, device: torch.device) -> torch.Tensor:

@@ -46,3 +46,23 @@ def check_finite(rewards: torch.Tensor, allow_nan: bool = False) -> None:
             f"rewards contain infinite values in group(s) {group_list(inf_rows)}; clip or replace them "
             "with finite rewards"
         )
+
+
+def check_finite_or_defer(checks: list | None, rewards: torch.Tensor) -> None:
+    """Check that ``rewards`` are finite now (``checks`` None) or append the answer, a 0-d bool tensor on their
+    device, to ``checks`` without reading it (no host synchronization)."""
+    if checks is None:
+        check_finite(rewards)
+    else:
+        checks.append(torch.isfinite(rewards).all())
+
+
+def raise_unless_ok(ok: torch.Tensor, rewards) -> None:
+    """Read the flag ``pods_rl.downsample.downsample_deferred`` returned (one host synchronization on CUDA) and,
+    if it is False, raise the ValueError ``downsample`` would have raised for ``rewards``: the groups with NaN or
+    +-inf, or else too wide a spread for a float64 variance."""
+    if bool(ok):
+        return
+    grouped = as_reward_tensor(rewards)
+    check_finite(grouped.reshape(-1, grouped.shape[-1]))
+    raise ValueError("rewards spread too wide (max - min > ~1e150) for a float64 variance; rescale them")

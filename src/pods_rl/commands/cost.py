@@ -14,15 +14,20 @@ no checkpoints, the run directory in a temporary folder), trains it, and reads b
 ``memory/update_peak_gb`` (CUDA only), and the reward statistics selection had to work with. There is no second
 timing code path: these are the numbers a `pods train` run of the same settings logs.
 
-Schedule. ``interleaved`` (default on CPU): all settings' trainers live in one process and take their optimizer
-steps in turn, round-robin (trainer 1 step, trainer 2 step, ...; one at a time, the others wait before their
-step's clock starts), so that a noisy, shared machine slows all settings alike and their RATIOS stay fair.
-``sequential`` (default on CUDA, and with vLLM): one setting after the other, each trainer (and its vLLM engine)
-freed before the next is built, so that peak GPU memory belongs to one setting and large models need not fit
-several times; a vLLM engine sizes its KV cache from the memory left when it starts. The first ``warmup``
-steps of each setting are dropped (allocations, caches, lazy initialization).
+Schedule and estimator (``pods_rl.step_cost``: the same everywhere a step cost is quoted). ``interleaved``: all
+settings' trainers live in one process and take their optimizer steps in turn, round-robin (the others wait before
+their step's clock starts), so that a noisy, shared machine slows all settings alike. ``sequential``: one setting
+after the other, each trainer (and its vLLM engine) freed before the next is built, repeated in alternation
+(``rounds``, default 2) so that a drift reaches every setting. ``auto`` interleaves where the settings fit on the
+device together and runs them sequentially with vLLM (an engine sizes its KV cache from the memory left) or when
+they do not. Each setting warms up for at least ``--warmup`` steps and then until a step takes at most 25% more
+than the median of the 3 after it (allocations, caches, lazy initialization, autotuning); its cost is the median of its measured steps
+(a mean is moved by one slow step: on one H200 a 0.25-s step had maxima of 0.9-3.5 s), split into phases by the
+middle steps' shares; a ratio is a ratio of medians, with a range from the quartiles, and a warning when either
+setting's interquartile range exceeds 25% of its median. ``cost.json`` keeps every step's phase times
+(``per_step``, warm-up flagged), so that any other estimator can be run on them.
 
-Reading the table. ``ratio`` = mean step seconds of the setting / those of n = m. PODS pays off in wall-clock
+Reading the table. ``ratio`` = median step seconds of the setting / those of n = m. PODS pays off in wall-clock
 time when its learning per step exceeds this ratio: with ratio 1.4, each PODS step must make at least 1.4x the
 progress of a GRPO step (compare accuracy against steps with ``pods compare --x steps``). ``gen ms/rollout`` is
 generation seconds per sampled rollout, ``upd ms/kept`` update seconds per kept rollout: the asymmetry PODS
@@ -45,13 +50,7 @@ each extra round with one more generation call, so fewer rollouts do not always 
 
 Agreement with `pods train`. The numbers are the rows a `pods train` run of the same settings writes to its
 metrics.jsonl (``tests/test_cost.py`` checks that the rows cost reads are those of the real trainer, with the
-phases adding up to ``time/step``). Checked on the project's 2-core CPU (2026-11-22, shared with other
-training jobs at load average 6-7): `pods cost` on the embedded default (5 steps after 1 warm-up) gave mean
-step times 6.64 / 8.74 / 11.58 s and ratios 1.32 / 1.74 for n = 8 / 16 / 32 (m = 8); three `pods train` runs
-of the same settings right after it (one after the other, 6 steps, mean time/step of steps 2-6 in
-metrics.jsonl) logged 6.16 / 8.14 / 11.91 s, ratios 1.32 / 1.93 (medians 1.32 / 1.83). The n = 32 ratio
-differs by 10%, within the drift of the machine's load between those sequential runs (an earlier pair of
-checks under a rising load gave 2.01 vs 3.81), which is why cost interleaves its settings.
+phases adding up to ``time/step``); docs/guides/cost.md compares the two on the project's CPU.
 """
 
 from __future__ import annotations
@@ -64,6 +63,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from pods_rl import step_cost
 from pods_rl.commands import train
 from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.machine import machine_info
@@ -73,6 +73,8 @@ from pods_rl.runlog import read_metrics
 PHASES = ("generation", "scoring", "selection", "update", "step")
 DEFAULT_STEPS = 5
 DEFAULT_WARMUP = 1
+ESTIMATOR = ("median step time (split into phases by the middle steps' shares); warm-up until steady; "
+             "ratio of medians, range from the quartiles")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -182,19 +184,27 @@ def train_interleaved(trainers: list) -> None:
         raise errors[0]
 
 
-def step_rows(run_dir: Path, warmup: int) -> list[dict]:
-    """The measured per-step rows of a cost run's metrics.jsonl: rows with ``time/step``, warm-up steps dropped."""
+def step_rows(run_dir: Path, warmup: int, steps: int | None = None) -> tuple[list[dict], int]:
+    """The per-step rows of a cost run's metrics.jsonl (rows with ``time/step``, in order) and how many of them
+    are warm-up: at least ``warmup``, then until the step time is steady (``step_cost.steady_start``)."""
     rows = sorted((r for r in read_metrics(run_dir) if "time/step" in r), key=lambda r: r["step"])
-    return [r for r in rows if r["step"] > warmup]
+    seconds = [float(r["time/step"]) for r in rows]
+    start = step_cost.steady_start(seconds, warmup, step_cost.window_for(steps or step_cost.STEADY_WINDOW + 1))
+    if start is None:  # fewer steps than the window: the run stopped early; keep what there is past the minimum
+        start = min(warmup, len(rows))
+    return rows, start
 
 
 def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: float = 1.0,
-              sampled_per_step: int | None = None, pilot: int | None = None) -> dict:
-    """One table row from measured per-step rows (``step_rows``): mean, std, min, max seconds of each phase,
-    seconds per sampled / kept rollout, peak update memory and the selection statistics.
+              sampled_per_step: int | None = None, pilot: int | None = None, steady: bool = True) -> dict:
+    """One table row from every per-step row of a setting (rows flagged ``"warmup": True`` are warm-up):
+    the robust cost of each phase (``step_cost``: the median step, split into phases), its spread, seconds per
+    sampled / kept rollout, peak update memory and the selection statistics; ``per_step`` keeps every step's
+    phase times (warm-up flagged) so that any estimator can be run again on them.
 
     Args:
-        rows: S >= 1 per-step metric dicts.
+        rows: every per-step metric dict of the setting; S >= 1 of them not warm-up.
+        steady: whether every warm-up ended in steady step times (False: it gave up; the row says so).
         kept_per_step: rollouts the update trains on per optimizer step (all processes).
         oversample: the setting's ``oversample_prompts``.
         sampled_per_step: rollouts sampled per step; default kept_per_step x n / m x oversample. Adaptive rows
@@ -202,6 +212,7 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
     """
     import numpy as np
 
+    all_rows, rows = rows, [r for r in rows if not r.get("warmup")]
     if not rows:
         raise ValueError(f"no measured steps for n={n} (the run logged no time/step rows after the warm-up)")
 
@@ -209,12 +220,10 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
         values = [float(r[key]) for r in rows if r.get(key) is not None]
         return np.array(values) if values else None
 
-    seconds, std, low, high = {}, {}, {}, {}
-    for phase in PHASES:
-        values = column(f"time/{phase}")
-        seconds[phase] = float(values.mean())
-        std[phase] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-        low[phase], high[phase] = float(values.min()), float(values.max())
+    phases = {phase: column(f"time/{phase}") for phase in PHASES}
+    seconds = step_cost.phase_split(phases)
+    robust = {phase: step_cost.summary(values) for phase, values in phases.items()}
+    std = {p: float(v.std(ddof=1)) if len(v) > 1 else 0.0 for p, v in phases.items()}
     if sampled_per_step is None:
         sampled_per_step = round(kept_per_step * n / m * oversample)
     measured_sampled, rounds = column("pods/rollouts_sampled"), column("pods/rounds")
@@ -231,9 +240,12 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
     memory = column("memory/update_peak_gb")
     return {
         "n": n, "m": m, "oversample_prompts": oversample, "pilot_generations": pilot, "steps": len(rows),
+        "warmup_steps": len(all_rows) - len(rows), "steady": steady,
         "rounds": float(rounds.mean()) if rounds is not None else 1.0,
-        "seconds": seconds, "seconds_std": std, "seconds_min": low, "seconds_max": high,
-        "step_ratio": None,  # filled in against n = m by add_ratios
+        "seconds": seconds, "step_summary": robust["step"], "spread": robust["step"]["spread"],
+        "seconds_mean": {p: r["mean"] for p, r in robust.items()}, "seconds_std": std,
+        "seconds_min": {p: r["min"] for p, r in robust.items()}, "seconds_max": {p: r["max"] for p, r in robust.items()},
+        "step_ratio": None, "step_ratio_range": None,  # filled in against n = m by add_ratios
         "oversample_step_ratio": None,  # over-sampled rows: against the same n without over-sampling
         "sampled_per_step": sampled_per_step, "kept_per_step": kept_per_step,
         "generation_ms_per_sampled_rollout": 1e3 * seconds["generation"] / sampled_per_step,
@@ -242,17 +254,22 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
         "frac_zero_std_all": mean_of("pods/frac_zero_std_all", "frac_reward_zero_std"),
         "frac_zero_std_kept": mean_of("pods/frac_zero_std_kept", "frac_reward_zero_std"),
         "kept_reward_std": mean_of("pods/reward_kept_std", "reward_std"),
+        "per_step": [{"optimizer_step": r["step"], "warmup": bool(r.get("warmup")),
+                      "seconds": {p: r.get(f"time/{p}") for p in PHASES}} for r in all_rows],
     }
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:
-    """Set each row's ``step_ratio`` = its mean step seconds / those of the n = m row without over-sampling (the
-    GRPO reference), and for over-sampled rows ``oversample_step_ratio`` = step seconds / those of the same n
-    without over-sampling (the generation overhead of ``oversample_prompts``)."""
+    """Set each row's ``step_ratio`` = its median step seconds / those of the n = m row without over-sampling (the
+    GRPO reference; ``step_ratio_range``: the quartiles crossed, ``step_cost.ratio``; ``warning``: a line when the
+    spread is too wide to trust it), and for over-sampled rows ``oversample_step_ratio`` = step seconds / those of
+    the same n without over-sampling (the generation overhead of ``oversample_prompts``)."""
     plain = {r["n"]: r for r in rows if r.get("oversample_prompts", 1.0) == 1.0 and not r.get("pilot_generations")}
     reference = plain[next(r["m"] for r in rows)]
     for row in rows:
-        row["step_ratio"] = row["seconds"]["step"] / reference["seconds"]["step"]
+        r = step_cost.ratio(row["step_summary"], reference["step_summary"])
+        row["step_ratio"], row["step_ratio_range"] = r["value"], [r["low"], r["high"]]
+        row["warning"] = step_cost.spread_warning(_name(row), row["step_summary"], reference["step_summary"])
         if row.get("oversample_prompts", 1.0) != 1.0 and not row.get("pilot_generations") and row["n"] in plain:
             row["oversample_step_ratio"] = row["seconds"]["step"] / plain[row["n"]]["seconds"]["step"]
     return rows
@@ -260,51 +277,77 @@ def add_ratios(rows: list[dict]) -> list[dict]:
 
 def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = DEFAULT_STEPS,
             warmup: int = DEFAULT_WARMUP, schedule: str = "auto", oversample: float = 1.0,
-            pilot: int | None = None) -> dict:
-    """Train the recipe for ``warmup + steps`` optimizer steps at each n (keeping m) and summarize the cost.
+            pilot: int | None = None, rounds: int | None = None) -> dict:
+    """Train the recipe at each n (keeping m) through its warm-up and ``steps`` measured steps; summarize the cost.
 
     Args:
         recipe_argv: `pods train` flags (``--config``, overrides).
         ns: rollouts sampled per prompt, each >= m; n = m is the GRPO reference and must be among them.
-        schedule: "interleaved", "sequential" or "auto" (sequential on CUDA or with vLLM, else interleaved).
+        warmup: the fewest warm-up steps; the warm-up goes on until step times are steady (``step_cost``).
+        schedule: "interleaved", "sequential" or "auto" (interleaved where every setting fits on the device at
+            once; sequential with vLLM, whose engine sizes its cache from the memory left, or when they do not fit).
         oversample: ``oversample_prompts`` > 1 measures each n also with it (its generation overhead).
         pilot: ``pilot_generations`` K measures each n > m (n >= K) also with adaptive rollouts.
+        rounds: sequential only: the settings are measured one after another this many times, in alternation
+            (``steps`` split between the rounds), so that a drift of the machine reaches them all (default 2).
     Returns ``{"machine", "settings", "rows": [one dict per (n, oversample), see summarize()]}``.
     """
     if m not in ns:
         raise ValueError(f"the n list {list(ns)} must include n = m = {m}, the GRPO reference")
     cases = [(n, o, None) for n in ns for o in ([1.0, float(oversample)] if oversample > 1 else [1.0])]
     cases += [(n, 1.0, pilot) for n in ns if pilot and n > m and n >= pilot]  # (n, oversample, pilot)
-    run_dirs, described, waiting = {}, {}, []  # waiting: ((n, o, k), trainer) to be trained interleaved
+    collected = {c: [] for c in cases}  # case -> every per-step row, each flagged "warmup"
+    steady, described = {c: True for c in cases}, {}
     with tempfile.TemporaryDirectory(prefix="pods-cost-") as tmp:
-        for n, o, k in cases:
-            n_o = (n, o, k)
-            trainer, run_dirs[n_o] = build_trainer(list(recipe_argv), n, m, warmup + steps,
-                                                   Path(tmp) / f"n{n}-o{o:g}-k{k or 0}", o, k)
-            if schedule == "auto":
-                # vLLM: one engine at a time (each sizes its KV cache from the memory left when it starts).
-                alone = trainer.accelerator.device.type == "cuda" or trainer.args.use_vllm
-                schedule = "sequential" if alone else "interleaved"
-            if schedule == "sequential":  # train now and free it: the next setting gets the device alone
-                trainer.train()
-                described[n_o] = describe_trainer(trainer)
-                trainer.release_vllm_engine()  # deleting the trainer alone leaves its engine in memory
-                del trainer
+        passes, per_pass, round_index = 1, steps, 0
+        while round_index < passes:  # sequential: `passes` rounds in alternation; interleaved: one
+            waiting = []
+            for case in cases:
+                n, o, k = case
+                trainer, run_dir = build_trainer(list(recipe_argv), n, m, warmup + step_cost.MAX_EXTRA_WARMUP +
+                                                 per_pass + step_cost.STEADY_WINDOW,
+                                                 Path(tmp) / f"r{round_index}-n{n}-o{o:g}-k{k or 0}", o, k)
+                if schedule == "auto":
+                    on_cuda = trainer.accelerator.device.type == "cuda"
+                    alone = trainer.args.use_vllm or (on_cuda and not step_cost.cuda_fits_together(trainer, len(cases)))
+                    schedule = "sequential" if alone else "interleaved"
+                if schedule == "sequential" and round_index == 0 and case == cases[0]:
+                    passes = max(1, min(rounds or 2, steps))
+                    per_pass = -(-steps // passes)  # ceil: each round measures its share
+                trainer.add_callback(step_cost.stop_when_measured(per_pass, warmup))
+                if schedule == "sequential":  # train now and free it: the next setting gets the device alone
+                    trainer.train()
+                    _collect(collected, steady, described, case, trainer, run_dir, warmup, per_pass)
+                    trainer.release_vllm_engine()  # deleting the trainer alone leaves its engine in memory
+                    del trainer
+                    _free_memory()
+                else:
+                    waiting.append((case, trainer, run_dir))
+            if waiting:
+                train_interleaved([trainer for _, trainer, _ in waiting])
+                for case, trainer, run_dir in waiting:
+                    _collect(collected, steady, described, case, trainer, run_dir, warmup, per_pass)
+                del waiting, trainer
                 _free_memory()
-            else:
-                waiting.append((n_o, trainer))
-        if waiting:
-            train_interleaved([trainer for _, trainer in waiting])
-            described.update((n_o, describe_trainer(trainer)) for n_o, trainer in waiting)
-            del waiting, trainer
-            _free_memory()
-        rows = [summarize(step_rows(run_dirs[c], warmup), c[0], m, described[c]["kept_per_step"], oversample=c[1],
-                          sampled_per_step=described[c]["sampled_per_step"], pilot=c[2]) for c in cases]
+            round_index += 1
+        rows = [summarize(collected[c], c[0], m, described[c]["kept_per_step"], oversample=c[1],
+                          sampled_per_step=described[c]["sampled_per_step"], pilot=c[2], steady=steady[c])
+                for c in cases]
     machine = {**machine_info(), "device": described[cases[0]]["device"]}
     settings = {"m": m, "n": list(ns), "oversample_prompts": float(oversample), "pilot_generations": pilot,
-                "steps": steps, "warmup": warmup,
-                "schedule": schedule, "recipe_argv": list(recipe_argv)}
+                "steps": steps, "warmup": warmup, "estimator": ESTIMATOR, "schedule": schedule,
+                "rounds": passes, "recipe_argv": list(recipe_argv)}
     return {"machine": machine, "settings": settings, "rows": add_ratios(rows)}
+
+
+def _collect(collected: dict, steady: dict, described: dict, case, trainer, run_dir: Path, warmup: int,
+             steps: int) -> None:
+    """Add one trained setting's per-step rows (warm-up flagged) to ``collected[case]``."""
+    rows, start = step_rows(run_dir, warmup, steps)
+    seconds = [float(r["time/step"]) for r in rows]
+    steady[case] = steady[case] and step_cost.steady(seconds, start, step_cost.window_for(steps))
+    collected[case] += [{**r, "warmup": i < start} for i, r in enumerate(rows)]  # (round r's rows after r-1's)
+    described[case] = describe_trainer(trainer)
 
 
 def describe_trainer(trainer) -> dict:
@@ -335,32 +378,51 @@ def _free_memory() -> None:
 # ------------------------------------------------------------------------------------------------------------
 # Table and CLI
 # ------------------------------------------------------------------------------------------------------------
+def _name(row: dict) -> str:
+    """A row's setting as the table writes it: ``64 -> 16``, ``16 -> 8 x2`` (over-sampled), ``64 -> 16 k16``."""
+    name = f"{row['n']} -> {row['m']}"
+    if row.get("oversample_prompts", 1.0) != 1.0:
+        name += f" x{row['oversample_prompts']:g}"
+    if row.get("pilot_generations"):
+        name += f" k{row['pilot_generations']}"
+    return name
+
+
 def format_table(result: dict) -> str:
-    """The cost result as a text table: milliseconds per optimizer step of each phase (mean ± std over the
-    measured steps), the step-time ratio to n = m, per-rollout costs, peak update memory, selection statistics."""
+    """The cost result as a text table: milliseconds per optimizer step of each phase (the median step, split by
+    phase, ± half the interquartile range of each phase), the step-time ratio to n = m with its range, per-rollout
+    costs, peak update memory, selection statistics; then a warning for each ratio too noisy to trust."""
     rows = result["rows"]
     head = (f"{'n -> m':>13} {'generation':>13} {'scoring':>11} {'selection':>10} {'update':>13} {'step':>13} "
             f"{'ratio':>6} {'gen/rollout':>11} {'upd/kept':>8} {'peak GB':>7} {'0-std all/kept':>14} "
             f"{'kept std':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        cells = [f"{1e3 * r['seconds'][p]:.1f}±{1e3 * r['seconds_std'][p]:.1f}" for p in PHASES]
+        measured = [s for s in r.get("per_step") or [] if not s["warmup"]]
+        quartiles = {p: step_cost.summary([s["seconds"][p] for s in measured]) if measured else None
+                     for p in PHASES}
+        half_iqr = {p: (q["q75"] - q["q25"]) / 2 if q else r["seconds_std"][p] for p, q in quartiles.items()}
+        cells = [f"{1e3 * r['seconds'][p]:.1f}±{1e3 * half_iqr[p]:.1f}" for p in PHASES]
         widths = (13, 11, 10, 13, 13)
         memory = "—" if r["update_peak_gb"] is None else f"{r['update_peak_gb']:.2f}"
         zero = "—" if r["frac_zero_std_all"] is None else \
             f"{r['frac_zero_std_all']:.2f} / {r['frac_zero_std_kept']:.2f}"
         std = "—" if r["kept_reward_std"] is None else f"{r['kept_reward_std']:.3f}"
-        name = f"{r['n']} -> {r['m']}"
-        if r.get("oversample_prompts", 1.0) != 1.0:
-            name += f" x{r['oversample_prompts']:g}"
-        if r.get("pilot_generations"):
-            name += f" k{r['pilot_generations']}"
-        lines.append(f"{name:>13} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths))
+        lines.append(f"{_name(r):>13} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths))
                      + f" {r['step_ratio']:>5.2f}x {r['generation_ms_per_sampled_rollout']:>11.2f}"
                      f" {r['update_ms_per_kept_rollout']:>8.2f} {memory:>7} {zero:>14} {std:>8}")
     s, machine = result["settings"], result["machine"]
-    lines.append(f"ms per optimizer step, mean ± std over {s['steps']} steps after {s['warmup']} warm-up "
-                 f"({s['schedule']}); ratio = step time / step time at n = m (GRPO)")
+    lines.append(f"ms per optimizer step: the median of {s['steps']} measured steps, split by phase, ± half the "
+                 f"interquartile range ({s['schedule']}, {s.get('rounds', 1)} round(s); warm-up: at least "
+                 f"{s['warmup']} steps, then until a step is within 25% of the next ones); ratio = median step time / that at n = m "
+                 "(GRPO), range: quartiles crossed")
+    for r in rows:
+        ratio_range = r.get("step_ratio_range") or [None, None]
+        if None not in ratio_range and r is not rows[0]:
+            lines.append(f"{_name(r)}: ratio {r['step_ratio']:.2f}x, range {ratio_range[0]:.2f}-{ratio_range[1]:.2f}x "
+                         f"({r['warmup_steps']} warm-up steps{'' if r.get('steady', True) else ', never steady'})")
+        if r.get("warning"):
+            lines.append(r["warning"])
     lines.append("gen/rollout = generation ms per sampled rollout; upd/kept = update ms per kept rollout; "
                  "0-std = fraction of groups whose rewards are all equal")
     for r in rows:

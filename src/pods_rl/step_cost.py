@@ -1,0 +1,170 @@
+"""The step-cost estimator: what one setting's training step costs, and its ratio to another's, from measured steps.
+
+One estimator for every place that quotes a step cost (`pods cost`, its use in `pods study`, the GPU preset, the
+results pages), so that the numbers agree. It is built for the machines step times come from:
+
+* A step's time has a floor (the work) and a long upper tail (a slow kernel launch, an allocator's pause, another
+  process on the machine). On one H200, `pods cost` steps of 0.24-0.30 s had maxima of 0.9-3.5 s: a mean over 5
+  steps moved by 2-3x with one of them. So a setting's cost is the **median** of its measured steps, once steps
+  over ``SLOW_STEP`` x the median are set aside as interruptions (counted), and its spread the interquartile
+  range; a ratio is the ratio of medians.
+* Warm-up is not a fixed count: the first steps (allocations, caches, compilation) are slower than those after
+  them; the measured steps start at the first step within ``STEADY_TOLERANCE`` of the median of the
+  ``STEADY_WINDOW`` steps after it (``steady_start``).
+* A ratio whose settings' spreads are wide is flagged (``spread_warning``), so that nobody reads a 1.1x out of
+  steps that vary by 2x.
+
+    costs = {name: summary(step_seconds) for name, step_seconds in measured.items()}  # step_seconds (S,)
+    r = ratio(costs["pods"], costs["grpo"])   # {"value", "low", "high"}: medians, and quartiles crossed
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+STEADY_WINDOW = 3  # steps after a candidate first step whose median it is compared with
+STEADY_TOLERANCE = 0.25  # ... it may be at most this fraction slower
+MAX_EXTRA_WARMUP = 8  # warm-up steps beyond the minimum before giving up on a steady state (and saying so)
+CUDA_BYTES_PER_WEIGHT_BYTE = 8  # a heuristic: weights, gradients, Adam's moments, activations, generation cache
+SLOW_STEP = 2.0  # a step over this multiple of the median is an interruption: counted, not averaged in
+TRUST_SPREAD = 0.25  # a setting whose interquartile range exceeds this fraction of its median is too noisy
+
+
+def summary(seconds: Sequence[float], slow: float = SLOW_STEP) -> dict:
+    """Robust statistics of one setting's measured step (or phase) times, seconds (S,) with S >= 1.
+
+    A step over ``slow`` x the median of all is an interruption (another process, a pause of the allocator or the
+    driver), not the setting's cost: it is counted (``slow_steps``) and left out; of the other steps the median is
+    the cost and the interquartile range its spread. Returns {"median", "q25", "q75", "min", "max", "mean",
+    "spread": (q75 - q25) / median, "steps": S, "slow_steps"}; min, max and mean are over all S steps, for
+    comparison only.
+    """
+    values = np.asarray(seconds, dtype=float)  # (S,)
+    if values.size == 0:
+        raise ValueError("no measured steps to summarize")
+    usual = values[values <= slow * np.median(values)] if np.median(values) > 0 else values  # (S',) S' >= S / 2
+    q25, median, q75 = (float(q) for q in np.quantile(usual, [0.25, 0.5, 0.75]))
+    return {"median": median, "q25": q25, "q75": q75, "min": float(values.min()), "max": float(values.max()),
+            "mean": float(values.mean()), "spread": (q75 - q25) / median if median > 0 else 0.0,
+            "steps": int(values.size), "slow_steps": int(values.size - usual.size)}
+
+
+def central_steps(step_seconds: Sequence[float]) -> list[int]:
+    """Indices of the middle steps by step time: about half of S, centred on the median (the median step alone for
+    S = 3, both for S = 2). Their phase times give a step's split into phases that no slow step moves."""
+    order = sorted(range(len(step_seconds)), key=lambda i: step_seconds[i])
+    S = len(order)
+    k = S // 2 + (S - S // 2) % 2  # S - k even: as many dropped above as below
+    return sorted(order[(S - k) // 2:(S - k) // 2 + k])
+
+
+def phase_split(phases: dict[str, Sequence[float]], step: str = "step") -> dict[str, float]:
+    """Seconds of each phase of a typical step: the median step time, split by the phases' shares of the central
+    steps (``central_steps``), so that the phases add up to the step. ``phases``: name -> per-step seconds (S,)."""
+    step_seconds = list(phases[step])
+    middle = central_steps(step_seconds)
+    median = summary(step_seconds)["median"]
+    total = sum(step_seconds[i] for i in middle)
+    scale = median / total if total > 0 else 0.0
+    split = {name: scale * sum(values[i] for i in middle) for name, values in phases.items() if name != step}
+    return {**split, step: median}
+
+
+def ratio(setting: dict, reference: dict) -> dict:
+    """A setting's step cost relative to a reference's, from two ``summary`` dicts.
+
+    ``value`` = median / reference median; ``low`` and ``high`` cross the quartiles (q25 / reference q75, q75 /
+    reference q25): a range that holds the ratio of most pairs of steps, wide when either setting is noisy.
+    """
+    if reference["median"] <= 0:
+        return {"value": None, "low": None, "high": None}
+    return {"value": setting["median"] / reference["median"],
+            "low": setting["q25"] / reference["q75"] if reference["q75"] > 0 else None,
+            "high": setting["q75"] / reference["q25"] if reference["q25"] > 0 else None}
+
+
+def spread_warning(name: str, setting: dict, reference: dict, limit: float = TRUST_SPREAD) -> str | None:
+    """One line when either setting's spread exceeds ``limit`` (the ratio is then not to be trusted), else None."""
+    wide = [(label, s) for label, s in (("it", setting), ("the reference", reference)) if s["spread"] > limit]
+    if not wide:
+        return None
+    said = ", ".join(f"{label} {100 * s['spread']:.0f}%" for label, s in wide)
+    return (f"warning: {name}: step times spread too wide to trust its ratio (interquartile range / median: {said}, "
+            f"limit {100 * limit:.0f}%); measure more steps (--steps) or on a quieter machine")
+
+
+def steady_start(seconds: Sequence[float], min_warmup: int = 1, window: int = STEADY_WINDOW,
+                 tolerance: float = STEADY_TOLERANCE, max_extra: int = MAX_EXTRA_WARMUP) -> int | None:
+    """Index of the first measured step: the first ``s >= min_warmup`` whose time is at most ``1 + tolerance``
+    times the median of the ``window`` steps after it (``steady``): the warm-up's steps are the slow ones before
+    the step time settles; a slow step later on does not extend it (the median takes care of those).
+
+    ``seconds`` (T,): every step's time in order, warm-up included. Depends only on ``seconds[:s + 1 + window]``,
+    so a run can stop as soon as it has enough steps after s (``enough_steps``). Returns None while undecided (too
+    few steps yet); ``min_warmup + max_extra`` when no step settled by then (``steady`` then says False).
+    """
+    last = min_warmup + max_extra
+    for s in range(min_warmup, last):
+        if len(seconds) < s + 1 + max(1, window):
+            return None
+        if steady(seconds, s, window, tolerance):
+            return s
+    return last
+
+
+def steady(seconds: Sequence[float], start: int, window: int = STEADY_WINDOW,
+           tolerance: float = STEADY_TOLERANCE) -> bool:
+    """Whether step ``start`` takes at most ``1 + tolerance`` times the median of the ``window`` steps after it."""
+    after = seconds[start + 1:start + 1 + max(1, window)]
+    return len(after) > 0 and seconds[start] <= (1 + tolerance) * float(np.median(after))
+
+
+def window_for(steps: int) -> int:
+    """The steady window for a setting measured over ``steps`` steps: ``STEADY_WINDOW``, or fewer when ``steps``
+    is small, so that deciding the warm-up's end takes no steps beyond the measured ones (one for steps = 1)."""
+    return max(1, min(STEADY_WINDOW, steps - 1))
+
+
+def enough_steps(seconds: Sequence[float], steps: int, min_warmup: int = 1) -> bool:
+    """Whether a setting has taken its warm-up and ``steps`` measured steps (so it can stop)."""
+    start = steady_start(seconds, min_warmup, window_for(steps))
+    return start is not None and len(seconds) >= start + max(steps, 1 + window_for(steps))
+
+
+def fits_together(setting_bytes: Sequence[int], free_bytes: int, headroom: float = 0.6) -> bool:
+    """Whether settings whose trainers hold ``setting_bytes`` of device memory each (weights, optimizer, one step's
+    activations) fit on the device at once, using at most ``headroom`` of its ``free_bytes``: then they are
+    measured interleaved, else one at a time."""
+    return sum(setting_bytes) <= headroom * free_bytes
+
+
+def stop_when_measured(steps: int, warmup: int):
+    """A TrainerCallback that stops training once the setting has its warm-up (at least ``warmup`` steps, then
+    until step times are steady: ``steady_start``) and ``steps`` measured steps after it."""
+    from transformers import TrainerCallback
+
+    class StopWhenMeasured(TrainerCallback):
+        def __init__(self):
+            self.seconds = []  # (T,) every step's time/step so far
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "time/step" in logs:
+                self.seconds.append(float(logs["time/step"]))
+                if enough_steps(self.seconds, steps, warmup):
+                    control.should_training_stop = True
+
+    return StopWhenMeasured()
+
+
+def cuda_fits_together(trainer, count: int) -> bool:
+    """Whether ``count`` trainers like ``trainer`` (already built: its weights are on the device) would fit on
+    its GPU at once: weights x ``CUDA_BYTES_PER_WEIGHT_BYTE`` (gradients, Adam's two moments, activations and the
+    generation cache) each, within 60% of the memory there is."""
+    import torch
+
+    device = trainer.accelerator.device
+    weights = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
+    free, _ = torch.cuda.mem_get_info(device)
+    return fits_together([weights * CUDA_BYTES_PER_WEIGHT_BYTE] * count, free + weights)
