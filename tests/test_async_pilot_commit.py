@@ -15,9 +15,9 @@ import torch
 
 pytest.importorskip("trl.experimental.async_grpo")
 
-from pods_rl.integrations.async_grpo import pods_worker_kwargs  # noqa: E402
-from pods_rl.ledger import PromptLedger  # noqa: E402
-from pods_rl.planners import PilotCommit, PilotCommitSettings  # noqa: E402
+from pods_rl.budget.ledger import PromptLedger  # noqa: E402
+from pods_rl.budget.planners import PilotCommit, PilotCommitSettings  # noqa: E402
+from pods_rl.engines.trl_async.worker import pods_worker_kwargs  # noqa: E402
 from tests.test_async_budget import budget_loop, pushed, rows, source, worker_budget  # noqa: E402
 from tests.test_async_pods import (  # noqa: E402
     SCORED,

@@ -44,7 +44,7 @@ from trl.trainer.utils import get_callable_name  # noqa: E402
 
 import pods_rl  # noqa: E402
 from pods_rl.downsample import downsample  # noqa: E402
-from pods_rl.integrations.async_grpo import (  # noqa: E402
+from pods_rl.engines.trl_async.worker import (  # noqa: E402
     PODSRolloutLoop,
     PODSRolloutWorker,
     pods_worker_kwargs,

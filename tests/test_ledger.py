@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from pods_rl.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, prompt_key
+from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, prompt_key
 
 
 def padded(rows, n):

@@ -15,9 +15,8 @@ import pytest
 import torch
 
 from pods_rl.adaptive import plan_round, register_adaptive_rule
-from pods_rl.downsample import downsample, register_rule
-from pods_rl.ledger import LedgerSettings, PromptLedger
-from pods_rl.planners import (
+from pods_rl.budget.ledger import LedgerSettings, PromptLedger
+from pods_rl.budget.planners import (
     GresoSettings,
     GresoSkip,
     KnapsackAllocation,
@@ -35,6 +34,7 @@ from pods_rl.planners import (
     preset,
     register_planner,
 )
+from pods_rl.downsample import downsample, register_rule
 from pods_rl.selection import SelectionSettings, select
 
 STANDARD = {"pods/plan_prompts", "pods/plan_rollouts", "pods/rollouts_per_prompt_mean", "pods/rollouts_per_prompt_min",

@@ -58,7 +58,7 @@ def test_failed_start_leaves_no_run_dir_and_debug_shows_the_traceback(tmp_path, 
     def broken_trainer(*args, **kwargs):
         raise RuntimeError("trainer exploded")
 
-    monkeypatch.setattr("pods_rl.trainer.PODSTrainer", broken_trainer)
+    monkeypatch.setattr("pods_rl.engines.trl.trainer.PODSTrainer", broken_trainer)
     argv = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "r")]
     assert train_main(argv) == 1
     assert "RuntimeError: trainer exploded (--debug shows the full traceback)" in _one_error_line(capsys)
@@ -77,7 +77,7 @@ def test_a_held_out_split_smaller_than_asked_is_named_before_loading(tmp_path, t
     def broken_trainer(*args, **kwargs):
         raise RuntimeError("trainer exploded")
 
-    monkeypatch.setattr("pods_rl.trainer.PODSTrainer", broken_trainer)
+    monkeypatch.setattr("pods_rl.engines.trl.trainer.PODSTrainer", broken_trainer)
     argv = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "r"),
             "--task", f"jsonl:{data}", "--eval_num_problems", "10"]
     assert train_main(argv) == 1
@@ -87,7 +87,7 @@ def test_a_held_out_split_smaller_than_asked_is_named_before_loading(tmp_path, t
 
 
 def test_disk_full_while_saving_is_one_line(tmp_path, tiny_model_dir, capsys, monkeypatch):
-    from pods_rl.trainer import PODSTrainer
+    from pods_rl.engines.trl.trainer import PODSTrainer
 
     def full(self, *args, **kwargs):
         raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
@@ -207,7 +207,7 @@ def test_signal_while_starting_aborts_and_leaves_no_run_dir(tmp_path, tiny_model
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("the signal did not abort")
 
-    monkeypatch.setattr("pods_rl.trainer.PODSTrainer", signalled_trainer)
+    monkeypatch.setattr("pods_rl.engines.trl.trainer.PODSTrainer", signalled_trainer)
     run_dir = tmp_path / "r"
     argv = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(run_dir)]
     assert train_main(argv) == 130

@@ -18,7 +18,7 @@ from transformers import Trainer
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer import utils as trl_utils
 
-from pods_rl import trainer as pods_trainer
+from pods_rl.engines.trl import trainer as pods_trainer
 
 
 def parameters(func) -> list[str]:
@@ -96,7 +96,7 @@ def test_trainer_get_dataloader_takes_what_get_train_dataloader_passes():
 def test_generate_returns_the_8_tuple_we_name():
     """trainer_step.Generated names GRPOTrainer._generate's values; each of TRL's `return` tuples must hold the same
     names in the same order (the step reads them by name)."""
-    from pods_rl.trainer_step import Generated
+    from pods_rl.engines.trl.step import Generated
 
     returns = [node.value for node in ast.walk(source_tree(GRPOTrainer._generate))
                if isinstance(node, ast.Return) and node.value is not None]
@@ -182,7 +182,7 @@ def test_grpo_trainer_sets_the_attributes_we_read(name):
 def test_eos_token_ids_are_what_this_trl_counts_as_a_finish():
     """pods_rl.trainer_rows.eos_token_ids: TRL >= 1.15 keeps GRPOTrainer.eos_token_ids and its `_generate` counts a
     completion ending in any of them (or padding) as finished; earlier TRLs count only the tokenizer's EOS."""
-    from pods_rl.trainer_rows import TRL_KEEPS_EOS_TOKEN_IDS
+    from pods_rl.engines.trl.rows import TRL_KEEPS_EOS_TOKEN_IDS
 
     generate = inspect.getsource(GRPOTrainer._generate)
     if TRL_KEEPS_EOS_TOKEN_IDS:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pods_rl.commands import cli
-from pods_rl.integrations.verl_args import padding_rows, verl_batch_settings
+from pods_rl.engines.verl.batch_settings import padding_rows, verl_batch_settings
 from pods_rl.selection import kept_groups, sampled_prompts
 
 
@@ -125,7 +125,7 @@ def version(name):
     return real_version(name)
 metadata.version = version
 try:
-    import pods_rl.integrations.verl
+    import pods_rl.engines.verl.replay_buffer
 except ImportError as err:
     print(err)
 """

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pods_rl.integrations import vllm_cpu
+from pods_rl.engines.vllm import cpu as vllm_cpu
 from pods_rl.models import adapter_base, is_adapter_dir, load_model_and_tokenizer
 
 

@@ -185,7 +185,7 @@ def build_parser():
     # Lazy: TRL (and pods_rl.trainer, which imports it) takes seconds to import; the checks above need neither.
     from trl import ModelConfig, TrlParser
 
-    from pods_rl.trainer import PODSConfig
+    from pods_rl.engines.trl.trainer import PODSConfig
 
     parser = TrlParser((RunArguments, PODSConfig, ModelConfig), prog="pods train",
                        description="RL training with GRPO-PODS: a recipe (--config) plus flags that override it. "
@@ -261,7 +261,7 @@ def unknown_flags_message(parser, leftover: list[str]) -> str:
 def async_only_settings() -> set[str]:
     """The fields of TRL's ``AsyncGRPOConfig`` that ``PODSConfig`` (a ``GRPOConfig``) lacks, and the words a user
     may try for the asynchronous mode: ``pods train`` names the asynchronous path for them."""
-    from pods_rl.trainer import PODSConfig
+    from pods_rl.engines.trl.trainer import PODSConfig
 
     try:
         from trl.experimental.async_grpo import AsyncGRPOConfig
@@ -331,7 +331,7 @@ def validate(run: RunArguments, config, model_args) -> None:
     if config.use_vllm:  # vLLM missing, outside TRL's range, server mode on CPU...: one line before any model loads
         import torch  # only to ask whether training will run on CPU
 
-        from pods_rl.integrations.vllm_cpu import check_vllm_settings
+        from pods_rl.engines.vllm.cpu import check_vllm_settings
 
         check_vllm_settings(config.use_vllm, config.vllm_mode, on_cpu=config.use_cpu or not torch.cuda.is_available())
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from verl_lane import keys_by_uid, make_trainer, pods_overrides, put_group
 
-from pods_rl.integrations import verl as pods_verl
-from pods_rl.ledger import LEDGER_FILE, PromptLedger
+from pods_rl.budget.ledger import LEDGER_FILE, PromptLedger
+from pods_rl.engines.verl import replay_buffer as pods_verl
 
 pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]
 

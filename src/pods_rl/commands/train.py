@@ -232,7 +232,7 @@ def _check_model(config, model_args) -> None:
         print("pods train: note: accelerate has no FSDP on CPU: these ranks run as DDP (each holds the whole model, "
               "checkpoints in DDP's format); on GPUs the same config shards the model with FSDP2", flush=True)
     if config.use_vllm and on_cpu:
-        from pods_rl.integrations.vllm_cpu import check_cpu_model
+        from pods_rl.engines.vllm.cpu import check_cpu_model
 
         check_cpu_model(load_config(model_args.model_name_or_path, model_args.model_revision, trust))
 
@@ -292,9 +292,10 @@ def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, m
     from transformers.trainer_callback import PrinterCallback
     from trl import get_peft_config
 
+    from pods_rl.engines.trl.trainer import PODSTrainer
+
     # Lazy, as TRL: pods_rl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
     from pods_rl.runlog.divergence import DivergenceGuard  # imports transformers, as the line above
-    from pods_rl.trainer import PODSTrainer
 
     eval_fn = _make_eval_fn(run, config, task, tokenizer) if wants_eval(run) else None
     clock = runlog.TrainingClock(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pods_rl.integrations.verl_args import verl_batch_settings
+from pods_rl.engines.verl.batch_settings import verl_batch_settings
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,7 +57,7 @@ from packaging.specifiers import SpecifierSet
 
 # The verl versions whose v1 ReplayBuffer internals this module was tested against (defined beside verl's batch
 # arithmetic, which needs no verl; pyproject.toml's `verl` extra must lie inside it).
-from pods_rl.integrations.verl_args import VERL_RANGE
+from pods_rl.engines.verl.batch_settings import VERL_RANGE
 
 
 def _require_supported_verl(installed: str | None) -> None:
@@ -94,9 +94,9 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  #
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path  # noqa: E402
 from verl.utils.import_utils import load_module  # noqa: E402
 
+from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger  # noqa: E402
 from pods_rl.downsample import rule_takes_features  # noqa: E402
-from pods_rl.integrations.verl_args import SEPARATE_ASYNC, padding_rows  # noqa: E402
-from pods_rl.ledger import LEDGER_FILE, LedgerSettings, PromptLedger  # noqa: E402
+from pods_rl.engines.verl.batch_settings import SEPARATE_ASYNC, padding_rows  # noqa: E402
 from pods_rl.selection import SelectionSettings, kept_groups, select  # noqa: E402
 
 __all__ = ["PODSCheckpointCallback", "PODSReplayBuffer", "PODSReplayBufferAsync", "PODSSettings", "select_sessions",

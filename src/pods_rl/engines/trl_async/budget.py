@@ -52,9 +52,9 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from pods_rl.budget import RolloutBudget
-from pods_rl.ledger import LEDGER_FILE
-from pods_rl.planners import available_planners
+from pods_rl.budget.ledger import LEDGER_FILE
+from pods_rl.budget.planners import available_planners
+from pods_rl.budget.rollout_budget import RolloutBudget
 
 __all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
 

@@ -43,13 +43,11 @@ import torch
 from accelerate.utils import gather
 
 from pods_rl.advantages import sampled_baseline_advantages
-from pods_rl.budget import candidate_ids
+from pods_rl.budget.rollout_budget import candidate_ids
 from pods_rl.downsample import rule_takes_features
-from pods_rl.rollouts import rollout_features
-from pods_rl.selection import all_equal, reward_totals, select
-from pods_rl.trainer_config import TRL_RANGE  # importing it checks the TRL version first
-from pods_rl.trainer_rounds import ROUND, RoundsStep
-from pods_rl.trainer_rows import (
+from pods_rl.engines.trl.config import TRL_RANGE  # importing it checks the TRL version first
+from pods_rl.engines.trl.rounds import ROUND, RoundsStep
+from pods_rl.engines.trl.rows import (
     Generated,
     Sampled,
     count_tool_exceptions,
@@ -65,6 +63,8 @@ from pods_rl.trainer_rows import (
     with_dataset_images,
     write_extra_fields,
 )
+from pods_rl.rollouts import rollout_features
+from pods_rl.selection import all_equal, reward_totals, select
 
 logger = logging.getLogger("pods_rl.trainer")
 

@@ -190,7 +190,7 @@ class PODSConfig(GRPOConfig):
                     raise ValueError(f"{name} must be a dict or a JSON object, got {value!r} ({err})") from None
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} must be a dict or a JSON object, got {getattr(self, name)!r}")
-        from pods_rl.budget import check_planner_settings  # (the planners: plain tensor code)
+        from pods_rl.budget.rollout_budget import check_planner_settings  # (the planners: plain tensor code)
 
         check_planner_settings(self)
         for name in ("save_every_seconds", "max_train_seconds"):

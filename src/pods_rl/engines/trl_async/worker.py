@@ -116,14 +116,15 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 )
 
 from pods_rl.adaptive import group_is_mixed, plan_round
+from pods_rl.budget.ledger import LEDGER_FILE
 from pods_rl.downsample import rule_takes_features
-from pods_rl.integrations.async_budget import (
+from pods_rl.engines.trl_async.budget import (
     BUDGET_KEYS,
     BudgetLoop,
     PODSLedgerCallback,
     check_budget_settings,
 )
-from pods_rl.integrations.async_scoring import (
+from pods_rl.engines.trl_async.scoring import (
     ScoredConversation,
     conversations_at,
     recording,
@@ -131,14 +132,13 @@ from pods_rl.integrations.async_scoring import (
     reward_funcs_as,
     sampled_advantages,
 )
-from pods_rl.integrations.async_settings import (
+from pods_rl.engines.trl_async.settings import (
     ADAPTIVE_NAMES,
     adaptive_settings,
     check_advantage_baseline,
     check_worker_settings,
     pods_settings,
 )
-from pods_rl.ledger import LEDGER_FILE
 from pods_rl.rollouts import rollout_features
 from pods_rl.selection import select
 

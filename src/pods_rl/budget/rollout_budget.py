@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from pods_rl.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, prompt_key
-from pods_rl.planners import available_planners, make_planner
+from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, prompt_key
+from pods_rl.budget.planners import available_planners, make_planner
 
 __all__ = ["RolloutBudget", "candidate_ids", "check_planner_settings"]
 

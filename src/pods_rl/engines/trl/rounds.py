@@ -21,8 +21,7 @@ import torch
 from accelerate.utils import gather
 
 from pods_rl.adaptive import group_is_mixed, plan_round
-from pods_rl.selection import reward_totals
-from pods_rl.trainer_rows import (
+from pods_rl.engines.trl.rows import (
     Generated,
     Sampled,
     arrange_rounds,
@@ -34,6 +33,7 @@ from pods_rl.trainer_rows import (
     take_extra_logs,
     write_extra_fields,
 )
+from pods_rl.selection import reward_totals
 
 ROUND = "round"  # PODSStep._pods_call inside an adaptive round (see trainer_step)
 

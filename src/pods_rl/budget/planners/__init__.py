@@ -14,7 +14,7 @@ Every planner returns a ``Plan`` (named tensors ``rollouts``, ``skipped``, ``def
 ``pods/*`` metrics). See ``pods_rl.planners.base`` for the registry and the planner shape.
 """
 
-from pods_rl.planners.base import (
+from pods_rl.budget.planners.base import (
     KINDS,
     Plan,
     available_planners,
@@ -23,16 +23,16 @@ from pods_rl.planners.base import (
     make_planner,
     register_planner,
 )
-from pods_rl.planners.greso import GresoSettings, GresoSkip, greso_skip_probability
-from pods_rl.planners.knapsack import (
+from pods_rl.budget.planners.greso import GresoSettings, GresoSkip, greso_skip_probability
+from pods_rl.budget.planners.knapsack import (
     KnapsackAllocation,
     KnapsackSettings,
     estimate_success_rate,
     knapsack_allocation,
 )
-from pods_rl.planners.pilot_commit import PilotCommit, PilotCommitSettings, pilot_keep
-from pods_rl.planners.presets import PRESETS, available_presets, dapo_keep_groups, preset
-from pods_rl.planners.reinforce_ada import ReinforceAda, ReinforceAdaSettings
+from pods_rl.budget.planners.pilot_commit import PilotCommit, PilotCommitSettings, pilot_keep
+from pods_rl.budget.planners.presets import PRESETS, available_presets, dapo_keep_groups, preset
+from pods_rl.budget.planners.reinforce_ada import ReinforceAda, ReinforceAdaSettings
 
 __all__ = [
     "KINDS",

@@ -11,7 +11,7 @@ from trl.trainer.utils import get_callable_name
 
 from pods_rl.adaptive import AdaptiveSettings
 from pods_rl.advantages import ADVANTAGE_BASELINES
-from pods_rl.integrations.async_budget import check_budget_settings
+from pods_rl.engines.trl_async.budget import check_budget_settings
 from pods_rl.selection import SelectionSettings
 
 __all__ = ["adaptive_settings", "check_advantage_baseline", "check_worker_settings",
