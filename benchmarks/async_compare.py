@@ -5,7 +5,7 @@ What runs. TRL 1.16's ``trl.experimental.async_grpo.AsyncGRPOTrainer`` trains th
 (``pods_rl/assets/tiny``, what ``pods train`` trains by default) on the embedded ``arithmetic`` task, its rollout
 worker (a spawned child process) sampling from ONE vLLM server (vLLM's CPU build, dev mode, pods-rl's reload
 extension, as in ``tests/vllm/test_async_server.py``) that this script starts, reuses for every run and kills at
-the end. Weights reach the server through ``pods_rl.integrations.async_cpu.DirectoryWeightTransfer`` after every
+the end. Weights reach the server through ``pods_rl.engines.trl_async.cpu.DirectoryWeightTransfer`` after every
 optimizer step; ``async_trainer_on_cpu`` gives the trainer its CPU stand-ins. Methods (m rows per prompt reach the
 trainer in every method, and every step trains the same ``--rows-per-step`` rows, i.e. rows/m prompts):
 

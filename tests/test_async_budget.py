@@ -1,4 +1,4 @@
-"""The rollout-budget planners in TRL's asynchronous worker (pods_rl.integrations.async_budget, issue #54): GRESO's
+"""The rollout-budget planners in TRL's asynchronous worker (pods_rl.engines.trl_async.budget, issue #54): GRESO's
 skip where the worker draws its prompts, Knapsack-RL's counts by top-ups, the worker's prompt ledger, its state in
 the trainer's checkpoints, and the refusals.
 

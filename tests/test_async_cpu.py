@@ -1,4 +1,4 @@
-"""TRL's asynchronous trainer on CPU (pods_rl.integrations.async_grpo, issue #40 item 3): the CPU stand-ins for its
+"""TRL's asynchronous trainer on CPU (pods_rl.engines.trl_async.worker, issue #40 item 3): the CPU stand-ins for its
 CUDA-only steps, checked against what they replace. The run against a real vLLM server is tests/vllm/test_async_server.py.
 """
 

@@ -1,4 +1,4 @@
-"""Pilot-Commit in TRL's asynchronous worker (pods_rl.integrations.async_budget): the pilot from TRL's generate loop,
+"""Pilot-Commit in TRL's asynchronous worker (pods_rl.engines.trl_async.budget): the pilot from TRL's generate loop,
 the verdict (PilotCommit.after_pilot's), the commit as a top-up, committed ids for the trainer, the resume point.
 
 ``WorkerBudget`` is tested alone (no TRL); the loop runs TRL's own generate and score loops with generation answered

@@ -1,4 +1,4 @@
-"""PODS inside TRL's asynchronous GRPO trainer (pods_rl.integrations.async_grpo, issue #40 item 1), on CPU.
+"""PODS inside TRL's asynchronous GRPO trainer (pods_rl.engines.trl_async.worker, issue #40 item 1), on CPU.
 
 No vLLM server: the tests run the loop's scoring step, ``_score_group``, on real ``RolloutGroup``s of n conversations
 with real reward functions (plain Python), through TRL's own ``_score_group`` underneath, and compare with TRL's

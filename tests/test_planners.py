@@ -1,4 +1,4 @@
-"""The rollout-budget planners (pods_rl.planners): each against fixed decisions of the authors' released code, the
+"""The rollout-budget planners (pods_rl.budget.planners): each against fixed decisions of the authors' released code, the
 common Plan shape and registry, one-line setting errors, determinism, and exact resume.
 
 The expected values marked "their code" were computed by running the authors' functions on these inputs with

@@ -17,7 +17,7 @@ from pods_rl.budget.planners import reinforce_ada as _reinforce_ada  # noqa: F40
 from pods_rl.downsample import available_rules, downsample, group_advantages, register_rule
 from pods_rl.machine import pods_rl_version
 
-kept_paths.install()  # the old import paths (pods_rl.trainer, pods_rl.integrations.verl, ...) name the new modules
+kept_paths.install()  # old import paths (pods_rl.trainer, pods_rl.integrations.verl, ...) name the moved modules
 
 # One source of truth: pyproject.toml's version, as installed ("0+unknown" for a source tree never installed).
 __version__ = pods_rl_version()

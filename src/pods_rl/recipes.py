@@ -182,7 +182,7 @@ CONFIG_HELP = ("The recipe: the name of a packaged recipe ({names}) or the path 
 def build_parser():
     """The `pods train` parser: TRL's parser of (RunArguments, PODSConfig, trl.ModelConfig), with ``--config`` (read
     by ``TrlParser.parse_args_and_config``) listed first, and one-line errors."""
-    # Lazy: TRL (and pods_rl.trainer, which imports it) takes seconds to import; the checks above need neither.
+    # Lazy: TRL (and pods_rl.engines.trl.trainer, which imports it) takes seconds to import; the checks above need neither.
     from trl import ModelConfig, TrlParser
 
     from pods_rl.engines.trl.trainer import PODSConfig
@@ -248,7 +248,7 @@ def unknown_flags_message(parser, leftover: list[str]) -> str:
     if asynchronous:
         return (f"{', '.join(asynchronous)}: `pods train` runs the synchronous trainer and has no asynchronous mode "
                 "(TRL's AsyncGRPOTrainer settings); asynchronous PODS runs from Python: AsyncGRPOTrainer with "
-                "rollout_worker=pods_rl.integrations.async_grpo.pods_rollout_worker(...) (docs: guides/async.md)")
+                "rollout_worker=pods_rl.engines.trl_async.worker.pods_rollout_worker(...) (docs: guides/async.md)")
     hints = []
     for flag in unknown:
         close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)

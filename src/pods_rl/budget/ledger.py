@@ -1,6 +1,6 @@
 """The prompt ledger: what a run has seen of each prompt, kept across epochs and saved in checkpoints.
 
-Plain torch, no framework. The rollout-budget planners (``pods_rl.planners``) read it to decide which prompts to
+Plain torch, no framework. The rollout-budget planners (``pods_rl.budget.planners``) read it to decide which prompts to
 sample and how many rollouts each gets; an engine records every scored group into it::
 
     ledger = PromptLedger(LedgerSettings(success_threshold=0.5))
@@ -301,7 +301,7 @@ def _as_ids(ids) -> torch.Tensor:
         raise ValueError(f"ids must be a 1-d integer tensor of prompt ids, got {ids.dtype} of shape {tuple(ids.shape)}")
     ids = ids.long()
     if bool((ids < 0).any()):
-        raise ValueError("prompt ids must be >= 0 (dataset indices, or pods_rl.ledger.prompt_key of the prompt)")
+        raise ValueError("prompt ids must be >= 0 (dataset indices, or pods_rl.budget.ledger.prompt_key of the prompt)")
     return ids
 
 

@@ -1,6 +1,6 @@
 """The rollout budget an engine runs: which of a step's candidate prompts get rollouts and how many, from what the
-run has seen of each prompt (``pods_rl.ledger``, ``pods_rl.planners``). No framework: ``PODSTrainer``'s step
-(``pods_rl.trainer_step``) calls it around sampling, and any engine can, with a config that has ``PODSConfig``'s
+run has seen of each prompt (``pods_rl.budget.ledger``, ``pods_rl.budget.planners``). No framework: ``PODSTrainer``'s step
+(``pods_rl.engines.trl.step``) calls it around sampling, and any engine can, with a config that has ``PODSConfig``'s
 planner fields::
 
     budget = RolloutBudget.from_config(config)            # None when no planner is set
@@ -9,7 +9,7 @@ planner fields::
     metrics = budget.record(ids, rewards, counts, ...)    # every rank records every rank's groups
     budget.save(checkpoint_dir) / budget.load(checkpoint_dir)
 
-A prompt is known by ``pods_rl.ledger.prompt_key`` of its dataset row's ``prompt`` (TRL's rows carry no index).
+A prompt is known by ``pods_rl.budget.ledger.prompt_key`` of its dataset row's ``prompt`` (TRL's rows carry no index).
 """
 
 from __future__ import annotations

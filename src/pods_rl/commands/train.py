@@ -294,7 +294,7 @@ def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, m
 
     from pods_rl.engines.trl.trainer import PODSTrainer
 
-    # Lazy, as TRL: pods_rl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
+    # Lazy, as TRL: pods_rl.engines.trl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
     from pods_rl.runlog.divergence import DivergenceGuard  # imports transformers, as the line above
 
     eval_fn = _make_eval_fn(run, config, task, tokenizer) if wants_eval(run) else None

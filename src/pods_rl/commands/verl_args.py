@@ -1,4 +1,4 @@
-"""``pods verl-args``: print verl's overrides for PODS in kept terms (``pods_rl.integrations.verl_args``)."""
+"""``pods verl-args``: print verl's overrides for PODS in kept terms (``pods_rl.engines.verl.batch_settings``)."""
 
 from __future__ import annotations
 

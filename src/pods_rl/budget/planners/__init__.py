@@ -1,6 +1,6 @@
 """Rollout-budget planners: which prompts to sample and how many rollouts each gets, from the follow-ups to PODS.
 
-Plain tensor code on top of the prompt ledger (``pods_rl.ledger``); no framework. One module per method, each a
+Plain tensor code on top of the prompt ledger (``pods_rl.budget.ledger``); no framework. One module per method, each a
 registry entry with the paper's knobs under their own names, checked against the authors' released code
 (benchmarks/budget_crosscheck.py; docs/concepts/rollout-budgets.md says where a detail could not be matched):
 
@@ -11,7 +11,7 @@ registry entry with the paper's knobs under their own names, checked against the
 * presets: DAPO's dynamic sampling as settings of what exists (``preset("dapo", num_generations=n)``).
 
 Every planner returns a ``Plan`` (named tensors ``rollouts``, ``skipped``, ``deferred``, ``evicted`` and
-``pods/*`` metrics). See ``pods_rl.planners.base`` for the registry and the planner shape.
+``pods/*`` metrics). See ``pods_rl.budget.planners.base`` for the registry and the planner shape.
 """
 
 from pods_rl.budget.planners.base import (

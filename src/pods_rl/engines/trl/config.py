@@ -1,6 +1,6 @@
 """``PODSConfig``: ``trl.GRPOConfig`` plus the PODS knobs, and the TRL versions pods-rl supports.
 
-Part of the trainer (``pods_rl.trainer`` re-exports everything here): the first of its modules to import TRL, so the
+Part of the trainer (``pods_rl.engines.trl.trainer`` re-exports everything here): the first of its modules to import TRL, so the
 TRL version check lives here and runs before any of TRL's internals is touched. Validation happens in
 ``__post_init__``, before any model loads, each error one line naming its fix.
 """
@@ -31,7 +31,7 @@ def require_supported_trl(trl_version: str) -> None:
                                                 trl_version, TRL_RANGE)
             return
         raise ImportError(
-            f"pods_rl.trainer supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its internals), "
+            f"pods_rl.engines.trl.trainer supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its internals), "
             f"but trl {trl_version} is installed. Install a supported version: pip install \"trl{TRL_RANGE}\"."
         )
 
@@ -116,7 +116,7 @@ class PODSConfig(GRPOConfig):
     prompt_planner: str | None = field(
         default=None,
         metadata={"help": "Which of a step's candidate prompts get rollouts, from what the run has seen of each (a "
-                  "planner of pods_rl.planners): greso (skip prompts whose recent groups were all-equal, re-admitting "
+                  "planner of pods_rl.budget.planners): greso (skip prompts whose recent groups were all-equal, re-admitting "
                   "some; GRESO) or pilot_commit (pilot every candidate with n_explore rollouts, commit B of those "
                   "whose pilot was mixed to n_commit more, in the same step; Pilot-Commit). Needs oversample_prompts "
                   "> 1: the candidates that replace the skipped prompts."},
@@ -128,7 +128,7 @@ class PODSConfig(GRPOConfig):
     )
     rollout_planner: str | None = field(
         default=None,
-        metadata={"help": "How many rollouts each sampled prompt gets (a planner of pods_rl.planners): knapsack "
+        metadata={"help": "How many rollouts each sampled prompt gets (a planner of pods_rl.budget.planners): knapsack "
                   "(Knapsack-RL: a budget of adaptive_budget rollouts per prompt on average, default "
                   "num_generations, spent where groups are likeliest mixed; each prompt gets downsample_to .. "
                   "num_generations, then PODS keeps m)."},

@@ -1,7 +1,7 @@
 """TRL's per-rollout data, by row: what ``GRPOTrainer._generate`` returns (``Generated``), a reward function's
 ``log_extra`` columns, and the generation metrics TRL computes from them, for any subset of the rows.
 
-Part of the trainer (``pods_rl.trainer_step`` uses it; only the trainer's modules know TRL's internals). The PODS
+Part of the trainer (``pods_rl.engines.trl.step`` uses it; only the trainer's modules know TRL's internals). The PODS
 step generates and scores P*n rollouts but hands TRL the B*m it keeps, so whatever TRL keeps per rollout has to be
 cut down to the kept rows before TRL reads it::
 

@@ -1,6 +1,6 @@
 """The PODS step of ``PODSTrainer`` (``PODSStep``, a mixin before ``GRPOTrainer`` in its bases), top to bottom:
 prepare the prompts as TRL does, sample, score, select, then hand TRL the kept rows. Its methods override or call
-GRPOTrainer's internals, listed with the rest of the TRL surface in ``pods_rl.trainer``'s docstring
+GRPOTrainer's internals, listed with the rest of the TRL surface in ``pods_rl.engines.trl.trainer``'s docstring
 (``tests/test_trl_surface.py`` pins them). ``docs/concepts/follow-a-step.md`` walks it with file:function names.
 
 One training step (``PODSStep._generate_and_score_completions``)::
@@ -21,7 +21,7 @@ One training step (``PODSStep._generate_and_score_completions``)::
 
 The contract (``tests/test_contract.py``): on the rows it keeps, the step produces what GRPOTrainer with m produces
 on those rollouts. So whatever TRL keeps per rollout across the step is cut down to the kept rows before TRL reads
-it (``pods_rl.trainer_rows``): the generation metrics (lengths, clipped ratio, tool use, tokens seen) are logged
+it (``pods_rl.engines.trl.rows``): the generation metrics (lengths, clipped ratio, tool use, tokens seen) are logged
 for the kept rows, the reward functions' ``log_extra`` values reach the completions table beside their own rows,
 and their ``log_metric`` values come from scoring the kept rows (again, only in steps where they log metrics).
 What PODS sampled is described by its own ``pods/*`` metrics.

@@ -3,7 +3,7 @@
 This is the only module of pods-rl that knows TRL's internals (``TRL_RANGE``; CI tests both ends).
 
 The PODS step itself (how a training step flows, and the two GRPOTrainer calls it answers) is
-``pods_rl.trainer_step``; ``PODSConfig`` and the supported TRL range are ``pods_rl.trainer_config``; selection is
+``pods_rl.engines.trl.step``; ``PODSConfig`` and the supported TRL range are ``pods_rl.engines.trl.config``; selection is
 ``pods_rl.selection`` (no TRL).
 
 Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins each item on both ends of

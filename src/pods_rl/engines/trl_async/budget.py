@@ -1,6 +1,6 @@
 """The rollout-budget planners in TRL's asynchronous worker: which prompts it samples and how many rollouts each gets.
 
-``PODSRolloutLoop`` (``pods_rl.integrations.async_grpo``) runs them where TRL's worker draws its prompts: its generate
+``PODSRolloutLoop`` (``pods_rl.engines.trl_async.worker``) runs them where TRL's worker draws its prompts: its generate
 loop takes ``(group_id, row)`` pairs from ``_repeat_iterator``, n per prompt, and starts one rollout per pair. With a
 planner, ``BudgetLoop._repeat_iterator`` draws prompts a window at a time (``pods_groups_per_step`` of them, the
 groups one training step consumes) through ``WorkerBudget.draw``:
@@ -34,7 +34,7 @@ With Pilot-Commit the trainer sees committed ids, and ``WorkerBudget`` keeps eac
 
 **State.** The worker is a child process: it writes its state (ledger, GRESO's probabilities, positions, generator)
 to ``pods_ledger_path`` (in ``args.output_dir``) after every window it draws, at most every ``SAVE_INTERVAL_S``
-after the groups it records, and when it stops. ``PODSLedgerCallback`` (``pods_rl.integrations.async_grpo``) copies
+after the groups it records, and when it stops. ``PODSLedgerCallback`` (``pods_rl.engines.trl_async.worker``) copies
 that file into each checkpoint and hands it back to the worker on resume.
 """
 

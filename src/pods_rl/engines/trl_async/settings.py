@@ -1,5 +1,5 @@
 """The asynchronous worker's settings, checked in the launching process before a child is spawned: each bad
-``pods_*`` argument of ``pods_rl.integrations.async_grpo``'s worker fails in one ``ValueError`` line that names it
+``pods_*`` argument of ``pods_rl.engines.trl_async.worker``'s worker fails in one ``ValueError`` line that names it
 (an unknown keyword is a ``TypeError`` naming it)."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def check_worker_settings(pods_m: int, n: int, reward_funcs, environment_factory
     """Check every ``pods_*`` setting of the worker (one ``ValueError`` line each; an unknown keyword is a
     ``TypeError`` naming it), before a child process is spawned, and return the rollout budget they make (a
     ``pods_rl.budget.RolloutBudget``; None without planners). ``planners``: the rollout-budget keywords
-    (``pods_rl.integrations.async_budget.BUDGET_KEYS``)."""
+    (``pods_rl.engines.trl_async.budget.BUDGET_KEYS``)."""
     pods_settings(pods_m, pods_rule, pods_tiebreak, n=n, rule_module=pods_rule_module)
     check_advantage_baseline(pods_advantage_baseline)
     reward_names = [get_callable_name(f) for f in reward_funcs]

@@ -13,7 +13,7 @@ so nothing after selection is computed for the n - m dropped rollouts, and GRPO/
 verl over each uid's kept rows (PODS's "advantages on the kept subset"); GAE (PPO with a critic) sees the kept
 rows as its batch. Load it from verl's config (``pods verl-args`` prints these lines with the batch settings)::
 
-    trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.integrations.verl
+    trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.engines.verl.replay_buffer
     trainer.v1.sampler.custom_sampler.name=PODSReplayBuffer       # trainer_mode sync or colocate_async
     +trainer.v1.sampler.sampler_kwargs.m=16
     +trainer.v1.sampler.sampler_kwargs.rule=max_variance          # or max_reward, random, a registered rule
@@ -37,11 +37,11 @@ Every ``sample()`` of the training partition adds the ``pods/*`` metrics the TRL
 std over all sampled and over the kept rollouts, the fraction of groups with all-equal rewards before and after,
 and the group-selection counts (see ``select_sessions``).
 
-**The prompt ledger** (``pods_rl.ledger``, issue #54), with ``+trainer.v1.sampler.sampler_kwargs.ledger=true``: every
+**The prompt ledger** (``pods_rl.budget.ledger``, issue #54), with ``+trainer.v1.sampler.sampler_kwargs.ledger=true``: every
 sampled group of the training partition (all its sessions, before selection) is recorded by its session rewards
 (success: above ``ledger_success_threshold``, 0.5), keyed by the ``index`` verl stores with each rollout (the
 dataset row's ``extra_info.index``), with ``pods/ledger_*`` metrics. verl's checkpoint hook saves it
-(``trainer.checkpoint_callback_class=pods_rl.integrations.verl.PODSCheckpointCallback``: ``global_step_N/
+(``trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback``: ``global_step_N/
 pods_ledger.pt``), and the first training sample after verl resumed loads it from the folder verl resumed from.
 The planners that would read it cannot run here: verl's trainer draws prompts from its dataloader and dispatches
 them to generation itself, and its agent loop takes a prompt's rollout count from the dataset row, so the buffer,
@@ -63,10 +63,10 @@ from pods_rl.engines.verl.batch_settings import VERL_RANGE
 def _require_supported_verl(installed: str | None) -> None:
     """Refuse a missing verl or one outside ``VERL_RANGE`` with one line, before touching its internals."""
     if installed is None:
-        raise ImportError('pods_rl.integrations.verl needs verl, which is not installed: pip install -e ".[verl]" in '
+        raise ImportError('pods_rl.engines.verl.replay_buffer needs verl, which is not installed: pip install -e ".[verl]" in '
                           "a clone of pods-rl (in an environment of its own: verl pins its own transformers range)")
     if not SpecifierSet(VERL_RANGE).contains(installed, prereleases=True):
-        raise ImportError(f"pods_rl.integrations.verl supports verl{VERL_RANGE} (it subclasses verl's v1 ReplayBuffer),"
+        raise ImportError(f"pods_rl.engines.verl.replay_buffer supports verl{VERL_RANGE} (it subclasses verl's v1 ReplayBuffer),"
                           f' but verl {installed} is installed: pip install -e ".[verl]" in a clone of pods-rl')
 
 
@@ -133,7 +133,7 @@ class PODSSettings:
     oversample_prompts: float = 1.0
     seed: int = 0
     rule_module: str | None = None
-    ledger: bool = False  # keep a prompt ledger of every sampled group (pods_rl.ledger), saved with checkpoints
+    ledger: bool = False  # keep a prompt ledger of every sampled group (pods_rl.budget.ledger), saved with checkpoints
     ledger_success_threshold: float = 0.5  # a session succeeds when its reward is above this
     n: int | None = None  # rollout.n, when the trainer's config is known
     response_length: int | None = None  # rollout.response_length: where a response counts as truncated
@@ -363,7 +363,7 @@ class PODSReplayBufferAsync(PODSReplayBuffer, ReplayBufferAsync):
 
 
 class PODSCheckpointCallback(CheckpointCallback):
-    """verl's checkpoint hook (``trainer.checkpoint_callback_class=pods_rl.integrations.verl.PODSCheckpointCallback``):
+    """verl's checkpoint hook (``trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback``):
     after each checkpoint save, the PODS replay buffer's prompt ledger goes into the same ``global_step_N`` folder.
     With a callback of your own, subclass this one and call ``super().on_save(...)``."""
 
