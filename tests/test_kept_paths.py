@@ -51,11 +51,10 @@ def test_the_names_users_type_reach_the_same_objects():
     from pods_rl.engines.trl import step
     from pods_rl.engines.trl.trainer import PODSConfig, PODSTrainer
     from pods_rl.engines.vllm.server import ReloadWeightsExtension
-    from pods_rl.planners.greso import GresoSkip as old_greso_skip
-    from pods_rl.trainer import PODSConfig as old_config
-    from pods_rl.trainer import PODSTrainer as old_trainer
 
-    assert (old_trainer, old_config, old_greso_skip) == (PODSTrainer, PODSConfig, GresoSkip)
+    typed: dict = {}  # the statements as users write them (exec: no sorter reorders them as third-party imports)
+    exec("from pods_rl.trainer import PODSConfig, PODSTrainer\nfrom pods_rl.planners.greso import GresoSkip", typed)
+    assert (typed["PODSTrainer"], typed["PODSConfig"], typed["GresoSkip"]) == (PODSTrainer, PODSConfig, GresoSkip)
     assert pods_rl.PODSTrainer is PODSTrainer
     # vLLM resolves --worker-extension-cls by importing the module part and taking the attribute
     module, _, attr = "pods_rl.integrations.vllm_server.ReloadWeightsExtension".rpartition(".")
