@@ -39,6 +39,8 @@ from pathlib import Path
 
 import torch
 
+from pods_rl.adaptive import ranks_within
+
 __all__ = ["LEDGER_FILE", "GroupSummary", "LedgerSettings", "PromptLedger", "PromptStats", "prompt_key"]
 
 LEDGER_FILE = "pods_ledger.pt"  # the file name in a checkpoint directory
@@ -280,11 +282,7 @@ class PromptLedger:
 
     def save(self, path) -> Path:
         """Write ``state_dict`` to ``path`` (torch.save; written to a temporary file, then renamed into place)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(self.state_dict(), tmp)
-        os.replace(tmp, path)
-        return path
+        return save_atomically(self.state_dict(), path)
 
     @classmethod
     def load(cls, path) -> PromptLedger:
@@ -329,14 +327,19 @@ def _gathered(ids, rewards, counts, gather, device):
     return ids, table[:, 3:], table[:, 2].long()
 
 
+def save_atomically(state, path) -> Path:
+    """``torch.save`` ``state`` to ``path`` through a temporary file renamed into place: a reader never sees half of
+    it (the ledger, the rollout budget's checkpoint file, the asynchronous worker's state)."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    torch.save(state, partial)
+    os.replace(partial, path)
+    return path
+
+
 def _occurrence(rows: torch.Tensor) -> torch.Tensor:
     """(G,) how many earlier entries of ``rows`` equal each entry (0 for a first occurrence)."""
-    seen: dict[int, int] = {}
-    out = []
-    for row in rows.tolist():
-        out.append(seen.get(row, 0))
-        seen[row] = out[-1] + 1
-    return torch.tensor(out, dtype=torch.long)
+    return torch.tensor(ranks_within(rows.tolist()), dtype=torch.long)
 
 
 def _summary(ids, rewards, scored, success) -> GroupSummary:

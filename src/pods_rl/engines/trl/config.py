@@ -43,12 +43,12 @@ from trl import GRPOConfig
 
 from pods_rl.adaptive import AdaptiveSettings
 from pods_rl.advantages import ADVANTAGE_BASELINES
+from pods_rl.engines.settings import check_planners, spelled
 from pods_rl.reward_guard import DEFAULT_REWARD_TIMEOUT_S, MAX_TIMEOUTS_IN_A_ROW
 from pods_rl.selection import TIEBREAKS, SelectionSettings, sampled_prompts
 
 # How PODSConfig's users spell the selection settings (SelectionSettings' errors name them so).
-CONFIG_NAMES = {"m": "downsample_to (m)", "rule": "downsample_rule", "tiebreak": "downsample_tiebreak",
-                "oversample_prompts": "oversample_prompts", "register": "pods_rl.register_rule"}
+CONFIG_NAMES = spelled("trl", "selection")
 
 
 @dataclass
@@ -190,8 +190,11 @@ class PODSConfig(GRPOConfig):
                     raise ValueError(f"{name} must be a dict or a JSON object, got {value!r} ({err})") from None
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} must be a dict or a JSON object, got {getattr(self, name)!r}")
-        from pods_rl.budget.rollout_budget import check_planner_settings  # (the planners: plain tensor code)
+        from pods_rl.budget.planners import available_planners  # (the planners: plain tensor code)
+        from pods_rl.budget.rollout_budget import check_planner_settings
 
+        check_planners("trl", {"which_prompts": self.prompt_planner, "how_many": self.rollout_planner},
+                       available_planners)
         check_planner_settings(self)
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
@@ -254,7 +257,8 @@ class PODSConfig(GRPOConfig):
             self.pilot_generations = k = None  # 0: off, so that a flag can turn a recipe's pilot off
         if k is None:
             return
-        AdaptiveSettings.validated(k, n, m, self.adaptive_rule, self.adaptive_round_size, self.adaptive_budget)
+        AdaptiveSettings.validated(k, n, m, self.adaptive_rule, self.adaptive_round_size, self.adaptive_budget,
+                                   names=spelled("trl", "adaptive"))
 
     @property
     def selection_settings(self) -> SelectionSettings:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import torch
 from accelerate.utils import gather
 
-from pods_rl.adaptive import group_is_mixed, plan_round
+from pods_rl.adaptive import group_is_mixed, plan_round, ranks_within
 from pods_rl.engines.trl.rows import (
     Generated,
     Sampled,
@@ -29,7 +29,6 @@ from pods_rl.engines.trl.rows import (
     metrics_logged,
     place_extra_logs,
     put_back_metrics,
-    ranks_within,
     take_extra_logs,
     write_extra_fields,
 )

@@ -84,16 +84,6 @@ def with_dataset_images(generated: Generated, prompts: list, rows: list[int]) ->
     return generated._replace(images=images)
 
 
-def ranks_within(owners: list[int]) -> list[int]:
-    """For each entry, how many earlier entries have the same value: [3, 3, 5, 3] -> [0, 1, 0, 2]."""
-    seen: dict[int, int] = {}
-    ranks = []
-    for owner in owners:
-        ranks.append(seen.get(owner, 0))
-        seen[owner] = ranks[-1] + 1
-    return ranks
-
-
 def arrange_rounds(outputs: list[tuple], slots: list[list[int]], num_prompts: int, n: int) -> Generated:
     """Merge the rounds' ``_generate`` tuples into one of P*n rows: row ``slots[r][i]`` holds round r's i-th row
     (a round's padding rows, past ``len(slots[r])``, are dropped); a slot no round filled holds a copy of its

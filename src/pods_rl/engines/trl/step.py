@@ -174,10 +174,9 @@ class PODSStep(RoundsStep):
         by ``pods_rl.advantages.sampled_baseline_advantages`` (from all of each prompt's sampled rollouts), in the
         batch and in the completions table. ``rewards_per_func`` (P, n, F) this process's, NaN on padding;
         ``counts`` (P,)."""
-        weights = self.reward_weights.cpu().to(rewards_per_func.dtype)
-        totals = (rewards_per_func * weights).nansum(dim=-1)  # (P, n) TRL's sum; NaN: unscorable or padding
-        unscored = torch.isnan(rewards_per_func).all(dim=-1) | (torch.arange(totals.shape[1]) >= counts.unsqueeze(1))
-        totals = totals.masked_fill(unscored, float("nan"))
+        totals = reward_totals(rewards_per_func, self.reward_weights)  # (P, n) TRL's sum; NaN: unscorable
+        padding = torch.arange(totals.shape[1], device=totals.device) >= counts.to(totals.device).unsqueeze(1)
+        totals = totals.masked_fill(padding, float("nan"))
         advantages = sampled_baseline_advantages(totals, kept_rows, scale=self.args.scale_rewards == "group")
         output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
         every = self._gather(advantages).cpu().tolist()  # the completions table's column: every process's rows

@@ -11,6 +11,7 @@ from trl.trainer.utils import get_callable_name
 
 from pods_rl.adaptive import AdaptiveSettings
 from pods_rl.advantages import ADVANTAGE_BASELINES
+from pods_rl.engines.settings import spelled
 from pods_rl.engines.trl_async.budget import check_budget_settings
 from pods_rl.selection import SelectionSettings
 
@@ -18,10 +19,8 @@ __all__ = ["adaptive_settings", "check_advantage_baseline", "check_worker_settin
            "pods_settings"]
 
 # How the async worker's users spell the settings (the one-line errors name these).
-ADAPTIVE_NAMES = {"pilot": "pods_pilot", "n": "num_generations", "m": "pods_m", "rule": "pods_adaptive_rule",
-                  "round_size": "pods_round_size", "budget": "pods_adaptive_budget", "reward": "pods_adaptive_reward"}
-ASYNC_NAMES = {"m": "pods_m", "rule": "pods_rule", "tiebreak": "pods_tiebreak",
-               "register": "pods_rl.register_rule in a module named by pods_rule_module"}
+ADAPTIVE_NAMES = spelled("trl_async", "adaptive")
+ASYNC_NAMES = spelled("trl_async", "selection")
 
 
 def pods_settings(m: int, rule: str = "max_variance", tiebreak: str = "index", n: int | None = None,

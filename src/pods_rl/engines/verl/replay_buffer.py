@@ -96,6 +96,7 @@ from verl.utils.import_utils import load_module  # noqa: E402
 
 from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger  # noqa: E402
 from pods_rl.downsample import rule_takes_features  # noqa: E402
+from pods_rl.engines.settings import spelled  # noqa: E402
 from pods_rl.engines.verl.batch_settings import SEPARATE_ASYNC, padding_rows  # noqa: E402
 from pods_rl.selection import SelectionSettings, kept_groups, select  # noqa: E402
 
@@ -105,8 +106,7 @@ __all__ = ["PODSCheckpointCallback", "PODSReplayBuffer", "PODSReplayBufferAsync"
 logger = logging.getLogger("pods_rl")
 
 # How verl's users spell the selection settings (SelectionSettings' errors name them so).
-VERL_NAMES = {name: f"sampler_kwargs.{name}" for name in ("m", "rule", "tiebreak", "oversample_prompts")}
-VERL_NAMES["register"] = "pods_rl.register_rule in a module named by sampler_kwargs.rule_module"
+VERL_NAMES = spelled("verl", "selection")
 # The rollout-budget planners verl's hooks cannot carry (docs/guides/verl.md, "Rollout budgets"), refused by name.
 _SKIP = ("verl's trainer draws prompts from its dataloader and dispatches them to generation itself "
          "(_add_batch_to_generate); the replay buffer sees a prompt only once its rollouts are finished, so it cannot "
