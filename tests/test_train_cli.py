@@ -294,3 +294,14 @@ def test_sigkill_then_resume(tmp_path, tiny_model_dir):
     assert not (run_dir / f"{half.name}.incomplete").exists()
     assert f"removed the incomplete leftover {half.name}.incomplete" in result.stderr
     assert runlog.read_clock(run_dir / "final")["step"] == max_steps
+
+
+def test_pods_train_takes_its_peft_config_from_the_trl_engine():
+    """`pods train` builds the LoRA config through pods_rl.engines.trl (only the engines import TRL)."""
+    from trl import ModelConfig
+
+    from pods_rl.engines.trl.config import peft_config
+
+    assert peft_config(ModelConfig(use_peft=False)) is None
+    lora = peft_config(ModelConfig(use_peft=True, lora_r=8, lora_alpha=16))
+    assert (lora.r, lora.lora_alpha) == (8, 16)

@@ -290,8 +290,8 @@ def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, m
     """The clock (evaluations, time-based saves and stop), the stop on signals, the divergence guard and the
     trainer. Returns (trainer, clock, eval_fn)."""
     from transformers.trainer_callback import PrinterCallback
-    from trl import get_peft_config
 
+    from pods_rl.engines.trl.config import peft_config
     from pods_rl.engines.trl.trainer import PODSTrainer
 
     # Lazy, as TRL: pods_rl.engines.trl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
@@ -317,7 +317,7 @@ def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, m
         callbacks.append(runlog.ApplyOptimizerSettings())
     callbacks.append(DivergenceGuard())  # last: its on_log sees the row the clock wrote; its checks precede saves
     trainer = PODSTrainer(model=model, reward_funcs=task.reward_funcs(), args=config, train_dataset=train_dataset,
-                          processing_class=tokenizer, peft_config=get_peft_config(model_args), callbacks=callbacks)
+                          processing_class=tokenizer, peft_config=peft_config(model_args), callbacks=callbacks)
     clock.is_main_process = trainer.accelerator.is_main_process
     clock.run_figure = run.run_figure  # read by fit
     if clock.progress:

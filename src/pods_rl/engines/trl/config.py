@@ -39,7 +39,7 @@ def require_supported_trl(trl_version: str) -> None:
 
 require_supported_trl(version("trl"))  # before the imports below, which reach into TRL's internals
 
-from trl import GRPOConfig
+from trl import GRPOConfig, get_peft_config
 
 from pods_rl.adaptive import AdaptiveSettings
 from pods_rl.advantages import ADVANTAGE_BASELINES
@@ -307,3 +307,9 @@ def eval_batch_problem(per_device_eval_batch_size: int, num_processes: int, num_
     return (f"per_device_eval_batch_size ({per_device_eval_batch_size}) * processes ({num_processes}) is not a multiple "
             f"of the completions evaluation samples per prompt ({k}: {which}): make per_device_eval_batch_size a "
             f"multiple of {k}, or set num_generations_eval to a divisor of it.")
+
+
+def peft_config(model_args):
+    """The PEFT (LoRA) config of TRL's ``ModelConfig`` flags (``use_peft``, ``lora_r``, ...), None without
+    ``use_peft``: TRL's ``get_peft_config``, for ``pods train`` (only the engines import TRL)."""
+    return get_peft_config(model_args)
