@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI, informational (never fails the build): meet the next TRL before users do.
 #
-# When the package index has a TRL newer than TRL_RANGE's upper bound (src/pods_rl/trainer_config.py), install it in a
+# When the package index has a TRL newer than TRL_RANGE's upper bound (src/pods_rl/engines/trl/config.py), install it in a
 # throwaway environment and run the TRL surface pins (tests/test_trl_surface.py) and the drop-in conformance suite
 # (tests/test_dropin.py) against it, then say plainly whether it breaks pods-rl and which surface items moved.
 # Users stay protected by the pin either way, so this step always exits 0.
@@ -18,10 +18,10 @@ PY=.venv/bin/python; [ -x "$PY" ] || PY=python3  # the project environment has p
 upper=$("$PY" -c '
 import re
 from packaging.specifiers import SpecifierSet
-text = open("src/pods_rl/trainer_config.py").read()
+text = open("src/pods_rl/engines/trl/config.py").read()
 spec = SpecifierSet(re.search(r"^TRL_RANGE = \"([^\"]+)\"", text, re.M).group(1))
 print(next(s.version for s in spec if s.operator == "<"))' 2>/dev/null)
-if [ -z "$upper" ]; then say "could not read TRL_RANGE's upper bound from src/pods_rl/trainer_config.py; skipped."; exit 0; fi
+if [ -z "$upper" ]; then say "could not read TRL_RANGE's upper bound from src/pods_rl/engines/trl/config.py; skipped."; exit 0; fi
 
 newest=$(timeout 120 python3 -m pip index versions trl 2>/dev/null | sed -nE 's/^trl \(([^)]+)\).*/\1/p' | head -1)
 candidate=${TRL_NEXT_VERSION:-$newest}

@@ -5,7 +5,7 @@ What runs. TRL 1.16's ``trl.experimental.async_grpo.AsyncGRPOTrainer`` trains th
 (``pods_rl/assets/tiny``, what ``pods train`` trains by default) on the embedded ``arithmetic`` task, its rollout
 worker (a spawned child process) sampling from ONE vLLM server (vLLM's CPU build, dev mode, pods-rl's reload
 extension, as in ``tests/vllm/test_async_server.py``) that this script starts, reuses for every run and kills at
-the end. Weights reach the server through ``pods_rl.integrations.async_cpu.DirectoryWeightTransfer`` after every
+the end. Weights reach the server through ``pods_rl.engines.trl_async.cpu.DirectoryWeightTransfer`` after every
 optimizer step; ``async_trainer_on_cpu`` gives the trainer its CPU stand-ins. Methods (m rows per prompt reach the
 trainer in every method, and every step trains the same ``--rows-per-step`` rows, i.e. rows/m prompts):
 
@@ -261,7 +261,7 @@ class VLLMServer:
         self.start_seconds = None
 
     def start(self) -> str:
-        from pods_rl.integrations.async_cpu import EXTENSION, wait_for_health
+        from pods_rl.engines.trl_async.cpu import EXTENSION, wait_for_health
 
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
@@ -431,8 +431,8 @@ def train_run(method: str, seed: int, opts, server: VLLMServer, watchdog: Watchd
     from transformers import TrainerCallback
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
-    from pods_rl.integrations.async_cpu import DirectoryWeightTransfer, async_trainer_on_cpu
-    from pods_rl.integrations.async_grpo import pods_rollout_worker
+    from pods_rl.engines.trl_async.cpu import DirectoryWeightTransfer, async_trainer_on_cpu
+    from pods_rl.engines.trl_async.worker import pods_rollout_worker
 
     spec = method_table(opts.n, opts.m, opts.pilot)[method]
     model_dir, url = ref["model_dir"], server.url
@@ -654,7 +654,7 @@ def run_all(opts) -> None:
     if "adaptive" in opts.methods:
         import inspect
 
-        from pods_rl.integrations.async_grpo import check_worker_settings
+        from pods_rl.engines.trl_async.worker import check_worker_settings
 
         if "pods_pilot" not in inspect.signature(check_worker_settings).parameters:
             fail("method adaptive needs pods_pilot in pods_rollout_worker (not in this pods_rl): leave it out of "

@@ -109,7 +109,7 @@ def make_vllm(model, tokenizer, workaround: bool = True):
     from accelerate import Accelerator
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from pods_rl.integrations import vllm_cpu
+    from pods_rl.engines.vllm import cpu as vllm_cpu
 
     with vllm_cpu.reloadable_cpu_weights() if workaround else nullcontext():
         return VLLMGeneration(model=model, accelerator=Accelerator(cpu=True), processing_class=tokenizer,
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from pods_rl.trainer import PODSTrainer  # noqa: F401  (the TRL range check, before TRL's internals)
+    from pods_rl.engines.trl.trainer import PODSTrainer  # noqa: F401  (the TRL range check, before TRL's internals)
 
     command = "python benchmarks/bench_generation.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.cost:

@@ -126,9 +126,9 @@ def build_trainer(model_path: str, recipe: str, device: torch.device, num_genera
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from pods_rl.engines.trl.trainer import PODSTrainer
     from pods_rl.recipes import parse_args, parse_task_args
     from pods_rl.tasks import get_task
-    from pods_rl.trainer import PODSTrainer
 
     argv = ["--config", recipe, "--model_name_or_path", model_path, "--output_dir", output_dir,
             "--num_generations", str(num_generations), "--downsample_to", str(downsample_to),

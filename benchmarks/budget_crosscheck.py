@@ -36,8 +36,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 torch.set_num_threads(1)  # tiny tensors: a thread pool only adds overhead
 
-from pods_rl.ledger import LedgerSettings, PromptLedger  # noqa: E402
-from pods_rl.planners import (  # noqa: E402
+from pods_rl.budget.ledger import LedgerSettings, PromptLedger  # noqa: E402
+from pods_rl.budget.planners import (  # noqa: E402
     GresoSettings,
     GresoSkip,
     KnapsackSettings,

@@ -1,4 +1,4 @@
-"""The rollout-budget planners in TRL's asynchronous worker (pods_rl.integrations.async_budget, issue #54): GRESO's
+"""The rollout-budget planners in TRL's asynchronous worker (pods_rl.engines.trl_async.budget, issue #54): GRESO's
 skip where the worker draws its prompts, Knapsack-RL's counts by top-ups, the worker's prompt ledger, its state in
 the trainer's checkpoints, and the refusals.
 
@@ -27,14 +27,14 @@ from trl.experimental.async_grpo import AsyncGRPOTrainer  # noqa: E402
 from trl.experimental.async_grpo import async_grpo_trainer as trl_trainer  # noqa: E402
 from trl.experimental.async_grpo import async_rollout_worker as trl_worker  # noqa: E402
 
-from pods_rl.integrations.async_budget import (  # noqa: E402
+from pods_rl.budget.ledger import LEDGER_FILE  # noqa: E402
+from pods_rl.budget.planners import KnapsackAllocation, KnapsackSettings  # noqa: E402
+from pods_rl.engines.trl_async.budget import (  # noqa: E402
     PODSLedgerCallback,
     WorkerBudget,
     check_budget_settings,
 )
-from pods_rl.integrations.async_grpo import PODSRolloutLoop, pods_worker_kwargs  # noqa: E402
-from pods_rl.ledger import LEDGER_FILE  # noqa: E402
-from pods_rl.planners import KnapsackAllocation, KnapsackSettings  # noqa: E402
+from pods_rl.engines.trl_async.worker import PODSRolloutLoop, pods_worker_kwargs  # noqa: E402
 from tests.test_async_pods import (  # noqa: E402
     SCORED,
     SCRIPT,

@@ -37,8 +37,8 @@ from trl.trainer.utils import get_callable_name  # noqa: E402
 
 import pods_rl  # noqa: E402
 from pods_rl.downsample import downsample  # noqa: E402
-from pods_rl.integrations.async_grpo import PODSRolloutLoop  # noqa: E402
-from pods_rl.integrations.async_scoring import conversations_at  # noqa: E402
+from pods_rl.engines.trl_async.scoring import conversations_at  # noqa: E402
+from pods_rl.engines.trl_async.worker import PODSRolloutLoop  # noqa: E402
 from tests.test_async_pods import POD_METRICS, accelerate_state  # noqa: E402, F401  (a module fixture)
 
 EOS, PAD = 2, 0
@@ -278,7 +278,7 @@ def test_the_sampled_baseline_gives_each_kept_row_its_advantage_in_the_whole_gro
 
 
 def test_an_unknown_advantage_baseline_is_one_line_naming_the_worker_argument():
-    from pods_rl.integrations.async_grpo import check_worker_settings
+    from pods_rl.engines.trl_async.worker import check_worker_settings
 
     with pytest.raises(ValueError, match=r"^pods_advantage_baseline must be one of \['kept', 'sampled'\], "
                                          r"got 'global'\.$"):

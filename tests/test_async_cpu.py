@@ -1,4 +1,4 @@
-"""TRL's asynchronous trainer on CPU (pods_rl.integrations.async_grpo, issue #40 item 3): the CPU stand-ins for its
+"""TRL's asynchronous trainer on CPU (pods_rl.engines.trl_async.worker, issue #40 item 3): the CPU stand-ins for its
 CUDA-only steps, checked against what they replace. The run against a real vLLM server is tests/vllm/test_async_server.py.
 """
 
@@ -13,7 +13,7 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 from trl.experimental.async_grpo import async_grpo_trainer as trl_trainer  # noqa: E402
 from trl.experimental.async_grpo.packing import TREE_ATTENTION, TreeRow  # noqa: E402
 
-from pods_rl.integrations.async_cpu import async_trainer_on_cpu, register_torch_tree_attention  # noqa: E402
+from pods_rl.engines.trl_async.cpu import async_trainer_on_cpu, register_torch_tree_attention  # noqa: E402
 from pods_rl.tiny import build_random_model  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""Pilot-Commit in TRL's asynchronous worker (pods_rl.integrations.async_budget): the pilot from TRL's generate loop,
+"""Pilot-Commit in TRL's asynchronous worker (pods_rl.engines.trl_async.budget): the pilot from TRL's generate loop,
 the verdict (PilotCommit.after_pilot's), the commit as a top-up, committed ids for the trainer, the resume point.
 
 ``WorkerBudget`` is tested alone (no TRL); the loop runs TRL's own generate and score loops with generation answered
@@ -15,9 +15,9 @@ import torch
 
 pytest.importorskip("trl.experimental.async_grpo")
 
-from pods_rl.integrations.async_grpo import pods_worker_kwargs  # noqa: E402
-from pods_rl.ledger import PromptLedger  # noqa: E402
-from pods_rl.planners import PilotCommit, PilotCommitSettings  # noqa: E402
+from pods_rl.budget.ledger import PromptLedger  # noqa: E402
+from pods_rl.budget.planners import PilotCommit, PilotCommitSettings  # noqa: E402
+from pods_rl.engines.trl_async.worker import pods_worker_kwargs  # noqa: E402
 from tests.test_async_budget import budget_loop, pushed, rows, source, worker_budget  # noqa: E402
 from tests.test_async_pods import (  # noqa: E402
     SCORED,

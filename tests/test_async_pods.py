@@ -1,4 +1,4 @@
-"""PODS inside TRL's asynchronous GRPO trainer (pods_rl.integrations.async_grpo, issue #40 item 1), on CPU.
+"""PODS inside TRL's asynchronous GRPO trainer (pods_rl.engines.trl_async.worker, issue #40 item 1), on CPU.
 
 No vLLM server: the tests run the loop's scoring step, ``_score_group``, on real ``RolloutGroup``s of n conversations
 with real reward functions (plain Python), through TRL's own ``_score_group`` underneath, and compare with TRL's
@@ -44,7 +44,7 @@ from trl.trainer.utils import get_callable_name  # noqa: E402
 
 import pods_rl  # noqa: E402
 from pods_rl.downsample import downsample  # noqa: E402
-from pods_rl.integrations.async_grpo import (  # noqa: E402
+from pods_rl.engines.trl_async.worker import (  # noqa: E402
     PODSRolloutLoop,
     PODSRolloutWorker,
     pods_worker_kwargs,

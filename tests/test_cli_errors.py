@@ -24,7 +24,7 @@ CASES = [
     (SMOKE + " --max_staleness 2", 2, "--max_staleness: `pods train` runs the synchronous trainer and has no "
      "asynchronous mode"),
     (SMOKE + " --async true", 2, "asynchronous PODS runs from Python: AsyncGRPOTrainer with rollout_worker="
-     "pods_rl.integrations.async_grpo.pods_rollout_worker(...)"),
+     "pods_rl.engines.trl_async.worker.pods_rollout_worker(...)"),
     # values that cannot train
     (SMOKE + " --learning_rate 0", 2, "--learning_rate must be > 0, got 0.0"),
     (SMOKE + " --learning_rate -1", 2, "--learning_rate must be > 0, got -1.0"),

@@ -74,7 +74,7 @@ def test_our_fields_show_their_dataclass_defaults(train_help):
     """RunArguments' fields and those PODSConfig adds to GRPOConfig: the default in the help is the field's own."""
     from trl import GRPOConfig
 
-    from pods_rl.trainer import PODSConfig
+    from pods_rl.engines.trl.trainer import PODSConfig
 
     ours = [*dataclasses.fields(recipes.RunArguments),
             *(f for f in dataclasses.fields(PODSConfig) if f.name not in GRPOConfig.__dataclass_fields__)]

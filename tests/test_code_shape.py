@@ -60,7 +60,7 @@ def test_selection_metrics_are_written_in_one_module():
                             if f'"pods/{name}":' in (text := path.read_text()) or f'"pods/{name}"].append' in text)
                for name in metrics}
     assert all(where == ["selection.py"] for where in writers.values()), writers
-    for engine in ("trainer_step.py", "integrations/verl.py"):
+    for engine in ("engines/trl/step.py", "engines/verl/replay_buffer.py"):
         imported = {alias.name for node in ast.walk(ast.parse((PACKAGE_DIR / engine).read_text()))
                     if isinstance(node, ast.ImportFrom) and node.module == "pods_rl.selection" for alias in node.names}
         assert "select" in imported, f"{engine} does not take its selection from pods_rl.selection.select"

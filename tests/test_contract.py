@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from pods_rl import register_rule
-from pods_rl.trainer import PODSConfig, PODSTrainer
+from pods_rl.engines.trl.trainer import PODSConfig, PODSTrainer
 from tests import contract
 from tests.contract import KEPT_INDICES, TURNS, M, N, Script, turn_reward, vowel_share
 from tests.test_dropin import Counter, call, multiply, tool_model, tool_tokenizer

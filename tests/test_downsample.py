@@ -826,7 +826,7 @@ def test_every_kind_of_rule_registers_through_one_registry(scratch_registry, mon
     import importlib
 
     from pods_rl import adaptive, planners
-    from pods_rl.planners import base
+    from pods_rl.budget.planners import base
     from pods_rl.registry import Registry
 
     monkeypatch.setattr(adaptive, "_RULES", adaptive._RULES.copy())

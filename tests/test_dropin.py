@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from trl.trainer.utils import nanstd
 
 from pods_rl import downsample, register_rule
-from pods_rl.trainer import PODSConfig, PODSTrainer
+from pods_rl.engines.trl.trainer import PODSConfig, PODSTrainer
 
 N, M = 4, 2  # rollouts sampled per prompt, kept per prompt
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pods_rl import trainer as pods_trainer
-from pods_rl import trainer_config
+import pods_rl
+from pods_rl.engines.trl import config as trainer_config
+from pods_rl.engines.trl import trainer as pods_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -206,7 +207,7 @@ def test_shipped_accelerate_configs_parse_as_accelerate_launch_reads_them():
                 "zero2": (DistributedType.DEEPSPEED, 2), "zero3": (DistributedType.DEEPSPEED, 3)}
     assert accelerate_configs() == sorted(expected)
     # Shipped as package data, beside the recipes.
-    assert ACCELERATE_DIR.parent.parent == Path(pods_trainer.__file__).parent
+    assert ACCELERATE_DIR.parent.parent == Path(pods_rl.__file__).parent
     assert '"recipes/**/*.yaml"' in (ROOT / "pyproject.toml").read_text()
     launch_flags = {action.dest for action in launch_command_parser()._actions}
     for name, (distributed_type, zero_stage) in expected.items():

@@ -19,9 +19,9 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from pods_rl.integrations.verl_args import VERL_RANGE
-from pods_rl.integrations.vllm_cpu import CHECKED_VLLM, TRL_VLLM_RANGES, trl_vllm_range
-from pods_rl.trainer_config import TRL_RANGE
+from pods_rl.engines.trl.config import TRL_RANGE
+from pods_rl.engines.verl.batch_settings import VERL_RANGE
+from pods_rl.engines.vllm.cpu import CHECKED_VLLM, TRL_VLLM_RANGES, trl_vllm_range
 
 try:
     import tomllib

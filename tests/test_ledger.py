@@ -1,4 +1,4 @@
-"""The prompt ledger (pods_rl.ledger): what it keeps per prompt, against a plain-Python reference; gathering across
+"""The prompt ledger (pods_rl.budget.ledger): what it keeps per prompt, against a plain-Python reference; gathering across
 ranks (a fake 2-rank gather in threads, and 2 real gloo processes); exact restore from a checkpoint file."""
 
 import math
@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from pods_rl.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, prompt_key
+from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, prompt_key
 
 
 def padded(rows, n):

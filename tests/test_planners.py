@@ -1,4 +1,4 @@
-"""The rollout-budget planners (pods_rl.planners): each against fixed decisions of the authors' released code, the
+"""The rollout-budget planners (pods_rl.budget.planners): each against fixed decisions of the authors' released code, the
 common Plan shape and registry, one-line setting errors, determinism, and exact resume.
 
 The expected values marked "their code" were computed by running the authors' functions on these inputs with
@@ -15,9 +15,8 @@ import pytest
 import torch
 
 from pods_rl.adaptive import plan_round, register_adaptive_rule
-from pods_rl.downsample import downsample, register_rule
-from pods_rl.ledger import LedgerSettings, PromptLedger
-from pods_rl.planners import (
+from pods_rl.budget.ledger import LedgerSettings, PromptLedger
+from pods_rl.budget.planners import (
     GresoSettings,
     GresoSkip,
     KnapsackAllocation,
@@ -35,6 +34,7 @@ from pods_rl.planners import (
     preset,
     register_planner,
 )
+from pods_rl.downsample import downsample, register_rule
 from pods_rl.selection import SelectionSettings, select
 
 STANDARD = {"pods/plan_prompts", "pods/plan_rollouts", "pods/rollouts_per_prompt_mean", "pods/rollouts_per_prompt_min",

@@ -58,7 +58,7 @@ def test_failed_start_leaves_no_run_dir_and_debug_shows_the_traceback(tmp_path, 
     def broken_trainer(*args, **kwargs):
         raise RuntimeError("trainer exploded")
 
-    monkeypatch.setattr("pods_rl.trainer.PODSTrainer", broken_trainer)
+    monkeypatch.setattr("pods_rl.engines.trl.trainer.PODSTrainer", broken_trainer)
     argv = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "r")]
     assert train_main(argv) == 1
     assert "RuntimeError: trainer exploded (--debug shows the full traceback)" in _one_error_line(capsys)
@@ -77,7 +77,7 @@ def test_a_held_out_split_smaller_than_asked_is_named_before_loading(tmp_path, t
     def broken_trainer(*args, **kwargs):
         raise RuntimeError("trainer exploded")
 
-    monkeypatch.setattr("pods_rl.trainer.PODSTrainer", broken_trainer)
+    monkeypatch.setattr("pods_rl.engines.trl.trainer.PODSTrainer", broken_trainer)
     argv = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "r"),
             "--task", f"jsonl:{data}", "--eval_num_problems", "10"]
     assert train_main(argv) == 1
@@ -87,7 +87,7 @@ def test_a_held_out_split_smaller_than_asked_is_named_before_loading(tmp_path, t
 
 
 def test_disk_full_while_saving_is_one_line(tmp_path, tiny_model_dir, capsys, monkeypatch):
-    from pods_rl.trainer import PODSTrainer
+    from pods_rl.engines.trl.trainer import PODSTrainer
 
     def full(self, *args, **kwargs):
         raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
@@ -207,7 +207,7 @@ def test_signal_while_starting_aborts_and_leaves_no_run_dir(tmp_path, tiny_model
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("the signal did not abort")
 
-    monkeypatch.setattr("pods_rl.trainer.PODSTrainer", signalled_trainer)
+    monkeypatch.setattr("pods_rl.engines.trl.trainer.PODSTrainer", signalled_trainer)
     run_dir = tmp_path / "r"
     argv = ["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(run_dir)]
     assert train_main(argv) == 130
@@ -294,3 +294,14 @@ def test_sigkill_then_resume(tmp_path, tiny_model_dir):
     assert not (run_dir / f"{half.name}.incomplete").exists()
     assert f"removed the incomplete leftover {half.name}.incomplete" in result.stderr
     assert runlog.read_clock(run_dir / "final")["step"] == max_steps
+
+
+def test_pods_train_takes_its_peft_config_from_the_trl_engine():
+    """`pods train` builds the LoRA config through pods_rl.engines.trl (only the engines import TRL)."""
+    from trl import ModelConfig
+
+    from pods_rl.engines.trl.config import peft_config
+
+    assert peft_config(ModelConfig(use_peft=False)) is None
+    lora = peft_config(ModelConfig(use_peft=True, lora_r=8, lora_alpha=16))
+    assert (lora.r, lora.lora_alpha) == (8, 16)

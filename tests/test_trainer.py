@@ -8,8 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from pods_rl import downsample, register_rule
-from pods_rl.trainer import PODSConfig, PODSTrainer
-from pods_rl.trainer_step import KeptRollouts
+from pods_rl.engines.trl.step import KeptRollouts
+from pods_rl.engines.trl.trainer import PODSConfig, PODSTrainer
 
 
 def digit_reward(completions, **kwargs):

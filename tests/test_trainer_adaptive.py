@@ -3,7 +3,7 @@ as plain PODS when the pilot is all of n, over-sampling drops what stayed all-eq
 
 import pytest
 
-from pods_rl.trainer import PODSConfig
+from pods_rl.engines.trl.trainer import PODSConfig
 
 from .test_trainer import (
     _kept_texts,
@@ -145,8 +145,8 @@ def test_adaptive_reward_decides_mixed_on_one_reward_function(tmp_path, tiny_mod
 
 
 def test_rounds_are_arranged_into_n_rows_per_prompt():
-    from pods_rl.trainer_rows import arrange_rounds as _arrange_rounds
-    from pods_rl.trainer_rows import ranks_within as _ranks_within
+    from pods_rl.adaptive import ranks_within as _ranks_within
+    from pods_rl.engines.trl.rows import arrange_rounds as _arrange_rounds
 
     assert _ranks_within([3, 3, 5, 3]) == [0, 1, 0, 2]
     n = 4

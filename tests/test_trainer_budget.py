@@ -9,8 +9,8 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods_rl.ledger import LEDGER_FILE
-from pods_rl.trainer import PODSConfig, PODSTrainer
+from pods_rl.budget.ledger import LEDGER_FILE
+from pods_rl.engines.trl.trainer import PODSConfig, PODSTrainer
 
 N, M, B = 4, 2, 2  # rollouts sampled per prompt (at most), kept per prompt, kept groups per step
 
@@ -158,7 +158,7 @@ def test_pilot_commit_pilots_every_candidate_and_commits_the_batch(tmp_path, tin
 
 
 def prompt_id(i: int) -> int:
-    from pods_rl.ledger import prompt_key
+    from pods_rl.budget.ledger import prompt_key
 
     return prompt_key([{"role": "user", "content": f"{i}+{i}="}])
 

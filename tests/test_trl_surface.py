@@ -1,4 +1,4 @@
-"""What pods_rl.trainer relies on of TRL (the list at the top of src/pods_rl/trainer.py), pinned without a model run.
+"""What pods_rl.engines.trl.trainer relies on of TRL (the list at the top of src/pods_rl/engines/trl/trainer.py), pinned without a model run.
 
 Run on both ends of the supported TRL range (.ci/run repeats this file under trl==1.12). A TRL release that renames
 a parameter, reshapes `_generate`'s tuple or stops calling a method we answer fails here, with a message naming
@@ -18,7 +18,7 @@ from transformers import Trainer
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer import utils as trl_utils
 
-from pods_rl import trainer as pods_trainer
+from pods_rl.engines.trl import trainer as pods_trainer
 
 
 def parameters(func) -> list[str]:
@@ -66,10 +66,10 @@ OVERRIDDEN = {
 
 @pytest.mark.parametrize("name", sorted(OVERRIDDEN))
 def test_overridden_grpo_trainer_methods_keep_their_parameters(name):
-    assert hasattr(GRPOTrainer, name), f"GRPOTrainer.{name} is gone: PODSTrainer overrides it (see pods_rl.trainer)"
+    assert hasattr(GRPOTrainer, name), f"GRPOTrainer.{name} is gone: PODSTrainer overrides it (see pods_rl.engines.trl.trainer)"
     got = parameters(getattr(GRPOTrainer, name))
     assert got == OVERRIDDEN[name], (f"GRPOTrainer.{name} now takes {got}, PODSTrainer overrides it as "
-                                     f"{OVERRIDDEN[name]}: update the override in pods_rl.trainer")
+                                     f"{OVERRIDDEN[name]}: update the override in pods_rl.engines.trl.trainer")
     ours = parameters(getattr(pods_trainer.PODSTrainer, name))
     assert ours == OVERRIDDEN[name], f"PODSTrainer.{name} takes {ours}, TRL's takes {OVERRIDDEN[name]}"
 
@@ -96,7 +96,7 @@ def test_trainer_get_dataloader_takes_what_get_train_dataloader_passes():
 def test_generate_returns_the_8_tuple_we_name():
     """trainer_step.Generated names GRPOTrainer._generate's values; each of TRL's `return` tuples must hold the same
     names in the same order (the step reads them by name)."""
-    from pods_rl.trainer_step import Generated
+    from pods_rl.engines.trl.step import Generated
 
     returns = [node.value for node in ast.walk(source_tree(GRPOTrainer._generate))
                if isinstance(node, ast.Return) and node.value is not None]
@@ -106,7 +106,7 @@ def test_generate_returns_the_8_tuple_we_name():
             f"GRPOTrainer._generate now returns {ast.unparse(value)}, not a tuple; PODSTrainer names its 8 values")
         names = [ast.unparse(element) for element in value.elts]
         assert names == list(Generated._fields), (f"GRPOTrainer._generate now returns {names}; "
-                                                  f"pods_rl.trainer_step.Generated names {list(Generated._fields)}")
+                                                  f"pods_rl.engines.trl.step.Generated names {list(Generated._fields)}")
 
 
 def test_generate_and_score_completions_unpacks_the_8_tuple():
@@ -176,13 +176,13 @@ TRAINER_ATTRIBUTES = ["num_generations", "num_iterations", "shuffle_dataset", "r
 @pytest.mark.parametrize("name", TRAINER_ATTRIBUTES)
 def test_grpo_trainer_sets_the_attributes_we_read(name):
     assert name in assigned_on_self(GRPOTrainer.__init__), (
-        f"GRPOTrainer.__init__ no longer sets self.{name}; pods_rl.trainer reads it")
+        f"GRPOTrainer.__init__ no longer sets self.{name}; pods_rl.engines.trl.trainer reads it")
 
 
 def test_eos_token_ids_are_what_this_trl_counts_as_a_finish():
-    """pods_rl.trainer_rows.eos_token_ids: TRL >= 1.15 keeps GRPOTrainer.eos_token_ids and its `_generate` counts a
+    """pods_rl.engines.trl.rows.eos_token_ids: TRL >= 1.15 keeps GRPOTrainer.eos_token_ids and its `_generate` counts a
     completion ending in any of them (or padding) as finished; earlier TRLs count only the tokenizer's EOS."""
-    from pods_rl.trainer_rows import TRL_KEEPS_EOS_TOKEN_IDS
+    from pods_rl.engines.trl.rows import TRL_KEEPS_EOS_TOKEN_IDS
 
     generate = inspect.getsource(GRPOTrainer._generate)
     if TRL_KEEPS_EOS_TOKEN_IDS:
@@ -195,7 +195,7 @@ def test_eos_token_ids_are_what_this_trl_counts_as_a_finish():
 
 def test_reward_functions_log_through_the_buffers_the_step_cuts_to_the_kept_rows():
     """log_extra / log_metric reach reward functions as the trainer's methods, which fill the buffers that
-    TRL's `_generate_and_score_completions` flushes (pods_rl.trainer_rows.take_extra_logs / metrics_logged)."""
+    TRL's `_generate_and_score_completions` flushes (pods_rl.engines.trl.rows.take_extra_logs / metrics_logged)."""
     rewards = inspect.getsource(GRPOTrainer._calculate_rewards)
     assert 'reward_kwargs["log_extra"] = self._log_completion_extra' in rewards
     assert 'reward_kwargs["log_metric"] = self._log_metric' in rewards
@@ -206,8 +206,8 @@ def test_reward_functions_log_through_the_buffers_the_step_cuts_to_the_kept_rows
 
 
 def test_the_tool_loop_reads_each_rollouts_tool_dicts_by_position():
-    """The adaptive rounds set the round's rows' tool dicts (pods_rl.trainer_rounds) and count a failed call per
-    rollout (pods_rl.trainer_rows.count_tool_exceptions): TRL's loop looks each rollout's tools up by its position
+    """The adaptive rounds set the round's rows' tool dicts (pods_rl.engines.trl.rounds) and count a failed call per
+    rollout (pods_rl.engines.trl.rows.count_tool_exceptions): TRL's loop looks each rollout's tools up by its position
     in the batch it generates, at most max_tool_calling_iterations times, and counts a raised call as a failure."""
     loop = inspect.getsource(GRPOTrainer._tool_call_loop)
     assert "self._sync_tool_dicts[idx_with_tool]" in loop and "self._async_tool_dicts[idx_with_tool]" in loop
@@ -234,7 +234,7 @@ def test_environment_owned_data_gets_a_placeholder_dataset_of_one_round():
 
 
 def test_vllm_sleep_mode_is_what_the_rounds_defer():
-    """pods_rl.trainer_rounds._one_sleep_per_step: TRL's VLLMGeneration (colocate, sleep mode) sleeps its engine
+    """pods_rl.engines.trl.rounds._one_sleep_per_step: TRL's VLLMGeneration (colocate, sleep mode) sleeps its engine
     (`self.llm.sleep`) after `generate` and notes `_llm_weights_sleeping`, which `generate` reads to push the
     weights again; the rounds defer the sleep and clear the flag."""
     from trl.generation.vllm_generation import VLLMGeneration
@@ -253,12 +253,12 @@ def test_vllm_generation_holds_its_engine_in_llm():
         "drops it there")
     assert "LLM(" in inspect.getsource(GRPOTrainer.__init__) or "VLLMGeneration(" in inspect.getsource(
         GRPOTrainer.__init__), "GRPOTrainer.__init__ no longer builds the vLLM engine; PODSTrainer wraps it in the " \
-        "CPU workaround (pods_rl.integrations.vllm_cpu.reloadable_cpu_weights)"
+        "CPU workaround (pods_rl.engines.vllm.cpu.reloadable_cpu_weights)"
 
 
 def test_the_colocated_engine_is_built_through_the_module_name_with_max_num_seqs():
     """PODSTrainer sizes the colocated engine by replacing ``trl.trainer.grpo_trainer.VLLMGeneration`` while
-    GRPOTrainer.__init__ runs and raising its ``max_num_seqs`` keyword (pods_rl.trainer)."""
+    GRPOTrainer.__init__ runs and raising its ``max_num_seqs`` keyword (pods_rl.engines.trl.trainer)."""
     import trl.trainer.grpo_trainer as grpo_trainer
     from trl.generation.vllm_generation import VLLMGeneration
 

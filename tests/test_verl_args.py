@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pods_rl.commands import cli
-from pods_rl.integrations.verl_args import padding_rows, verl_batch_settings
+from pods_rl.engines.verl.batch_settings import padding_rows, verl_batch_settings
 from pods_rl.selection import kept_groups, sampled_prompts
 
 
@@ -39,7 +39,7 @@ def test_the_papers_setting():
         "data.train_batch_size=32",
         "actor_rollout_ref.rollout.n=64",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-        "trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.integrations.verl",
+        "trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.engines.verl.replay_buffer",
         "trainer.v1.sampler.custom_sampler.name=PODSReplayBuffer",
         "+trainer.v1.sampler.sampler_kwargs.m=16",
         "+trainer.v1.sampler.sampler_kwargs.rule=max_variance",
@@ -115,7 +115,7 @@ def test_import_boundary():
     missing, says so in one line (simulated: verl's distribution reported absent)."""
     code = """
 import importlib.metadata as metadata, sys
-import pods_rl, pods_rl.integrations.verl_args
+import pods_rl, pods_rl.engines.verl.batch_settings
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("verl", "ray", "transfer_queue"))
 assert not heavy, heavy
 real_version = metadata.version
@@ -125,14 +125,14 @@ def version(name):
     return real_version(name)
 metadata.version = version
 try:
-    import pods_rl.integrations.verl
+    import pods_rl.engines.verl.replay_buffer
 except ImportError as err:
     print(err)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("\n") == 1
-    assert result.stdout.startswith("pods_rl.integrations.verl needs verl, which is not installed")
+    assert result.stdout.startswith("pods_rl.engines.verl.replay_buffer needs verl, which is not installed")
     assert 'pip install -e ".[verl]" in a clone of pods-rl' in result.stdout
 
 

@@ -44,7 +44,7 @@ def dry_run(args) -> int:
     import pods_rl
     import pods_rl.commands.build_tiny  # noqa: F401
     import pods_rl.commands.cost  # noqa: F401
-    import pods_rl.trainer  # noqa: F401  (TRL's GRPOTrainer and the supported-range check)
+    import pods_rl.engines.trl.trainer  # noqa: F401  (TRL's GRPOTrainer and the supported-range check)
 
     print(f"dry run: pods_rl from {pods_rl.__file__} (version {pods_rl.__version__}), torch {torch.__version__}, "
           f"CUDA {'available' if torch.cuda.is_available() else 'not available here'}", flush=True)

@@ -6,15 +6,18 @@ and the adaptive-rollout rounds (``plan_round``, ``downsample_ragged``, ``regist
 ``PODSTrainer``) is imported lazily so that other frameworks can use the rules alone.
 """
 
+from pods_rl import kept_paths
 from pods_rl.adaptive import (
     available_adaptive_rules,
     downsample_ragged,
     plan_round,
     register_adaptive_rule,
 )
+from pods_rl.budget.planners import reinforce_ada as _reinforce_ada  # noqa: F401  (registers Reinforce-Ada's two rules)
 from pods_rl.downsample import available_rules, downsample, group_advantages, register_rule
 from pods_rl.machine import pods_rl_version
-from pods_rl.planners import reinforce_ada as _reinforce_ada  # noqa: F401  (registers Reinforce-Ada's two rules)
+
+kept_paths.install()  # old import paths (pods_rl.trainer, pods_rl.integrations.verl, ...) name the moved modules
 
 # One source of truth: pyproject.toml's version, as installed ("0+unknown" for a source tree never installed).
 __version__ = pods_rl_version()
@@ -36,7 +39,7 @@ __all__ = [
 def __getattr__(name):
     # Lazy: importing TRL takes seconds and is not needed to call the rules.
     if name in ("PODSConfig", "PODSTrainer"):
-        from pods_rl import trainer
+        from pods_rl.engines.trl import trainer
 
         return getattr(trainer, name)
     raise AttributeError(f"module 'pods_rl' has no attribute {name!r}")

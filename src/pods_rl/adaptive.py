@@ -178,6 +178,17 @@ def plan_round(rewards, counts, m: int, n: int, round_size: int, rule: str = "un
     return more
 
 
+
+def ranks_within(owners: list[int]) -> list[int]:
+    """For each entry, how many earlier entries have the same value: [3, 3, 5, 3] -> [0, 1, 0, 2] (a round's rows
+    by prompt; the ledger's repeated prompt ids)."""
+    seen: dict[int, int] = {}
+    ranks = []
+    for owner in owners:
+        ranks.append(seen.get(owner, 0))
+        seen[owner] = ranks[-1] + 1
+    return ranks
+
 # How PODSConfig spells the adaptive settings (the one-line errors name these; other callers pass their own).
 CONFIG_NAMES = {"pilot": "pilot_generations", "n": "num_generations", "m": "downsample_to", "rule": "adaptive_rule",
                 "round_size": "adaptive_round_size", "budget": "adaptive_budget", "reward": "adaptive_reward"}

@@ -182,10 +182,10 @@ CONFIG_HELP = ("The recipe: the name of a packaged recipe ({names}) or the path 
 def build_parser():
     """The `pods train` parser: TRL's parser of (RunArguments, PODSConfig, trl.ModelConfig), with ``--config`` (read
     by ``TrlParser.parse_args_and_config``) listed first, and one-line errors."""
-    # Lazy: TRL (and pods_rl.trainer, which imports it) takes seconds to import; the checks above need neither.
+    # Lazy: TRL (and pods_rl.engines.trl.trainer, which imports it) takes seconds to import; the checks above need neither.
     from trl import ModelConfig, TrlParser
 
-    from pods_rl.trainer import PODSConfig
+    from pods_rl.engines.trl.trainer import PODSConfig
 
     parser = TrlParser((RunArguments, PODSConfig, ModelConfig), prog="pods train",
                        description="RL training with GRPO-PODS: a recipe (--config) plus flags that override it. "
@@ -248,7 +248,7 @@ def unknown_flags_message(parser, leftover: list[str]) -> str:
     if asynchronous:
         return (f"{', '.join(asynchronous)}: `pods train` runs the synchronous trainer and has no asynchronous mode "
                 "(TRL's AsyncGRPOTrainer settings); asynchronous PODS runs from Python: AsyncGRPOTrainer with "
-                "rollout_worker=pods_rl.integrations.async_grpo.pods_rollout_worker(...) (docs: guides/async.md)")
+                "rollout_worker=pods_rl.engines.trl_async.worker.pods_rollout_worker(...) (docs: guides/async.md)")
     hints = []
     for flag in unknown:
         close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
@@ -261,7 +261,7 @@ def unknown_flags_message(parser, leftover: list[str]) -> str:
 def async_only_settings() -> set[str]:
     """The fields of TRL's ``AsyncGRPOConfig`` that ``PODSConfig`` (a ``GRPOConfig``) lacks, and the words a user
     may try for the asynchronous mode: ``pods train`` names the asynchronous path for them."""
-    from pods_rl.trainer import PODSConfig
+    from pods_rl.engines.trl.trainer import PODSConfig
 
     try:
         from trl.experimental.async_grpo import AsyncGRPOConfig
@@ -331,7 +331,7 @@ def validate(run: RunArguments, config, model_args) -> None:
     if config.use_vllm:  # vLLM missing, outside TRL's range, server mode on CPU...: one line before any model loads
         import torch  # only to ask whether training will run on CPU
 
-        from pods_rl.integrations.vllm_cpu import check_vllm_settings
+        from pods_rl.engines.vllm.cpu import check_vllm_settings
 
         check_vllm_settings(config.use_vllm, config.vllm_mode, on_cpu=config.use_cpu or not torch.cuda.is_available())
 

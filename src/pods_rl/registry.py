@@ -1,6 +1,6 @@
 """One registry for everything pods-rl looks up by name: the down-sampling rules (which rollouts to train on,
 ``pods_rl.register_rule``), the adaptive round rules (how many rollouts, in rounds: ``register_adaptive_rule``) and
-the rollout-budget planners (which prompts, how many rollouts: ``pods_rl.planners.register_planner``).
+the rollout-budget planners (which prompts, how many rollouts: ``pods_rl.budget.planners.register_planner``).
 
 Each is a ``Registry``: registration (also as a decorator), the entry's own check at registration time (so that a
 wrong rule fails when it is registered, not at the first training step), one-line errors naming the fix, and the

@@ -9,8 +9,8 @@ from pathlib import Path
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+from pods_rl.engines.trl.trainer import PODSConfig, PODSTrainer
 from pods_rl.runlog import GracefulStop
-from pods_rl.trainer import PODSConfig, PODSTrainer
 
 
 def digit_reward(completions, **kwargs):

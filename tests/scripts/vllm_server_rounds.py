@@ -16,7 +16,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.generation.vllm_generation import VLLMGeneration
 
-from pods_rl.trainer import PODSConfig, PODSTrainer
+from pods_rl.engines.trl.trainer import PODSConfig, PODSTrainer
 
 record = {"pairs": [], "round_generations": []}
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from verl_lane import make_trainer, put_group, verl_config
 
-from pods_rl.integrations.verl_args import verl_batch_settings
+from pods_rl.engines.verl.batch_settings import verl_batch_settings
 from pods_rl.tiny import make_tokenizer
 
 pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]

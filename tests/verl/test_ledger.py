@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from verl_lane import keys_by_uid, make_trainer, pods_overrides, put_group
+from verl_lane import SAMPLER, keys_by_uid, make_trainer, pods_overrides, put_group
 
-from pods_rl.integrations import verl as pods_verl
-from pods_rl.ledger import LEDGER_FILE, PromptLedger
+from pods_rl.budget.ledger import LEDGER_FILE, PromptLedger
+from pods_rl.engines.verl import replay_buffer as pods_verl
 
 pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]
 
 N, M = 8, 4
 KW = "+trainer.v1.sampler.sampler_kwargs."
-LEDGER = (KW + "ledger=true", "trainer.checkpoint_callback_class=pods_rl.integrations.verl.PODSCheckpointCallback")
+LEDGER = (KW + "ledger=true",
+          "trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback")
 GROUPS = {  # dataset index -> the group's rewards
     11: [0, 1, 1, 0, 0, 1, 0, 0],
     12: [1, 1, 1, 1, 1, 1, 1, 1],
@@ -65,6 +66,19 @@ def test_validation_and_a_buffer_without_the_ledger_record_nothing(tq_store):
     put_group(GROUPS[11])  # no index stored: nothing is read for a ledger that does not exist
     _, metrics = plain.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=1)
     assert not any(key.startswith("pods/ledger_") for key in metrics)
+
+
+def test_the_kept_old_paths_build_the_same_buffer_and_checkpoint_hook(tq_store):
+    """What users typed before pods_rl.engines (``pkg://pods_rl.integrations.verl``, ``pods_rl.integrations.verl.
+    PODSCheckpointCallback``; kept by pods_rl.kept_paths) still builds PODS's buffer and hook, through verl itself."""
+    path_key = SAMPLER[0].split("=")[0]
+    old = [f"{path_key}=pkg://pods_rl.integrations.verl" if override.startswith(path_key + "=") else override
+           for override in pods_overrides(M, N, KW + "ledger=true")]
+    old.append("trainer.checkpoint_callback_class=pods_rl.integrations.verl.PODSCheckpointCallback")
+    assert f"{path_key}=pkg://pods_rl.integrations.verl" in old
+    trainer = make_trainer(*old)
+    assert type(trainer.replay_buffer) is pods_verl.PODSReplayBuffer and trainer.replay_buffer.ledger is not None
+    assert type(trainer.checkpoint_callback) is pods_verl.PODSCheckpointCallback
 
 
 def test_rollouts_without_a_dataset_index_are_refused_in_one_line(tq_store):

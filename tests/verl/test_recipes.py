@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from verl_lane import make_trainer, verl_config
 
-from pods_rl.integrations.verl import PODSReplayBuffer
+from pods_rl.engines.verl.replay_buffer import PODSReplayBuffer
 from pods_rl.recipes import RECIPES_DIR
 
 pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]

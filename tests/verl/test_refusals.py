@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from verl_lane import make_trainer, pods_overrides, put_group
 
-from pods_rl.integrations import verl as pods_verl
+from pods_rl.engines.verl import replay_buffer as pods_verl
 
 pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]
 

@@ -13,7 +13,7 @@ from verl_lane import keys_by_uid, make_trainer, pods_overrides, put_group, stor
 
 import pods_rl
 from pods_rl.downsample import rule_takes_features
-from pods_rl.integrations.verl import PODSReplayBuffer, PODSReplayBufferAsync
+from pods_rl.engines.verl.replay_buffer import PODSReplayBuffer, PODSReplayBufferAsync
 
 pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]
 

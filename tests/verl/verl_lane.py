@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-SAMPLER = ("trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.integrations.verl",
+SAMPLER = ("trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.engines.verl.replay_buffer",
            "trainer.v1.sampler.custom_sampler.name=PODSReplayBuffer")
 
 

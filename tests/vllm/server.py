@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pods_rl.integrations.async_cpu import wait_for_health
+from pods_rl.engines.trl_async.cpu import wait_for_health
 
 SERVER_START_S = 300  # vLLM's CPU build loads a tiny model in about a minute; a hang fails here, not at the job's limit
 

@@ -33,12 +33,12 @@ from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer  # noq
 from trl.experimental.async_grpo import async_grpo_trainer as trl_trainer  # noqa: E402
 
 from pods_rl.downsample import downsample  # noqa: E402
-from pods_rl.integrations.async_cpu import (  # noqa: E402
+from pods_rl.engines.trl_async.cpu import (  # noqa: E402
     EXTENSION,
     DirectoryWeightTransfer,
     async_trainer_on_cpu,
 )
-from pods_rl.integrations.async_grpo import pods_rollout_worker  # noqa: E402
+from pods_rl.engines.trl_async.worker import pods_rollout_worker  # noqa: E402
 from tests.vllm.server import free_port, serving  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]

@@ -150,8 +150,8 @@ def test_eval_vllm_against_hf(vllm_model_dir, tmp_path):
 
 
 def test_backend_auto_picks_vllm_when_it_can_run_the_model(vllm_model_dir, tmp_path, capfd):
+    from pods_rl.engines.vllm import cpu as vllm_cpu
     from pods_rl.generation import choose_backend
-    from pods_rl.integrations import vllm_cpu
     from pods_rl.tiny import build_random_model
 
     assert choose_backend("auto", vllm_model_dir) == "vllm"  # vLLM's CPU build, head size 32

@@ -13,9 +13,9 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import pods_rl.trainer_step as trainer_module  # the PODS step and its helpers
+import pods_rl.engines.trl.step as trainer_module  # the PODS step and its helpers
 from pods_rl import register_rule
-from pods_rl.trainer import PODSConfig, PODSTrainer
+from pods_rl.engines.trl.trainer import PODSConfig, PODSTrainer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
@@ -224,7 +224,7 @@ def test_adaptive_rounds_through_vllm(tmp_path, vllm_model_dir, release_engines)
 def test_the_colocated_engine_holds_every_rollout_pods_samples(tmp_path, vllm_model_dir, release_engines):
     """TRL sizes the engine (max_num_seqs) for the kept batch; PODS samples n/m times that (x oversample_prompts):
     the engine must hold all of a generation's rollouts at once, or vLLM runs them in serial waves."""
-    from pods_rl.trainer import rollouts_per_generation
+    from pods_rl.engines.trl.trainer import rollouts_per_generation
 
     trainer = make_trainer(tmp_path, vllm_model_dir, num_generations=8, downsample_to=2,
                            per_device_train_batch_size=4, oversample_prompts=1.5, max_steps=1)

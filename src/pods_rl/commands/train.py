@@ -232,7 +232,7 @@ def _check_model(config, model_args) -> None:
         print("pods train: note: accelerate has no FSDP on CPU: these ranks run as DDP (each holds the whole model, "
               "checkpoints in DDP's format); on GPUs the same config shards the model with FSDP2", flush=True)
     if config.use_vllm and on_cpu:
-        from pods_rl.integrations.vllm_cpu import check_cpu_model
+        from pods_rl.engines.vllm.cpu import check_cpu_model
 
         check_cpu_model(load_config(model_args.model_name_or_path, model_args.model_revision, trust))
 
@@ -290,11 +290,12 @@ def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, m
     """The clock (evaluations, time-based saves and stop), the stop on signals, the divergence guard and the
     trainer. Returns (trainer, clock, eval_fn)."""
     from transformers.trainer_callback import PrinterCallback
-    from trl import get_peft_config
 
-    # Lazy, as TRL: pods_rl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
+    from pods_rl.engines.trl.config import peft_config
+    from pods_rl.engines.trl.trainer import PODSTrainer
+
+    # Lazy, as TRL: pods_rl.engines.trl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
     from pods_rl.runlog.divergence import DivergenceGuard  # imports transformers, as the line above
-    from pods_rl.trainer import PODSTrainer
 
     eval_fn = _make_eval_fn(run, config, task, tokenizer) if wants_eval(run) else None
     clock = runlog.TrainingClock(
@@ -316,7 +317,7 @@ def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, m
         callbacks.append(runlog.ApplyOptimizerSettings())
     callbacks.append(DivergenceGuard())  # last: its on_log sees the row the clock wrote; its checks precede saves
     trainer = PODSTrainer(model=model, reward_funcs=task.reward_funcs(), args=config, train_dataset=train_dataset,
-                          processing_class=tokenizer, peft_config=get_peft_config(model_args), callbacks=callbacks)
+                          processing_class=tokenizer, peft_config=peft_config(model_args), callbacks=callbacks)
     clock.is_main_process = trainer.accelerator.is_main_process
     clock.run_figure = run.run_figure  # read by fit
     if clock.progress:

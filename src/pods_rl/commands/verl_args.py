@@ -1,10 +1,10 @@
-"""``pods verl-args``: print verl's overrides for PODS in kept terms (``pods_rl.integrations.verl_args``)."""
+"""``pods verl-args``: print verl's overrides for PODS in kept terms (``pods_rl.engines.verl.batch_settings``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from pods_rl.integrations.verl_args import verl_batch_settings
+from pods_rl.engines.verl.batch_settings import verl_batch_settings
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """TRL's per-rollout data, by row: what ``GRPOTrainer._generate`` returns (``Generated``), a reward function's
 ``log_extra`` columns, and the generation metrics TRL computes from them, for any subset of the rows.
 
-Part of the trainer (``pods_rl.trainer_step`` uses it; only the trainer's modules know TRL's internals). The PODS
+Part of the trainer (``pods_rl.engines.trl.step`` uses it; only the trainer's modules know TRL's internals). The PODS
 step generates and scores P*n rollouts but hands TRL the B*m it keeps, so whatever TRL keeps per rollout has to be
 cut down to the kept rows before TRL reads it::
 
@@ -82,16 +82,6 @@ def with_dataset_images(generated: Generated, prompts: list, rows: list[int]) ->
     if not any(images):
         return generated
     return generated._replace(images=images)
-
-
-def ranks_within(owners: list[int]) -> list[int]:
-    """For each entry, how many earlier entries have the same value: [3, 3, 5, 3] -> [0, 1, 0, 2]."""
-    seen: dict[int, int] = {}
-    ranks = []
-    for owner in owners:
-        ranks.append(seen.get(owner, 0))
-        seen[owner] = ranks[-1] + 1
-    return ranks
 
 
 def arrange_rounds(outputs: list[tuple], slots: list[list[int]], num_prompts: int, n: int) -> Generated:

@@ -1,6 +1,6 @@
 """The prompt ledger: what a run has seen of each prompt, kept across epochs and saved in checkpoints.
 
-Plain torch, no framework. The rollout-budget planners (``pods_rl.planners``) read it to decide which prompts to
+Plain torch, no framework. The rollout-budget planners (``pods_rl.budget.planners``) read it to decide which prompts to
 sample and how many rollouts each gets; an engine records every scored group into it::
 
     ledger = PromptLedger(LedgerSettings(success_threshold=0.5))
@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from pods_rl.adaptive import ranks_within
 
 __all__ = ["LEDGER_FILE", "GroupSummary", "LedgerSettings", "PromptLedger", "PromptStats", "prompt_key"]
 
@@ -280,11 +282,7 @@ class PromptLedger:
 
     def save(self, path) -> Path:
         """Write ``state_dict`` to ``path`` (torch.save; written to a temporary file, then renamed into place)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(self.state_dict(), tmp)
-        os.replace(tmp, path)
-        return path
+        return save_atomically(self.state_dict(), path)
 
     @classmethod
     def load(cls, path) -> PromptLedger:
@@ -301,7 +299,7 @@ def _as_ids(ids) -> torch.Tensor:
         raise ValueError(f"ids must be a 1-d integer tensor of prompt ids, got {ids.dtype} of shape {tuple(ids.shape)}")
     ids = ids.long()
     if bool((ids < 0).any()):
-        raise ValueError("prompt ids must be >= 0 (dataset indices, or pods_rl.ledger.prompt_key of the prompt)")
+        raise ValueError("prompt ids must be >= 0 (dataset indices, or pods_rl.budget.ledger.prompt_key of the prompt)")
     return ids
 
 
@@ -329,14 +327,19 @@ def _gathered(ids, rewards, counts, gather, device):
     return ids, table[:, 3:], table[:, 2].long()
 
 
+def save_atomically(state, path) -> Path:
+    """``torch.save`` ``state`` to ``path`` through a temporary file renamed into place: a reader never sees half of
+    it (the ledger, the rollout budget's checkpoint file, the asynchronous worker's state)."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    torch.save(state, partial)
+    os.replace(partial, path)
+    return path
+
+
 def _occurrence(rows: torch.Tensor) -> torch.Tensor:
     """(G,) how many earlier entries of ``rows`` equal each entry (0 for a first occurrence)."""
-    seen: dict[int, int] = {}
-    out = []
-    for row in rows.tolist():
-        out.append(seen.get(row, 0))
-        seen[row] = out[-1] + 1
-    return torch.tensor(out, dtype=torch.long)
+    return torch.tensor(ranks_within(rows.tolist()), dtype=torch.long)
 
 
 def _summary(ids, rewards, scored, success) -> GroupSummary:

@@ -20,9 +20,8 @@ from contextlib import contextmanager
 import torch
 from accelerate.utils import gather
 
-from pods_rl.adaptive import group_is_mixed, plan_round
-from pods_rl.selection import reward_totals
-from pods_rl.trainer_rows import (
+from pods_rl.adaptive import group_is_mixed, plan_round, ranks_within
+from pods_rl.engines.trl.rows import (
     Generated,
     Sampled,
     arrange_rounds,
@@ -30,10 +29,10 @@ from pods_rl.trainer_rows import (
     metrics_logged,
     place_extra_logs,
     put_back_metrics,
-    ranks_within,
     take_extra_logs,
     write_extra_fields,
 )
+from pods_rl.selection import reward_totals
 
 ROUND = "round"  # PODSStep._pods_call inside an adaptive round (see trainer_step)
 

@@ -1,6 +1,6 @@
 """Rollout-budget planners: which prompts to sample and how many rollouts each gets, from the follow-ups to PODS.
 
-Plain tensor code on top of the prompt ledger (``pods_rl.ledger``); no framework. One module per method, each a
+Plain tensor code on top of the prompt ledger (``pods_rl.budget.ledger``); no framework. One module per method, each a
 registry entry with the paper's knobs under their own names, checked against the authors' released code
 (benchmarks/budget_crosscheck.py; docs/concepts/rollout-budgets.md says where a detail could not be matched):
 
@@ -11,10 +11,10 @@ registry entry with the paper's knobs under their own names, checked against the
 * presets: DAPO's dynamic sampling as settings of what exists (``preset("dapo", num_generations=n)``).
 
 Every planner returns a ``Plan`` (named tensors ``rollouts``, ``skipped``, ``deferred``, ``evicted`` and
-``pods/*`` metrics). See ``pods_rl.planners.base`` for the registry and the planner shape.
+``pods/*`` metrics). See ``pods_rl.budget.planners.base`` for the registry and the planner shape.
 """
 
-from pods_rl.planners.base import (
+from pods_rl.budget.planners.base import (
     KINDS,
     Plan,
     available_planners,
@@ -23,16 +23,16 @@ from pods_rl.planners.base import (
     make_planner,
     register_planner,
 )
-from pods_rl.planners.greso import GresoSettings, GresoSkip, greso_skip_probability
-from pods_rl.planners.knapsack import (
+from pods_rl.budget.planners.greso import GresoSettings, GresoSkip, greso_skip_probability
+from pods_rl.budget.planners.knapsack import (
     KnapsackAllocation,
     KnapsackSettings,
     estimate_success_rate,
     knapsack_allocation,
 )
-from pods_rl.planners.pilot_commit import PilotCommit, PilotCommitSettings, pilot_keep
-from pods_rl.planners.presets import PRESETS, available_presets, dapo_keep_groups, preset
-from pods_rl.planners.reinforce_ada import ReinforceAda, ReinforceAdaSettings
+from pods_rl.budget.planners.pilot_commit import PilotCommit, PilotCommitSettings, pilot_keep
+from pods_rl.budget.planners.presets import PRESETS, available_presets, dapo_keep_groups, preset
+from pods_rl.budget.planners.reinforce_ada import ReinforceAda, ReinforceAdaSettings
 
 __all__ = [
     "KINDS",

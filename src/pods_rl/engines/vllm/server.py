@@ -1,8 +1,8 @@
 """What pods-rl adds to a vLLM server that an asynchronous trainer updates: a weight reload that also reaches a tied
 LM head.
 
-Start the server with ``--worker-extension-cls pods_rl.integrations.vllm_server.ReloadWeightsExtension`` (and
-``VLLM_SERVER_DEV_MODE=1``); ``pods_rl.integrations.async_cpu.DirectoryWeightTransfer`` then calls
+Start the server with ``--worker-extension-cls pods_rl.engines.vllm.server.ReloadWeightsExtension`` (and
+``VLLM_SERVER_DEV_MODE=1``); ``pods_rl.engines.trl_async.cpu.DirectoryWeightTransfer`` then calls
 ``pods_reload_weights`` through ``POST /collective_rpc``. This module imports nothing heavy: vLLM imports it in every
 worker.
 

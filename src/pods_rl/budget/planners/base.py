@@ -21,15 +21,57 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 
 from pods_rl.registry import Registry
 
-__all__ = ["KINDS", "Plan", "available_planners", "budget_registry", "check_choice", "check_int", "check_number",
-           "make_plan", "make_planner", "register_planner"]
+__all__ = ["KINDS", "Adapting", "Committing", "HowMany", "Plan", "WhichPrompts", "available_planners", "budget_registry", "check_choice", "check_int", "check_number",
+           "make_plan", "make_planner", "register_planner", "rollout_metrics"]
 
 KINDS = ("which_prompts", "how_many")
+
+
+# The three questions an engine asks of its planners, as types (an engine tests them with isinstance).
+@runtime_checkable
+class WhichPrompts(Protocol):
+    """A planner of kind ``which_prompts``: which of the candidates get rollouts this step."""
+
+    kind: str
+
+    def plan(self, ids, ledger, *, n: int, generator=None) -> Plan:
+        """The candidates ``ids`` (P,) -> a ``Plan`` (0 rollouts: not sampled now)."""
+        ...
+
+
+@runtime_checkable
+class HowMany(Protocol):
+    """A planner of kind ``how_many``: how many rollouts each sampled prompt gets."""
+
+    kind: str
+
+    def plan(self, ids, ledger, *, n: int, **budget) -> Plan:
+        """The prompts ``ids`` (P,) -> a ``Plan`` of their rollouts."""
+        ...
+
+
+@runtime_checkable
+class Committing(Protocol):
+    """A ``which_prompts`` planner that samples in two rounds: a pilot, then a commit for the pilots that pass."""
+
+    def after_pilot(self, ids, rewards, counts, ledger, *, step: int, evict: bool = True) -> Plan:
+        """Judge the pilots (rewards (P, n), NaN past counts) -> the ``Plan`` of the commit round."""
+        ...
+
+
+@runtime_checkable
+class Adapting(Protocol):
+    """A planner that adapts to each step's recorded groups (GRESO's skip probabilities)."""
+
+    def update(self, summaries, *, epoch: int) -> dict[str, float]:
+        """Adapt to the recorded groups; return its ``pods/*`` metrics."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -57,6 +99,17 @@ class Plan:
         return self.rollouts > 0
 
 
+def rollout_metrics(rollouts: torch.Tensor) -> dict[str, float]:
+    """``pods/plan_prompts`` (P), ``pods/plan_rollouts`` (their sum) and ``pods/rollouts_per_prompt_{mean,min,max}``
+    (over the prompts sampled; NaN if none) of (P,) rollouts per prompt: a plan's, or the step's first round."""
+    sampled = rollouts[rollouts > 0].double()
+    nan = float("nan")
+    return {"pods/plan_prompts": float(len(rollouts)), "pods/plan_rollouts": float(rollouts.sum()),
+            "pods/rollouts_per_prompt_mean": sampled.mean().item() if len(sampled) else nan,
+            "pods/rollouts_per_prompt_min": sampled.min().item() if len(sampled) else nan,
+            "pods/rollouts_per_prompt_max": sampled.max().item() if len(sampled) else nan}
+
+
 def make_plan(ids: torch.Tensor, rollouts: torch.Tensor, *, skipped=None, deferred=None, evicted=None,
               extra: Mapping[str, torch.Tensor] | None = None, metrics: Mapping[str, float] | None = None) -> Plan:
     """A ``Plan`` with its standard metrics (plus ``metrics``, the planner's own):
@@ -69,14 +122,8 @@ def make_plan(ids: torch.Tensor, rollouts: torch.Tensor, *, skipped=None, deferr
     none = torch.zeros(P, dtype=torch.bool)
     skipped, deferred, evicted = (none.clone() if mask is None else mask.bool() for mask in (skipped, deferred, evicted))
     rollouts = rollouts.long()
-    sampled = rollouts[rollouts > 0].double()
-    nan = float("nan")
     standard = {
-        "pods/plan_prompts": float(P),
-        "pods/plan_rollouts": float(rollouts.sum()),
-        "pods/rollouts_per_prompt_mean": sampled.mean().item() if len(sampled) else nan,
-        "pods/rollouts_per_prompt_min": sampled.min().item() if len(sampled) else nan,
-        "pods/rollouts_per_prompt_max": sampled.max().item() if len(sampled) else nan,
+        **rollout_metrics(rollouts),
         "pods/prompts_skipped": float(skipped.sum()),
         "pods/prompts_deferred": float(deferred.sum()),
         "pods/prompts_evicted": float(evicted.sum()),

@@ -1,6 +1,6 @@
 """``PODSConfig``: ``trl.GRPOConfig`` plus the PODS knobs, and the TRL versions pods-rl supports.
 
-Part of the trainer (``pods_rl.trainer`` re-exports everything here): the first of its modules to import TRL, so the
+Part of the trainer (``pods_rl.engines.trl.trainer`` re-exports everything here): the first of its modules to import TRL, so the
 TRL version check lives here and runs before any of TRL's internals is touched. Validation happens in
 ``__post_init__``, before any model loads, each error one line naming its fix.
 """
@@ -32,7 +32,7 @@ def require_supported_trl(trl_version: str) -> None:
                                                 trl_version, TRL_RANGE)
             return
         raise ImportError(
-            f"pods_rl.trainer supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its internals), "
+            f"pods_rl.engines.trl.trainer supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its internals), "
             f"but trl {trl_version} is installed. Install a supported version: pip install \"trl{TRL_RANGE}\"."
         )
 
@@ -47,16 +47,16 @@ def quiet_checkpointing_deprecations() -> None:
 
 require_supported_trl(version("trl"))  # before the imports below, which reach into TRL's internals
 
-from trl import GRPOConfig
+from trl import GRPOConfig, get_peft_config
 
 from pods_rl.adaptive import AdaptiveSettings
 from pods_rl.advantages import ADVANTAGE_BASELINES
+from pods_rl.engines.settings import check_planners, spelled
 from pods_rl.reward_guard import DEFAULT_REWARD_TIMEOUT_S, MAX_TIMEOUTS_IN_A_ROW
 from pods_rl.selection import TIEBREAKS, SelectionSettings, sampled_prompts
 
 # How PODSConfig's users spell the selection settings (SelectionSettings' errors name them so).
-CONFIG_NAMES = {"m": "downsample_to (m)", "rule": "downsample_rule", "tiebreak": "downsample_tiebreak",
-                "oversample_prompts": "oversample_prompts", "register": "pods_rl.register_rule"}
+CONFIG_NAMES = spelled("trl", "selection")
 
 
 @dataclass
@@ -124,7 +124,7 @@ class PODSConfig(GRPOConfig):
     prompt_planner: str | None = field(
         default=None,
         metadata={"help": "Which of a step's candidate prompts get rollouts, from what the run has seen of each (a "
-                  "planner of pods_rl.planners): greso (skip prompts whose recent groups were all-equal, re-admitting "
+                  "planner of pods_rl.budget.planners): greso (skip prompts whose recent groups were all-equal, re-admitting "
                   "some; GRESO) or pilot_commit (pilot every candidate with n_explore rollouts, commit B of those "
                   "whose pilot was mixed to n_commit more, in the same step; Pilot-Commit). Needs oversample_prompts "
                   "> 1: the candidates that replace the skipped prompts."},
@@ -136,7 +136,7 @@ class PODSConfig(GRPOConfig):
     )
     rollout_planner: str | None = field(
         default=None,
-        metadata={"help": "How many rollouts each sampled prompt gets (a planner of pods_rl.planners): knapsack "
+        metadata={"help": "How many rollouts each sampled prompt gets (a planner of pods_rl.budget.planners): knapsack "
                   "(Knapsack-RL: a budget of adaptive_budget rollouts per prompt on average, default "
                   "num_generations, spent where groups are likeliest mixed; each prompt gets downsample_to .. "
                   "num_generations, then PODS keeps m)."},
@@ -198,8 +198,11 @@ class PODSConfig(GRPOConfig):
                     raise ValueError(f"{name} must be a dict or a JSON object, got {value!r} ({err})") from None
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} must be a dict or a JSON object, got {getattr(self, name)!r}")
-        from pods_rl.budget import check_planner_settings  # (the planners: plain tensor code)
+        from pods_rl.budget.planners import available_planners  # (the planners: plain tensor code)
+        from pods_rl.budget.rollout_budget import check_planner_settings
 
+        check_planners("trl", {"which_prompts": self.prompt_planner, "how_many": self.rollout_planner},
+                       available_planners)
         check_planner_settings(self)
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
@@ -266,7 +269,8 @@ class PODSConfig(GRPOConfig):
             self.pilot_generations = k = None  # 0: off, so that a flag can turn a recipe's pilot off
         if k is None:
             return
-        AdaptiveSettings.validated(k, n, m, self.adaptive_rule, self.adaptive_round_size, self.adaptive_budget)
+        AdaptiveSettings.validated(k, n, m, self.adaptive_rule, self.adaptive_round_size, self.adaptive_budget,
+                                   names=spelled("trl", "adaptive"))
 
     @property
     def selection_settings(self) -> SelectionSettings:
@@ -315,3 +319,9 @@ def eval_batch_problem(per_device_eval_batch_size: int, num_processes: int, num_
     return (f"per_device_eval_batch_size ({per_device_eval_batch_size}) * processes ({num_processes}) is not a multiple "
             f"of the completions evaluation samples per prompt ({k}: {which}): make per_device_eval_batch_size a "
             f"multiple of {k}, or set num_generations_eval to a divisor of it.")
+
+
+def peft_config(model_args):
+    """The PEFT (LoRA) config of TRL's ``ModelConfig`` flags (``use_peft``, ``lora_r``, ...), None without
+    ``use_peft``: TRL's ``get_peft_config``, for ``pods train`` (only the engines import TRL)."""
+    return get_peft_config(model_args)

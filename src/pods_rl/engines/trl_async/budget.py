@@ -1,6 +1,6 @@
 """The rollout-budget planners in TRL's asynchronous worker: which prompts it samples and how many rollouts each gets.
 
-``PODSRolloutLoop`` (``pods_rl.integrations.async_grpo``) runs them where TRL's worker draws its prompts: its generate
+``PODSRolloutLoop`` (``pods_rl.engines.trl_async.worker``) runs them where TRL's worker draws its prompts: its generate
 loop takes ``(group_id, row)`` pairs from ``_repeat_iterator``, n per prompt, and starts one rollout per pair. With a
 planner, ``BudgetLoop._repeat_iterator`` draws prompts a window at a time (``pods_groups_per_step`` of them, the
 groups one training step consumes) through ``WorkerBudget.draw``:
@@ -34,7 +34,7 @@ With Pilot-Commit the trainer sees committed ids, and ``WorkerBudget`` keeps eac
 
 **State.** The worker is a child process: it writes its state (ledger, GRESO's probabilities, positions, generator)
 to ``pods_ledger_path`` (in ``args.output_dir``) after every window it draws, at most every ``SAVE_INTERVAL_S``
-after the groups it records, and when it stops. ``PODSLedgerCallback`` (``pods_rl.integrations.async_grpo``) copies
+after the groups it records, and when it stops. ``PODSLedgerCallback`` (``pods_rl.engines.trl_async.worker``) copies
 that file into each checkpoint and hands it back to the worker on resume.
 """
 
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import time
 import types
@@ -52,9 +51,10 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from pods_rl.budget import RolloutBudget
-from pods_rl.ledger import LEDGER_FILE
-from pods_rl.planners import available_planners
+from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
+from pods_rl.budget.planners import available_planners
+from pods_rl.budget.rollout_budget import RolloutBudget
+from pods_rl.engines.settings import check_planners, renamed
 
 __all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
 
@@ -64,16 +64,7 @@ logger = logging.getLogger("pods_rl")
 # and pods_adaptive_budget are shared with selection and the adaptive rounds.
 BUDGET_KEYS = ("pods_prompt_planner", "pods_prompt_planner_args", "pods_rollout_planner", "pods_rollout_planner_args",
                "pods_ledger_success_threshold", "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume")
-SUPPORTED = {"pods_prompt_planner": ("which_prompts", ("greso", "pilot_commit")),
-             "pods_rollout_planner": ("how_many", ("knapsack",))}
 SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after recorded groups
-_RENAMES = {"rollout_planner_args": "pods_rollout_planner_args", "prompt_planner_args": "pods_prompt_planner_args",
-            "downsample_to": "pods_m", "success_threshold": "pods_ledger_success_threshold"}
-
-
-def _worker_names(message: str) -> str:
-    """A core error's field names as the worker's users spell them."""
-    return re.sub(r"(?<![\w])(" + "|".join(_RENAMES) + r")\b", lambda match: _RENAMES[match.group(1)], message)
 
 
 def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_planner_args=None,
@@ -99,12 +90,8 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
         raise ValueError("pods_rollout_planner='reinforce_ada': in the asynchronous worker Reinforce-Ada runs as its "
                          "round rule, its keep and its baseline: pods_pilot=K, pods_adaptive_rule='reinforce_ada', "
                          "pods_rule='reinforce_ada', pods_advantage_baseline='sampled'")
-    for field, (kind, supported) in SUPPORTED.items():
-        name = settings.get(field)
-        if name is not None and name not in supported:
-            raise ValueError(f"{field}={name!r}: the asynchronous worker runs {list(supported)} for this question "
-                             f"(registered: {available_planners(kind)}); the others need a step that sees a batch "
-                             "of prompts at once (PODSTrainer, or your own loop: docs, Rollout budgets)")
+    check_planners("trl_async", {"which_prompts": settings.get("pods_prompt_planner"),
+                                 "how_many": settings.get("pods_rollout_planner")}, available_planners)
     if settings.get("pods_prompt_planner") is None and settings.get("pods_rollout_planner") is None:
         return None
     if settings.get("pods_prompt_planner") == "pilot_commit":
@@ -140,7 +127,7 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
     try:
         return RolloutBudget.from_config(config)
     except ValueError as err:
-        raise ValueError(_worker_names(str(err))) from None
+        raise ValueError(renamed(str(err), "budget", "trl", "trl_async")) from None
 
 
 def _check_pilot_commit(pilot, environment_factory, **settings) -> None:
@@ -321,12 +308,8 @@ class WorkerBudget:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``state_dict`` to ``path`` (a temporary file renamed into place: a reader never sees half of it)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        torch.save(self.state_dict(), partial)
-        os.replace(partial, path)
-        return path
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return save_atomically(self.state_dict(), path)
 
     def resume(self, path: str | os.PathLike, dataset_start_index: int) -> tuple[int, bool]:
         """Restore the state saved at ``path`` for a session that TRL starts at ``dataset_start_index`` (its

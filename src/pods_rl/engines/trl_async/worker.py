@@ -10,7 +10,7 @@ loop whose scoring step selects::
 Per group of n conversations of one prompt, ``PODSRolloutLoop._score_group``:
 
 1. lets TRL's own ``_score_group`` score the whole group, recording what each reward function returns (they run
-   once, on all n; ``pods_rl.integrations.async_scoring``);
+   once, on all n; ``pods_rl.engines.trl_async.scoring``);
 2. reads each conversation's rewards back from its row's metrics (``rewards/<name>``, ``reward``), mapping rows to
    conversations by the lengths of ``group.completions_sequences`` (a conversation that produced no row is scored
    through a placeholder row);
@@ -68,7 +68,7 @@ now yields m rows for n rollouts, so ``pods_worker_kwargs`` scales it by n/m (ro
 staleness horizon in rows.
 
 **Rollout-budget planners** (``pods_prompt_planner="greso"`` or ``"pilot_commit"``,
-``pods_rollout_planner="knapsack"``): where the worker draws its prompts, ``pods_rl.integrations.async_budget``
+``pods_rollout_planner="knapsack"``): where the worker draws its prompts, ``pods_rl.engines.trl_async.budget``
 skips the prompts its ledger saw all-equal (or evicted) and gives each prompt m..n rollouts (m from the generate
 loop, the rest as a top-up); Pilot-Commit pilots each prompt, commits the pilots that pass (a top-up of n_commit)
 and trains nothing of the others; every scored group is recorded.
@@ -116,14 +116,15 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 )
 
 from pods_rl.adaptive import group_is_mixed, plan_round
+from pods_rl.budget.ledger import LEDGER_FILE
 from pods_rl.downsample import rule_takes_features
-from pods_rl.integrations.async_budget import (
+from pods_rl.engines.trl_async.budget import (
     BUDGET_KEYS,
     BudgetLoop,
     PODSLedgerCallback,
     check_budget_settings,
 )
-from pods_rl.integrations.async_scoring import (
+from pods_rl.engines.trl_async.scoring import (
     ScoredConversation,
     conversations_at,
     recording,
@@ -131,14 +132,13 @@ from pods_rl.integrations.async_scoring import (
     reward_funcs_as,
     sampled_advantages,
 )
-from pods_rl.integrations.async_settings import (
+from pods_rl.engines.trl_async.settings import (
     ADAPTIVE_NAMES,
     adaptive_settings,
     check_advantage_baseline,
     check_worker_settings,
     pods_settings,
 )
-from pods_rl.ledger import LEDGER_FILE
 from pods_rl.rollouts import rollout_features
 from pods_rl.selection import select
 
@@ -158,7 +158,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
     ``pods_rule_module``, ``pods_advantage_baseline`` (default ``kept``); for adaptive rollouts, ``pods_pilot``,
     ``pods_round_size``, ``pods_adaptive_rule``, ``pods_adaptive_reward`` and ``pods_adaptive_budget``; for the
     rollout-budget planners
-    (``pods_rl.integrations.async_budget``), ``pods_prompt_planner``, ``pods_rollout_planner``, their ``*_args``,
+    (``pods_rl.engines.trl_async.budget``), ``pods_prompt_planner``, ``pods_rollout_planner``, their ``*_args``,
     ``pods_ledger_success_threshold``, ``pods_groups_per_step``, ``pods_ledger_path`` and ``pods_ledger_resume``
     (``pods_worker_kwargs`` says what each means).
     """
@@ -287,7 +287,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
             samples = await super()._score_group(padded)
         if len(samples) != sum(sizes):
             raise RuntimeError(f"TRL's _score_group returned {len(samples)} rows for conversations of {sizes} rows: "
-                               "pods_rl.integrations.async_grpo does not know this TRL's row layout.")
+                               "pods_rl.engines.trl_async.worker does not know this TRL's row layout.")
         starts = np.cumsum([0, *sizes])
         return [ScoredConversation(samples[starts[i]].metrics, tuple(output[i] for output in outputs))
                 for i in range(len(sizes))]
@@ -457,7 +457,7 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
             ``budgeted`` or a registered one), ``pods_adaptive_reward`` (the reward function whose all-equal values
             keep a prompt open, default the total; also what the planners' ledger counts successes by),
             ``pods_adaptive_budget`` (``budgeted`` and Knapsack-RL: rollouts per prompt on average);
-            rollout-budget planners (``pods_rl.integrations.async_budget``): ``pods_prompt_planner`` (``greso``: skip
+            rollout-budget planners (``pods_rl.engines.trl_async.budget``): ``pods_prompt_planner`` (``greso``: skip
             prompts the ledger saw all-equal), ``pods_rollout_planner`` (``knapsack``: m..n rollouts per prompt),
             ``pods_prompt_planner_args`` / ``pods_rollout_planner_args`` (dicts of the paper's knobs),
             ``pods_ledger_success_threshold`` (0.5), ``pods_groups_per_step`` (default: the rows of a training

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pods_rl.ledger import PromptLedger, PromptStats
-from pods_rl.planners.base import (
+from pods_rl.budget.ledger import PromptLedger, PromptStats
+from pods_rl.budget.planners.base import (
     Plan,
     as_ids,
     check_choice,

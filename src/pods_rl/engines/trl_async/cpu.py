@@ -5,9 +5,9 @@ its two CUDA-only construction steps (peak FLOPs, tree attention)::
     with async_trainer_on_cpu():
         trainer = AsyncGRPOTrainer(..., rollout_worker=worker, weight_transfer=transfer)
 
-The vLLM server side of the weight transfer is ``pods_rl.integrations.vllm_server.ReloadWeightsExtension`` (named by
+The vLLM server side of the weight transfer is ``pods_rl.engines.vllm.server.ReloadWeightsExtension`` (named by
 ``EXTENSION``, the server's ``--worker-extension-cls``). Nothing here knows PODS: the same pieces run TRL's own
-asynchronous GRPO on a CPU. Used by ``pods_rl.integrations.async_grpo``'s users, the tests and the benchmark.
+asynchronous GRPO on a CPU. Used by ``pods_rl.engines.trl_async.worker``'s users, the tests and the benchmark.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["EXTENSION", "DirectoryWeightTransfer", "wait_for_health", "async_tra
            "register_torch_tree_attention"]
 
 logger = logging.getLogger("pods_rl")
-EXTENSION = "pods_rl.integrations.vllm_server.ReloadWeightsExtension"  # the vLLM server's --worker-extension-cls
+EXTENSION = "pods_rl.engines.vllm.server.ReloadWeightsExtension"  # the vLLM server's --worker-extension-cls
 
 
 # --- Weight transfer without NCCL -----------------------------------------------------------------------------------
@@ -61,7 +61,7 @@ class DirectoryWeightTransfer:
     1. ``send_weights`` writes the trainer's ``(name, tensor)`` stream (TRL's ``_streaming_iter``: checkpoint names,
        the adapter merged) to ``directory/model.safetensors`` (written aside, then renamed over the last one);
     2. asks the server to load it: ``POST /collective_rpc`` with ``{"method": "pods_reload_weights", "kwargs":
-       {"weights_path": directory}}``, a method of ``pods_rl.integrations.vllm_server.ReloadWeightsExtension`` (start
+       {"weights_path": directory}}``, a method of ``pods_rl.engines.vllm.server.ReloadWeightsExtension`` (start
        the server with ``--worker-extension-cls`` naming it): vLLM's own ``reload_weights`` on every worker (a
        layerwise reload that re-runs each layer's ``process_weights_after_loading``, so vLLM's CPU kernels repack the
        new weights), then the tied LM head refreshed, which vLLM's reload leaves stale (see that module);
@@ -70,7 +70,7 @@ class DirectoryWeightTransfer:
 
     ``pause``/``resume`` are TRL's (``POST /pause?mode=keep``, ``POST /resume``). The server must be started with
     ``VLLM_SERVER_DEV_MODE=1`` (these endpoints exist only in dev mode; checked on vLLM 0.31's CPU build), with
-    ``--worker-extension-cls pods_rl.integrations.vllm_server.ReloadWeightsExtension``, and must be able to read
+    ``--worker-extension-cls pods_rl.engines.vllm.server.ReloadWeightsExtension``, and must be able to read
     ``directory`` (same machine or a shared filesystem). Every sync writes and reads the whole model once: fine for
     CPU and small models, slower than NCCL for large ones.
 

@@ -13,7 +13,7 @@ so nothing after selection is computed for the n - m dropped rollouts, and GRPO/
 verl over each uid's kept rows (PODS's "advantages on the kept subset"); GAE (PPO with a critic) sees the kept
 rows as its batch. Load it from verl's config (``pods verl-args`` prints these lines with the batch settings)::
 
-    trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.integrations.verl
+    trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.engines.verl.replay_buffer
     trainer.v1.sampler.custom_sampler.name=PODSReplayBuffer       # trainer_mode sync or colocate_async
     +trainer.v1.sampler.sampler_kwargs.m=16
     +trainer.v1.sampler.sampler_kwargs.rule=max_variance          # or max_reward, random, a registered rule
@@ -37,11 +37,11 @@ Every ``sample()`` of the training partition adds the ``pods/*`` metrics the TRL
 std over all sampled and over the kept rollouts, the fraction of groups with all-equal rewards before and after,
 and the group-selection counts (see ``select_sessions``).
 
-**The prompt ledger** (``pods_rl.ledger``, issue #54), with ``+trainer.v1.sampler.sampler_kwargs.ledger=true``: every
+**The prompt ledger** (``pods_rl.budget.ledger``, issue #54), with ``+trainer.v1.sampler.sampler_kwargs.ledger=true``: every
 sampled group of the training partition (all its sessions, before selection) is recorded by its session rewards
 (success: above ``ledger_success_threshold``, 0.5), keyed by the ``index`` verl stores with each rollout (the
 dataset row's ``extra_info.index``), with ``pods/ledger_*`` metrics. verl's checkpoint hook saves it
-(``trainer.checkpoint_callback_class=pods_rl.integrations.verl.PODSCheckpointCallback``: ``global_step_N/
+(``trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback``: ``global_step_N/
 pods_ledger.pt``), and the first training sample after verl resumed loads it from the folder verl resumed from.
 The planners that would read it cannot run here: verl's trainer draws prompts from its dataloader and dispatches
 them to generation itself, and its agent loop takes a prompt's rollout count from the dataset row, so the buffer,
@@ -57,16 +57,16 @@ from packaging.specifiers import SpecifierSet
 
 # The verl versions whose v1 ReplayBuffer internals this module was tested against (defined beside verl's batch
 # arithmetic, which needs no verl; pyproject.toml's `verl` extra must lie inside it).
-from pods_rl.integrations.verl_args import VERL_RANGE
+from pods_rl.engines.verl.batch_settings import VERL_RANGE
 
 
 def _require_supported_verl(installed: str | None) -> None:
     """Refuse a missing verl or one outside ``VERL_RANGE`` with one line, before touching its internals."""
     if installed is None:
-        raise ImportError('pods_rl.integrations.verl needs verl, which is not installed: pip install -e ".[verl]" in '
+        raise ImportError('pods_rl.engines.verl.replay_buffer needs verl, which is not installed: pip install -e ".[verl]" in '
                           "a clone of pods-rl (in an environment of its own: verl pins its own transformers range)")
     if not SpecifierSet(VERL_RANGE).contains(installed, prereleases=True):
-        raise ImportError(f"pods_rl.integrations.verl supports verl{VERL_RANGE} (it subclasses verl's v1 ReplayBuffer),"
+        raise ImportError(f"pods_rl.engines.verl.replay_buffer supports verl{VERL_RANGE} (it subclasses verl's v1 ReplayBuffer),"
                           f' but verl {installed} is installed: pip install -e ".[verl]" in a clone of pods-rl')
 
 
@@ -94,9 +94,10 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  #
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path  # noqa: E402
 from verl.utils.import_utils import load_module  # noqa: E402
 
+from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger  # noqa: E402
 from pods_rl.downsample import rule_takes_features  # noqa: E402
-from pods_rl.integrations.verl_args import SEPARATE_ASYNC, padding_rows  # noqa: E402
-from pods_rl.ledger import LEDGER_FILE, LedgerSettings, PromptLedger  # noqa: E402
+from pods_rl.engines.settings import spelled  # noqa: E402
+from pods_rl.engines.verl.batch_settings import SEPARATE_ASYNC, padding_rows  # noqa: E402
 from pods_rl.selection import SelectionSettings, kept_groups, select  # noqa: E402
 
 __all__ = ["PODSCheckpointCallback", "PODSReplayBuffer", "PODSReplayBufferAsync", "PODSSettings", "select_sessions",
@@ -105,8 +106,7 @@ __all__ = ["PODSCheckpointCallback", "PODSReplayBuffer", "PODSReplayBufferAsync"
 logger = logging.getLogger("pods_rl")
 
 # How verl's users spell the selection settings (SelectionSettings' errors name them so).
-VERL_NAMES = {name: f"sampler_kwargs.{name}" for name in ("m", "rule", "tiebreak", "oversample_prompts")}
-VERL_NAMES["register"] = "pods_rl.register_rule in a module named by sampler_kwargs.rule_module"
+VERL_NAMES = spelled("verl", "selection")
 # The rollout-budget planners verl's hooks cannot carry (docs/guides/verl.md, "Rollout budgets"), refused by name.
 _SKIP = ("verl's trainer draws prompts from its dataloader and dispatches them to generation itself "
          "(_add_batch_to_generate); the replay buffer sees a prompt only once its rollouts are finished, so it cannot "
@@ -133,7 +133,7 @@ class PODSSettings:
     oversample_prompts: float = 1.0
     seed: int = 0
     rule_module: str | None = None
-    ledger: bool = False  # keep a prompt ledger of every sampled group (pods_rl.ledger), saved with checkpoints
+    ledger: bool = False  # keep a prompt ledger of every sampled group (pods_rl.budget.ledger), saved with checkpoints
     ledger_success_threshold: float = 0.5  # a session succeeds when its reward is above this
     n: int | None = None  # rollout.n, when the trainer's config is known
     response_length: int | None = None  # rollout.response_length: where a response counts as truncated
@@ -363,7 +363,7 @@ class PODSReplayBufferAsync(PODSReplayBuffer, ReplayBufferAsync):
 
 
 class PODSCheckpointCallback(CheckpointCallback):
-    """verl's checkpoint hook (``trainer.checkpoint_callback_class=pods_rl.integrations.verl.PODSCheckpointCallback``):
+    """verl's checkpoint hook (``trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback``):
     after each checkpoint save, the PODS replay buffer's prompt ledger goes into the same ``global_step_N`` folder.
     With a callback of your own, subclass this one and call ``super().on_save(...)``."""
 

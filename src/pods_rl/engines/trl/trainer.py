@@ -3,7 +3,7 @@
 This is the only module of pods-rl that knows TRL's internals (``TRL_RANGE``; CI tests both ends).
 
 The PODS step itself (how a training step flows, and the two GRPOTrainer calls it answers) is
-``pods_rl.trainer_step``; ``PODSConfig`` and the supported TRL range are ``pods_rl.trainer_config``; selection is
+``pods_rl.engines.trl.step``; ``PODSConfig`` and the supported TRL range are ``pods_rl.engines.trl.config``; selection is
 ``pods_rl.selection`` (no TRL).
 
 Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins each item on both ends of
@@ -86,16 +86,16 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
 from pods_rl import tiny
-from pods_rl.budget import RolloutBudget
+from pods_rl.budget.rollout_budget import RolloutBudget
+from pods_rl.engines.trl.config import PODSConfig, eval_batch_problem, quiet_checkpointing_deprecations
+from pods_rl.engines.trl.phase_clock import PhaseClock
+from pods_rl.engines.trl.step import PODSStep
 from pods_rl.machine import pods_rl_version
-from pods_rl.phase_clock import PhaseClock
 from pods_rl.reward_guard import (
     guard_reward_funcs,
     reward_weights_of,
 )
 from pods_rl.runlog.integrity import reading_checkpoint
-from pods_rl.trainer_config import PODSConfig, eval_batch_problem, quiet_checkpointing_deprecations
-from pods_rl.trainer_step import PODSStep
 
 __all__ = ["PODSConfig", "PODSTrainer", "card_example_prompt", "rollouts_per_generation"]
 
@@ -213,7 +213,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                              "train_dataset, or drop the planners.")
         engine_setup = nullcontext()
         if config.use_vllm:  # imported only then: the vLLM checks and the CPU build's workaround live there
-            from pods_rl.integrations import vllm_cpu
+            from pods_rl.engines.vllm import cpu as vllm_cpu
 
             on_cpu = config.use_cpu or not torch.cuda.is_available()
             vllm_cpu.check_vllm_settings(config.use_vllm, config.vllm_mode, on_cpu=on_cpu)
@@ -434,7 +434,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         grpo_paper = GRPOTrainer._paper
         return ModelCard.from_template(
             card_data,
-            template_path=str(Path(__file__).parent / "templates" / "model_card.md"),
+            template_path=str(Path(__file__).parents[2] / "templates" / "model_card.md"),
             base_model_text=base_model_text,
             model_name=model_name,
             hub_model_id=self.hub_model_id,

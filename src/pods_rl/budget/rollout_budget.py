@@ -1,6 +1,6 @@
 """The rollout budget an engine runs: which of a step's candidate prompts get rollouts and how many, from what the
-run has seen of each prompt (``pods_rl.ledger``, ``pods_rl.planners``). No framework: ``PODSTrainer``'s step
-(``pods_rl.trainer_step``) calls it around sampling, and any engine can, with a config that has ``PODSConfig``'s
+run has seen of each prompt (``pods_rl.budget.ledger``, ``pods_rl.budget.planners``). No framework: ``PODSTrainer``'s step
+(``pods_rl.engines.trl.step``) calls it around sampling, and any engine can, with a config that has ``PODSConfig``'s
 planner fields::
 
     budget = RolloutBudget.from_config(config)            # None when no planner is set
@@ -9,7 +9,7 @@ planner fields::
     metrics = budget.record(ids, rewards, counts, ...)    # every rank records every rank's groups
     budget.save(checkpoint_dir) / budget.load(checkpoint_dir)
 
-A prompt is known by ``pods_rl.ledger.prompt_key`` of its dataset row's ``prompt`` (TRL's rows carry no index).
+A prompt is known by ``pods_rl.budget.ledger.prompt_key`` of its dataset row's ``prompt`` (TRL's rows carry no index).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import torch
 
-from pods_rl.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, prompt_key
-from pods_rl.planners import available_planners, make_planner
+from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, prompt_key, save_atomically
+from pods_rl.budget.planners import make_planner
+from pods_rl.budget.planners.base import Adapting, Committing, rollout_metrics
 
 __all__ = ["RolloutBudget", "candidate_ids", "check_planner_settings"]
 
@@ -76,14 +77,8 @@ def _pilot_commit_knobs(knobs: dict, n: int) -> None:
 
 
 def check_planner_settings(config) -> None:
-    """Refuse, in one line each before any model loads, planner settings PODS cannot carry out."""
-    for field, kind in (("prompt_planner", "which_prompts"), ("rollout_planner", "how_many")):
-        name = getattr(config, field)
-        supported = {"which_prompts": ["greso", "pilot_commit"], "how_many": ["knapsack"]}[kind]
-        if name is not None and name not in supported:
-            known = available_planners(kind)
-            raise ValueError(f"{field}={name!r}: PODSTrainer runs {supported} for this question (registered: {known}); "
-                             "the others are plain tensor code to call from your own loop (docs: Rollout budgets)")
+    """Refuse, in one line each before any model loads, planner settings PODS cannot carry out (which planners an
+    engine runs is the engine's to check first: ``pods_rl.engines.settings.check_planners``)."""
     if config.prompt_planner is not None and config.oversample_prompts <= 1:
         raise ValueError(f"prompt_planner={config.prompt_planner!r} skips prompts before sampling and replaces them "
                          "with other candidates: set oversample_prompts above 1 (e.g. 2), or nothing can replace them")
@@ -165,17 +160,13 @@ class RolloutBudget:
             first[chosen] = pilot or self.n
         # The plan's rollouts are what is sampled: the chosen candidates' (a which-planner's own counts cover every
         # candidate it did not skip).
-        sampled = first[first > 0].double()
-        metrics.update({"pods/plan_prompts": float(P), "pods/plan_rollouts": float(first.sum()),
-                        "pods/rollouts_per_prompt_mean": sampled.mean().item(),
-                        "pods/rollouts_per_prompt_min": sampled.min().item(),
-                        "pods/rollouts_per_prompt_max": sampled.max().item()})
+        metrics.update(rollout_metrics(first))
         return first, metrics
 
     @property
     def commits(self) -> bool:
         """True when the prompt planner samples in two rounds, a pilot and then a commit (Pilot-Commit)."""
-        return self.which is not None and hasattr(self.which, "after_pilot")
+        return isinstance(self.which, Committing)
 
     def commit(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, num_groups: int, *, step: int,
                rank: int = 0, gather=None, device=None) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
@@ -241,7 +232,7 @@ class RolloutBudget:
         counts = torch.where(counts > 0, counts, -1)
         summary = self.ledger.record(ids, rewards, counts, step=step, gather=gather, gather_device=device)
         metrics = dict(summary.metrics)
-        if self.which is not None and hasattr(self.which, "update"):
+        if isinstance(self.which, Adapting):
             metrics.update(self.which.update(summary, epoch=epoch))
         return metrics
 
@@ -261,11 +252,7 @@ class RolloutBudget:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write the state into ``directory`` (a checkpoint) as ``LEDGER_FILE``, by rename: never half written."""
-        path = Path(directory) / LEDGER_FILE
-        partial = path.with_name(path.name + ".partial")
-        torch.save(self.state_dict(), partial)
-        os.replace(partial, path)
-        return path
+        return save_atomically(self.state_dict(), Path(directory) / LEDGER_FILE)
 
     def load(self, directory: str | os.PathLike) -> bool:
         """Restore the state saved in ``directory``; False (nothing changed) when it holds none."""

@@ -10,7 +10,7 @@ module turns the quantities a PODS user thinks in into verl's overrides:
       -> data.train_batch_size = ceil(B x oversample)                       (prompts sampled per step)
          actor_rollout_ref.rollout.n = n
          actor_rollout_ref.actor.ppo_mini_batch_size = R / n                (verl multiplies it by n)
-         the custom_sampler keys that load pods_rl.integrations.verl.PODSReplayBuffer, and its sampler_kwargs
+         the custom_sampler keys that load pods_rl.engines.verl.replay_buffer.PODSReplayBuffer, and its sampler_kwargs
 
 and refuses, with one line, the combinations that would pad: B x m kept rows per update must be a whole number
 of mini-batches, R a multiple of n (verl's mini-batch unit) and of dp (every rank gets whole rows).
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 
 from pods_rl.selection import SelectionSettings
 
-# The verl versions whose v1 ReplayBuffer internals pods_rl.integrations.verl was tested against (it refuses any other
+# The verl versions whose v1 ReplayBuffer internals pods_rl.engines.verl.replay_buffer was tested against (it refuses any other
 # at import; pyproject.toml's `verl` extra must lie inside, tests/test_extras.py): `_materialize_batch(partition_id,
 # uids, snapshot)`, the six constructor arguments, the `{uid}_{session}_{index}` keys and `rm_scores` in
 # TransferQueue. Here, in a module that needs no verl, so that the main suite can read it.
 VERL_RANGE = ">=0.9.1,<0.10"
 
-SAMPLER_PATH = "pkg://pods_rl.integrations.verl"
+SAMPLER_PATH = "pkg://pods_rl.engines.verl.replay_buffer"
 SAMPLER_NAME = "PODSReplayBuffer"
 TRAINER_MODES = ("sync", "colocate_async")  # separate_async: see SEPARATE_ASYNC
 SEPARATE_ASYNC = ("verl's separate_async trainer requires data.train_batch_size = parameter_sync_step x "

@@ -1,5 +1,5 @@
 """The asynchronous worker's settings, checked in the launching process before a child is spawned: each bad
-``pods_*`` argument of ``pods_rl.integrations.async_grpo``'s worker fails in one ``ValueError`` line that names it
+``pods_*`` argument of ``pods_rl.engines.trl_async.worker``'s worker fails in one ``ValueError`` line that names it
 (an unknown keyword is a ``TypeError`` naming it)."""
 
 from __future__ import annotations
@@ -11,17 +11,16 @@ from trl.trainer.utils import get_callable_name
 
 from pods_rl.adaptive import AdaptiveSettings
 from pods_rl.advantages import ADVANTAGE_BASELINES
-from pods_rl.integrations.async_budget import check_budget_settings
+from pods_rl.engines.settings import spelled
+from pods_rl.engines.trl_async.budget import check_budget_settings
 from pods_rl.selection import SelectionSettings
 
 __all__ = ["adaptive_settings", "check_advantage_baseline", "check_worker_settings",
            "pods_settings"]
 
 # How the async worker's users spell the settings (the one-line errors name these).
-ADAPTIVE_NAMES = {"pilot": "pods_pilot", "n": "num_generations", "m": "pods_m", "rule": "pods_adaptive_rule",
-                  "round_size": "pods_round_size", "budget": "pods_adaptive_budget", "reward": "pods_adaptive_reward"}
-ASYNC_NAMES = {"m": "pods_m", "rule": "pods_rule", "tiebreak": "pods_tiebreak",
-               "register": "pods_rl.register_rule in a module named by pods_rule_module"}
+ADAPTIVE_NAMES = spelled("trl_async", "adaptive")
+ASYNC_NAMES = spelled("trl_async", "selection")
 
 
 def pods_settings(m: int, rule: str = "max_variance", tiebreak: str = "index", n: int | None = None,
@@ -81,7 +80,7 @@ def check_worker_settings(pods_m: int, n: int, reward_funcs, environment_factory
     """Check every ``pods_*`` setting of the worker (one ``ValueError`` line each; an unknown keyword is a
     ``TypeError`` naming it), before a child process is spawned, and return the rollout budget they make (a
     ``pods_rl.budget.RolloutBudget``; None without planners). ``planners``: the rollout-budget keywords
-    (``pods_rl.integrations.async_budget.BUDGET_KEYS``)."""
+    (``pods_rl.engines.trl_async.budget.BUDGET_KEYS``)."""
     pods_settings(pods_m, pods_rule, pods_tiebreak, n=n, rule_module=pods_rule_module)
     check_advantage_baseline(pods_advantage_baseline)
     reward_names = [get_callable_name(f) for f in reward_funcs]

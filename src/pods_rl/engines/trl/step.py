@@ -1,6 +1,6 @@
 """The PODS step of ``PODSTrainer`` (``PODSStep``, a mixin before ``GRPOTrainer`` in its bases), top to bottom:
 prepare the prompts as TRL does, sample, score, select, then hand TRL the kept rows. Its methods override or call
-GRPOTrainer's internals, listed with the rest of the TRL surface in ``pods_rl.trainer``'s docstring
+GRPOTrainer's internals, listed with the rest of the TRL surface in ``pods_rl.engines.trl.trainer``'s docstring
 (``tests/test_trl_surface.py`` pins them). ``docs/concepts/follow-a-step.md`` walks it with file:function names.
 
 One training step (``PODSStep._generate_and_score_completions``)::
@@ -21,7 +21,7 @@ One training step (``PODSStep._generate_and_score_completions``)::
 
 The contract (``tests/test_contract.py``): on the rows it keeps, the step produces what GRPOTrainer with m produces
 on those rollouts. So whatever TRL keeps per rollout across the step is cut down to the kept rows before TRL reads
-it (``pods_rl.trainer_rows``): the generation metrics (lengths, clipped ratio, tool use, tokens seen) are logged
+it (``pods_rl.engines.trl.rows``): the generation metrics (lengths, clipped ratio, tool use, tokens seen) are logged
 for the kept rows, the reward functions' ``log_extra`` values reach the completions table beside their own rows,
 and their ``log_metric`` values come from scoring the kept rows (again, only in steps where they log metrics).
 What PODS sampled is described by its own ``pods/*`` metrics.
@@ -43,13 +43,11 @@ import torch
 from accelerate.utils import gather
 
 from pods_rl.advantages import sampled_baseline_advantages
-from pods_rl.budget import candidate_ids
+from pods_rl.budget.rollout_budget import candidate_ids
 from pods_rl.downsample import rule_takes_features
-from pods_rl.rollouts import rollout_features
-from pods_rl.selection import all_equal, reward_totals, select
-from pods_rl.trainer_config import TRL_RANGE  # importing it checks the TRL version first
-from pods_rl.trainer_rounds import ROUND, RoundsStep
-from pods_rl.trainer_rows import (
+from pods_rl.engines.trl.config import TRL_RANGE  # importing it checks the TRL version first
+from pods_rl.engines.trl.rounds import ROUND, RoundsStep
+from pods_rl.engines.trl.rows import (
     Generated,
     Sampled,
     count_tool_exceptions,
@@ -65,6 +63,8 @@ from pods_rl.trainer_rows import (
     with_dataset_images,
     write_extra_fields,
 )
+from pods_rl.rollouts import rollout_features
+from pods_rl.selection import all_equal, reward_totals, select
 
 logger = logging.getLogger("pods_rl.trainer")
 
@@ -174,10 +174,9 @@ class PODSStep(RoundsStep):
         by ``pods_rl.advantages.sampled_baseline_advantages`` (from all of each prompt's sampled rollouts), in the
         batch and in the completions table. ``rewards_per_func`` (P, n, F) this process's, NaN on padding;
         ``counts`` (P,)."""
-        weights = self.reward_weights.cpu().to(rewards_per_func.dtype)
-        totals = (rewards_per_func * weights).nansum(dim=-1)  # (P, n) TRL's sum; NaN: unscorable or padding
-        unscored = torch.isnan(rewards_per_func).all(dim=-1) | (torch.arange(totals.shape[1]) >= counts.unsqueeze(1))
-        totals = totals.masked_fill(unscored, float("nan"))
+        totals = reward_totals(rewards_per_func, self.reward_weights)  # (P, n) TRL's sum; NaN: unscorable
+        padding = torch.arange(totals.shape[1], device=totals.device) >= counts.to(totals.device).unsqueeze(1)
+        totals = totals.masked_fill(padding, float("nan"))
         advantages = sampled_baseline_advantages(totals, kept_rows, scale=self.args.scale_rewards == "group")
         output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
         every = self._gather(advantages).cpu().tolist()  # the completions table's column: every process's rows

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pods_rl.ledger import PromptLedger
-from pods_rl.planners.base import (
+from pods_rl.budget.ledger import PromptLedger
+from pods_rl.budget.planners.base import (
     Plan,
     as_ids,
     check_choice,

@@ -1,7 +1,7 @@
 """TRL's asynchronous scoring, run on a whole group and then on the conversations PODS keeps, each reward function
 called once.
 
-``PODSRolloutLoop`` (``pods_rl.integrations.async_grpo``) scores a group of n conversations with TRL's own
+``PODSRolloutLoop`` (``pods_rl.engines.trl_async.worker``) scores a group of n conversations with TRL's own
 ``_AsyncRolloutLoop._score_group`` to learn their rewards, selects m, and scores the m again with the same
 ``_score_group`` as a group of their own, so that their advantages, ``reward_std`` and tool metrics are TRL's
 formula on the kept group (the group GRPO at m would have made), not a copy of it. The second scoring must not
@@ -41,7 +41,7 @@ def conversations_at(group: RolloutGroup, indices) -> RolloutGroup:
             return []
         if len(values) != count:
             raise RuntimeError(f"RolloutGroup.{name} has {len(values)} entries for {count} conversations: "
-                               "pods_rl.integrations.async_scoring does not know this TRL's RolloutGroup layout.")
+                               "pods_rl.engines.trl_async.scoring does not know this TRL's RolloutGroup layout.")
         return [values[i] for i in indices]
 
     lists = {field.name: taken(field.name, getattr(group, field.name)) for field in dataclasses.fields(group)

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pods_rl.ledger import GroupSummary, PromptLedger, PromptStats
-from pods_rl.planners.base import Plan, as_ids, check_int, check_number, make_plan, register_planner
+from pods_rl.budget.ledger import GroupSummary, PromptLedger, PromptStats
+from pods_rl.budget.planners.base import Plan, as_ids, check_int, check_number, make_plan, register_planner
 
 __all__ = ["GresoSettings", "GresoSkip", "greso_skip_probability"]
 

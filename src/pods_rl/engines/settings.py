@@ -1,0 +1,80 @@
+"""Every engine's spelling of the shared settings, and the checks they share, in one table each.
+
+A setting that PODS's plain code knows by one name (``SelectionSettings``' ``m``, ``AdaptiveSettings``' ``pilot``,
+``RolloutBudget``'s ``prompt_planner_args``) is spelled differently where each engine's users set it: PODSConfig's
+fields (``trl``), the asynchronous worker's ``pods_*`` keywords (``trl_async``), verl's ``sampler_kwargs``
+(``verl``). The one-line errors name the user's own spelling. A new setting is one row of ``SPELLINGS``; a planner an
+engine learns to run is one entry of ``PLANNERS``. Imports nothing of ours and no framework.
+"""
+
+from __future__ import annotations
+
+ENGINES = ("trl", "trl_async", "verl")
+
+# (group, setting) -> its spelling in (trl, trl_async, verl); None where that engine has no such setting.
+# Groups: "selection" (SelectionSettings.validated's names), "adaptive" (AdaptiveSettings.validated's names),
+# "planner" (which planner answers each question), "budget" (the names RolloutBudget's errors use, PODSConfig's:
+# the worker renames them into its own).
+SPELLINGS: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = {
+    ("selection", "m"): ("downsample_to (m)", "pods_m", "sampler_kwargs.m"),
+    ("selection", "rule"): ("downsample_rule", "pods_rule", "sampler_kwargs.rule"),
+    ("selection", "tiebreak"): ("downsample_tiebreak", "pods_tiebreak", "sampler_kwargs.tiebreak"),
+    ("selection", "oversample_prompts"): ("oversample_prompts", None, "sampler_kwargs.oversample_prompts"),
+    ("selection", "register"): ("pods_rl.register_rule",
+                                "pods_rl.register_rule in a module named by pods_rule_module",
+                                "pods_rl.register_rule in a module named by sampler_kwargs.rule_module"),
+    ("adaptive", "pilot"): ("pilot_generations", "pods_pilot", None),
+    ("adaptive", "n"): ("num_generations", "num_generations", None),
+    ("adaptive", "m"): ("downsample_to", "pods_m", None),
+    ("adaptive", "rule"): ("adaptive_rule", "pods_adaptive_rule", None),
+    ("adaptive", "round_size"): ("adaptive_round_size", "pods_round_size", None),
+    ("adaptive", "budget"): ("adaptive_budget", "pods_adaptive_budget", None),
+    ("adaptive", "reward"): ("adaptive_reward", "pods_adaptive_reward", None),
+    ("planner", "prompt_planner"): ("prompt_planner", "pods_prompt_planner", None),
+    ("planner", "rollout_planner"): ("rollout_planner", "pods_rollout_planner", None),
+    ("budget", "prompt_planner_args"): ("prompt_planner_args", "pods_prompt_planner_args", None),
+    ("budget", "rollout_planner_args"): ("rollout_planner_args", "pods_rollout_planner_args", None),
+    ("budget", "m"): ("downsample_to", "pods_m", None),
+    ("budget", "success_threshold"): ("success_threshold", "pods_ledger_success_threshold", None),
+}
+
+# Which planners each engine runs, by question (the planners' kinds), and what its refusal says of the others.
+PLANNERS: dict[str, dict[str, tuple[str, ...]]] = {
+    "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack",)},
+    "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack",)},
+}
+PLANNER_FIELDS = {"which_prompts": "prompt_planner", "how_many": "rollout_planner"}  # the planner rows, by kind
+REFUSALS = {
+    "trl": ("PODSTrainer runs {supported} for this question (registered: {known}); the others are plain tensor code "
+            "to call from your own loop (docs: Rollout budgets)"),
+    "trl_async": ("the asynchronous worker runs {supported} for this question (registered: {known}); the others need "
+                  "a step that sees a batch of prompts at once (PODSTrainer, or your own loop: docs, Rollout budgets)"),
+}
+
+
+def spelled(engine: str, group: str) -> dict[str, str]:
+    """{setting: the engine's spelling} of one group (the ``names=`` the plain code's checks take)."""
+    column = ENGINES.index(engine)
+    return {setting: row[column] for (row_group, setting), row in SPELLINGS.items()
+            if row_group == group and row[column] is not None}
+
+
+def renamed(message: str, group: str, source: str, target: str) -> str:
+    """``message`` with each of the group's ``source`` spellings (a whole word) replaced by the ``target`` one's."""
+    import re  # only here: one engine's error path
+
+    names = {spelled(source, group)[key]: value for key, value in spelled(target, group).items()
+             if key in spelled(source, group)}
+    return re.sub(r"(?<![\w])(" + "|".join(map(re.escape, names)) + r")\b", lambda match: names[match.group(1)],
+                  message)
+
+
+def check_planners(engine: str, planners: dict[str, str | None], available) -> None:
+    """Refuse, in one line, a planner ``engine`` does not run. ``planners``: {kind: the planner's name or None};
+    ``available(kind)``: the registered planners of that kind (named in the refusal)."""
+    for kind, name in planners.items():
+        supported = list(PLANNERS[engine][kind])
+        if name is not None and name not in supported:
+            field = spelled(engine, "planner")[PLANNER_FIELDS[kind]]
+            refusal = REFUSALS[engine].format(supported=supported, known=available(kind))
+            raise ValueError(f"{field}={name!r}: {refusal}")
