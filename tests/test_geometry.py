@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from pods_rl.trainer import PODSConfig
+from pods_rl.engines.trl.trainer import PODSConfig
 from tests import contract
 from tests.contract import M, N
 from tests.test_contract import Feature, run_pair
@@ -122,7 +122,7 @@ def test_an_impossible_geometry_is_refused_in_one_line_by_the_config(name, tmp_p
 def test_environment_owned_data_with_a_planner_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     """The planners tell prompts apart by their text, which environment-owned data does not have: refused before
     GRPOTrainer builds anything (the model here is a hub id that cannot be loaded offline: nothing tries)."""
-    from pods_rl.trainer import PODSTrainer
+    from pods_rl.engines.trl.trainer import PODSTrainer
     from tests.test_contract import Problems
 
     config = PODSConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=N, downsample_to=M, max_steps=2,

@@ -222,7 +222,7 @@ def test_environment_owned_data_gets_a_placeholder_dataset_of_one_round():
     """PODSTrainer replaces TRL's placeholder (a round of GRPO's prompts, none when a round keeps fewer rows than n)
     with one of PODS's prompts per round, each row TRL's own empty prompt (PLACEHOLDER_PROMPT), which
     _generate_and_score_completions also uses for a row without a prompt."""
-    from pods_rl.trainer import PLACEHOLDER_PROMPT
+    from pods_rl.engines.trl.trainer import PLACEHOLDER_PROMPT
 
     init = inspect.getsource(GRPOTrainer.__init__)
     assert "if train_dataset is None:" in init

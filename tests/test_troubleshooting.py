@@ -106,10 +106,10 @@ def raised(call) -> str:
 
 
 def test_the_cheap_ones_are_raised_as_the_page_quotes_them():
+    from pods_rl.engines.trl.config import PODSConfig, require_supported_trl
     from pods_rl.models import remote_code_refusal
     from pods_rl.tasks import get_task
     from pods_rl.tasks.base import row_too_long
-    from pods_rl.trainer_config import PODSConfig, require_supported_trl
 
     def config(**kwargs):
         return PODSConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, report_to="none", **kwargs)

@@ -1,7 +1,7 @@
 """The selection step of PODS, once for every engine: score each prompt's rollouts, keep m, keep the groups.
 
-Plain torch, no trainer knowledge: the TRL trainer (``pods_rl.trainer_step``) and verl's replay buffer
-(``pods_rl.integrations.verl``) both call ``select``, and the ``pods/*`` selection metrics are computed here only::
+Plain torch, no trainer knowledge: the TRL trainer (``pods_rl.engines.trl.step``) and verl's replay buffer
+(``pods_rl.engines.verl.replay_buffer``) both call ``select``, and the ``pods/*`` selection metrics are computed here only::
 
     settings = SelectionSettings.validated(m=8, rule="max_variance")     # checked once, one-line errors
     selection = select(rewards_per_func, weights, num_groups, settings)   # (P, n, F), (F,) -> Selection

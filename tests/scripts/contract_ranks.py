@@ -43,7 +43,7 @@ def main(model_dir: str, out_dir: str, names: list[str]) -> None:
             found[name]["ledger"] = {"ids": ledger.ids.tolist(), "groups": int(stats.groups.sum()),  # in row order
                                      "evicted": ledger.ids[stats.evicted].tolist()}
     if any(name in GEOMETRIES for name in names):  # one kept row per process: refused in one line on every rank
-        from pods_rl.trainer import PODSConfig
+        from pods_rl.engines.trl.trainer import PODSConfig
 
         try:
             PODSConfig(output_dir=str(Path(out_dir) / "refused"), use_cpu=True, num_generations=4, downsample_to=2,
