@@ -60,8 +60,8 @@ def _section(field: dataclasses.Field, annotations: dict) -> str:
 def render() -> str:
     from trl import GRPOConfig
 
+    from pods_rl import PODSConfig
     from pods_rl.recipes import RunArguments
-    from pods_rl.trainer_config import PODSConfig
 
     pods_fields = _own_fields(PODSConfig, GRPOConfig)
     run_fields = _own_fields(RunArguments)
