@@ -65,8 +65,9 @@ def render() -> str:
     lane_torch = {lane: one(r'pip install -q "(torch==[^"]+)"', text, f".ci/lane-{lane}.sh")
                   for lane, text in lanes.items() if lane != "gpu-image"}
     vllm_trl = one(r'pip install -q "(trl==[^"]+)"', lanes["vllm"], ".ci/lane-vllm.sh")
-    trl_range = one(r'^TRL_RANGE = "([^"]+)"', read("src/pods_rl/trainer_config.py"), "trainer_config.py")
-    verl_range = one(r'^VERL_RANGE = "([^"]+)"', read("src/pods_rl/integrations/verl_args.py"), "verl_args.py")
+    source = "\n".join(path.read_text(encoding="utf-8") for path in sorted((ROOT / "src" / "pods_rl").rglob("*.py")))
+    trl_range = one(r'^TRL_RANGE = "([^"]+)"', source, "src/pods_rl")  # wherever the modules live
+    verl_range = one(r'^VERL_RANGE = "([^"]+)"', source, "src/pods_rl")
     image = gpu_image_pins()
     image_shown = [f"{name}=={image[name]}" for name in ("torch", "transformers", "accelerate", "trl", "peft",
                                                          "datasets") if name in image]

@@ -60,7 +60,7 @@ def _section(field: dataclasses.Field, annotations: dict) -> str:
 def render() -> str:
     from trl import GRPOConfig
 
-    from pods_rl.engines.trl.config import PODSConfig
+    from pods_rl import PODSConfig
     from pods_rl.recipes import RunArguments
 
     pods_fields = _own_fields(PODSConfig, GRPOConfig)

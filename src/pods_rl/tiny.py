@@ -346,12 +346,15 @@ def _run_sft(model, tokenizer, train_dataset, steps: int, batch_size: int, learn
     from transformers import GenerationConfig
     from trl import SFTConfig, SFTTrainer
 
+    # transformers 5.2x renamed gradient_checkpointing to activation_checkpointing (warning on the old name)
+    no_checkpointing = {"activation_checkpointing" if "activation_checkpointing" in SFTConfig.__dataclass_fields__
+                        else "gradient_checkpointing": False}
     with tempfile.TemporaryDirectory() as scratch_dir:
         config = SFTConfig(
             output_dir=scratch_dir, max_steps=steps, per_device_train_batch_size=batch_size,
             learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20),
             weight_decay=0.0, max_length=256, seed=seed, data_seed=seed, use_cpu=device == "cpu",
-            bf16=False, tf32=device == "cuda", gradient_checkpointing=False, save_strategy="no", report_to=[],
+            bf16=False, tf32=device == "cuda", **no_checkpointing, save_strategy="no", report_to=[],
             logging_steps=max(1, steps // 10), disable_tqdm=True, dataset_num_proc=None,
         )
         callbacks = [_stop_after(max_seconds)] if max_seconds else None
