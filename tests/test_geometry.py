@@ -51,8 +51,8 @@ GEOMETRIES = {
     # n = 8: two prompts per round keep 4 rows, fewer than n (TRL's placeholder: 4 // 8 = 0 rows)
     "kept batch smaller than n, environment-owned data": Feature(
         **ENVIRONMENT, config={**ENV_CONFIG, "per_device_train_batch_size": 2 * M}, pods=dict(num_generations=8)),
-    "one prompt per step, accumulation 2, environment-owned data": Feature(
-        **ENVIRONMENT, config={**ONE_PROMPT, **ENV_CONFIG, "gradient_accumulation_steps": 2, "max_steps": 2}),
+    "one prompt per micro-step, accumulation 2, environment-owned data": Feature(
+        **ENVIRONMENT, config={**ONE_PROMPT, **ENV_CONFIG, "gradient_accumulation_steps": 2, "max_steps": 1}),
     "a group split across steps (per_device_train_batch_size 1, steps_per_generation 2)": Feature(
         config=dict(per_device_train_batch_size=1, steps_per_generation=2, max_steps=2)),
     "one prompt per round, iterable dataset": Feature(dataset="iterable", config=ONE_PROMPT),
