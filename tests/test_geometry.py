@@ -18,6 +18,13 @@ Where pods-rl multiplies or divides a batch (each place listed once, and the geo
 - ``PODSStep._generate_and_score_completions``: P*n rows per process in, B*m out, which TRL splits into
   steps_per_generation x gradient_accumulation micro-batches of per_device_train_batch_size.
 - The colocated vLLM engine's max_num_seqs (rollouts per process and round x tensor parallel): GPU only.
+- ``PODSTrainer.evaluate``: per_device_eval_batch_size x processes a multiple of num_generations_eval (m unless
+  set), refused in one line before generating (``tests/test_dropin.py``).
+
+Outside the trainer, each with its own tests: ``pods train``'s ``recipes.check_enough_prompts`` (a round's prompts
+x processes must be in the split), ``pods cost`` (kept rows per step: per_device_train_batch_size x accumulation x
+processes) and the asynchronous worker (its placeholder for environment-owned data: per_device_train_batch_size x
+accumulation rows, never empty).
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ ONE_PROMPT = dict(per_device_train_batch_size=M)  # a round keeps one group of m
 ENVIRONMENT = dict(kind="environment_data", reward_funcs=())
 ENV_CONFIG = dict(max_completion_length=200)
 
-# Each trains max_steps (2 unless set) and its kept rows are GRPO(m)'s (the contract). Geometries the contract's own
-# table already runs at one prompt per step (steps_per_generation, gradient_accumulation_steps) are not repeated.
+# Each trains max_steps (2 unless set) and its kept rows are GRPO(m)'s (the contract). The contract's own table runs
+# steps_per_generation and gradient_accumulation_steps at one prompt per step from a dataset; here, with the
+# environment's own data and with generation_batch_size.
 GEOMETRIES = {
     "one prompt per round": Feature(config=ONE_PROMPT),
     "one prompt per round, environment-owned data": Feature(**ENVIRONMENT, config={**ONE_PROMPT, **ENV_CONFIG}),
@@ -51,8 +59,8 @@ GEOMETRIES = {
     # n = 8: two prompts per round keep 4 rows, fewer than n (TRL's placeholder: 4 // 8 = 0 rows)
     "kept batch smaller than n, environment-owned data": Feature(
         **ENVIRONMENT, config={**ENV_CONFIG, "per_device_train_batch_size": 2 * M}, pods=dict(num_generations=8)),
-    "one prompt per step, accumulation 2, environment-owned data": Feature(
-        **ENVIRONMENT, config={**ONE_PROMPT, **ENV_CONFIG, "gradient_accumulation_steps": 2, "max_steps": 2}),
+    "one prompt per micro-step, accumulation 2, environment-owned data": Feature(
+        **ENVIRONMENT, config={**ONE_PROMPT, **ENV_CONFIG, "gradient_accumulation_steps": 2, "max_steps": 1}),
     "a group split across steps (per_device_train_batch_size 1, steps_per_generation 2)": Feature(
         config=dict(per_device_train_batch_size=1, steps_per_generation=2, max_steps=2)),
     "one prompt per round, iterable dataset": Feature(dataset="iterable", config=ONE_PROMPT),
