@@ -1,5 +1,5 @@
 """CITATION.cff and the README's BibTeX (#63): the project with its version and licence, and the PODS paper as the
-preferred citation, agreeing with each other and with the paper the model card cites (pods_rl/trainer.py).
+preferred citation, agreeing with each other and with the paper the model card cites (pods_rl/engines/trl/trainer.py).
 The file's schema: `cffconvert --validate -i CITATION.cff` (Citation File Format 1.2.0; not a test dependency)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def paper_of_the_model_card() -> dict[str, str]:
     """title, author and eprint of the BibTeX the model card carries, read from the source (no import of TRL)."""
-    text = (ROOT / "src" / "pods_rl" / "trainer.py").read_text(encoding="utf-8")
+    text = (ROOT / "src" / "pods_rl" / "engines" / "trl" / "trainer.py").read_text(encoding="utf-8")
     return {key: re.search(rf"{key}\s*=\s*\{{+([^}}]+)\}}", text).group(1) for key in ("title", "author", "eprint")}
 
 
