@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from pods_rl import step_cost
 from pods_rl.commands import cost
 
 
@@ -102,8 +103,22 @@ def check_schema(result, ns, m):
         # update is the step minus the other phases: the phases add up to the step, per step and in the mean
         parts = sum(r["seconds"][p] for p in ("generation", "scoring", "selection", "update"))
         assert parts == pytest.approx(r["seconds"]["step"], rel=1e-6)
-        assert r["step_ratio"] == pytest.approx(r["seconds"]["step"] / result["rows"][0]["seconds"]["step"])
+        assert r["step_ratio"] == pytest.approx(expected_ratio(result, r))
     assert result["rows"][0]["step_ratio"] == 1.0
+
+
+def expected_ratio(result, row):
+    """The step ratio `pods cost` must report for ``row``, recomputed from every step it kept (``per_step``): turn by
+    turn when its settings were interleaved, else the ratio of the median steps."""
+    reference = result["rows"][0]
+    if row is reference:
+        return 1.0
+    if result["settings"]["schedule"] == "interleaved":
+        paired = step_cost.paired_ratio(step_cost.by_step(row), step_cost.by_step(reference))
+        if paired:
+            assert row["step_ratio_paired"]
+            return paired["value"]
+    return row["seconds"]["step"] / reference["seconds"]["step"]
 
 
 def test_cost_cli_on_a_tiny_model(tmp_path, tiny_model_dir, capsys):
@@ -159,7 +174,7 @@ def test_cost_measures_adaptive_rows_beside_plain_pods(tmp_path, tiny_model_dir,
     adaptive = result["rows"][2]
     # 2 prompts per step; a pilot of 4 = m: every prompt has m after one round, at most n = 8 after two
     assert 1 <= adaptive["rounds"] <= 2 and 8 <= adaptive["sampled_per_step"] <= 16
-    assert adaptive["step_ratio"] == pytest.approx(adaptive["seconds"]["step"] / result["rows"][0]["seconds"]["step"])
+    assert adaptive["step_ratio"] == pytest.approx(expected_ratio(result, adaptive))
     assert result["settings"]["pilot_generations"] == 4
     # pilot_generations is validated like the other flags: one line, exit 2, before anything is built
     assert cost.main(["--config", "cpu/smoke", "--n", "4", "--pilot_generations", "2"]) == 2

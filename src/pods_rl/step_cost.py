@@ -11,6 +11,8 @@ results pages), so that the numbers agree. It is built for the machines step tim
 * Warm-up is not a fixed count: the first steps (allocations, caches, compilation) are slower than those after
   them; the measured steps start at the first step within ``STEADY_TOLERANCE`` of the median of the
   ``STEADY_WINDOW`` steps after it (``steady_start``).
+* Settings measured side by side (interleaved, in turns) are compared turn by turn (``paired_ratio``): the median
+  of the ratios of steps taken in the same turn, so that the machine's drift cancels.
 * A ratio whose settings' spreads are wide is flagged (``spread_warning``), so that nobody reads a 1.1x out of
   steps that vary by 2x.
 
@@ -83,6 +85,34 @@ def ratio(setting: dict, reference: dict) -> dict:
     return {"value": setting["median"] / reference["median"],
             "low": setting["q25"] / reference["q75"] if reference["q75"] > 0 else None,
             "high": setting["q75"] / reference["q25"] if reference["q25"] > 0 else None}
+
+
+def by_step(row: dict) -> dict[int, float]:
+    """A `pods cost` row's measured steps: optimizer step -> seconds (its ``per_step``, warm-up left out)."""
+    return {s["optimizer_step"]: s["seconds"]["step"] for s in row.get("per_step") or [] if not s["warmup"]}
+
+
+def paired_ratio(setting: dict[int, float], reference: dict[int, float], slow: float = SLOW_STEP) -> dict | None:
+    """A setting's step cost relative to a reference's from steps taken in the same turn (interleaved settings take
+    their k-th steps in the k-th round), so that what the machine did in that turn cancels.
+
+    ``setting``, ``reference``: optimizer step -> measured seconds. Pairs where either step is an interruption (over
+    ``slow`` x its setting's median) are set aside. Returns {"value": the mean of the middle half of the pairs'
+    ratios (their interquartile mean: as robust as a median to a few odd pairs, less noisy), "low", "high": their
+    quartiles, "pairs": P, "slow_pairs"}, or None with fewer than 2 pairs (then use ``ratio``).
+    """
+    common = sorted(set(setting) & set(reference))
+    if len(common) < 2:
+        return None
+    cut_s, cut_r = (slow * float(np.median([steps[k] for k in common])) for steps in (setting, reference))
+    usual = [k for k in common if setting[k] <= cut_s and reference[k] <= cut_r and reference[k] > 0]
+    if len(usual) < 2:
+        return None
+    ratios = np.array([setting[k] / reference[k] for k in usual])  # (P,)
+    q25, q75 = (float(q) for q in np.quantile(ratios, [0.25, 0.75]))
+    middle = ratios[central_steps(list(ratios))]  # (about P / 2,) the middle half, centred on the median
+    return {"value": float(middle.mean()), "low": q25, "high": q75, "pairs": len(usual),
+            "slow_pairs": len(common) - len(usual)}
 
 
 def spread_warning(name: str, setting: dict, reference: dict, limit: float = TRUST_SPREAD) -> str | None:

@@ -18,13 +18,14 @@ Schedule and estimator (``pods_rl.step_cost``: the same everywhere a step cost i
 settings' trainers live in one process and take their optimizer steps in turn, round-robin (the others wait before
 their step's clock starts), so that a noisy, shared machine slows all settings alike. ``sequential``: one setting
 after the other, each trainer (and its vLLM engine) freed before the next is built, repeated in alternation
-(``rounds``, default 2) so that a drift reaches every setting. ``auto`` interleaves where the settings fit on the
+(``rounds``: 2 with 4 or more steps) so that a drift reaches every setting. ``auto`` interleaves where the settings fit on the
 device together and runs them sequentially with vLLM (an engine sizes its KV cache from the memory left) or when
 they do not. Each setting warms up for at least ``--warmup`` steps and then until a step takes at most 25% more
 than the median of the 3 after it (allocations, caches, lazy initialization, autotuning); its cost is the median of its measured steps
 (a mean is moved by one slow step: on one H200 a 0.25-s step had maxima of 0.9-3.5 s), split into phases by the
-middle steps' shares; a ratio is a ratio of medians, with a range from the quartiles, and a warning when either
-setting's interquartile range exceeds 25% of its median. ``cost.json`` keeps every step's phase times
+middle steps' shares; interleaved settings are compared turn by turn (``step_cost.paired_ratio``), others by
+the ratio of medians, each with a range from the quartiles, and a warning when a setting's interquartile range
+exceeds 25% of its median. ``cost.json`` keeps every step's phase times
 (``per_step``, warm-up flagged), so that any other estimator can be run on them.
 
 Reading the table. ``ratio`` = median step seconds of the setting / those of n = m. PODS pays off in wall-clock
@@ -74,7 +75,7 @@ PHASES = ("generation", "scoring", "selection", "update", "step")
 DEFAULT_STEPS = 5
 DEFAULT_WARMUP = 1
 ESTIMATOR = ("median step time (split into phases by the middle steps' shares); warm-up until steady; "
-             "ratio of medians, range from the quartiles")
+             "interleaved: ratio turn by turn (interquartile mean), else ratio of medians; range from the quartiles")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -259,16 +260,20 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
     }
 
 
-def add_ratios(rows: list[dict]) -> list[dict]:
-    """Set each row's ``step_ratio`` = its median step seconds / those of the n = m row without over-sampling (the
-    GRPO reference; ``step_ratio_range``: the quartiles crossed, ``step_cost.ratio``; ``warning``: a line when the
-    spread is too wide to trust it), and for over-sampled rows ``oversample_step_ratio`` = step seconds / those of
+def add_ratios(rows: list[dict], paired: bool = False) -> list[dict]:
+    """Set each row's ``step_ratio`` against the n = m row without over-sampling (the GRPO reference): with
+    ``paired`` (interleaved settings), the median ratio of steps taken in the same turn (``step_cost.paired_ratio``;
+    ``step_ratio_range``: its quartiles), else the ratio of median step seconds (``step_cost.ratio``: the quartiles
+    crossed); ``warning``: a line when a spread is too wide to trust it; and for over-sampled rows ``oversample_step_ratio`` = step seconds / those of
     the same n without over-sampling (the generation overhead of ``oversample_prompts``)."""
     plain = {r["n"]: r for r in rows if r.get("oversample_prompts", 1.0) == 1.0 and not r.get("pilot_generations")}
     reference = plain[next(r["m"] for r in rows)]
     for row in rows:
-        r = step_cost.ratio(row["step_summary"], reference["step_summary"])
-        row["step_ratio"], row["step_ratio_range"] = r["value"], [r["low"], r["high"]]
+        r = (step_cost.paired_ratio(step_cost.by_step(row), step_cost.by_step(reference)) if paired else None) or \
+            step_cost.ratio(row["step_summary"], reference["step_summary"])
+        row["step_ratio"], row["step_ratio_range"] = (1.0, [1.0, 1.0]) if row is reference else \
+            (r["value"], [r["low"], r["high"]])
+        row["step_ratio_paired"] = r.get("pairs") is not None and row is not reference
         row["warning"] = step_cost.spread_warning(_name(row), row["step_summary"], reference["step_summary"])
         if row.get("oversample_prompts", 1.0) != 1.0 and not row.get("pilot_generations") and row["n"] in plain:
             row["oversample_step_ratio"] = row["seconds"]["step"] / plain[row["n"]]["seconds"]["step"]
@@ -289,7 +294,7 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
         oversample: ``oversample_prompts`` > 1 measures each n also with it (its generation overhead).
         pilot: ``pilot_generations`` K measures each n > m (n >= K) also with adaptive rollouts.
         rounds: sequential only: the settings are measured one after another this many times, in alternation
-            (``steps`` split between the rounds), so that a drift of the machine reaches them all (default 2).
+            (``steps`` split between the rounds), so that a drift of the machine reaches them all (default 2, at least 2 steps a round).
     Returns ``{"machine", "settings", "rows": [one dict per (n, oversample), see summarize()]}``.
     """
     if m not in ns:
@@ -299,8 +304,9 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
     collected = {c: [] for c in cases}  # case -> every per-step row, each flagged "warmup"
     steady, described = {c: True for c in cases}, {}
     with tempfile.TemporaryDirectory(prefix="pods-cost-") as tmp:
-        passes, per_pass, round_index = 1, steps, 0
+        passes, round_index = 1, 0
         while round_index < passes:  # sequential: `passes` rounds in alternation; interleaved: one
+            per_pass = steps // passes + (round_index < steps % passes)  # this round's share of the steps
             waiting = []
             for case in cases:
                 n, o, k = case
@@ -312,8 +318,8 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
                     alone = trainer.args.use_vllm or (on_cuda and not step_cost.cuda_fits_together(trainer, len(cases)))
                     schedule = "sequential" if alone else "interleaved"
                 if schedule == "sequential" and round_index == 0 and case == cases[0]:
-                    passes = max(1, min(rounds or 2, steps))
-                    per_pass = -(-steps // passes)  # ceil: each round measures its share
+                    passes = max(1, min(rounds or 2, steps // 2))  # >= 2 steps a round: no extra step
+                    per_pass = steps // passes + (steps % passes > 0)
                 trainer.add_callback(step_cost.stop_when_measured(per_pass, warmup))
                 if schedule == "sequential":  # train now and free it: the next setting gets the device alone
                     trainer.train()
@@ -337,7 +343,7 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
     settings = {"m": m, "n": list(ns), "oversample_prompts": float(oversample), "pilot_generations": pilot,
                 "steps": steps, "warmup": warmup, "estimator": ESTIMATOR, "schedule": schedule,
                 "rounds": passes, "recipe_argv": list(recipe_argv)}
-    return {"machine": machine, "settings": settings, "rows": add_ratios(rows)}
+    return {"machine": machine, "settings": settings, "rows": add_ratios(rows, paired=schedule == "interleaved")}
 
 
 def _collect(collected: dict, steady: dict, described: dict, case, trainer, run_dir: Path, warmup: int,
@@ -414,8 +420,8 @@ def format_table(result: dict) -> str:
     s, machine = result["settings"], result["machine"]
     lines.append(f"ms per optimizer step: the median of {s['steps']} measured steps, split by phase, ± half the "
                  f"interquartile range ({s['schedule']}, {s.get('rounds', 1)} round(s); warm-up: at least "
-                 f"{s['warmup']} steps, then until a step is within 25% of the next ones); ratio = median step time / that at n = m "
-                 "(GRPO), range: quartiles crossed")
+                 f"{s['warmup']} steps, then until a step is within 25% of the next ones); ratio to n = m (GRPO): "
+                 "turn by turn if interleaved, else of the medians; range: quartiles")
     for r in rows:
         ratio_range = r.get("step_ratio_range") or [None, None]
         if None not in ratio_range and r is not rows[0]:
