@@ -3,7 +3,7 @@ under benchmarks/results/ hold. Each expected string is formatted here from the 
 page that quotes another number, or a results file that changes, fails this test.
 
 What is checked: the default run (accuracy before and after, gain, steps, wall time) on the README and its results
-page; the evidence study's interpolated wall-clock and per-update ratios; the README's adaptive-rollouts table,
+page; the evidence study's interpolated wall-clock and per-update ratios; the adaptive-rollouts tables,
 row by row; the seeds and updates each page gives a study, and the results index's seeds for each study folder.
 """
 
@@ -106,7 +106,7 @@ def interpolated(comparison: str, label: str, folder: str = "evidence/shipped") 
     return ratio({"value": entry["speedup"], "ci95": entry["speedup_ci95"]})
 
 
-@pytest.mark.parametrize("relative", ["README.md", "docs/results/evidence-adaptive.md"])
+@pytest.mark.parametrize("relative", ["docs/results/evidence-adaptive.md"])
 def test_the_evidence_study_is_quoted_from_its_json(relative):
     text = page(relative).replace("**", "")
     for quoted in (interpolated("time/peak", "pods-mv-n32m8-pilot8c"),  # adaptive vs GRPO, wall clock
@@ -116,7 +116,6 @@ def test_the_evidence_study_is_quoted_from_its_json(relative):
 
 
 @pytest.mark.parametrize("relative, labels", [
-    ("README.md", {"time/peak": ["pods-mv-n64m16-pilot16c"]}),
     ("docs/results/evidence-adaptive.md", {"time/peak": ["pods-mv-n64m16-pilot16c", "pods-mv-n64m16"],
                                            "steps/peak": ["pods-mv-n64m16-pilot16c", "pods-mv-n64m16"]}),
     ("docs/results/projection.md", {"steps/peak": ["pods-mv-n64m16-pilot16c", "pods-mv-n64m16"]}),
@@ -179,7 +178,6 @@ def async_quotes() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("relative, keys", [
-    ("README.md", ["pods steps", "pods time"]),
     ("docs/guides/async.md", ["pods steps", "pods time", "adaptive steps", "adaptive time", "pods rows",
                               "adaptive rows"]),
 ])
@@ -219,88 +217,22 @@ def test_the_adaptive_tables_are_their_studies_headline(folder, label, name):
     assert cells[5] == headline["break_even"]["verdict"], (name, cells)
 
 
-# --- the README's verdict and its table of the current evidence -------------------------------------------------
+# --- the current evidence (the README's verdict: tests/test_readme_verdict.py) -----------------------------------
 
 LEVELS = {"strong": ("evidence/strong-levels", "pods-mv-n64m16-pilot16c"),
           "shipped": ("evidence/shipped-levels", "pods-mv-n32m8-pilot8c")}
-# The README's table: (row name, model, study folder, method, statistic: "levels" or "peak")
-README_ROWS = [
-    ("adaptive PODS, 64 -> 16 (pilot 16)", "strong tiny", "evidence/strong-levels", "pods-mv-n64m16-pilot16c", "levels"),
-    ("adaptive PODS, 32 -> 8 (pilot 8)", "shipped tiny", "evidence/shipped-levels", "pods-mv-n32m8-pilot8c", "levels"),
-    ("PODS 64 -> 16, to GRPO's peak", "strong tiny", "evidence/strong", "pods-mv-n64m16", "peak"),
-    ("PODS 32 -> 8, to GRPO's peak", "shipped tiny", "evidence/shipped", "pods-mv-n32m8", "peak"),
-]
-
-
-def cpu_name(folder: str) -> str:
-    """The machine's CPU as the pages name it (``AMD EPYC``, ``Intel Xeon``), from the study's ``machine``."""
-    model = study(folder)["machine"]["cpu_model"]
-    return "AMD EPYC" if "AMD EPYC" in model else "Intel Xeon" if "Xeon" in model else model
-
-
-@pytest.mark.parametrize("name, model, folder, method, statistic", README_ROWS)
-def test_the_readme_table_is_the_studies(name, model, folder, method, statistic):
-    """Each row of the README's table: learning per update, step cost, wall clock and the machine come from the
-    study's JSON."""
-    rows = [line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith(f"| {name} |")]
-    assert len(rows) == 1, f"README's table has {len(rows)} rows named {name!r}"
-    cells = [cell.strip().replace("**", "") for cell in rows[0].strip("|").split("|")]
-    entry = study(folder)["study"]["methods"][method]
-    if statistic == "levels":
-        learning, wall = levels(method, "steps", folder), levels(method, "time", folder)
-    else:
-        learning, wall = interpolated("steps/peak", method, folder), interpolated("time/peak", method, folder)
-    assert cells == [name, model, learning, f"{entry['step_ratio']:.2f}", wall, cells[5]], cells
-    assert cpu_name(folder) in cells[5] and "2-core" in cells[5], (cells[5], study(folder)["machine"])
-
-
-def test_the_readme_verdict_is_the_studies():
-    """The three-line verdict: each ratio, step cost, start accuracy and bound it quotes is computed from the JSON."""
-    text = page("README.md").replace("**", "")
-    verdict = text[text.index("## Is PODS faster than GRPO?"):text.index("## From a GRPOTrainer script")]
-    entries = {key: study(folder)["study"]["methods"][method] for key, (folder, method) in LEVELS.items()}
-    quoted = [levels(m, "time", f) for f, m in LEVELS.values()] + [levels(m, "steps", f) for f, m in LEVELS.values()]
-    quoted.append(f"costs {entries['strong']['step_ratio']:.2f}x and {entries['shipped']['step_ratio']:.2f}x GRPO's")
-    best = max(entry["to_levels"]["time"]["ci95"][1] for entry in entries.values())
-    quoted.append(f"at best {round(100 * (best - 1))}% faster")
-    starts = [round(100 * entries[key]["start_accuracy"][0]) for key in ("shipped", "strong")]
-    quoted.append(f"{starts[0]}% held-out accuracy")
-    quoted.append(f"built to start at {starts[1]}%")
-    # The GPU line: the paper's single-GPU step-time ratio for 32 -> 16, and the projections it gives.
-    r = 7.9 / 7.6
-    low = min(entry["to_levels"]["steps"]["ratio"] for entry in entries.values()) / r
-    high = max(entry["to_levels"]["steps"]["ratio"] for entry in entries.values()) / r
-    pods = study("evidence/shipped")["study"]["comparisons_interpolated"]["steps/peak"]["labels"]["pods-mv-n32m8"]
-    quoted += [f"GPU ({r:.2f}x GRPO's, for 32 -> 16)", f"{low:.2f}x-{high:.2f}x for adaptive PODS",
-               f"{pods['speedup'] / r:.2f}x for PODS 32 -> 8"]
-    for peak_folder, method in (("evidence/strong", "pods-mv-n64m16-pilot16c"),
-                                ("evidence/shipped", "pods-mv-n32m8-pilot8c")):
-        quoted.append(interpolated("time/peak", method, peak_folder))
-    # why a step costs more: the rollouts adaptive PODS samples, and what a rollout costs against a trained one
-    rollouts = sorted(study(f)["headline"][m]["rollouts_per_update"]["ratio_to_baseline"] for f, m in LEVELS.values())
-    quoted.append(f"samples {rollouts[0]:.1f}-{rollouts[1]:.0f} times GRPO's rollouts")
-    grpo = json.loads((RESULTS / "cost" / "cost_default.json").read_text())["rows"][0]
-    assert grpo["n"] == grpo["m"]
-    assert 0.4 < grpo["generation_ms_per_sampled_rollout"] / grpo["update_ms_per_kept_rollout"] < 0.6
-    quoted.append("sampling a rollout costs about half as much as training on one")
-    for phrase in quoted:
-        assert phrase in verdict, f"README's verdict does not say {phrase!r}"
-    assert "Brackets are 95% bootstrap intervals" in verdict and "above 1 means PODS is faster" in verdict
 
 
 # --- seeds and updates -------------------------------------------------------------------------------------------
 
 # (page, study folder): the page says "<seeds> seeds x <updates> updates" of that study.
 SEEDS_X_UPDATES = [
-    ("README.md", "evidence/shipped"),
     ("docs/results/evidence-adaptive.md", "evidence/shipped"),
-    ("README.md", "evidence/strong"),
     ("docs/results/evidence-adaptive.md", "evidence/strong"),
     ("README.md", "evidence/strong-levels"),
     ("docs/results/evidence-adaptive.md", "evidence/strong-levels"),
     ("README.md", "evidence/shipped-levels"),
     ("docs/results/evidence-adaptive.md", "evidence/shipped-levels"),
-    ("README.md", "budgets/shipped"),
     ("docs/results/rollout-budgets.md", "budgets/shipped"),
     ("docs/results/index.md", "budgets/shipped"),
     ("docs/results/rollout-budgets.md", "budgets/strong"),
@@ -456,14 +388,7 @@ def test_the_rollout_budgets_page_is_its_study(folder):
         assert len(row) == 1, f"rollout-budgets.md has no single row for {method} ({folder}) with {cells}"
 
 
-QUOTED = {"README.md": {"budgets/shipped": ["pods-mv-n16m8-knap12", "pods-mv-n8m8-greso"],
-                        "budgets/strong": ["pods-mv-n32m16-knap24"],
-                        "budgets/pilot-commit-quiet": ["pods-mv-n8m8-pcstay"],
-                        "budgets/reinforce-ada": ["pods-mv-n32m8-ra"],
-                        "budgets/strong-followups": ["pods-mv-n16m16-pcstay", "pods-mv-n64m16-ra"],
-                        "budgets/dapo": ["pods-mv-n8m8-dapo"],
-                        "budgets/dapo-strong": ["pods-mv-n16m16-dapo"]},
-          "docs/concepts/rollout-budgets.md": {"budgets/shipped": ["pods-mv-n16m8-knap12"],
+QUOTED = {"docs/concepts/rollout-budgets.md": {"budgets/shipped": ["pods-mv-n16m8-knap12"],
                                                "budgets/strong": ["pods-mv-n32m16-knap24"],
                                                "budgets/pilot-commit-quiet": ["pods-mv-n8m8-pcstay"],
                                                "budgets/reinforce-ada": ["pods-mv-n32m8-ra"],
@@ -477,8 +402,8 @@ QUOTED = {"README.md": {"budgets/shipped": ["pods-mv-n16m8-knap12", "pods-mv-n8m
 
 @pytest.mark.parametrize("relative", sorted(QUOTED))
 def test_the_rollout_budgets_wall_clock_is_quoted_from_its_json(relative):
-    """The README and the concept page quote Knapsack-RL's wall clock on both models (the README GRESO's too); the
-    results page's verdict quotes every method's. No method is faster: the pages say so, and would have to change."""
+    """The concept page quotes each follow-up's wall clock, the results page every method's; no method is faster:
+    the pages say so, and would have to change."""
     text = page(relative).replace("**", "")
     for folder, methods in QUOTED[relative].items():
         for method in methods:
