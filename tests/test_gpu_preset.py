@@ -364,7 +364,7 @@ def python_without_pods_rl_metadata(tmp_path: Path) -> Path:
 def test_dry_run_from_a_git_archive_without_package_metadata(tmp_path):
     """`git archive HEAD` (no egg-info), pods_rl from its src/ on PYTHONPATH as on the machine, in an environment
     without pods-rl's metadata: `h100.py all --dry-run` imports what every stage imports, prints every command,
-    plans the study with `pods study --dry-run` (GRPO, PODS, adaptive PODS, seed by seed), fits the budget on CPU,
+    plans the study with `pods study --dry-run` (GRPO and PODS, seed by seed), fits the budget on CPU,
     and writes nothing."""
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -385,9 +385,10 @@ def test_dry_run_from_a_git_archive_without_package_metadata(tmp_path):
     assert f"pods_rl from {tree / 'src' / 'pods_rl' / '__init__.py'} (version 0+unknown)" in out
     assert "dry run: ok" in out and "shipped model: sha256 f59f28d24887 as recorded" in out
     runs = re.findall(r"^pods train .*--output_dir \S+/study/runs/(\S+) ", out, re.M)
-    methods = ["grpo-n16", "pods-mv-n64m16", "pods-mv-n64m16-pilot16"]
-    assert runs == [f"{m}-s{s}" for s in range(8) for m in methods], runs  # seed by seed
-    assert out.count("+ ") >= 9 and "build-tiny" in out and "--max_train_seconds 40" in out
+    methods = ["grpo-n16", "pods-mv-n64m16"]
+    assert runs == [f"{m}-s{s}" for s in range(8) for m in methods], runs  # seed by seed, paired
+    assert out.count("+ ") >= 12 and "build-tiny" in out and "--max_completion_length 128" in out
+    assert "bench_downsample.py --device cuda" in out and "study on the strong model" in out
     assert not work.exists()  # a dry run writes nothing
 
 
