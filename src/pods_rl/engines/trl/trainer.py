@@ -1,6 +1,7 @@
 """GRPO-PODS on top of TRL: generate n rollouts per prompt, keep m, update on the m.
 
-This is the only module of pods-rl that knows TRL's internals (``TRL_RANGE``; CI tests both ends).
+The TRL engine's modules (``pods_rl.engines.trl``) are where pods-rl knows TRL's internals; this docstring lists
+that surface, once (``TRL_RANGE``; CI tests both ends).
 
 The PODS step itself (how a training step flows, and the two GRPOTrainer calls it answers) is
 ``pods_rl.engines.trl.step``; ``PODSConfig`` and the supported TRL range are ``pods_rl.engines.trl.config``; selection is
