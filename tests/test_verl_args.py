@@ -132,7 +132,7 @@ except ImportError as err:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("\n") == 1
-    assert result.stdout.startswith("pods_rl.engines.verl.replay_buffer needs verl, which is not installed")
+    assert result.stdout.startswith("pods-rl's verl engine needs verl, which is not installed")
     assert 'pip install -e ".[verl]" in a clone of pods-rl' in result.stdout
 
 

@@ -32,7 +32,7 @@ def require_supported_trl(trl_version: str) -> None:
                                                 trl_version, TRL_RANGE)
             return
         raise ImportError(
-            f"pods_rl.engines.trl.trainer supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its internals), "
+            f"pods-rl's TRL engine (PODSTrainer) supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its internals), "
             f"but trl {trl_version} is installed. Install a supported version: pip install \"trl{TRL_RANGE}\"."
         )
 

@@ -63,10 +63,10 @@ from pods_rl.engines.verl.batch_settings import VERL_RANGE
 def _require_supported_verl(installed: str | None) -> None:
     """Refuse a missing verl or one outside ``VERL_RANGE`` with one line, before touching its internals."""
     if installed is None:
-        raise ImportError('pods_rl.engines.verl.replay_buffer needs verl, which is not installed: pip install -e ".[verl]" in '
+        raise ImportError('pods-rl\'s verl engine needs verl, which is not installed: pip install -e ".[verl]" in '
                           "a clone of pods-rl (in an environment of its own: verl pins its own transformers range)")
     if not SpecifierSet(VERL_RANGE).contains(installed, prereleases=True):
-        raise ImportError(f"pods_rl.engines.verl.replay_buffer supports verl{VERL_RANGE} (it subclasses verl's v1 ReplayBuffer),"
+        raise ImportError(f"pods-rl's verl engine supports verl{VERL_RANGE} (it subclasses verl's v1 ReplayBuffer),"
                           f' but verl {installed} is installed: pip install -e ".[verl]" in a clone of pods-rl')
 
 
