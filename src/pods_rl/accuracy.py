@@ -13,14 +13,7 @@ __all__ = ["accuracy_stats", "pass_at_k"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k estimator of Chen et al. (2021): 1 - C(n-c, k) / C(n, k).
-
-    Args:
-        n: samples drawn for the problem.
-        c: how many of them are correct (0 <= c <= n).
-        k: budget (1 <= k <= n).
-    Returns the probability that at least one of k samples drawn without replacement from the n is correct.
-    """
+    """Unbiased pass@k (Chen et al., 2021): 1 - C(n-c, k) / C(n, k) for c correct of n samples, 1 <= k <= n."""
     n, c, k = int(n), int(c), int(k)
     if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"pass_at_k needs n >= 1, 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
@@ -31,11 +24,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def accuracy_stats(correct) -> dict:
-    """Accuracy statistics of a (num_problems, k) array of 0/1 (or bool) sample outcomes.
+    """{"accuracy", "accuracy_stderr", "per_repeat_accuracy", "pass_at_k", "num_problems", "k"} of 0/1 (P, k).
 
-    Returns {"accuracy", "accuracy_stderr", "per_repeat_accuracy" (list of k), "pass_at_k", "num_problems",
-    "k"}. The standard error is taken over the k repeats (column j = sample j of every problem):
-    std(per-repeat accuracies, ddof=1) / sqrt(k); it is None when k == 1.
+    The standard error is over the k repeats (column j: sample j of every problem); None when k == 1.
     """
     correct = np.asarray(correct, dtype=float)  # (P, k)
     if correct.ndim != 2 or correct.shape[0] < 1 or correct.shape[1] < 1:

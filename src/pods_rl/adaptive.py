@@ -1,10 +1,7 @@
 """Adaptive rollouts: sample each prompt in rounds until its group can teach something, then down-sample.
 
-PODS samples n rollouts for every prompt and keeps m. A group whose rewards are all equal has zero
-advantages (nothing to learn); a group that is already mixed after a few rollouts gains little from many
-more. Adaptive sampling spends rollouts where they buy information: a pilot round of k rollouts per prompt,
-then further rounds for the prompts a rule keeps open, each prompt ending with between m and n rollouts,
-which any PODS rule then down-samples to m (``downsample_ragged``). Plain tensor code, no framework::
+An all-equal group has zero advantages; a mixed one gains little from more rollouts. So: a pilot of k rollouts
+per prompt, then rounds for the prompts a rule keeps open, each ending with m..n rollouts, down-sampled to m::
 
     counts = torch.full((P,), k)                        # rollouts so far per prompt
     rewards = ...                                       # (P, n) padded: column j < counts[p] is rollout j
@@ -12,23 +9,10 @@ which any PODS rule then down-samples to m (``downsample_ragged``). Plain tensor
         ...sample more[p] rollouts of prompt p, write them at columns counts[p]..., counts += more
     keep = downsample_ragged(rewards, counts, m, "max_variance")          # (P, m), indices < counts
 
-Shapes: ``rewards`` (P, n) float, ragged rows padded to the cap n (padding: any value, ignored), NaN inside a
-row's count = a rollout no reward function could score (ignored when deciding whether a group is mixed);
-``counts`` (P,) int64 in [0, n].
-
-Built-in rules (``available_adaptive_rules()`` lists all, including registered ones):
-
-* ``"until_mixed"`` (Reinforce-Ada's rule): a prompt stays open while it has fewer than m rollouts, or its
-  rewards are all equal and it has fewer than n. Each open prompt gets ``round_size`` more (at least enough
-  to reach m, never past n).
-* ``"budgeted"`` (a fixed rollout budget per step, Knapsack-RL's setting): prompts below m are topped up
-  first (the update needs m per prompt), then the budget left is spent in rounds on the prompts still
-  all-equal, most promising first. *Promising* = most likely to turn mixed in the next round. Under a
-  uniform prior on a binary prompt's pass rate, a prompt whose c rewards are all equal turns mixed in its
-  next r rollouts with probability r / (c + 1 + r) (Laplace's rule of succession), which falls with c and
-  is the same for all-0 and all-1 groups: so the prompts with the fewest rollouts so far go first (ties by
-  index: the sampler already shuffled the prompts). A uniform prior, because the rule knows nothing of the
-  task's reward scale or of the model's accuracy.
+``rewards`` (P, n) padded to the cap n (padding ignored; NaN = unscored, ignored), ``counts`` (P,) in [0, n].
+Rules: ``"until_mixed"`` (Reinforce-Ada: open while below m, or all equal and below n) and ``"budgeted"``
+(Knapsack-RL's fixed budget: top up to m, then rounds for all-equal prompts, fewest rollouts first, since
+under a uniform prior one of c equal rewards turns mixed in r more with probability r / (c + 1 + r)).
 """
 
 from __future__ import annotations
@@ -57,10 +41,7 @@ AdaptiveRule = Callable[..., torch.Tensor]
 
 
 def group_is_mixed(rewards: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """(P,) bool: prompt p's first ``counts[p]`` rewards hold at least two different (non-NaN) values.
-
-    rewards (P, n) padded, counts (P,). Exact comparison (no tolerance): 16 float32 copies of 0.8 are equal.
-    """
+    """(P,) bool: prompt p's first ``counts[p]`` rewards (P, n) hold two different non-NaN values, exactly."""
     n = rewards.shape[1]
     valid = torch.arange(n, device=rewards.device) < counts.to(rewards.device).unsqueeze(1)  # (P, n)
     valid &= ~torch.isnan(rewards)
@@ -81,8 +62,7 @@ def _until_mixed(rewards, counts, m, n, round_size, budget=None):
 
 
 def _budgeted(rewards, counts, m, n, round_size, budget=None):
-    """Top up prompts below m, then spend what is left of ``budget`` (total rollouts of the P prompts this
-    step) one round at a time on all-equal prompts below n, fewest rollouts first (see the module docstring)."""
+    """Top up prompts below m, then spend the rest of ``budget`` in rounds on all-equal prompts, fewest first."""
     if budget is None:
         raise ValueError("the 'budgeted' adaptive rule needs a budget (total rollouts per step); set adaptive_budget")
     sizes = _round_sizes(counts, m, n, round_size)  # (P,)
@@ -104,8 +84,7 @@ _BUILTIN = (_until_mixed, _budgeted)
 
 
 def _check_adaptive_rule(name: str, fn) -> None:
-    """An adaptive rule must be callable as fn(rewards, counts, m, n, round_size, budget) (checked when it is
-    registered, not at the first round)."""
+    """ValueError at registration unless fn(rewards, counts, m, n, round_size, budget) can be called."""
     if not callable(fn):
         raise ValueError(f"adaptive rule {name!r} must be callable, got {fn!r}")
     try:
@@ -122,13 +101,12 @@ _RULES = Registry("adaptive rule", {"until_mixed": _until_mixed, "budgeted": _bu
 
 
 def register_adaptive_rule(name: str, fn: AdaptiveRule | None = None, *, overwrite: bool = False):
-    """Register an adaptive rule under ``name`` (usable as a decorator: ``@register_adaptive_rule("mine")``).
+    """Register an adaptive rule under ``name``; usable as a decorator ``@register_adaptive_rule("mine")``.
 
-    ``fn(rewards, counts, m, n, round_size, budget) -> more``: rewards (P, n) float padded (see the module
-    docstring), counts (P,) int64, m <= n ints, round_size int >= 1, budget int or None (total rollouts the
-    caller allows the P prompts this step); returns (P,) integer rollouts to add per prompt, 0 = closed.
-    ``plan_round`` checks the result: every prompt must end with at most n, and a prompt below m must not be
-    closed (the update needs m per prompt). Re-registering a name needs ``overwrite=True``.
+    Args:
+        fn: ``fn(rewards (P, n), counts (P,), m, n, round_size, budget) -> (P,)`` rollouts to add (0: closed);
+            ``plan_round`` refuses results past n or closing a prompt below m.
+        overwrite: needed to re-register a name.
     """
     return _RULES.register(name, fn, overwrite=overwrite)
 
@@ -144,13 +122,8 @@ def plan_round(rewards, counts, m: int, n: int, round_size: int, rule: str = "un
 
     Args:
         rewards: (P, n) float, prompt p's rollouts so far in columns 0..counts[p]-1 (the rest is padding).
-        counts: (P,) int, rollouts so far per prompt.
-        m: the kept group size, 1 <= m <= n.
-        n: the cap: the most rollouts a prompt can get.
-        round_size: rollouts an open prompt gets per round (>= 1).
-        rule: a name from ``available_adaptive_rules()``.
-        budget: total rollouts allowed for the P prompts this step (the ``budgeted`` rule).
-
+        counts: (P,) rollouts so far; m: the kept group size; n: the cap; round_size: rollouts per round.
+        budget: total rollouts for the P prompts this step (the ``budgeted`` rule).
     Returns:
         (P,) int64 on CPU; ``counts + more`` stays <= n, and a prompt below m is never left closed.
     """
@@ -180,8 +153,7 @@ def plan_round(rewards, counts, m: int, n: int, round_size: int, rule: str = "un
 
 
 def ranks_within(owners: list[int]) -> list[int]:
-    """For each entry, how many earlier entries have the same value: [3, 3, 5, 3] -> [0, 1, 0, 2] (a round's rows
-    by prompt; the ledger's repeated prompt ids)."""
+    """For each entry, how many earlier entries equal it: [3, 3, 5, 3] -> [0, 1, 0, 2]."""
     seen: dict[int, int] = {}
     ranks = []
     for owner in owners:
@@ -196,9 +168,8 @@ CONFIG_NAMES = {"pilot": "pilot_generations", "n": "num_generations", "m": "down
 
 @dataclass(frozen=True)
 class AdaptiveSettings:
-    """How adaptive rollouts sample: a pilot of ``pilot`` rollouts per prompt, then rounds of ``round_size`` while
-    ``rule`` keeps the prompt open, up to n; ``reward`` names the reward function that decides whether a group is
-    mixed (None: the reward total). Build it with ``validated``: ``PODSConfig`` and the asynchronous worker do."""
+    """A pilot of ``pilot`` rollouts, then rounds of ``round_size`` while ``rule`` keeps a prompt open; ``reward``
+    names the function judging mixed (None: the total). Build it with ``validated``."""
 
     pilot: int
     round_size: int
@@ -210,9 +181,7 @@ class AdaptiveSettings:
     def validated(cls, pilot, n: int | None, m: int, rule: str = "until_mixed", round_size=None, budget=None,
                   reward: str | None = None, *, reward_names: list[str] | None = None,
                   names: Mapping[str, str] | None = None) -> AdaptiveSettings:
-        """Check the settings (one ``ValueError`` line each, naming the setting as ``names`` spells it: keys of
-        ``CONFIG_NAMES``) and return them; ``round_size`` None means ``pilot``. ``reward_names``: the run's reward
-        functions, when known, which ``reward`` must be one of."""
+        """The checked settings (one ValueError line each, named as ``names`` spells them); round_size None: pilot."""
         names = {**CONFIG_NAMES, **(names or {})}
         k = pilot
         if isinstance(k, bool) or not isinstance(k, int) or n is None or not 1 <= k <= n:
@@ -255,10 +224,10 @@ def downsample_ragged(rewards, counts, m: int, rule: str = "max_variance", *, ti
                       generator: torch.Generator | None = None, features: dict | None = None) -> torch.Tensor:
     """``downsample`` for ragged groups: prompt p keeps m of its first ``counts[p]`` rollouts.
 
-    rewards (P, n) padded, counts (P,) with m <= counts[p] <= n; ``tiebreak`` (P, n) and each feature
-    (P, n, ...) padded the same way. Groups of equal count go to the rule together (one call per distinct
-    count; rounds make few). Returns (P, m) int64 indices, ascending, each below its prompt's count. With
-    every count equal to n this is exactly ``downsample(rewards, m, rule, ...)`` (same generator draws).
+    Args:
+        rewards: (P, n) padded; counts: (P,) with m <= counts[p] <= n; tiebreak, features: padded like rewards.
+    Returns:
+        (P, m) int64 indices, ascending, below each count; with all counts n, exactly ``downsample``'s.
     """
     rewards = torch.as_tensor(rewards)
     counts = torch.as_tensor(counts, dtype=torch.long).cpu()
@@ -276,11 +245,9 @@ def downsample_ragged(rewards, counts, m: int, rule: str = "max_variance", *, ti
 
 
 def expected_until_mixed(pass_rate: float, m: int, n: int, pilot: int, round_size: int) -> tuple[float, float]:
-    """Closed form for ``until_mixed`` on one binary prompt of known pass rate p: (expected rollouts, P(mixed)).
+    """(expected rollouts, P(mixed)) of ``until_mixed`` on a binary prompt of pass rate p, in closed form.
 
-    The counts a prompt can reach are fixed (c_0 = pilot, c_{j+1} = c_j + round size); it reaches c_{j+1} iff
-    it was open at c_j: certainly when c_j < m, else when its c_j rewards are all equal, probability
-    a(c) = p^c + (1 - p)^c. It ends mixed unless all n are equal: P(mixed) = 1 - a(n) if it can reach n.
+    A prompt passes count c >= m iff its c rewards are all equal, probability p^c + (1 - p)^c.
     """
     def all_equal(c):
         return pass_rate**c + (1 - pass_rate) ** c

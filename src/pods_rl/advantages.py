@@ -1,6 +1,4 @@
-"""GRPO group-normalized advantages on the kept rollouts (B, m), numerically identical to TRL's: PODS computes
-them on the kept subset only. Plain torch (core: imports nothing of ours but the reward checks).
-"""
+"""GRPO group-normalized advantages on the kept rollouts (B, m), numerically identical to TRL's. Plain torch."""
 
 from __future__ import annotations
 
@@ -12,11 +10,7 @@ from pods_rl.reward_checks import as_reward_tensor, check_finite
 
 
 def nanstd(tensor: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
-    """NaN-ignoring unbiased (Bessel-corrected) std, op for op as ``trl.trainer.utils.nanstd``.
-
-    Fewer than two non-NaN values give NaN (TRL's convention). Replicated rather than imported so this
-    module stays free of TRL; the tests compare it against TRL's own function.
-    """
+    """NaN-ignoring Bessel-corrected std, op for op as ``trl.trainer.utils.nanstd`` (copied: no TRL import)."""
     mean = torch.nanmean(tensor, dim=dim, keepdim=True)
     variance = torch.nanmean((tensor - mean) ** 2, dim=dim, keepdim=True)
     count = torch.sum(~torch.isnan(tensor), dim=dim, keepdim=True)
@@ -33,52 +27,21 @@ _SCALES = ("group", "batch", "none")
 
 
 def group_advantages(rewards, eps: float = 1e-4, scale: str | bool = "group") -> torch.Tensor:
-    """GRPO group-normalized advantages of the kept rewards, numerically identical to TRL 1.16.
-
-    Reproduces ``GRPOTrainer._generate_and_score_completions`` (``multi_objective_aggregation=
-    "sum_then_normalize"``), with ``eps`` in place of TRL's fixed 1e-4::
+    """GRPO group-normalized advantages of the kept rewards, numerically identical to TRL 1.16::
 
         A[b, i] = (r[b, i] - mean_b) / (std + eps)
 
-    * mean_b: mean of group b's non-NaN rewards (``torch.nanmean``).
-    * std (``scale``): "group" -> group b's std; "batch" -> std of all non-NaN rewards in the batch (the
-      mean stays per group); "none" -> no division, A = r - mean_b. ``True`` means "group", ``False``
-      means "none" (TRL's old boolean ``scale_rewards``).
-    * std is the *unbiased* (Bessel-corrected, divide by count - 1) std of the non-NaN values, as TRL's
-      ``nanstd``; with one rollout per group (m == 1) std is taken as 0, as TRL does.
-    * NaN rewards (unscorable rollouts) are left out of mean and std and get advantage 0; so does every
-      rollout of a group whose std is undefined (one non-NaN reward).
+    mean_b and the Bessel-corrected std ignore NaN; NaN rewards and groups of undefined std get 0; m == 1 has
+    std 0, as in TRL.
 
     Args:
-        rewards: kept rewards, shape (B, m) or (m,), any real dtype, NaN allowed, +-inf not.
+        rewards: kept rewards (B, m) or (m,), any real dtype, NaN allowed, +-inf not.
         eps: added to the std before dividing (>= 0).
-        scale: "group", "batch", "none", True or False.
-
+        scale: the std: "group" (True), "batch" (all rewards; the mean stays per group), "none" (False).
     Returns:
-        Advantages with the shape of ``rewards``; dtype of ``rewards`` if floating, else float32.
+        Advantages shaped like ``rewards``; its dtype if floating, else float32.
     """
-    rewards = as_reward_tensor(rewards)
-    if rewards.dim() not in (1, 2):
-        raise ValueError(
-            f"rewards must have shape (m,) or (B, m), got a {rewards.dim()}-d tensor of shape "
-            f"{tuple(rewards.shape)}"
-        )
-    if scale is True:
-        scale = "group"
-    elif scale is False:
-        scale = "none"
-    if scale not in _SCALES:
-        raise ValueError(f"scale must be one of {list(_SCALES)} (or True/False), got {scale!r}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
-
-    single_group = rewards.dim() == 1
-    grouped = rewards.unsqueeze(0) if single_group else rewards  # (B, m)
-    if grouped.shape[1] == 0:
-        raise ValueError(f"rewards has an empty group (shape {tuple(rewards.shape)}); need m >= 1")
-    if not grouped.is_floating_point():
-        grouped = grouped.float()  # TRL's rewards are float32
-    check_finite(grouped, allow_nan=True)
+    grouped, single_group, scale = _checked(rewards, eps, scale)  # (B, m)
     B, m = grouped.shape
 
     # Huge finite rewards (|r| ~ 1e38 in float32) overflow the squares inside the std, which then reads inf and
@@ -108,26 +71,42 @@ def group_advantages(rewards, eps: float = 1e-4, scale: str | bool = "group") ->
     return advantages[0] if single_group else advantages
 
 
+def _checked(rewards, eps, scale) -> tuple[torch.Tensor, bool, str]:
+    """(rewards as a float (B, m) tensor, whether it was one group, scale as a string); ValueError if invalid."""
+    rewards = as_reward_tensor(rewards)
+    if rewards.dim() not in (1, 2):
+        raise ValueError(
+            f"rewards must have shape (m,) or (B, m), got a {rewards.dim()}-d tensor of shape "
+            f"{tuple(rewards.shape)}"
+        )
+    if scale is True:
+        scale = "group"
+    elif scale is False:
+        scale = "none"
+    if scale not in _SCALES:
+        raise ValueError(f"scale must be one of {list(_SCALES)} (or True/False), got {scale!r}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    single_group = rewards.dim() == 1
+    grouped = rewards.unsqueeze(0) if single_group else rewards  # (B, m)
+    if grouped.shape[1] == 0:
+        raise ValueError(f"rewards has an empty group (shape {tuple(rewards.shape)}); need m >= 1")
+    if not grouped.is_floating_point():
+        grouped = grouped.float()  # TRL's rewards are float32
+    check_finite(grouped, allow_nan=True)
+    return grouped, single_group, scale
+
+
 # Where a kept rollout's baseline comes from (PODSConfig's advantage_baseline, the asynchronous worker's
 # pods_advantage_baseline): the m kept rollouts (GRPO at m, the default), or every rollout sampled for the prompt.
 ADVANTAGE_BASELINES = ("kept", "sampled")
 
 
 def sampled_baseline_advantages(rewards: torch.Tensor, rows, eps: float = 1e-4, scale: bool = True) -> torch.Tensor:
-    """Advantages of the kept rows against a baseline from *every* rollout sampled for their prompt (Reinforce-Ada's
-    ``global_stat_est``), instead of from the kept ones (PODS's, and GRPO with m).
+    """(R,) advantages of the kept ``rows`` (flat ``p * n + j``) against every sampled rollout of their prompt.
 
-    Args:
-        rewards: (P, n) each sampled rollout's total reward, NaN where a prompt has no rollout (after its count) or
-            the rollout could not be scored.
-        rows: the R kept rollouts as flat indices ``p * n + j`` (``Selection.kept_rows``).
-        eps: added to the std (TRL's 1e-4).
-        scale: divide by the prompt's std over its sampled rollouts (TRL's ``scale_rewards="group"``); False:
-            reward minus the mean only (``"none"``, Reinforce-Ada's recipe).
-
-    Returns (R,) float32: (reward - mean) [/ (std + eps)] with mean and Bessel std over the prompt's scored
-    rollouts (TRL's nanmean / nanstd); 0 where the reward is NaN or the std undefined (fewer than two scored), as
-    TRL zeroes them. With 0/1 rewards this is the code's baseline (mean = #positive / #all).
+    Reinforce-Ada's ``global_stat_est``: (r - mean) [/ (std + eps) if ``scale``] over the prompt's scored rewards
+    (P, n) (NaN: padding or unscored); 0 where NaN or the std is undefined, as TRL.
     """
     rewards = torch.as_tensor(rewards).float()
     if rewards.dim() != 2:

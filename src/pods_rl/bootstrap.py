@@ -1,7 +1,4 @@
-"""Uncertainty over seeds: percentile-bootstrap confidence intervals, means with standard errors, the step-time
-ratio, and the verdicts read off intervals (break-even, projection). numpy only; knows nothing of run directories
-(``pods_rl.stats`` turns runs into the per-seed values these take).
-"""
+"""Uncertainty over seeds: percentile-bootstrap CIs, means with SEs, ratios, break-even. numpy only."""
 
 from __future__ import annotations
 
@@ -20,10 +17,7 @@ def resample(values: Sequence, rng: np.random.Generator) -> list:
 
 
 def percentile_interval(replicates, level: float = 0.95) -> tuple[float, float] | None:
-    """(low, high) percentile interval of bootstrap replicates (R,), nan/None dropped; None if none is left.
-
-    The quantiles use the inverted CDF, so each bound is an observed replicate (no interpolation with inf).
-    """
+    """(low, high) of replicates (R,), nan/None dropped (None if none left); bounds are observed replicates."""
     values = np.array([v for v in replicates if v is not None], dtype=float)
     values = values[~np.isnan(values)]
     if not len(values):
@@ -34,21 +28,10 @@ def percentile_interval(replicates, level: float = 0.95) -> tuple[float, float] 
 
 def bootstrap_ci(values_or_callable, statistic: Callable = np.mean, n_boot: int = 2000, seed: int = 0,
                  level: float = 0.95) -> tuple[float, float] | None:
-    """Percentile bootstrap confidence interval (default 95%) over seeds.
+    """Percentile bootstrap CI over seeds: (low, high), or None with under 2 values or no valid replicate.
 
-    Args:
-        values_or_callable: either per-seed values, array-like (S,) or (S, ...): each replicate resamples the
-            S rows with replacement and applies ``statistic`` (default: the mean); or a callable
-            ``replicate(rng) -> float | None`` computing one replicate with the numpy Generator it is given
-            (e.g. a ratio of two methods' means, each resampled with ``resample(values, rng)``); None / nan
-            replicates are dropped.
-        statistic: (S, ...) array -> float, for the array form.
-        n_boot: number of replicates. seed: RNG seed (the interval is deterministic for a given seed).
-        level: coverage of the interval.
-    Returns (low, high), or None with fewer than 2 values or no valid replicate.
-
-    Example: ``bootstrap_ci(final_accuracy_per_seed)``; ``bootstrap_ci(lambda rng:
-    np.mean(resample(grpo_s, rng)) / np.mean(resample(pods_s, rng)))``.
+    ``values_or_callable`` is per-seed values (S, ...) whose rows are resampled into ``statistic``, or a callable
+    ``replicate(rng) -> float | None``, e.g. ``lambda rng: np.mean(resample(a, rng)) / np.mean(resample(b, rng))``.
     """
     rng = np.random.default_rng(seed)
     if callable(values_or_callable):
@@ -65,8 +48,7 @@ def bootstrap_ci(values_or_callable, statistic: Callable = np.mean, n_boot: int 
 # Study statistics: the step-time ratio, evaluation noise against seed spread, break-even and projection
 # ------------------------------------------------------------------------------------------------------------
 def mean_se(values) -> tuple[float | None, float | None]:
-    """(mean, standard error over the values) of the non-None values; SE None with one value, both None
-    with none."""
+    """(mean, standard error) of the non-None values; SE None with one value, both None with none."""
     values = np.asarray([v for v in values if v is not None], dtype=float)
     if not len(values):
         return None, None
@@ -76,11 +58,7 @@ def mean_se(values) -> tuple[float | None, float | None]:
 
 def ratio_of_means(values: Sequence[float], base: Sequence[float], n_boot: int = 2000,
                    seed: int = 0) -> tuple[float, tuple[float, float] | None]:
-    """mean(values) / mean(base) and its percentile-bootstrap 95% CI, both samples resampled independently.
-
-    Used for the step-time ratio: ``values`` (S,) are a method's mean seconds per step, one per seed, and
-    ``base`` (S',) the baseline's. The CI is None with fewer than 2 values on either side.
-    """
+    """mean(values (S,)) / mean(base (S',)) and its bootstrap 95% CI (None below 2 values a side)."""
     values, base = [float(v) for v in values], [float(b) for b in base]
     if not values or not base:
         raise ValueError("ratio_of_means needs at least one value on each side")
@@ -91,15 +69,10 @@ def ratio_of_means(values: Sequence[float], base: Sequence[float], n_boot: int =
                                n_boot=n_boot, seed=seed)
 
 def break_even(learning_gain: float | None, learning_ci, step_ratio: float, step_ci) -> dict:
-    """Whether PODS pays in wall-clock time: it does iff its learning per update (GRPO's updates / PODS's
-    updates to the same target) exceeds its step-time ratio (PODS's seconds per step / GRPO's).
+    """Whether PODS pays in wall-clock time: iff its learning per update E exceeds its step-time ratio r.
 
-    Args:
-        learning_gain: the learning-per-update ratio E (None if undefined); learning_ci: its 95% CI or None.
-        step_ratio: the step-time ratio r; step_ci: its 95% CI or None.
-    Returns {break_even_step_ratio: E, margin: E / r (the implied wall-clock speed-up), verdict: "pays" (E's
-    lower bound above r's upper bound), "does not pay" (E's upper bound below r's lower bound), "undecided"
-    (the intervals overlap: more seeds or updates needed), or "unknown" (E undefined)}.
+    Returns {break_even_step_ratio: E, margin: E / r, verdict: "pays" | "does not pay" | "undecided" (the CIs
+    overlap) | "unknown"}.
     """
     if learning_gain is None:
         return {"break_even_step_ratio": None, "margin": None, "verdict": "unknown"}
@@ -116,13 +89,9 @@ def break_even(learning_gain: float | None, learning_ci, step_ratio: float, step
 
 
 def projection(step_ratios: dict, efficiency: dict) -> dict:
-    """PROJECTED wall-clock speed-up = learning-per-update ratio E / step-time ratio r, at given ratios r.
+    """Projected speed-up E / r for each step ratio r in ``step_ratios`` and (E, CI) in ``efficiency``.
 
-    Args:
-        step_ratios: {description: r}, e.g. {"paper 1xGPU GSM8K n=64 (10.1 s / 7.6 s)": 1.33}.
-        efficiency: {method: (E, (E_low, E_high) or None)}: updates GRPO needs / updates the method needs.
-    Returns {"rows": [{"source", "step_ratio", method: {"speedup", "ci95"}}...], "break_even": {method:
-    {"step_ratio": E, "ci95"}}}: PODS stops paying where r exceeds E.
+    Returns {"rows": [{"source", "step_ratio", method: {"speedup", "ci95"}}], "break_even": {method: ...}}.
     """
     rows = []
     for source, r in sorted(step_ratios.items(), key=lambda kv: kv[1]):

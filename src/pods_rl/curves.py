@@ -1,25 +1,6 @@
-"""Statistics read BETWEEN a run's evaluations, so that they do not move in steps of the evaluation grid.
+"""Statistics read on the piecewise-linear curve through a run's evaluations, so they do not move in grid steps.
 
-A run is evaluated every few updates; a statistic read at the first evaluation that reaches a target can take
-only the grid's values (with evaluations every 10 of 120 updates, a learning-per-update ratio is 1.00x, 1.09x,
-1.20x, 1.50x, ...), and its bootstrap interval spans grid steps. Here a run's curve is the piecewise-linear
-curve through its evaluations, and statistics are read on it:
-
-- the first crossing of a target, interpolated linearly between the last evaluation below the target and the
-  first at or above it (``interpolated_crossing``);
-- the curve's value at chosen budgets of training time or updates (``values_at``, ``budgets``), e.g. 25, 50, 75
-  and 100% of the span every run covers (the shortest run's, ``common_span``), no extrapolation;
-- the area under the curve over a span, normalized by the span's length: the curve's mean accuracy over it
-  (trapezoid rule, ``normalized_area``);
-- a method's per-seed values against the baseline's, as a difference and a ratio of means with 95% percentile-
-  bootstrap intervals over seeds (each side's seeds resampled independently; ``compare_values``), and the
-  verdict read off an interval (``interval_verdict``, the rule in ``VERDICT_RULE``).
-
-Curves are given as (xs, values): xs (E,) the x of each evaluation, training seconds or optimizer steps,
-increasing; values (E,) the metric there. numpy only, arrays in and out: it knows nothing of run directories
-(``pods_rl.stats`` and ``pods_rl.commands.study_report`` turn runs into curves). A module of its own, not a part
-of ``pods_rl.stats``, to keep each under ~500 lines; ``pods_rl.stats.compare_runs(..., interpolate=True)``
-uses ``interpolated_crossing`` for the time (updates) to target and its speed-up.
+Curves are (xs (E,) training seconds or optimizer steps, values (E,)); numpy only, no run directories.
 """
 
 from __future__ import annotations
@@ -51,16 +32,7 @@ def _curve(xs, values) -> tuple[np.ndarray, np.ndarray]:
 
 
 def interpolated_crossing(xs, values, target: float) -> float:
-    """The x at which the curve through the evaluations first reaches ``target``, interpolated linearly.
-
-    Args:
-        xs: (E,) evaluation x values, seconds or optimizer steps (any order; sorted here).
-        values: (E,) the metric at those evaluations.
-        target: the value to reach ("reaches": >= target - TARGET_TOLERANCE).
-    Returns xs[0] when the first evaluation already reaches it, ``inf`` when none does; else, with hi the first
-    evaluation at or above the target and lo the one before it (below the target):
-    x_lo + (target - v_lo) / (v_hi - v_lo) x (x_hi - x_lo), which lies in (x_lo, x_hi].
-    """
+    """The x where the curve first reaches ``target``, linearly interpolated; ``inf`` when it never does."""
     xs, values = _curve(xs, values)
     reached = np.nonzero(values >= target - TARGET_TOLERANCE)[0]
     if not len(reached):
@@ -74,13 +46,7 @@ def interpolated_crossing(xs, values, target: float) -> float:
 
 
 def values_at(xs, values, at) -> np.ndarray:
-    """(B,) the curve linearly interpolated at the x values ``at`` (B,); nan outside [xs[0], xs[-1]] (no
-    extrapolation).
-
-    Args:
-        xs: (E,) evaluation x values (any order). values: (E,) the metric there.
-        at: (B,) x values (budgets) to read the curve at.
-    """
+    """(B,) the curve interpolated at the x values ``at`` (B,); nan outside [xs[0], xs[-1]]."""
     xs, values = _curve(xs, values)
     at = np.atleast_1d(np.asarray(at, dtype=float))
     out = np.interp(at, xs, values)
@@ -89,17 +55,7 @@ def values_at(xs, values, at) -> np.ndarray:
 
 
 def normalized_area(xs, values, start: float, end: float) -> float:
-    """Area under the curve over [start, end] divided by (end - start): the curve's mean value over the span.
-
-    Trapezoid rule on the evaluations inside the span plus the curve interpolated at ``start`` and ``end``.
-
-    Args:
-        xs: (E,) evaluation x values (any order).
-        values: (E,) the metric there.
-        start: where the span starts.
-        end: where it ends (start <= end).
-    Returns nan when the curve does not cover the span; the value at ``start`` when start == end.
-    """
+    """The curve's mean over [start, end] (trapezoid area / length); nan when the curve does not cover it."""
     xs, values = _curve(xs, values)
     if end < start:
         raise ValueError(f"the span must have start <= end, got [{start}, {end}]")
@@ -115,12 +71,7 @@ def normalized_area(xs, values, start: float, end: float) -> float:
 
 
 def common_span(curves: Sequence[tuple]) -> tuple[float, float]:
-    """(start, end): the x span every curve covers, [max of first xs, min of last xs].
-
-    Args:
-        curves: (xs (E,), values (E,)) of each run, any number of methods and seeds.
-    Raises ValueError when there is no curve, one is empty, or the spans do not overlap.
-    """
+    """(start, end) the x span every (xs, values) curve covers; ValueError when none or they do not overlap."""
     if not curves or any(len(xs) == 0 for xs, _ in curves):
         raise ValueError("common_span needs at least one curve, each with at least one evaluation")
     start = max(float(np.min(xs)) for xs, _ in curves)
@@ -137,18 +88,7 @@ def budgets(start: float, end: float, fractions: Sequence[float] = BUDGET_FRACTI
 
 def interval_verdict(ci, reference: float = 1.0, margin: float = RATIO_MARGIN, above: str = "faster",
                      below: str = "slower") -> str:
-    """The verdict read off a 95% interval (``VERDICT_RULE``).
-
-    Args:
-        ci: (low, high), a None bound meaning infinite (a speed-up's bound where one side never reached the
-            target), or None (no interval).
-        reference: the value of no difference: 1 for a ratio, 0 for a difference.
-        margin: half-width of the band around ``reference`` inside which the interval decides "equal".
-        above: the word for an interval entirely above the reference.
-        below: the word for an interval entirely below it.
-    Returns ``above`` (low > reference), ``below`` (high < reference), "equal" (the interval lies within
-    [reference - margin, reference + margin]), "undecided" (otherwise: more seeds needed), "unknown" (no CI).
-    """
+    """The ``VERDICT_RULE`` verdict of a 95% CI (low, high) (None bound: infinite; None CI: "unknown")."""
     if not ci:
         return "unknown"
     low = -math.inf if ci[0] is None else ci[0]
@@ -167,16 +107,9 @@ def _finite_or_none(x) -> float | None:
 
 
 def compare_values(values: Sequence, baseline_values: Sequence, n_boot: int = 2000, seed: int = 0) -> dict:
-    """A method's per-seed values against the baseline's: means, difference and ratio with bootstrap 95% CIs.
+    """Method (S,) vs baseline (S',) per-seed values (None/nan dropped): means, difference, ratio, 95% CIs.
 
-    Args:
-        values: (S,) the method's value per seed (None / nan dropped), e.g. its accuracy at a budget.
-        baseline_values: (S',) the baseline's.
-        n_boot: bootstrap replicates; each resamples both sides' seeds with replacement, independently.
-        seed: the bootstrap RNG seed.
-    Returns {mean, baseline_mean, difference (mean - baseline_mean), difference_ci95, ratio (mean /
-    baseline_mean, None when that is 0), ratio_ci95, verdict (``interval_verdict`` of the difference, margin
-    ACCURACY_MARGIN)}; the CIs are None with fewer than 2 values on either side or ``n_boot`` 0.
+    Returns {mean, baseline_mean, difference, difference_ci95, ratio, ratio_ci95, verdict}; CIs None below 2 seeds.
     """
     method = [float(v) for v in values if v is not None and not math.isnan(v)]
     base = [float(v) for v in baseline_values if v is not None and not math.isnan(v)]
@@ -201,20 +134,9 @@ def compare_values(values: Sequence, baseline_values: Sequence, n_boot: int = 20
 
 def curve_comparison(curves_by_label: dict[str, list[tuple]], baseline: str,
                      fractions: Sequence[float] = BUDGET_FRACTIONS, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Accuracy at equal budgets and the normalized area under the curve, each method against the baseline.
+    """Accuracy at budgets (B,) and normalized area over ``common_span``, each label against ``baseline``.
 
-    Both are read on every seed's own curve over the span every run of every label covers (``common_span``:
-    the shortest run's), so all methods are compared at the same x; the per-seed values are then compared with
-    ``compare_values`` (difference method - baseline and ratio, bootstrap 95% CIs over seeds).
-
-    Args:
-        curves_by_label: {label: [(xs (E,), values (E,)) per seed]} on one x-axis (training seconds or steps).
-        baseline: the label the others are compared against.
-        fractions: (B,) fractions of the span at which the accuracies are read.
-        n_boot: bootstrap replicates.
-        seed: the bootstrap's RNG seed.
-    Returns {span: [start, end], fractions, budgets: (B,) x values, labels: {label: {at_budget: [B x
-    {fraction, x, per_seed, **compare_values}], area: {per_seed, **compare_values}}}}.
+    Returns {span, fractions, budgets, labels: {label: {at_budget: [per-budget compare_values], area: {...}}}}.
     """
     if baseline not in curves_by_label:
         raise ValueError(f"baseline label {baseline!r} is not among {list(curves_by_label)}")
@@ -248,13 +170,7 @@ LEVEL_FRACTIONS = tuple(round(0.2 + 0.05 * i, 2) for i in range(15))  # 0.20, 0.
 
 
 def mean_of_curves(curves: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
-    """The seed-mean of piecewise-linear curves over the span all of them cover.
-
-    Exact: the mean of piecewise-linear curves is piecewise linear with knots at the union of their xs.
-    Args:
-        curves: (xs (E,), values (E,)) per seed, on one x-axis.
-    Returns (grid (G,) the union of the xs inside ``common_span``, mean (G,) the seeds' mean there).
-    """
+    """(grid (G,), mean (G,)): the exact seed-mean curve, knots at the union of xs inside ``common_span``."""
     start, end = common_span(curves)
     sorted_curves = [_curve(xs, values) for xs, values in curves]
     grid = np.unique(np.concatenate([xs[(xs >= start) & (xs <= end)] for xs, _ in sorted_curves]))  # (G,)
@@ -263,20 +179,9 @@ def mean_of_curves(curves: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
 
 def level_time_ratio(baseline_curves: Sequence[tuple], method_curves: Sequence[tuple],
                      fractions: Sequence[float] = LEVEL_FRACTIONS) -> dict:
-    """The baseline's x (time or updates) to each accuracy level over the method's, on seed-mean curves.
+    """Geometric mean over levels of baseline x / method x to reach each level, on seed-mean curves.
 
-    Levels: start + f x (peak - start) for each fraction f, where start and peak are the baseline's seed-mean
-    accuracy at its first evaluation and its highest. Each curve's x at a level is its ``interpolated_crossing``.
-    The statistic is the geometric mean over levels of baseline x / method x (> 1: the method gets there sooner;
-    a level the method never reaches counts as ratio 0, one it starts above as inf).
-
-    Args:
-        baseline_curves: (xs (E,), values (E,)) per seed of the baseline.
-        method_curves: the same for the method (the same x-axis).
-        fractions: (L,) fractions of the baseline's gain, each in (0, 1].
-    Returns {ratio (None when the baseline does not rise, or when the method starts above one level and never
-    reaches another: inf and 0 have no mean), levels (L,), baseline_x (L,), method_x (L,) (inf: never reached),
-    per_level (L,) ratios}.
+    Levels (L,) are start + f x (peak - start) of the baseline's mean curve; ratio > 1: the method is sooner.
     """
     grid_b, mean_b = mean_of_curves(baseline_curves)
     grid_m, mean_m = mean_of_curves(method_curves)
@@ -299,19 +204,9 @@ def level_time_ratio(baseline_curves: Sequence[tuple], method_curves: Sequence[t
 
 def paired_level_time_ratio(baseline_by_seed: dict, method_by_seed: dict,
                             fractions: Sequence[float] = LEVEL_FRACTIONS, n_boot: int = 2000, seed: int = 0) -> dict:
-    """``level_time_ratio`` over the seeds both sides ran, with a paired percentile-bootstrap 95% CI.
+    """``level_time_ratio`` on the seeds both sides ran, with a seed-paired bootstrap 95% CI.
 
-    Paired: a bootstrap replicate draws seeds with replacement and takes both sides' runs of each drawn seed, so
-    what a seed shares between methods (its held-out samples, its prompt order) cancels in the ratio.
-    Args:
-        baseline_by_seed: {seed: (xs (E,), values (E,))} of the baseline.
-        method_by_seed: the same for the method.
-        fractions: (L,) fractions of the baseline's gain (``LEVEL_FRACTIONS``).
-        n_boot: bootstrap replicates (0: no interval). seed: the bootstrap's RNG seed.
-    Returns {ratio, ci95 ([low, high], None bound = infinite; None without 2 paired seeds or replicates),
-    verdict (``interval_verdict``), seeds (the paired seeds), unpaired (seeds only one side ran, left out),
-    fractions, levels, baseline_x, method_x, per_level}.
-    Raises ValueError when no seed was run by both sides.
+    Pairing cancels what a seed shares between methods; ValueError when no seed is shared.
     """
     seeds = sorted(set(baseline_by_seed) & set(method_by_seed))
     if not seeds:

@@ -6,16 +6,10 @@ reward function's per-call budget inside a graceful stop, each firing on its own
     if limit.expired:
         ...  # user_code was interrupted after 5 s
 
-One SIGALRM interval timer serves every active limit: it is armed for the earliest deadline. When a limit
-expires, the handler raises that limit's exception in the main thread; if several have expired, the outermost
-one's, which unwinds the inner blocks too. Each block stops only its own exception (``limit.expired`` says it
-did) and lets the others pass. After an expiry the timer repeats every ``REPEAT_S`` seconds, so code that swallows
-one exception (``except BaseException: pass``) is interrupted again. The exceptions derive from ``Expired``, a
-``BaseException``, so that ``except Exception`` in user code does not catch them.
-
-Only the main thread of a POSIX process receives signals (``usable()``); elsewhere ``time_limit`` does not bound
-anything (``limit.enforced`` is False) and callers choose another way (a subprocess, or no bound). What no limit
-can interrupt: C code that holds the GIL without checking for signals (a Python handler runs between bytecodes).
+One SIGALRM timer, armed for the earliest deadline, serves every limit; of several expired, the outermost's
+exception is raised. It repeats every ``REPEAT_S`` s after an expiry, so swallowed exceptions recur; they derive
+from ``Expired`` (a ``BaseException``), past ``except Exception``. Only a POSIX main thread gets signals
+(``usable()``; elsewhere ``limit.enforced`` is False), and C code holding the GIL cannot be interrupted.
 """
 
 from __future__ import annotations

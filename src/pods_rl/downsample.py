@@ -1,30 +1,15 @@
-"""PODS down-sampling rules and GRPO group-normalized advantages.
-
-PODS (Xu et al., arXiv 2504.13818) generates ``n`` rollouts per prompt, scores them, keeps ``m < n`` of them
-with a down-sampling rule and computes GRPO advantages on the kept subset only. This module holds the
-rules as plain tensor code (torch, plus numpy's sort on CPU when it is there), vectorized over a batch of ``B``
-groups, and re-exports the advantage formula (``pods_rl.advantages``):
+"""PODS down-sampling rules: keep m < n of each group's rollouts, vectorized over B groups.
 
     keep = downsample(rewards, m, rule="max_variance")   # rewards (B, n) -> keep (B, m) indices
-    kept_rewards = rewards.gather(1, keep)                # (B, m)
-    advantages = group_advantages(kept_rewards)           # (B, m), TRL's GRPO formula
+    advantages = group_advantages(rewards.gather(1, keep))  # (B, m), TRL's GRPO formula
 
-Built-in rules (``available_rules()`` lists all, including user-registered ones):
+Rules: ``"max_variance"`` (exact, paper Lemma 3.1: for sorted rewards some best subset is the k lowest plus the
+m - k highest, so one sort and prefix sums over the m + 1 candidates suffice; ``max_variance_reference`` is the
+same rule for one group, readable), ``"max_reward"`` (the m highest), ``"random"`` (uniform, via ``generator``).
 
-* ``"max_variance"``: the size-``m`` subset whose reward variance is largest (exact, paper Lemma 3.1 /
-  Algorithm 2). Some optimal subset always consists of the ``k`` lowest and the ``m - k`` highest rewards
-  for some ``k``, so one sort per group plus prefix sums over the ``m + 1`` candidates suffices:
-  O(n log n + m) per group, all groups at once. Read ``max_variance_reference`` first: the same rule for one
-  group in ten lines; ``_max_variance`` is its batched form.
-* ``"max_reward"``: the ``m`` highest rewards.
-* ``"random"``: ``m`` rollouts uniformly at random without replacement (reproducible with ``generator``).
-
-Tie rule (deterministic; exact for integer and dyadic rewards such as 0/0.5/1, so identical on CPU and
-CUDA for them): the rule fixes the multiset of kept reward values (``max_reward``: the m highest;
-``max_variance``: the k lowest and m - k highest of the sorted rewards, and among values of k with equal
-(float64) variance the smallest k). Among rollouts with equal reward, those with the smaller ``tiebreak``
-(optional, e.g. completion length) are kept first, then those with the lower index, at both ends. So an
-all-equal group, or ``m == 1``, keeps exactly what ``max_reward`` keeps.
+Tie rule (deterministic, identical on CPU and CUDA for integer and dyadic rewards): the rule fixes the multiset
+of kept values (max_variance: among k of equal float64 variance, the smallest k); among equal rewards the smaller
+``tiebreak`` is kept first, then the lower index.
 """
 
 from __future__ import annotations
@@ -58,28 +43,16 @@ __all__ = ["available_rules", "downsample", "downsample_deferred", "group_advant
 Rule = Callable[[torch.Tensor, int, "torch.Generator | None"], torch.Tensor]
 
 # ----------------------------------------------------------------------------------------------------------
-# Built-in rules. Each gets a validated floating rewards tensor of shape (B, n) with 1 <= m < n and checks
-# finiteness itself (max_variance on the sorted extremes, cheaper than a pass over all rewards), plus an
-# optional validated float64 ``tiebreak`` (B, n) without NaN.
-#
-# The tie-broken order: ascending reward, then ascending tiebreak, then ascending index. Every rollout gets
-# a distinct int64 key in that order (the float32 reward's bits, made order-preserving, above the index, or
-# above the rank of (tiebreak, index) when there is a tiebreak), so one plain sort of the keys yields the
-# order, and any sort algorithm (numpy's SIMD sort, torch.sort on any device) gives the same answer.
-#
-# A rule first decides how many of the lowest (k) and highest (m - k) positions of that order to keep:
-# this fixes the multiset of kept reward values. Then, within each reward value, the first rollouts of its
-# run in the order are kept: the low end's partial run already starts at its first rollouts; the high
-# end's partial run (the run at position n - m + k) is moved to the start of its run (or right after the
-# low end's rollouts when both ends share that run). See _kept_positions.
+# Built-in rules get validated floating rewards (B, n), 1 <= m < n, and check finiteness themselves.
+# The tie-broken order (reward, tiebreak, index) is one plain sort of distinct int64 keys (order-preserving
+# float32 bits above the index or tiebreak rank), so every sort algorithm and device agrees. A rule picks k
+# lowest and m - k highest positions; within a reward value the first rollouts of its run are kept.
 
 
 def _order_keys(values: torch.Tensor, low: torch.Tensor | None = None) -> torch.Tensor | None:
-    """Distinct int64 keys (B, n) whose ascending order is values ascending, then ``low`` ascending.
+    """Distinct int64 keys (B, n) ordered by values, then ``low`` (a rank < 2**32, default the index).
 
-    ``low``: distinct int64 values in [0, 2**32) per row (a rank), broadcastable to (B, n); default the
-    index. None when the values are float64 values that float32 cannot hold exactly (the caller then sorts
-    the float64 values themselves). float16/bfloat16 and integers up to 2**24 are exact in float32.
+    None when float64 values are not exact in float32 (the caller then sorts the float64 values).
     """
     B, n = values.shape
     values32 = values.float()  # (B, n); no copy for float32
@@ -98,11 +71,9 @@ def _order_keys(values: torch.Tensor, low: torch.Tensor | None = None) -> torch.
 
 
 def _sort_rows(values: torch.Tensor) -> torch.Tensor:
-    """Each row of a (B, n) int64 tensor sorted ascending (rows of distinct values, so any sort agrees).
+    """Each row of a (B, n) int64 tensor of distinct values sorted ascending.
 
-    On CPU numpy's SIMD sort (x86-simd-sort / Highway, one thread) is 12-14x faster than torch.sort per
-    thread for rows of n <= 256 and ~2x for n >= 1024 (measured at B = 512); torch.sort splits rows over
-    its threads, so it keeps long rows when it has more than two.
+    On CPU numpy's SIMD sort is 2-14x faster than torch.sort, except long rows torch can spread over threads.
     """
     long_rows = values.shape[1] > 512 and torch.get_num_threads() > 2
     if values.device.type == "cpu" and _numpy is not None and not long_rows:
@@ -114,11 +85,9 @@ _LOW32 = 0xFFFFFFFF
 
 
 class _TieOrder:
-    """Each group's rollouts sorted into the tie-broken order (reward, tiebreak, index), all ascending.
+    """Each group's rollouts in the tie-broken order (reward, tiebreak, index); position 0 is the lowest.
 
-    Positions index that order: position 0 holds the group's lowest reward. Two representations:
-    ``keys`` (B, n) sorted int64 keys (float32-exact rewards; the index, or the rank of (tiebreak, index),
-    sits in the low 32 bits), or ``values`` (B, n) sorted float64 rewards with ``order`` (B, n) indices.
+    Held as sorted int64 ``keys`` (B, n) (index or rank in the low 32 bits), or float64 ``values`` + ``order``.
     """
 
     def __init__(self, rewards: torch.Tensor, tiebreak: torch.Tensor | None):
@@ -152,11 +121,7 @@ class _TieOrder:
         return low if self.by_rank is None else self.by_rank.gather(1, low)
 
     def ends(self, m: int) -> torch.Tensor:
-        """Indices (B, 2m): positions 0..m-1 (the m lowest, lowest first), then n-1..n-m (highest first).
-
-        The halves share rollouts when 2m > n. NaN and +-inf sit at the outer ends (columns 0 and m) of the
-        key path; the float64 path checks on its own.
-        """
+        """Indices (B, 2m): the m lowest (lowest first), then the m highest (highest first)."""
         n = self.n
         if self.keys is None:
             return torch.cat([self.order[:, :m], self.order[:, n - m :].flip(1)], dim=1)
@@ -168,9 +133,7 @@ class _TieOrder:
         return (self.keys if self.keys is not None else self.values).shape[1]
 
     def high_run(self, m: int, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """For ``position`` (B, 1): where its run of equal rewards starts (B, 1), and a (B, m) mask of the
-        last m positions n-m..n-1 that hold the same reward (those at or above ``position`` form its run's
-        upper part)."""
+        """Where the equal-reward run at ``position`` (B, 1) starts (B, 1); which of the last m hold it (B, m)."""
         n = self.n
         if self.keys is None:
             value = self.values.gather(1, position)
@@ -181,12 +144,9 @@ class _TieOrder:
 
 
 def _kept_positions(order: _TieOrder, m: int, n_low: torch.Tensor) -> torch.Tensor:
-    """Kept indices (B, m), ascending, for keeping the ``n_low`` (B, 1) lowest and m - n_low highest rewards.
+    """Kept indices (B, m), ascending, for the ``n_low`` (B, 1) lowest and m - n_low highest rewards.
 
-    The multiset of kept rewards is that of positions 0..k-1 and n-m+k..n-1 (k = n_low). Within each reward
-    value the first rollouts of its run are kept (smallest tiebreak, then lowest index): the low end's runs
-    start at position 0, so only the high end's lowest run, which may be cut, needs moving to the start of
-    its run, or to position k when the low end took the start of the same run.
+    Only the high end's lowest run may be cut; it moves to the start of its run (or to position k).
     """
     n = order.n
     column = torch.arange(m, device=n_low.device)  # (m,): column c keeps position c (low) or n - m + c (high)
@@ -212,12 +172,7 @@ def _random(
     rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None,
     checks: list | None = None
 ) -> torch.Tensor:
-    """Keep m rollouts per group uniformly at random without replacement. (B, n) -> (B, m).
-
-    Draws B*n uniform keys from ``generator`` (on the generator's device) and keeps the m smallest keys
-    of each row, which is a uniformly random m-subset; reproducible for a seeded generator. Ignores the
-    tiebreak (there are no ties to break).
-    """
+    """Keep m of n per group uniformly without replacement (the m smallest random keys). (B, n) -> (B, m)."""
     check_finite_or_defer(checks, rewards)  # the rewards are not used, but bad ones still mean a bug upstream
     B, n = rewards.shape
     key_device = generator.device if generator is not None else rewards.device
@@ -227,10 +182,9 @@ def _random(
 
 
 def max_variance_reference(rewards: list[float], m: int) -> list[int]:
-    """The ``max_variance`` rule, readable: one group's rewards (n,) -> the m kept indices, ascending.
+    """The ``max_variance`` rule for one group, readable: rewards (n,) -> the m kept indices, ascending.
 
-    The batched rule below (``downsample(rule="max_variance")``) computes exactly this, for B groups at once with
-    one sort and prefix sums; ``tests/test_downsample.py`` checks that the two agree.
+    ``_max_variance`` is its batched form (tested equal).
     """
     values = sorted(Fraction(r) for r in rewards)  # exact: equal variances tie exactly, as in the batched rule
     n = len(values)
@@ -251,13 +205,10 @@ def _max_variance(
     rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None,
     checks: list | None = None
 ) -> torch.Tensor:
-    """Keep the size-m subset with the largest reward variance per group (exact). (B, n) -> (B, m).
+    """The size-m subset of largest reward variance per group, exact. (B, n) -> (B, m).
 
-    In the sorted (tie-broken) order o, candidate k in 0..m keeps the k lowest and the m - k highest:
-    o_0..o_{k-1} and o_{n-m+k}..o_{n-1}; by the paper's Lemma 3.1 one of them is optimal. Each one's sum
-    and sum of squares are a prefix sum over the lowest values plus one over the highest values, and
-    m^2 * variance = m * sum(x^2) - sum(x)^2. (Few ops on purpose: at PODS sizes each op's fixed cost is
-    comparable to the sort's per-row work.)
+    Candidate k keeps the k lowest and m - k highest (Lemma 3.1); m^2 var = m sum(x^2) - sum(x)^2 from prefix
+    sums over both ends. Few ops on purpose: at PODS sizes each op's fixed cost rivals the sort.
     """
     B, n = rewards.shape
     order = _TieOrder(rewards, tiebreak)
@@ -293,11 +244,7 @@ _BUILTIN_FNS = (_max_variance, _max_reward, _random)  # trusted output; user rul
 
 
 def _takes_features(name: str, fn) -> bool:
-    """Check that ``fn`` can be called as fn(rewards, m, generator); True if it also takes ``features=``.
-
-    Raises ValueError naming the rule and its signature otherwise, so a wrong rule fails when it is
-    registered, not at the first training step. (The registry keeps the answer: ``_RULES.info``.)
-    """
+    """True if ``fn`` also takes ``features=``; ValueError at registration if fn(rewards, m, generator) fails."""
     if not callable(fn):
         raise ValueError(f"rule {name!r} must be callable as fn(rewards, m, generator), got {fn!r}")
     if fn in _BUILTIN_FNS:
@@ -325,21 +272,14 @@ def _takes_features(name: str, fn) -> bool:
 
 
 def register_rule(name: str, fn: Rule | None = None, *, overwrite: bool = False):
-    """Register a down-sampling rule under ``name`` so ``downsample(..., rule=name)`` can use it.
+    """Register a down-sampling rule under ``name``; usable as a decorator ``@register_rule("my_rule")``.
 
-    ``fn(rewards, m, generator) -> indices``: ``rewards`` is a finite floating tensor of shape (B, n),
-    ``1 <= m < n`` an int, ``generator`` a ``torch.Generator`` or None; it returns (B, m) integer indices
-    into each group, distinct within a group (``downsample`` checks this and sorts them). Usable as a
-    decorator: ``@register_rule("my_rule")``. Re-registering an existing name needs ``overwrite=True``.
-
-    A rule that also accepts a ``features`` keyword (``fn(rewards, m, generator, *, features)``) sees the
-    rollouts: ``features`` is a dict of tensors whose first two dims are (B, n), whatever the caller of
-    ``downsample(..., features=...)`` passed (never None: an empty dict when nothing was passed). The
-    trainer passes ``"lengths"`` (B, n) completion token counts, ``"rewards_per_func"`` (B, n, F) each
-    reward function's reward (NaN where one could not score) and ``"truncated"`` (B, n) bool, True where
-    generation hit the length limit; and ``"tiebreak"`` (B, n) when ``downsample`` got one.
-
-    The signature is checked here: a function that cannot be called that way raises ValueError now.
+    Args:
+        fn: ``fn(rewards (B, n) finite float, m, generator) -> (B, m)`` distinct indices per group. With a
+            ``features`` keyword it also gets a dict of (B, n, ...) tensors: the trainer passes ``"lengths"``,
+            ``"rewards_per_func"`` (B, n, F), ``"truncated"``, and ``"tiebreak"`` when given one.
+        overwrite: needed to re-register an existing name.
+    Raises ValueError now when ``fn`` cannot be called that way.
     """
     return _RULES.register(name, fn, overwrite=overwrite)
 
@@ -357,8 +297,7 @@ def rule_takes_features(rule: str) -> bool:
 
 
 def rule_sees_rollouts(rule: str) -> bool:
-    """True if ``rule`` can use a tiebreak: a built-in rule (recognised by its function, whatever name it is
-    registered under) or a registered rule that takes ``features``."""
+    """True if ``rule`` can use a tiebreak: a built-in rule's function or a rule that takes ``features``."""
     if rule not in _RULES:
         raise ValueError(f"unknown down-sampling rule {rule!r}; available rules: {available_rules()}")
     return _RULES[rule] in _BUILTIN_FNS or bool(_RULES.info[rule])
@@ -403,45 +342,27 @@ def downsample(
     """Choose which m of each group's n rollouts to keep.
 
     Args:
-        rewards: rewards of shape (n,) for one group or (B, n) for B groups of n rollouts; a tensor or
-            anything ``torch.as_tensor`` accepts; any real dtype (float16/bfloat16/float32/float64, integer,
-            bool), any device. Must be finite (NaN/inf raise ValueError naming the groups).
-        m: number of rollouts to keep per group, 1 <= m <= n.
-        rule: a name from ``available_rules()``: "max_variance" (default), "max_reward", "random", or a
-            rule added with ``register_rule``.
-        tiebreak: optional real values shaped like ``rewards`` (no NaN), e.g. completion lengths. For
-            "max_variance" and "max_reward" the multiset of kept reward values does not depend on it; among
-            rollouts with equal reward, those with the smaller tiebreak are kept first, then the lower
-            index. "random" ignores it; a registered rule gets it as ``features["tiebreak"]`` and must then
-            take ``features`` (see ``register_rule``).
-        generator: torch.Generator for random rules (reproducible draws); ignored by deterministic rules.
-        features: optional dict of per-rollout tensors, each shaped (n, ...) or (B, n, ...) like
-            ``rewards``, passed on to registered rules that take ``features`` (built-in rules ignore it).
-
+        rewards: (n,) or (B, n) finite rewards, any real dtype and device (NaN/inf raise ValueError).
+        m: rollouts to keep per group, 1 <= m <= n.
+        rule: a name from ``available_rules()``, default "max_variance".
+        tiebreak: optional values shaped like ``rewards`` (e.g. lengths); among equal rewards the smaller is kept.
+        generator: for random rules.
+        features: per-rollout tensors (B, n, ...) passed to registered rules that take ``features``.
     Returns:
-        int64 indices into each group, shape (m,) or (B, m) matching the input's rank, distinct and sorted
-        ascending within each group, on the same device as ``rewards``. ``m == n`` keeps every index.
-        See the module docstring for the (deterministic) tie rule.
-
-    The rewards are checked (finite, a spread float64 can square) once the selection is queued, so on CUDA the
-    host waits once, at the end; ``downsample_deferred`` leaves that read to the caller.
+        int64 indices (m,) or (B, m), distinct and ascending per group, on the rewards' device.
     """
     kept, ok = downsample_deferred(rewards, m, rule, tiebreak=tiebreak, generator=generator, features=features)
     raise_unless_ok(ok, rewards)
     return kept
 
 
+# Long because validation, dispatch to built-in or registered rules and the edge cases share the same locals.
 def downsample_deferred(rewards, m: int, rule: str = "max_variance", *, tiebreak=None,
                         generator: torch.Generator | None = None, features: dict | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``downsample`` that reads nothing back from the device: returns ``(kept, ok)``.
+    """``downsample`` without a device read: (kept, ok), ok a 0-d bool, False for non-finite rewards.
 
-    ``kept`` is what ``downsample`` returns (indices (m,) or (B, m)); ``ok`` is a 0-d bool tensor on the rewards'
-    device, False when they hold NaN or +-inf (or a spread too wide for a float64 variance), in which case
-    ``kept`` means nothing: read it with ``raise_unless_ok(ok, rewards)`` where the host waits anyway (a trainer's
-    metrics). Shape, m and rule errors are raised at once. On the common path (a built-in rule, float32/16-bit
-    rewards, no tiebreak) nothing crosses to the host; float64 rewards float32 cannot hold, a tiebreak or a
-    registered rule still read values.
+    Check ``raise_unless_ok(ok, rewards)`` where the host waits anyway; ``kept`` means nothing when ok is False.
     """
     rewards = as_reward_tensor(rewards)
     if rewards.dim() not in (1, 2):

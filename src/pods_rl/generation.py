@@ -1,15 +1,8 @@
 """Generation for evaluation: k sampled completions per prompt, with transformers or vLLM.
 
-    render_prompt / encode_prompts   chat messages through the tokenizer's chat template (with the generation
-                                     prompt), plain text as is -> token ids; both backends get the same ids
-    generate_hf                      transformers ``generate``, batches of (prompt, sample) pairs, left padded
-    generate_vllm                    vLLM (CUDA, or vLLM's CPU build; pods_rl.engines.vllm.generation); PEFT
-                                     adapters merged into a temporary full model first
-    choose_backend                   "vllm" when asked, or (auto) when vLLM can run the model here: CUDA, or
-                                     vLLM's CPU build with a head size its CPU attention takes
-
-Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is greedy (one completion, repeated k
-times). Both return (completions: P lists of k str, completion_tokens: (P, k) int array).
+Both backends get the same ids (``encode_prompts``: chat template with the generation prompt) and sample at pure
+temperature (top-p 1, no top-k; 0 is greedy, repeated k times). Both return (completions: P lists of k str,
+completion_tokens (P, k)); ``choose_backend`` picks vLLM when asked or when it can run the model here.
 """
 
 from __future__ import annotations
@@ -69,12 +62,9 @@ def _eos_ids(model, tokenizer) -> set[int]:
 
 def generate_hf(model, tokenizer, prompt_ids: list[list[int]], k: int, temperature: float, max_new_tokens: int,
                 batch_size: int, seed: int, desc: str = "generate") -> tuple[list[list[str]], np.ndarray]:
-    """Sample ``k`` completions per prompt with transformers ``generate``.
+    """(completions (P lists of k str), completion_tokens (P, k)) from transformers ``generate``.
 
-    Work items are (prompt, sample) pairs, chunked into batches of ``batch_size`` sequences, left padded
-    by hand (the tokenizer is not modified: during training it is the trainer's).
-    Returns (completions (P lists of k str), completion_tokens (P, k) int array). Greedy (temperature 0)
-    decodes once per prompt and repeats the result k times.
+    (prompt, sample) pairs in batches of ``batch_size``, left padded by hand (the tokenizer may be the trainer's).
     """
     import torch
     from tqdm.auto import tqdm

@@ -1,18 +1,11 @@
 """Models and tokenizers: checking a model path before anything loads, and loading for training or generation.
 
-    check_model_path(name)          a local directory that holds a model, a cached hub id, or a reachable one;
-                                    else one ValueError line (before minutes of downloads or retries)
-    load_for_training(model_args)   (model, tokenizer) as `pods train` loads them (``trl.ModelConfig``; the
-                                    shipped tiny model when no model is named)
-    load_model_and_tokenizer(path)  (model in eval mode, tokenizer) for generation: a full model, a PEFT adapter
-                                    (merged into its base) or a hub id
-    tokenizer_source(path)          where a model's tokenizer loads from (an adapter without one: its base)
-    check_remote_code(name, trust)  a model (or tokenizer) that ships its own Python code (``auto_map``) is
-                                    refused in one line naming ``--trust_remote_code`` unless it is true
+    check_model_path(name)          a local model dir, a cached or reachable hub id; else one ValueError line
+    load_for_training(model_args)   (model, tokenizer) as `pods train` loads them (default: the tiny model)
+    load_model_and_tokenizer(path)  (model in eval mode, tokenizer) for generation; adapters merged
+    check_remote_code(name, trust)  refuses a model shipping its own code unless ``--trust_remote_code``
 
-Nothing here downloads on its own: the hub is asked only by transformers' ``from_pretrained`` for a hub id.
-A model's own code runs only when the user passed ``--trust_remote_code true``: every load here passes the flag on
-as an explicit bool (transformers asks on a terminal when it is left None, and a run must never wait on a prompt).
+Every load passes ``trust_remote_code`` as an explicit bool: with None transformers prompts on a terminal.
 """
 
 from __future__ import annotations
@@ -181,9 +174,7 @@ def default_model_path(name: str | None) -> str:
 def load_for_training(model_args, trust_remote_code: bool = False):
     """(model, tokenizer) of ``model_args`` (``trl.ModelConfig``: name or path, revision, dtype) for training.
 
-    A model that cannot be loaded is one ValueError line (with the offline hint for a hub id); a tokenizer
-    without a pad token pads with its end-of-sequence token. ``trust_remote_code`` (``--trust_remote_code``,
-    a ``GRPOConfig`` field) lets a model's own code run; without it such a model is refused in one line.
+    Load failures are one ValueError line; a tokenizer without a pad token pads with its eos token.
     """
     # transformers takes seconds to import; checking a recipe does not need it.
     import torch
@@ -240,10 +231,8 @@ def tokenizer_source(path) -> str:
 def load_model_and_tokenizer(path, device=None, trust_remote_code: bool = False):
     """Load a causal LM (full model dir, PEFT adapter dir, or hub id) and its tokenizer for generation.
 
-    Adapters are loaded on their ``base_model_name_or_path`` and merged (faster generation). The tokenizer
-    comes from ``path`` when it has tokenizer files, else from the base model. Weights are bf16 on CUDA,
-    fp32 on CPU. A model with code of its own loads only with ``trust_remote_code`` (else one ValueError line
-    naming ``--trust_remote_code``). Returns (model in eval mode, tokenizer with left padding).
+    Adapters are merged into their base; bf16 on CUDA, fp32 on CPU. Returns (model in eval mode, tokenizer
+    with left padding).
     """
     # transformers takes seconds to import; `pods eval --help` does not need it.
     import torch

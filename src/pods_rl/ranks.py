@@ -1,12 +1,8 @@
 """Many processes: when a rank dies, the ranks left say which one, how, and how to resume, in one ``pods`` line.
 
-Under ``accelerate launch`` (torchrun) a rank killed by a signal or ending with an error makes the collective the
-others are in fail (gloo: "Connection closed by peer"), or wait until the process group's timeout
-(``--ddp_timeout``, seconds) when the rank hangs instead; the launcher then stops the rest (SIGTERM, SIGKILL after
-30 s). What the other ranks knew was only that a peer was gone. So each rank writes a small record into the run
-directory when training starts (``RANKS_DIR/rank<N>.json``: pid, host, the launch it belongs to) and another when
-it fails with an error of its own (its exit code and line); a rank that sees a collective fail, or gets the
-launcher's SIGTERM while a peer is gone, reads them and looks at the peers' processes (same host: /proc):
+A dead rank only makes the others' collective fail or time out. So each rank records itself in the run directory
+(``RANKS_DIR/rank<N>.json``: pid, host, launch; and its error line when it fails), and a rank that sees a
+collective fail, or a SIGTERM while a peer is gone, reads those and the peers' /proc:
 
     rank 1 (pid 4242) exited with code 1 (pods train: error: ...)
     rank 1 (pid 4242) was killed by a signal it cannot catch (SIGKILL: `kill -9`, or the out-of-memory killer)
@@ -157,11 +153,7 @@ def world_size() -> int:
 
 
 def agree_max(values: list[float]) -> list[float]:
-    """``values`` (a few floats) replaced by their element-wise maximum over all ranks: one all-reduce, which every
-    rank must reach at the same point. A single process gets them back unchanged.
-
-    This is how ranks take one decision together: each computes its own view (its clock, a stop request, a
-    non-finite tensor in its shard), and all act on the agreed one."""
+    """The element-wise maximum of ``values`` over all ranks (one all-reduce every rank must reach): one decision."""
     if world_size() <= 1:
         return [float(v) for v in values]
     import torch
@@ -178,13 +170,10 @@ _step_started: tuple[int, int] | None = None  # (id of the trainer's state, glob
 
 
 def start_step_together(state) -> None:
-    """Wait until every rank has reached the start of the optimizer step after ``state.global_step`` (``state``: the
-    trainer's ``TrainerState``), once per step however many callbacks ask (the first waits, the others return at
-    once: every rank runs the same callbacks in the same order). A no-op with one process.
+    """Wait until every rank starts the step after ``state.global_step``, once per step however many callbacks ask.
 
-    The step clocks start after it: rank 0 writes the logs and checkpoints after a step while the others go on to
-    the next one, and whatever a rank waits for at the next collective would otherwise count as that rank's
-    training time (and, agreed as the slowest clock, as everyone's)."""
+    The step clocks start after it, so rank 0's logging and checkpointing do not count as others' training time.
+    """
     global _step_started
     if world_size() <= 1:
         return

@@ -122,7 +122,8 @@ def resolve_recipe(name_or_path: str) -> Path:
     packaged = RECIPES_DIR / (name_or_path if name_or_path.endswith(".yaml") else name_or_path + ".yaml")
     if packaged.parent.name == "accelerate" and packaged.parent.parent == RECIPES_DIR:
         raise ValueError(f"{name_or_path!r} is an accelerate launch config, not a recipe: accelerate launch "
-                         f"--config_file $(pods accelerate-config {packaged.stem}) -m pods_rl.commands.cli train --config ...")
+                         f"--config_file $(pods accelerate-config {packaged.stem}) "
+                         "-m pods_rl.commands.cli train --config ...")
     if packaged.is_file():
         return packaged
     raise ValueError(f"Recipe {name_or_path!r} is neither a file nor a packaged recipe; packaged recipes: "
@@ -182,7 +183,8 @@ CONFIG_HELP = ("The recipe: the name of a packaged recipe ({names}) or the path 
 def build_parser():
     """The `pods train` parser: TRL's parser of (RunArguments, PODSConfig, trl.ModelConfig), with ``--config`` (read
     by ``TrlParser.parse_args_and_config``) listed first, and one-line errors."""
-    # Lazy: TRL (and pods_rl.engines.trl.trainer, which imports it) takes seconds to import; the checks above need neither.
+    # Lazy: TRL (and pods_rl.engines.trl.trainer, which imports it) takes seconds to import; the checks above
+    # need neither.
     from trl import ModelConfig, TrlParser
 
     from pods_rl.engines.trl.trainer import PODSConfig
@@ -276,7 +278,8 @@ def check_recipe_yaml(path: str | Path) -> None:
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the recipe as UTF-8") from None
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); "
+                         "save the recipe as UTF-8") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -317,7 +320,8 @@ def validate(run: RunArguments, config, model_args) -> None:
 
     for weight in config.reward_weights or ():
         if not abs(float(weight)) <= MAX_ABS_REWARD:  # also NaN
-            raise ValueError(f"--reward_weights {' '.join(f'{float(w):g}' for w in config.reward_weights)}: a weight of "
+            weights = ' '.join(f'{float(w):g}' for w in config.reward_weights)
+            raise ValueError(f"--reward_weights {weights}: a weight of "
                              f"{float(weight):g} is beyond the reward bound of {MAX_ABS_REWARD:g} (a scale that makes "
                              "training diverge; group normalisation makes the scale irrelevant): use weights like 1.0")
     if (config.max_steps is None or config.max_steps <= 0) and not config.num_train_epochs > 0:

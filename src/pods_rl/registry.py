@@ -1,10 +1,6 @@
-"""One registry for everything pods-rl looks up by name: the down-sampling rules (which rollouts to train on,
-``pods_rl.register_rule``), the adaptive round rules (how many rollouts, in rounds: ``register_adaptive_rule``) and
-the rollout-budget planners (which prompts, how many rollouts: ``pods_rl.budget.planners.register_planner``).
+"""One registry for everything looked up by name: down-sampling rules, adaptive round rules, budget planners.
 
-Each is a ``Registry``: registration (also as a decorator), the entry's own check at registration time (so that a
-wrong rule fails when it is registered, not at the first training step), one-line errors naming the fix, and the
-sorted names. Plain Python, no framework.
+Each entry is checked when registered, so a wrong rule fails then, not at the first training step.
 """
 
 from __future__ import annotations
@@ -13,11 +9,7 @@ from collections.abc import Callable
 
 
 class Registry(dict):
-    """name -> entry for one kind of rule (``what``: "rule", "adaptive rule", "planner").
-
-    ``check(name, entry)`` validates an entry before it is registered (raising ``ValueError`` naming the entry and
-    the fix) and returns what the registry keeps about it in ``info[name]`` (e.g. whether a rule takes features).
-    """
+    """name -> entry for one kind of rule; ``check(name, entry)`` validates and returns what ``info[name]`` keeps."""
 
     def __init__(self, what: str, entries: dict | None = None, check: Callable[[str, object], object] | None = None):
         super().__init__()
@@ -26,8 +18,7 @@ class Registry(dict):
             self.register(name, entry)
 
     def register(self, name: str, entry=None, *, overwrite: bool = False):
-        """Register ``entry`` under ``name`` and return it; without ``entry``, a decorator that does. An existing
-        name needs ``overwrite=True``."""
+        """Register ``entry`` under ``name`` and return it; without ``entry``, a decorator that does."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"{self.what} name must be a non-empty string, got {name!r}")
 

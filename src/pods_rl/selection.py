@@ -1,7 +1,4 @@
-"""The selection step of PODS, once for every engine: score each prompt's rollouts, keep m, keep the groups.
-
-Plain torch, no trainer knowledge: the TRL trainer (``pods_rl.engines.trl.step``) and verl's replay buffer
-(``pods_rl.engines.verl.replay_buffer``) both call ``select``, and the ``pods/*`` selection metrics are computed here only::
+"""The selection step of PODS for every engine (TRL's step, verl's replay buffer): score, keep m, keep groups.
 
     settings = SelectionSettings.validated(m=8, rule="max_variance")     # checked once, one-line errors
     selection = select(rewards_per_func, weights, num_groups, settings)   # (P, n, F), (F,) -> Selection
@@ -10,9 +7,8 @@ Plain torch, no trainer knowledge: the TRL trainer (``pods_rl.engines.trl.step``
     selection.kept_rows     # [p * n + j ...] the B*m rows to train on, group by group
     selection.metrics       # pods/reward_all_mean, ..., pods/kept_groups_var_mean
 
-Per prompt, the reward a rule ranks is the weighted sum of the reward functions (``sum_then_normalize``, TRL's
-default) or their sum after standardizing each over the group (``normalize_then_sum``). NaN means "not scored"
-(GRPOTrainer's meaning: a reward function returned None): an unscored rollout ranks as its group's average.
+A rule ranks the weighted sum of the reward functions (``sum_then_normalize``) or of each standardized over the
+group (``normalize_then_sum``). NaN means "not scored"; such a rollout ranks as its group's average.
 """
 
 from __future__ import annotations
@@ -40,11 +36,7 @@ PLAIN_NAMES = {"m": "m", "rule": "rule", "tiebreak": "tiebreak", "oversample_pro
 
 @dataclass(frozen=True)
 class SelectionSettings:
-    """How PODS selects: m rollouts kept per prompt, the rule, its tiebreak, and prompt over-sampling.
-
-    Build it with ``validated`` (``PODSConfig``, verl's replay buffer and ``pods verl-args`` all do): every check
-    is made there, once, each failure one ``ValueError`` line that names the setting as the caller spells it.
-    """
+    """How PODS selects: m kept per prompt, rule, tiebreak, prompt over-sampling. Build it with ``validated``."""
 
     m: int
     rule: str = "max_variance"
@@ -55,16 +47,9 @@ class SelectionSettings:
     @classmethod
     def validated(cls, m, rule="max_variance", tiebreak="index", oversample_prompts=1.0, *,
                   names: Mapping[str, str] | None = None, rule_registered_here: bool = True) -> SelectionSettings:
-        """Check the settings and return them.
+        """The checked settings; each failure is one ValueError line naming the setting as ``names`` spells it.
 
-        Args:
-            m: rollouts kept per prompt, an integer >= 2 (one kept rollout has no group to compare with).
-            rule: a down-sampling rule's name.
-            tiebreak: one of ``TIEBREAKS``.
-            oversample_prompts: a number >= 1.
-            names: how the caller's users spell each setting (keys of ``PLAIN_NAMES``), for the error lines.
-            rule_registered_here: False where the rule is registered in another process (``pods verl-args``
-                prints settings for verl's): then only its form is checked, not the registry.
+        m >= 2 (one kept rollout has no group); ``rule_registered_here=False`` checks only the rule name's form.
         """
         names = {**PLAIN_NAMES, **(names or {})}
         if isinstance(m, bool) or not isinstance(m, int) or m < 2:
@@ -92,16 +77,12 @@ class SelectionSettings:
 
 
 def sampled_prompts(kept_groups: int, oversample_prompts: float = 1.0) -> int:
-    """Prompts to sample so that ``kept_groups`` groups reach the update: kept x oversample, rounded up (at least
-    kept)."""
+    """Prompts to sample so ``kept_groups`` reach the update: kept x oversample, rounded up."""
     return max(kept_groups, math.ceil(kept_groups * oversample_prompts - 1e-9))
 
 
 def kept_groups(sampled: int, oversample_prompts: float = 1.0) -> int:
-    """The inverse of ``sampled_prompts``: the most groups whose sampled count fits in ``sampled`` (at least 1).
-
-    ``kept_groups(sampled_prompts(B, o), o) == B`` for every B >= 1 and o >= 1.
-    """
+    """The inverse of ``sampled_prompts``: ``kept_groups(sampled_prompts(B, o), o) == B``; at least 1."""
     kept = max(1, math.floor(sampled / oversample_prompts + 1e-9))
     while kept > 1 and sampled_prompts(kept, oversample_prompts) > sampled:
         kept -= 1
@@ -111,31 +92,21 @@ def kept_groups(sampled: int, oversample_prompts: float = 1.0) -> int:
 
 
 def reward_totals(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """(..., F) rewards per reward function, (F,) weights -> (...) the weighted total, NaN where no function scored.
-
-    GRPOTrainer's total (``nansum`` of the weighted rewards), except that a rollout no function could score stays
-    NaN ("not scored") instead of becoming 0. The one place pods-rl sums rewards.
-    """
+    """(..., F) rewards, (F,) weights -> (...) GRPOTrainer's weighted nansum, but NaN where no function scored."""
     weights = weights.to(device=rewards_per_func.device, dtype=rewards_per_func.dtype)
     totals = (rewards_per_func * weights).nansum(dim=-1)
     return totals.masked_fill(torch.isnan(rewards_per_func).all(dim=-1), float("nan"))
 
 
 def all_equal(rewards: torch.Tensor) -> torch.Tensor:
-    """(G, k) rewards -> (G,) bool: every non-NaN reward of the group is the same value, exactly (a group with none
-    counts as all equal). Exact, not within a tolerance: the float32 std of 16 copies of 0.8 is 6e-8, not 0."""
+    """(G, k) -> (G,) bool: the group's non-NaN rewards are exactly equal (float32 std of 16 x 0.8 is not 0)."""
     counts = torch.full((rewards.shape[0],), rewards.shape[1], dtype=torch.long)
     return ~group_is_mixed(rewards, counts)
 
 
 @dataclass(frozen=True)
 class Selection:
-    """What ``select`` decided for P prompts of up to n rollouts each.
-
-    ``kept`` (P, m) int64: indices into each prompt's rollouts, ascending, -1 padding a group that had fewer than
-    m; ``groups`` (B,) int64: the prompts whose kept rollouts reach the update, ascending; ``metrics``: the
-    ``pods/*`` selection metrics (global when ``select`` got a ``gather``).
-    """
+    """``select``'s decision: ``kept`` (P, m) ascending indices (-1 pads), ``groups`` (B,) prompts to train on."""
 
     kept: torch.Tensor
     groups: torch.Tensor
@@ -144,7 +115,7 @@ class Selection:
 
     @property
     def kept_rows(self) -> list[int]:
-        """The rows to train on, as flat indices ``p * n + j`` into the (P*n) rollouts, group by group."""
+        """The rows to train on, flat indices ``p * n + j`` into the (P*n) rollouts."""
         rows = self.kept[self.groups] + self.n * self.groups.unsqueeze(1)  # (B, m)
         return rows[self.kept[self.groups] >= 0].tolist()
 
@@ -156,20 +127,11 @@ def select(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_groups: in
     """Keep ``settings.m`` rollouts of each prompt, then the ``num_groups`` prompts whose kept rewards vary most.
 
     Args:
-        rewards_per_func: (P, n, F) each reward function's reward, NaN where it did not score (and on padding).
-        weights: (F,) the reward functions' weights.
-        num_groups: B, prompts that reach the update: all P without over-sampling; otherwise those whose kept
-            rewards have the largest variance, all-equal groups (nothing to learn) last, ties by prompt order;
-            a prompt with fewer than m rollouts (a planner did not sample it) after all of them.
-        settings: m, the rule, the tiebreak (``SelectionSettings.validated``).
-        counts: (P,) rollouts each prompt really has (its first ``counts[p]``; the rest is padding). Default: n.
-            A prompt with at most m keeps all of them.
-        aggregation: how the functions make the reward a rule ranks (``AGGREGATIONS``); anything else is refused.
-        features: per-rollout tensors (P, n, ...) for rules that take features (passed on as they are); ``lengths``
-            (P, n) completion tokens is needed by the ``shorter``/``longer`` tiebreaks.
-        generator: for the random rule.
-        gather: concatenates a per-process tensor over processes along dim 0 (e.g. accelerate's ``gather``), so
-            that the metrics are global; None: this process's prompts only.
+        rewards_per_func: (P, n, F) rewards, NaN where unscored or padding; weights: (F,).
+        num_groups: B; by kept variance, all-equal groups last, prompts with fewer than m rollouts after them.
+        counts: (P,) real rollouts per prompt (default n); a prompt with at most m keeps all.
+        features: (P, n, ...) per-rollout tensors; ``lengths`` is needed by the shorter/longer tiebreaks.
+        gather: concatenates a tensor over processes along dim 0, for global metrics.
     """
     P, n, _ = rewards_per_func.shape
     if aggregation not in AGGREGATIONS:
@@ -205,8 +167,7 @@ def select(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_groups: in
 
 
 def gather_per_group(tensors: dict[str, torch.Tensor], gather: Callable[[torch.Tensor], torch.Tensor]) -> dict:
-    """Concatenate per-group tensors ((G,) or (G, k) each, any dtype) over processes along dim 0 in one collective:
-    they travel as one float64 (G, total width) table and come back under their names, dtypes and shapes."""
+    """Per-group tensors (G,) or (G, k) concatenated over processes in one collective (as one float64 table)."""
     names = list(tensors)
     columns = [tensors[name].reshape(tensors[name].shape[0], -1).double() for name in names]
     widths = [column.shape[1] for column in columns]
@@ -217,19 +178,9 @@ def gather_per_group(tensors: dict[str, torch.Tensor], gather: Callable[[torch.T
 
 def selection_metrics(totals: torch.Tensor, kept_mask: torch.Tensor, variance: torch.Tensor, zero: torch.Tensor,
                       selected: torch.Tensor, sampled: torch.Tensor | None = None) -> dict[str, float]:
-    """The ``pods/*`` selection metrics of G groups (every process's, for global metrics); with ``sampled`` (G,)
-    bool, of the groups it marks only (a planner's unsampled prompts say nothing).
+    """The ``pods/*`` selection metrics of G groups (only those ``sampled`` (G,) marks, when given).
 
-    Args:
-        totals: (G, n) total rewards of every sampled rollout, NaN where unscored or padding.
-        kept_mask: (G, n) bool, the rollouts the rule kept.
-        variance: (G,) variance of each group's kept ranked rewards; zero: (G,) bool, all of them equal.
-        selected: (G,) bool, the groups that reach the update.
-
-    Returns ``pods/reward_{all,kept}_{mean,std}`` (over all sampled / the trained rollouts; std Bessel-corrected,
-    NaN for fewer than two), ``pods/frac_zero_std_{all,kept}`` (groups whose rewards are all equal, before and
-    after selection), ``pods/prompts_sampled``, ``pods/groups_zero_std`` (all-equal after down-sampling),
-    ``pods/groups_zero_std_kept`` (of those, how many reach the update) and ``pods/kept_groups_var_mean``.
+    totals, kept_mask: (G, n); variance, zero (all equal), selected (reaches the update): (G,).
     """
     if sampled is not None:
         totals, kept_mask, variance, zero, selected = (t[sampled] for t in (totals, kept_mask, variance, zero,
@@ -273,8 +224,7 @@ def _kept_rollouts(ranked, counts, settings, features, generator) -> torch.Tenso
 
 
 def _normalized_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """(P, n, F) -> (P, n) ``normalize_then_sum``: each function's rewards standardized over the prompt's rollouts
-    (TRL's formula: NaN-aware mean and std, + 1e-4), then weighted and summed; NaN where no function scored."""
+    """(P, n, F) -> (P, n) ``normalize_then_sum``: TRL's per-function standardization, then the weighted sum."""
     mean = torch.nanmean(rewards_per_func, dim=1, keepdim=True)  # (P, 1, F)
     std = nanstd(rewards_per_func, dim=1, keepdim=True)  # (P, 1, F)
     return reward_totals((rewards_per_func - mean) / (std + 1e-4), weights)

@@ -1,37 +1,17 @@
-"""Statistics over run directories: seed-mean curves, time (or steps) to a target accuracy, speed-ups, and
-percentile-bootstrap confidence intervals over seeds. Used by `pods compare`, `pods plot` and the benchmarks.
-The interval machinery itself (bootstrap, mean and SE, ratio of means, break-even) is ``pods_rl.bootstrap``.
+"""Statistics over run directories: seed-mean curves, time (or steps) to a target, speed-ups with bootstrap CIs.
 
-Runs are given as ``RUN_DIR`` or ``RUN_DIR=LABEL``. Runs with the same label are seeds of one method and are
-aggregated. The default label comes from the run's config.yaml: ``GRPO (n=16)`` when ``downsample_to`` is
-unset or equals ``num_generations``, else ``PODS max_variance (n=64→m=16)``.
+Used by `pods compare`, `pods plot` and the benchmarks; the interval machinery is ``pods_rl.bootstrap``. Runs are
+``RUN_DIR`` or ``RUN_DIR=LABEL``; runs sharing a label are seeds of one method (default label from config.yaml:
+``GRPO (n=16)`` or ``PODS max_variance (n=64→m=16)``).
 
-Curves. A run's curve is its evaluated checkpoints, (x, accuracy) sorted by x, from ``eval.json`` (``pods
-eval``) or, when that is absent, the ``eval/accuracy`` rows of ``metrics.jsonl``. The x-axis is either
-``x="time"``: cumulative training seconds (``train_seconds``; checkpointing and evaluation excluded), or
-``x="steps"``: optimizer steps (policy updates).
-
-Mean curve of a label. Each seed's curve is interpolated LINEARLY between its checkpoints onto a common grid:
-the union of all seeds' checkpoint x values inside the window where every seed has data, [max of first x, min
-of last x] (no extrapolation). The mean is over seeds at each grid point; the band is ± 1.96 x the standard
-error across seeds (std with ddof=1 / sqrt(num_seeds)). A label with a single seed has no across-seed spread:
-its band is ± 1.96 x the eval's own standard error over the k samples (``accuracy_stderr``), none if unknown.
-
-Target. By default the baseline's peak mean accuracy: the maximum of the baseline label's mean curve (the
-paper's "vanilla GRPO's peak test accuracy"), so the baseline reaches it by construction. With
-``target_gain_fraction=f``: start + f x (peak - start) of the baseline mean curve (start = its first point),
-a target the baseline reaches earlier than its peak, less sensitive to one lucky evaluation. Or a fixed
-``target`` accuracy.
-
-Time (steps) to target. The x of the first checkpoint whose accuracy is >= target (checkpoint resolution; ``inf``
-if never), or with ``interpolate=True`` (what `pods study` reports) the crossing interpolated linearly between
-the last checkpoint below the target and the first at or above it (``pods_rl.curves``). A label's value is read
-off its mean curve; each seed's own value (on its raw curve) is reported too, ``null`` when not reached.
-Speed-up = baseline / method. When the method never reaches the target, the speed-up is an UPPER bound,
-baseline / (method's last x); when only the baseline never reaches it (a fixed target), a LOWER bound,
-(baseline's last x) / method; when neither does, undefined. The 95% confidence interval is a percentile
-bootstrap over seeds (each label's seeds resampled with replacement, independently; a derived target re-derived
-from each resampled baseline; fixed RNG seed), available when every compared label has >= 2 seeds.
+- Curve: a run's evaluations (x, accuracy) from ``eval.json`` or else ``metrics.jsonl``; x is training seconds
+  (``x="time"``, checkpointing and evaluation excluded) or optimizer steps (``x="steps"``).
+- Mean curve: seeds interpolated linearly onto the union of their xs inside the span all cover; band ± 1.96 SE
+  across seeds (one seed: its eval's own ``accuracy_stderr``).
+- Target: the baseline mean curve's peak, or start + f x (peak - start) (``target_gain_fraction``), or fixed.
+- Time to target: the first evaluation at or above it (``inf`` if never), or interpolated (``interpolate=True``).
+  Speed-up = baseline / method; an upper bound when the method never reaches, a lower bound when only the
+  baseline does not. 95% CI: percentile bootstrap over each label's seeds (>= 2 seeds each).
 """
 
 from __future__ import annotations
@@ -70,20 +50,9 @@ X_AXES = {"time": ("seconds", "time_to_target", "last_time"),
 # ------------------------------------------------------------------------------------------------------------
 @dataclass
 class RunData:
-    """What one run directory contributes to the figures.
+    """One run directory's evaluations: times, values, stderrs (nan: unknown), steps (-1: unknown), all (E,).
 
-    Attributes:
-        run_dir: the run directory.
-        label: method label (runs sharing it are seeds of one method).
-        config: the run's config.yaml ({} if absent).
-        seed: config's seed (None if absent).
-        times: (E,) cumulative training seconds of each evaluated checkpoint, increasing.
-        values: (E,) the metric at those checkpoints.
-        stderrs: (E,) the eval standard error over k samples (nan where unknown).
-        steps: (E,) optimizer steps of those checkpoints (-1 where unknown).
-        metric: which metric ``values`` holds.
-        source: "eval.json", "metrics.jsonl", or None (no evaluations found).
-        phase_seconds: mean seconds per training step of each phase ("generation", ..., "step").
+    ``source`` is "eval.json", "metrics.jsonl" or None; ``phase_seconds`` the mean seconds per step of each phase.
     """
 
     run_dir: Path
@@ -121,8 +90,7 @@ def parse_run_spec(spec) -> tuple[Path, str | None]:
 
 
 def _select_eval_records(records: list[dict], filters: dict, path: Path) -> list[dict]:
-    """Records matching ``filters``; if several (task, split, k, temperature) settings remain, the most common
-    one (with a warning naming the filters that would pick another)."""
+    """Records matching ``filters``; of several (task, split, k, temperature) settings, the most common (warned)."""
     kept = [r for r in records if all(v is None or r.get(f) == v for f, v in filters.items())]
     groups: dict[tuple, list[dict]] = {}
     for r in kept:
@@ -216,10 +184,7 @@ def _check_x(x: str) -> None:
 
 
 def run_curve(run: RunData, x: str = "time") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One run's evaluated checkpoints on the chosen x-axis.
-
-    Returns (xs (E,) training seconds or optimizer steps, increasing; values (E,); stderrs (E,), nan = unknown).
-    """
+    """(xs (E,) seconds or steps, increasing; values (E,); stderrs (E,)): one run's curve on axis ``x``."""
     _check_x(x)
     if x == "time":
         return run.times, run.values, run.stderrs
@@ -230,11 +195,7 @@ def run_curve(run: RunData, x: str = "time") -> tuple[np.ndarray, np.ndarray, np
 
 
 def mean_curve(runs: Sequence[RunData], x: str = "time") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean curve of the seeds of one label on a common grid (see module docstring).
-
-    Returns (grid (G,) seconds or steps, mean (G,), half_width (G,) of the 95% band: 1.96 x the standard error
-    across seeds, or for one seed 1.96 x its eval standard error (nan where unknown)).
-    """
+    """(grid (G,), mean (G,), half_width (G,) of the 95% band): one label's seed-mean curve (module docstring)."""
     if any(not len(r.times) for r in runs):
         missing = [str(r.run_dir) for r in runs if not len(r.times)]
         raise ValueError(f"no evaluations found in {missing}: run `pods eval RUN_DIR --task ...` first")
@@ -257,12 +218,7 @@ def mean_curve(runs: Sequence[RunData], x: str = "time") -> tuple[np.ndarray, np
 # Time (steps) to target and speed-up
 # ------------------------------------------------------------------------------------------------------------
 def time_to_target(times, accs, target: float) -> float:
-    """x (training time or steps) of the first checkpoint with accuracy >= ``target`` (``inf`` if none).
-
-    Args:
-        times: (E,) checkpoint x values, seconds or steps (any order; sorted here).
-        accs: (E,) accuracies at those checkpoints.
-    """
+    """x of the first checkpoint (times (E,), accs (E,), any order) with accuracy >= ``target``; ``inf`` if none."""
     times, accs = np.asarray(times, dtype=float), np.asarray(accs, dtype=float)
     if times.shape != accs.shape or times.ndim != 1:
         raise ValueError(f"times and accs must be 1-D of equal length, got {times.shape} and {accs.shape}")
@@ -275,10 +231,7 @@ steps_to_target = time_to_target  # the same first crossing, read on a steps axi
 
 
 def speedup(base_time: float, method_time: float, base_end: float, method_end: float) -> tuple[float | None, str]:
-    """(baseline x / method x, kind) with kind "estimate", "lower_bound", "upper_bound" or "undefined".
-
-    ``base_end``/``method_end`` are the last observed x, used as bounds for a side that never reaches.
-    """
+    """(baseline x / method x, "estimate" | "lower_bound" | "upper_bound" | "undefined"); ends bound a miss."""
     base_ok, method_ok = math.isfinite(base_time), math.isfinite(method_time)
     if base_ok and method_ok:
         if method_time == 0:
@@ -292,10 +245,7 @@ def speedup(base_time: float, method_time: float, base_end: float, method_end: f
 
 
 def baseline_target(mean, gain_fraction: float | None = None) -> float:
-    """The target accuracy derived from the baseline's mean curve ``mean`` (G,), in x order.
-
-    ``gain_fraction=None``: the peak, max(mean). Else start + gain_fraction x (peak - start), start = mean[0].
-    """
+    """The baseline mean curve's (G,) peak, or start + gain_fraction x (peak - start)."""
     mean = np.asarray(mean, dtype=float)
     peak = float(np.max(mean))
     if gain_fraction is None:
@@ -306,8 +256,7 @@ def baseline_target(mean, gain_fraction: float | None = None) -> float:
 
 def _label_times(groups: dict[str, list[RunData]], baseline: str, target: float | None,
                  gain_fraction: float | None, x: str, crossing=time_to_target):
-    """(target, {label: (x at target on the mean curve, last x of the mean curve)}) for one (resampled) set;
-    ``crossing(xs, values, target)`` reads the x at target (checkpoint resolution or interpolated)."""
+    """(target, {label: (x at target, last x)}) on each label's mean curve, for one (resampled) set of runs."""
     curves = {label: mean_curve(runs, x) for label, runs in groups.items()}
     if target is None:
         target = baseline_target(curves[baseline][1], gain_fraction)
@@ -316,25 +265,15 @@ def _label_times(groups: dict[str, list[RunData]], baseline: str, target: float 
     return target, times
 
 
+# Long because the target, the bootstrap and the per-label table share the loaded groups and crossing rule.
 def compare_runs(runs: Sequence, baseline: str | None = None, target: float | None = None,
                  target_gain_fraction: float | None = None, x: str = "time", metric: str = "accuracy",
                  n_boot: int = 2000, seed: int = 0, interpolate: bool = False, **load_kwargs) -> dict:
-    """Time (``x="time"``) or optimizer steps (``x="steps"``) to reach the target per label (mean curve) and
-    per seed, and the speed-up baseline / method with a percentile-bootstrap 95% CI over seeds.
+    """Time (or steps) to the target per label and seed, and the speed-up baseline / method with a 95% CI.
 
-    Args:
-        runs: RunData objects or ``RUN_DIR[=LABEL]`` specs.
-        baseline: the reference label (default: the first label starting with "GRPO", else the first label).
-        target: a fixed accuracy to reach. Default: the baseline's peak mean accuracy.
-        target_gain_fraction: f in (0, 1]: target = start + f x (peak - start) of the baseline mean curve.
-        x: "time" (training seconds) or "steps" (optimizer steps).
-        n_boot: bootstrap replicates for the 95% CI of the speed-up (0 disables it).
-        seed: the bootstrap RNG seed.
-        interpolate: read the x at target interpolated linearly between evaluations (``pods_rl.curves``)
-            instead of at the first evaluation reaching it.
-    Returns a JSON-ready dict: metric, x, x_unit, baseline, target, target_source, crossing, bootstrap, and
-    labels: {label: {num_seeds, time_to_target | steps_to_target (null = not reached), reached, peak_mean,
-    last_time | last_step, speedup, speedup_kind, speedup_ci95, ci_note, seeds: [...]}}.
+    ``baseline`` defaults to the first "GRPO" label; ``target`` to the baseline's peak (see the module docstring).
+    Returns a JSON-ready dict: metric, x, baseline, target, target_source, crossing, bootstrap, labels: {label:
+    {num_seeds, time_to_target | steps_to_target (null: not reached), speedup, speedup_kind, speedup_ci95, seeds}}.
     """
     _check_x(x)
     if target is not None and target_gain_fraction is not None:
@@ -401,8 +340,7 @@ def _finite_or_none(x):
 
 
 def speedup_interval(replicates: list, available: bool) -> dict:
-    """95% percentile interval of bootstrap speed-ups (value, kind); undefined replicates are dropped and
-    counted, bounds are kept as values."""
+    """95% interval of bootstrap speed-ups (value, kind): undefined ones dropped, bounds kept; counts in a note."""
     if not available:
         return {"speedup_ci95": None, "ci_note": "needs >= 2 seeds for every label"}
     bounded = sum(kind in ("lower_bound", "upper_bound") for _, kind in replicates)
@@ -456,19 +394,15 @@ def format_compare_table(result: dict) -> str:
 # pods_rl.bootstrap)
 # ------------------------------------------------------------------------------------------------------------
 def second_half_mean(run: RunData) -> float:
-    """Mean of a run's evaluations over the second half of its optimizer steps (the sweep's criterion: fast
-    AND stable learning)."""
+    """Mean evaluation over the second half of a run's steps (the sweep's criterion: fast and stable)."""
     return float(run.values[run.steps >= run.steps.max() / 2].mean())
 
 
 def eval_noise(runs: Sequence[RunData]) -> dict:
-    """Evaluation noise against the seed-to-seed spread, for the seeds of one method.
+    """Evaluation noise (mean eval SE) against the seed spread at equal steps, for one method's seeds.
 
-    Returns {eval_stderr_mean: mean standard error of one evaluation (over its k samples), seed_std_mean_over_steps:
-    std over seeds at equal optimizer steps (step 0 excluded), averaged over steps; seed_std_without_eval_noise:
-    that spread with the evaluation variance taken out, sqrt(max(spread^2 - se^2, 0)); eval_share_of_seed_variance:
-    se^2 / spread^2 (small = the evaluation resolves differences between seeds); seed_std_at_step_0: the spread
-    where every seed evaluates the same model, i.e. evaluation noise alone}. Spread entries are None for one seed.
+    Returns {eval_stderr_mean, seed_std_mean_over_steps, seed_std_without_eval_noise, eval_share_of_seed_variance
+    (se^2 / spread^2), seed_std_at_step_0 (evaluation noise alone)}; spread entries None for one seed.
     """
     se = float(np.nanmean(np.concatenate([r.stderrs for r in runs]))) if runs else float("nan")
     common = sorted(set.intersection(*(set(r.steps.tolist()) for r in runs)) - {0}) if runs else []
@@ -485,14 +419,9 @@ def eval_noise(runs: Sequence[RunData]) -> dict:
 
 
 def level_time_ratios(groups: dict[str, list[RunData]], baseline: str, n_boot: int = 2000) -> dict:
-    """Each method's time and updates to every accuracy level against the baseline's, seeds paired
-    (``curves.paired_level_time_ratio``): {method: {"time": ..., "steps": ...}}, the baseline left out.
+    """{method: {"time": ..., "steps": ...}} of ``curves.paired_level_time_ratio`` against ``baseline``.
 
-    Args:
-        groups: {method: its runs, one per seed}; runs without a seed in their config are left out.
-        baseline: the method the others are compared against.
-        n_boot: bootstrap replicates (0: no intervals).
-    Returns {} when the baseline has no run with a seed; a method sharing no seed with it gets None.
+    Runs without a seed are left out; {} when the baseline has none, None for a method sharing no seed.
     """
     by_seed = {name: {x: {r.seed: run_curve(r, x)[:2] for r in group if r.seed is not None} for x in X_AXES}
                for name, group in groups.items()}

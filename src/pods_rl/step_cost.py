@@ -1,20 +1,9 @@
-"""The step-cost estimator: what one setting's training step costs, and its ratio to another's, from measured steps.
+"""The step-cost estimator: one setting's training-step cost and its ratio to another's, from measured steps.
 
-One estimator for every place that quotes a step cost (`pods cost`, its use in `pods study`, the GPU preset, the
-results pages), so that the numbers agree. It is built for the machines step times come from:
-
-* A step's time has a floor (the work) and a long upper tail (a slow kernel launch, an allocator's pause, another
-  process on the machine). On one H200, `pods cost` steps of 0.24-0.30 s had maxima of 0.9-3.5 s: a mean over 5
-  steps moved by 2-3x with one of them. So a setting's cost is the **median** of its measured steps, once steps
-  over ``SLOW_STEP`` x the median are set aside as interruptions (counted), and its spread the interquartile
-  range; a ratio is the ratio of medians.
-* Warm-up is not a fixed count: the first steps (allocations, caches, compilation) are slower than those after
-  them; the measured steps start at the first step within ``STEADY_TOLERANCE`` of the median of the
-  ``STEADY_WINDOW`` steps after it (``steady_start``).
-* Settings measured side by side (interleaved, in turns) are compared turn by turn (``paired_ratio``): the median
-  of the ratios of steps taken in the same turn, so that the machine's drift cancels.
-* A ratio whose settings' spreads are wide is flagged (``spread_warning``), so that nobody reads a 1.1x out of
-  steps that vary by 2x.
+One estimator for every place that quotes a step cost (`pods cost`, `pods study`, the GPU preset, the results
+pages). Step times have a floor and a long upper tail (on one H200, steps of 0.24-0.30 s had maxima of 0.9-3.5 s),
+so a cost is the **median** after steps over ``SLOW_STEP`` x the median are set aside, its spread the IQR; warm-up
+ends at the first steady step (``steady_start``); interleaved settings compare turn by turn (``paired_ratio``).
 
     costs = {name: summary(step_seconds) for name, step_seconds in measured.items()}  # step_seconds (S,)
     r = ratio(costs["pods"], costs["grpo"])   # {"value", "low", "high"}: medians, and quartiles crossed
@@ -35,13 +24,10 @@ TRUST_SPREAD = 0.25  # a setting whose interquartile range exceeds this fraction
 
 
 def summary(seconds: Sequence[float], slow: float = SLOW_STEP) -> dict:
-    """Robust statistics of one setting's measured step (or phase) times, seconds (S,) with S >= 1.
+    """Robust statistics of step times (S,) seconds: steps over ``slow`` x the median are counted, left out.
 
-    A step over ``slow`` x the median of all is an interruption (another process, a pause of the allocator or the
-    driver), not the setting's cost: it is counted (``slow_steps``) and left out; of the other steps the median is
-    the cost and the interquartile range its spread. Returns {"median", "q25", "q75", "min", "max", "mean",
-    "spread": (q75 - q25) / median, "steps": S, "slow_steps"}; min, max and mean are over all S steps, for
-    comparison only.
+    Returns {"median", "q25", "q75", "min", "max", "mean" (these three over all S), "spread" (IQR / median),
+    "steps", "slow_steps"}.
     """
     values = np.asarray(seconds, dtype=float)  # (S,)
     if values.size == 0:
@@ -54,8 +40,7 @@ def summary(seconds: Sequence[float], slow: float = SLOW_STEP) -> dict:
 
 
 def central_steps(step_seconds: Sequence[float]) -> list[int]:
-    """Indices of the middle steps by step time: about half of S, centred on the median (the median step alone for
-    S = 3, both for S = 2). Their phase times give a step's split into phases that no slow step moves."""
+    """Indices of the middle half of the steps by time, centred on the median (no slow step moves them)."""
     order = sorted(range(len(step_seconds)), key=lambda i: step_seconds[i])
     S = len(order)
     k = S // 2 + (S - S // 2) % 2  # S - k even: as many dropped above as below
@@ -63,8 +48,7 @@ def central_steps(step_seconds: Sequence[float]) -> list[int]:
 
 
 def phase_split(phases: dict[str, Sequence[float]], step: str = "step") -> dict[str, float]:
-    """Seconds of each phase of a typical step: the median step time, split by the phases' shares of the central
-    steps (``central_steps``), so that the phases add up to the step. ``phases``: name -> per-step seconds (S,)."""
+    """Seconds per phase (name -> (S,)) of a typical step: the median step split by the central steps' shares."""
     step_seconds = list(phases[step])
     middle = central_steps(step_seconds)
     median = summary(step_seconds)["median"]
@@ -75,11 +59,7 @@ def phase_split(phases: dict[str, Sequence[float]], step: str = "step") -> dict[
 
 
 def ratio(setting: dict, reference: dict) -> dict:
-    """A setting's step cost relative to a reference's, from two ``summary`` dicts.
-
-    ``value`` = median / reference median; ``low`` and ``high`` cross the quartiles (q25 / reference q75, q75 /
-    reference q25): a range that holds the ratio of most pairs of steps, wide when either setting is noisy.
-    """
+    """{"value": median ratio, "low", "high": quartiles crossed} of two ``summary`` dicts."""
     if reference["median"] <= 0:
         return {"value": None, "low": None, "high": None}
     return {"value": setting["median"] / reference["median"],
@@ -93,13 +73,10 @@ def by_step(row: dict) -> dict[int, float]:
 
 
 def paired_ratio(setting: dict[int, float], reference: dict[int, float], slow: float = SLOW_STEP) -> dict | None:
-    """A setting's step cost relative to a reference's from steps taken in the same turn (interleaved settings take
-    their k-th steps in the k-th round), so that what the machine did in that turn cancels.
+    """Step-cost ratio from steps taken in the same turn ({step: seconds} each), so the machine's drift cancels.
 
-    ``setting``, ``reference``: optimizer step -> measured seconds. Pairs where either step is an interruption (over
-    ``slow`` x its setting's median) are set aside. Returns {"value": the mean of the middle half of the pairs'
-    ratios (their interquartile mean: as robust as a median to a few odd pairs, less noisy), "low", "high": their
-    quartiles, "pairs": P, "slow_pairs"}, or None with fewer than 2 pairs (then use ``ratio``).
+    Returns {"value" (interquartile mean of the pair ratios), "low", "high", "pairs", "slow_pairs"}, or None with
+    fewer than 2 usual pairs.
     """
     common = sorted(set(setting) & set(reference))
     if len(common) < 2:
@@ -127,13 +104,9 @@ def spread_warning(name: str, setting: dict, reference: dict, limit: float = TRU
 
 def steady_start(seconds: Sequence[float], min_warmup: int = 1, window: int = STEADY_WINDOW,
                  tolerance: float = STEADY_TOLERANCE, max_extra: int = MAX_EXTRA_WARMUP) -> int | None:
-    """Index of the first measured step: the first ``s >= min_warmup`` whose time is at most ``1 + tolerance``
-    times the median of the ``window`` steps after it (``steady``): the warm-up's steps are the slow ones before
-    the step time settles; a slow step later on does not extend it (the median takes care of those).
+    """Index of the first measured step: the first ``s >= min_warmup`` that is ``steady``, of times (T,).
 
-    ``seconds`` (T,): every step's time in order, warm-up included. Depends only on ``seconds[:s + 1 + window]``,
-    so a run can stop as soon as it has enough steps after s (``enough_steps``). Returns None while undecided (too
-    few steps yet); ``min_warmup + max_extra`` when no step settled by then (``steady`` then says False).
+    None while too few steps; ``min_warmup + max_extra`` when none settled by then.
     """
     last = min_warmup + max_extra
     for s in range(min_warmup, last):
@@ -152,8 +125,7 @@ def steady(seconds: Sequence[float], start: int, window: int = STEADY_WINDOW,
 
 
 def window_for(steps: int) -> int:
-    """The steady window for a setting measured over ``steps`` steps: ``STEADY_WINDOW``, or fewer when ``steps``
-    is small, so that deciding the warm-up's end takes no steps beyond the measured ones (one for steps = 1)."""
+    """``STEADY_WINDOW``, or fewer for few ``steps``, so finding the warm-up's end takes no extra steps."""
     return max(1, min(STEADY_WINDOW, steps - 1))
 
 
@@ -164,15 +136,12 @@ def enough_steps(seconds: Sequence[float], steps: int, min_warmup: int = 1) -> b
 
 
 def fits_together(setting_bytes: Sequence[int], free_bytes: int, headroom: float = 0.6) -> bool:
-    """Whether settings whose trainers hold ``setting_bytes`` of device memory each (weights, optimizer, one step's
-    activations) fit on the device at once, using at most ``headroom`` of its ``free_bytes``: then they are
-    measured interleaved, else one at a time."""
+    """Whether the settings' ``setting_bytes`` fit in ``headroom`` of ``free_bytes`` at once (then interleave)."""
     return sum(setting_bytes) <= headroom * free_bytes
 
 
 def stop_when_measured(steps: int, warmup: int):
-    """A TrainerCallback that stops training once the setting has its warm-up (at least ``warmup`` steps, then
-    until step times are steady: ``steady_start``) and ``steps`` measured steps after it."""
+    """A TrainerCallback that stops training after the warm-up (``steady_start``) and ``steps`` measured steps."""
     from transformers import TrainerCallback
 
     class StopWhenMeasured(TrainerCallback):
@@ -189,9 +158,7 @@ def stop_when_measured(steps: int, warmup: int):
 
 
 def cuda_fits_together(trainer, count: int) -> bool:
-    """Whether ``count`` trainers like ``trainer`` (already built: its weights are on the device) would fit on
-    its GPU at once: weights x ``CUDA_BYTES_PER_WEIGHT_BYTE`` (gradients, Adam's two moments, activations and the
-    generation cache) each, within 60% of the memory there is."""
+    """Whether ``count`` trainers like the built ``trainer`` fit on its GPU (weights x CUDA_BYTES_PER_WEIGHT_BYTE)."""
     import torch
 
     device = trainer.accelerator.device

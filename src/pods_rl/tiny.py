@@ -1,13 +1,9 @@
-"""The embedded tiny model: a byte-level tokenizer, random tiny causal LMs, and the SFT build.
+"""The embedded tiny model, built locally (no hub): a byte-level tokenizer, random tiny causal LMs, the SFT build.
 
-    make_tokenizer()                 -> PreTrainedTokenizerFast (one token per byte, <think>/<answer> tags, chat template)
+    make_tokenizer()                 -> tokenizer (one token per byte, <think>/<answer> tags, chat template)
     build_random_model(out_dir, ...) -> Path  (random Qwen2/Llama + tokenizer, for fast tests)
-    build_tiny(out_dir, ...)         -> Path  (random init + TRL SFT on the `arithmetic` task; `pods build-tiny`)
+    build_tiny(out_dir, ...)         -> Path  (random init + TRL SFT on `arithmetic`; `pods build-tiny`)
     model_path()                     -> Path  (the copy shipped in pods_rl/assets/tiny)
-    sampled_accuracy(model, ...)     -> dict  (held-out accuracy with k samples per problem)
-
-Everything is built locally: nothing is downloaded from the Hugging Face hub. The `pods build-tiny` command that
-calls ``build_tiny`` is ``pods_rl.commands.build_tiny``.
 """
 
 from __future__ import annotations
@@ -30,7 +26,8 @@ TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
 # Qwen2Tokenizer, which rebuilds the pipeline (NFC + this split + ByteLevel) around the saved vocabulary; using
 # the very same pipeline here makes the tokenizer identical whichever class AutoTokenizer picks.
 QWEN2_PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
 
@@ -67,12 +64,9 @@ ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "tiny"
 
 
 def make_tokenizer():
-    """Build the byte-level, merge-free tokenizer locally (no hub): one token per UTF-8 byte.
+    """The byte-level, merge-free ``PreTrainedTokenizerFast``: 267 ids (4 special, 256 bytes, 3 roles, 4 tags).
 
-    Vocabulary (267): 4 special tokens (pad/bos/eos/unk), the 256 byte tokens, 3 role markers (special) and
-    the 4 reasoning/answer tags (non-special added tokens, one id each). Any string round-trips. Saved with
-    ``save_pretrained`` it loads back identically with ``AutoTokenizer.from_pretrained``, also as the
-    Qwen2Tokenizer that transformers forces on qwen2 checkpoints. Returns a ``PreTrainedTokenizerFast``.
+    Any string round-trips; it reloads identically, also as the Qwen2Tokenizer transformers forces on qwen2.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -106,11 +100,7 @@ def make_tokenizer():
 
 def _tiny_config(tokenizer, arch: str, hidden_size: int, num_layers: int, num_heads: int | None,
                  max_position_embeddings: int = 512):
-    """A Qwen2Config / LlamaConfig sized for CPU: intermediate = 4 * hidden, head dim 32 by default.
-
-    Head dim 32 (``num_heads = hidden_size // 32``, at least 1) because vLLM's CPU attention serves head
-    dims 32, 64, 80, 96, ... but not 16; kv heads = heads, so the parameter count does not depend on it.
-    """
+    """A Qwen2Config / LlamaConfig sized for CPU: intermediate 4 x hidden, head dim 32 (vLLM's CPU minimum)."""
     from transformers import LlamaConfig, Qwen2Config
 
     if arch not in ("qwen2", "llama"):
@@ -143,11 +133,7 @@ def _tiny_config(tokenizer, arch: str, hidden_size: int, num_layers: int, num_he
 
 def build_random_model(out_dir, arch: str = "qwen2", hidden_size: int = 32, num_layers: int = 2,
                        num_heads: int | None = None, seed: int = 0) -> Path:
-    """Save a randomly initialized tiny causal LM (Qwen2 or Llama) and the char tokenizer to ``out_dir``.
-
-    Meant for tests: the default (hidden 32, 2 layers, ~30k parameters) builds and saves in well under a second.
-    Returns ``out_dir`` as a Path; load it with ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained``.
-    """
+    """Save a random tiny causal LM (Qwen2 or Llama, ~30k parameters by default) and the tokenizer; returns the dir."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
@@ -179,10 +165,9 @@ def model_path() -> Path:
 def sampled_accuracy(model, tokenizer, task, split: str = "test", num_problems: int = 200, k: int = 4,
                      temperature: float = 1.0, max_new_tokens: int = 48, batch_size: int = 256,
                      seed: int = 0) -> dict:
-    """Accuracy of ``model`` on ``num_problems`` problems of ``task`` with ``k`` samples each.
+    """{"accuracy", "format", "num_problems", "k", "temperature"} of ``model`` with ``k`` samples per problem.
 
-    ``temperature=0`` decodes greedily (then ``k`` is forced to 1). Returns ``{"accuracy": mean over
-    problems x samples, "format": share well-formatted, "num_problems", "k", "temperature"}``.
+    ``temperature=0`` decodes greedily (k forced to 1).
     """
     import torch
 
@@ -216,8 +201,7 @@ def sampled_accuracy(model, tokenizer, task, split: str = "test", num_problems: 
 
 
 def corrupt_solution(solution: str, rng) -> str:
-    """``solution`` with its final step's result (and hence the answer) off by a random 1..10, e.g.
-    ``<think>47+8=55</think><answer>55</answer>`` -> ``<think>47+8=52</think><answer>52</answer>``."""
+    """``solution`` with its final result (and the answer) off by a random 1..10: ``47+8=55`` -> ``47+8=52``."""
     head, _, tail = solution.rpartition("=")
     value = int(tail.split("</think>")[0])
     wrong = value + rng.choice([d for d in range(-10, 11) if d])
@@ -225,8 +209,7 @@ def corrupt_solution(solution: str, rng) -> str:
 
 
 def _sft_dataset(task, size: int, wrong_fraction: float, seed: int):
-    """Conversational prompt/completion pairs for TRL's SFTTrainer: the task prompt -> its worked solution,
-    of which a ``wrong_fraction`` share (chosen with ``seed``) has a wrong final result."""
+    """SFTTrainer prompt/completion pairs (prompt -> worked solution), ``wrong_fraction`` of them corrupted."""
     import random
 
     from datasets import Dataset
@@ -238,32 +221,20 @@ def _sft_dataset(task, size: int, wrong_fraction: float, seed: int):
     return Dataset.from_dict({"prompt": problems["prompt"], "completion": completions})
 
 
+# Long because build, SFT, evaluation and build_info read one set of settings, in order.
 def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_rate: float = 3e-3,
                wrong_fraction: float = 0.3, arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 4,
                seed: int = 0,
                eval_problems: int = 200, eval_samples: int = 4, task_kwargs: dict | None = None,
                log=print, num_heads: int | None = None, max_seconds: float | None = None,
                device: str | None = None, threads: int | None = 1) -> Path:
-    """Build the embedded tiny model from scratch: random init, then TRL ``SFTTrainer`` on `arithmetic`.
+    """Build the embedded tiny model: random init, then a short TRL SFT on `arithmetic`; returns ``out_dir``.
 
-    The model is made *partly right on purpose*, so that RL has reward variance to learn from and room to
-    improve: the SFT is short (``steps``), and a ``wrong_fraction`` share of the SFT targets has a final
-    result off by 1..10 (see ``corrupt_solution``). The model thus learns the right computation as its mode
-    but samples a wrong result often (default build: held-out accuracy ~51% sampled at T=1, ~85% greedy),
-    like a base model that "knows" more than it reliably says; RL on the verifiable reward sharpens it.
-
-    The step count is not a smooth dial: this model learns the arithmetic in a sudden drop of the loss whose
-    timing varies between builds (2 heads of dim 32, seed 0, held-out sampled / greedy accuracy: 1500 steps
-    9% / 12%, 3000 steps 14% / 33%, 4000 steps 51% / 85%, 4500 steps 15% / 24%, 6000 steps 65% / 96%; see
-    benchmarks/results/cpu-2core-amd-epyc/tiny_model/). A rebuild reproduces the shipped model with the same
-    seed, ``threads``, device and software on the same kind of machine (the shipped one: CPU, 1 thread).
-
-    Saves safetensors + tokenizer + ``build_info.json`` (config, steps, seconds, held-out accuracy) to
-    ``out_dir`` (default: the package's ``assets/tiny``) and returns it. ``threads`` sets torch's CPU threads
-    for the build and restores them afterwards (None: leave them as they are); with 1 the result does not
-    depend on the machine's core count. Larger models (the GPU preset's ~75M) take ``num_heads`` (default
-    hidden_size / 32), ``device`` ("cpu" or "cuda"; default cuda when available) and ``max_seconds``: the SFT
-    stops after that much time even before ``steps`` (``build_info.json`` says how many steps it took).
+    Partly right on purpose, so RL has reward variance: ``wrong_fraction`` of the targets have a wrong result
+    (default build: ~51% sampled at T=1, ~85% greedy). Accuracy jumps with ``steps`` rather than rising smoothly
+    (benchmarks/results/cpu-2core-amd-epyc/tiny_model/). Saves the model, tokenizer and ``build_info.json``;
+    same seed, ``threads`` (1: core-count independent), device and software reproduce the shipped model.
+    ``max_seconds`` stops the SFT early.
     """
     import torch
     from transformers import AutoModelForCausalLM, set_seed
@@ -339,8 +310,7 @@ def _check_build(wrong_fraction: float, device: str | None, steps: int, batch_si
 
 def _run_sft(model, tokenizer, train_dataset, steps: int, batch_size: int, learning_rate: float, seed: int,
              device: str, max_seconds: float | None):
-    """TRL's ``SFTTrainer`` on ``train_dataset`` (cosine schedule, no checkpoints); returns (the model, in eval mode
-    with its KV cache and a generation config, ready to sample; the steps it took)."""
+    """(model ready to sample, steps taken) after TRL's ``SFTTrainer`` on ``train_dataset`` (cosine schedule)."""
     import tempfile
 
     from transformers import GenerationConfig
@@ -394,8 +364,7 @@ def _torch_threads(threads: int | None):
 
 @contextmanager
 def _deterministic(on: bool):
-    """Deterministic kernels where torch has them (a warning, not an error, where it has none), so that a GPU
-    rebuild on another machine of the same kind can give the same weights; the previous setting is restored."""
+    """Deterministic kernels where torch has them (warn elsewhere), so a GPU rebuild reproduces; then restore."""
     if not on:
         yield
         return
