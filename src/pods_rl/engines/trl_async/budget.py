@@ -1,20 +1,13 @@
 """The rollout-budget planners in TRL's asynchronous worker: which prompts it samples and how many rollouts each gets.
 
-With a planner, ``BudgetLoop._repeat_iterator`` (where TRL's generate loop takes ``(group_id, row)`` pairs) draws
-prompts a window of ``pods_groups_per_step`` at a time through ``WorkerBudget.draw``:
-
-* ``greso``: skips the prompts the ledger saw all-equal (a skipped prompt gets no group; the next row replaces it).
-* ``knapsack``: gives each prompt m..n rollouts, ``pods_adaptive_budget`` on average; TRL's loop samples m and the
-  worker tops the group up to its count.
-* ``pilot_commit``: pilots each non-evicted prompt with ``n_explore``; a passing pilot is committed alone (``n_commit``
-  more as a top-up; the worker streams groups, so no buffer of B), the others train nothing. Committed groups reach
-  the trainer under ids of their own (0, 1, ...), since TRL counts trained groups by id for its epoch stop and resume.
-
-Every scored group is recorded in the ledger by its deciding reward. A prompt's ledger id is its dataset index;
-group ids count groups started, so the trainer's resume point stays a prefix of trained groups, and
-``WorkerBudget`` maps each id back to its prompt position. The worker (a child process) writes its state to
-``pods_ledger_path`` after every window, at most every ``SAVE_INTERVAL_S`` after recorded groups, and when it stops;
-``PODSLedgerCallback`` copies it into each checkpoint and back on resume. More: docs/guides/async.md.
+``BudgetLoop._repeat_iterator`` (where TRL's generate loop takes ``(group_id, row)`` pairs) draws prompts a window of
+``pods_groups_per_step`` at a time through ``WorkerBudget.draw``: ``greso`` skips prompts the ledger saw all-equal;
+``knapsack`` samples m of each and the worker tops the group up to its count; ``pilot_commit`` pilots each prompt and
+commits each passing pilot alone (no buffer of B), under committed ids (0, 1, ...) since TRL counts trained groups by
+id. Group ids count groups started, so the trainer's resume point stays a prefix of trained groups; ``WorkerBudget``
+maps ids back to prompt positions. The child writes its state to ``pods_ledger_path`` (after each window, at most
+every ``SAVE_INTERVAL_S`` after recorded groups, at stop); ``PODSLedgerCallback`` carries it through checkpoints.
+More: docs/guides/async.md.
 """
 
 from __future__ import annotations

@@ -51,17 +51,9 @@ def wait_for_health(url: str, wait_s: float, process=None) -> None:
 class DirectoryWeightTransfer:
     """TRL's ``WeightTransferProtocol`` through a directory and the vLLM server's own weight reload (no NCCL: CPU).
 
-    Each sync writes the trainer's ``(name, tensor)`` stream to ``directory/model.safetensors`` (renamed into place),
-    has the server reload it (``POST /collective_rpc`` ``pods_reload_weights``, from ``EXTENSION``, which also
-    refreshes the tied LM head), then resets its prefix cache (best effort). The server needs
-    ``VLLM_SERVER_DEV_MODE=1``, ``--worker-extension-cls`` ``EXTENSION`` and read access to ``directory``; each
-    sync moves the whole model through the filesystem.
-
-    Args:
-        server_url: the vLLM server's base URL (``AsyncGRPOConfig.vllm_server_base_url``).
-        directory: where the weights are written (created; made absolute for the server).
-        timeout: seconds allowed for one reload.
-    """
+    Each sync writes ``directory/model.safetensors`` and has the server reload it (``pods_reload_weights`` of
+    ``EXTENSION``), then resets its prefix cache. The server needs ``VLLM_SERVER_DEV_MODE=1``, the extension and read
+    access to ``directory``; ``timeout``: seconds for one reload."""
 
     def __init__(self, server_url: str, directory: str | os.PathLike, timeout: float = 1800.0):
         self.server_url = server_url.rstrip("/")

@@ -8,13 +8,9 @@ TRL's ``_score_group`` scores the kept m as a group of their own (rewards replay
 made, plus ``pods/*`` metrics. Adaptive rollouts and the planners top groups up in the worker's event loop; the
 trainer never waits on a round. Design, short groups, metrics: docs/guides/async.md.
 
-TRL internals touched (pinned by tests/test_async_pods.py and tests/test_async_budget.py): ``_AsyncRolloutLoop``
-(keyword-only ``__init__``, ``_score_group``, ``reward_funcs``/``reward_func_names``, ``tokenizer``,
-``eos_token_ids``; with rounds ``num_generations``, ``_generate_one``, ``_groups_to_score``, ``_standalone_tools``,
-``tools``, ``max_inflight_tasks``, ``_total_completion_tokens``, ``_score_loop``; with a planner
-``_repeat_iterator``, ``dataset``, ``_dataset_iter``, ``model_version``, ``_push_metrics``); ``RolloutGroup``'s list
-fields and ``reward_kwargs``; ``TrainingSequence``; ``RolloutSample.metrics``; ``AsyncRolloutWorker._loop_cls``;
-the ``AsyncGRPOConfig`` fields ``AsyncGRPOTrainer.__init__`` passes its default worker.
+TRL internals touched, pinned by tests/test_async_pods.py and tests/test_async_budget.py: ``_AsyncRolloutLoop``'s
+``__init__``, ``_score_group``, ``_score_loop``, ``_generate_one``, ``_repeat_iterator`` and attributes;
+``RolloutGroup``'s fields; ``TrainingSequence``; ``RolloutSample.metrics``; ``AsyncRolloutWorker._loop_cls``.
 """
 
 from __future__ import annotations
