@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -23,7 +24,27 @@ from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, pro
 from pods_rl.budget.planners import make_planner
 from pods_rl.budget.planners.base import Adapting, Committing, rollout_metrics
 
-__all__ = ["RolloutBudget", "candidate_ids", "check_planner_settings"]
+__all__ = ["BudgetSettings", "RolloutBudget", "candidate_ids", "check_planner_settings"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetSettings:
+    """The settings ``RolloutBudget.from_config`` reads, under ``PODSConfig``'s names (any engine can fill it)."""
+
+    num_generations: int
+    downsample_to: int
+    prompt_planner: str | None = None
+    prompt_planner_args: dict[str, Any] | None = None
+    rollout_planner: str | None = None
+    rollout_planner_args: dict[str, Any] | None = None
+    ledger_success_threshold: float = 0.5
+    adaptive_budget: float | None = None
+    seed: int = 0
+
+    @classmethod
+    def of(cls, config) -> BudgetSettings:
+        """The budget settings of ``config`` (a ``PODSConfig``, or anything with these fields)."""
+        return cls(**{field.name: getattr(config, field.name) for field in dataclasses.fields(cls)})
 
 
 def candidate_ids(inputs: list[dict], n: int) -> torch.Tensor:
@@ -106,7 +127,8 @@ class RolloutBudget:
 
     @classmethod
     def from_config(cls, config) -> RolloutBudget | None:
-        """The budget ``config`` (a ``PODSConfig``) asks for, or None without planners."""
+        """The budget ``config`` (a ``PODSConfig`` or ``BudgetSettings``) asks for, or None without planners."""
+        config = BudgetSettings.of(config)
         if config.prompt_planner is None and config.rollout_planner is None:
             return None
         n, m = config.num_generations, config.downsample_to

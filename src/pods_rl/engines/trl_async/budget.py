@@ -16,7 +16,6 @@ import logging
 import os
 import shutil
 import time
-import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from transformers import TrainerCallback
 
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
-from pods_rl.budget.rollout_budget import RolloutBudget
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget
 from pods_rl.engines.settings import check_planners, renamed
 
 __all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
@@ -41,9 +40,9 @@ SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after re
 
 def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_planner_args=None,
                   pods_rollout_planner=None, pods_rollout_planner_args=None, pods_ledger_success_threshold=0.5,
-                  pods_adaptive_budget=None, pods_seed=None) -> types.SimpleNamespace:
-    """The fields ``RolloutBudget.from_config`` reads, from the worker's settings."""
-    return types.SimpleNamespace(
+                  pods_adaptive_budget=None, pods_seed=None) -> BudgetSettings:
+    """The worker's budget keywords as ``BudgetSettings``."""
+    return BudgetSettings(
         prompt_planner=pods_prompt_planner, prompt_planner_args=pods_prompt_planner_args,
         rollout_planner=pods_rollout_planner, rollout_planner_args=pods_rollout_planner_args,
         ledger_success_threshold=pods_ledger_success_threshold, adaptive_budget=pods_adaptive_budget,
