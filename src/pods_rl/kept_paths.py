@@ -1,14 +1,10 @@
 """The old import paths that users type into other tools, kept: each names the very module object at its new home.
 
-``import pods_rl`` installs ``KeptPathFinder`` first on ``sys.meta_path``. Importing an old name (``pods_rl.trainer``,
-``pods_rl.integrations.verl``, ``pods_rl.planners.greso``, ...) then returns the module at its new path, the same
-object under both names: ``from pods_rl.trainer import PODSTrainer``, ``mock.patch("pods_rl.trainer_step.X")``,
-verl's ``pkg://pods_rl.integrations.verl`` and ``...PODSCheckpointCallback``, vLLM's ``--worker-extension-cls
-pods_rl.integrations.vllm_server.ReloadWeightsExtension`` and pickles that name an old module all work, and no
-file stays at an old path. ``KEPT_PATHS`` is the one table (tests/test_kept_paths.py imports every row); an old
-package's submodules follow it (``pods_rl.planners.greso`` -> ``pods_rl.budget.planners.greso``). An old package
-whose modules went to several places (``pods_rl.integrations``) is an empty package of its own (``None``).
-docs/concepts/layout.md lists them as kept.
+``import pods_rl`` installs ``KeptPathFinder`` first on ``sys.meta_path``, so an old name (``pods_rl.trainer``,
+``pods_rl.integrations.verl``, ...) imports the module at its new path, one object under both names: imports,
+``mock.patch``, verl's ``pkg://`` paths, vLLM's ``--worker-extension-cls`` and pickles keep working. ``KEPT_PATHS``
+is the one table; an old package's submodules follow it; an old package split several ways (``None``) is an empty
+package of its own. docs/concepts/layout.md lists them.
 """
 
 from __future__ import annotations
@@ -44,8 +40,7 @@ KEPT_PATHS: dict[str, str | None] = {
 
 
 def new_path(name: str) -> str | None:
-    """The module an old name stands for (a row of ``KEPT_PATHS``, or a submodule of an old package), else ``name``
-    unchanged when it is not an old name; None for an old package kept as an empty package of its own."""
+    """The module an old name (or an old package's submodule) stands for, ``name`` if not old, None for an empty one."""
     if name in KEPT_PATHS:
         return KEPT_PATHS[name]
     parent, _, child = name.rpartition(".")
@@ -74,8 +69,7 @@ class KeptPathLoader(importlib.abc.Loader):
         return module
 
     def exec_module(self, module) -> None:
-        """Nothing to run: the module ran at its new path. Give it back its own spec (``importlib.reload``,
-        pickling and ``python -m`` read it)."""
+        """Nothing to run (the module ran at its new path); restore its own spec for reload, pickling, ``-m``."""
         if self.target is None:
             module.__doc__ = "Kept old import paths (pods_rl.kept_paths): the engines live in pods_rl.engines."
             return
@@ -85,8 +79,7 @@ class KeptPathLoader(importlib.abc.Loader):
 
 
 class KeptPathFinder(importlib.abc.MetaPathFinder):
-    """Finds the old names of ``KEPT_PATHS``; first on ``sys.meta_path``, so that no second copy of a moved module is
-    made under its old name."""
+    """Finds the old names of ``KEPT_PATHS``, first on ``sys.meta_path`` so no second copy of a module is made."""
 
     def find_spec(self, fullname, path=None, target=None):
         """A spec for an old name (loaded by ``KeptPathLoader``), None for any other name."""

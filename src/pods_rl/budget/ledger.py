@@ -1,30 +1,14 @@
 """The prompt ledger: what a run has seen of each prompt, kept across epochs and saved in checkpoints.
 
-Plain torch, no framework. The rollout-budget planners (``pods_rl.budget.planners``) read it to decide which prompts to
-sample and how many rollouts each gets; an engine records every scored group into it::
-
     ledger = PromptLedger(LedgerSettings(success_threshold=0.5))
     summary = ledger.record(ids, rewards, counts, step=step, gather=accelerator.gather)  # after scoring
     stats = ledger.stats(candidate_ids)           # (P,) named tensors: rollouts, successes, streaks, ...
-    ledger.save(checkpoint_dir / LEDGER_FILE)     # beside the weights; PromptLedger.load(...) on resume
 
-**Prompt ids.** One int64 >= 0 per prompt, stable across epochs and restarts: the dataset index where the engine
-has it (TRL's sampler yields indices; verl's rows carry ``extra_info.index``), else ``prompt_key(prompt)``, a 63-bit
-BLAKE2b hash of the prompt (text, or chat messages as JSON with sorted keys). Use one kind per ledger: an index and a
-hash can collide. The hash is stable across processes and Python versions (unlike ``hash()``); two prompts collide
-with probability ~N^2 / 2^64 (1e-11 for 17k prompts).
-
-**Success.** The reward the caller passes is the *deciding* reward (e.g. the correctness reward alone, as
-``adaptive_reward`` is). A rollout succeeds when that reward is above ``success_threshold`` (Reinforce-Ada's
-``positive_threshold``; any value in [0, 1) for a 0/1 reward), or, with ``success_max`` set instead, when it
-reaches that maximum (GRESO's "all correct" groups, Knapsack-RL's reward 1). NaN = not scored: ignored everywhere.
-
-**What it keeps per prompt** (all int64 unless said): ``rollouts`` and ``successes`` (scored, summed over the run),
-``reward_sum`` (float64), ``groups`` (times sampled), ``last_step`` (-1: never), ``all_success_streak`` and
-``no_success_streak`` (how many of its most recent groups were all successes / had none: GRESO's "easy" and
-"hard" traces), ``window`` (its last W outcomes, int8, -1 = empty: Knapsack-RL's reward buffer),
-``last_group_rollouts`` / ``last_group_successes`` (its latest group alone), ``evicted`` (bool: never sample again,
-Pilot-Commit's exclusion).
+Prompt ids are int64 >= 0, stable across epochs and restarts: the dataset index, else ``prompt_key(prompt)`` (one
+kind per ledger). A rollout succeeds when its deciding reward is above ``success_threshold`` (or reaches
+``success_max``); NaN = not scored. Per prompt: ``rollouts``, ``successes``, ``reward_sum``, ``groups``,
+``last_step`` (-1: never), ``all_success_streak`` / ``no_success_streak``, ``window`` (last W outcomes, -1 empty),
+``last_group_rollouts`` / ``last_group_successes``, ``evicted``. Design: docs/concepts/rollout-budgets.md.
 """
 
 from __future__ import annotations
@@ -50,8 +34,7 @@ _INT_COLUMNS = ("rollouts", "successes", "groups", "last_step", "all_success_str
 
 
 def prompt_key(prompt) -> int:
-    """A stable prompt id (int in [0, 2^63)) for a prompt without a dataset index: text, or chat messages (a list of
-    dicts) hashed as JSON with sorted keys. The same prompt gives the same id in every process and run."""
+    """A prompt id in [0, 2^63) stable across processes and runs: text, or chat messages as sorted-key JSON, hashed."""
     text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, ensure_ascii=False)
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") & (2**63 - 1)
@@ -107,8 +90,7 @@ class GroupSummary:
 
 @dataclass(frozen=True)
 class PromptStats:
-    """The ledger's columns for P prompts (``PromptLedger.stats``), zeros (``last_step`` -1, ``window`` -1) for a
-    prompt never recorded; ``seen`` (P,) bool says which were. See the module docstring for each column."""
+    """The ledger's columns for P prompts, zeros (-1 for ``last_step``, ``window``) where ``seen`` (P,) is False."""
 
     ids: torch.Tensor
     seen: torch.Tensor
@@ -125,8 +107,7 @@ class PromptStats:
     evicted: torch.Tensor
 
     def recent_success_rate(self, length: int) -> torch.Tensor:
-        """(P,) float64: the success rate over each prompt's last ``length`` outcomes (fewer if it has fewer; 0 for
-        none). ``length`` <= the ledger's window."""
+        """(P,) float64 success rate over each prompt's last ``length`` (<= W) outcomes; 0 for none."""
         if length > self.window.shape[1]:
             raise ValueError(f"length {length} is longer than the ledger's window {self.window.shape[1]}; raise the "
                              "ledger's window")
@@ -136,8 +117,7 @@ class PromptStats:
 
 
 class PromptLedger:
-    """Per-prompt history of a run (see the module docstring). Every rank holds the whole ledger: ``record`` with a
-    ``gather`` adds all ranks' groups on every rank, in the same order, so every rank's ledger stays identical."""
+    """Per-prompt history of a run; with ``gather``, every rank records all ranks' groups and stays identical."""
 
     def __init__(self, settings: LedgerSettings | None = None):
         self.settings = settings or LedgerSettings()
@@ -187,23 +167,10 @@ class PromptLedger:
     def record(self, ids, rewards, counts=None, *, step: int,
                gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
                gather_device: torch.device | str | None = None) -> GroupSummary:
-        """Add scored groups: prompt ``ids[g]`` got the rollouts ``rewards[g, :counts[g]]`` at ``step``.
+        """Add scored groups (prompt ``ids[g]`` got ``rewards[g, :counts[g]]`` at ``step``); their ``GroupSummary``.
 
-        Args:
-            ids: (G,) int prompt ids >= 0 (see the module docstring). A prompt may appear more than once (e.g. a pilot
-                and a commit group): its groups are added in order.
-            rewards: (G, n) the deciding reward of each rollout, padded after ``counts[g]``; NaN = not scored.
-            counts: (G,) rollouts per group (default n); -1 marks a padding row (ignored), so that ranks holding
-                different numbers of groups can be gathered at one shape.
-            step: the optimizer step the groups were sampled for (``last_step``).
-            gather: concatenates a per-rank tensor over ranks along dim 0 (accelerate's ``gather``, or an
-                ``all_gather`` + ``cat``); every rank then records every rank's groups. One collective per call: run
-                it on every rank.
-            gather_device: where the gathered table travels, the collective's device (``accelerator.device`` under
-                NCCL, which cannot gather CPU tensors); default: the CPU.
-
-        Returns: a ``GroupSummary`` of the recorded groups.
-        """
+        ``rewards`` (G, n) NaN = not scored; ``counts`` (G,) default n, -1 a padding row; ``gather`` concatenates
+        over ranks (one collective: call on every rank) on ``gather_device`` (default CPU)."""
         ids, rewards, counts = _as_groups(ids, rewards, counts)
         if gather is not None:
             ids, rewards, counts = _gathered(ids, rewards, counts, gather, gather_device)
@@ -281,7 +248,7 @@ class PromptLedger:
         self._rows = {key: row for row, key in enumerate(state["ids"].tolist())}
 
     def save(self, path) -> Path:
-        """Write ``state_dict`` to ``path`` (torch.save; written to a temporary file, then renamed into place)."""
+        """Write ``state_dict`` to ``path`` atomically."""
         return save_atomically(self.state_dict(), path)
 
     @classmethod
@@ -318,8 +285,7 @@ def _as_groups(ids, rewards, counts):
 
 
 def _gathered(ids, rewards, counts, gather, device):
-    """All ranks' groups, in rank order: one float64 table (G, 3 + n) through one collective. Ids travel as two
-    32-bit halves (float64 holds them exactly; a 63-bit id would not survive as one float)."""
+    """All ranks' groups in rank order, as one float64 (G, 3 + n) table (ids as two 32-bit halves: exact in float64)."""
     table = torch.cat([(ids >> 32).double().unsqueeze(1), (ids & 0xFFFFFFFF).double().unsqueeze(1),
                        counts.double().unsqueeze(1), rewards], dim=1)
     table = gather(table if device is None else table.to(device)).cpu().double()
@@ -328,8 +294,7 @@ def _gathered(ids, rewards, counts, gather, device):
 
 
 def save_atomically(state, path) -> Path:
-    """``torch.save`` ``state`` to ``path`` through a temporary file renamed into place: a reader never sees half of
-    it (the ledger, the rollout budget's checkpoint file, the asynchronous worker's state)."""
+    """``torch.save`` ``state`` to ``path`` through a temporary file renamed into place: no reader sees half of it."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
     torch.save(state, partial)

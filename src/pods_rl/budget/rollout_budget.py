@@ -1,7 +1,6 @@
-"""The rollout budget an engine runs: which of a step's candidate prompts get rollouts and how many, from what the
-run has seen of each prompt (``pods_rl.budget.ledger``, ``pods_rl.budget.planners``). No framework: ``PODSTrainer``'s step
-(``pods_rl.engines.trl.step``) calls it around sampling, and any engine can, with a config that has ``PODSConfig``'s
-planner fields::
+"""The rollout budget an engine runs: which of a step's candidate prompts get rollouts and how many, from the ledger.
+
+No framework: ``PODSTrainer``'s step calls it around sampling; any engine can, given ``PODSConfig``'s planner fields::
 
     budget = RolloutBudget.from_config(config)            # None when no planner is set
     first, metrics = budget.plan(ids, num_groups, ...)    # (P,) rollouts of each candidate's first round
@@ -9,7 +8,7 @@ planner fields::
     metrics = budget.record(ids, rewards, counts, ...)    # every rank records every rank's groups
     budget.save(checkpoint_dir) / budget.load(checkpoint_dir)
 
-A prompt is known by ``pods_rl.budget.ledger.prompt_key`` of its dataset row's ``prompt`` (TRL's rows carry no index).
+A prompt is known by ``prompt_key`` of its row's ``prompt`` (TRL's rows carry no index).
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,7 +24,27 @@ from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, pro
 from pods_rl.budget.planners import make_planner
 from pods_rl.budget.planners.base import Adapting, Committing, rollout_metrics
 
-__all__ = ["RolloutBudget", "candidate_ids", "check_planner_settings"]
+__all__ = ["BudgetSettings", "RolloutBudget", "candidate_ids", "check_planner_settings"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetSettings:
+    """The settings ``RolloutBudget.from_config`` reads, under ``PODSConfig``'s names (any engine can fill it)."""
+
+    num_generations: int
+    downsample_to: int
+    prompt_planner: str | None = None
+    prompt_planner_args: dict[str, Any] | None = None
+    rollout_planner: str | None = None
+    rollout_planner_args: dict[str, Any] | None = None
+    ledger_success_threshold: float = 0.5
+    adaptive_budget: float | None = None
+    seed: int = 0
+
+    @classmethod
+    def of(cls, config) -> BudgetSettings:
+        """The budget settings of ``config`` (a ``PODSConfig``, or anything with these fields)."""
+        return cls(**{field.name: getattr(config, field.name) for field in dataclasses.fields(cls)})
 
 
 def candidate_ids(inputs: list[dict], n: int) -> torch.Tensor:
@@ -33,8 +53,7 @@ def candidate_ids(inputs: list[dict], n: int) -> torch.Tensor:
 
 
 def _knobs(name: str | None, args: dict | None, n: int, m: int) -> dict:
-    """The planner's settings: the user's, plus what PODS's layout fixes (Knapsack-RL: every prompt it samples gets
-    m..n rollouts, m to fill an update group, n the slots a prompt has)."""
+    """The user's planner settings plus what PODS's layout fixes (Knapsack-RL's ``min_n`` = m, ``max_n`` = n)."""
     knobs = dict(args or {})
     if name == "knapsack":
         for key, default in (("min_n", m), ("max_n", n)):
@@ -52,8 +71,7 @@ def _knobs(name: str | None, args: dict | None, n: int, m: int) -> dict:
 
 
 def _pilot_commit_knobs(knobs: dict, n: int) -> None:
-    """Pilot-Commit in PODSTrainer: a committed prompt trains on its pilot and commit rollouts as one group of n
-    (n_explore + n_commit = n; by default the paper's 1:3 split), in the step that piloted it."""
+    """Pilot-Commit's knobs in PODSTrainer: pilot and commit rollouts form one group of n (default split 1:3)."""
     explore, commit = knobs.get("n_explore"), knobs.get("n_commit")
     if explore is None and commit is None:
         explore = max(1, n // 4)
@@ -77,8 +95,7 @@ def _pilot_commit_knobs(knobs: dict, n: int) -> None:
 
 
 def check_planner_settings(config) -> None:
-    """Refuse, in one line each before any model loads, planner settings PODS cannot carry out (which planners an
-    engine runs is the engine's to check first: ``pods_rl.engines.settings.check_planners``)."""
+    """Refuse, one line each before any model loads, planner settings PODS cannot carry out."""
     if config.prompt_planner is not None and config.oversample_prompts <= 1:
         raise ValueError(f"prompt_planner={config.prompt_planner!r} skips prompts before sampling and replaces them "
                          "with other candidates: set oversample_prompts above 1 (e.g. 2), or nothing can replace them")
@@ -95,8 +112,7 @@ def check_planner_settings(config) -> None:
 
 
 def _generator(seed: int, step: int, rank: int, *salt: int) -> torch.Generator:
-    """A generator seeded by (seed, step, rank, salt), integers (whose hash is the same in every process): the same
-    draws on a resume."""
+    """A generator seeded by integers (seed, step, rank, salt): the same draws in every process and on a resume."""
     return torch.Generator().manual_seed(hash((seed, step, rank, *salt)) & (2**63 - 1))
 
 
@@ -111,7 +127,8 @@ class RolloutBudget:
 
     @classmethod
     def from_config(cls, config) -> RolloutBudget | None:
-        """The budget ``config`` (a ``PODSConfig``) asks for, or None without planners."""
+        """The budget ``config`` (a ``PODSConfig`` or ``BudgetSettings``) asks for, or None without planners."""
+        config = BudgetSettings.of(config)
         if config.prompt_planner is None and config.rollout_planner is None:
             return None
         n, m = config.num_generations, config.downsample_to
@@ -126,12 +143,9 @@ class RolloutBudget:
 
     def plan(self, ids: torch.Tensor, num_groups: int, *, step: int, rank: int,
              pilot: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-        """(P,) rollouts for each candidate's first round (0: not sampled this step) and the plan's metrics.
-
-        ``which``: its first ``num_groups`` (B) survivors in candidate order get rollouts (GRESO's trainer fills its
-        batch so); when fewer survive, the skipped ones least likely to be all-equal fill it. ``how_many``: their
-        counts under a budget of ``adaptive_budget`` (default n) per sampled prompt. Otherwise n, or the adaptive
-        pilot's k. Draws come from a generator seeded by (seed, step, rank): the same on a resume."""
+        """(P,) rollouts for each candidate's first round (0: not sampled) and the metrics: the first B survivors of
+        the ``which`` planner (skipped ones least likely all-equal fill a short batch), counted by the ``how_many``
+        planner, else n or the pilot k."""
         generator = _generator(self.seed, step, rank)
         P, metrics = len(ids), {}
         chosen = torch.zeros(P, dtype=torch.bool)
@@ -170,17 +184,9 @@ class RolloutBudget:
 
     def commit(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, num_groups: int, *, step: int,
                rank: int = 0, gather=None, device=None) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-        """Pilot-Commit's second round, once the candidates ``ids`` (P,) have their pilot: ``counts`` (P,) rollouts
-        each (0: not piloted), deciding rewards (P, n), NaN past counts.
-
-        The pilots are judged (``PilotCommit.after_pilot``: passed, too easy, too hard, solved), the solved ones are
-        evicted from the ledger (every process's, in one order: one collective with ``gather``, so every process
-        calls it), and ``num_groups`` (B) prompts are committed from the buffer by ``buffer_sampling_method``. When
-        fewer than B passed, the other piloted prompts fill the batch, largest pilot std first, then candidate
-        order (``pods/prompts_filled``). What was not committed leaves the buffer: its rollouts are not kept.
-
-        Returns ``more`` (P,) the commit round's rollouts (``n_commit`` for each committed prompt, else 0),
-        ``committed`` (P,) bool (the B groups that train) and the metrics."""
+        """Pilot-Commit's second round from the pilots' ``counts`` (P,) and rewards (P, n): judge them, evict the
+        solved (one collective with ``gather``: every rank calls it), commit B from the buffer, filling a short batch
+        with the other pilots by std. Returns ``more`` (P,) commit rollouts, ``committed`` (P,) bool, metrics."""
         piloted = counts > 0
         first = torch.zeros(len(ids), dtype=torch.bool)  # a prompt listed twice is judged (and committed) once
         seen = set()
@@ -227,8 +233,7 @@ class RolloutBudget:
 
     def record(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, *, step: int, epoch: int,
                gather=None, device=None) -> dict[str, float]:
-        """Add the step's groups to the ledger (``rewards`` (P, n) deciding rewards, ``counts`` (P,); prompts not
-        sampled are padding), every rank's (one collective: every rank calls it), then let the planners adapt."""
+        """Record every rank's groups (``rewards`` (P, n), ``counts`` (P,); one collective), then adapt the planners."""
         counts = torch.where(counts > 0, counts, -1)
         summary = self.ledger.record(ids, rewards, counts, step=step, gather=gather, gather_device=device)
         metrics = dict(summary.metrics)

@@ -1,10 +1,8 @@
 """Every engine's spelling of the shared settings, and the checks they share, in one table each.
 
-A setting that PODS's plain code knows by one name (``SelectionSettings``' ``m``, ``AdaptiveSettings``' ``pilot``,
-``RolloutBudget``'s ``prompt_planner_args``) is spelled differently where each engine's users set it: PODSConfig's
-fields (``trl``), the asynchronous worker's ``pods_*`` keywords (``trl_async``), verl's ``sampler_kwargs``
-(``verl``). The one-line errors name the user's own spelling. A new setting is one row of ``SPELLINGS``; a planner an
-engine learns to run is one entry of ``PLANNERS``. Imports nothing of ours and no framework.
+A setting the plain code knows by one name (``SelectionSettings``' ``m``) is spelled differently per engine:
+PODSConfig's fields (``trl``), the worker's ``pods_*`` keywords (``trl_async``), verl's ``sampler_kwargs``; errors
+name the user's spelling. A new setting is one row of ``SPELLINGS``, a planner an engine runs one of ``PLANNERS``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""Rollout-budget planners: which prompts to sample and how many rollouts each gets, from the follow-ups to PODS.
-
-Plain tensor code on top of the prompt ledger (``pods_rl.budget.ledger``); no framework. One module per method, each a
-registry entry with the paper's knobs under their own names, checked against the authors' released code
-(benchmarks/budget_crosscheck.py; docs/concepts/rollout-budgets.md says where a detail could not be matched):
-
-* ``greso``: GRESO's pre-rollout skip (``GresoSkip``), kind ``which_prompts``;
-* ``knapsack``: Knapsack-RL's allocation (``KnapsackAllocation``, ``knapsack_allocation``), kind ``how_many``;
-* ``reinforce_ada``: Reinforce-Ada's rounds, exit rules, balanced keep and all-samples baseline, kind ``how_many``;
-* ``pilot_commit``: Pilot-Commit's pilot, commit, defer and evict, kind ``which_prompts``;
-* presets: DAPO's dynamic sampling as settings of what exists (``preset("dapo", num_generations=n)``).
-
-Every planner returns a ``Plan`` (named tensors ``rollouts``, ``skipped``, ``deferred``, ``evicted`` and
-``pods/*`` metrics). See ``pods_rl.budget.planners.base`` for the registry and the planner shape.
+"""Rollout-budget planners from the follow-ups to PODS: ``greso`` and ``pilot_commit`` (which prompts),
+``knapsack`` and ``reinforce_ada`` (how many rollouts), presets (DAPO). Plain tensors on the prompt ledger, the
+papers' knobs under their own names, checked against the authors' code (benchmarks/budget_crosscheck.py;
+differences: docs/concepts/rollout-budgets.md). The planner shape and registry: ``base``.
 """
 
 from pods_rl.budget.planners.base import (

@@ -1,18 +1,10 @@
-"""What every rollout-budget planner shares: the decision it returns (``Plan``), its ``pods/*`` metrics, the
-registry, and the one-line checks of its settings.
+"""What every rollout-budget planner shares: ``Plan``, its ``pods/*`` metrics, the registry, the settings checks.
 
-A GRPO step asks three questions of its rollouts, and pods-rl has one kind of registry entry for each:
-
-* **which prompts** to sample this step: a planner of kind ``"which_prompts"`` (GRESO's skip, Pilot-Commit's
-  pilot / defer / evict);
-* **how many rollouts** each prompt gets: a planner of kind ``"how_many"`` (Knapsack-RL's allocation,
-  Reinforce-Ada's rounds), or an adaptive round rule (``pods_rl.adaptive.register_adaptive_rule``);
-* **which rollouts** to train on: a down-sampling rule (``pods_rl.downsample.register_rule``).
-
-A planner is a class with ``kind``, a frozen ``Settings`` dataclass whose fields are the paper's knobs under their
-own names (checked when it is built: one ``ValueError`` line naming the knob and the fix), and
-``plan(ids, ledger, *, n, generator=None) -> Plan``. ``register_planner`` / ``available_planners`` /
-``make_planner`` mirror ``register_rule`` / ``available_rules``; ``budget_registry`` lists all three kinds.
+A step asks three questions, one registry kind each: **which prompts** (``"which_prompts"`` planners: GRESO,
+Pilot-Commit), **how many rollouts** (``"how_many"`` planners: Knapsack-RL, Reinforce-Ada; or an adaptive round
+rule) and **which rollouts** to train on (a down-sampling rule). A planner is a class with ``kind``, a frozen
+``Settings`` dataclass of the paper's knobs under their own names (one ``ValueError`` line per bad knob), and
+``plan(ids, ledger, *, n, generator=None) -> Plan``; ``budget_registry`` lists all three kinds.
 """
 
 from __future__ import annotations
@@ -27,8 +19,9 @@ import torch
 
 from pods_rl.registry import Registry
 
-__all__ = ["KINDS", "Adapting", "Committing", "HowMany", "Plan", "WhichPrompts", "available_planners", "budget_registry", "check_choice", "check_int", "check_number",
-           "make_plan", "make_planner", "register_planner", "rollout_metrics"]
+__all__ = ["KINDS", "Adapting", "Committing", "HowMany", "Plan", "WhichPrompts", "available_planners",
+           "budget_registry", "check_choice", "check_int", "check_number", "make_plan", "make_planner",
+           "register_planner", "rollout_metrics"]
 
 KINDS = ("which_prompts", "how_many")
 
@@ -76,14 +69,8 @@ class Adapting(Protocol):
 
 @dataclass(frozen=True)
 class Plan:
-    """A planner's decision for P candidate prompts, as named tensors, plus its ``pods/*`` metrics.
-
-    ``ids`` (P,) int64 the candidates, in the order given; ``rollouts`` (P,) int64 rollouts to sample for each this
-    step (0: not sampled now); ``skipped`` (P,) bool: not sampled, the history predicts nothing to learn (GRESO);
-    ``deferred`` (P,) bool: not sampled now, may come back later (Pilot-Commit's too-hard prompts); ``evicted`` (P,)
-    bool: never to be sampled again (Pilot-Commit's solved prompts, or already evicted in the ledger);
-    ``extra``: planner-specific (P,) tensors (e.g. GRESO's skip probability); ``metrics``: see ``make_plan``.
-    """
+    """A planner's decision for P candidates: ``ids`` and ``rollouts`` (P,) int64 (0: not sampled now); (P,) bool
+    ``skipped`` (nothing to learn), ``deferred`` (may come back), ``evicted`` (never again); ``extra`` (P,) tensors."""
 
     ids: torch.Tensor
     rollouts: torch.Tensor
@@ -100,8 +87,8 @@ class Plan:
 
 
 def rollout_metrics(rollouts: torch.Tensor) -> dict[str, float]:
-    """``pods/plan_prompts`` (P), ``pods/plan_rollouts`` (their sum) and ``pods/rollouts_per_prompt_{mean,min,max}``
-    (over the prompts sampled; NaN if none) of (P,) rollouts per prompt: a plan's, or the step's first round."""
+    """``pods/plan_prompts``, ``pods/plan_rollouts`` and ``pods/rollouts_per_prompt_{mean,min,max}`` (over the
+    sampled; NaN if none) of (P,) rollouts per prompt."""
     sampled = rollouts[rollouts > 0].double()
     nan = float("nan")
     return {"pods/plan_prompts": float(len(rollouts)), "pods/plan_rollouts": float(rollouts.sum()),
@@ -112,15 +99,12 @@ def rollout_metrics(rollouts: torch.Tensor) -> dict[str, float]:
 
 def make_plan(ids: torch.Tensor, rollouts: torch.Tensor, *, skipped=None, deferred=None, evicted=None,
               extra: Mapping[str, torch.Tensor] | None = None, metrics: Mapping[str, float] | None = None) -> Plan:
-    """A ``Plan`` with its standard metrics (plus ``metrics``, the planner's own):
-
-    ``pods/plan_prompts`` (candidates P), ``pods/plan_rollouts`` (rollouts to sample), ``pods/rollouts_per_prompt_
-    {mean,min,max}`` (over the prompts sampled; NaN if none), ``pods/prompts_skipped``, ``pods/prompts_deferred``,
-    ``pods/prompts_evicted``. Masks left None are all False.
-    """
+    """A ``Plan`` with ``rollout_metrics``, ``pods/prompts_{skipped,deferred,evicted}`` and the planner's ``metrics``
+    (masks left None are all False)."""
     P = len(ids)
     none = torch.zeros(P, dtype=torch.bool)
-    skipped, deferred, evicted = (none.clone() if mask is None else mask.bool() for mask in (skipped, deferred, evicted))
+    skipped, deferred, evicted = (none.clone() if mask is None else mask.bool()
+                                  for mask in (skipped, deferred, evicted))
     rollouts = rollouts.long()
     standard = {
         **rollout_metrics(rollouts),
@@ -150,12 +134,8 @@ _PLANNERS = Registry("planner", check=_check_planner)
 
 
 def register_planner(name: str, cls: type | None = None, *, overwrite: bool = False):
-    """Register a planner class under ``name`` (usable as a decorator: ``@register_planner("mine")``).
-
-    The class needs ``kind`` (one of ``KINDS``), ``Settings`` (a dataclass of its knobs, checked in its own
-    ``__post_init__``), ``__init__(settings)`` and ``plan(ids, ledger, *, n, generator=None) -> Plan``.
-    Re-registering a name needs ``overwrite=True``.
-    """
+    """Register a planner class (``kind``, ``Settings``, ``__init__(settings)``, ``plan``) under ``name``; usable as
+    a decorator. Re-registering a name needs ``overwrite=True``."""
     return _PLANNERS.register(name, cls, overwrite=overwrite)
 
 

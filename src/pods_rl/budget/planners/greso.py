@@ -1,23 +1,11 @@
-"""GRESO's pre-rollout skip (Zheng et al. 2025, "Act Only When It Pays: Efficient Reinforcement Learning for LLM
-Reasoning via Selective Rollouts"; code: github.com/Infini-AI-Lab/GRESO, ``DataProfiler`` and its trainer).
+"""GRESO's pre-rollout skip (Zheng et al. 2025, "Act Only When It Pays"; code: github.com/Infini-AI-Lab/GRESO,
+``DataProfiler`` and its trainer).
 
-A prompt whose recent groups were all-equal is likely all-equal again (the paper's temporal consistency), and an
-all-equal group teaches nothing; so before sampling, skip it with a probability that grows with how many of its
-most recent groups were all-equal, and re-admit it otherwise (exploration). As in the released code, the two kinds
-of all-equal are tracked apart, each with its own exploration probability:
-
-* *easy*: the prompt's last z groups were all successes (z = ``all_success_streak`` in the ledger);
-  P(skip) = 1 - max(p_easy ** z, min_readmit);
-* *hard*: its last z groups had no success (``no_success_streak``); P(skip) = 1 - max(p_hard ** z, min_readmit).
-
-After each training step the exploration probabilities move toward a target share of all-equal groups (the
-code's adaptation): over the groups sampled since the last step, if the share of all-success groups reached
-``target_zero_variance / 3``, p_easy falls by ``p_step`` (skip more), else rises; p_hard the same against
-``2 * target_zero_variance / 3`` (hard prompts get more exploration: "they are more likely to change"); both stay
-in [min_p, max_p], and only from epoch ``adapt_from_epoch`` on (the code's ``epoch > 0``).
-
-Where this follows the code rather than the paper, and where it cannot match it exactly: see
-docs/concepts/rollout-budgets.md.
+A prompt whose recent groups were all-equal is likely all-equal again, so before sampling it is skipped with
+probability 1 - max(p ** z, min_readmit), z its streak of all-success (*easy*, p_easy) or no-success (*hard*,
+p_hard) groups. After each step, p_easy / p_hard move by ``p_step`` toward a share of all-equal groups of
+``target_zero_variance / 3`` (easy) and ``2 * target_zero_variance / 3`` (hard), within [min_p, max_p], from epoch
+``adapt_from_epoch``. Follows the released code; where it cannot match it exactly: docs/concepts/rollout-budgets.md.
 """
 
 from __future__ import annotations
@@ -37,14 +25,7 @@ _OWNER = "GRESO"
 
 @dataclass(frozen=True)
 class GresoSettings:
-    """GRESO's knobs, named as in the released code (defaults: its training scripts and trainer).
-
-    ``p_easy`` / ``p_hard``: the starting exploration probabilities (scripts: 0.5); ``target_zero_variance``: the
-    target share of all-equal groups (0.25); ``min_p`` / ``max_p``: the bounds of the probabilities (0.05, 0.95);
-    ``p_step``: their change per step (0.01); ``min_readmit``: the least chance a prompt is re-admitted (0.01,
-    ``max(p ** count, 0.01)`` in the code); ``adapt_from_epoch``: the first epoch that adapts (1: the code's
-    ``epoch > 0``).
-    """
+    """GRESO's knobs, named and defaulted as in the released code and scripts (see the module docstring)."""
 
     p_easy: float = 0.5
     p_hard: float = 0.5
@@ -67,11 +48,7 @@ class GresoSettings:
 
 
 def greso_skip_probability(stats: PromptStats, p_easy: float, p_hard: float, min_readmit: float = 0.01):
-    """(P,) float64 probability of skipping each prompt, and (P,) bool masks easy / hard (which rule applies).
-
-    ``stats``: the ledger's columns for the P candidates. A prompt never seen, or whose last group was mixed, has
-    probability 0. (A group cannot be all-success and no-success at once, so at most one rule applies.)
-    """
+    """(P,) float64 skip probability per prompt (0 if unseen or last group mixed), and (P,) bool easy / hard masks."""
     easy = stats.all_success_streak > 0
     hard = stats.no_success_streak > 0
     readmit = torch.zeros(len(stats.ids), dtype=torch.float64)
@@ -84,20 +61,14 @@ def greso_skip_probability(stats: PromptStats, p_easy: float, p_hard: float, min
 
 
 def _batch_share(flags: torch.Tensor) -> float:
-    """The share of a batch's groups that ``flags`` (G,) bool marks, as GRESO's ``compute_reward_metrics`` computes
-    it: an integer count divided by G in float32, read back as a Python float."""
+    """The share of groups ``flags`` (G,) marks, in float32 as GRESO's ``compute_reward_metrics``."""
     return float(flags.sum().to(torch.float32) / torch.tensor(len(flags), dtype=torch.float32))
 
 
 @register_planner("greso")
 class GresoSkip:
-    """GRESO's pre-rollout skip as a ``which_prompts`` planner (see the module docstring).
-
-    Each step: ``plan(candidate ids, ledger, n=...)`` before sampling (skipped prompts get 0 rollouts, the others
-    n; the engine draws more candidates until its batch is full, as GRESO's trainer does), then, after the step's
-    groups are scored and recorded, ``update(summaries, epoch=...)``. ``state_dict`` holds the adapted
-    probabilities (save it with the ledger).
-    """
+    """GRESO's skip as a ``which_prompts`` planner: ``plan`` before sampling (the engine draws more candidates until
+    its batch is full), ``update`` after the step's groups are recorded; ``state_dict`` holds the probabilities."""
 
     kind = "which_prompts"
     Settings = GresoSettings
@@ -108,12 +79,8 @@ class GresoSkip:
         self.p_hard = float(self.settings.p_hard)
 
     def plan(self, ids, ledger: PromptLedger, *, n: int, generator: torch.Generator | None = None) -> Plan:
-        """Skip or keep each candidate. ids (P,) prompt ids; n: rollouts a kept prompt gets.
-
-        One uniform draw per candidate from ``generator`` (float64, on CPU): skipped where it falls below the skip
-        probability, so the same generator state gives the same decisions. Evicted prompts get 0 (``evicted``).
-        Returns a ``Plan`` with ``extra``: ``skip_probability`` (P,), ``easy`` / ``hard`` (P,) bool.
-        """
+        """Skip (one uniform float64 draw per candidate) or give n rollouts to each of ``ids`` (P,); evicted get 0.
+        ``extra``: ``skip_probability`` (P,), ``easy`` / ``hard`` (P,) bool."""
         check_int(_OWNER, "n", n, 1)
         ids = as_ids(ids)
         stats = ledger.stats(ids)
@@ -128,8 +95,7 @@ class GresoSkip:
                          extra={"skip_probability": probability, "easy": easy, "hard": hard}, metrics=metrics)
 
     def update(self, summaries: GroupSummary | Sequence[GroupSummary], *, epoch: int) -> dict[str, float]:
-        """Adapt p_easy / p_hard after a training step from the groups sampled for it (every ``record`` call's
-        summary since the last update; gathered, so every rank adapts alike). Returns the metrics it logged."""
+        """Adapt p_easy / p_hard from the summaries recorded since the last update; the metrics."""
         if isinstance(summaries, GroupSummary):
             summaries = [summaries]
         batches = [s for s in summaries if len(s.ids)]

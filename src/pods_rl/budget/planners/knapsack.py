@@ -1,24 +1,13 @@
-"""Knapsack-RL's rollout allocation (Li et al. 2025, "Knapsack RL: Unlocking Exploration of LLMs via Optimizing
-Budget Allocation"; code: github.com/liziniu/KnapsackRL, ``verl/trainer/ppo/exploration_utils.py`` and the success
-estimate in ``verl/utils/dataset/rl_dataset.py``).
+"""Knapsack-RL's rollout allocation (Li et al. 2025, "Knapsack RL"; code: github.com/liziniu/KnapsackRL,
+``verl/trainer/ppo/exploration_utils.py`` and the success estimate in ``verl/utils/dataset/rl_dataset.py``).
 
-Each prompt is an item of a knapsack: giving it N rollouts costs N and is worth the chance that its group is mixed,
-1 - p^N - (1 - p)^N, times the information of a mixed group, p (1 - p)^2, where p is its estimated success rate.
-The total budget (default P x n) is split to maximize the summed value, each prompt between ``min_n`` and
-``max_n``. As in the released code:
-
-1. **Estimate p** from the ledger: the latest group's success rate when it has at least ``reward_buffer_length``
-   rollouts, else the rate over the prompt's last ``reward_buffer_length`` outcomes (``robust_epoch_estimation``);
-   a prompt with fewer than ``min_buffer_length`` rollouts so far is not estimated and gets n.
-2. **Floors**: an estimated prompt with 0 < p < 1 gets ``min_n``, p = 0 gets ``negative_n``, p = 1 ``positive_n``.
-3. **Fallback** (``allow_fallback``): if the mixed prompts' summed cost (rollouts to see both outcomes with
-   probability ``alpha``: log(1 - alpha) / log(max(p, 1 - p)), capped at ``max_n``) is below the budget left, the
-   surplus goes evenly to the prompts with p = 0 (or, if none, to all prompts that are not mixed).
-4. **Knapsack**: the rest goes to the mixed prompts by dynamic programming over whole rollouts (at most
-   ``max_n - min_n`` more each); what cannot be placed is spread evenly over them.
-
-``knapsack_allocation`` is steps 2-4 on given success rates; ``KnapsackAllocation.plan`` adds step 1 from the
-ledger. Where the code could not be matched exactly: docs/concepts/rollout-budgets.md.
+Each prompt is a knapsack item: N rollouts cost N and are worth (1 - p^N - (1 - p)^N) p (1 - p)^2, p its estimated
+success rate; the budget (default P x n) is split to maximize the sum, each prompt in [``min_n``, ``max_n``]. As in
+the released code: (1) estimate p from the ledger (prompts with < ``min_buffer_length`` rollouts get n); (2) floors:
+``min_n`` for 0 < p < 1, ``negative_n`` for p = 0, ``positive_n`` for p = 1; (3) fallback: if the mixed prompts'
+cost is below the budget left, the surplus goes evenly to the p = 0 prompts (else to all unmixed ones); (4) the rest
+to the mixed prompts by dynamic programming over whole rollouts. Where the code could not be matched exactly:
+docs/concepts/rollout-budgets.md.
 """
 
 from __future__ import annotations
@@ -46,15 +35,10 @@ _OWNER = "Knapsack-RL"
 
 @dataclass(frozen=True)
 class KnapsackSettings:
-    """Knapsack-RL's knobs, named as in the released code (defaults: its ``run_knapsack_grpo_7b.sh``).
+    """Knapsack-RL's knobs, named as in the released code, defaults from its ``run_knapsack_grpo_7b.sh``.
 
-    ``min_n`` (2) / ``max_n`` (128): the fewest / most rollouts of a mixed prompt; ``negative_n`` / ``positive_n``
-    (None: ``min_n``): rollouts of a prompt estimated at p = 0 / p = 1; ``alpha`` (0.9) and ``cost_estimation``
-    ("probability" or "expectation"): the cost of a prompt in the fallback test; ``allow_fallback`` (True);
-    ``reward_buffer_length`` (16) / ``min_buffer_length`` (8): the success estimate's window and the rollouts a
-    prompt needs before it is estimated; ``epoch_estimation`` / ``robust_epoch_estimation`` (True, True): use the
-    latest group alone when it is long enough (else the window).
-    """
+    ``negative_n`` / ``positive_n`` (None: ``min_n``) are the rollouts of a prompt at p = 0 / 1; ``alpha`` and
+    ``cost_estimation`` price a prompt in the fallback test; ``reward_buffer_length`` is the estimate's window."""
 
     min_n: int = 2
     max_n: int = 128
@@ -84,12 +68,8 @@ class KnapsackSettings:
 
 
 def estimate_success_rate(stats: PromptStats, settings: KnapsackSettings | None = None):
-    """(P,) bool estimated, (P,) float64 success rate p from the ledger's columns (the code's ``get_sample_state``).
-
-    Estimated: at least ``min_buffer_length`` rollouts recorded. p: the latest group's rate when
-    ``epoch_estimation`` and (it has >= ``reward_buffer_length`` rollouts or not ``robust_epoch_estimation``), else
-    the rate of the last ``reward_buffer_length`` outcomes; 0 for a prompt never seen.
-    """
+    """(P,) bool estimated (>= ``min_buffer_length`` rollouts), (P,) float64 p: the latest group's rate when long
+    enough, else the window's (the code's ``get_sample_state``)."""
     s = settings or KnapsackSettings()
     recent = stats.recent_success_rate(s.reward_buffer_length)
     latest = stats.last_group_successes.double() / stats.last_group_rollouts.clamp(min=1).double()
@@ -116,8 +96,7 @@ def _cost(p: float, s: KnapsackSettings) -> float:
 
 
 def _gains(rate: np.float32, min_n: int, extra: int) -> np.ndarray:
-    """(extra + 1,) float64: value of giving a mixed prompt k = 0..extra rollouts beyond ``min_n`` (0 for k = 0,
-    as in the code's DP). Computed in float32 scalars exactly as the code's numpy path does, then widened."""
+    """(extra + 1,) float64 value of k = 0..extra rollouts beyond ``min_n`` (0 at k = 0), in the code's float32."""
     one = np.float32(1)
     out = np.zeros(extra + 1, dtype=np.float64)
     for k in range(1, extra + 1):
@@ -127,11 +106,7 @@ def _gains(rate: np.float32, min_n: int, extra: int) -> np.ndarray:
 
 def _knapsack(rates32: np.ndarray, effective: np.ndarray, min_n: int, extra: int, budget: int) -> np.ndarray:
     """The code's ``solve_by_dp``: (B,) extra rollouts for the ``effective`` prompts, summing to ``budget``.
-
-    dp[w] = best value using exactly w rollouts over the items so far; each item takes k in 0..extra (first maximum
-    wins: k = 0, then the smallest k, as the code's strict comparisons do). The largest reachable w <= budget is
-    backtracked; the rest is spread evenly over the effective prompts.
-    """
+    dp[w] = best value using exactly w rollouts so far (ties to the smallest k, as the code)."""
     out = np.zeros(len(rates32), dtype=np.int64)
     if budget <= 0 or len(effective) == 0:
         return out
@@ -158,18 +133,8 @@ def _knapsack(rates32: np.ndarray, effective: np.ndarray, min_n: int, extra: int
 
 def knapsack_allocation(success_rate, estimated, n: int, total_budget: int | None = None,
                         settings: KnapsackSettings | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """Rollouts per prompt under a total budget (the code's ``sampling_budget_by_knapsack``).
-
-    Args:
-        success_rate: (P,) estimated success rates in [0, 1].
-        estimated: (P,) bool, which prompts have an estimate (the others get n).
-        n: the default rollouts per prompt.
-        total_budget: rollouts for the P prompts (default P x n); must cover the floors.
-        settings: ``KnapsackSettings``.
-
-    Returns: (P,) int64 rollouts summing to ``total_budget``, and info: ``fallback`` (0/1), ``effective`` (prompts
-    with 0 < p < 1 that entered the knapsack).
-    """
+    """(P,) int64 rollouts summing to ``total_budget`` (default P x n), from ``success_rate`` (P,) where
+    ``estimated`` (P,) (else n), and info ``fallback`` / ``effective`` (the code's ``sampling_budget_by_knapsack``)."""
     s = settings or KnapsackSettings()
     p64 = torch.as_tensor(success_rate, dtype=torch.float64).numpy()
     valid = torch.as_tensor(estimated, dtype=torch.bool).numpy()
@@ -217,8 +182,7 @@ def knapsack_allocation(success_rate, estimated, n: int, total_budget: int | Non
 
 @register_planner("knapsack")
 class KnapsackAllocation:
-    """Knapsack-RL's allocation as a ``how_many`` planner (see the module docstring). Stateless: what it needs of the
-    past is in the ledger. Deterministic (no draws); the ``generator`` argument is accepted for the common shape."""
+    """Knapsack-RL's allocation as a ``how_many`` planner; stateless (the ledger holds the past), deterministic."""
 
     kind = "how_many"
     Settings = KnapsackSettings
@@ -228,12 +192,8 @@ class KnapsackAllocation:
 
     def plan(self, ids, ledger: PromptLedger, *, n: int, total_budget: int | None = None,
              generator: torch.Generator | None = None) -> Plan:
-        """Rollouts for each of the P candidates ``ids`` (P,) under ``total_budget`` (default P x n).
-
-        Evicted prompts get 0 and the budget goes to the others (their share: ``total_budget`` is still the total).
-        Returns a ``Plan`` with ``extra``: ``success_rate`` (P,) float64 and ``estimated`` (P,) bool; metrics
-        ``pods/knapsack_fallback`` (0/1), ``pods/knapsack_effective`` (mixed prompts in the knapsack).
-        """
+        """Rollouts for ``ids`` (P,) under ``total_budget`` (evicted get 0); ``extra``: ``success_rate``,
+        ``estimated``; metrics ``pods/knapsack_fallback``, ``pods/knapsack_effective``."""
         check_int(_OWNER, "n", n, 1)
         ids = as_ids(ids)
         stats = ledger.stats(ids)

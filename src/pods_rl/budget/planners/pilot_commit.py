@@ -1,21 +1,13 @@
-"""Pilot-Commit (Kim et al. 2025, "Spend Your Rollouts Where It Counts: Rollout Allocation for Group-Based RL
-Post-Training"; code: github.com/databricks/pilot-commit, ``recipe/pc``: ``RayPCTrainer``, ``ReplayBuffer``).
+"""Pilot-Commit (Kim et al. 2025, "Spend Your Rollouts Where It Counts"; code: github.com/databricks/pilot-commit,
+``recipe/pc``: ``RayPCTrainer``, ``ReplayBuffer``).
 
-Each generation round pilots fresh prompts with a few rollouts (``n_explore``) and, in the same round, commits
-prompts that passed an earlier pilot to ``n_commit`` more; a committed prompt trains on its pilot rollouts
-(``n_explore_effective`` of them) plus its commit rollouts as one group. After a pilot, by its success rate r:
-
-* r > 1 - ``diversity_threshold_upper``: too easy, not committed (*skipped*);
-* r < ``diversity_threshold_lower``: too hard, not committed now (*deferred*: it comes back in a later epoch);
-* otherwise it passes and waits in the buffer (step, r, std of its 0/1 outcomes) to be committed;
-* and r >= ``exclude_threshold_upper`` (1.0: solved): *evicted*, never sampled again (the ledger remembers).
-
-``commit(k)`` takes k prompts from the buffer (``buffer_sampling_method``: ``max_variance`` = largest pilot std
-first, then the newest, then the order added; ``random``; ``most_recent``; ``least_recent``, the oldest first: the
-code sorts it newest first too, a slip we do not copy), all of them when it
-holds at most k. ``flush(step)`` drops pilots older than ``buffer_max_off_steps`` steps (their rollouts are too
-off-policy). The engine keeps the pilot rollouts themselves, keyed by prompt id; ``pilot_keep`` picks
-``n_explore_effective`` of them (as many 1s as 0s, at random, as the code's ``_maxvar_downsample_binary``).
+Each round pilots fresh prompts with ``n_explore`` rollouts and commits prompts that passed an earlier pilot to
+``n_commit`` more; a committed prompt trains on ``n_explore_effective`` pilot rollouts plus its commit rollouts as
+one group. A pilot with success rate r above 1 - ``diversity_threshold_upper`` is *skipped*, below
+``diversity_threshold_lower`` *deferred* (back in a later epoch), otherwise it waits in the buffer to be committed;
+r >= ``exclude_threshold_upper`` *evicts* it for good. ``commit(k)`` takes k by ``buffer_sampling_method``
+(``least_recent`` really takes the oldest first: the code sorts it newest first too, a slip we do not copy);
+``flush(step)`` drops pilots older than ``buffer_max_off_steps``. ``pilot_keep`` picks the pilot rollouts to train.
 """
 
 from __future__ import annotations
@@ -44,11 +36,8 @@ SAMPLING = ("max_variance", "random", "most_recent", "least_recent")
 
 @dataclass(frozen=True)
 class PilotCommitSettings:
-    """Pilot-Commit's knobs, named as in the released code (defaults: the README's configuration, and the scripts'
-    1:3 pilot:commit split, e.g. p32c96): ``diversity_threshold_upper`` (0.25), ``diversity_threshold_lower``
-    (0.125), ``exclude_threshold_upper`` (1.0; None: never evict), ``buffer_max_off_steps`` (4),
-    ``buffer_sampling_method`` ("max_variance"), ``n_explore`` (8: pilot rollouts), ``n_commit`` (24: the code's
-    ``rollout.n``), ``n_explore_effective`` (None: all pilot rollouts train)."""
+    """Pilot-Commit's knobs, named as in the released code; defaults from its README and the scripts' 1:3
+    pilot:commit split. ``exclude_threshold_upper`` None never evicts; ``n_explore_effective`` None trains all."""
 
     diversity_threshold_upper: float = 0.25
     diversity_threshold_lower: float = 0.125
@@ -80,13 +69,10 @@ class PilotCommitSettings:
 
 @register_planner("pilot_commit")
 class PilotCommit:
-    """Pilot-Commit as a ``which_prompts`` planner (see the module docstring). Its state is the buffer of pilots
-    waiting to be committed: prompt id -> (step, success rate, std, rollouts), in the order added.
+    """Pilot-Commit as a ``which_prompts`` planner; its state is the buffer of passed pilots, in the order added.
 
-    Per generation round: ``plan`` (pilot the fresh candidates) and ``commit(k)`` (the prompts to commit in the same
-    round), sample both, record both in the ledger, then ``after_pilot`` on the pilot groups; once the step's batch
-    is full and trained, ``flush(step)``.
-    """
+    Per round: ``plan`` and ``commit(k)``, sample and record both, ``after_pilot`` on the pilots; after the step,
+    ``flush(step)``."""
 
     kind = "which_prompts"
     Settings = PilotCommitSettings
@@ -116,12 +102,9 @@ class PilotCommit:
         return make_plan(ids, torch.where(evicted, 0, s.n_explore), evicted=evicted)
 
     def after_pilot(self, ids, rewards, counts, ledger: PromptLedger, *, step: int, evict: bool = True) -> Plan:
-        """Classify the piloted prompts ``ids`` (P,, distinct) from their pilot rewards (P, n) padded after counts
-        (P,) (success as the ledger judges it; NaN not scored): pass -> buffer (at ``step``), too easy -> skipped,
-        too hard -> deferred, solved -> evicted (also in ``ledger`` unless ``evict`` is False: an engine on several
-        processes evicts every process's verdicts itself, in one order, so that the ledgers stay identical).
-        Returns a ``Plan`` with ``rollouts`` 0 (this is a verdict, the commit comes from ``commit``) and ``extra``:
-        ``passed``, ``success_rate``, ``std``."""
+        """The verdict on pilots ``ids`` (P,) from rewards (P, n) padded after ``counts``: passed (buffered),
+        skipped, deferred or evicted (in ``ledger`` too unless ``evict`` is False, for engines that evict all ranks'
+        verdicts in one order). ``rollouts`` 0; ``extra``: ``passed``, ``success_rate``, ``std``."""
         ids = as_ids(ids)
         rewards = torch.as_tensor(rewards).detach().cpu().double()
         counts = torch.full((len(ids),), rewards.shape[1]) if counts is None else torch.as_tensor(counts).long()
@@ -155,9 +138,7 @@ class PilotCommit:
                          evicted=evicted, extra={"passed": passed, "success_rate": rate, "std": std}, metrics=metrics)
 
     def commit(self, k: int, *, generator: torch.Generator | None = None) -> Plan:
-        """Take ``k`` prompts from the buffer to commit now (all of them if it holds at most k), ``n_commit``
-        rollouts each; they leave the buffer. ``extra``: ``pilot_step`` (the step of each one's pilot). ``random``
-        draws from ``generator``."""
+        """Take up to ``k`` prompts out of the buffer, ``n_commit`` rollouts each; ``extra``: ``pilot_step``."""
         check_int(_OWNER, "k (prompts to commit)", k, 0)
         order = list(self._buffer)
         if len(order) > k:
@@ -205,9 +186,8 @@ class PilotCommit:
 
 
 def pilot_keep(successes, m: int, *, generator: torch.Generator | None = None) -> torch.Tensor:
-    """(P, m) int64 indices of m of each prompt's n pilot rollouts (successes (P, n) 0/1): m // 2 successes and the
-    rest failures, fewer of one side topped up from the other, chosen uniformly at random within each side (the
-    code's ``_maxvar_downsample_binary``), ascending. n >= m."""
+    """(P, m) int64 ascending indices of m of n pilot rollouts (``successes`` (P, n)): m // 2 of each outcome where
+    possible, at random within a side (the code's ``_maxvar_downsample_binary``)."""
     successes = torch.as_tensor(successes).bool()
     P, n = successes.shape
     if not 1 <= m <= n:

@@ -1,11 +1,8 @@
 """Named presets: a published method expressed as settings of what pods-rl already has.
 
-``dapo``: DAPO's dynamic sampling (Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at
-Scale"; verl's ``recipe/dapo``): sample 3x the prompts the update needs (its scripts: ``gen_prompt_bsz =
-train_prompt_bsz * 3``), keep every rollout (no down-sampling), and train on the groups whose rewards vary. In
-pods-rl that is ``oversample_prompts=3`` with ``downsample_to = num_generations``: selection
-(``pods_rl.selection.select``) then drops the all-equal groups first. ``dapo_keep_groups`` is DAPO's own filter, the
-reference the preset is compared with (tests/test_planners.py).
+``dapo``: DAPO's dynamic sampling (Yu et al. 2025; verl's ``recipe/dapo``): sample 3x the prompts, keep every
+rollout, train on the groups whose rewards vary; in pods-rl ``oversample_prompts=3`` with ``downsample_to =
+num_generations``. ``dapo_keep_groups`` is DAPO's own filter, the reference the preset is tested against.
 """
 
 from __future__ import annotations

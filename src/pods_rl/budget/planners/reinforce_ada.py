@@ -1,21 +1,15 @@
-"""Reinforce-Ada (Xiong et al. 2025, "Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM
-Training"; code: github.com/RLHFlow/Reinforce-Ada, the verl version its paper ran, ``RayPPOTrainer.
-_generate_multi_round_adaptive_downsampling`` and ``compute_grpo_outcome_advantage``; also RLHFlow/Reinforce-Ada-Tinker).
+"""Reinforce-Ada (Xiong et al. 2025; code: github.com/RLHFlow/Reinforce-Ada, its verl version's
+``RayPPOTrainer._generate_multi_round_adaptive_downsampling`` and ``compute_grpo_outcome_advantage``).
 
-Sampling runs in rounds: every prompt still active gets ``round_repeat`` rollouts, at most ``max_rounds`` rounds.
-A rollout is positive when its reward is above ``positive_threshold``. A prompt leaves (its exit rule):
+Sampling runs in rounds of ``round_repeat`` rollouts per active prompt, at most ``max_rounds``. A prompt leaves
+once it has m // 2 positives and m - m // 2 negatives (``balanced``) or one positive (``positive_focused``);
+positive = reward above ``positive_threshold``. Each prompt then keeps m, balanced (the first positives and
+negatives in sampling order, topped up from the other side). The baseline comes from *all* the prompt's rollouts
+(``global_stat_est``: mean #pos / #all, Bessel std of that 0/1 sample); the advantage is divided by (std + eps)
+only with ``norm_adv_by_std_in_grpo`` (False in the released recipe).
 
-* ``balanced``: once it has at least m // 2 positives and m - m // 2 negatives (m = ``final_keep_per_prompt``);
-* ``positive_focused``: once it has at least one positive.
-
-Then each prompt keeps m rollouts, balanced: the first min(m // 2, #pos) positives and the first negatives up to m,
-topping up from the other side when one runs short (first = in sampling order). The advantage baseline is computed
-from *all* the prompt's rollouts of the step, not the kept ones (``global_stat_est``): mean = #pos / #all and std
-the (Bessel) std of that 0/1 sample; advantage = reward - mean, divided by (std + eps) when
-``norm_adv_by_std_in_grpo`` (the released recipe sets it False).
-
-Shapes follow ``pods_rl.adaptive``: rewards (P, n) padded to the cap n = max_rounds x round_repeat, NaN after a
-prompt's count (and where a rollout was not scored: counted in neither cache); counts (P,).
+Shapes follow ``pods_rl.adaptive``: rewards (P, n) padded to n = max_rounds x round_repeat, NaN after a prompt's
+count or where unscored; counts (P,).
 """
 
 from __future__ import annotations
@@ -43,11 +37,8 @@ CHOICES = ("balanced", "positive_focused")
 
 @dataclass(frozen=True)
 class ReinforceAdaSettings:
-    """Reinforce-Ada's knobs, named as in the released verl code (defaults: its ``AlgoConfig`` and
-    ``run_reinforce_ada.sh``): ``reinforce_ada_choice`` ("balanced" / "positive_focused"), ``positive_threshold``
-    (0.7: positive = reward > it), ``max_rounds`` (4), ``round_repeat`` (8: rollouts per active prompt per round),
-    ``final_keep_per_prompt`` (4: m, the code's ``rollout.n``), ``global_stat_est`` (True: baseline from all
-    samples), ``norm_adv_by_std_in_grpo`` (False), ``epsilon`` (1e-6)."""
+    """Reinforce-Ada's knobs, named and defaulted as in the released code (``AlgoConfig``, ``run_reinforce_ada.sh``);
+    ``final_keep_per_prompt`` is m (the code's ``rollout.n``)."""
 
     reinforce_ada_choice: str = "balanced"
     positive_threshold: float = 0.7
@@ -77,13 +68,8 @@ class ReinforceAdaSettings:
 
 @register_planner("reinforce_ada")
 class ReinforceAda:
-    """Reinforce-Ada's rounds, exit rules, balanced keep and all-samples baseline (see the module docstring).
-
-    Per step: ``plan`` (the first round), then ``plan_round(rewards, counts)`` until it returns all zeros (each
-    call: sample ``more[p]`` rollouts of prompt p), then ``keep`` (P, m) and ``advantages`` (P, m). For pods-rl's
-    adaptive machinery, ``as_adaptive_rule`` and ``as_downsample_rule`` give the same decisions as registrable
-    functions. No draws and no state of its own.
-    """
+    """Reinforce-Ada's rounds, keep and baseline. Per step: ``plan``, ``plan_round`` until all zeros, ``keep``,
+    ``advantages``; ``as_adaptive_rule`` / ``as_downsample_rule`` register the same decisions. Stateless."""
 
     kind = "how_many"
     Settings = ReinforceAdaSettings
@@ -149,14 +135,8 @@ class ReinforceAda:
         return kept
 
     def advantages(self, rewards, counts, kept) -> torch.Tensor:
-        """(P, m) float32 advantages of the kept rollouts (NaN where ``kept`` is -1).
-
-        ``global_stat_est``: baseline mean / std from all the prompt's scored rollouts as 0/1 (the code's
-        ``_compute_with_global_stats``: mean 0 and std 1 for one rollout or none, std clamped at ``epsilon``); else
-        from the kept rewards (``_compute_with_local_stats``). Computed in float32 with ``torch.mean`` /
-        ``torch.std`` as the code does, over the kept rewards in the code's row order (the kept positives, then the
-        kept negatives, each in sampling order), so that the float32 sums round as there.
-        """
+        """(P, m) float32 advantages of the kept rollouts (NaN where ``kept`` is -1): baseline from all scored
+        rollouts (``global_stat_est``) or the kept ones, in float32 and the code's row order so sums round alike."""
         rewards, counts, positive, negative = self._check(rewards, counts)
         kept = torch.as_tensor(kept).long()
         s = self.settings
@@ -185,10 +165,8 @@ class ReinforceAda:
                 "pods/rollouts_sampled": float(counts.sum())}
 
     def as_adaptive_rule(self):
-        """``plan_round`` as a ``pods_rl.adaptive`` rule ``fn(rewards, counts, m, n, round_size, budget)``, for
-        ``register_adaptive_rule``. The run must match the settings: n = max_rounds x round_repeat, round_size =
-        the pilot = round_repeat, m = final_keep_per_prompt <= round_repeat (adaptive rounds never close a prompt
-        below m); a mismatch is a ValueError at the first round."""
+        """``plan_round`` as a ``pods_rl.adaptive`` rule; the run's n, round size and m must match the settings
+        (a ValueError at the first round otherwise)."""
         s = self.settings
 
         def reinforce_ada_rule(rewards, counts, m, n, round_size, budget=None):

@@ -1,41 +1,13 @@
 """The rollout-budget planners in TRL's asynchronous worker: which prompts it samples and how many rollouts each gets.
 
-``PODSRolloutLoop`` (``pods_rl.engines.trl_async.worker``) runs them where TRL's worker draws its prompts: its generate
-loop takes ``(group_id, row)`` pairs from ``_repeat_iterator``, n per prompt, and starts one rollout per pair. With a
-planner, ``BudgetLoop._repeat_iterator`` draws prompts a window at a time (``pods_groups_per_step`` of them, the
-groups one training step consumes) through ``WorkerBudget.draw``:
-
-* ``pods_prompt_planner="greso"``: GRESO's skip decides, from the worker's prompt ledger, which drawn prompts are
-  skipped; a skipped prompt gets no group and no rollout, and the next row is drawn in its place (as GRESO's trainer
-  draws until its batch is full). A prompt is re-admitted when a whole pass over the dataset was skipped in a row.
-* ``pods_rollout_planner="knapsack"``: Knapsack-RL's allocation spreads ``pods_adaptive_budget`` rollouts per prompt
-  on average (default n) over the window's prompts, each between m and n. TRL's generate loop closes a group after a
-  fixed number of rollouts, so it samples m of each prompt and the worker tops the group up to its count in the
-  background (the adaptive rollouts' top-ups), then keeps m of all of them.
-* ``pods_prompt_planner="pilot_commit"``: Pilot-Commit skips the prompts it evicted (solved in a pilot) and pilots
-  the others with ``n_explore`` rollouts (TRL's generate loop samples them). A pilot whose success rate passes its
-  band is committed as soon as it is scored: ``n_commit`` more rollouts as a top-up, and the group of n trains (m of
-  it kept). A pilot that does not pass trains nothing: too easy, too hard (it comes back on the next pass over the
-  dataset) or solved (evicted). The worker streams groups one at a time, so no pilot waits in Pilot-Commit's buffer:
-  each passing pilot is committed alone, where the paper's trainer commits B of a step's passing pilots by
-  ``buffer_sampling_method``. Committed groups reach the trainer under ids of their own (0, 1, ...), because TRL's
-  trainer counts trained groups (its epoch stop, its resume point) by id and a pilot that does not pass never trains.
-
-Every group the worker scores is recorded in the ledger by its deciding reward (``pods_adaptive_reward``'s, or the
-total); GRESO's exploration probabilities adapt once per window of recorded groups (a training step's worth, as in
-GRESO's trainer). Decisions go to the trainer's log through the worker's metrics queue (``pods/prompts_*_total``
-counters, rates and gauges; see the guide), each group's planned count with its rows (``pods/rollouts_planned``).
-
-**Ids and positions.** A prompt's ledger id is its dataset index (TRL's worker walks the dataset in order, from
-``dataset_start_index``). Group ids count the groups started, not the rows drawn, so that the trainer's resume point
-(``rollout_state.json``: ``dataset_start_index`` + the first untrained group id) stays a prefix of trained groups;
-``WorkerBudget`` keeps each group's prompt position so that a resume maps it back to the prompt (``resume``).
-With Pilot-Commit the trainer sees committed ids, and ``WorkerBudget`` keeps each committed group's position.
-
-**State.** The worker is a child process: it writes its state (ledger, GRESO's probabilities, positions, generator)
-to ``pods_ledger_path`` (in ``args.output_dir``) after every window it draws, at most every ``SAVE_INTERVAL_S``
-after the groups it records, and when it stops. ``PODSLedgerCallback`` (``pods_rl.engines.trl_async.worker``) copies
-that file into each checkpoint and hands it back to the worker on resume.
+``BudgetLoop._repeat_iterator`` (where TRL's generate loop takes ``(group_id, row)`` pairs) draws prompts a window of
+``pods_groups_per_step`` at a time through ``WorkerBudget.draw``: ``greso`` skips prompts the ledger saw all-equal;
+``knapsack`` samples m of each and the worker tops the group up to its count; ``pilot_commit`` pilots each prompt and
+commits each passing pilot alone (no buffer of B), under committed ids (0, 1, ...) since TRL counts trained groups by
+id. Group ids count groups started, so the trainer's resume point stays a prefix of trained groups; ``WorkerBudget``
+maps ids back to prompt positions. The child writes its state to ``pods_ledger_path`` (after each window, at most
+every ``SAVE_INTERVAL_S`` after recorded groups, at stop); ``PODSLedgerCallback`` carries it through checkpoints.
+More: docs/guides/async.md.
 """
 
 from __future__ import annotations
@@ -44,7 +16,6 @@ import logging
 import os
 import shutil
 import time
-import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,7 +24,7 @@ from transformers import TrainerCallback
 
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
-from pods_rl.budget.rollout_budget import RolloutBudget
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget
 from pods_rl.engines.settings import check_planners, renamed
 
 __all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
@@ -69,9 +40,9 @@ SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after re
 
 def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_planner_args=None,
                   pods_rollout_planner=None, pods_rollout_planner_args=None, pods_ledger_success_threshold=0.5,
-                  pods_adaptive_budget=None, pods_seed=None) -> types.SimpleNamespace:
-    """The fields ``RolloutBudget.from_config`` reads, from the worker's settings."""
-    return types.SimpleNamespace(
+                  pods_adaptive_budget=None, pods_seed=None) -> BudgetSettings:
+    """The worker's budget keywords as ``BudgetSettings``."""
+    return BudgetSettings(
         prompt_planner=pods_prompt_planner, prompt_planner_args=pods_prompt_planner_args,
         rollout_planner=pods_rollout_planner, rollout_planner_args=pods_rollout_planner_args,
         ledger_success_threshold=pods_ledger_success_threshold, adaptive_budget=pods_adaptive_budget,
@@ -80,9 +51,9 @@ def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_plann
 
 def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environment_factory=None,
                           dataset=None, reward_names=None, **settings) -> RolloutBudget | None:
-    """Refuse, one line each and before the child is spawned, planner settings the worker cannot carry out; return
-    the budget they make (None without a planner). ``settings``: the ``pods_*`` budget keywords (``BUDGET_KEYS``),
-    plus ``pods_adaptive_budget``, ``pods_adaptive_reward`` and ``pods_seed``; an unknown one is a TypeError."""
+    """Refuse planner settings the worker cannot carry out; return their budget (None without a planner).
+
+    ``settings``: ``BUDGET_KEYS`` plus ``pods_adaptive_budget``, ``pods_adaptive_reward``, ``pods_seed``."""
     unknown = sorted(set(settings) - {*BUDGET_KEYS, "pods_adaptive_budget", "pods_adaptive_reward", "pods_seed"})
     if unknown:
         raise TypeError(f"unexpected keyword argument {unknown[0]!r} for the PODS worker")
@@ -153,17 +124,10 @@ def _check_pilot_commit(pilot, environment_factory, **settings) -> None:
 
 
 class WorkerBudget:
-    """The worker's planners and prompt ledger, and the prompt positions its groups came from. No framework: the
-    loop hands it rows (``draw``) and scored groups (``record``).
+    """The worker's planners, ledger and its groups' prompt positions; the loop hands it rows and scored groups.
 
-    Args:
-        budget: the planners and the ledger (``RolloutBudget``).
-        groups_per_step: W, the prompts planned together (Knapsack-RL's budget is spread over them) and the
-            recorded groups between two adaptations of GRESO's probabilities.
-        dataset_size: rows in the dataset (prompt id = position modulo it).
-        start_index: TRL's ``dataset_start_index`` for this session: the position of the first row drawn.
-        seed: seeds the planners' draws (GRESO's uniform numbers).
-    """
+    ``groups_per_step`` W: prompts planned together and recorded groups per GRESO adaptation; ``start_index``:
+    TRL's ``dataset_start_index``; prompt id = position % ``dataset_size``."""
 
     def __init__(self, budget: RolloutBudget, *, groups_per_step: int, dataset_size: int, start_index: int = 0,
                  seed: int = 0):
@@ -180,9 +144,9 @@ class WorkerBudget:
         """The ledger id of the prompt at ``position``: its dataset index."""
         return position % self.dataset_size
 
+    # Long because skipping, GRESO's counters and Knapsack-RL's counts share the window's locals.
     def draw(self, next_row: Callable[[], dict]) -> tuple[list[tuple[int, dict, int]], dict]:
-        """Draw the next window of W prompts from ``next_row`` (the dataset, in order), skipping those GRESO skips;
-        return ``(group_id, row, rollouts)`` per group (rollouts: Knapsack-RL's count, else n) and the metrics."""
+        """The next window's ``(group_id, row, rollouts)`` (skipped prompts replaced) and the planners' metrics."""
         which, n = self.budget.which, self.budget.n
         chosen: list[tuple[int, dict]] = []  # (position, row)
         drawn = skipped = easy = hard = readmitted = run = 0
@@ -242,13 +206,8 @@ class WorkerBudget:
         return self.budget.commits
 
     def judge_pilot(self, group_id: int, rewards: list[float], *, step: int) -> tuple[int | None, dict[str, float]]:
-        """Pilot-Commit's verdict on group ``group_id``'s pilot (its deciding rewards, one per rollout; NaN: not
-        scored), ``PilotCommit.after_pilot``'s: passed, or too easy, too hard (deferred: it comes back on the next
-        pass over the dataset) or solved (evicted from the ledger: never drawn again). A pilot that passes is
-        committed at once (the buffer holds it alone; ``buffer_sampling_method`` has no choice to make) and gets
-        the next committed id: the ``group_id`` its rows carry to the trainer, which counts trained groups by it.
-
-        Returns the committed id (None: not committed, nothing of the group trains) and the verdict's counters."""
+        """Pilot-Commit's verdict on a pilot's deciding rewards (NaN: unscored): the committed id its rows carry to
+        the trainer (None: nothing trains; a passing pilot is committed at once, alone) and the verdict's counters."""
         which, prompt = self.budget.which, self.prompt_id(self.positions[group_id])
         verdict = which.after_pilot(torch.tensor([prompt]), torch.tensor([rewards], dtype=torch.float64), None,
                                     self.budget.ledger, step=step)
@@ -268,8 +227,7 @@ class WorkerBudget:
         return committed, metrics
 
     def record(self, group_id: int, rewards: list[float], *, step: int) -> dict[str, float]:
-        """Note group ``group_id``'s deciding rewards (one per rollout; NaN: unscored); once W groups are noted,
-        record them in the ledger together (GRESO adapts once per W) and return the ledger's and GRESO's metrics."""
+        """Note a group's deciding rewards; every W groups, record them in the ledger together and return metrics."""
         position = self.positions[group_id]
         self.pending.append((self.prompt_id(position), position, [float(r) for r in rewards], int(step)))
         if len(self.pending) < self.window:
@@ -293,8 +251,7 @@ class WorkerBudget:
     # ---- state: saved by the worker, copied into checkpoints, loaded on resume ------------------------------------
 
     def state_dict(self) -> dict:
-        """The budget's state (ledger, planners), the generator's, this session's positions and the unrecorded
-        groups."""
+        """The budget's and generator's state, this session's positions and the unrecorded groups."""
         pending = self.pending
         return {"budget": self.budget.state_dict(), "generator": self.generator.get_state(),
                 "start_index": self.start_index, "next_position": self.next_position,
@@ -307,17 +264,14 @@ class WorkerBudget:
                 "pending_rewards": [torch.tensor(r, dtype=torch.float64) for _, _, r, _ in pending]}
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write ``state_dict`` to ``path`` (a temporary file renamed into place: a reader never sees half of it)."""
+        """Write ``state_dict`` to ``path`` atomically."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return save_atomically(self.state_dict(), path)
 
     def resume(self, path: str | os.PathLike, dataset_start_index: int) -> tuple[int, bool]:
-        """Restore the state saved at ``path`` for a session that TRL starts at ``dataset_start_index`` (its
-        ``rollout_state.json``: the saved session's start plus its first untrained group). Returns the prompt
-        position to draw from and whether it was found among the saved groups (else ``dataset_start_index``).
-
-        With Pilot-Commit the trainer counts committed groups: the first untrained one is looked up among them, and a
-        pilot that was drawn but not yet judged, if earlier, is drawn again."""
+        """Restore the state at ``path`` for a session TRL starts at ``dataset_start_index`` (saved start + first
+        untrained group, committed groups with Pilot-Commit, where unjudged pilots are drawn again). Returns the
+        position to draw from and whether the saved groups knew it."""
         state = torch.load(Path(path), weights_only=True)
         self.budget.load_state_dict(state["budget"])
         self.generator.set_state(state["generator"])
@@ -337,17 +291,14 @@ class WorkerBudget:
 
 
 class BudgetLoop:
-    """What ``PODSRolloutLoop`` adds to TRL's ``_AsyncRolloutLoop`` for the planners (a mixin before it in the bases:
-    ``super()`` is TRL's loop). Reads TRL's ``dataset``, ``_dataset_iter``, ``num_generations``, ``model_version``
-    and ``_push_metrics``."""
+    """The planners' part of ``PODSRolloutLoop``: a mixin before TRL's ``_AsyncRolloutLoop`` (``super()``)."""
 
     budget: WorkerBudget | None = None
     _planned: dict[int, int]  # group id -> Knapsack-RL's rollouts for it (groups not yet closed)
 
     def init_budget(self, budget: RolloutBudget | None, *, groups_per_step: int, dataset_start_index: int,
                     seed: int | None, ledger_path: str | None, ledger_resume: str | None, logger) -> None:
-        """Set up the budget (None: no planner) in the child, resuming its state from ``ledger_resume`` when the
-        trainer resumes, and position the dataset where the saved groups say."""
+        """Set up the budget in the child (None: no planner), resuming from ``ledger_resume``'s saved position."""
         self._planned, self._ledger_path, self._saved_at = {}, ledger_path, 0.0
         if budget is None:
             return
@@ -410,18 +361,11 @@ class BudgetLoop:
 
 
 class PODSLedgerCallback(TrainerCallback):
-    """Puts the asynchronous worker's ledger into each of ``AsyncGRPOTrainer``'s checkpoints and gives it back to the
-    worker when the trainer resumes from one::
+    """Copies the worker's ledger into each checkpoint and hands it back on resume::
 
-        worker = pods_rollout_worker(model, accuracy, args, dataset, pods_m=4, pods_prompt_planner="greso")
         trainer = AsyncGRPOTrainer(..., rollout_worker=worker, callbacks=[PODSLedgerCallback(worker)])
 
-    Pass it to the constructor: the trainer starts its worker in a callback of its own at train begin, added after
-    the constructor's, and the worker must know the saved ledger before its child starts. On save it copies the
-    file the worker keeps (``pods_ledger_path``) into ``checkpoint-N/pods_ledger.pt``; on resume it hands the
-    worker ``output_dir/checkpoint-N/pods_ledger.pt``, N the step the trainer resumed at. Without planners it does
-    nothing.
-    """
+    Pass it to the constructor (not ``add_callback``): the worker must know the ledger before its child starts."""
 
     def __init__(self, worker):
         self.worker = worker
@@ -430,7 +374,7 @@ class PODSLedgerCallback(TrainerCallback):
         return self.worker._loop_kwargs  # what AsyncRolloutWorker hands its child (TRL's resume state goes there too)
 
     def on_train_begin(self, args, state, control, **kwargs):
-        """On a resume (``state.global_step`` > 0), point the worker at the checkpoint's ledger, before it starts."""
+        """On a resume, point the worker at the checkpoint's ledger before it starts."""
         loop_kwargs = self._kwargs()
         loop_kwargs.pop("pods_ledger_resume", None)  # never carried over from an earlier train() call
         if not loop_kwargs.get("pods_ledger_path") or not state.global_step:
@@ -445,7 +389,7 @@ class PODSLedgerCallback(TrainerCallback):
             logger.warning("warning: %s holds no worker ledger: the planners start from an empty one", saved.parent)
 
     def on_save(self, args, state, control, **kwargs):
-        """Copy the worker's state file into the checkpoint just written (``checkpoint-{state.global_step}``)."""
+        """Copy the worker's state file into the checkpoint just written."""
         live = self._kwargs().get("pods_ledger_path")
         if not live or not state.is_world_process_zero:
             return

@@ -5,9 +5,7 @@ its two CUDA-only construction steps (peak FLOPs, tree attention)::
     with async_trainer_on_cpu():
         trainer = AsyncGRPOTrainer(..., rollout_worker=worker, weight_transfer=transfer)
 
-The vLLM server side of the weight transfer is ``pods_rl.engines.vllm.server.ReloadWeightsExtension`` (named by
-``EXTENSION``, the server's ``--worker-extension-cls``). Nothing here knows PODS: the same pieces run TRL's own
-asynchronous GRPO on a CPU. Used by ``pods_rl.engines.trl_async.worker``'s users, the tests and the benchmark.
+Nothing here knows PODS: the same pieces run TRL's own asynchronous GRPO on a CPU.
 """
 
 from __future__ import annotations
@@ -31,9 +29,7 @@ EXTENSION = "pods_rl.engines.vllm.server.ReloadWeightsExtension"  # the vLLM ser
 
 
 def wait_for_health(url: str, wait_s: float, process=None) -> None:
-    """Wait until the server at ``url`` answers ``GET /health`` with 200, polling every second: a ``TimeoutError``
-    after ``wait_s`` seconds, a ``RuntimeError`` if ``process`` (the server's ``subprocess.Popen``, when this
-    process started it) exits first."""
+    """Poll ``url``'s ``/health`` until 200; TimeoutError after ``wait_s``, RuntimeError if ``process`` exits."""
     import time
 
     import requests
@@ -53,32 +49,11 @@ def wait_for_health(url: str, wait_s: float, process=None) -> None:
 
 
 class DirectoryWeightTransfer:
-    """TRL's ``WeightTransferProtocol`` (``AsyncGRPOTrainer(weight_transfer=...)``) through a directory and the vLLM
-    server's own weight reload, instead of TRL's ``WeightTransferClient`` (NCCL, CUDA only). Works on CPU.
+    """TRL's ``WeightTransferProtocol`` through a directory and the vLLM server's own weight reload (no NCCL: CPU).
 
-    Each sync, between TRL's ``pause`` and ``resume``:
-
-    1. ``send_weights`` writes the trainer's ``(name, tensor)`` stream (TRL's ``_streaming_iter``: checkpoint names,
-       the adapter merged) to ``directory/model.safetensors`` (written aside, then renamed over the last one);
-    2. asks the server to load it: ``POST /collective_rpc`` with ``{"method": "pods_reload_weights", "kwargs":
-       {"weights_path": directory}}``, a method of ``pods_rl.engines.vllm.server.ReloadWeightsExtension`` (start
-       the server with ``--worker-extension-cls`` naming it): vLLM's own ``reload_weights`` on every worker (a
-       layerwise reload that re-runs each layer's ``process_weights_after_loading``, so vLLM's CPU kernels repack the
-       new weights), then the tied LM head refreshed, which vLLM's reload leaves stale (see that module);
-    3. ``POST /reset_prefix_cache`` (best effort: while paused requests hold blocks it is refused, and the server's
-       cached prefixes may then carry key/values of the previous weights for a while).
-
-    ``pause``/``resume`` are TRL's (``POST /pause?mode=keep``, ``POST /resume``). The server must be started with
-    ``VLLM_SERVER_DEV_MODE=1`` (these endpoints exist only in dev mode; checked on vLLM 0.31's CPU build), with
-    ``--worker-extension-cls pods_rl.engines.vllm.server.ReloadWeightsExtension``, and must be able to read
-    ``directory`` (same machine or a shared filesystem). Every sync writes and reads the whole model once: fine for
-    CPU and small models, slower than NCCL for large ones.
-
-    Args:
-        server_url: the vLLM server's base URL (``AsyncGRPOConfig.vllm_server_base_url``).
-        directory: where the weights are written (created; made absolute, since the server resolves it).
-        timeout: seconds allowed for one reload.
-    """
+    Each sync writes ``directory/model.safetensors`` and has the server reload it (``pods_reload_weights`` of
+    ``EXTENSION``), then resets its prefix cache. The server needs ``VLLM_SERVER_DEV_MODE=1``, the extension and read
+    access to ``directory``; ``timeout``: seconds for one reload."""
 
     def __init__(self, server_url: str, directory: str | os.PathLike, timeout: float = 1800.0):
         self.server_url = server_url.rstrip("/")
@@ -144,12 +119,8 @@ class DirectoryWeightTransfer:
 def torch_tree_attention(module, query, key, value, attention_mask, *, tree_kv_index, tree_cu_seqlens_q,
                          tree_cu_seqlens_k, tree_max_seqlen_q=None, tree_max_seqlen_k=None, scaling=None,
                          sliding_window=None, softcap=None, **kwargs):
-    """TRL's tree attention (``trl.experimental.async_grpo.packing.tree_attention``) in plain torch, for tensors off
-    CUDA; CUDA tensors go to TRL's own (a FlashAttention-3 kernel fetched from the Hub, CUDA only).
-
-    Same contract as the kernel call: segment s's queries are ``query`` rows ``cu_q[s]:cu_q[s+1]``, its keys and
-    values the rows ``tree_kv_index[cu_k[s]:cu_k[s+1]]`` (its root-to-segment path, the segment last), causal
-    aligned bottom-right as FlashAttention does when a segment has fewer queries than keys."""
+    """TRL's tree attention in plain torch off CUDA (CUDA tensors go to TRL's kernel), same contract: segment s's
+    queries are rows ``cu_q[s]:cu_q[s+1]``, its keys ``tree_kv_index[cu_k[s]:cu_k[s+1]]``, causal bottom-right."""
     if query.is_cuda:
         from trl.experimental.async_grpo.packing import tree_attention
 
@@ -176,8 +147,7 @@ def torch_tree_attention(module, query, key, value, attention_mask, *, tree_kv_i
 
 
 def register_torch_tree_attention() -> None:
-    """Register ``torch_tree_attention`` under TRL's tree-attention name (what ``register_tree_attention`` does
-    with the CUDA kernel)."""
+    """Register ``torch_tree_attention`` under TRL's tree-attention name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
     from trl.experimental.async_grpo.packing import TREE_ATTENTION
@@ -188,16 +158,9 @@ def register_torch_tree_attention() -> None:
 
 @contextmanager
 def async_trainer_on_cpu():
-    """While ``AsyncGRPOTrainer`` is constructed on a machine without CUDA, two of its CUDA-only steps get CPU
-    stand-ins; a no-op where CUDA is available. Yields True when they are in place.
-
-    - ``get_peak_flops_per_device`` asks CUDA for the device name (``AssertionError: Torch not compiled with CUDA
-      enabled``): it returns None, TRL's own value for an unknown device (MFU metrics off, the rest logged).
-    - ``register_tree_attention`` registers a FlashAttention-3 kernel fetched from the Hub (CUDA only):
-      ``register_torch_tree_attention`` registers ``torch_tree_attention``, the same attention in plain torch.
-      The registration is global (transformers' registry) and outlives the block; CUDA tensors still reach TRL's
-      kernel through it.
-    """
+    """CPU stand-ins, while ``AsyncGRPOTrainer`` is constructed without CUDA, for ``get_peak_flops_per_device``
+    (None: MFU off) and ``register_tree_attention`` (``torch_tree_attention``, registered globally). A no-op with
+    CUDA; yields whether the stand-ins are in place."""
     import trl.experimental.async_grpo.async_grpo_trainer as trainer_module
 
     if torch.cuda.is_available():

@@ -1,12 +1,8 @@
 """TRL's asynchronous scoring, run on a whole group and then on the conversations PODS keeps, each reward function
 called once.
 
-``PODSRolloutLoop`` (``pods_rl.engines.trl_async.worker``) scores a group of n conversations with TRL's own
-``_AsyncRolloutLoop._score_group`` to learn their rewards, selects m, and scores the m again with the same
-``_score_group`` as a group of their own, so that their advantages, ``reward_std`` and tool metrics are TRL's
-formula on the kept group (the group GRPO at m would have made), not a copy of it. The second scoring must not
-call the reward functions again (a judge model is expensive, and may not answer twice alike): the first records
-what each function returned, the second replays it.
+The kept m are scored again by TRL's ``_score_group`` so that their advantages and metrics are TRL's formula on the
+kept group, not a copy; that second scoring replays what the first recorded (a judge may not answer twice alike).
 
     conversations_at(group, [2, 5, 6])          -> those conversations as a RolloutGroup of their own
     outputs, funcs = recording(loop.reward_funcs) -> funcs run as TRL runs them; outputs[k]: function k's output
@@ -29,11 +25,8 @@ __all__ = ["ScoredConversation", "conversations_at", "recording", "replaying", "
 
 
 def conversations_at(group: RolloutGroup, indices) -> RolloutGroup:
-    """The group's conversations ``indices`` (in that order) as a group of their own: every per-conversation list
-    (each list field of ``RolloutGroup`` and each ``reward_kwargs`` column) taken at them; the rest (policy version,
-    group id, queue time) kept. An empty list stays empty (TRL fills ``env_rewards`` only when an environment owns
-    a reward); a list of another length than the group's conversations is refused (one line): this TRL's
-    ``RolloutGroup`` holds something this module does not know how to split."""
+    """The conversations ``indices`` as a group of their own: every per-conversation list and ``reward_kwargs``
+    column taken at them, the rest kept; empty lists stay empty, a list of another length is refused."""
     indices, count = list(indices), len(group.completions)
 
     def taken(name: str, values: list) -> list:
@@ -52,26 +45,21 @@ def conversations_at(group: RolloutGroup, indices) -> RolloutGroup:
 
 @dataclasses.dataclass(frozen=True)
 class ScoredConversation:
-    """One conversation as TRL's ``_score_group`` scored it in its group: its row's ``metrics`` (``reward``, the
-    total; ``rewards/<name>`` per reward source) and each reward function's own output for it (``rewards``, one
-    entry per function, as the function returned it), which ``replaying`` gives back."""
+    """One conversation as scored in its group: its row's ``metrics`` and each reward function's raw output."""
 
     metrics: dict[str, float]
     rewards: tuple
 
 
 def _awaited_by_trl(func) -> bool:
-    """Whether TRL's ``_score_group`` awaits ``func`` rather than running it in a thread: TRL 1.16's
-    ``is_async_callable`` (the async ``__call__`` of a callable instance too), else ``inspect.iscoroutinefunction``
-    (TRL 1.12's test)."""
+    """Whether TRL awaits ``func`` (its ``is_async_callable``; ``iscoroutinefunction`` before TRL 1.16)."""
     from trl.trainer import utils as trl_utils
 
     return getattr(trl_utils, "is_async_callable", inspect.iscoroutinefunction)(func)
 
 
 def recording(reward_funcs: list) -> tuple[list, list]:
-    """``(outputs, funcs)``: coroutine functions that run each of ``reward_funcs`` as TRL's ``_score_group`` does
-    (awaited, or in a thread) and keep its output, as a list, in ``outputs[k]`` (None until it ran)."""
+    """``(outputs, funcs)``: each reward function run as TRL runs it, its output kept as a list in ``outputs[k]``."""
     outputs: list = [None] * len(reward_funcs)
 
     def recorded(func, k: int):
@@ -88,8 +76,7 @@ def recording(reward_funcs: list) -> tuple[list, list]:
 
 
 def replaying(scored: list[ScoredConversation], kept: list[int], num_funcs: int) -> list:
-    """``num_funcs`` coroutine functions, the k-th returning function k's recorded output for each kept
-    conversation (in ``kept``'s order) and running nothing."""
+    """``num_funcs`` coroutine functions returning the kept conversations' recorded outputs, running nothing."""
 
     def replayed(values: list):
         async def call(completions, **kwargs):
@@ -104,8 +91,7 @@ def replaying(scored: list[ScoredConversation], kept: list[int], num_funcs: int)
 
 @contextlib.contextmanager
 def reward_funcs_as(loop, reward_funcs: list):
-    """``loop.reward_funcs`` (what TRL's ``_score_group`` calls) replaced for one scoring. The score loop awaits one
-    ``_score_group`` at a time and nothing else reads them, so no other scoring sees the replacement."""
+    """``loop.reward_funcs`` replaced for one scoring (the score loop awaits one ``_score_group`` at a time)."""
     originals, loop.reward_funcs = loop.reward_funcs, reward_funcs
     try:
         yield
@@ -114,11 +100,8 @@ def reward_funcs_as(loop, reward_funcs: list):
 
 
 def sampled_advantages(scored: list[ScoredConversation], kept: list[int]) -> np.ndarray:
-    """(len(kept),) the kept conversations' advantages against a baseline from every scored conversation of the
-    group (``pods_advantage_baseline="sampled"``, Reinforce-Ada's ``global_stat_est``): TRL's asynchronous formula,
-    op for op, on the whole group, (reward - mean) / (std + 1e-8) with the population std over the scored totals
-    (``metrics["reward"]``); 0 where a total is NaN (not scored), as TRL sets it. On a group scored in one call
-    this is exactly the advantage TRL's ``_score_group`` gave that conversation in the whole group."""
+    """(len(kept),) advantages against every scored conversation (Reinforce-Ada's ``global_stat_est``): TRL's
+    formula (reward - mean) / (population std + 1e-8) over the scored totals; 0 where a total is NaN."""
     rewards = np.array([conversation.metrics["reward"] for conversation in scored], dtype=float)  # (c,)
     scored_mask = ~np.isnan(rewards)
     advantages = np.zeros_like(rewards)

@@ -1,6 +1,4 @@
-"""The asynchronous worker's settings, checked in the launching process before a child is spawned: each bad
-``pods_*`` argument of ``pods_rl.engines.trl_async.worker``'s worker fails in one ``ValueError`` line that names it
-(an unknown keyword is a ``TypeError`` naming it)."""
+"""The asynchronous worker's ``pods_*`` settings, checked before a child is spawned, one error line naming each."""
 
 from __future__ import annotations
 
@@ -25,17 +23,8 @@ ASYNC_NAMES = spelled("trl_async", "selection")
 
 def pods_settings(m: int, rule: str = "max_variance", tiebreak: str = "index", n: int | None = None,
                   rule_module: str | None = None) -> SelectionSettings:
-    """Check the worker's PODS settings (one ``ValueError`` line each) and return them.
-
-    Args:
-        m: rollouts kept per prompt (``pods_m``), 2 <= m <= n.
-        rule: a down-sampling rule's name (``pods_rule``).
-        tiebreak: ``index``, ``shorter`` or ``longer`` (``pods_tiebreak``).
-        n: rollouts sampled per prompt (``num_generations``), when known.
-        rule_module: a module to import first, where the rule is registered (``pods_rule_module``): the loop runs in
-            a spawned child, which has the rules registered at import time of the modules it imports, not those
-            registered later in the launching script.
-    """
+    """The checked ``pods_m``, ``pods_rule``, ``pods_tiebreak`` (n: when known). ``rule_module`` is imported
+    first: the spawned child knows only the rules its imports register."""
     if rule_module:
         try:
             importlib.import_module(rule_module)
@@ -48,8 +37,7 @@ def pods_settings(m: int, rule: str = "max_variance", tiebreak: str = "index", n
 
 
 def check_advantage_baseline(baseline: str) -> str:
-    """``pods_advantage_baseline``: ``kept`` (TRL's advantages on the kept group: GRPO at m) or ``sampled`` (against
-    every scored conversation of the group: ``async_scoring.sampled_advantages``); one ``ValueError`` line else."""
+    """The checked ``pods_advantage_baseline``: ``kept`` or ``sampled``."""
     if baseline not in ADVANTAGE_BASELINES:
         raise ValueError(f"pods_advantage_baseline must be one of {list(ADVANTAGE_BASELINES)}, got {baseline!r}.")
     return baseline
@@ -58,10 +46,8 @@ def check_advantage_baseline(baseline: str) -> str:
 def adaptive_settings(pilot: int | None, n: int, m: int, rule: str = "until_mixed", round_size: int | None = None,
                       budget: float | None = None, reward: str | None = None, *, reward_names=None,
                       environment_factory=None) -> AdaptiveSettings | None:
-    """The worker's adaptive settings (``pods_pilot`` ...; one ``ValueError`` line each), None without a pilot.
-    ``budget`` (``pods_adaptive_budget``, the ``budgeted`` rule) counts rollouts per prompt: each group is planned
-    on its own. Environments are refused: TRL's generate loop draws and resets one per rollout, which a top-up
-    would have to repeat outside it."""
+    """The checked adaptive settings, None without a pilot; environments are refused (a top-up would have to draw
+    and reset one outside TRL's generate loop)."""
     if pilot is None:
         return None
     if environment_factory is not None:
@@ -77,10 +63,7 @@ def check_worker_settings(pods_m: int, n: int, reward_funcs, environment_factory
                           pods_round_size: int | None = None, pods_adaptive_rule: str = "until_mixed",
                           pods_adaptive_reward: str | None = None, pods_adaptive_budget: float | None = None,
                           pods_advantage_baseline: str = "kept", **planners: Any):
-    """Check every ``pods_*`` setting of the worker (one ``ValueError`` line each; an unknown keyword is a
-    ``TypeError`` naming it), before a child process is spawned, and return the rollout budget they make (a
-    ``pods_rl.budget.RolloutBudget``; None without planners). ``planners``: the rollout-budget keywords
-    (``pods_rl.engines.trl_async.budget.BUDGET_KEYS``)."""
+    """Check every ``pods_*`` setting of the worker; return their ``RolloutBudget`` (None without planners)."""
     pods_settings(pods_m, pods_rule, pods_tiebreak, n=n, rule_module=pods_rule_module)
     check_advantage_baseline(pods_advantage_baseline)
     reward_names = [get_callable_name(f) for f in reward_funcs]

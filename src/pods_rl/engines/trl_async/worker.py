@@ -1,98 +1,16 @@
 """PODS in TRL's asynchronous GRPO trainer: the rollout worker samples n per prompt, only the kept m reach the queue.
 
-``trl.experimental.async_grpo.AsyncGRPOTrainer`` (TRL 1.12 to 1.16) trains from a queue of scored
-``RolloutSample`` rows that its rollout worker fills from a spawned child process. This module gives that worker a
-loop whose scoring step selects::
-
     worker = pods_rollout_worker(model, reward_funcs, args, train_dataset, pods_m=4)  # args.num_generations = n
     trainer = AsyncGRPOTrainer(model, reward_funcs, args, train_dataset, rollout_worker=worker)
 
-Per group of n conversations of one prompt, ``PODSRolloutLoop._score_group``:
+Per group of n, TRL's ``_score_group`` scores all n (reward functions run once, recorded), ``select`` keeps m, and
+TRL's ``_score_group`` scores the kept m as a group of their own (rewards replayed): the rows GRPO at m would have
+made, plus ``pods/*`` metrics. Adaptive rollouts and the planners top groups up in the worker's event loop; the
+trainer never waits on a round. Design, short groups, metrics: docs/guides/async.md.
 
-1. lets TRL's own ``_score_group`` score the whole group, recording what each reward function returns (they run
-   once, on all n; ``pods_rl.engines.trl_async.scoring``);
-2. reads each conversation's rewards back from its row's metrics (``rewards/<name>``, ``reward``), mapping rows to
-   conversations by the lengths of ``group.completions_sequences`` (a conversation that produced no row is scored
-   through a placeholder row);
-3. keeps m with ``pods_rl.selection.select`` (every registered rule, the ``shorter``/``longer`` tiebreaks on
-   ``len(group.completions_ids[i])``; feature rules get what the synchronous trainer gives them:
-   ``pods_rl.rollouts.rollout_features``);
-4. returns what TRL's own ``_score_group`` makes of the kept m as a group of their own, their recorded rewards
-   replayed (no reward function runs again): TRL's rows (all rows of a forked conversation, none of a conversation
-   without rows), advantages, ``reward_std`` and tool metrics on the kept group, the group GRPO at m would have
-   scored (tests/test_async_contract.py checks it field for field, on TRL 1.12 and 1.16), with the ``pods/*``
-   selection metrics added to each row's metrics.
-
-**Groups with fewer than n rollouts** (a server that returned fewer; TRL's open #7176 scores the survivors of
-failed generations): c > m keeps the rule's m of the c that came; c <= m keeps all c, as GRPO at m trains a short
-group (the rows are then TRL's own for the group, plus the ``pods/*`` metrics); an empty group scores nothing.
-With a pilot, a pilot that came back short is topped up from what came, and ``pods/frac_zero_std_pilot`` reads it.
-
-**Adaptive rollouts** (``pods_pilot=k``): TRL's generate loop samples k per prompt (the loop sets its
-``num_generations`` to k; n stays the cap). When the pilot's rewards (``pods_adaptive_reward``'s, or the total)
-are all equal, ``_score_group`` returns nothing for the group yet and starts a *top-up* task in the worker's event
-loop: another round of rollouts (``pods_round_size``, default k) of the same prompt, sampled from the server while
-the score loop goes on with other groups; the topped-up group comes back to the score queue, only its new
-conversations are scored (each rollout is scored once), and the adaptive rule (``pods_rl.adaptive.plan_round``,
-one group at a time) either closes it or starts another round, up to n. Then selection keeps m of however many it
-has. The trainer never waits on a round: it trains on whichever groups are finished. A topped-up group keeps its
-pilot's ``model_version`` (the oldest of its rollouts), so staleness is counted from the pilot; every row carries
-the old log-probs of the policy that sampled it. Top-ups draw on a pool of ``max_inflight_tasks`` generation
-slots of their own, beside the generate loop's. Environments (``environment_factory``) are refused with a pilot:
-TRL's generate loop draws and resets an environment per rollout, which a top-up would have to repeat outside it.
-Rows add ``pods/rollouts_sampled``, ``pods/rounds`` and ``pods/frac_zero_std_pilot`` to the ``pods/*`` metrics.
-
-**Reinforce-Ada's baseline** (``pods_advantage_baseline="sampled"``): each kept row's advantage is taken against
-every scored conversation of its group, all rounds included, by TRL's worker formula (population std + 1e-8; the
-worker has no unscaled variant); everything else stays TRL's scoring of the kept group. With
-``pods_adaptive_rule="reinforce_ada"`` and ``pods_rule="reinforce_ada"`` this is the whole method. It leaves the
-drop-in's contract on purpose: the default ``kept`` is GRPO at m.
-
-With m >= n (and no pilot) it returns exactly what TRL returns. The trainer logs a row's metrics when it trains the row
-(``DataCollatorForRollout._log_metrics``: the mean over a micro-batch's rows, then over the logging window), so the
-``pods/*`` values are per-group values averaged over the trained rows: ``pods/groups_zero_std`` reads as the
-fraction of groups whose kept rewards were all equal, ``pods/prompts_sampled`` as 1; ``reward`` and
-``rewards/<name>`` are the kept rows' (``pods/reward_all_mean`` is the mean over all n).
-
-What the trainer does with num_generations (checked against TRL 1.16's ``AsyncGRPOTrainer``): nothing that assumes
-n rows per group. A step is a fixed count of rows (``per_device_train_batch_size * gradient_accumulation_steps *
-processes``, or a token budget), so at m < n a step holds n/m times as many prompts; batchers group rows by
-``group_id`` and split a group across ranks when needed (any size); the epoch stop counts distinct ``group_id``s
-trained; ``args.num_generations`` enters only ``max_steps``'s safety ceiling when it is unset (``samples_per_epoch``,
-larger than needed at m < n, harmless) and the default worker, which this one replaces. What it does with the
-worker: it starts and stops it, reads ``rollout_buffer`` and ``metrics_queue``, and, because ``PODSRolloutWorker``
-is an ``AsyncRolloutWorker``, saves and restores the prompt position for resume through ``_loop_kwargs``
-(``dataset_start_index``), unchanged by selection (group ids are prompt positions). The one number tied to rows is
-``max_inflight_tasks``: left at -1, TRL sets it to ``max_staleness * samples_per_step`` rollouts in flight; a group
-now yields m rows for n rollouts, so ``pods_worker_kwargs`` scales it by n/m (rounded up) to keep the same
-staleness horizon in rows.
-
-**Rollout-budget planners** (``pods_prompt_planner="greso"`` or ``"pilot_commit"``,
-``pods_rollout_planner="knapsack"``): where the worker draws its prompts, ``pods_rl.engines.trl_async.budget``
-skips the prompts its ledger saw all-equal (or evicted) and gives each prompt m..n rollouts (m from the generate
-loop, the rest as a top-up); Pilot-Commit pilots each prompt, commits the pilots that pass (a top-up of n_commit)
-and trains nothing of the others; every scored group is recorded.
-
-TRL internals this module touches (pinned by tests/test_async_pods.py and tests/test_async_budget.py):
-
-* ``async_rollout_worker._AsyncRolloutLoop``: subclassed; its keyword-only ``__init__`` (ours are popped first),
-  ``async _score_group(self, group) -> list[RolloutSample]`` (called through ``super()``), ``reward_func_names``,
-  and, for rules that take features, ``tokenizer`` and ``eos_token_ids`` (TRL >= 1.15).
-* ``_score_group``'s use of ``self.reward_funcs`` (replaced for one call by recording, then replaying, functions:
-  TRL calls each with keyword arguments and awaits it) and ``self.reward_func_names``.
-* ``RolloutGroup``: reads ``completions_sequences``, ``completions_ids``, ``completions``, ``tool_call_counts``;
-  split by conversation (every list field, every ``reward_kwargs`` column) and copied with
-  ``dataclasses.replace``. ``TrainingSequence``: built for the placeholder row.
-* ``RolloutSample``: reads ``metrics["reward"]``, ``metrics["rewards/<name>"]``; writes ``metrics["pods/..."]``.
-* With a pilot: ``num_generations`` (the generate loop's group size), ``_generate_one(prompt, tool_dict=, tools=,
-  group_id=)``, ``_groups_to_score`` (the score queue), ``_standalone_tools``, ``tools``, ``max_inflight_tasks``,
-  ``_total_completion_tokens``, ``_score_loop(stop_event)`` (wrapped to cancel top-ups when it ends).
-* With a planner: ``_repeat_iterator()`` (overridden: ``(group_id, row)`` pairs, ``num_generations`` per group),
-  ``dataset``, ``_dataset_iter``, ``model_version``, ``_push_metrics``; the trainer's ``_TrainBeginCallback``
-  (starts the worker) and ``_save_checkpoint``'s ``checkpoint-N`` and ``rollout_state.json`` resume point.
-* ``AsyncRolloutWorker``: subclassed; the class attribute ``_loop_cls`` and ``**loop_kwargs`` forwarded to the loop.
-* ``AsyncGRPOConfig``'s fields that ``AsyncGRPOTrainer.__init__`` passes to its default worker, read by
-  ``pods_worker_kwargs`` the same way.
+TRL internals touched, pinned by tests/test_async_pods.py and tests/test_async_budget.py: ``_AsyncRolloutLoop``'s
+``__init__``, ``_score_group``, ``_score_loop``, ``_generate_one``, ``_repeat_iterator`` and attributes;
+``RolloutGroup``'s fields; ``TrainingSequence``; ``RolloutSample.metrics``; ``AsyncRolloutWorker._loop_cls``.
 """
 
 from __future__ import annotations
@@ -153,15 +71,7 @@ _PLACEHOLDER_ID = "pods-rl-placeholder"  # rollout_id of the row that scores a c
 class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
     """TRL's asynchronous rollout loop, sampling n = ``num_generations`` per prompt and queueing the kept m.
 
-    Takes ``_AsyncRolloutLoop``'s keyword arguments plus ``pods_m``, ``pods_rule`` (default ``max_variance``),
-    ``pods_tiebreak`` (default ``index``), ``pods_seed`` (for the ``random`` rule and the planners' draws),
-    ``pods_rule_module``, ``pods_advantage_baseline`` (default ``kept``); for adaptive rollouts, ``pods_pilot``,
-    ``pods_round_size``, ``pods_adaptive_rule``, ``pods_adaptive_reward`` and ``pods_adaptive_budget``; for the
-    rollout-budget planners
-    (``pods_rl.engines.trl_async.budget``), ``pods_prompt_planner``, ``pods_rollout_planner``, their ``*_args``,
-    ``pods_ledger_success_threshold``, ``pods_groups_per_step``, ``pods_ledger_path`` and ``pods_ledger_resume``
-    (``pods_worker_kwargs`` says what each means).
-    """
+    Takes ``_AsyncRolloutLoop``'s keyword arguments plus the ``pods_*`` ones ``pods_worker_kwargs`` documents."""
 
     def __init__(self, *, pods_m: int, pods_rule: str = "max_variance", pods_tiebreak: str = "index",
                  pods_seed: int | None = None, pods_rule_module: str | None = None, pods_pilot: int | None = None,
@@ -197,16 +107,14 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
 
     def init_pods(self, m: int, rule: str = "max_variance", tiebreak: str = "index", seed: int | None = None,
                   rule_module: str | None = None, n: int | None = None, advantage_baseline: str = "kept") -> None:
-        """Set the PODS settings (checked: ``pods_settings``, ``check_advantage_baseline``) and the random rule's
-        generator."""
+        """Set the checked PODS settings and the random rule's generator."""
         self.pods = pods_settings(m, rule, tiebreak, n=n, rule_module=rule_module)
         self.advantage_baseline = check_advantage_baseline(advantage_baseline)
         self.pods_generator = None if seed is None else torch.Generator().manual_seed(int(seed))
 
     def init_top_ups(self, n: int, first: int) -> None:
-        """Rollouts in rounds (adaptive rollouts, Knapsack-RL's counts): TRL's generate loop now emits a group after
-        its ``first`` round (``num_generations`` = the pilot, or m); ``pods_n`` is the cap. Top-up generations draw
-        on a pool of ``max_inflight_tasks`` slots of their own."""
+        """Rollouts in rounds: TRL's generate loop emits a group after ``first`` rollouts, ``pods_n`` is the cap;
+        top-ups get ``max_inflight_tasks`` generation slots of their own."""
         self.pods_n, self.num_generations = n, first
         self._scored: dict[int, list[ScoredConversation]] = {}  # group id -> its conversations scored so far
         self._rounds: dict[int, int] = {}  # group id -> rounds sampled so far
@@ -261,9 +169,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         return await self.kept_rows(group, scored, metrics)
 
     def judge_pilot(self, group_id: int, scored: list[ScoredConversation]) -> int:
-        """Pilot-Commit's verdict on a scored pilot (``WorkerBudget.judge_pilot``): the commit rollouts to sample
-        (``n_commit``), or 0 when it is not committed (then the pilot is recorded in the ledger now, and nothing of
-        the group trains)."""
+        """Pilot-Commit's verdict on a scored pilot: ``n_commit`` rollouts to sample, or 0 (nothing trains)."""
         rewards = self.deciding_rewards(scored)[0].tolist()
         committed, metrics = self.budget.judge_pilot(group_id, rewards, step=self.model_version)
         self._push_metrics(metrics)
@@ -274,9 +180,8 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         return self.budget.budget.which.settings.n_commit
 
     async def score_conversations(self, group: RolloutGroup, start: int = 0) -> list[ScoredConversation]:
-        """TRL's ``_score_group`` on conversations ``start:`` of the group, its reward functions recorded: each
-        conversation's metrics and reward-function outputs (a conversation without rows is scored through a
-        placeholder row). The rows TRL builds here are not kept: ``kept_rows`` scores the kept group again."""
+        """Each conversation ``start:``'s metrics and reward outputs, by TRL's ``_score_group`` (rows discarded; a
+        conversation without rows is scored through a placeholder row)."""
         group = conversations_at(group, range(start, len(group.completions)))
         sizes = [max(1, len(rows)) for rows in group.completions_sequences]  # rows per conversation, placeholder: 1
         placeholder = TrainingSequence([], [], [], _PLACEHOLDER_ID)
@@ -294,10 +199,8 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
 
     async def kept_rows(self, group: RolloutGroup, scored: list[ScoredConversation],
                         extra: dict | None = None) -> list[RolloutSample]:
-        """Select m of the group's conversations (``scored``: each one's scoring) and return what TRL's own
-        ``_score_group`` makes of the kept ones as a group of their own (their rewards replayed, no reward function
-        runs again: advantages, ``reward_std`` and tool metrics are TRL's on the kept group), with the ``pods/*``
-        metrics (and ``extra``) added to each row. A group of at most m conversations keeps them all."""
+        """TRL's rows for the kept m scored as a group of their own (rewards replayed), ``pods/*`` and ``extra``
+        added to each row's metrics; a group of at most m keeps all."""
         kept, metrics = self.select_conversations(group, [conversation.metrics for conversation in scored])
         metrics.update(extra or {})
         with reward_funcs_as(self, replaying(scored, kept, len(self.reward_funcs))):
@@ -313,14 +216,12 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
     # --- adaptive rollouts: top-ups in the background ------------------------------------------------------------
 
     def deciding_rewards(self, scored: list[ScoredConversation]) -> torch.Tensor:
-        """(1, len(scored)) the reward that decides whether a group is mixed, and what the planners' ledger counts:
-        ``pods_adaptive_reward``'s, else the total (NaN: not scored)."""
+        """(1, len(scored)) ``pods_adaptive_reward``'s rewards, else the total: what decides mixed and the ledger."""
         key = getattr(self, "deciding_key", "reward")
         return torch.tensor([[conversation.metrics[key] for conversation in scored]], dtype=torch.float64)
 
     def plan_top_up(self, scored: list[ScoredConversation], group_id: int | None = None) -> int:
-        """Rollouts this group gets next (0: closed), from its scored conversations: by the adaptive rule, or up to
-        the count Knapsack-RL planned for it."""
+        """Rollouts this group gets next (0: closed): the adaptive rule's, or up to Knapsack-RL's planned count."""
         count, n = len(scored), self.pods_n
         if self.adaptive is None:
             return max(self._planned.get(group_id, count) - count, 0)
@@ -332,9 +233,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         return int(more[0])
 
     async def top_up(self, group: RolloutGroup, more: int) -> None:
-        """Sample ``more`` conversations of the group's prompt (with the standalone tools), append them to the group
-        and queue it for scoring again. The group keeps its pilot's policy version: staleness counts from its
-        oldest rollout."""
+        """Sample ``more`` conversations of the prompt, append them and queue the group (its pilot's version) again."""
         tool_dict = {tool.__name__: tool for tool in self._standalone_tools}
 
         async def one():
@@ -374,12 +273,8 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
             self.save_budget(force=True)  # the planners' state as the worker leaves it
 
     def select_conversations(self, group: RolloutGroup, metrics: list[dict[str, float]]) -> tuple[list[int], dict]:
-        """Which m of the group's conversations to keep (ascending; all of them when it has at most m) and the
-        ``pods/*`` metrics, from each conversation's scored metrics (TRL's ``rewards/<name>`` per reward source,
-        ``reward`` their total).
-
-        Where two reward sources share a name (one metrics key), the rule ranks the total and a feature rule's
-        ``rewards_per_func`` is that one column."""
+        """The kept conversations' indices (ascending) and the ``pods/*`` metrics, ranked on each conversation's
+        ``rewards/<name>`` (the total ``reward`` where two sources share a name)."""
         names = list(self.reward_func_names)
         if names and len(set(names)) == len(names) and all(f"rewards/{name}" in metrics[0] for name in names):
             columns = [[row[f"rewards/{name}"] for name in names] for row in metrics]
@@ -392,11 +287,9 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         return [i for i in selection.kept[0].tolist() if i >= 0], selection.metrics  # (-1 pads a group below m)
 
     def rollout_features(self, group: RolloutGroup, rewards_per_func: torch.Tensor) -> dict[str, torch.Tensor]:
-        """What selection may look at besides the rewards, each (1, n), as the synchronous trainer gives it
-        (``pods_rl.rollouts.rollout_features``): ``lengths`` (tokens the model generated: TRL's ``completions_ids``
-        hold the model's turns only; the tiebreaks read it) and, for rules that take features, ``rewards_per_func``
-        (1, n, F), ``truncated`` (the completion does not end on an eos or pad token: TRL's
-        ``completions/clipped_ratio``), ``tool_calls`` and ``turns`` (the model's turns: its messages)."""
+        """Selection's features, each (1, n), as ``pods_rl.rollouts.rollout_features`` gives the synchronous trainer:
+        ``lengths`` always; for feature rules also ``rewards_per_func`` (1, n, F), ``truncated``, ``tool_calls``,
+        ``turns``."""
         if not rule_takes_features(self.pods.rule):
             return rollout_features(group.completions_ids, 1)
         eos = getattr(self, "eos_token_ids", None) or [self.tokenizer.eos_token_id]  # TRL < 1.15: the tokenizer's
@@ -406,13 +299,9 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
 
 
 class PODSRolloutWorker(AsyncRolloutWorker):
-    """``AsyncRolloutWorker`` whose child runs ``PODSRolloutLoop``: pass it as ``rollout_worker=`` to
-    ``AsyncGRPOTrainer``. Build it with ``pods_rollout_worker`` (the trainer's own default worker, with PODS).
+    """``AsyncRolloutWorker`` whose child runs ``PODSRolloutLoop`` (build it with ``pods_rollout_worker``).
 
-    Keyword arguments: ``AsyncRolloutWorker``'s (forwarded to the loop in the child) and the loop's ``pods_*``
-    ones, checked here, in the launching process, before the child is spawned. TRL's ``AsyncRolloutWorker`` needs
-    vLLM and aiohttp installed to be constructed.
-    """
+    The ``pods_*`` keywords are checked here, before the child is spawned; TRL's worker needs vLLM and aiohttp."""
 
     _loop_cls = PODSRolloutLoop
 
@@ -423,45 +312,30 @@ class PODSRolloutWorker(AsyncRolloutWorker):
         super().__init__(pods_m=pods_m, **kwargs)
 
 
+# Long because it mirrors AsyncGRPOTrainer.__init__'s worker construction, one setting after another.
 def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, processing_class=None, *, pods_m: int,
                        tools=None, environment_factory=None, lora_name: str | None = None,
                        num_processes: int | None = None, **pods: Any) -> dict[str, Any]:
-    """The keyword arguments of ``PODSRolloutWorker``: those ``AsyncGRPOTrainer.__init__`` gives its default
-    ``AsyncRolloutWorker`` (from the same ``args``), n = ``args.num_generations`` rollouts per prompt, the PODS
-    settings, and ``max_inflight_tasks`` scaled by (rollouts a group starts with)/m when ``args`` leaves it to the
-    trainer (-1); only the arguments the installed TRL's loop takes (TRL 1.12/1.13 have no ``lora_name``, before
-    1.15 no ``eos_token_ids``).
+    """``PODSRolloutWorker``'s keyword arguments: what ``AsyncGRPOTrainer.__init__`` gives its default worker from
+    ``args`` (n = ``args.num_generations``; ``max_inflight_tasks`` at -1 scaled by rollouts-a-group-starts-with/m),
+    plus the PODS settings, filtered to what the installed TRL's loop takes.
 
     Args:
-        model: the model's name or path, as given to ``AsyncGRPOTrainer`` (the name the vLLM server serves).
-        reward_funcs: a reward function or a list of them (picklable: module-level functions).
-        args: the ``AsyncGRPOConfig`` the trainer gets.
-        train_dataset: the prompts; None only with an ``environment_factory`` (then placeholder prompts, as TRL).
+        model, reward_funcs, args, train_dataset, tools, environment_factory: as given to ``AsyncGRPOTrainer``
+            (reward functions picklable; no dataset only with an environment factory).
         processing_class: the tokenizer; default ``AutoTokenizer.from_pretrained(model)``.
         pods_m: rollouts kept per prompt, 2 <= m <= n.
-        tools: as given to ``AsyncGRPOTrainer``.
-        environment_factory: as given to ``AsyncGRPOTrainer``.
-        lora_name: the adapter name vLLM serves when the trainer syncs a PEFT adapter (TRL's is ``"trl-policy"``);
-            None for full weights.
+        lora_name: the adapter vLLM serves when the trainer syncs a PEFT adapter (TRL >= 1.14); None: full weights.
         num_processes: training processes (default ``args.world_size``), for ``max_inflight_tasks``.
-        **pods: the other settings, all keyword-only:
-            ``pods_rule`` (default ``max_variance``), the down-sampling rule's name;
-            ``pods_tiebreak`` (``index``, ``shorter`` or ``longer``: completion tokens);
-            ``pods_seed``, seeds the ``random`` rule's generator in the child (None: unseeded);
-            ``pods_rule_module``, a module the child imports first, where a rule of yours is registered;
-            ``pods_advantage_baseline``: ``kept`` (default: TRL's advantages on the kept group, GRPO at m) or
-            ``sampled`` (each kept conversation against every scored one of its group, Reinforce-Ada's baseline,
-            with TRL's asynchronous formula: always divided by the std);
-            adaptive rollouts: ``pods_pilot`` (k rollouts per prompt first; None: all n at once),
-            ``pods_round_size`` (rollouts per later round, default k), ``pods_adaptive_rule`` (``until_mixed``,
-            ``budgeted`` or a registered one), ``pods_adaptive_reward`` (the reward function whose all-equal values
-            keep a prompt open, default the total; also what the planners' ledger counts successes by),
-            ``pods_adaptive_budget`` (``budgeted`` and Knapsack-RL: rollouts per prompt on average);
-            rollout-budget planners (``pods_rl.engines.trl_async.budget``): ``pods_prompt_planner`` (``greso``: skip
-            prompts the ledger saw all-equal), ``pods_rollout_planner`` (``knapsack``: m..n rollouts per prompt),
-            ``pods_prompt_planner_args`` / ``pods_rollout_planner_args`` (dicts of the paper's knobs),
-            ``pods_ledger_success_threshold`` (0.5), ``pods_groups_per_step`` (default: the rows of a training
-            step / m) and ``pods_ledger_path`` (default ``args.output_dir/pods_ledger.pt``).
+        **pods: ``pods_rule`` (``max_variance``), ``pods_tiebreak`` (``index``/``shorter``/``longer``),
+            ``pods_seed``, ``pods_rule_module`` (imported first in the child), ``pods_advantage_baseline`` (``kept``:
+            GRPO at m; ``sampled``: against every scored rollout, Reinforce-Ada's); adaptive rollouts:
+            ``pods_pilot`` (k first), ``pods_round_size`` (default k), ``pods_adaptive_rule``,
+            ``pods_adaptive_reward`` (decides mixed, default the total; the ledger counts by it),
+            ``pods_adaptive_budget`` (mean rollouts per prompt); planners: ``pods_prompt_planner`` (``greso``,
+            ``pilot_commit``), ``pods_rollout_planner`` (``knapsack``), their ``*_args`` dicts,
+            ``pods_ledger_success_threshold`` (0.5), ``pods_groups_per_step`` (default rows per step / m),
+            ``pods_ledger_path`` (default ``args.output_dir/pods_ledger.pt``), ``pods_ledger_resume``.
     """
     from transformers import AutoTokenizer
 
@@ -506,8 +380,7 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
 
 
 def _rollouts_a_group_starts(n: int, m: int, budget, **pods: Any) -> int:
-    """Rollouts TRL's generate loop samples per group before the worker's top-ups: n; the pilot k with adaptive
-    rollouts; m with Knapsack-RL; ``n_explore`` with Pilot-Commit (``budget``: the worker's ``RolloutBudget``)."""
+    """Rollouts TRL's generate loop samples per group before top-ups: n, the pilot k, m (Knapsack), or n_explore."""
     if budget is not None and budget.commits:
         return budget.which.settings.n_explore
     return pods.get("pods_pilot") or (m if pods.get("pods_rollout_planner") else n)
@@ -515,15 +388,13 @@ def _rollouts_a_group_starts(n: int, m: int, budget, **pods: Any) -> int:
 
 def pods_rollout_worker(model: str, reward_funcs, args, train_dataset=None, processing_class=None, *, pods_m: int,
                         **kwargs: Any) -> PODSRolloutWorker:
-    """A ``PODSRolloutWorker`` built as ``AsyncGRPOTrainer`` builds its default worker, sampling
-    n = ``args.num_generations`` per prompt and keeping ``pods_m``; the arguments are ``pods_worker_kwargs``'s."""
+    """A ``PODSRolloutWorker`` built as ``AsyncGRPOTrainer`` builds its default; arguments as ``pods_worker_kwargs``."""
     return PODSRolloutWorker(**pods_worker_kwargs(model, reward_funcs, args, train_dataset, processing_class,
                                                   pods_m=pods_m, **kwargs))
 
 
 def _eos_token_ids(model: str, processing_class, revision: str | None, trust_remote_code: bool) -> list[int]:
-    """Every eos id of the model's generation config, the tokenizer's first if missing: what ``AsyncGRPOTrainer``
-    gives its worker, read from the files instead of a loaded model."""
+    """The generation config's eos ids (the tokenizer's first if missing), as ``AsyncGRPOTrainer`` gives its worker."""
     from transformers import AutoConfig, GenerationConfig
 
     try:

@@ -1,8 +1,2 @@
-"""PODS in verl.
-
-    replay_buffer.py   PODS as verl 0.9.x's replay buffer (``pkg://pods_rl.engines.verl.replay_buffer``); imports
-                       verl, not TRL.
-    batch_settings.py  verl's batch settings in kept terms, for ``pods verl-args``; imports neither.
-
-Importing this package imports nothing (``pods verl-args`` runs without verl).
-"""
+"""PODS in verl: the replay buffer (replay_buffer.py, imports verl) and batch settings in kept terms
+(batch_settings.py, for ``pods verl-args``, imports neither). Importing this package imports nothing."""

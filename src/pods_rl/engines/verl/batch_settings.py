@@ -1,21 +1,10 @@
 """verl's batch settings in kept terms, for ``pods verl-args`` (pure arithmetic; needs no verl).
 
-verl counts its batches in *generated* rollouts: an actor mini-batch is ``ppo_mini_batch_size x rollout.n`` rows,
-and before the update ``PPOTrainer._balance_batch`` pads the batch with no-op rows up to a multiple of
-``lcm(dp, actor mini-batch rows, critic mini-batch rows)``. Under PODS only m of every n rollouts reach the update,
-so settings chosen the usual way train on padding (measured: 4 kept rows became 12, 8 of them padding). This
-module turns the quantities a PODS user thinks in into verl's overrides:
+verl counts batches in *generated* rollouts (an actor mini-batch is ``ppo_mini_batch_size x rollout.n`` rows) and
+pads each update to a multiple of ``lcm(dp, actor rows, critic rows)``; under PODS only m of n rollouts reach the
+update, so settings chosen the usual way train on padding. ``verl_batch_settings`` turns prompts B, n, m, dp and
+kept rows per mini-batch R into verl's overrides, and refuses combinations that would pad::
 
-    prompts B (kept groups per update), n, m, dp, R (kept rows per actor mini-batch)
-      -> data.train_batch_size = ceil(B x oversample)                       (prompts sampled per step)
-         actor_rollout_ref.rollout.n = n
-         actor_rollout_ref.actor.ppo_mini_batch_size = R / n                (verl multiplies it by n)
-         the custom_sampler keys that load pods_rl.engines.verl.replay_buffer.PODSReplayBuffer, and its sampler_kwargs
-
-and refuses, with one line, the combinations that would pad: B x m kept rows per update must be a whole number
-of mini-batches, R a multiple of n (verl's mini-batch unit) and of dp (every rank gets whole rows).
-
-    pods verl-args --prompts 32 --n 64 --m 16 --dp 8 --mini-batch 512
     python3 -m verl.trainer.main_ppo ... $(pods verl-args --prompts 32 --n 64 --m 16 --dp 8 --mini-batch 512)
 """
 
@@ -26,8 +15,8 @@ from dataclasses import dataclass
 
 from pods_rl.selection import SelectionSettings
 
-# The verl versions whose v1 ReplayBuffer internals pods_rl.engines.verl.replay_buffer was tested against (it refuses any other
-# at import; pyproject.toml's `verl` extra must lie inside, tests/test_extras.py): `_materialize_batch(partition_id,
+# The verl versions whose v1 ReplayBuffer internals the replay buffer was tested against (it refuses any other at
+# import; pyproject.toml's `verl` extra must lie inside, tests/test_extras.py): `_materialize_batch(partition_id,
 # uids, snapshot)`, the six constructor arguments, the `{uid}_{session}_{index}` keys and `rm_scores` in
 # TransferQueue. Here, in a module that needs no verl, so that the main suite can read it.
 VERL_RANGE = ">=0.9.1,<0.10"
@@ -42,8 +31,7 @@ SEPARATE_ASYNC = ("verl's separate_async trainer requires data.train_batch_size 
 
 
 def padding_rows(kept_rows: int, dp: int, actor_rows: int, critic_rows: int | None = None) -> int:
-    """Rows ``PPOTrainer._balance_batch`` would add to ``kept_rows``: up to a multiple of lcm(dp, actor mini-batch
-    rows[, critic mini-batch rows]) (verl 0.9.x ``_get_required_batch_multiple``)."""
+    """Rows verl's ``_balance_batch`` would add to ``kept_rows``: up to a multiple of lcm(dp, actor[, critic] rows)."""
     multiple = math.lcm(dp, actor_rows, *([critic_rows] if critic_rows else []))
     return -kept_rows % multiple
 
@@ -77,25 +65,10 @@ def _positive_int(name: str, value) -> int:
 def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, *, critic_mini_batch: int | None = None,
                         oversample_prompts: float = 1.0, rule: str = "max_variance", tiebreak: str = "index",
                         trainer_mode: str = "sync") -> VerlBatch:
-    """verl overrides that train PODS without padding rows.
+    """verl overrides that train PODS without padding rows; ValueError (one line) for a combination verl would pad.
 
-    Args:
-        prompts: B, prompt groups whose kept rollouts reach each update (one ``sample()`` of the replay buffer).
-        n: rollouts generated per prompt (verl's ``rollout.n``).
-        m: rollouts kept per prompt (2 <= m <= n).
-        dp: the actor's data-parallel size (GPUs / (tensor x pipeline x context x sequence parallel)).
-        mini_batch: kept rows per actor mini-batch (one optimizer step); a multiple of n and of dp.
-        critic_mini_batch: kept rows per critic mini-batch (PPO with GAE); None: no critic.
-        oversample_prompts: sample this many times more prompts and keep the B groups whose kept rewards vary
-            most (>= 1; the ``oversample_prompts`` of ``PODSConfig``).
-        rule: the down-sampling rule.
-        tiebreak: the tie-break among equal rewards (``index``, ``shorter``, ``longer``).
-        trainer_mode: verl's ``trainer.v1.trainer_mode``: ``sync`` or ``colocate_async`` (``separate_async``
-            cannot avoid padding under PODS: refused).
-
-    Raises:
-        ValueError: (one line) a combination that verl would pad, or that cannot be expressed in its units.
-    """
+    ``prompts``: B groups per update; ``mini_batch`` / ``critic_mini_batch``: kept rows per actor / critic
+    mini-batch (multiples of n and dp; no critic: None); ``trainer_mode``: ``sync`` or ``colocate_async``."""
     for name, value in (("prompts", prompts), ("n", n), ("m", m), ("dp", dp), ("mini_batch", mini_batch)):
         _positive_int(name, value)
     if critic_mini_batch is not None:

@@ -1,52 +1,17 @@
 """PODS on verl: a replay buffer that keeps m of each prompt's n rollouts before verl computes anything else.
 
-verl's v1 trainer (0.9.x) generates rollouts into TransferQueue and trains on what its replay buffer's
-``sample()`` returns. One training update (``PPOTrainer._step_once``)::
-
-    sample()           this class: whole prompt groups, with rewards (rule rewards or a reward-model pool)
-                         -> pods_rl.downsample per group (n -> m), optionally keep the B most informative groups
-                         -> dropped rollouts cleared from TransferQueue
-    _balance_batch     pads to verl's batch multiple (none with `pods verl-args` settings)
-    old / ref log-probs, critic values, _compute_advantage, critic and actor updates: on the kept rows only
-
-so nothing after selection is computed for the n - m dropped rollouts, and GRPO/RLOO advantages are computed by
-verl over each uid's kept rows (PODS's "advantages on the kept subset"); GAE (PPO with a critic) sees the kept
-rows as its batch. Load it from verl's config (``pods verl-args`` prints these lines with the batch settings)::
+verl's v1 trainer (0.9.x) trains on what its replay buffer's ``sample()`` returns. This buffer's ``sample()`` keeps m
+rollouts per prompt group by reward (``pods_rl.selection.select``; optionally the B most informative groups) and
+clears the dropped ones from TransferQueue, so log-probs, values and advantages are computed on the kept rows only.
+The unit of selection is a session ``{uid}_{session}`` (an agent loop's outputs kept or dropped together, scored by
+the last); a group with fewer than m sessions keeps all. Load it with ``pods verl-args``'s overrides, e.g.::
 
     trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.engines.verl.replay_buffer
-    trainer.v1.sampler.custom_sampler.name=PODSReplayBuffer       # trainer_mode sync or colocate_async
+    trainer.v1.sampler.custom_sampler.name=PODSReplayBuffer
     +trainer.v1.sampler.sampler_kwargs.m=16
-    +trainer.v1.sampler.sampler_kwargs.rule=max_variance          # or max_reward, random, a registered rule
-    +trainer.v1.sampler.sampler_kwargs.tiebreak=index             # or shorter / longer (response tokens)
-    +trainer.v1.sampler.sampler_kwargs.oversample_prompts=1.5     # optional: keep 1/1.5 of the sampled groups
-    +trainer.v1.sampler.sampler_kwargs.rule_module=pkg://my.rules # optional: imports it (register_rule there)
-    +trainer.v1.sampler.sampler_kwargs.seed=0                     # optional: for the random rule
 
-The unit of selection is a session ``{uid}_{session}`` (one of the n rollouts; a multi-output agent loop writes
-``{uid}_{session}_{index}`` for each output): its reward is that of its last output (verl's GRPO does the same),
-its length the response tokens of all its outputs, and a kept session keeps all its outputs. A group with fewer
-than m sessions (failed sessions make ragged groups) keeps all of them: min(m, size). The ``val`` partition is
-returned untouched. Rewards must be in TransferQueue when ``sample()`` runs, so a colocated reward model (which
-scores after sampling) is refused; so is ``algorithm.filter_groups``, which verl does not apply to custom samplers
-(``oversample_prompts`` is PODS's version of it). ``trainer.v1.sampler.sync_refill_failed_groups=True`` is honoured
-as verl's own buffer does: in sync mode a failed group that left no trajectory is replaced by a fresh prompt before
-selection (the async modes always replace failed groups). Registered rules that take ``features`` get ``lengths`` (B, n)
-response tokens and ``truncated`` (B, n), True where the last output reached ``rollout.response_length``.
-
-Every ``sample()`` of the training partition adds the ``pods/*`` metrics the TRL trainer logs: reward mean and
-std over all sampled and over the kept rollouts, the fraction of groups with all-equal rewards before and after,
-and the group-selection counts (see ``select_sessions``).
-
-**The prompt ledger** (``pods_rl.budget.ledger``, issue #54), with ``+trainer.v1.sampler.sampler_kwargs.ledger=true``: every
-sampled group of the training partition (all its sessions, before selection) is recorded by its session rewards
-(success: above ``ledger_success_threshold``, 0.5), keyed by the ``index`` verl stores with each rollout (the
-dataset row's ``extra_info.index``), with ``pods/ledger_*`` metrics. verl's checkpoint hook saves it
-(``trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback``: ``global_step_N/
-pods_ledger.pt``), and the first training sample after verl resumed loads it from the folder verl resumed from.
-The planners that would read it cannot run here: verl's trainer draws prompts from its dataloader and dispatches
-them to generation itself, and its agent loop takes a prompt's rollout count from the dataset row, so the buffer,
-which sees a group only once it is generated, can neither skip a prompt (GRESO) nor size its group (Knapsack-RL);
-``sampler_kwargs.prompt_planner`` / ``rollout_planner`` are refused by name (docs/guides/verl.md).
+``sampler_kwargs.ledger=true`` records every sampled group in a prompt ledger (saved by ``PODSCheckpointCallback``);
+the planners cannot run here. Settings, refusals, metrics, resume: docs/guides/verl.md.
 """
 
 from __future__ import annotations
@@ -116,8 +81,8 @@ _COUNTS = ("verl's agent loop reads a prompt's rollout count from its dataset ro
            "different counts (Knapsack-RL); run it in PODSTrainer or the asynchronous TRL worker")
 _CANNOT_CARRY = {"prompt_planner": _SKIP, "prompt_planner_args": _SKIP, "rollout_planner": _COUNTS,
                  "rollout_planner_args": _COUNTS}
-_NO_INDEX = ("sampler_kwargs.ledger keys prompts by the dataset index verl stores with each rollout (the `index` field, "
-             "from the row's extra_info.index): ")
+_NO_INDEX = ("sampler_kwargs.ledger keys prompts by the dataset index verl stores with each rollout "
+             "(the `index` field, from the row's extra_info.index): ")
 _NO_REWARDS = ("no rewards (rm_scores) in TransferQueue when the PODS replay buffer samples: PODS selects by reward "
                "before anything else runs, so use rule-based rewards or a reward model in its own resource pool "
                "(reward.reward_model.enable_resource_pool=True)")
@@ -216,9 +181,9 @@ def check_trainer_config(config: DictConfig, settings: PODSSettings) -> None:
         raise ValueError(SEPARATE_ASYNC)
     reward_model = config.reward.reward_model
     if reward_model.enable and not reward_model.enable_resource_pool:
-        raise ValueError("PODS selects rollouts by reward inside the replay buffer, but a colocated reward model scores "
-                         "only after sampling: set reward.reward_model.enable_resource_pool=True (its own GPUs) or "
-                         "use a rule-based reward")
+        raise ValueError("PODS selects rollouts by reward inside the replay buffer, but a colocated reward model "
+                         "scores only after sampling: set reward.reward_model.enable_resource_pool=True (its own GPUs) "
+                         "or use a rule-based reward")
     filter_groups = config.algorithm.get("filter_groups", None)
     if filter_groups is not None and filter_groups.get("enable", False):
         raise ValueError("verl does not apply algorithm.filter_groups to custom samplers; drop it and use "
@@ -238,13 +203,8 @@ def check_trainer_config(config: DictConfig, settings: PODSSettings) -> None:
 
 
 def _refill_settings(config: DictConfig, trainer_mode: str) -> dict:
-    """The keywords that make verl's sampling honour ``trainer.v1.sampler.sync_refill_failed_groups``.
-
-    verl hands that setting (and the ``gen_batch_size=1`` it needs) only to its own buffer, not to a custom sampler;
-    without them a sync step whose every group failed ends in verl's error asking for the very setting the user
-    set. With them, verl's own ``sample()`` evicts each failed group that left no trajectory and asks the trainer
-    for as many fresh prompts (its trainer already fetches prompts one at a time when the setting is on). The async
-    trainer modes always replace failed groups: nothing to pass there."""
+    """The keywords that make verl's sampling honour ``trainer.v1.sampler.sync_refill_failed_groups`` in sync mode
+    (verl hands it, and the ``gen_batch_size=1`` it needs, only to its own buffer)."""
     if trainer_mode != "sync" or not bool(config.trainer.v1.sampler.get("sync_refill_failed_groups", False)):
         return {}
     return {"sync_refill_failed_groups": True, "gen_batch_size": 1}
@@ -253,11 +213,7 @@ def _refill_settings(config: DictConfig, trainer_mode: str) -> dict:
 class PODSReplayBuffer(ReplayBuffer):
     """verl's replay buffer, keeping m of each group's n rollouts (and optionally the most informative groups).
 
-    Constructed by ``PPOTrainer._build_replay_buffer`` with verl's six arguments. With ``trainer_mode`` other
-    than ``sync`` it builds a ``PODSReplayBufferAsync`` (verl's ``ReplayBufferAsync`` semantics), so one class
-    name serves every trainer mode. (``separate_async`` is refused: verl sizes its every update as one
-    mini-batch of n rows per prompt, which kept rows can never fill.)
-    """
+    Outside ``sync`` mode it builds a ``PODSReplayBufferAsync``, so one class name serves every trainer mode."""
 
     def __new__(cls, *args, **kwargs):
         trainer_mode = kwargs.get("trainer_mode", args[0] if args else "sync")
@@ -286,8 +242,7 @@ class PODSReplayBuffer(ReplayBuffer):
         self._ledger_resumed, self._global_steps = False, 0
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
-        """verl's ``sample`` (sync or async semantics), returning only the kept rollouts, plus the ``pods/*``
-        metrics. ``batch_size`` counts sampled prompt groups; with over-sampling fewer groups come back."""
+        """verl's ``sample``: the kept rollouts and ``pods/*`` metrics; ``batch_size`` counts sampled groups."""
         self._pods_metrics = {}
         if partition_id != "val":
             self._resume_ledger(global_steps)
@@ -297,16 +252,13 @@ class PODSReplayBuffer(ReplayBuffer):
         return batch, metrics
 
     def save_ledger(self, checkpoint_dir: str) -> str | None:
-        """Write the ledger into verl's ``checkpoint_dir`` (``global_step_N``) as ``pods_ledger.pt``; the path, or
-        None without a ledger. ``PODSCheckpointCallback`` calls it after each of verl's checkpoint saves."""
+        """Write the ledger into ``checkpoint_dir`` as ``pods_ledger.pt``; its path, or None without a ledger."""
         if self.ledger is None:
             return None
         return str(self.ledger.save(os.path.join(checkpoint_dir, LEDGER_FILE)))
 
     def _resume_ledger(self, global_steps: int) -> None:
-        """On the first training sample of a resumed run, load the ledger of the checkpoint verl resumed from (the
-        folder verl's ``_load_checkpoint`` picked: ``resume_from_path``, or ``global_step_{N}`` with N the step
-        before this one in ``auto`` mode)."""
+        """On a resumed run's first training sample, load the ledger of the checkpoint verl resumed from."""
         if self._ledger_resumed or self.ledger is None or self._config is None:
             return
         self._ledger_resumed = True
@@ -363,9 +315,8 @@ class PODSReplayBufferAsync(PODSReplayBuffer, ReplayBufferAsync):
 
 
 class PODSCheckpointCallback(CheckpointCallback):
-    """verl's checkpoint hook (``trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback``):
-    after each checkpoint save, the PODS replay buffer's prompt ledger goes into the same ``global_step_N`` folder.
-    With a callback of your own, subclass this one and call ``super().on_save(...)``."""
+    """verl's checkpoint hook (``trainer.checkpoint_callback_class``) that saves the buffer's ledger beside each
+    checkpoint. With a callback of your own, subclass this one and call ``super().on_save(...)``."""
 
     def on_save(self, trainer, global_step: int, checkpoint_dir: str, async_save: bool = False, **kwargs) -> None:
         """Write ``trainer.replay_buffer``'s ledger into ``checkpoint_dir`` (nothing without a PODS ledger)."""
@@ -407,9 +358,7 @@ def _final_keys(keys: list[str]) -> dict[str, str]:
 
 
 def _session_rewards(partition_id: str, keys: list[str], with_index: bool = False) -> tuple[torch.Tensor, list]:
-    """Each key's reward (B,) float64: the sum of its token-level ``rm_scores`` (the reward sits on the last
-    response token), read from TransferQueue; and, ``with_index``, each key's ``index`` (its prompt's dataset
-    index, which verl's agent loop stores with every rollout), else None."""
+    """Each key's reward (B,) float64, the sum of its ``rm_scores``; and, ``with_index``, its prompt's dataset index."""
     fields = ["rm_scores", "index"] if with_index else ["rm_scores"]
     try:
         data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=fields)
@@ -435,23 +384,11 @@ def _session_rewards(partition_id: str, keys: list[str], with_index: bool = Fals
 
 def select_sessions(keys: list[str], tags: list[dict], rewards: dict[str, float], settings: PODSSettings,
                     num_groups: int, generator: torch.Generator | None = None) -> tuple[list[bool], dict[str, float]]:
-    """Which rows of a sampled batch to keep, and the ``pods/*`` metrics: ``pods_rl.selection.select`` on the
-    batch's sessions, grouped by prompt.
+    """``select`` on the batch's sessions grouped by prompt: one keep bool per key and the ``pods/*`` metrics.
 
-    Args:
-        keys: the batch's ``{uid}_{session}_{index}`` keys.
-        tags: their TransferQueue tags (``response_len``), one per key.
-        rewards: ``{uid}_{session}`` -> the session's reward.
-        settings: m, rule, tiebreak, response_length.
-        num_groups: B, groups to keep: the groups whose kept rewards vary most (all-equal ones last, ties by order
-            of appearance); all of them when B >= the groups present.
-        generator: for the random rule.
-
-    Returns:
-        keep: one bool per row; metrics: ``select``'s (as the TRL trainer logs them) and ``pods/rollouts_{sampled,
-        kept}``, ``pods/groups_ragged`` (groups with fewer than n sessions, or than the largest group when n is
-        unknown).
-    """
+    ``keys``: ``{uid}_{session}_{index}``; ``tags``: their TransferQueue tags; ``rewards``: session -> reward;
+    ``num_groups``: B groups to keep (those whose kept rewards vary most). Metrics add ``pods/rollouts_sampled``,
+    ``pods/rollouts_kept`` and ``pods/groups_ragged`` (groups short of n sessions)."""
     sessions, table = _sessions_by_prompt(keys, tags, rewards, settings.response_length)
     sizes = torch.tensor([len(names) for names in sessions])  # (G,) sessions per prompt (a failed one is missing)
     features = {"lengths": table["lengths"], "truncated": table["truncated"]}  # (G, n_max) each

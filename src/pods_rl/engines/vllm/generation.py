@@ -18,12 +18,8 @@ __all__ = ["generate_vllm"]
 
 def generate_vllm(model_path, prompt_ids: list[list[int]], k: int, temperature: float, max_new_tokens: int,
                   seed: int, trust_remote_code: bool = False) -> tuple[list[list[str]], np.ndarray]:
-    """Sample ``k`` completions per prompt with vLLM (CUDA, or vLLM's CPU build). Same return values as
-    ``generate_hf``. A model's own code runs only with ``trust_remote_code`` (``--trust_remote_code``).
-
-    PEFT adapter dirs are merged into a temporary full model first. The engine is torn down afterwards so
-    the next checkpoint can load. On CPU the KV cache gets a fixed size (``vllm_cpu.EVAL_KV_CACHE_BYTES``).
-    """
+    """Sample ``k`` completions per prompt with vLLM; returns as ``generate_hf``. PEFT adapters are merged into a
+    temporary full model first; the engine is torn down afterwards so the next checkpoint can load."""
     import torch
     from vllm import LLM, SamplingParams  # an optional dependency: only this backend needs it
     from vllm.platforms import current_platform

@@ -1,37 +1,28 @@
-"""What pods-rl adds to a vLLM server that an asynchronous trainer updates: a weight reload that also reaches a tied
-LM head.
+"""A vLLM worker extension for servers an asynchronous trainer updates: a weight reload that also reaches a tied head.
 
 Start the server with ``--worker-extension-cls pods_rl.engines.vllm.server.ReloadWeightsExtension`` (and
-``VLLM_SERVER_DEV_MODE=1``); ``pods_rl.engines.trl_async.cpu.DirectoryWeightTransfer`` then calls
-``pods_reload_weights`` through ``POST /collective_rpc``. This module imports nothing heavy: vLLM imports it in every
-worker.
+``VLLM_SERVER_DEV_MODE=1``); ``DirectoryWeightTransfer`` calls ``pods_reload_weights`` through ``collective_rpc``.
+Imports nothing heavy: vLLM imports it in every worker.
 
-Why not vLLM's own ``reload_weights`` alone (vLLM 0.31, seen on its CPU build): it reloads layer by layer and re-runs
-each reloaded layer's ``process_weights_after_loading``. A model whose LM head is tied to its embedding
-(``tie_word_embeddings``, the tiny models here, small Qwen models) has no ``lm_head.weight`` in the checkpoint, so the
-head layer is never reloaded: its weight shares the embedding's storage and takes the new values, but on CPU the head
-computes from a copy packed at startup (``dispatch_cpu_unquantized_gemm(remove_weight=False)``), so the server keeps
-sampling with the *initial* head. (vLLM's reload module lists tied weights among its limitations.) Measured before the
-fix: after a reload the server's log-probs were exactly those of the new body with the old head.
+Why: vLLM's ``reload_weights`` (0.31) reloads only the layers in the checkpoint; a tied LM head has no
+``lm_head.weight`` there, and on CPU the head computes from a copy packed at startup, so the server kept sampling
+with the *initial* head (measured: new body, old head).
 """
 
 from __future__ import annotations
 
 
 class ReloadWeightsExtension:
-    """vLLM worker extension (``--worker-extension-cls``): its methods are added to every vLLM worker and can be
-    called by name through ``collective_rpc``."""
+    """vLLM worker extension: its methods join every worker, callable by name through ``collective_rpc``."""
 
     def pods_reload_weights(self, weights_path: str) -> list[str]:
-        """``reload_weights`` from the safetensors files in ``weights_path`` (checkpoint names and format), then
-        ``refresh_tied_head``. Returns the names of the heads refreshed."""
+        """``reload_weights`` from ``weights_path``'s safetensors, then ``refresh_tied_head``; the heads refreshed."""
         self.reload_weights(weights_path=weights_path, is_checkpoint_format=True)
         return refresh_tied_head(self.model_runner.get_model())
 
 
 def refresh_tied_head(model) -> list[str]:
-    """Re-tie a vLLM model's LM head to its input embedding and re-run the head's ``process_weights_after_loading``
-    (on CPU: repack the head from the current weight). Returns ``["lm_head"]``, or ``[]`` when the head is not tied."""
+    """Re-tie the LM head to the embedding and repack it; ``["lm_head"]``, or ``[]`` when not tied."""
     config = getattr(model, "config", None)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     head = getattr(model, "lm_head", None)
