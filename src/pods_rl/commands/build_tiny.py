@@ -36,7 +36,8 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     parser.add_argument(*spellings("--max-seconds"), type=float, default=None,
                         help="end the SFT after this many seconds even before --steps (a time limit)")
-    parser.add_argument(*spellings("--eval-problems"), type=int, default=200, help="held-out problems in build_info.json")
+    parser.add_argument(*spellings("--eval-problems"), type=int, default=200,
+                        help="held-out problems in build_info.json")
     one_line_parser_errors(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub

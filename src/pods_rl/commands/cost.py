@@ -2,57 +2,19 @@
 
     pods cost                                            # the embedded default: tiny model, m=8, n = 8, 16, 32
     pods cost --config gsm8k/pods --n 16,64 --steps 3    # a paper recipe (needs its GPU); any pods train flag
-    pods cost --config my.yaml --model_name_or_path ./m --per_device_train_batch_size 8 --out cost.json
     pods cost --n 16 --oversample_prompts 2              # what sampling 2x the prompts adds to a step
     pods cost --n 32 --pilot_generations 8               # adaptive rollouts: pilot of 8, up to 32, keep m
 
-For each n (always including n = m, the GRPO reference with the same update batch) it builds the REAL
-``pods train`` trainer (``pods_rl.recipes.parse_args`` + ``pods_rl.commands.train.build``: same model, task, device, batch sizes, with
-``num_generations=n``, ``downsample_to=m``, ``max_steps = warmup + steps``, ``logging_steps=1``, no evaluation,
-no checkpoints, the run directory in a temporary folder), trains it, and reads back the per-step values that
-``PODSTrainer`` logs to ``metrics.jsonl``: ``time/generation|scoring|selection|update|step``,
-``memory/update_peak_gb`` (CUDA only), and the reward statistics selection had to work with. There is no second
-timing code path: these are the numbers a `pods train` run of the same settings logs.
+For each n (always with n = m, the GRPO reference) it builds the real ``pods train`` trainer with
+``num_generations=n``, ``downsample_to=m``, no evaluation or checkpoints, in a temporary run directory, trains it,
+and reads back the per-step ``time/*``, ``memory/*`` and reward statistics ``PODSTrainer`` logs to metrics.jsonl:
+there is no second timing code path.
 
-Schedule and estimator (``pods_rl.step_cost``: the same everywhere a step cost is quoted). ``interleaved``: all
-settings' trainers live in one process and take their optimizer steps in turn, round-robin (the others wait before
-their step's clock starts), so that a noisy, shared machine slows all settings alike. ``sequential``: one setting
-after the other, each trainer (and its vLLM engine) freed before the next is built, repeated in alternation
-(``rounds``: 2 with 4 or more steps) so that a drift reaches every setting. ``auto`` interleaves where the settings fit on the
-device together and runs them sequentially with vLLM (an engine sizes its KV cache from the memory left) or when
-they do not. Each setting warms up for at least ``--warmup`` steps and then until a step takes at most 25% more
-than the median of the 3 after it (allocations, caches, lazy initialization, autotuning); its cost is the median of its measured steps
-(a mean is moved by one slow step: on one H200 a 0.25-s step had maxima of 0.9-3.5 s), split into phases by the
-middle steps' shares; interleaved settings are compared turn by turn (``step_cost.paired_ratio``), others by
-the ratio of medians, each with a range from the quartiles, and a warning when a setting's interquartile range
-exceeds 25% of its median. ``cost.json`` keeps every step's phase times
-(``per_step``, warm-up flagged), so that any other estimator can be run on them.
-
-Reading the table. ``ratio`` = median step seconds of the setting / those of n = m. PODS pays off in wall-clock
-time when its learning per step exceeds this ratio: with ratio 1.4, each PODS step must make at least 1.4x the
-progress of a GRPO step (compare accuracy against steps with ``pods compare --x steps``). ``gen ms/rollout`` is
-generation seconds per sampled rollout, ``upd ms/kept`` update seconds per kept rollout: the asymmetry PODS
-starts from (cheap sampling, costly updates) shows as the first being much smaller than the second. The
-reward columns are what selection had to work with: the fraction of groups whose rewards are all equal among
-the n sampled (nothing to learn from them, whatever is kept) and among the m kept, and the std of the kept
-rewards.
-
-Prompt over-sampling. With ``--oversample_prompts O`` (O > 1, a `pods train` flag, or the recipe's value) each n
-is measured twice, without and with O: the rows marked ``xO`` sample O times more prompts for the same kept
-update batch, and a line under the table gives their step time (and generation, scoring time) relative to the
-same n without over-sampling, its generation overhead; ``oversample_step_ratio`` in the JSON.
-
-Adaptive rollouts. With ``--pilot_generations K`` (a `pods train` flag; ``--adaptive_rule``,
-``--adaptive_round_size``, ``--adaptive_budget`` are read with it) each n > m is measured twice, plain PODS and
-adaptive (a pilot round of K, then rounds for the prompts still open, up to n): the rows marked ``kK`` sample
-what the rounds needed, ``sampled_per_step`` is then the measured mean of ``pods/rollouts_sampled`` (``rounds``:
-the mean rounds per step), and their ratio is against the same GRPO reference. An adaptive step pays for
-each extra round with one more generation call, so fewer rollouts do not always mean a shorter step.
-
-Agreement with `pods train`. The numbers are the rows a `pods train` run of the same settings writes to its
-metrics.jsonl (``tests/test_cost.py`` checks that the rows cost reads are those of the real trainer, with the
-phases adding up to ``time/step``); docs/guides/cost.md compares the two on the project's CPU.
-"""
+Schedule: ``interleaved`` (all trainers in one process, stepping round-robin, so a noisy machine slows all alike),
+``sequential`` (one setting after another, in alternating ``rounds``), or ``auto``. Each setting warms up until its
+step times are steady; its cost is the median step (``pods_rl.step_cost``), with quartile ranges. ``ratio`` = step
+seconds / those of n = m: PODS pays off when its progress per step exceeds it. ``--oversample_prompts`` and
+``--pilot_generations`` add rows measured with them. docs/guides/cost.md explains the table and estimator."""
 
 from __future__ import annotations
 
@@ -143,9 +105,8 @@ def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output
                   pilot: int | None = None):
     """The real `pods train` trainer for one setting (n -> m), without evaluation, checkpoints or a time limit.
 
-    Returns ``(trainer, run_dir)``: its per-step phase times land in ``run_dir/metrics.jsonl`` (read them with
-    ``step_rows``). Also used by benchmarks/bench_generation.py to time both generation backends.
-    """
+    Returns ``(trainer, run_dir)``; its per-step phase times land in ``run_dir/metrics.jsonl`` (see ``step_rows``).
+    Also used by benchmarks/bench_generation.py."""
     from transformers.trainer_callback import (
         PrinterCallback,  # seconds to import; `pods cost --help` needs none
     )
@@ -198,19 +159,13 @@ def step_rows(run_dir: Path, warmup: int, steps: int | None = None) -> tuple[lis
 
 def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: float = 1.0,
               sampled_per_step: int | None = None, pilot: int | None = None, steady: bool = True) -> dict:
-    """One table row from every per-step row of a setting (rows flagged ``"warmup": True`` are warm-up):
-    the robust cost of each phase (``step_cost``: the median step, split into phases), its spread, seconds per
-    sampled / kept rollout, peak update memory and the selection statistics; ``per_step`` keeps every step's
-    phase times (warm-up flagged) so that any estimator can be run again on them.
+    """One table row from a setting's per-step rows (``"warmup": True`` flags warm-up): median cost per
+    phase, spread, seconds per sampled / kept rollout, peak update memory, selection statistics; ``per_step`` keeps
+    every step.
 
-    Args:
-        rows: every per-step metric dict of the setting; S >= 1 of them not warm-up.
-        steady: whether every warm-up ended in steady step times (False: it gave up; the row says so).
-        kept_per_step: rollouts the update trains on per optimizer step (all processes).
-        oversample: the setting's ``oversample_prompts``.
-        sampled_per_step: rollouts sampled per step; default kept_per_step x n / m x oversample. Adaptive rows
-            (``pilot``, the setting's ``pilot_generations``) use the measured mean of ``pods/rollouts_sampled``.
-    """
+    ``steady``: whether the warm-up ended in steady steps. ``kept_per_step``: rollouts trained on per optimizer step.
+    ``sampled_per_step``: default kept_per_step x n / m x oversample; adaptive rows (``pilot``) use the measured
+    mean."""
     import numpy as np
 
     all_rows, rows = rows, [r for r in rows if not r.get("warmup")]
@@ -245,7 +200,8 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
         "rounds": float(rounds.mean()) if rounds is not None else 1.0,
         "seconds": seconds, "step_summary": robust["step"], "spread": robust["step"]["spread"],
         "seconds_mean": {p: r["mean"] for p, r in robust.items()}, "seconds_std": std,
-        "seconds_min": {p: r["min"] for p, r in robust.items()}, "seconds_max": {p: r["max"] for p, r in robust.items()},
+        "seconds_min": {p: r["min"] for p, r in robust.items()},
+        "seconds_max": {p: r["max"] for p, r in robust.items()},
         "step_ratio": None, "step_ratio_range": None,  # filled in against n = m by add_ratios
         "oversample_step_ratio": None,  # over-sampled rows: against the same n without over-sampling
         "sampled_per_step": sampled_per_step, "kept_per_step": kept_per_step,
@@ -261,11 +217,9 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
 
 
 def add_ratios(rows: list[dict], paired: bool = False) -> list[dict]:
-    """Set each row's ``step_ratio`` against the n = m row without over-sampling (the GRPO reference): with
-    ``paired`` (interleaved settings), the median ratio of steps taken in the same turn (``step_cost.paired_ratio``;
-    ``step_ratio_range``: its quartiles), else the ratio of median step seconds (``step_cost.ratio``: the quartiles
-    crossed); ``warning``: a line when a spread is too wide to trust it; and for over-sampled rows ``oversample_step_ratio`` = step seconds / those of
-    the same n without over-sampling (the generation overhead of ``oversample_prompts``)."""
+    """Set each row's ``step_ratio`` (and ``step_ratio_range``) against the n = m row without over-sampling:
+    paired by turn when ``paired`` (interleaved), else the ratio of medians; ``warning`` when the spread is too wide;
+    ``oversample_step_ratio`` for over-sampled rows (vs the same n without)."""
     plain = {r["n"]: r for r in rows if r.get("oversample_prompts", 1.0) == 1.0 and not r.get("pilot_generations")}
     reference = plain[next(r["m"] for r in rows)]
     for row in rows:
@@ -285,18 +239,9 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
             pilot: int | None = None, rounds: int | None = None) -> dict:
     """Train the recipe at each n (keeping m) through its warm-up and ``steps`` measured steps; summarize the cost.
 
-    Args:
-        recipe_argv: `pods train` flags (``--config``, overrides).
-        ns: rollouts sampled per prompt, each >= m; n = m is the GRPO reference and must be among them.
-        warmup: the fewest warm-up steps; the warm-up goes on until step times are steady (``step_cost``).
-        schedule: "interleaved", "sequential" or "auto" (interleaved where every setting fits on the device at
-            once; sequential with vLLM, whose engine sizes its cache from the memory left, or when they do not fit).
-        oversample: ``oversample_prompts`` > 1 measures each n also with it (its generation overhead).
-        pilot: ``pilot_generations`` K measures each n > m (n >= K) also with adaptive rollouts.
-        rounds: sequential only: the settings are measured one after another this many times, in alternation
-            (``steps`` split between the rounds), so that a drift of the machine reaches them all (default 2, at least 2 steps a round).
-    Returns ``{"machine", "settings", "rows": [one dict per (n, oversample), see summarize()]}``.
-    """
+    ``ns`` must include m (the GRPO reference). ``schedule``: "interleaved", "sequential" or "auto". ``oversample`` > 1
+    and ``pilot`` add settings measured with them. ``rounds`` (sequential): alternating passes over the settings.
+    Returns ``{"machine", "settings", "rows": [one dict per setting, see summarize()]}``."""
     if m not in ns:
         raise ValueError(f"the n list {list(ns)} must include n = m = {m}, the GRPO reference")
     cases = [(n, o, None) for n in ns for o in ([1.0, float(oversample)] if oversample > 1 else [1.0])]
@@ -395,9 +340,8 @@ def _name(row: dict) -> str:
 
 
 def format_table(result: dict) -> str:
-    """The cost result as a text table: milliseconds per optimizer step of each phase (the median step, split by
-    phase, ± half the interquartile range of each phase), the step-time ratio to n = m with its range, per-rollout
-    costs, peak update memory, selection statistics; then a warning for each ratio too noisy to trust."""
+    """The cost result as a text table (ms per step and phase, ratio to n = m with its range, per-rollout
+    costs, memory, selection statistics), then a warning per ratio too noisy to trust."""
     rows = result["rows"]
     head = (f"{'n -> m':>13} {'generation':>13} {'scoring':>11} {'selection':>10} {'update':>13} {'step':>13} "
             f"{'ratio':>6} {'gen/rollout':>11} {'upd/kept':>8} {'peak GB':>7} {'0-std all/kept':>14} "
@@ -494,8 +438,7 @@ def _pop_pilot(argv: list[str]) -> tuple[list[str], int | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``pods cost``: measure the step cost of GRPO (n = m) and PODS (each n -> m) on a recipe; exit code
-    (0, 2 on bad input, 1 on another failure)."""
+    """``pods cost``; returns the exit code (0, 2 on bad input, 1 on another failure)."""
     return run_guarded("pods cost", _main, argv)
 
 

@@ -1,35 +1,22 @@
 """`pods eval`: accuracy of a model, a checkpoint, or every checkpoint of a run directory on a task.
 
-For each problem of the split we draw ``k`` completions at ``temperature`` and score each with the task.
-``correct`` below is a boolean array of shape (num_problems, k); sample ``j`` of every problem forms
-"repeat" ``j``, i.e. one pass over the split. Reported per checkpoint:
+For each problem we draw ``k`` completions at ``temperature`` and score each with the task; ``correct`` is
+(num_problems, k) bool, and sample ``j`` of every problem forms repeat ``j``. A record holds:
 
-    accuracy            mean of ``correct`` over all num_problems * k samples
-    accuracy_stderr     standard error of that mean over the k repeats:
-                        std(per_repeat_accuracy, ddof=1) / sqrt(k)  where per_repeat_accuracy = correct.mean(0);
-                        None when k == 1 (undefined from a single repeat)
+    accuracy            mean of ``correct``
+    accuracy_stderr     std(correct.mean(0), ddof=1) / sqrt(k) over the k repeats; None when k == 1
     format_accuracy     share of samples in the task's answer format
-    both_accuracy       share of samples that are correct AND well formatted
-    pass_at_k           mean over problems of the unbiased pass@k of Chen et al. (2021) with n = k samples
-    mean_completion_tokens  generated tokens per sample (up to and including the first end-of-sequence token)
-    step, train_seconds the checkpoint's optimizer step and cumulative training seconds (``pods_clock.json``;
-                        0 / 0 for a plain model)
-    eval_seconds        wall time of this evaluation (generation + scoring)
+    both_accuracy       share correct AND well formatted
+    pass_at_k           mean unbiased pass@k (Chen et al., 2021) with n = k
+    mean_completion_tokens  generated tokens per sample (up to and including the first EOS)
+    step, train_seconds the checkpoint's step and training seconds (``pods_clock.json``; 0 / 0 for a plain model)
+    eval_seconds        wall time of this evaluation
 
-Results are kept (through ``pods_rl.runlog``) in ONE JSON file (a list of records; ``run_dir/eval.json`` by
-default). A record is keyed by (checkpoint, task, split, k, temperature): evaluating the same key again replaces
-the record, any other key is appended. The file is rewritten atomically (tmp file + ``os.replace``) after each checkpoint, so an interrupted
-run keeps everything finished so far. A checkpoint is skipped when a record with its key and the same
-``limit``, ``max_new_tokens`` and ``seed`` exists, unless ``force``. A run's checkpoint that cannot be evaluated
-(incomplete, damaged, removed meanwhile) is skipped too: named in a warning as it happens and again after the
-table (``skipped checkpoint-2: why``), and recorded in the file as a skip entry (``"skipped": true``, ``"why"``;
-``pods_rl.runlog.load_results`` leaves these out, ``load_skips`` reads them).
-
-Generation (``pods_rl.generation``) uses vLLM when it can run the model here (``backend="auto"``: CUDA, or vLLM's
-CPU build with a head size its CPU attention takes), otherwise transformers ``generate`` with left padding. Sampling is pure temperature sampling (top-p 1, no top-k); temperature 0 is
-greedy (one completion, repeated k times). Message prompts are rendered with the tokenizer's chat template
-(``add_generation_prompt=True``); both backends get the same token ids.
-"""
+Records go to one JSON list (``run_dir/eval.json`` by default), keyed by (checkpoint, task, split, k,
+temperature), rewritten atomically after each checkpoint; a key already there with the same settings is skipped
+unless ``force``. A run's checkpoint that cannot be evaluated is skipped with a warning and a skip entry
+(``"skipped": true, "why"``). Generation (``pods_rl.generation``) uses vLLM when it can run here, else
+transformers; pure temperature sampling, 0 = greedy; both backends get the same chat-templated token ids."""
 
 from __future__ import annotations
 
@@ -89,9 +76,7 @@ def resolve_task(task, task_args: dict | None = None):
 
 def score_sample(task, completion: str, answer: str, **extra) -> tuple[bool, bool]:
     """(correct, format) of one completion via ``task.score``; tasks without it give format=False.
-
-    ``extra``: the row's ``task.extra_reward_columns`` values (e.g. test cases), passed only when present.
-    """
+    ``extra``: the row's ``task.extra_reward_columns`` values, passed only when present."""
     if hasattr(task, "score"):
         result = task.score(completion, answer, **extra)
         return bool(result["correct"]), bool(result["format"])
@@ -107,23 +92,12 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
                    name: str | None = None, trust_remote_code: bool = False) -> dict:
     """Evaluate one model on ``task``/``split`` with ``k`` samples per problem; return one result record.
 
-    Args:
-        model_or_path: a model directory / checkpoint / PEFT adapter dir / hub id, or a loaded
-            ``PreTrainedModel`` (then pass ``tokenizer``; generation uses transformers).
-        task: a Task object or a registered task name (built with ``task_args``).
-        k: samples per problem.
-        temperature: sampling temperature (0 = greedy).
-        max_new_tokens: the longest completion generated, in tokens.
-        limit: evaluate only the first ``limit`` problems of the split.
-        batch_size: sequences per ``generate`` call (transformers backend).
-        seed: RNG seed of the sampling.
-        num_examples: how many (first-sample) completions to keep in the record.
-        name: the record's "checkpoint" field (default: the path, or "<in-memory>").
-        trust_remote_code: let a model's own code (``auto_map``) run (``--trust_remote_code true``); without it
-            such a model is refused in one line before anything loads.
-    Returns a dict with the fields described in the module docstring, plus "checkpoint_path", "backend",
-    "examples", the settings, and "evaluated_at" (unix time).
-    """
+    ``model_or_path``: a model / checkpoint / PEFT adapter directory or hub id, or a loaded ``PreTrainedModel`` (then
+    pass ``tokenizer``; generation uses transformers). ``task``: a Task or a registered name (built with
+    ``task_args``). ``limit``: the first problems of the split only. ``name``: the record's "checkpoint" field.
+    ``trust_remote_code``: let a model's own code run; without it such a model is refused before anything loads.
+    Returns the fields of the module docstring plus "checkpoint_path", "backend", "examples", the settings and
+    "evaluated_at" (unix time)."""
     if k < 1 or max_new_tokens < 1 or batch_size < 1:
         raise ValueError(f"k, max_new_tokens and batch_size must be >= 1, got {k}, {max_new_tokens}, {batch_size}")
     if temperature < 0:
@@ -232,9 +206,8 @@ def _sample_hf(model_path: Path | None, model, tokenizer, prompts: list, samplin
 
 
 class _loading:
-    """Marks an exception raised while reading a model's files (clock, config, weights, tokenizer) with the path
-    (``err.pods_unloadable``), unchanged otherwise: a run's damaged checkpoint is then skipped by
-    ``evaluate_checkpoints``, while a failure to generate or grade still stops the evaluation."""
+    """Marks an exception raised while reading a model's files with the path (``err.pods_unloadable``): a
+    run's damaged checkpoint is then skipped, while a failure to generate or grade still stops the evaluation."""
 
     def __init__(self, model_path: Path) -> None:
         self.model_path = model_path
@@ -266,9 +239,8 @@ def _still_there(ckpt: dict) -> bool:
 
 
 def checkpoint_damage(ckpt: dict) -> str | None:
-    """Why a run's checkpoint (a dict from ``find_checkpoints``) cannot be evaluated, as a short phrase, or None
-    when it looks whole: gone, no config, no weights, an unreadable or corrupt file, a bad clock. Cheap: reads
-    headers and JSON, never tensor data (``evaluate_checkpoints`` still skips one that fails to load)."""
+    """Why a run's checkpoint (from ``find_checkpoints``) cannot be evaluated, as a short phrase, or
+    None when it looks whole. Cheap: reads headers and JSON, never tensor data."""
     if ckpt["name"] == "base":
         return None  # the run's initial model: often a hub id, checked when it loads
     path = Path(ckpt["path"])
@@ -291,6 +263,7 @@ def checkpoint_damage(ckpt: dict) -> str | None:
     return None
 
 
+# Long because the skip-and-replace rules for damaged checkpoints read best in one loop.
 def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test", k: int = 5,
                          temperature: float = 0.9, max_new_tokens: int = 512, limit: int | None = None,
                          batch_size: int = 64, seed: int = 0, task_args: dict | None = None,
@@ -298,16 +271,10 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                          trust_remote_code: bool = False, skipped: list | None = None) -> list[dict]:
     """Evaluate each of ``checkpoints`` (dicts from ``find_checkpoints``) in order, saving after each.
 
-    Already-evaluated checkpoints (same key and settings in ``out``) are skipped unless ``force``.
-    A run's checkpoint (``step`` not None) that is damaged (see ``checkpoint_damage``), vanishes, or fails to
-    load is skipped with a one-line warning, and its ``"final"`` (the final model, same step) is evaluated in
-    its place; so is one that comes with its ``"why"`` already (a dir ``find_checkpoints`` skipped, from its
-    ``skipped`` list). The one model asked for by itself (``step`` None) is an error instead. Nothing evaluated
-    at all while something was skipped is one ValueError line (and ``out`` is left as it was); otherwise each skip
-    is recorded in ``out`` as a skip entry (``pods_rl.runlog.load_skips``: ``{"checkpoint", "why", "skipped":
-    true, ...}``) and appended to ``skipped`` when given.
-    Returns the records of these checkpoints (new or reused), in order.
-    """
+    Checkpoints already in ``out`` with the same settings are reused unless ``force``. A run's checkpoint that is
+    damaged, gone or fails to load is skipped with a warning (its ``final`` is evaluated in its place), recorded as a
+    skip entry in ``out`` and appended to ``skipped``; the one model asked for by itself (``step`` None) raises. If
+    nothing could be evaluated, one ValueError and ``out`` unchanged. Returns the records, in order."""
     out = Path(out)
     task_obj = resolve_task(task, task_args)
     task_name = getattr(task_obj, "name", str(task))
@@ -361,8 +328,8 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
 
 
 def _evaluate_or_why(ckpt: dict, task_obj, name: str, trust_remote_code: bool = False, **settings):
-    """``(None, record)`` for a checkpoint evaluated, or ``(why, None)`` for a run's checkpoint that cannot be: damaged,
-    gone, or failing to load. The one model asked for by itself (``step`` None) raises instead."""
+    """``(None, record)`` for a checkpoint evaluated, or ``(why, None)`` for a run's checkpoint that
+    cannot be. The one model asked for by itself (``step`` None) raises instead."""
     if ckpt.get("step") is None:  # the one model asked for: what is wrong with it is an error
         problems = checkpoint_problems(ckpt["path"]) if Path(ckpt["path"]).is_dir() else []
         if problems:
@@ -390,10 +357,8 @@ def evaluate_run(run_dir, task, split: str = "test", k: int = 5, temperature: fl
                  out=None, force: bool = False, task_args: dict | None = None, backend: str = "auto",
                  include_base: bool = False, verbose: bool = True, trust_remote_code: bool = False,
                  skipped: list | None = None) -> list[dict]:
-    """Evaluate every checkpoint (+ final) of ``run_dir`` sorted by step; results go to ``run_dir/eval.json``
-    (or ``out``), saved atomically after each checkpoint. Returns the records in step order. A checkpoint dir
-    skipped (incomplete, damaged, gone) is named in one warning line, recorded in the results file as a skip entry
-    and appended to ``skipped`` when given (see ``evaluate_checkpoints``)."""
+    """Evaluate every checkpoint (+ final) of ``run_dir`` by step into ``run_dir/eval.json`` (or ``out``);
+    returns the records in step order. Skips are as in ``evaluate_checkpoints``."""
     run_dir = Path(run_dir)
     scan_skips: list[dict] = []
     checkpoints = find_checkpoints(run_dir, include_base=include_base, verbose=False, skipped=scan_skips)

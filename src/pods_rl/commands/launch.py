@@ -34,7 +34,7 @@ def _main(argv: list[str]) -> int:
             print(__doc__)
             return 0
         raise ValueError(f"give one config name: {', '.join(accelerate_configs())} "
-                         "(e.g. accelerate launch --config_file $(pods accelerate-config zero2) -m pods_rl.commands.cli "
-                         "train --config gsm8k/pods)")
+                         "(e.g. accelerate launch --config_file $(pods accelerate-config zero2) "
+                         "-m pods_rl.commands.cli train --config gsm8k/pods)")
     print(accelerate_config(argv[0]))
     return 0

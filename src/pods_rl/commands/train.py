@@ -2,13 +2,9 @@
 
     pods train                                   # the embedded default: tiny model, arithmetic task, CPU
     pods train --config gsm8k/pods               # a packaged recipe by name (src/pods_rl/recipes/...)
-    pods train --config my.yaml --learning_rate 1e-5 --downsample_to 8
     pods train --config my.yaml --output_dir runs/x --resume_from_checkpoint true
 
-Flags are the fields of ``RunArguments`` (``pods_rl.recipes``), ``pods_rl.PODSConfig`` (= ``trl.GRPOConfig`` +
-PODS) and ``trl.ModelConfig`` (model, dtype, LoRA). Parsing and checking them is ``pods_rl.recipes``; loading the
-model ``pods_rl.models``; the run directory ``pods_rl.runlog``; this module puts them together.
-"""
+Flags are the fields of ``RunArguments``, ``pods_rl.PODSConfig`` and ``trl.ModelConfig`` (``pods_rl.recipes``)."""
 
 from __future__ import annotations
 
@@ -77,13 +73,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def quiet_library_warnings() -> None:
-    """Hide the library deprecation warnings a `pods train` user cannot act on; narrowly, by message and module.
-
-    TRL (1.12-1.16) reads ``model.is_gradient_checkpointing`` and calls ``gradient_checkpointing_disable/enable``
-    around every generation, and its configs set the ``gradient_checkpointing`` field: transformers deprecates
-    these names for ``activation_checkpointing*`` with a FutureWarning each (TRL's code, not ours or the user's).
-    """
-    warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable|_kwargs)?` is deprecated",
+    """Hide the deprecation warnings a `pods train` user cannot act on, narrowly: transformers
+    warns on the ``gradient_checkpointing*`` names that TRL's own code uses around every generation."""
+    warnings.filterwarnings("ignore",
+                            message=r"`(is_)?gradient_checkpointing(_enable|_disable|_kwargs)?` is deprecated",
                             category=FutureWarning, module=r"transformers\.")
 
 
@@ -117,12 +110,11 @@ def train(run: RunArguments, config, model_args) -> dict:
 
 
 def build(run: RunArguments, config, model_args, stop=None):
-    """Check everything that can be checked cheaply, load task, model and tokenizer, prepare the run directory
-    (resume) and build the trainer and its clock. Nothing is written before all checks pass. ``stop``: the
-    ``runlog.GracefulStop`` whose signal handlers are installed (a new one otherwise; ``fit`` installs it).
+    """Check what can be checked cheaply, load task, model and tokenizer, prepare the run directory and build
+    the trainer; nothing is written before all checks pass. Returns (trainer, clock, eval_fn).
 
-    The run directory is locked for this process first (``runlog.hold_run_dir``: a second `pods train` on it stops
-    here, naming this one) and released by ``fit`` at its end."""
+    The run directory is locked first (``runlog.hold_run_dir``) and released by ``fit``. ``stop``: the
+    ``runlog.GracefulStop`` whose handlers are installed (a new one otherwise)."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("pods_rl").setLevel(logging.INFO)
     validate(run, config, model_args)
@@ -238,9 +230,8 @@ def _check_model(config, model_args) -> None:
 
 
 def _plan_resume(run: RunArguments, config, model_args, run_dir: Path, resume: bool, data: dict):
-    """The resolved config, and what a resume changes: training settings (refused unless accepted) and training
-    rows (refused unless allowed or explained by a changed data setting). Returns (flat config, changes, data
-    change or None)."""
+    """The resolved config and what a resume changes: settings (refused unless accepted) and rows
+    (refused unless allowed or explained). Returns (flat config, changes, data change or None)."""
     flat = resolved_config(run, config, model_args)
     changes = {}
     if resume and (run_dir / runlog.CONFIG_FILE).is_file():
@@ -294,7 +285,8 @@ def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, m
     from pods_rl.engines.trl.config import peft_config
     from pods_rl.engines.trl.trainer import PODSTrainer
 
-    # Lazy, as TRL: pods_rl.engines.trl.trainer imports it (seconds). Looked up at each call, where tests replace PODSTrainer.
+    # Lazy, as TRL: pods_rl.engines.trl.trainer imports it (seconds). Looked up at each call, where tests replace
+    # PODSTrainer.
     from pods_rl.runlog.divergence import DivergenceGuard  # imports transformers, as the line above
 
     eval_fn = _make_eval_fn(run, config, task, tokenizer) if wants_eval(run) else None
@@ -336,6 +328,7 @@ def fit(trainer, clock, eval_fn) -> dict:
             lock.release()
 
 
+# Long because train, save and the turning of each failure into its one line share the run's state.
 def _fit(trainer, clock, eval_fn) -> dict:
     from pods_rl.reward_guard import RewardFunctionError
     from pods_rl.runlog.divergence import as_divergence, check_finite_weights, divergence_line
@@ -360,7 +353,8 @@ def _fit(trainer, clock, eval_fn) -> dict:
                 return _stopped(trainer, clock, stop.signal_name)
         if trainer.state.global_step == 0:
             raise RunFailed(f"training took no step (max_steps {config.max_steps}, num_train_epochs "
-                            f"{config.num_train_epochs:g}): nothing was trained, so no final/ was written in {run_dir}; "
+                            f"{config.num_train_epochs:g}): nothing was trained, so no final/ was written in "
+                            f"{run_dir}; "
                             "raise --max_steps or --num_train_epochs", exit_code=2)
         final_dir, saving = run_dir / "final", "final/"
         check_finite_weights(trainer.model, trainer.state.global_step)  # never a non-finite final/
@@ -418,9 +412,8 @@ def _fit(trainer, clock, eval_fn) -> dict:
 
 
 def _abandoned(trainer, clock, stop) -> dict:
-    """A stop whose step outlived its share of the grace (``runlog.StopNow``): save the last complete step when one
-    process holds all of the state (the weights are those of ``global_step``; the abandoned step changed nothing),
-    then summary.json and one line saying what happened."""
+    """A stop whose step outlived its grace (``runlog.StopNow``): save the last complete step when one
+    process holds all the state, then summary.json and one line saying what happened."""
     run_dir, step, abandoned = clock.run_dir, trainer.state.global_step, stop.abandoned
     checkpoint = run_dir / f"checkpoint-{step}"
     single = trainer.accelerator.num_processes == 1 and not getattr(trainer, "is_deepspeed_enabled", False)
@@ -479,8 +472,7 @@ def _make_eval_fn(run: RunArguments, config, task, tokenizer):
 
 
 def _finish(run_dir: Path, summary: dict, figure: bool = True) -> None:
-    """Write summary.json and (unless ``figure`` is False) a figure of accuracy vs training time; print the
-    result."""
+    """Write summary.json and (if ``figure``) the accuracy-vs-time figure; print the result."""
     runlog.write_summary(run_dir, summary)
     try:
         if figure:

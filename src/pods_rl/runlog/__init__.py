@@ -1,21 +1,8 @@
 """The run directory: everything one run produced, read and written through this package alone.
 
-    lock.py       one owner per run directory (flock, released with the process), short locks for eval.json
-    ours.py       what a pods-rl run directory is (the marker, runs of earlier versions); others are refused
-    integrity.py  checks of a checkpoint's files before anything loads: cheap ones (which one is corrupt), and
-                  reading ones (a pickle that could run code, non-finite weights) for the checkpoint a resume loads
-    data.py       what the run trains on: a fingerprint of its training rows (data.json), checked on resume
-    store.py      the files: config.yaml (+ its history), metrics.jsonl, checkpoints and their clocks,
-                  summary.json; starting and resuming (plan, consistency)
-    evals.py      what `pods eval` reads and writes: a run's saved models (scanning them), eval.json
-    divergence.py the first non-finite gradient, weight, loss or reward, named (pods train stops before saving it)
-    callbacks.py  the transformers callbacks that write it while training runs: TrainingClock (training time,
-                  time-based saves, evaluations, metrics rows), GracefulStop (SIGTERM / SIGINT), ApplyOptimizerSettings
-
-Two modules because they are two ideas with different weights: reading a run directory (``pods compare``,
-``pods plot``, the benchmarks) needs only json and yaml, while the callbacks need transformers. ``from
-pods_rl import runlog`` gives both (the callbacks on first use), as ``pods_rl.runlog`` always has.
-"""
+    store.py (layout, config, metrics, checkpoints, resume)   lock.py (one owner)   ours.py (is it a run)
+    integrity.py (checkpoint files)   data.py (training rows)   evals.py (eval.json)   divergence.py (NaN guard)
+    callbacks.py (what writes it while training; needs transformers, loaded on first use)"""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""The transformers ``TrainerCallback``s through which a training run writes its run directory.
-
-    TrainingClock           training time (sum of optimizer-step durations, started together and agreed by all
-                            ranks), time-based checkpoints and stop, periodic evaluation, one ``metrics.jsonl``
-                            row per log; ``pods_clock.json`` last
-    GracefulStop            SIGTERM / SIGINT: finish the step, save a complete checkpoint, stop
-    ApplyOptimizerSettings  a resume with accepted config changes: put the new hyper-parameters in the optimizer
-
-Kept apart from ``runlog.store`` because these need transformers (``TrainerCallback``, seconds to import) while
-reading a run directory (``pods compare``, ``pods plot``, the benchmarks) should not.
-"""
+"""The transformers ``TrainerCallback``s through which a training run writes its run directory: TrainingClock
+(training time, time-based saves and stop, evaluations, metrics rows), GracefulStop (SIGTERM / SIGINT) and
+ApplyOptimizerSettings. Apart from ``runlog.store`` because they import transformers, which reading a run should not."""
 
 from __future__ import annotations
 
@@ -34,18 +26,8 @@ logger = logging.getLogger("pods_rl.runlog")
 class TrainingClock(TrainerCallback):
     """Training-time clock, time-based checkpoints and stop, periodic evaluation, and ``metrics.jsonl``.
 
-    Args:
-        run_dir: the run directory (``metrics.jsonl`` and checkpoints live there).
-        save_every_seconds: save a checkpoint every this many training seconds (None: off).
-        max_train_seconds: stop and save once training time reaches this (None: off).
-        eval_fn: ``eval_fn(model) -> dict`` of metrics (e.g. ``{"accuracy": 0.4}``); logged as ``eval/<key>``.
-        eval_every_seconds: run ``eval_fn`` every this many training seconds; with ``eval_fn`` it also runs
-            before the first step and after the last.
-        eval_every_steps: run ``eval_fn`` every this many optimizer steps (as well as, or instead of, the
-            seconds-based schedule): curves against policy updates then share their x values across runs.
-        train_seconds: training time already spent (when resuming).
-        is_main_process: only the main process writes files.
-    """
+    ``eval_fn(model)`` returns metrics logged as ``eval/<key>``, run before the first step, after the last and on the
+    ``eval_every_*`` schedules. ``train_seconds``: already spent (resume). Only the main process writes."""
 
     def __init__(self, run_dir, save_every_seconds=None, max_train_seconds=None,
                  eval_fn: Callable | None = None, eval_every_seconds=None, train_seconds=0.0,
@@ -116,19 +98,15 @@ class TrainingClock(TrainerCallback):
             self.evaluate(model, 0)
 
     def on_step_begin(self, args, state, control, **kwargs):
-        """Start the clock of this optimizer step, once every rank is there (``ranks.start_step_together``): the
-        time a rank waits for rank 0's writes of the previous step (logs, checkpoints) is not training."""
+        """Start this step's clock once every rank is there: waiting for rank 0's writes is not training."""
         ranks.start_step_together(state)
         self._step_start = time.perf_counter()
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        """Add the step's seconds to the training clock; ask for a save, the stop or an evaluation when one is due.
+        """Add the step's seconds to the clock; ask for a save, the stop or an evaluation when due.
 
-        With several processes the ranks agree on one clock first (the slowest rank's: one all-reduce), so that
-        each of these decisions is taken by every rank at the same step: a rank that evaluated, saved or stopped
-        alone would leave the others in a collective it never joins. Their own clocks would drift apart otherwise,
-        if only by rounding and by what each rank's step does; what lies between steps (rank 0's logs and
-        checkpoints, the evaluations) is outside every rank's clock, as the ranks start each step together."""
+        With several processes the ranks first agree on one clock (the slowest rank's, one all-reduce), so every
+        decision is taken by all ranks at the same step: a rank acting alone would leave the others in a collective."""
         if self._step_start is not None:
             self.train_seconds += time.perf_counter() - self._step_start
             self._step_start = None
@@ -178,9 +156,7 @@ class TrainingClock(TrainerCallback):
 
 
 class StopNow(BaseException):
-    """Raised in the main thread when a stop request's grace budget ran out while the step was still running (in a
-    reward function, generation, an evaluation): the step is abandoned at the last complete optimizer step.
-    ``where`` says what was running."""
+    """The stop's grace ran out mid-step: abandon it at the last complete step (``where``: what was running)."""
 
     def __init__(self, where: str, waited: float):
         super().__init__(f"the step did not end within {waited:.0f} s of the stop request (it was in {where})")
@@ -188,29 +164,12 @@ class StopNow(BaseException):
 
 
 class GracefulStop(TrainerCallback):
-    """SIGTERM / SIGINT: finish the current optimizer step, save a complete checkpoint, stop training, all within
-    ``grace_seconds`` (what a scheduler allows before SIGKILL: Kubernetes' default is 30 s).
+    """SIGTERM / SIGINT: finish the step, save a complete checkpoint and stop within ``grace_seconds``.
 
-    ``handling_signals()`` installs the handlers (main thread only). While training runs, the first signal is
-    noted and acted on at the end of the step (the checkpoint save that follows writes the training clock); a
-    second one raises KeyboardInterrupt at once. Outside training (model loading, the final save and evaluation)
-    there is no step to finish, so a signal aborts at once. A SIGTERM within ``DUPLICATE_SECONDS`` of the first
-    is taken as the same request.
-
-    The step may not end in time: user code (a reward function) can take minutes or hang, as can generation or an
-    evaluation. So the first signal also starts a watchdog thread. If the step is still running once its share of
-    the grace is spent (``wait_budget``: the grace minus an estimate of the save, measured on this run's saves, and
-    a margin), the watchdog signals the main thread again and the handler raises ``StopNow`` there, unless the
-    optimizer is changing the weights or a checkpoint is being written (then it waits for that to finish). The
-    weights are then those of the last complete step: ``pods train`` saves them (``saving()``) and exits, saying
-    what it did. Should the main thread not come back at all (a collective of another rank, C code that ignores
-    signals), the watchdog ends the process itself ``HARD_EXIT_MARGIN`` seconds before the grace runs out, with one
-    line naming the last complete checkpoint, unless a save is being written.
-
-    With several processes, the ranks agree at each step end (one all-reduce of a flag): a launcher may deliver
-    the signal to the ranks at different moments, and a rank that stopped a step before the others would leave
-    them waiting in the next collective.
-    """
+    During training the first signal acts at the step's end and a second raises KeyboardInterrupt; outside training a
+    signal aborts at once. A watchdog thread raises ``StopNow`` in a step that outlives its share of the grace, and
+    ends the process ``HARD_EXIT_MARGIN`` s before the grace if the main thread never returns. Ranks agree at each step
+    end. docs/guides/stopping.md has the details."""
 
     # A SIGTERM this soon after the first is the same request delivered twice (a scheduler signals every process
     # of the job, and the launcher passes its own copy on to the ranks), not a user insisting.
@@ -312,7 +271,8 @@ class GracefulStop(TrainerCallback):
 
         from pods_rl.runlog.store import list_checkpoints
 
-        last = list_checkpoints(self.run_dir)[-1] if self.run_dir is not None and list_checkpoints(self.run_dir) else None
+        complete = list_checkpoints(self.run_dir) if self.run_dir is not None else []
+        last = complete[-1] if complete else None
         kept = f"the last complete checkpoint is {last}" if last else "no checkpoint was complete"
         resume = (f"; resume with the same command plus --output_dir {self.run_dir} --resume_from_checkpoint true"
                   if self.run_dir is not None else "")
@@ -382,8 +342,7 @@ class GracefulStop(TrainerCallback):
 
 
 class ApplyOptimizerSettings(TrainerCallback):
-    """On a resume with accepted config changes: the checkpoint's optimizer and scheduler state carry the old
-    learning rate, betas, epsilon and weight decay (``load_state_dict`` restores them); put the new ones in."""
+    """On a resume with accepted config changes: the new hyper-parameters into the restored optimizer."""
 
     def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
         """Put the accepted learning rate, betas, epsilon and weight decay into the restored optimizer and scheduler."""

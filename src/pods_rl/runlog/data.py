@@ -1,17 +1,5 @@
-"""What a run trains on: a fingerprint of its training rows in ``data.json``, checked when the run resumes.
-
-    data_fingerprint(rows, source)   {"sha256", "rows", "columns", "source"} of the rows a run trains on
-    check_data_change(run_dir, new, allow, explained)
-                                     None when the data is what the run recorded (or it recorded nothing: a run
-                                     of an earlier version); else the change, if allowed, or one ValueError line
-    record_data(run_dir, new, step, change)
-                                     write data.json (atomically): the fingerprint, and every change a resume made
-
-The fingerprint hashes the rows themselves (every column, the rendered prompt included), whatever produced them:
-a JSONL file rewritten in place, a hub dataset that moved on, a generator whose output changed with a version, a
-different system prompt. ``source`` says where they came from (task, its options, split, limit): the resolved
-config.yaml checks those settings already; this checks what they produced.
-"""
+"""What a run trains on: a fingerprint of its training rows (every column, the rendered prompt included) in
+``data.json``, checked when the run resumes, whatever produced the rows (a file rewritten, a dataset moved on)."""
 
 from __future__ import annotations
 
@@ -29,9 +17,7 @@ DATA_FIELDS = ("task", "task_args", "train_split", "train_limit")
 
 
 def data_fingerprint(rows, source: dict) -> dict:
-    """The fingerprint of ``rows`` (a ``datasets.Dataset``, or anything with ``column_names``, ``len`` and
-    ``rows[column]`` -> list): sha256 over every column, in name order, of canonical JSON; ``source`` (task,
-    options, split, limit) is kept beside it, for the reader. One pass over the data (seconds for 100k rows)."""
+    """``{"sha256", "rows", "columns", "source"}`` of ``rows``: sha256 of every column's canonical JSON."""
     digest = hashlib.sha256()
     columns = sorted(rows.column_names)
     for column in columns:
@@ -43,8 +29,7 @@ def data_fingerprint(rows, source: dict) -> dict:
 
 
 def read_data_record(run_dir) -> dict | None:
-    """``data.json`` of ``run_dir`` as a dict, or None when the run has none (a run of an earlier version) or it
-    cannot be read (it is then written anew: the record is a check, not the data)."""
+    """``data.json`` of ``run_dir`` as a dict, or None when absent or unreadable (then written anew)."""
     try:
         record = json.loads((Path(run_dir) / DATA_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -57,10 +42,8 @@ def _describe(fingerprint: dict) -> str:
 
 
 def check_data_change(run_dir, new: dict, allow: bool, explained: bool = False) -> dict | None:
-    """Compare the training rows of a resume (``new``) with those ``run_dir`` recorded. None when they are the same
-    or nothing was recorded. A change is returned (``{"from", "to", "allowed_by"}``) when ``allow``
-    (``--allow_data_change true``) or ``explained`` (an accepted change of a data-defining setting); otherwise it
-    is one ValueError line naming both and the fix."""
+    """Compare a resume's rows (``new``) with those recorded: None when the same or none recorded; the
+    change (``{"from", "to", "allowed_by"}``) when ``allow`` or ``explained``; else one ValueError line."""
     record = read_data_record(run_dir)
     if record is None or record["fingerprint"].get("sha256") == new["sha256"]:
         return None
@@ -76,8 +59,7 @@ def check_data_change(run_dir, new: dict, allow: bool, explained: bool = False) 
 
 
 def record_data(run_dir, new: dict, step: int, change: dict | None = None) -> None:
-    """Write ``data.json``: ``new`` as the current fingerprint, the earlier changes kept, and ``change`` (from
-    ``check_data_change``) added with the ``step`` from which the new data applies."""
+    """Write ``data.json``: ``new`` as current, earlier changes kept, ``change`` added at ``step``."""
     record = read_data_record(run_dir) or {"changes": []}
     changes = list(record.get("changes") or [])
     if change is not None:

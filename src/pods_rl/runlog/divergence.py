@@ -1,23 +1,9 @@
 """Divergence: a run whose numbers stopped being numbers is stopped before it writes them into a checkpoint.
 
-    DivergenceGuard     a transformers callback: the gradients before each optimizer step, the trainable weights
-                        after it, and the logged loss / grad norm / reward / KL are finite, or the step stops the run
-    TrainingDiverged    what it raises (a ValueError): the step, the quantity, and where (a parameter's name)
-    first_nonfinite     the first named tensor holding a NaN or an infinity (one pass, one sync per device)
-    divergence_message  the one line `pods train` prints: step, quantity, the likely cause, the way on
-    as_divergence       an error as a divergence (also torch's sampler failing on non-finite probabilities)
-
-Why before the optimizer step: a NaN gradient makes every weight NaN in one AdamW step, and the checkpoint saved at
-the end of that step would be the poison a resume starts from. The guard raises inside ``trainer.train()``, so the
-Trainer never reaches its save; ``pods train`` then writes neither ``final/`` nor a stop checkpoint. Every
-checkpoint this version writes was checked at the step that made it, so the last one is the way on.
-
-The checks read each trainable tensor once per optimizer step (LoRA: the adapter only), next to a step that
-generates n rollouts per prompt: a rounding error of its cost. Under DeepSpeed ZeRO the weights and gradients live in
-the engine's partitions and are not visible here; the logged loss and grad norm are still checked. Under FSDP2 each
-rank checks its own shards (DTensors' local parts). With several processes the ranks agree on each check (one
-all-reduce of a flag), so that a non-finite value in one rank's shard stops every rank at the same step.
-"""
+``DivergenceGuard`` checks the gradients before each optimizer step (one NaN gradient makes every weight NaN in one
+AdamW step), the trainable weights after it and the logged loss / grad norm / reward / KL, and raises
+``TrainingDiverged``; `pods train` prints ``divergence_message``. So every checkpoint written was checked at its
+step. Ranks agree on each check (one all-reduce); under ZeRO only the logged values are checked."""
 
 from __future__ import annotations
 
@@ -34,8 +20,7 @@ LARGE_REWARD = 1e3
 
 
 class TrainingDiverged(ValueError):
-    """A non-finite ``quantity`` ("the gradient", "a weight"...) at ``step`` (1-based: the optimizer step in progress
-    or just made), ``where`` (a parameter's name)."""
+    """A non-finite ``quantity`` at ``step`` (1-based), ``where`` (a parameter's name)."""
 
     def __init__(self, step: int, quantity: str, where: str = "", value: float | None = None):
         self.step, self.quantity, self.where, self.value = step, quantity, where, value
@@ -45,10 +30,8 @@ class TrainingDiverged(ValueError):
 
 
 def first_nonfinite(named_tensors: Iterable[tuple[str, object]]):
-    """The name of the first tensor of ``named_tensors`` (``(name, tensor)``, None tensors skipped) that holds a
-    NaN or an infinity, or None when all are finite. One ``aminmax`` per tensor (NaN propagates into both, an
-    infinity shows in one; 30x faster on CPU than ``isfinite(t).all()``, which writes a mask as large as the
-    tensor), one host sync per device."""
+    """The name of the first tensor of ``named_tensors`` holding a NaN or an infinity, or None. One
+    ``aminmax`` per tensor (30x faster on CPU than ``isfinite().all()``)."""
     import torch
 
     by_device: dict = {}
@@ -70,10 +53,8 @@ def first_nonfinite(named_tensors: Iterable[tuple[str, object]]):
 
 
 def agreed_nonfinite(named_tensors: Iterable[tuple[str, object]]) -> str | None:
-    """``first_nonfinite`` decided by all ranks together: with several processes each rank checks what it holds
-    (under FSDP2 or ZeRO its shard) and the ranks agree (one all-reduce), so that all of them stop at the same step
-    or none does; a rank that stopped alone would leave the others in a collective. Every rank must call it at the
-    same point. The name is this rank's first non-finite tensor, or ``"a shard on another rank"``."""
+    """``first_nonfinite`` agreed by all ranks (one all-reduce; every rank must call it at the same
+    point): this rank's name, ``"a shard on another rank"``, or None."""
     from pods_rl import ranks
 
     bad = first_nonfinite(named_tensors)
@@ -83,19 +64,15 @@ def agreed_nonfinite(named_tensors: Iterable[tuple[str, object]]) -> str | None:
 
 
 def check_finite_weights(model, step: int) -> None:
-    """Raise ``TrainingDiverged`` if a trainable weight of ``model`` holds a NaN or an infinity (before a save), on
-    every rank at once (``agreed_nonfinite``)."""
+    """Raise ``TrainingDiverged`` on every rank if a trainable weight is non-finite (before a save)."""
     bad = agreed_nonfinite((n, p) for n, p in model.named_parameters() if p.requires_grad)
     if bad is not None:
         raise TrainingDiverged(step, "a weight", where=bad)
 
 
 class DivergenceGuard(TrainerCallback):
-    """Stop training at the first non-finite gradient, weight or logged training quantity (``TrainingDiverged``).
-
-    Put it after the callbacks that log (its ``on_log`` then sees the row already written to metrics.jsonl);
-    its step checks run in ``on_pre_optimizer_step`` / ``on_optimizer_step``, before any ``on_step_end`` (saves,
-    evaluations). ``last_logs`` keeps the last finite row's loss and reward, for the message's likely cause."""
+    """Stop training at the first non-finite gradient, weight or logged quantity (``TrainingDiverged``).
+    Put it after the callbacks that log; ``last_logs`` keeps the last finite row, for the likely cause."""
 
     def __init__(self):
         self.last_logs: dict = {}
@@ -127,8 +104,7 @@ class DivergenceGuard(TrainerCallback):
 
 
 def likely_cause(learning_rate: float | None, last_logs: dict, updates: int | None = None) -> str:
-    """The likely cause of a divergence in words: the model as loaded when no update was made yet (``updates`` 0),
-    the reward scale when the last logged rewards were large, else the learning rate (named with its value)."""
+    """The likely cause in words: the model as loaded (no update yet), the reward scale, or the learning rate."""
     if updates == 0:
         return ("the model as loaded (it diverged before this run changed it: check its weights and --dtype; "
                 "a resumed checkpoint may hold weights a too high learning rate made huge)")
@@ -142,8 +118,8 @@ def likely_cause(learning_rate: float | None, last_logs: dict, updates: int | No
 
 def divergence_message(err: TrainingDiverged, run_dir, last_checkpoint, learning_rate, last_logs: dict,
                        updates: int | None = None) -> str:
-    """The one line for a divergence: the step, the quantity, the likely cause, what was (not) saved and the way
-    on (the last checkpoint, all of which are finite, and the resume command)."""
+    """The one line for a divergence: step, quantity, likely cause, what was (not) saved, and the way
+    on (the last checkpoint, and the resume command)."""
     resume = f"--output_dir {run_dir} --resume_from_checkpoint"
     if last_checkpoint is not None:
         way_on = (f"the last finite checkpoint is {last_checkpoint}: resume from it with a lower learning rate "
@@ -161,8 +137,7 @@ SAMPLING_OVERFLOW = "probability tensor contains either"
 
 
 def as_divergence(err: BaseException, global_step: int) -> TrainingDiverged | None:
-    """``err`` as a ``TrainingDiverged`` when it is one, or when sampling (generation of step ``global_step + 1``,
-    or an evaluation) failed on non-finite output probabilities; None otherwise."""
+    """``err`` as a ``TrainingDiverged`` when it is one or sampling failed on non-finite probabilities; else None."""
     if isinstance(err, TrainingDiverged):
         return err
     if isinstance(err, RuntimeError) and SAMPLING_OVERFLOW in str(err):
@@ -174,5 +149,5 @@ def as_divergence(err: BaseException, global_step: int) -> TrainingDiverged | No
 def divergence_line(trainer, err: TrainingDiverged, run_dir, last_checkpoint) -> str:
     """``divergence_message`` for ``trainer`` (its learning rate, and its guard's last logs and update count)."""
     guard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, DivergenceGuard)), None)
-    return divergence_message(err, run_dir, last_checkpoint, trainer.args.learning_rate,
-                              guard.last_logs if guard is not None else {}, guard.updates if guard is not None else None)
+    last_logs, updates = (guard.last_logs, guard.updates) if guard is not None else ({}, None)
+    return divergence_message(err, run_dir, last_checkpoint, trainer.args.learning_rate, last_logs, updates)

@@ -1,7 +1,5 @@
-"""What `pods eval` reads and writes in a run directory: the saved models of a run (checkpoints and their
-clocks, PEFT adapters) and ``eval.json`` (records keyed by KEY_FIELDS, upserted under the file's own lock,
-written atomically). Plain files only, like ``runlog.store``, which holds the rest of the run directory.
-"""
+"""What `pods eval` reads and writes in a run directory: a run's saved models and ``eval.json`` (records
+keyed by KEY_FIELDS, upserted under the file's own lock, written atomically). Plain files only."""
 
 from __future__ import annotations
 
@@ -30,14 +28,12 @@ def result_key(record: dict) -> tuple:
 
 
 def is_skip(entry: dict) -> bool:
-    """Whether an eval.json entry records a checkpoint `pods eval` skipped (``"skipped": true``, with ``"why"``)
-    rather than an evaluation's result."""
+    """Whether an eval.json entry records a skipped checkpoint (``"skipped": true``) rather than a result."""
     return entry.get("skipped") is True
 
 
 def load_entries(path) -> list[dict]:
-    """Every entry of an eval JSON file, results and skips alike ([] when it does not exist). Refuses to read a
-    corrupt file, or one that is not a `pods eval` results file."""
+    """Every entry of an eval JSON file, results and skips ([] if absent); refuses a corrupt or foreign file."""
     path = Path(path)
     if not path.is_file():
         return []
@@ -56,14 +52,12 @@ def load_entries(path) -> list[dict]:
 
 
 def load_results(path) -> list[dict]:
-    """The evaluation records of an eval JSON file ([] when it does not exist), without its skip entries
-    (``is_skip``). Refuses to read a corrupt file."""
+    """The evaluation records of an eval JSON file ([] when absent), skip entries left out."""
     return [r for r in load_entries(path) if not is_skip(r)]
 
 
 def load_skips(path) -> list[dict]:
-    """The skip entries of an eval JSON file: ``{"checkpoint", "why", "skipped": true, ...}``, one per key
-    (checkpoint, task, split, k, temperature) that `pods eval` last had to skip."""
+    """The skip entries of an eval JSON file (``{"checkpoint", "why", "skipped": true, ...}``), one per key."""
     return [r for r in load_entries(path) if is_skip(r)]
 
 
@@ -80,17 +74,13 @@ def save_results(path, records: list[dict]) -> None:
 
 
 def upsert_result(path, record: dict) -> list[dict]:
-    """Add ``record`` to the JSON file at ``path``, replacing any entry with the same key (a result, or the skip
-    of that checkpoint); returns all results (``load_results``). The read-modify-write holds the file's own lock
-    (``.eval.json.lock``, not the trainer's), so two `pods eval` at once lose no record; the write is atomic, so
-    readers never see half a file."""
+    """Add ``record`` to ``path``, replacing the entry with its key, under the file's own lock; all results."""
     return record_entries(path, [record])
 
 
 def record_entries(path, entries: list[dict]) -> list[dict]:
-    """Add ``entries`` (results and skip entries) to the JSON file at ``path`` in one locked read-modify-write;
-    each replaces the entry with its key, except that a skip never replaces a result (what was evaluated while the
-    checkpoint was whole stays). Returns all results of the file (``load_results``)."""
+    """Add ``entries`` (results and skips) to ``path`` in one locked read-modify-write; each replaces the
+    entry with its key, but a skip never replaces a result. Returns all results of the file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(lock_path_for(path), what="pods eval"):
@@ -110,8 +100,7 @@ def already_done(records: list[dict], key: tuple, settings: dict) -> bool:
 
 
 def default_out_for_model(model_path) -> Path:
-    """Where a single model's results go by default: the run dir of a checkpoint (it has pods_clock.json and
-    its parent a config.yaml), else the model dir itself, else ./eval.json for a hub id."""
+    """Where a single model's results go: its run dir (a checkpoint), the model dir, or ./eval.json (hub id)."""
     path = Path(model_path)
     if not path.is_dir():
         return Path(DEFAULT_EVAL_FILE)
@@ -132,8 +121,7 @@ def is_model_dir(path) -> bool:
 
 
 def checkpoint_clock(model_dir) -> tuple[int, float]:
-    """(step, train_seconds) from ``model_dir/pods_clock.json``; (0, 0.0) when absent (a plain model). Unlike
-    ``read_clock`` (None for a missing or torn file), a file that is there but malformed is a ValueError."""
+    """(step, train_seconds) of ``model_dir/pods_clock.json``; (0, 0.0) if absent; ValueError if malformed."""
     clock_path = Path(model_dir) / CLOCK_FILE
     if not clock_path.is_file():
         return 0, 0.0
@@ -154,16 +142,10 @@ def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True,
                      skipped: list | None = None) -> list[dict]:
     """Model dirs of a run, sorted by step: [{"name", "path", "step", "train_seconds"}].
 
-    ``checkpoint-<N>`` and ``final`` dirs that hold a model and ``pods_clock.json``. The trainer writes the
-    clock file last, so a dir without it is incomplete (being saved, or killed mid-save) and is skipped with
-    a warning, as is one without ``config.json`` / ``adapter_config.json``, one that cannot be read, or one that
-    vanishes while it is being looked at (a training run rotating its checkpoints); ``checkpoint-N.incomplete``
-    dirs never match. ``final`` is not listed on its own when a checkpoint has the same step (same weights): it
-    rides along as that checkpoint's ``"final"`` entry, which ``pods eval`` evaluates instead if the checkpoint
-    turns out to be damaged or gone. ``include_base`` prepends the run's initial model (config.yaml's
-    ``model_name_or_path``) at step 0, 0 seconds. ``skipped``: a list that receives ``{"name", "path", "why"}``
-    for each dir skipped (printed as a warning only when ``verbose``).
-    """
+    ``checkpoint-<N>`` and ``final`` dirs holding a model and ``pods_clock.json`` (written last); others (incomplete,
+    no config, unreadable, vanished) are skipped with a warning (when ``verbose``) and appended to ``skipped``
+    (``{"name", "path", "why"}``). A ``final`` with the same step as a checkpoint rides along as its ``"final"``.
+    ``include_base`` prepends the run's initial model at step 0."""
     run_dir = Path(run_dir)
     candidates = [p for p in run_dir.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
     found = []

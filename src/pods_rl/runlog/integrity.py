@@ -1,25 +1,11 @@
 """Is a saved checkpoint readable? Cheap checks of its files before anything loads, so that a corrupt one is named
-in one line (which file, what is wrong, which checkpoint to resume from instead) rather than failing minutes later
-inside a library's loader.
+in one line (which file, what is wrong, which checkpoint to resume from instead).
 
-What is checked (without reading tensor data; seconds for a 3B checkpoint at most):
-
-- JSON files (``trainer_state.json``, ``config.json``, ``adapter_config.json``, tokenizer files...): parse;
-- ``*.safetensors``: the header parses and the tensors it lists end exactly where the file ends (truncation);
-- torch zip files (``optimizer.pt``, ``scheduler.pt``, ``rng_state*.pth``, ``*.bin``): the zip directory at the
-  end of the file reads (truncation; what a kill during ``torch.save`` leaves);
-- a sharded model's ``*.index.json`` names shards that are there;
-- an empty (0-byte) file of any of those kinds.
-
-A bit flipped inside tensor data is not seen by these; the loader's error is then reported with the same advice by
-the caller (``pods_rl.commands.train``).
-
-``load_problems`` reads the tensors, for the one checkpoint a resume is about to load: every torch file must load
-with ``weights_only=True`` (a pickle that would run code is refused unread and named), and the model's weights
-must be finite (a checkpoint a diverged run wrote is refused, naming the last one that is not).
-``check_resume_checkpoint`` runs both on the checkpoint a resume is about to load, and names the file, what is wrong
-and the newest earlier checkpoint that passes.
-"""
+Cheap checks (no tensor data): JSON files parse; ``*.safetensors`` headers parse and their tensors end where the
+file ends; torch zip files (``optimizer.pt``, ``*.bin``...) have a readable zip directory; a sharded model's index
+names shards that exist; no empty files. ``load_problems`` reads the tensors of the one checkpoint a resume loads:
+torch files must load with ``weights_only=True`` (a pickle that would run code is refused unread) and the weights
+must be finite. ``check_resume_checkpoint`` runs both."""
 
 from __future__ import annotations
 
@@ -107,8 +93,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
 def missing_weights(checkpoint: str | os.PathLike) -> tuple[str, str] | None:
-    """``(file name, "missing ...")`` when a model directory (``config.json`` or ``adapter_config.json``) holds no
-    weights file at all (a half-finished deletion or copy); None when it has one, or is not a model directory."""
+    """``(file name, "missing ...")`` when a model directory holds no weights file; else None."""
     checkpoint = Path(checkpoint)
     adapter = (checkpoint / "adapter_config.json").is_file()
     if not (adapter or (checkpoint / "config.json").is_file()):
@@ -121,8 +106,7 @@ def missing_weights(checkpoint: str | os.PathLike) -> tuple[str, str] | None:
 
 
 def checkpoint_problems(checkpoint: str | os.PathLike) -> list[tuple[str, str]]:
-    """``[(file name, what is wrong)]`` for the files of ``checkpoint`` that cannot be read, and a missing weights
-    file; [] when all look fine."""
+    """``[(file name, what is wrong)]`` for ``checkpoint``'s unreadable files or missing weights."""
     checkpoint = Path(checkpoint)
     problems = [missing] if (missing := missing_weights(checkpoint)) else []
     for path in sorted(checkpoint.iterdir()):
@@ -202,10 +186,8 @@ def _check_finite_safetensors(path: Path) -> str | None:
 
 
 def load_problems(checkpoint: str | os.PathLike) -> list[tuple[str, str]]:
-    """``[(file name, what is wrong)]`` found by reading the tensors of ``checkpoint``, as a resume would load them:
-    a torch file (``optimizer.pt``, ``scheduler.pt``, ``rng_state*.pth``, ``*.bin``) that is not weights-only (a
-    pickle that could run code, which is never loaded), and model weights (``*.safetensors``) holding NaN or an
-    infinity (a poisoned checkpoint). Reads the whole checkpoint once: the cost of the load that follows."""
+    """``[(file name, what is wrong)]`` found by reading ``checkpoint``'s tensors as a resume would: torch
+    files that are not weights-only (never loaded) and safetensors holding NaN or an infinity."""
     checkpoint = Path(checkpoint)
     problems = []
     for path in sorted(checkpoint.iterdir()):
@@ -227,10 +209,9 @@ def load_problems(checkpoint: str | os.PathLike) -> list[tuple[str, str]]:
 
 # --- the checkpoint a resume loads ---------------------------------------------------------------------------
 def check_resume_checkpoint(run_dir: Path, explicit: Path | None) -> None:
-    """The checkpoint a resume would load (``explicit``, else the newest complete one) must be loadable and safe:
-    readable files (cheap checks), torch files that load weights-only (a pickle that could run code is never
-    loaded) and finite weights (a checkpoint a diverged run wrote). Otherwise one line names the file, what is
-    wrong, and the ``--resume_from_checkpoint`` that would work (the newest earlier checkpoint that passes)."""
+    """The checkpoint a resume would load (``explicit``, else the newest complete one) must pass
+    the cheap checks and ``load_problems``; otherwise one line names the file, what is wrong, and the
+    ``--resume_from_checkpoint`` of the newest earlier checkpoint that passes."""
     complete = list_checkpoints(run_dir)
     target = explicit or (complete[-1] if complete else None)
     if target is None:
@@ -253,8 +234,7 @@ def check_resume_checkpoint(run_dir: Path, explicit: Path | None) -> None:
 
 
 def intact_before(run_dir: Path, checkpoint: Path) -> Path | None:
-    """The newest complete checkpoint before ``checkpoint`` whose files are readable, weights-only and finite (None
-    if there is none)."""
+    """The newest complete checkpoint before ``checkpoint`` that passes every check, or None."""
     clock = read_clock(checkpoint)
     step = clock["step"] if clock else float("inf")
     earlier = [c for c in list_checkpoints(run_dir)
@@ -263,8 +243,7 @@ def intact_before(run_dir: Path, checkpoint: Path) -> Path | None:
 
 
 def loader_error(err: BaseException) -> str:
-    """The first line of a loader's error, without torch's advice to load a refused file unsafely (the one thing not
-    to do with a file of unknown origin)."""
+    """A loader error's first line, without torch's advice to load a refused file unsafely."""
     first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if "weights_only" in str(err) or "Weights only load failed" in str(err):
         return "a file holds pickled Python objects, not only tensors: refused unread, since loading it could run code"
@@ -272,9 +251,8 @@ def loader_error(err: BaseException) -> str:
 
 
 class CheckpointUnreadable(ValueError):
-    """A checkpoint could not be read back while training resumed from it: raised (``from`` the loader's own error)
-    around the trainer's loaders (``reading_checkpoint``), so that callers tell it from any other failure by its
-    type, not by the names in a traceback."""
+    """A checkpoint could not be read back while training resumed from it (raised ``from`` the
+    loader's error by ``reading_checkpoint``), so callers tell it by type."""
 
     def __init__(self, checkpoint, cause: BaseException):
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None

@@ -6,31 +6,10 @@ read-modify-write of a results file (``eval.json``) by `pods eval`.
     with exclusive(lock_path_for(eval_json)):   # `pods eval`: waits its turn (the section is short)
         ...
 
-The lock is ``fcntl.flock`` on a file inside the run directory (``LOCK_FILE``; ``eval.json``'s has its own, so
-`pods eval` never waits on a running trainer). The operating system releases it when the process ends, however it
-ends (SIGKILL, OOM killer, node crash with the file system's lease expiring): a killed job never leaves a stale
-lock in the way of its own resume (its lock file stays behind, unlocked and harmless; a clean release removes it,
-and a process that locked a file just removed notices and locks the new one). The holder writes its host, pid,
-start time and command into the file; a second writer reads them for its one-line refusal.
-
-Naming the holder is race-free. A holder writes its record just after it takes the lock, in one ``pwrite`` over
-whatever the file held, then cuts the file to it: a reader sees the old bytes (none in a new file), the new record,
-or (rarely) a mix that does not parse, never a file emptied in between. The file may still hold the record of an
-earlier holder that was killed (the lock went with it, the record stayed). So a refused process waits for a record
-that names a live holder (``_wait_for_holder``, at most ``NAME_WAIT_SECONDS``), trying the lock again meanwhile in
-case the holder died before writing: an empty or unparseable record, or one naming a process of this host that is
-gone (or a pid reused by a process younger than the record), is one being replaced. A record of another host cannot
-be checked (its pids are not ours to see, NFS or not): it is taken once it stayed the same for ``SETTLE_SECONDS``,
-far longer than a live holder takes to replace it. (A holder in another pid namespace under the same host name, as
-containers may be, looks gone from here: its record is named once the wait runs out.)
-
-Where it holds: local file systems (ext4, xfs, btrfs, tmpfs...): yes. NFS (v3 with lockd, v4): yes, across
-clients: Linux maps flock to POSIX byte-range locks on NFS (unless mounted with ``local_lock=flock|all``, which
-makes it node-local). Lustre: across nodes when mounted with ``-o flock``; ``-o localflock`` is node-local;
-without either, flock fails (ENOSYS): then the run goes on unlocked, with one warning (see ``_UNSUPPORTED``).
-GPFS / Spectrum Scale, CephFS, BeeGFS (with global file locks on): yes. Windows: no ``fcntl``; unlocked, with the
-same warning.
-"""
+``fcntl.flock`` on a file in the run directory (``LOCK_FILE``): the operating system releases it however the process
+ends. The holder writes its host, pid, start time and command into the file; a refused process waits for a record
+naming a live holder (``_wait_for_holder``). Where flock is unsupported the run goes on unlocked with one warning;
+docs/guides/stopping.md (Concurrency) lists the file systems."""
 
 from __future__ import annotations
 
@@ -95,8 +74,8 @@ class Lock:
         self.path, self.fd = path, fd
 
     def release(self) -> None:
-        """Remove the lock file and unlock (in that order: whoever opens the name next makes a new file, and one
-        who opened this one meanwhile sees, once it holds it, that it is no longer the file of that name)."""
+        """Remove the lock file, then unlock: whoever opens the name next makes a new file, and one who opened
+        this one meanwhile sees, once it holds it, that it is no longer the file of that name."""
         if self.fd is None:
             return
         try:
@@ -119,14 +98,14 @@ def _unsupported(path: Path, err: OSError) -> Lock:
     if where not in _warned_unsupported:
         _warned_unsupported.add(where)
         logger.warning("warning: cannot lock %s on this file system (%s): a second job writing into it would not be "
-                       "stopped; see docs/guides/stopping.md (Concurrency) for mount options", where, err.strerror or err)
+                       "stopped; see docs/guides/stopping.md (Concurrency) for mount options",
+                       where, err.strerror or err)
     return Lock(path, None)
 
 
 def try_lock(path: str | os.PathLike, record: dict | None = None, wait_s: float = 0.0) -> Lock | None:
-    """Take the exclusive lock on ``path`` (created if missing), waiting up to ``wait_s`` seconds; None if another
-    process holds it. With ``record``, write it into the file as the holder's name. On a file system without
-    flock support, a ``Lock`` that locks nothing (one warning)."""
+    """Take the exclusive lock on ``path`` (created if missing), waiting up to ``wait_s`` seconds; None if held
+    elsewhere. ``record``: written as the holder's name. Without flock support, a ``Lock`` that locks nothing."""
     path = Path(path)
     if fcntl is None:
         return _unsupported(path, OSError(errno.ENOSYS, "no fcntl on this platform"))
@@ -185,9 +164,7 @@ def _process_start(pid: int) -> float | None:
 
 
 def _names_live_holder(record: dict) -> bool | None:
-    """Whether ``record`` names a process of this host that is alive and as old as the record: True, False (gone, a
-    zombie, or its pid now belongs to a younger process: the record is an earlier holder's), or None when it
-    cannot be checked (another host, no pid)."""
+    """Whether ``record`` names a live process of this host as old as the record (None: cannot tell)."""
     pid = record.get("pid")
     if record.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
         return None
@@ -211,10 +188,9 @@ def _names_live_holder(record: dict) -> bool | None:
 
 def _wait_for_holder(path: Path, record: dict | None, wait_s: float | None = None,
                      settle_s: float | None = None) -> tuple[Lock | None, dict | None]:
-    """After a refused ``try_lock(path, record)``: wait until the file names its holder (see the module's
-    docstring), trying the lock again meanwhile. Returns ``(Lock, None)`` if the holder let go (ours now, with
-    ``record`` written), else ``(None, holder)``: the holder's record, or after ``wait_s`` (``NAME_WAIT_SECONDS``)
-    the last record read (possibly None or stale: the holder never wrote its name in time)."""
+    """After a refused ``try_lock(path, record)``: wait until the file names a live holder, retrying the
+    lock meanwhile. Returns ``(Lock, None)`` if it became ours, else ``(None, holder)``: the last record read after at
+    most ``wait_s`` (possibly None or stale)."""
     wait_s = NAME_WAIT_SECONDS if wait_s is None else wait_s
     settle_s = SETTLE_SECONDS if settle_s is None else settle_s
     deadline, pause = time.monotonic() + wait_s, 0.01
@@ -242,8 +218,7 @@ def _wait_for_holder(path: Path, record: dict | None, wait_s: float | None = Non
 
 @contextmanager
 def exclusive(path: str | os.PathLike, what: str = "pods eval", wait_s: float = 600.0):
-    """Hold the exclusive lock on ``path`` inside the block, waiting up to ``wait_s`` seconds for it (for short
-    critical sections such as a results file's read-modify-write)."""
+    """Hold the exclusive lock on ``path`` inside the block, waiting up to ``wait_s`` seconds (short sections)."""
     record = holder_record(what)
     lock = try_lock(path, record, wait_s=wait_s)
     if lock is None:
@@ -263,9 +238,8 @@ def lock_path_for(results_file: str | os.PathLike) -> Path:
 
 
 def hold_run_dir(run_dir: str | os.PathLike, what: str = "pods train") -> Lock:
-    """Take ``run_dir``'s lock for the life of this process (``Lock.release`` or process exit frees it); the
-    directory must exist. Raises ``RunDirInUse`` naming the holder when another process has it (after waiting up
-    to ``NAME_WAIT_SECONDS`` for a holder that has just taken it to write its name)."""
+    """Take ``run_dir``'s lock for the life of this process (the directory must exist). Raises
+    ``RunDirInUse`` naming the holder when another process has it."""
     run_dir = Path(run_dir)
     path = run_dir / LOCK_FILE
     record = holder_record(what)

@@ -1,11 +1,4 @@
-"""What a pods-rl run directory is, so that `pods train` never writes over what is not its own.
-
-A directory is a pods-rl run when it has ``RUN_MARKER`` (``.pods-run``, written with the first ``config.yaml``), or,
-written by a version before the marker, a checkpoint or ``final/`` with ``pods_clock.json``, a ``metrics.jsonl``
-whose rows carry ``step`` and ``train_seconds``, or a resolved ``config.yaml`` (every key of
-``RESOLVED_CONFIG_KEYS``: a user's recipe rarely has them all). `pods train` writes into such a directory, an empty
-one (``IGNORABLE`` entries aside) or a new one, and refuses any other.
-"""
+"""What a pods-rl run directory is, so that `pods train` never writes over what is not its own."""
 
 from __future__ import annotations
 
@@ -30,9 +23,8 @@ IGNORABLE = frozenset({LOCK_FILE, ".DS_Store", "Thumbs.db", "lost+found", ".ipyn
 
 
 def is_pods_run(run_dir: str | os.PathLike) -> bool:
-    """Whether ``run_dir`` is a pods-rl run: it has ``RUN_MARKER``, or (written by a version before the marker) a
-    checkpoint or final model with ``pods_clock.json``, a ``metrics.jsonl`` whose rows carry ``train_seconds``,
-    or a resolved ``config.yaml`` (all of ``RESOLVED_CONFIG_KEYS``)."""
+    """Whether ``run_dir`` is a pods-rl run: ``RUN_MARKER``, or (an older run) a clocked checkpoint, metrics
+    rows with ``train_seconds``, or a resolved config.yaml (all of ``RESOLVED_CONFIG_KEYS``)."""
     run_dir = Path(run_dir)
     if (run_dir / RUN_MARKER).is_file():
         return True

@@ -1,23 +1,14 @@
 """A study's runs packed into one archive, ``runs.tar.xz`` beside its study.json: written, checked, read, unpacked.
 
-A study's run folders (``study/runs/`` and ``sweep/runs/`` of `pods study`, or a bare ``runs/``) hold thousands of
-small, repetitive files (metrics rows, logs, configs); packed with xz they take about a twelfth of the space, so a
-repository of results stays small enough to clone and to carry. The archive holds every file of those folders but
-model weights (checkpoints, ``final/``, sampled completions: never committed) and figures (a run's own
-``accuracy_vs_time.png``/``.pdf``, drawn from its metrics.jsonl: `pods plot RUN` draws them again; already
-compressed, they would weigh more than the runs' data); `pods study` reads it as it reads the folders
-(``runs_root``).
+Its thousands of small run files pack to about a twelfth; weights and figures are left out.
 
-    pack_runs(study)            # study/runs.tar.xz from study/{study,sweep,runs}/ (checked against the files)
-    pack_runs(study, remove=True)   # ... and then deletes the packed files (weights, figures stay)
-    unpack_runs(study)          # back into study/ (beside weights left there; refused over other run files)
-    with runs_root(study) as root:  # root/study/runs/...: study itself, or a temporary unpacking of its archive
+    pack_runs(study, remove=False)  # study/runs.tar.xz from study/{study,sweep,runs}/, checked against the files
+    unpack_runs(study)              # back into study/ (refused over other run files)
+    with runs_root(study) as root:  # study itself, or a temporary unpacking of its archive
         ...
 
-The archive is deterministic: members sorted by path, every time stamp 0, owner 0/0 without names, modes 644 or 755,
-xz preset 9e, so packing the same files gives the same bytes (with the same liblzma). Only the standard library is
-used here, so that ``benchmarks/pack_runs.py`` can load this file without pods-rl installed.
-"""
+Deterministic (sorted, time stamps 0, owner 0/0): the same files give the same bytes. Standard library only, so
+``benchmarks/pack_runs.py`` can load this file without pods-rl installed."""
 
 from __future__ import annotations
 
@@ -57,10 +48,7 @@ def _left_out(relative: PurePosixPath) -> bool:
 
 
 def files_to_pack(study_dir: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """(files the archive holds, files left out) of ``study_dir``'s run folders: paths relative to it, sorted.
-
-    Raises ValueError on a symbolic link or another non-regular file (an archive holds regular files only).
-    """
+    """(files held, files left out) of ``study_dir``'s run folders; ValueError on a link or special file."""
     study_dir = Path(study_dir)
     kept, left = [], []
     for folder in run_folders(study_dir):
@@ -83,14 +71,8 @@ def _member(name: str, size: int, executable: bool) -> tarfile.TarInfo:
 
 
 def pack_runs(study_dir: str | os.PathLike, remove: bool = False) -> Path:
-    """Write ``study_dir/runs.tar.xz`` from its run folders (replacing an older one), check it, return its path.
-
-    Args:
-        study_dir: a study's folder, holding ``study/runs``, ``sweep/runs`` or ``runs``.
-        remove: then delete the packed files and the folders left empty (what is left out stays where it is).
-    Raises ValueError when there is nothing to pack, or on a link among the runs; RuntimeError if the written
-    archive does not read back as the files (nothing is removed then).
-    """
+    """Write ``study_dir/runs.tar.xz`` from its run folders, check it, return its path; ``remove``: then delete
+    the packed files. ValueError on nothing to pack or a link; RuntimeError if it does not read back."""
     study_dir = Path(study_dir)
     names, _ = files_to_pack(study_dir)
     if not names:
@@ -149,11 +131,8 @@ def holds_runs(study_dir: str | os.PathLike) -> bool:
 
 
 def unpack_runs(study_dir: str | os.PathLike, dest: str | os.PathLike | None = None) -> Path:
-    """Unpack ``study_dir/runs.tar.xz`` into ``dest`` (default ``study_dir``); return ``dest``.
-
-    Refuses (ValueError, before writing anything) when ``dest``'s run folders already hold run files (other than
-    weights and scratch, which an archive never holds): unpacking would mix two versions of the runs.
-    """
+    """Unpack ``study_dir/runs.tar.xz`` into ``dest`` (default ``study_dir``); return ``dest``. Refuses
+    (ValueError, before writing) when ``dest``'s run folders already hold run files."""
     study_dir = Path(study_dir)
     archive = study_dir / ARCHIVE
     dest = Path(study_dir if dest is None else dest)
@@ -178,12 +157,8 @@ def unpack_runs(study_dir: str | os.PathLike, dest: str | os.PathLike | None = N
 
 @contextmanager
 def runs_root(study_dir: str | os.PathLike) -> Iterator[Path]:
-    """The folder that holds a study's run folders (``root/study/runs``, ...), for reading.
-
-    ``study_dir`` itself when its run folders hold run files or no archive is there (the runs a study is writing
-    win over an archive beside them); else a temporary folder that ``study_dir/runs.tar.xz`` is unpacked into,
-    removed on exit.
-    """
+    """The folder holding a study's run folders, for reading: ``study_dir`` when its folders hold run files
+    or there is no archive, else a temporary unpacking of ``runs.tar.xz``, removed on exit."""
     study_dir = Path(study_dir)
     if holds_runs(study_dir) or not (study_dir / ARCHIVE).is_file():
         yield study_dir
@@ -196,11 +171,7 @@ def runs_root(study_dir: str | os.PathLike) -> Iterator[Path]:
 
 
 def relocate(value, source: str | os.PathLike, dest: str | os.PathLike):
-    """``value`` (JSON-like: dicts, lists, strings...) with every string path under ``source`` moved under ``dest``.
-
-    What was read from ``runs_root``'s temporary folder is named where the archive would unpack:
-    ``/tmp/pods-runs-x/study/runs/a`` -> ``study_dir/study/runs/a``. The same ``value`` when the two are equal.
-    """
+    """``value`` (JSON-like) with every string path under ``source`` moved under ``dest``."""
     source, dest = str(source), str(dest)
     if source == dest:
         return value
@@ -214,8 +185,7 @@ def relocate(value, source: str | os.PathLike, dest: str | os.PathLike):
 
 
 def check_archive(study_dir: str | os.PathLike) -> str:
-    """Unpack ``study_dir/runs.tar.xz`` into a temporary folder and pack it again: the bytes must be the same (the
-    archive is what ``pack_runs`` writes of its files). Returns a one-line summary; raises ValueError if not."""
+    """Unpack and pack ``study_dir/runs.tar.xz`` again: the bytes must match. A one-line summary, or ValueError."""
     archive = Path(study_dir) / ARCHIVE
     with tempfile.TemporaryDirectory(prefix="pods-runs-check-") as scratch:
         unpack_runs(study_dir, scratch)

@@ -1,26 +1,17 @@
-"""The run directory, read and written in one place.
-
-A run directory holds everything one run produced::
+"""The run directory, read and written in one place::
 
     run_dir/
-      config.yaml          the resolved configuration; a resume that changed it keeps the previous one as
-                           config.until-step-N.yaml (N: the step from which the new one applies)
-      metrics.jsonl        append-only log: one JSON object per logging step, each with "step" and
-                           "train_seconds" (cumulative training time, excluding checkpointing and evaluation)
-      checkpoint-<step>/   HF checkpoint + pods_clock.json {"step", "train_seconds"}; pods_clock.json is
-                           written last, atomically, so a checkpoint without it is incomplete
+      config.yaml          the resolved configuration (a changed resume keeps the old as config.until-step-N.yaml)
+      metrics.jsonl        one JSON row per logging step, each with "step" and "train_seconds"
+      checkpoint-<step>/   HF checkpoint + pods_clock.json {"step", "train_seconds"}, written last: without it the
+                           checkpoint is incomplete
       final/               the final model + pods_clock.json
-      eval.json            results of `pods eval` (a list of records, keyed by KEY_FIELDS; ``runlog.evals``)
+      eval.json            `pods eval` records (``runlog.evals``)
       summary.json         what `pods train` reports at its end (or where it stopped)
-      .pods-run            marks the directory as a pods-rl run (written with the first config.yaml)
-      .pods-train.lock     held by the `pods train` that owns the directory (``runlog.lock``)
-      _set_aside/          what a resume moved out of the way but must not delete: rolled-back checkpoints,
-                           checkpoints whose clock cannot be read (their weights intact). Never deleted by
-                           pods-rl, and out of reach of TRL's save_total_limit rotation.
+      .pods-run            marks a pods-rl run;  .pods-train.lock: held by the owning `pods train`
+      _set_aside/          what a resume moved out of the way but must not delete; never deleted by pods-rl
 
-Plain files only (json, yaml): no torch, no transformers, nothing of pods_rl. The callbacks that write this
-directory while training runs are in ``pods_rl.runlog.callbacks``.
-"""
+Plain files only (json, yaml): no torch, no transformers."""
 
 from __future__ import annotations
 
@@ -69,8 +60,7 @@ def json_default(value):
 
 
 def clock_problem(checkpoint_dir: str | os.PathLike) -> str | None:
-    """Why a checkpoint has no usable clock: ``"missing"`` (no ``pods_clock.json``: killed while saving), a phrase
-    saying what is wrong with the file (it is there but unreadable), or None when it is fine."""
+    """Why a checkpoint has no usable clock: ``"missing"``, what is wrong with the file, or None when fine."""
     path = Path(checkpoint_dir) / CLOCK_FILE
     if not path.is_file():
         return "missing"
@@ -86,8 +76,7 @@ def clock_problem(checkpoint_dir: str | os.PathLike) -> str | None:
 
 
 def read_clock(checkpoint_dir: str | os.PathLike) -> dict | None:
-    """The ``{"step", "train_seconds"}`` record of a checkpoint, or None if it is missing (incomplete) or cannot be
-    read (see ``clock_problem``)."""
+    """A checkpoint's ``{"step", "train_seconds"}``, or None if missing (incomplete) or unreadable."""
     if clock_problem(checkpoint_dir) is not None:
         return None
     clock = json.loads((Path(checkpoint_dir) / CLOCK_FILE).read_text())
@@ -131,8 +120,7 @@ def is_checkpoint_name(name: str) -> bool:
 
 
 def move_aside(path: Path, suffix: str, into: Path | None = None) -> Path:
-    """Rename ``path`` to ``<name><suffix>`` (in folder ``into``, default its own; ``-2``, ``-3``... appended if
-    taken: an earlier leftover of the same name must never make a resume fail) and return the new path."""
+    """Rename ``path`` to ``<name><suffix>`` in ``into`` (default its folder; ``-2``... if taken); the new path."""
     folder = into or path.parent
     target, i = folder / (path.name + suffix), 2
     while target.exists():
@@ -146,9 +134,7 @@ SET_ASIDE_DIR = "_set_aside"
 
 
 def set_aside(run_dir: str | os.PathLike, path: Path, suffix: str = "") -> Path:
-    """Move ``path`` into ``run_dir/_set_aside/`` (as ``<name><suffix>``, ``-2``... if taken) and return where it
-    went: kept, never deleted by pods-rl, and beyond TRL's checkpoint rotation (which globs ``checkpoint-*`` in
-    the run directory)."""
+    """Move ``path`` into ``run_dir/_set_aside/`` (kept, beyond TRL's rotation); returns where it went."""
     folder = Path(run_dir) / SET_ASIDE_DIR
     folder.mkdir(exist_ok=True)
     return move_aside(path, suffix, into=folder)
@@ -156,21 +142,11 @@ def set_aside(run_dir: str | os.PathLike, path: Path, suffix: str = "") -> Path:
 
 def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None, modify: bool = True
                    ) -> tuple[Path | None, float]:
-    """Make ``run_dir`` consistent for resuming and return (the checkpoint to resume, its training seconds).
-    With ``modify=False`` (every process but the main one) only the answer is computed: several processes
-    renaming the same directories would fail on each other's moves.
+    """Make ``run_dir`` consistent for resuming; return (the checkpoint to resume, its training seconds).
 
-    - the newest checkpoint without ``pods_clock.json`` (killed while saving) is renamed
-      ``checkpoint-N.incomplete`` so that neither the trainer nor ``pods eval`` picks it up; it is deleted once a
-      later checkpoint is complete (a resume rebuilds what it held);
-    - any other checkpoint whose clock is missing or cannot be read is moved to ``_set_aside/`` with its weights:
-      it was not being saved when a run died, so its weights are likely intact; a resume cannot rebuild them,
-      so they are never deleted (one warning line says where they went);
-    - with an explicit ``checkpoint``, later checkpoints (and ``final/``) are moved to
-      ``_set_aside/<name>.rolled_back``: the run continues from the one asked for, not from the newest;
-    - metrics rows logged after the resumed checkpoint are moved to ``metrics.rolled_back.jsonl``: those steps
-      are trained again, so keeping them would duplicate steps in the log.
-    """
+    Moves, unless ``modify=False`` (non-main processes): the newest clockless checkpoint to ``checkpoint-N.incomplete``;
+    any other one without a usable clock, and (with ``checkpoint``) everything after it, to ``_set_aside/``; metrics
+    rows after the resumed step to ``metrics.rolled_back.jsonl`` (those steps are trained again)."""
     run_dir = Path(run_dir)
     found = list_checkpoints(run_dir, complete_only=False)
     for path in found if modify else []:
@@ -227,8 +203,7 @@ _INCOMPLETE_RE = re.compile(r"^checkpoint-(\d+)\.incomplete(-\d+)?$")
 
 
 def remove_incomplete(run_dir: str | os.PathLike, complete_step: int) -> list[Path]:
-    """Delete ``checkpoint-N.incomplete*`` leftovers with N <= ``complete_step`` (a complete checkpoint now
-    covers them); returns what was removed."""
+    """Delete ``checkpoint-N.incomplete*`` leftovers with N <= ``complete_step``; returns what was removed."""
     removed = []
     for child in Path(run_dir).iterdir():
         match = _INCOMPLETE_RE.match(child.name)
@@ -241,9 +216,8 @@ def remove_incomplete(run_dir: str | os.PathLike, complete_step: int) -> list[Pa
 
 def disk_full_message(err: BaseException, run_dir: str | os.PathLike, step: int, saving: str | None = None
                       ) -> str | None:
-    """One line for an error raised by a full disk (or an exceeded quota, a read-only or failing file system) while
-    writing the run, from any library (``saving``: what was being written, default ``checkpoint-<step>``), or None
-    if ``err`` is something else."""
+    """One line for an error raised by a full disk (quota, read-only or failing file system) while
+    writing ``saving`` (default ``checkpoint-<step>``), or None if ``err`` is something else."""
     fault = storage_fault(err)
     if fault is None:
         return None
@@ -302,8 +276,7 @@ NOT_TRAINING_FIELDS = frozenset({
 
 
 def load_run_config(run_dir) -> dict:
-    """The run's resolved config.yaml as a dict ({} if absent). A file that is not a YAML mapping (binary, torn,
-    a list) is a ValueError naming it and the way on."""
+    """The run's config.yaml as a dict ({} if absent); a file that is not a YAML mapping is a ValueError."""
     config_path = Path(run_dir) / CONFIG_FILE
     if not config_path.is_file():
         return {}
@@ -343,9 +316,8 @@ def free_name(path: Path) -> Path:
 
 
 def save_config(run_dir: str | os.PathLike, flat: dict, resume: bool, resumed_from: Path | None) -> int | None:
-    """Write ``config.yaml`` (``flat``: ``{field: value}``). On a resume it is kept as it is unless the settings
-    differ (``resume_from_checkpoint`` aside); then the previous one is moved to ``config.until-step-N.yaml``, N
-    the step of ``resumed_from`` from which the new one applies, and N is returned (None otherwise)."""
+    """Write ``config.yaml`` from ``flat``. On a resume whose settings differ, the previous one becomes
+    ``config.until-step-N.yaml`` (N: the step of ``resumed_from``) and N is returned; None otherwise."""
     config_file, changed_at = Path(run_dir) / CONFIG_FILE, None
     mark_as_run(run_dir)
     if config_file.is_file() and resume:
@@ -401,8 +373,8 @@ def holds_a_run(run_dir: Path) -> bool:
 
 
 def plan_resume(run_dir: Path, resume_from_checkpoint, output_dir_given: bool) -> Path | None:
-    """Check a resume request (``--resume_from_checkpoint true`` or a checkpoint path) before anything loads;
-    returns the explicit checkpoint asked for, if any. Raises ``RunFinished`` for a run that already ended."""
+    """Check a resume request before anything loads; returns the explicit checkpoint asked for, if any.
+    Raises ``RunFinished`` for a run that already ended."""
     explicit = None if str(resume_from_checkpoint).lower() == "true" else Path(resume_from_checkpoint)
     if not output_dir_given:
         hint = f" {explicit.parent}" if explicit is not None else " RUN_DIR"

@@ -1,9 +1,5 @@
-"""Task registry: ``get_task(name, **kwargs) -> Task``.
-
-Built-in names: ``gsm8k``, ``math``, ``math500``, ``amc23``, ``arithmetic``, ``jsonl:<path>``,
-``reasoning_gym:<dataset_name>``. Task modules are imported lazily, only when a task is requested, so
-``import pods_rl.tasks`` stays cheap and optional dependencies (reasoning-gym) stay optional.
-"""
+"""Task registry: ``get_task(name, **kwargs) -> Task``. Built-in names: ``gsm8k``, ``math``, ``math500``,
+``amc23``, ``arithmetic``, ``jsonl:<path>``, ``reasoning_gym:<dataset_name>``; imported lazily, only when asked."""
 
 from __future__ import annotations
 
@@ -62,10 +58,8 @@ _ITEM_SPLIT = re.compile(r",(?=\s*[A-Za-z_][A-Za-z0-9_.-]*\s*=)")
 def parse_task_args(items: str | list[str] | tuple[str, ...] | None) -> dict:
     """Task options as given on any command line -> keyword arguments for ``get_task``.
 
-    ``items`` is one ``"key=value,key=value"`` string (``--task_args``) or a list of them (``--task-arg``,
-    repeatable); both spellings mean the same everywhere. Values are read as JSON when they parse (``3`` is a
-    number, ``true`` a bool, ``"3"`` a string), else kept as text. Later keys win.
-    """
+    ``items``: one ``"key=value,key=value"`` string (``--task_args``) or a list of them (``--task-arg``). Values are
+    read as JSON when they parse (``3`` a number, ``"3"`` a string), else kept as text. Later keys win."""
     if items is None:
         return {}
     out = {}
@@ -85,8 +79,7 @@ def parse_task_args(items: str | list[str] | tuple[str, ...] | None) -> dict:
 
 
 def get_task(name: str, **kwargs) -> Task:
-    """Build the task called ``name`` with keyword arguments such as ``data_dir``, ``prompt_style``,
-    ``reward_weights``, ``seed``, ``size`` (which ones apply depends on the task)."""
+    """Build the task called ``name``; the keyword arguments that apply (``data_dir``, ``seed``...) depend on it."""
     if not isinstance(name, str):
         raise ValueError(f"task name must be a str, got {type(name).__name__}")
     if name in _REGISTRY:

@@ -1,13 +1,9 @@
 """`arithmetic`: procedurally generated integer arithmetic, the task of the embedded tiny model.
 
-Problems are expressions such as ``47+8-23`` over ``operands`` non-negative integers of at most ``digits``
-digits joined by ``ops``. Train and test never overlap: a problem belongs to the test split iff a hash of its
-text falls in the lowest ``test_fraction`` of the hash range, independently of the seed, so no seed or size
-can leak a test problem into train. Each split is deterministic given ``seed``.
-
-The gold worked solution (used to SFT the tiny model) reduces the expression one binary operation at a time,
-multiplications first, then left to right: ``<think>47+8=55,55-23=32</think><answer>32</answer>``.
-"""
+Problems such as ``47+8-23``. A problem is in the test split iff a hash of its text falls in the lowest
+``test_fraction`` of the hash range, so no seed or size can leak a test problem into train. The gold solution
+(the tiny model's SFT target) reduces one operation at a time:
+``<think>47+8=55,55-23=32</think><answer>32</answer>``."""
 
 from __future__ import annotations
 
@@ -29,11 +25,8 @@ def _apply(op: str, a: int, b: int) -> int:
 
 
 def solve_steps(numbers: list[int], ops: list[str]) -> tuple[list[str], int]:
-    """Reduce ``numbers[0] ops[0] numbers[1] ...`` one binary operation at a time.
-
-    Multiplications first (leftmost first), then additions/subtractions left to right, i.e. the usual
-    precedence. Returns (steps like ``"3*4=12"``, value).
-    """
+    """Reduce ``numbers[0] ops[0] numbers[1] ...`` one binary operation at a time, with the usual precedence.
+    Returns (steps like ``"3*4=12"``, value)."""
     numbers, ops = list(numbers), list(ops)
     steps = []
     while ops:
@@ -52,10 +45,8 @@ def in_test_split(question: str, test_fraction: float) -> bool:
 
 
 def is_correct_fast(text: str, answer: str) -> bool:
-    """The project's correctness rule (``rewards.answers_match``: the ``<answer>`` block, last ``\\boxed``,
-    whole text, then last number) decided by exact numeric comparison only. For integer gold answers
-    math_verify cannot accept anything this rejects except symbolic forms (``2+3`` for ``5``), which a
-    model should not be rewarded for here anyway. Linear time, no sympy: cheap enough for a CPU loop."""
+    """``rewards.answers_match`` decided by exact numeric comparison only: for integer gold answers it
+    rejects only symbolic forms (``2+3`` for ``5``), which should not be rewarded here. Linear time, no sympy."""
     return any(rewards.fast_match(candidate, answer) for candidate in rewards.candidate_answers(text))
 
 
@@ -71,14 +62,8 @@ def correctness_reward(prompts, completions, answer, **kwargs) -> list[float]:
 class ArithmeticTask(Task):
     """Integer arithmetic problems, e.g. ``47+8-23``; difficulty set by ``digits``, ``operands``, ``ops``.
 
-    Attributes:
-        digits: each operand is drawn uniformly from [0, 10**digits).
-        operands: how many numbers per expression (>= 2).
-        ops: operators to draw from, a subset of ``"+-*"``.
-        seed: makes each split deterministic (train and test use different streams).
-        train_size, test_size: rows returned by ``load`` when ``limit`` is None.
-        test_fraction: share of the problem space (by hash) reserved for the test split.
-    """
+    Operands are drawn from [0, 10**digits); ``ops`` is a subset of ``"+-*"``; ``train_size`` / ``test_size``: rows
+    ``load`` returns when ``limit`` is None; ``test_fraction``: share of the problem space (by hash) held out."""
 
     name: str = "arithmetic"
     system_prompt: str = ARITHMETIC_SYSTEM_PROMPT
@@ -107,11 +92,8 @@ class ArithmeticTask(Task):
         return (10**self.digits) ** self.operands * len(self.ops) ** (self.operands - 1)
 
     def generate(self, split: str, size: int) -> list[dict]:
-        """The first ``size`` unique problems of ``split`` (a prefix of a fixed, seeded stream).
-
-        Each problem is a dict with ``question`` (``"47+8-23"``), ``answer`` (``"32"``) and ``solution``
-        (the gold worked completion, for SFT).
-        """
+        """The first ``size`` unique problems of ``split`` (a prefix of a seeded stream): dicts with
+        ``question``, ``answer`` and ``solution`` (the gold completion, for SFT)."""
         if split not in self.splits:
             raise ValueError(f"task {self.name!r} has no split {split!r}; use one of {list(self.splits)}")
         share = self.test_fraction if split == "test" else 1.0 - self.test_fraction
@@ -140,8 +122,7 @@ class ArithmeticTask(Task):
         return problems
 
     def load(self, split: str = "train", limit: int | None = None):
-        """As ``Task.load``, but a procedural split grows to ``limit`` rows when more are asked than
-        ``train_size`` / ``test_size``; the first rows stay the same (a longer prefix of the same stream)."""
+        """As ``Task.load``, but the split grows to ``limit`` rows (a longer prefix of the same stream)."""
         size_field = {"train": "train_size", "test": "test_size"}.get(split)
         if size_field and isinstance(limit, int) and limit > getattr(self, size_field):
             return replace(self, **{size_field: limit}).load(split, limit)
@@ -160,8 +141,7 @@ class ArithmeticTask(Task):
         return is_correct_fast(rewards.completion_text(completion), str(answer))
 
     def reward_funcs(self):
-        """(correctness, format, tag_count), as in ``Task`` but with exact numeric grading and no time bound
-        (every check here is linear in the completion length)."""
+        """As ``Task``'s, with exact numeric grading and no time bound (all checks are linear)."""
         return [correctness_reward, rewards.format_reward, rewards.tag_count_reward]
 
     def score(self, completion, answer: str, **extra) -> dict:

@@ -31,9 +31,8 @@ def row_too_long(where: str, max_row_bytes: int, size: str = "") -> str:
 
 
 def with_weights(funcs: list[Callable], weights) -> list[Callable]:
-    """``funcs``, each wrapped to carry its weight as ``reward_weight`` (same ``__name__``), so that whoever gets
-    the functions gets the objective too: ``PODSTrainer`` takes these weights when ``reward_weights`` is not set.
-    The functions themselves are left untouched (the format and tag rewards are shared by every task)."""
+    """``funcs``, each wrapped to carry its weight as ``reward_weight`` (same ``__name__``): whoever gets
+    the functions gets the objective too (``PODSTrainer`` uses it when ``reward_weights`` is not set)."""
     weights = list(weights)
     if len(weights) != len(funcs):  # Task.__post_init__ reports the mismatch
         return funcs
@@ -53,24 +52,13 @@ def with_weights(funcs: list[Callable], weights) -> list[Callable]:
 class Task:
     """A verifiable-reward task.
 
-    Subclasses implement ``_load_raw(split)`` returning a ``datasets.Dataset`` with at least the
-    columns ``question`` (str) and ``answer`` (str, the gold final answer); ``load`` validates it and
-    adds the ``prompt`` column that TRL's GRPOTrainer consumes. To change how correctness is judged,
-    override ``is_correct`` (and list any dataset columns it needs in ``extra_reward_columns``).
+    Subclasses implement ``_load_raw(split)`` -> a ``datasets.Dataset`` with ``question`` and ``answer`` (the gold
+    final answer); ``load`` checks it and adds the ``prompt`` column TRL consumes. To change how correctness is
+    judged, override ``is_correct`` (listing the columns it needs in ``extra_reward_columns``).
 
-    Attributes:
-        name: registry name, e.g. ``"gsm8k"``.
-        prompt_style: ``"instruct"`` (chat messages with ``system_prompt``) or ``"base"`` (plain text).
-        system_prompt: the system message (instruct) or preamble (base).
-        reward_weights: weights of ``reward_funcs()`` (correctness, format, tag_count), same order.
-        grading_timeout_s: per-completion bound on correctness grading; a timeout scores 0.
-        grading_batch_timeout_s: bound on grading one batch (one call of ``correctness_reward``); once
-            spent, the completions left that need sympy score 0 ungraded (see ``rewards``).
-        splits: the split names ``load`` accepts.
-        extra_reward_columns: dataset columns passed to ``is_correct`` as keyword arguments.
-        max_row_bytes: the longest row ``load`` accepts (``DEFAULT_MAX_ROW_BYTES``; None: no bound); file
-            loaders check each line as they read it, ``load`` every text field of every row.
-    """
+    ``prompt_style``: ``"instruct"`` (chat messages) or ``"base"`` (plain text). ``reward_weights``: of
+    ``reward_funcs()``, same order. ``grading_timeout_s`` / ``grading_batch_timeout_s``: bounds per completion / per
+    batch (``rewards``). ``max_row_bytes``: the longest row ``load`` accepts (None: no bound)."""
 
     name: str = "task"
     prompt_style: str = "instruct"
@@ -137,12 +125,7 @@ class Task:
         return f"{self.system_prompt}\nUser: {question}\nAssistant:"
 
     def load(self, split: str = "train", limit: int | None = None):
-        """Load ``split`` as a ``datasets.Dataset`` with columns ``prompt``, ``question``, ``answer``.
-
-        Args:
-            split: one of ``self.splits``.
-            limit: keep only the first ``limit`` rows (None: all).
-        """
+        """``split`` (its first ``limit`` rows) as a ``datasets.Dataset`` with ``prompt``, ``question``, ``answer``."""
         if split not in self.splits:
             raise ValueError(f"task {self.name!r} has no split {split!r}; use one of {list(self.splits)}")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
@@ -171,8 +154,7 @@ class Task:
         return dataset.add_column("prompt", prompts)
 
     def _check_row_sizes(self, dataset, split: str) -> None:
-        """Every text field of every row within ``max_row_bytes`` (whatever loaded it: a hub dataset, a generator;
-        file loaders name the file and line themselves, as they read)."""
+        """Every text field of every row within ``max_row_bytes``, whatever loaded it."""
         bound = self.max_row_bytes
         if not bound:
             return
@@ -191,11 +173,9 @@ class Task:
         return rewards.answers_match_unbounded(completion, answer)
 
     def reward_funcs(self) -> list[Callable]:
-        """Reward functions with TRL's signature ``f(prompts, completions, answer, **kw) -> list[float]``:
-        ``correctness_reward``, ``format_reward``, ``tag_count_reward`` (unweighted scores in [0, 1]), each carrying
-        its weight from ``reward_weights`` as ``reward_weight``: ``PODSTrainer`` uses these weights unless
-        ``reward_weights`` is set in its config, so ``PODSTrainer(reward_funcs=task.reward_funcs(), ...)`` optimises
-        the objective `pods train` does."""
+        """TRL reward functions (correctness, format, tag_count; unweighted scores in [0, 1]), each
+        carrying its ``reward_weight``: ``PODSTrainer(reward_funcs=task.reward_funcs(), ...)`` optimizes what
+        `pods train` does."""
         # The default grader goes through ``answers_match``, which also bounds time off the main thread.
         is_correct = None if type(self).is_correct is Task.is_correct else self.is_correct
         correctness = rewards.make_correctness_reward(

@@ -1,8 +1,5 @@
-"""Answer extraction: the text of a completion and the answer candidates in it, all in linear time.
-
-What a completion says its answer is (the ``<answer>`` block, the last ``\\boxed{}``, the last number); whether
-that answer is right is ``pods_rl.tasks.grading``'s job. No regex here backtracks over the whole completion.
-"""
+"""Answer extraction: what a completion says its answer is, in linear time (no backtracking regex); whether
+it is right is ``pods_rl.tasks.grading``'s job."""
 
 from __future__ import annotations
 
@@ -15,10 +12,7 @@ _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
 
 def completion_text(completion) -> str:
-    """The text of one completion: a str as-is, or the content of the last message of a chat list.
-
-    Anything else (None, bytes, numbers) becomes a str so graders never crash on odd input.
-    """
+    """The text of one completion: a str as-is, the last message's content of a chat list, else str()."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, (list, tuple)):
@@ -48,10 +42,7 @@ def extract_answer_block(text: str) -> str | None:
 
 
 def extract_last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, or None.
-
-    Also accepts ``\\boxed 5`` (no braces). Unbalanced braces -> None.
-    """
+    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (or ``\\boxed 5``), or None if unbalanced."""
     start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
     if start < 0:
         return None
@@ -87,13 +78,11 @@ def _has_exactly_one_number(text: str) -> bool:
 
 
 def candidate_answers(text: str) -> list[str]:
-    """Answer candidates from a completion, in the order tried (any one matching counts as correct).
+    """Answer candidates from a completion, in the order tried (any one matching counts).
 
-    With a non-empty ``<answer>`` block the model has committed to an answer, so only the block is
-    graded: the block itself, plus its number if it holds exactly one (``"18 dollars"`` -> ``"18"``;
-    a hedge like ``"17, not 18"`` gets no second chance). Without a block: the last ``\boxed{}``, the
-    whole text (if at most ``MAX_PARSE_CHARS``), then the last number (GSM8K's ``#### 72`` convention).
-    """
+    With a non-empty ``<answer>`` block only the block is graded: itself, plus its number if it holds exactly one
+    (a hedge like ``"17, not 18"`` gets no second chance). Without one: the last ``\\boxed{}``, the whole text (up to
+    ``MAX_PARSE_CHARS``), then the last number."""
     block = extract_answer_block(text)
     if block:
         candidates = [block]

@@ -1,9 +1,6 @@
-"""Grading: whether an answer candidate equals the gold answer, without ever computing a giant number.
-
-A fast exact / numeric comparison decides most items; expressions whose numbers would explode are estimated in
-log space by a small linear parser and never handed to sympy; the rest go to ``math_verify``. Unbounded in time
-here: ``pods_rl.tasks.time_limits`` puts every call under a wall-clock limit.
-"""
+"""Grading: whether an answer candidate equals the gold answer, without ever computing a giant number: a fast
+exact / numeric comparison, a linear size estimate that keeps explosive expressions from sympy, then
+``math_verify``. Unbounded in time here: ``pods_rl.tasks.time_limits`` bounds every call."""
 
 from __future__ import annotations
 
@@ -103,13 +100,9 @@ class _TooDeep(Exception):
 
 
 class _SizeEstimator:
-    """Upper bounds of ``|log10|value||`` (the size in digits, of a huge or a tiny value) of the
-    numeric sub-expressions of a short math string, by recursive descent over its tokens.
-
-    A size is a float (``inf`` allowed), or None for anything symbolic (``x``, ``\\pi``, unknown
-    commands), which stays unknown through every operation. Reading never fails: a token that fits
-    nowhere is skipped. ``explosive`` is set once any sub-expression exceeds ``limit`` digits.
-    """
+    """Upper bounds of ``|log10|value||`` (size in digits) of the numeric sub-expressions of a short math
+    string, by recursive descent. None for anything symbolic; never fails (unknown tokens are skipped); ``explosive``
+    once any sub-expression exceeds ``limit`` digits."""
 
     def __init__(self, text: str, limit: float) -> None:
         self.tokens = [t for t in _TOKEN_RE.findall(text) if t not in _IGNORED_TOKENS]
@@ -241,9 +234,8 @@ def _number_size(tok: str) -> float:
 
 
 def too_explosive(expr: str, max_digits: float = MAX_VALUE_DIGITS) -> bool:
-    """Whether ``expr`` holds a numeric (sub)value of more than ``max_digits`` digits (huge or tiny):
-    ``9**9**9**9``, ``9^{9^{9^9}}``, ``10^{-10^{10}}``, ``(10^{100})!``. Sympy would try to compute such
-    a value exactly; this decides in time linear in ``len(expr)`` without computing anything."""
+    """Whether ``expr`` holds a (sub)value of more than ``max_digits`` digits (``9**9**9**9``,
+    ``10^{-10^{10}}``, ``(10^{100})!``), decided in linear time without computing it."""
     estimator = _SizeEstimator(expr, max_digits)
     try:
         estimator.sequence()
@@ -292,12 +284,8 @@ def _math_verify_match_unbounded(candidate: str, gold: str) -> bool:
     return bool(math_verify.verify(gold_parsed, pred, timeout_seconds=None))
 
 def triage(text: str, gold: str) -> tuple[bool | None, list[str], bool]:
-    """The cheap part of grading ``text`` against ``gold``, without sympy.
-
-    Returns ``(verdict, undecided, rejected)``: ``verdict`` is True/False when the fast path decides
-    (None: ``math_verify`` must look at the ``undecided`` candidates); ``rejected`` says that some
-    candidate was dropped unexamined because its numbers would explode (``too_explosive``).
-    """
+    """The cheap part of grading ``text`` against ``gold``, without sympy: ``(verdict, undecided, rejected)``;
+    ``verdict`` None means ``math_verify`` must look at ``undecided``; ``rejected``: a candidate was too explosive."""
     gold = str(gold).strip()
     undecided, rejected = [], False
     for cand in candidate_answers(text):

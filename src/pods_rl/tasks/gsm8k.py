@@ -12,10 +12,7 @@ HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
 
 
 def gsm8k_gold(solution: str) -> str:
-    """The final answer of a GSM8K reference solution: the text after the last ``####``, no commas.
-
-    ``"... 9 * 2 = $<<9*2=18>>18 ...\\n#### 1,018"`` -> ``"1018"``.
-    """
+    """The final answer of a GSM8K reference solution: the text after the last ``####``, no commas."""
     if "####" not in solution:
         raise ValueError(f"GSM8K solution has no '#### <answer>' line: {solution[-80:]!r}")
     return solution.rsplit("####", 1)[1].strip().replace(",", "").rstrip(".")
@@ -23,13 +20,8 @@ def gsm8k_gold(solution: str) -> str:
 
 @dataclass
 class GSM8KTask(Task):
-    """GSM8K from the hub (``openai/gsm8k``, ``main``) or from local JSONL.
-
-    Args:
-        data_dir: a directory with ``{split}.jsonl`` files in the original grade-school-math format
-            (``question``, ``answer`` ending in ``#### N``); None loads from the Hugging Face hub.
-    Columns: ``question``, ``answer`` (the gold number), ``solution`` (the reference solution).
-    """
+    """GSM8K from the hub (``openai/gsm8k``) or from ``data_dir/{split}.jsonl`` in the original format.
+    Columns: ``question``, ``answer`` (the gold number), ``solution``."""
 
     name: str = "gsm8k"
     data_dir: str | None = None

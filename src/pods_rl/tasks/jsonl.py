@@ -1,9 +1,7 @@
 """`jsonl:<path>`: your own prompts and gold answers, plus the JSONL helpers the other loaders share.
 
-Each line is a JSON object with the question under ``question`` (or ``prompt``, a str) and the gold
-final answer under ``answer``. ``<path>`` is either one file (served as the ``train`` split) or a
-directory holding ``{split}.jsonl`` files (e.g. ``train.jsonl``, ``test.jsonl``).
-"""
+One JSON object a line, with ``question`` (or ``prompt``) and ``answer``; ``<path>`` is one file (the ``train``
+split) or a directory of ``{split}.jsonl`` files."""
 
 from __future__ import annotations
 
@@ -17,9 +15,8 @@ from pods_rl.tasks.base import DEFAULT_MAX_ROW_BYTES, Task, row_too_long
 
 def read_jsonl(path: str | Path, line_numbers: bool = False,
                max_row_bytes: int | None = DEFAULT_MAX_ROW_BYTES) -> list[dict] | list[tuple[int, dict]]:
-    """Rows of a JSON-lines file (blank lines skipped); a bad line -> ValueError naming file and line. With
-    ``line_numbers``, ``(line, row)`` pairs, so that later checks can name the line too. A line longer than
-    ``max_row_bytes`` is refused naming file and line, having read no more than that of it (None: no bound)."""
+    """Rows of a JSON-lines file (blank lines skipped; ``line_numbers``: ``(line, row)`` pairs). A bad line, or
+    one over ``max_row_bytes`` (refused before reading more of it), is a ValueError naming file and line."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no such JSONL file: {path}")
@@ -63,8 +60,8 @@ def answer_to_str(value) -> str:
 
 
 def gold_answer(value, source: str, row: int) -> str:
-    """``value`` as a gold answer: a non-empty string (a number is written as one). Anything else -> ValueError
-    naming ``source`` and ``row``: an empty or non-scalar gold answer makes every correctness reward 0 in silence."""
+    """``value`` as a non-empty string gold answer, else a ValueError naming ``source`` and ``row`` (an empty
+    gold answer would make every correctness reward 0 in silence)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or (
             isinstance(value, float) and not math.isfinite(value)):
         shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
@@ -102,11 +99,7 @@ def split_files(directory: Path) -> dict[str, Path]:
 
 @dataclass
 class JSONLTask(Task):
-    """Prompts and answers from local JSON-lines: ``{"question": ..., "answer": ...}`` per line.
-
-    Args:
-        path: a ``.jsonl`` file (the ``train`` split) or a directory of ``{split}.jsonl`` files.
-    """
+    """Prompts and answers from local JSON lines; ``path``: a ``.jsonl`` file or a directory of them."""
 
     path: str = ""
     name: str = "jsonl"

@@ -1,12 +1,8 @@
 """Competition math: ``math`` (Hendrycks MATH), ``math500`` (MATH-500) and ``amc23`` (AMC 2023).
 
-(This module is not called ``math.py`` so it can never shadow the standard library's ``math``.)
-
-Each task loads from the Hugging Face hub by default, or from local files with ``data_dir=``:
-``{data_dir}/{split}.jsonl`` (one problem per line), or, for MATH, the original release layout
-``{data_dir}/{split}/{subject}/{id}.json``. Rows need the problem under ``problem`` (or ``question``)
-and either ``answer`` or a ``solution`` whose last ``\\boxed{...}`` / ``\\fbox{...}`` is the answer.
-"""
+From the hub by default, or ``data_dir=``: ``{split}.jsonl``, or for MATH the original ``{split}/{subject}/{id}.json``
+layout. Rows need ``problem`` (or ``question``) and ``answer`` or a ``solution`` ending in a boxed answer.
+(Not named ``math.py``: it would shadow the standard library.)"""
 
 from __future__ import annotations
 
@@ -38,8 +34,7 @@ def boxed_answer(solution: str) -> str:
 
 
 def normalize_math_rows(raw, source: str) -> list[dict]:
-    """Rows with ``question``, ``answer`` (and ``solution``/``level``/``subject`` when known) from
-    MATH-like rows (``problem``/``question`` + ``answer`` and/or ``solution``)."""
+    """Rows with ``question``, ``answer`` (and ``solution``/``level``/``subject``) from MATH-like rows."""
     rows = []
     for line, row in enumerate(raw, start=1):
         question = pick_field(row, ("problem", "question", "prompt"), source, line)
@@ -106,12 +101,8 @@ def load_hub(hub_id: str, configs: tuple[str | None, ...], split: str):
 
 @dataclass
 class MATHTask(Task):
-    """Hendrycks MATH (12.5k problems); gold = last ``\\boxed{}`` of the reference solution.
-
-    Args:
-        data_dir: local ``{split}.jsonl`` or original-layout directory; None loads ``hub_id``.
-        hub_id: hub dataset with one config per subject (default ``EleutherAI/hendrycks_math``).
-    """
+    """Hendrycks MATH (12.5k problems); gold = last ``\\boxed{}`` of the reference solution. ``data_dir``: local
+    files; else ``hub_id`` (one config per subject)."""
 
     name: str = "math"
     data_dir: str | None = None
@@ -142,11 +133,8 @@ class MATH500Task(MATHTask):
 
 @dataclass
 class AMC23Task(MATHTask):
-    """AMC 2023 (40 problems, numeric answers): ``math-ai/amc23``, split ``test`` only.
-
-    Another source with ``problem``/``question`` and ``answer`` columns works too, e.g.
-    ``hub_id="AI-MO/aimo-validation-amc"`` (whose only split is ``train``: pass ``splits=("train",)``).
-    """
+    """AMC 2023 (40 problems, numeric answers): ``math-ai/amc23``, split ``test``. Any ``hub_id`` with
+    ``problem``/``question`` and ``answer`` works (set ``splits`` to its split names)."""
 
     name: str = "amc23"
     hub_id: str = "math-ai/amc23"

@@ -1,8 +1,5 @@
 """`reasoning_gym:<name>`: any reasoning-gym procedural dataset, generated offline, graded by its own scorer.
-
-The train split is generated with ``seed`` and the test split with ``seed + TEST_SEED_OFFSET``: the two
-are independent draws, so in small problem spaces a test problem can also occur in train.
-"""
+Test uses ``seed + TEST_SEED_OFFSET``: an independent draw, so small problem spaces may overlap train."""
 
 from __future__ import annotations
 
@@ -26,16 +23,10 @@ def _import_reasoning_gym():
 
 @dataclass
 class ReasoningGymTask(Task):
-    """A reasoning-gym dataset as a Task.
+    """A reasoning-gym dataset (``dataset_name``, e.g. ``"chain_sum"``) as a Task.
 
-    Args:
-        dataset_name: a reasoning-gym dataset name, e.g. ``"basic_arithmetic"``, ``"chain_sum"``.
-        size: number of train problems; ``test_size`` (default ``size``) of test problems.
-        seed: train seed (test uses ``seed + TEST_SEED_OFFSET``).
-        config: extra keyword arguments of the dataset's config (e.g. ``{"min_terms": 2}``).
-    Columns: ``question``, ``answer`` (the dataset's reference answer), ``rg_split`` and ``rg_index``
-    (which generated entry the row is; the correctness reward uses them to call the dataset's scorer).
-    """
+    ``size`` / ``test_size`` problems; ``config``: the dataset's config options. Columns: ``question``, ``answer``,
+    and ``rg_split`` / ``rg_index`` (the generated entry, for the dataset's scorer)."""
 
     dataset_name: str = ""
     size: int = 1000
@@ -97,10 +88,8 @@ class ReasoningGymTask(Task):
     def is_correct(
         self, completion: str, answer: str, rg_split: str | None = None, rg_index: int | None = None, **extra
     ) -> bool:
-        """The dataset's own ``score_answer`` on the ``<answer>`` block (else the whole text) == 1.
-
-        Without ``rg_split``/``rg_index`` (a row not from ``load``) falls back to ``answers_match``.
-        """
+        """The dataset's ``score_answer`` on the ``<answer>`` block (else the text) == 1; rows not
+        from ``load`` fall back to ``answers_match``."""
         if rg_split is None or rg_index is None:
             return rewards.answers_match(completion, answer)  # time-bounded on any thread (model text)
         data = self.dataset(rg_split)

@@ -1,34 +1,14 @@
 """Verifiable rewards (as in the PODS paper): correctness, format and tag count, bounded in time.
 
-Every reward function here has TRL's reward signature
-``f(prompts, completions, answer, **kwargs) -> list[float | None]`` and returns *unweighted* scores in
-[0, 1]; TRL multiplies them by ``GRPOConfig.reward_weights`` (the paper uses 1.0, 0.1, 0.1).
-``completions`` are either plain strings (base-style prompts) or conversational
-``[{"role": "assistant", "content": str}]`` lists.
+Each has TRL's signature ``f(prompts, completions, answer, **kwargs) -> list[float | None]`` and returns unweighted
+scores in [0, 1] (the paper's weights: 1.0, 0.1, 0.1); ``completions`` are strings or chat message lists.
 
-Grading must never hang or crash a run on adversarial model output (``9^{9^{9^9}}``, 100,000-digit
-numbers, 10,000 nested ``\\frac``, binary junk, megabyte strings). Defences, cheapest first:
-
-1. all string scans are linear (no backtracking regexes over the whole completion);
-2. a fast exact / numeric comparison decides most items without sympy;
-3. candidates longer than ``MAX_PARSE_CHARS`` are never handed to ``math_verify`` (sympy);
-4. candidates whose numbers would explode (power towers such as ``9**9**9**9``, ``(10^{100})!``: any
-   value beyond ``MAX_VALUE_DIGITS`` digits, estimated in log space by a small linear parser) are
-   never handed to sympy either;
-5. every grading call runs under a wall-clock limit: a ``SIGALRM`` interval timer in the main thread
-   (cheap; sympy is interruptible), or, off the main thread where signals are unavailable, a worker
-   subprocess that is killed on timeout (POSIX). A timed-out item scores 0 and logs a warning;
-6. a whole call of ``correctness_reward`` is bounded too (``DEFAULT_BATCH_TIMEOUT_S``): once its budget is
-   spent, the remaining items that the fast path cannot decide score 0 without being graded.
-
-Items cut short by 4-6 score 0 and are counted: ``correctness_reward`` reports the count of each call
-through the ``log_metric`` callback that TRL passes to reward functions (``GRADING_METRIC``), and logs
-one warning line per call.
-
-Where the parts live: ``extraction`` (the answer candidates in a completion), ``grading`` (is a candidate the
-gold answer: defences 1-4) and ``time_limits`` (5: the wall-clock bound, its worker subprocess); this module
-holds the TRL reward functions (6) and re-exports the others' public names.
-"""
+Grading never hangs or crashes a run on adversarial output (``9^{9^{9^9}}``, huge numbers, deep nesting, junk),
+cheapest defence first: linear scans (``extraction``); a fast exact / numeric comparison and never handing sympy
+over-long or explosive candidates (``grading``); a wall-clock limit per item (``time_limits``: SIGALRM, or a
+killable worker off the main thread); and a budget per ``correctness_reward`` call. Items cut short score 0 and
+are counted (``GRADING_METRIC`` through TRL's ``log_metric``). This module holds the reward functions and
+re-exports the others' public names."""
 
 from __future__ import annotations
 
@@ -82,11 +62,8 @@ _THINK_TO_ANSWER_RE = re.compile(r"</think>\s*<answer>")
 
 
 def format_score(text: str) -> float:
-    """1.0 if ``text`` matches ``^<think>.*?</think>\\s*<answer>.*?</answer>$`` (DOTALL), else 0.0.
-
-    Leading/trailing whitespace is ignored. Implemented without the regex because the lazy pattern can
-    backtrack quadratically on adversarial strings with many tags; this is the same language in O(len).
-    """
+    """1.0 if ``text`` matches ``^<think>.*?</think>\\s*<answer>.*?</answer>$`` (DOTALL, outer whitespace
+    ignored), else 0.0; without the regex, which backtracks quadratically on adversarial tags."""
     text = text.strip()
     if not (text.startswith(THINK_OPEN) and text.endswith(ANSWER_CLOSE)):
         return 0.0
@@ -125,21 +102,10 @@ def make_correctness_reward(
 ) -> Callable:
     """Build TRL's ``correctness_reward``: 1.0 if a completion's answer is correct, else 0.0.
 
-    Args:
-        is_correct: ``is_correct(text, answer, **extra) -> bool``; defaults to ``answers_match``.
-        timeout_s: per-item time bound; a timed-out item scores 0.0.
-        extra_columns: dataset columns (passed by TRL as kwargs lists, one entry per completion) that
-            ``is_correct`` needs, e.g. ``("entry",)`` for reasoning-gym scorers.
-        batch_timeout_s: time budget of one call (a batch). Each item's bound is the smaller of
-            ``timeout_s`` and what is left of the budget; once it is spent, the items the fast path
-            cannot decide (those that need sympy, or any item with a custom ``is_correct``) score 0.0
-            ungraded. ``math.inf`` turns the budget off.
-
-    Items cut short (timed out, too explosive to compute, or left when the budget was spent) score 0.0.
-    Each call logs one warning with their number when there are any, and reports it (0 included) as
-    metric ``GRADING_METRIC`` through ``log_metric(name, value)`` when the caller passes that keyword
-    (TRL's GRPOTrainer does).
-    """
+    ``is_correct(text, answer, **extra)`` defaults to ``answers_match``; ``extra_columns``: the dataset columns it
+    needs. Each item is bounded by the smaller of ``timeout_s`` and what is left of ``batch_timeout_s`` (``math.inf``:
+    no budget); once spent, items the fast path cannot decide score 0 ungraded. Items cut short score 0, logged in one
+    warning and reported as ``GRADING_METRIC`` through ``log_metric`` when the caller passes it (TRL does)."""
     if not timeout_s or timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     if not batch_timeout_s or batch_timeout_s <= 0:

@@ -23,11 +23,8 @@ DEFAULT_TIMEOUT_S = 2.0  # per-item wall-clock bound on grading
 
 
 class GradingTimeout(deadline.Expired):
-    """Raised inside a grading call when its time limit expires.
-
-    A BaseException (like math_verify's own TimeoutException) so that the broad ``except Exception``
-    blocks inside sympy/math_verify cannot swallow it and keep computing.
-    """
+    """Raised inside a grading call when its time limit expires; a BaseException, so that the broad
+    ``except Exception`` blocks inside sympy / math_verify cannot swallow it."""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -39,17 +36,13 @@ def _signals_usable() -> bool:
 
 
 def _grading_limit(timeout_s: float):
-    """A ``deadline.time_limit`` that raises GradingTimeout; nests inside a caller's own limits (a reward
-    function's per-call budget), each firing on its own time."""
+    """A ``deadline.time_limit`` raising GradingTimeout; nests inside a caller's own limits."""
     return deadline.time_limit(timeout_s, lambda: GradingTimeout(f"grading exceeded {timeout_s} s"))
 
 
 def worker_main() -> None:  # pragma: no cover - runs in the child process
-    """Grading worker: read ``[text, gold]`` JSON lines on stdin, answer ``1``/``0`` lines on stdout.
-
-    It imports sympy and math_verify (seconds) before its first answer, which the parent waits for with a generous
-    bound: otherwise the first item that needs them pays for the import, runs past its limit, and the worker is
-    killed and restarted, again and again."""
+    """Grading worker: ``[text, gold]`` JSON lines on stdin, ``1``/``0`` lines on stdout. It imports sympy
+    first (the parent waits generously), or the first item would pay for the import, time out and be killed."""
     try:
         math_verify_any(["x + 1"], "1 + x")
     except Exception:  # noqa: BLE001 - grading will say "not correct" later if math_verify is broken
@@ -65,11 +58,8 @@ def worker_main() -> None:  # pragma: no cover - runs in the child process
 
 
 class _GradingWorker:
-    """A child Python process that grades off the main thread; killed and restarted on timeout.
-
-    A plain ``python -c`` subprocess rather than multiprocessing: no fork of a threaded (torch) parent,
-    and no re-import of the user's ``__main__`` script as ``spawn`` would do.
-    """
+    """A child Python process that grades off the main thread; killed and restarted on timeout. A plain
+    ``python -c`` subprocess: no fork of a threaded parent, no re-import of the user's ``__main__``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -149,9 +139,8 @@ def run_limited(fn: Callable, args: tuple, kwargs: dict, timeout_s: float) -> tu
 
 
 def call_with_time_limit(fn: Callable, *args, timeout_s: float = DEFAULT_TIMEOUT_S, default=0.0, **kwargs):
-    """``fn(*args, **kwargs)``, or ``default`` (with a logged warning) if it exceeds ``timeout_s`` seconds
-    or raises. In the main thread the bound is a SIGALRM timer; elsewhere it is not enforced here (use
-    ``answers_match``, which falls back to a killable worker process off the main thread)."""
+    """``fn(*args, **kwargs)``, or ``default`` (logged) if it exceeds ``timeout_s`` or raises. The
+    bound holds in the main thread only (``answers_match`` uses a worker process elsewhere)."""
     value, failure = run_limited(fn, args, kwargs, timeout_s)
     if failure == "timeout":
         logger.warning(
@@ -195,12 +184,8 @@ CUT_REASONS = {
 
 
 def answers_match(text: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
-    """Whether the final answer in completion ``text`` equals ``gold``, within ``timeout_s`` seconds.
-
-    Tries the ``<answer>`` block, the last ``\\boxed{}``, the whole text, then the last number; each by
-    a fast exact/numeric comparison, then ``math_verify``. Timeouts, expressions too explosive to
-    compute and errors count as not correct (with a logged warning).
-    """
+    """Whether the final answer in ``text`` equals ``gold``, within ``timeout_s`` seconds: the candidates of
+    ``candidate_answers``, each by fast comparison then ``math_verify``. Timeouts and errors count as not correct."""
     ok, cut = grade_with_limits(completion_text(text), str(gold), timeout_s)
     if cut:
         logger.warning("Grading cut short (%s, limit %.2f s); scoring 0", CUT_REASONS[cut], timeout_s)
