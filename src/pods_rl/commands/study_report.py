@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from pods_rl import curves, stats
+from pods_rl.commands.study_runner import machine_lines, same_machine_pairs
 from pods_rl.runlog import run_finished
 
 GAIN_FRACTION = 0.8
@@ -39,33 +40,6 @@ def load_groups(runs_dir: Path) -> dict[str, list[stats.RunData]]:
             prefix = run_dir.name.rsplit("-s", 1)[0]
             groups.setdefault(prefix, []).append(stats.load_run(run_dir, label=prefix))
     return groups
-
-
-def run_machine_label(run: stats.RunData) -> str | None:
-    """The machine a run ran on (its study_run.json's ``machine.label``); None for runs that did not record it."""
-    path = Path(run.run_dir) / "study_run.json"
-    record = json.loads(path.read_text()) if path.is_file() else {}
-    return (record.get("machine") or {}).get("label")
-
-
-def same_machine_pairs(groups: dict[str, list], baseline: str) -> tuple[dict[str, list], dict | None]:
-    """``groups`` without the runs whose machine differs from the baseline's run of the same seed, and
-    {"seeds": {seed: {method: machine}}, "left_out": [run names]} (None when no run recorded its machine, so
-    that studies from before machines were recorded report as they did)."""
-    machines = {name: [run_machine_label(r) for r in group] for name, group in groups.items()}
-    if not any(label for labels in machines.values() for label in labels):
-        return groups, None
-    base = {r.seed: label for r, label in zip(groups.get(baseline, []), machines.get(baseline, []))}
-    kept, seeds, left_out = {}, {}, []
-    for name, group in groups.items():
-        for run, label in zip(group, machines[name]):
-            seeds.setdefault(run.seed, {})[name] = label or "not recorded"
-            if run.seed in base and label != base[run.seed]:
-                left_out.append(Path(run.run_dir).name)
-            else:
-                kept.setdefault(name, []).append(run)
-    return kept, {"seeds": dict(sorted(seeds.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))),
-                  "left_out": left_out}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -363,23 +337,8 @@ def format_report(report: dict) -> str:
     lines += _numbers_lines(study, others)
     lines += _curve_lines(study, others)
     lines += _noise_and_projection_lines(study)
-    return "\n".join(lines + _machine_lines(study))
+    return "\n".join(lines + machine_lines(study))
 
-
-def _machine_lines(study: dict) -> list[str]:
-    """The machine of each seed, and the runs left out because their seed's baseline ran on another machine."""
-    machines = study.get("machines")
-    if not machines:
-        return []
-    lines = ["\nmachine of each seed (a seed's methods are paired only when they ran on the same machine):"]
-    for seed, by_method in machines["seeds"].items():
-        kinds = set(by_method.values())
-        lines.append(f"  seed {seed}: " + (f"{kinds.pop()} (all methods)" if len(kinds) == 1 else "; ".join(
-            f"{name} {label}" for name, label in by_method.items())))
-    if machines["left_out"]:
-        lines.append(f"  left out of the pairing (ran on another machine than {study['baseline']}'s run of the same "
-                     f"seed): {', '.join(machines['left_out'])}")
-    return lines
 
 
 def _setup_lines(report: dict) -> list[str]:

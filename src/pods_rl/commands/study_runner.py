@@ -93,6 +93,49 @@ def run_machine(device: str) -> dict:
     return {"label": label, "boot": boot_hash, "info": info}
 
 
+def run_machine_label(run_dir: Path) -> str | None:
+    """The machine a run ran on (its study_run.json's ``machine.label``); None for runs that did not record it."""
+    path = Path(run_dir) / "study_run.json"
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    return (record.get("machine") or {}).get("label")
+
+
+def same_machine_pairs(groups: dict[str, list], baseline: str) -> tuple[dict[str, list], dict | None]:
+    """``groups`` without the runs whose machine differs from the baseline's run of the same seed, and
+    {"seeds": {seed: {method: machine}}, "left_out": [run names]} (None when no run recorded its machine, so
+    that studies from before machines were recorded report as they did)."""
+    machines = {name: [run_machine_label(r.run_dir) for r in group] for name, group in groups.items()}
+    if not any(label for labels in machines.values() for label in labels):
+        return groups, None
+    base = {r.seed: label for r, label in zip(groups.get(baseline, []), machines.get(baseline, []))}
+    kept, seeds, left_out = {}, {}, []
+    for name, group in groups.items():
+        for run, label in zip(group, machines[name]):
+            seeds.setdefault(run.seed, {})[name] = label or "not recorded"
+            if run.seed in base and label != base[run.seed]:
+                left_out.append(Path(run.run_dir).name)
+            else:
+                kept.setdefault(name, []).append(run)
+    return kept, {"seeds": dict(sorted(seeds.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))),
+                  "left_out": left_out}
+
+
+def machine_lines(study: dict) -> list[str]:
+    """The machine of each seed, and the runs left out because their seed's baseline ran on another machine."""
+    machines = study.get("machines")
+    if not machines:
+        return []
+    lines = ["\nmachine of each seed (a seed's methods are paired only when they ran on the same machine):"]
+    for seed, by_method in machines["seeds"].items():
+        kinds = set(by_method.values())
+        lines.append(f"  seed {seed}: " + (f"{kinds.pop()} (all methods)" if len(kinds) == 1 else "; ".join(
+            f"{name} {label}" for name, label in by_method.items())))
+    if machines["left_out"]:
+        lines.append(f"  left out of the pairing (ran on another machine than {study['baseline']}'s run of the same "
+                     f"seed): {', '.join(machines['left_out'])}")
+    return lines
+
+
 def drop_weights(run_dir: Path) -> None:
     """Remove a FINISHED run's model weights (final/ and checkpoints): the report reads only its logs."""
     if not run_finished(run_dir):
