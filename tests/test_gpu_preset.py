@@ -64,6 +64,27 @@ def test_the_plan_fits_one_15_minute_lease(gpu):
     assert "of 15" in text and "of 30" not in text
 
 
+def test_the_study_goes_on_phase_by_phase_paired_with_the_same_grpo_seeds(gpu, tmp_path):
+    """PODS 64 -> 16 until its seeds are paired, then adaptive PODS (pilot 16), then Knapsack-RL; each phase's
+    `pods study` names GRPO and its method, so GRPO's finished seeds are reused and only missing ones run."""
+    P = gpu.plan
+    study = {**P.STUDY, "seeds": 2}
+    pairs = lambda *methods: [f"{m}-s{s}" for s in range(2) for m in methods]  # noqa: E731
+    assert P.study_phase([], study) == "pods"
+    assert P.study_phase(pairs("grpo-n16", "pods-mv-n64m16")[:-1], study) == "pods"  # a seed short
+    assert P.study_phase(pairs("grpo-n16", "pods-mv-n64m16"), study) == "adaptive"
+    adaptive = pairs("grpo-n16", "pods-mv-n64m16", "pods-mv-n64m16-pilot16")
+    assert P.study_phase(adaptive, study) == "knapsack"
+    assert P.study_phase([*adaptive, *pairs("pods-mv-n64m16-knapsack32")], study) is None
+    args = _args(tmp_path, cpu=False)
+    knapsack = gpu.study_call.study_argv(args, tmp_path, 1e-4, tmp_path / "st", "runs", phase="knapsack")
+    assert "grpo-n16,pods-mv-n64m16-knapsack32" in knapsack
+    assert "knapsack32=--rollout_planner knapsack --adaptive_budget 32" in knapsack
+    adaptive = gpu.study_call.study_argv(args, tmp_path, 1e-4, tmp_path / "st", "runs", phase="adaptive")
+    assert "grpo-n16,pods-mv-n64m16-pilot16" in adaptive and adaptive[adaptive.index("--pilot") + 1] == "16"
+    assert "knapsack" in P.plan_text() and "adaptive" in P.CALLS[-1].measures
+
+
 def test_the_plan_subcommand_prints_it(gpu, capsys):
     assert gpu.h100.main(["plan"]) == 0
     assert capsys.readouterr().out.rstrip("\n") == gpu.plan.plan_text()
@@ -389,6 +410,7 @@ def test_dry_run_from_a_git_archive_without_package_metadata(tmp_path):
     assert runs == [f"{m}-s{s}" for s in range(8) for m in methods], runs  # seed by seed, paired
     assert out.count("+ ") >= 12 and "build-tiny" in out and "--max_completion_length 128" in out
     assert "bench_downsample.py --device cuda" in out and "study on the strong model" in out
+    assert "the study's phase: pods" in out and "--methods grpo-n16,pods-mv-n64m16-knapsack32" in out
     assert not work.exists()  # a dry run writes nothing
 
 

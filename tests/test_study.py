@@ -264,6 +264,36 @@ def test_report_reads_the_committed_study_between_evaluations(strong_runs):
     assert f"pods-mv-n64m16: {paper['pods-mv-n64m16']['speedup']:.2f}x" in text
 
 
+def test_report_pairs_a_seeds_methods_only_on_one_machine(strong_runs, tmp_path):
+    """Runs of two machines: the report names the machine of each seed; seed 1, all on machine B, stays paired;
+    PODS's seed 0 ran on B while GRPO's seed 0 ran on A, so it is left out of the pairing and said so."""
+    import shutil
+
+    from pods_rl.commands.study_report import format_report, study_report
+
+    runs = tmp_path / "runs"
+    for name in ("grpo-n16", "pods-mv-n64m16"):
+        for seed in (0, 1, 2):
+            run = shutil.copytree(strong_runs / f"{name}-s{seed}", runs / f"{name}-s{seed}")
+            machine = "GPU A x1" if seed == 2 or (seed == 0 and name == "grpo-n16") else "GPU B x1"
+            record = json.loads((run / "study_run.json").read_text()) if (run / "study_run.json").is_file() else {}
+            (run / "study_run.json").write_text(json.dumps({**record, "machine": {"label": machine}}))
+    report = study_report(runs, None, "grpo-n16", n_boot=0, figures=False)
+    assert report["machines"]["left_out"] == ["pods-mv-n64m16-s0"]
+    assert report["methods"]["pods-mv-n64m16"]["seeds"] == 2 and report["methods"]["grpo-n16"]["seeds"] == 3
+    assert report["machines"]["seeds"][1] == {"grpo-n16": "GPU B x1", "pods-mv-n64m16": "GPU B x1"}
+    text = format_report({"study": report})
+    assert "seed 0: grpo-n16 GPU A x1; pods-mv-n64m16 GPU B x1" in text and "seed 1: GPU B x1 (all methods)" in text
+    assert "seed 2: GPU A x1 (all methods)" in text and "left out of the pairing" in text
+
+
+def test_runs_record_their_machine():
+    from pods_rl.commands.study_runner import run_machine
+
+    machine = run_machine("cpu")
+    assert "cores" in machine["label"] and machine["info"]["usable_cores"] >= 1
+
+
 # ------------------------------------------------------------------------------------------------------------
 # End to end
 # ------------------------------------------------------------------------------------------------------------

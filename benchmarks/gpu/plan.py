@@ -42,8 +42,10 @@ CALLS = (
          "and pods cost n = 16, 64 -> 16 on it at completions of 128 and 32 tokens (median steps, warm-up until "
          "steady); the CUDA selection benchmark"),
     Call("study", 330, 330,
-         "the study continued from the repository: paired seeds of GRPO n = 16 and PODS 64 -> 16 on the shipped "
-         "model or the strong one (whichever has fewer finished runs), until its deadline; its report"),
+         "the study continued from the repository, phase by phase: paired seeds of GRPO n = 16 and PODS 64 -> 16, "
+         "then adaptive PODS (pilot 16, up to 64 -> 16), then Knapsack-RL (32 rollouts a prompt on average, 16 to 64, -> 16), each against the same GRPO "
+         "seeds, on the shipped model or the strong one (whichever has fewer finished runs), until its deadline; "
+         "its report"),
 )
 
 # The shipped tiny model (src/pods_rl/assets/tiny): call 1's model, and the study's with --model shipped.
@@ -61,12 +63,15 @@ MODEL = dict(hidden_size=768, num_layers=8, num_heads=12, steps=4000, batch_size
 # step (its cost, not its accuracy, is measured), at two completion lengths.
 BIG_MODEL = dict(hidden_size=1024, num_layers=24, num_heads=16, steps=1, batch_size=8, lr=1e-5,
                  completion_lengths=(128, 32), cost_n=(16, 64), cost_steps=4, cost_warmup=1)
-# GRPO n = m = 16 against PODS max_variance 64 -> 16 (adaptive PODS, pilot 16, is the next study, once these seeds
-# are paired), 8 prompts x 16 kept rollouts per update; seed by seed (GRPO s0, PODS s0, GRPO s1, ...), so a study
-# stopped anywhere holds whole seeds but the last; 100 updates, evaluated every 10 (11 points per run: the levels
-# statistic reads time to every accuracy level on them).
-STUDY = dict(m=16, n=64, pilot=None, seeds=8, updates=100, eval_every=10, eval_problems=400, eval_k=4, prompts=8,
-             cost_n=(16, 64), cost_steps=3, cost_warmup=1, cost_seconds=40, report_seconds=30)
+# GRPO n = m = 16 against PODS max_variance 64 -> 16, then (``PHASES``) adaptive PODS (pilot ``adaptive_pilot``, up
+# to 64 -> 16), then Knapsack-RL (``knapsack_budget`` rollouts per prompt on average, m to n each); 8 prompts x 16 kept rollouts per update; seed by seed (GRPO s0, PODS s0, GRPO s1,
+# ...), so a study stopped anywhere holds whole seeds but the last; 100 updates, evaluated every 10 (11 points per
+# run: the levels statistic reads time to every accuracy level on them).
+STUDY = dict(m=16, n=64, pilot=None, adaptive_pilot=16, knapsack_budget=32, seeds=8, updates=100, eval_every=10, eval_problems=400,
+             eval_k=4, prompts=8, cost_n=(16, 64), cost_steps=3, cost_warmup=1, cost_seconds=40, report_seconds=30)
+# The study's phases, in order: each pairs one method with GRPO n = m's seeds (run only where missing) and starts
+# once every phase before it has all its seeds.
+PHASES = ("pods", "adaptive", "knapsack")
 # Call 1's stages and their estimated seconds (the call skips a stage whose estimate no longer fits its deadline).
 ANSWER_STAGES = {"machine": 15, "cuda_tests": 30, "model": 1, "cost": 75, "big_model": 25, "cost_big_long": 60,
                  "cost_big_short": 35, "selection_bench": 30}
@@ -74,10 +79,12 @@ ANSWER = dict(cost_n=(16, 32, 64, 128), m=16, n=64, pilot=16, cost_steps=5, cost
 # Estimated seconds of one study run (start-up and 21 evaluations included), by method: the H200's 40-s runs took
 # 0.30, 0.33 and 0.46 s per update on the shipped model, and an evaluation of 400 x 4 about 2 s.
 RUN_SECONDS = {"grpo": 70, "pods": 75}
+# The later phases' methods (their GRPO seeds are mostly there): adaptive rounds and the planner cost more generation.
+PHASE_RUN_SECONDS = {"pods": 75, "adaptive": 90, "knapsack": 85}
 
 # The CPU mode (--cpu): every step through the same code at toy sizes, in a few minutes on 2 cores.
 TINY_MODEL = dict(hidden_size=64, num_layers=2, num_heads=2, steps=20, batch_size=16, lr=3e-3, build_seconds=60)
-TINY_STUDY = dict(m=4, n=8, pilot=None, seeds=1, updates=2, eval_every=2, eval_problems=8, eval_k=2, prompts=2,
+TINY_STUDY = dict(m=4, n=8, pilot=None, adaptive_pilot=4, knapsack_budget=6, seeds=1, updates=2, eval_every=2, eval_problems=8, eval_k=2, prompts=2,
                   cost_n=(4, 8), cost_steps=1, cost_warmup=1, cost_seconds=60, report_seconds=60)
 TINY_ANSWER = dict(cost_n=(4, 8), m=4, n=8, pilot=4, cost_steps=1, cost_warmup=1)
 TINY_BIG_MODEL = dict(hidden_size=64, num_layers=2, num_heads=2, steps=1, batch_size=8, lr=1e-5,
@@ -100,6 +107,32 @@ def command(call: Call) -> str:
     src/ on PYTHONPATH), then the step under ``timeout``, its output also in ``$OUT/<step>.log``."""
     return (f"set -o pipefail; {INSTALL}; timeout -k 10 {call.timeout} python3 benchmarks/gpu/h100.py {call.step} "
             f"--out $OUT 2>&1 | tee $OUT/{call.step}.log")
+
+
+def phase_method(phase: str, study: dict | None = None) -> tuple[str, list[str]]:
+    """The run name of a phase's method and the `pods study` flags that declare it (beside ``--methods``)."""
+    study = study or STUDY
+    pods = f"pods-mv-n{study['n']}m{study['m']}"
+    if phase == "pods":
+        return pods, []
+    if phase == "adaptive":
+        return f"{pods}-pilot{study['adaptive_pilot']}", ["--pilot", str(study["adaptive_pilot"])]
+    if phase == "knapsack":  # a budget below n: at n a prompt's cap, every prompt would get n (PODS again)
+        budget = study["knapsack_budget"]
+        return f"{pods}-knapsack{budget}", ["--variant", f"knapsack{budget}=--rollout_planner knapsack "
+                                                         f"--adaptive_budget {budget}"]
+    raise ValueError(f"unknown study phase {phase!r}; the phases: {', '.join(PHASES)}")
+
+
+def study_phase(finished: list[str], study: dict | None = None) -> str | None:
+    """The first phase whose method or GRPO n = m lacks a finished run of one of the study's seeds (None: all
+    done). ``finished``: run names, ``<method>-s<seed>``."""
+    study, done = study or STUDY, set(finished)
+    for phase in PHASES:
+        methods = (f"grpo-n{study['m']}", phase_method(phase, study)[0])
+        if any(f"{method}-s{seed}" not in done for seed in range(study["seeds"]) for method in methods):
+            return phase
+    return None
 
 
 def study_seconds(study: dict | None = None) -> int:
@@ -147,5 +180,8 @@ def plan_text() -> str:
               f"per call to carry, install and bring back; every command under {CALL_LIMIT_SECONDS // 60} min)",
               f"the study: {STUDY['seeds']} seeds x {len(RUN_SECONDS)} methods per model, about {runs / 60:.0f} min of runs "
               f"({per_seed / 60:.1f} per seed); a lease's study call leaves about {held / 60:.1f} min to runs: about "
-              f"{held / per_seed:.1f} seeds a lease, the rest in later leases (resumable from the repository)"]
+              f"{held / per_seed:.1f} seeds a lease, the rest in later leases (resumable from the repository)",
+              "then its phases, in order, each once the one before has all its seeds and paired with the same GRPO "
+              "seeds: " + ", ".join(f"{phase} ({phase_method(phase)[0]}, ~{PHASE_RUN_SECONDS[phase]} s a seed)"
+                                     for phase in PHASES)]
     return "\n".join(lines)

@@ -47,12 +47,14 @@ def model_argv(args, out: Path) -> list[str]:
             "--lr", str(m["lr"]), "--seed", "0", "--threads", "1"]
 
 
-def study_argv(args, model_dir: Path, lr: float, study_dir: Path, stage: str, minutes: float | None = None) -> list[str]:
-    """`pods study` of the preset (``plan.STUDY``; CPU mode: ``plan.TINY_STUDY``) on ``model_dir``, one stage."""
+def study_argv(args, model_dir: Path, lr: float, study_dir: Path, stage: str, minutes: float | None = None,
+               phase: str = "pods") -> list[str]:
+    """`pods study` of the preset (``plan.STUDY``; CPU mode: ``plan.TINY_STUDY``) on ``model_dir``, one stage, with
+    GRPO n = m and the method of ``phase`` (``plan.PHASES``)."""
     s = sizes(args)[1]
-    argv = [*python(), "-m", "pods_rl.commands.cli", "study", *recipe_flags(args, model_dir, lr), "--out", str(study_dir),
-            "--m", str(s["m"]), "--n", str(s["n"]), *(["--pilot", str(s["pilot"])] if s["pilot"] else []),
-            "--control", "none",
+    method, declared = P.phase_method(phase, s)
+    argv = [*python(), "-m", "pods_rl.commands.cli", "study", *recipe_flags(args, model_dir, lr), "--out",
+            str(study_dir), "--m", str(s["m"]), "--methods", f"grpo-n{s['m']},{method}", *declared,
             "--seeds", str(s["seeds"]), "--updates", str(s["updates"]), "--eval-every", str(s["eval_every"]),
             "--eval-problems", str(s["eval_problems"]), "--eval-k", str(s["eval_k"]), "--prompts-per-step",
             str(s["prompts"]), "--cost-n", ",".join(map(str, s["cost_n"])), "--cost-steps", str(s["cost_steps"]),
@@ -169,12 +171,10 @@ def study(args) -> int:
         pack()
         call.stage("gate", 0, lambda: gate(model["start_accuracy"], P.TINY_ACCURACY_RANGE if args.cpu
                                            else P.ACCURACY_RANGE) or {"start_accuracy": model["start_accuracy"]})
-        # At least a minute of runs, and the report's time kept after them (--max-minutes stops them gracefully).
         with Repacker(pack, lambda: finished_runs(study_dir)):
-            call.stage("runs", s["report_seconds"] + 80, lambda: pods_study(
-                call, *flags, "runs", call.left() - s["report_seconds"],
-                minutes=(call.left() - s["report_seconds"] - 20) / 60))
-        call.stage("report", s["report_seconds"], lambda: pods_study(call, *flags, "report", s["report_seconds"] * 2))
+            phase = run_phases(call, flags, study_dir)
+        call.stage("report", s["report_seconds"], lambda: pods_study(call, *flags, "report", s["report_seconds"] * 2,
+                                                                     phase=phase or P.PHASES[-1]))
         call.record["study"]["finished_after"] = finished_runs(study_dir)
         pack()
     except Stop as stop:
@@ -182,19 +182,36 @@ def study(args) -> int:
         return 3
     finally:
         call.save()
-    done, total = len(call.record["study"]["finished_after"]), s["seeds"] * (3 if s["pilot"] else 2)
+    done, total = len(call.record["study"]["finished_after"]), s["seeds"] * (1 + len(P.PHASES))
     print(f"h100.py study: {done} of {total} runs finished; the same command continues (after `h100.py keep`)",
           flush=True)
     return 1 if call.failed else 0
 
 
+def run_phases(call: Session, flags: tuple, study_dir: Path) -> str | None:
+    """The runs of each phase in turn (``plan.study_phase``: the first with seeds missing), a stage ``runs <phase>``
+    each, while a minute of runs and the report's time fit; returns the phase the study is in (None: all done)."""
+    s, ran = sizes(call.args)[1], []
+    while True:
+        phase = P.study_phase(finished_runs(study_dir), s)
+        if phase is None or phase in ran:  # all done, or the phase stopped before its seeds (its deadline)
+            return phase
+        ran.append(phase)
+        # At least a minute of runs, and the report's time kept after them (--max-minutes stops them gracefully).
+        result = call.stage(f"runs {phase}", s["report_seconds"] + 80, lambda: pods_study(
+            call, *flags, "runs", call.left() - s["report_seconds"],
+            minutes=(call.left() - s["report_seconds"] - 20) / 60, phase=phase))  # noqa: B023  (called at once)
+        if result is None:  # skipped (no time left) or failed
+            return phase
+
+
 def pods_study(call: Session, args, model_dir: Path, lr: float, study_dir: Path, stage: str, budget: float,
-               minutes: float | None = None) -> dict:
+               minutes: float | None = None, phase: str = "pods") -> dict:
     """One stage of `pods study` (its output to ``<study>/<stage>-call.log``); fails the stage on a non-zero exit."""
     study_dir.mkdir(parents=True, exist_ok=True)
     before = len(finished_runs(study_dir))
-    code = call.run(study_argv(args, model_dir, lr, study_dir, stage, minutes), study_dir / f"{stage}-call.log",
-                    budget)
+    log = study_dir / (f"{stage}-call.log" if stage != "runs" else f"runs-{phase}-call.log")
+    code = call.run(study_argv(args, model_dir, lr, study_dir, stage, minutes, phase), log, budget)
     result = {"exit_code": code, "finished_runs": len(finished_runs(study_dir)),
               "new_runs": len(finished_runs(study_dir)) - before}
     if stage == "cost" and (study_dir / "cost.json").is_file():
@@ -219,11 +236,13 @@ def dry_run_study(args) -> int:
         study_dir = args.work / f"study-{model['key']}"
         print(f"study on the {kind} model (sha256 {model['sha256'][:12]}, starting accuracy "
               f"{model['start_accuracy']}): archive study-{model['key']}.tgz")
-        for stage in ("cost", "runs", "report"):
+        for stage, phase in (("cost", "pods"), *(("runs", phase) for phase in P.PHASES), ("report", "pods")):
             print("+ " + shlex.join(study_argv(args, Path(model["dir"]), model["lr"], study_dir, stage,
-                                               4.0 if stage == "runs" else None)))
+                                               4.0 if stage == "runs" else None, phase)))
     model = committed_model("shipped")
-    argv = study_argv(args, Path(model["dir"]), model["lr"], args.work / "study-DRY", "runs")[4:]
+    phase = P.study_phase(finished_runs(args.work / "study-DRY"), sizes(args)[1])  # a fresh study: the first
+    print(f"the study's phase: {phase} (of {', '.join(P.PHASES)}; each starts once the one before has all its seeds)")
+    argv = study_argv(args, Path(model["dir"]), model["lr"], args.work / "study-DRY", "runs", phase=phase)[4:]
     if not args.cpu and not torch.cuda.is_available():
         print("(no CUDA here: the plan is parsed with --use_cpu true --bf16 false appended; on the GPU they are absent)")
         argv += ["--use_cpu", "true", "--bf16", "false"]

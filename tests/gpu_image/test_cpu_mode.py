@@ -53,9 +53,13 @@ def test_cpu_mode_runs_every_stage_and_a_fresh_machine_resumes_the_study(tmp_pat
     assert all(r["per_step"] for r in kept["rows"])  # every step's phase times, for any other estimator
 
     first = call("study", "out2")
-    assert [s["status"] for s in first["stages"]] == ["done"] * 6 and first["model"]["kind"] == "shipped"
-    runs = ["grpo-n4-s0", "pods-mv-n8m4-s0"]
+    # the phases in turn: PODS 8 -> 4, then adaptive PODS (pilot 4) and Knapsack-RL, paired with GRPO's seed 0
+    assert [s["name"] for s in first["stages"]] == ["machine", "model", "cost", "gate", "runs pods", "runs adaptive",
+                                                    "runs knapsack", "report"]
+    assert [s["status"] for s in first["stages"]] == ["done"] * 8 and first["model"]["kind"] == "shipped"
+    runs = ["grpo-n4-s0", "pods-mv-n8m4-knapsack6-s0", "pods-mv-n8m4-pilot4-s0", "pods-mv-n8m4-s0"]
     assert first["study"]["finished_after"] == runs
+    assert first["runs adaptive"]["new_runs"] == 1  # GRPO's seed was there
     key = first["model"]["key"]
     assert {"cost.json", "report.txt", "study.json"} <= set(_names(tmp_path / "out2" / f"study-{key}.tgz"))
     (results / "here").mkdir(parents=True)
@@ -69,6 +73,7 @@ def test_cpu_mode_runs_every_stage_and_a_fresh_machine_resumes_the_study(tmp_pat
     second = call("study", "out3", "--model", "shipped")
     assert second["model"]["key"] == key
     assert second["study"]["finished_before"] == second["study"]["finished_after"] == runs
-    assert second["runs"]["new_runs"] == 0 and second["cost"]["exit_code"] == 0
+    assert not any(s["name"].startswith("runs") for s in second["stages"])  # every phase done: no runs
+    assert second["cost"]["exit_code"] == 0
     log = (work / f"study-{key}" / "cost-call.log").read_text()
     assert "exists, not measured again" in log

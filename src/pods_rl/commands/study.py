@@ -6,30 +6,14 @@
     pods study --config my.yaml --lrs 1e-4,2e-4,5e-4 --seeds 8 --jobs 2 --out st   # sweep GRPO's lr first
     pods study --n 32 --pilot 8 --out st              # + adaptive rollouts (pilot 8, up to 32) and its control
 
-Any `pods train` flag sets the recipe (``--config``, model, task, batch options); the study's own flags are
-below. It runs, each stage skipped when its results are already in ``--out``:
+Any other `pods train` flag sets the recipe. The stages, each skipped when its results are in ``--out``:
+``cost`` (`pods cost` for every n: ``OUT/cost.json``), ``sweep`` (with ``--lrs``: GRPO's learning rate, best
+second-half held-out accuracy), ``runs`` (GRPO n = m, PODS n -> m and controls, ``--seeds`` seeds each, equal
+updates and kept rows per update) and ``report`` (``pods_rl.commands.study_report``).
 
-1. ``cost``: `pods cost` on the recipe for every n asked (``--cost-n``, default m and the study's n): the
-   step-time ratios measured by the real trainer, one setting after another (``OUT/cost.json``).
-2. ``sweep`` (only with ``--lrs``): GRPO alone at each learning rate, ``--sweep-seeds`` seeds each; the rate with
-   the best mean held-out accuracy over the second half of training is the study's (``OUT/sweep.json``), so
-   the baseline is tuned as carefully as PODS.
-3. ``runs``: GRPO n = m, PODS n -> m (max_variance) for each ``--n`` and its random control, ``--seeds`` seeds
-   each, all for the same ``--updates`` policy updates with the same kept rows per update (``--prompts-per-step``
-   x m), evaluated on held-out problems every ``--eval-every`` updates (``--eval-problems`` x ``--eval-k``).
-   With ``--pilot K`` also adaptive PODS for each n (``pods-mv-n<N>m<M>-pilotK``: a pilot round of K rollouts
-   per prompt, more rounds for the prompts still all-equal, up to n; `pods train --pilot_generations K`) and,
-   for the control n's, its random control (``pods-random-n<N>m<M>-pilotK``); `pods cost` measures it too.
-4. ``report``: learning per update, step-time ratio and wall-clock speed-up with bootstrap 95% CIs over seeds,
-   the break-even verdict, evaluation noise against seed spread, figures (``pods_rl.commands.study_report``).
-
-Each run is ``pods train`` in its own process (the same path as the command). Runs are taken seed-major (seed 0
-of every method, then seed 1, ...) so that a shared machine's slow periods hit all methods alike. On CPU
-``--jobs`` runs go in parallel (default: one per core, one torch thread each); on CUDA one run per visible GPU
-(``CUDA_VISIBLE_DEVICES`` set per run), so one after another on a single GPU. Stop and start at will: a
-finished run (summary.json) is skipped, an unfinished one resumes from its last checkpoint (saved every
-``--checkpoint-every`` seconds of training), and ``--max-minutes`` stops in-flight runs gracefully (they save a
-checkpoint) so that a command ends inside a time limit; the same command continues.
+Each run is `pods train` in its own process, seed-major (seed 0 of every method, then seed 1, ...) so that a
+shared machine's slow periods hit all methods alike; ``study_runner`` runs them, resumably. docs/guides/study.md
+explains the design and the numbers.
 """
 
 from __future__ import annotations
@@ -122,8 +106,8 @@ def cost_stage(plan: Plan) -> None:
 
             returncode = redirected(cost_main, argv, log)
         else:
-            returncode = subprocess.run([sys.executable, "-m", "pods_rl.commands.cli", "cost", *argv], env=env, stdout=log,
-                                        stderr=subprocess.STDOUT).returncode
+            returncode = subprocess.run([sys.executable, "-m", "pods_rl.commands.cli", "cost", *argv], env=env,
+                                        stdout=log, stderr=subprocess.STDOUT).returncode
     text = log_path.read_text(errors="replace").strip()
     if returncode != 0 or not path.is_file():
         raise RuntimeError(f"pods cost failed (exit {returncode}): {text.splitlines()[-1] if text else ''} "
@@ -162,7 +146,8 @@ def report_info(plan: Plan, lr: float | None) -> dict:
     recipe = next((plan.recipe_argv[i + 1] for i, a in enumerate(plan.recipe_argv[:-1]) if a == "--config"), "tiny")
     return {"recipe": recipe, "recipe_argv": plan.recipe_argv, "m": plan.m, "prompts_per_step": plan.prompts_per_step,
             "updates": plan.updates, "seeds": plan.seeds, "first_seed": plan.first_seed, "lr": lr,
-            "eval_every": plan.eval_every, "eval_problems": plan.eval_problems, "eval_k": plan.eval_k, "device": plan.device, "jobs": plan.jobs,
+            "eval_every": plan.eval_every, "eval_problems": plan.eval_problems, "eval_k": plan.eval_k,
+            "device": plan.device, "jobs": plan.jobs,
             "baseline": plan.baseline, "methods": [m.name for m in plan.methods],
             "labels": {m.name: m.label for m in plan.methods}, "title": f"{recipe}, {plan.updates} updates",
             "bootstrap": plan.bootstrap}
@@ -265,9 +250,8 @@ def check_plan_file(plan: Plan, study_lr: float | None = None) -> None:
 # Command line
 # ------------------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    """The `pods study` argument parser (any other flag is passed on to `pods train`). A flag that means what a `pods
-    train` flag means takes that spelling too (``--updates`` / ``--max_steps``), and every flag both spellings
-    (``--eval-k`` / ``--eval_k``)."""
+    """The `pods study` parser; other flags pass on to `pods train`. A flag takes the spelling of the `pods train`
+    flag it means too (``--updates`` / ``--max_steps``), and hyphens or underscores."""
     parser = argparse.ArgumentParser(prog="pods study", allow_abbrev=False, description=__doc__.split("\n\n")[0],
                                      epilog=study_epilog())
 

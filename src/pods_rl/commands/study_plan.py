@@ -25,7 +25,8 @@ STUDY_FLAGS = {"--num_generations": "--n / --m", "--downsample_rule": "--methods
                "--output_dir": "--out", "--per_device_train_batch_size": "--prompts-per-step",
                "--resume_from_checkpoint": "(resuming is automatic)"}
 SMOKE = dict(m=4, n=[8], prompts_per_step=2, seeds=2, updates=2, eval_every=2, eval_problems=8, eval_k=2,
-             cost_steps=1, cost_warmup=1, bootstrap=200, recipe=["--max_completion_length", "12", "--eval_batch_size", "64"])
+             cost_steps=1, cost_warmup=1, bootstrap=200,
+             recipe=["--max_completion_length", "12", "--eval_batch_size", "64"])
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ def _methods(args: argparse.Namespace, variants: dict, m: int, pilot: int | None
     return methods, ns, m
 
 
+# Long because it checks every flag in turn before anything runs; each check is a few lines.
 def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
     """Resolve the study flags against the recipe (parsed and checked here, before anything runs)."""
     from pods_rl.machine import machine_info
@@ -198,7 +200,8 @@ def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
     given = {a.split("=")[0].replace("-", "_"): a.split("=")[0] for a in recipe_argv if a.startswith("--")}
     for flag, instead in STUDY_FLAGS.items():
         if flag.replace("-", "_") in given:  # either spelling, as `pods train` takes both
-            raise ValueError(f"{given[flag.replace('-', '_')]} is set by pods study for each run; use {instead} instead")
+            raise ValueError(f"{given[flag.replace('-', '_')]} is set by pods study for each run; "
+                             f"use {instead} instead")
     if args.smoke:
         recipe_argv = _smoke(args, recipe_argv)
     _, config, _ = parse_args(list(recipe_argv))
@@ -220,7 +223,8 @@ def make_plan(args: argparse.Namespace, recipe_argv: list[str]) -> Plan:
     if args.first_seed < 0:
         raise ValueError(f"--first-seed must be >= 0, got {args.first_seed}")
     for flag, value in (("--seeds", args.seeds), ("--updates", args.updates), ("--eval-problems", args.eval_problems),
-                        ("--eval-k", args.eval_k), ("--sweep-seeds", args.sweep_seeds), ("--cost-steps", args.cost_steps)):
+                        ("--eval-k", args.eval_k), ("--sweep-seeds", args.sweep_seeds),
+                        ("--cost-steps", args.cost_steps)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     eval_every = args.eval_every or max(1, args.updates // 12)

@@ -1,27 +1,14 @@
 """The report of `pods study`: from finished run directories to the three numbers, their intervals and figures.
 
-For each method against the baseline (GRPO, n = m, unless ``--baseline`` names another), over seeds:
-
-1. learning per update: optimizer steps to reach the target on the seed-mean curve, GRPO / method, with a
-   percentile-bootstrap 95% CI over seeds (``pods_rl.stats.compare_runs``, x = steps);
-2. the step-time ratio: mean seconds per optimizer step of the method / GRPO's (as logged by the runs
-   themselves, evaluation excluded), bootstrap CI over seeds (``stats.ratio_of_means``);
-3. the wall-clock speed-up: training time to the same target, GRPO / method (x = time), next to (1)/(2);
-4. the break-even: PODS pays in wall-clock time iff (1) > (2) (``stats.break_even``);
-
-with two targets: GRPO's peak seed-mean accuracy (the paper's definition) and 80% of GRPO's gain. The updates
-and time to target in (1) and (3) are read twice: at the first evaluation reaching the target (the JSON keys
-``steps/peak`` etc.; such ratios take only values of the evaluation grid), and interpolated linearly between
-the last evaluation below the target and the first at or above it (``interpolated``, with its own break-even:
-what the table shows and the projection uses). Read off each seed's curve, independent of the grid as well
-(``pods_rl.curves``): the accuracy at equal updates and at equal training time (25/50/75/100% of the span every
-run covers) and the area under accuracy vs training time over that span divided by its length, method - GRPO
-with bootstrap CIs over seeds; every interval gets the verdict of ``curves.VERDICT_RULE``. Also:
-evaluation noise against the seed spread (``stats.eval_noise``), selection against its random control (same
-n -> m), selection statistics and completion lengths, the `pods cost` step-time ratios of every n measured,
-a projection of (1) onto other step-time ratios (the paper's single-GPU GSM8K step times, assumed ratios),
-the GRPO learning-rate sweep, and figures: accuracy against updates and against training time (seed-mean with a
-95% band, thin lines = seeds) and seconds per step by phase. Written as ``study.json``, PNGs and ``report.txt``.
+For each method against the baseline (GRPO, n = m, unless ``--baseline`` names another), over seeds: (1) learning
+per update (updates to the target, baseline / method), (2) the step-time ratio (seconds per optimizer step, method /
+baseline), (3) the wall-clock speed-up (training time to the target), and the break-even (PODS pays iff (1) > (2));
+targets: the baseline's peak seed-mean accuracy and 80% of its gain, read at the first evaluation reaching them and
+interpolated between evaluations. Also the accuracy at equal updates and time, the area under accuracy vs time,
+time to every accuracy level, evaluation noise, selection against its random control, a projection onto other
+step-time ratios, the sweep and figures; CIs are percentile bootstraps over seeds (``pods_rl.stats``,
+``pods_rl.curves``). A seed's methods are paired only when they ran on the same machine. Written as
+``study.json``, PNGs and ``report.txt``; docs/guides/study.md reads them.
 """
 
 from __future__ import annotations
@@ -34,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from pods_rl import curves, stats
+from pods_rl.commands.study_runner import machine_lines, same_machine_pairs
 from pods_rl.runlog import run_finished
 
 GAIN_FRACTION = 0.8
@@ -129,20 +117,19 @@ def _ratio_entry(values: list, base: list, n_boot: int) -> dict:
     return {"mean": stats.mean_se(values), "ratio_to_baseline": ratio, "ci95": ci}
 
 
+# Long because every number shares the groups, the comparisons and the bootstrap settings; its parts are below.
 def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[str, str] | None = None,
                  cost: dict | None = None, title: str = "", n_boot: int = 2000, figures: bool = True) -> dict | None:
     """The three numbers, break-even, noise, controls, projection and figures for the finished study runs.
 
     Args:
-        runs_dir: the study's run directories (``<method>-s<seed>``).
-        out: where the figures go.
+        runs_dir: the study's run directories (``<method>-s<seed>``); out: where the figures go (with ``figures``).
         baseline: the method the others are compared against (GRPO n = m).
         labels: {method: human label} for the figures. cost: the `pods cost` JSON, if measured.
         n_boot: bootstrap replicates per confidence interval (0: no intervals).
-        figures: draw the figures into ``out``.
     Returns None unless the baseline and one other method have finished runs.
     """
-    groups = load_groups(runs_dir)
+    groups, machines = same_machine_pairs(load_groups(runs_dir), baseline)
     if baseline not in groups or len(groups) < 2:
         return None
     labels = labels or {}
@@ -196,6 +183,8 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
     result = {"baseline": baseline, "methods": methods, "comparisons": comparisons,
               "comparisons_interpolated": interpolated, "curves": curve_stats, "verdict_rule": curves.VERDICT_RULE,
               "noise": {name: stats.eval_noise(group) for name, group in groups.items()}}
+    if machines:
+        result["machines"] = machines
 
     result["selection_vs_random"] = _selection_vs_random(groups, runs, n_boot)
     result["projection"] = _projection(methods, baseline, cost)
@@ -348,7 +337,8 @@ def format_report(report: dict) -> str:
     lines += _numbers_lines(study, others)
     lines += _curve_lines(study, others)
     lines += _noise_and_projection_lines(study)
-    return "\n".join(lines)
+    return "\n".join(lines + machine_lines(study))
+
 
 
 def _setup_lines(report: dict) -> list[str]:
@@ -370,7 +360,8 @@ def _setup_lines(report: dict) -> list[str]:
         lines.append(f"  best: {sweep['best_lr']:g}")
     cost = report.get("cost")
     if cost:
-        cells = ", ".join(f"{r['n']} -> {r['m']}{' k' + str(r['pilot_generations']) if r.get('pilot_generations') else ''}: "
+        cells = ", ".join(f"{r['n']} -> {r['m']}"
+                          f"{' k' + str(r['pilot_generations']) if r.get('pilot_generations') else ''}: "
                           f"{r['step_ratio']:.2f} ({r['step_seconds']:.3f} s"
                           + (f", update peak {r['update_peak_gb']:.2f} GB" if r.get("update_peak_gb") else "") + ")"
                           for r in cost["rows"])
@@ -379,6 +370,7 @@ def _setup_lines(report: dict) -> list[str]:
     return lines
 
 
+# Long because it is one table and its footnotes, line by line as printed.
 def _numbers_lines(study: dict, others: dict) -> list[str]:
     """The three numbers per method with their CIs and the break-even, then the other targets and readings."""
     lines = []
@@ -386,7 +378,8 @@ def _numbers_lines(study: dict, others: dict) -> list[str]:
     c = study["comparisons"]
     lines.append(f"\nThe three numbers (ratios {study['baseline']} / method: > 1 favours the method; 95% CIs: "
                  f"percentile bootstrap over seeds). Target: {study['baseline']}'s peak seed-mean accuracy "
-                 f"{c['steps/peak']['target']:.4f} on the update axis, {c['time/peak']['target']:.4f} on the time axis. "
+                 f"{c['steps/peak']['target']:.4f} on the update axis, {c['time/peak']['target']:.4f} on the time "
+                 "axis. "
                  "Updates and time to target interpolated between evaluations (linearly, between the last evaluation "
                  "below the target and the first at or above it).")
     head = (f"  {'method':<34} {'seeds':>5}  {'(1) learning per update':<31} {'(2) step-time ratio':<22} "
@@ -397,7 +390,8 @@ def _numbers_lines(study: dict, others: dict) -> list[str]:
         if name == study["baseline"]:
             one = f"1 ({i['steps/peak']['to_target']:.0f} updates)" if i["steps/peak"]["to_target"] else "1"
             wall = f"1 ({i['time/peak']['to_target']:.0f} s)" if i["time/peak"]["to_target"] else "1"
-            lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {one:<31} {'1 (' + format(e['seconds_per_step'][0], '.3f') + ' s/step)':<22} "
+            per_step = f"1 ({e['seconds_per_step'][0]:.3f} s/step)"
+            lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {one:<31} {per_step:<22} "
                          f"{wall:<31} {'1':>7}  (baseline)")
             continue
         learning = f"{_fmt_ratio(i['steps/peak'])} {fmt_ci(i['steps/peak']['ci95'])} {i['steps/peak']['verdict']}"
@@ -406,9 +400,10 @@ def _numbers_lines(study: dict, others: dict) -> list[str]:
         pred = i["predicted_wall_speedup/peak"]
         lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {learning:<31} {step:<22} {wall:<31} "
                      f"{'—' if pred is None else format(pred, '.2f') + 'x':>7}  {i['break_even/peak']['verdict']}")
-    lines.append("  at evaluation resolution (the first evaluation reaching the target: values on the evaluation grid): "
-                 + "; ".join(f"{e['label']}: (1) {_fmt_ratio(e['steps/peak'])} {fmt_ci(e['steps/peak']['ci95'])}, "
-                             f"(3) {_fmt_ratio(e['time/peak'])} {fmt_ci(e['time/peak']['ci95'])}" for e in others.values()))
+    lines.append("  at evaluation resolution (the first evaluation reaching the target: values on the evaluation "
+                 "grid): " + "; ".join(f"{e['label']}: (1) {_fmt_ratio(e['steps/peak'])} "
+                                       f"{fmt_ci(e['steps/peak']['ci95'])}, (3) {_fmt_ratio(e['time/peak'])} "
+                                       f"{fmt_ci(e['time/peak']['ci95'])}" for e in others.values()))
     lines.append(f"  at 80% of {study['baseline']}'s gain (target {c['steps/gain80']['target']:.4f}): " + "; ".join(
         f"{e['label']}: (1) {_fmt_ratio(i['steps/gain80'])} {fmt_ci(i['steps/gain80']['ci95'])}, (3) "
         f"{_fmt_ratio(i['time/gain80'])} {fmt_ci(i['time/gain80']['ci95'])} {i['time/gain80']['verdict']}, "
@@ -416,14 +411,15 @@ def _numbers_lines(study: dict, others: dict) -> list[str]:
     leveled = [(e["label"], e["to_levels"]) for e in others.values() if e.get("to_levels")]
     if leveled:
         f = leveled[0][1]["time"]["fractions"]
-        lines.append(f"  to every accuracy level from {f[0]:.0%} to {f[-1]:.0%} of {study['baseline']}'s gain ({len(f)} "
-                     "levels, seed-mean curves; geometric mean of the baseline's x / the method's; CI: bootstrap "
-                     "paired by seed): " + "; ".join(
+        lines.append(f"  to every accuracy level from {f[0]:.0%} to {f[-1]:.0%} of {study['baseline']}'s gain "
+                     f"({len(f)} levels, seed-mean curves; geometric mean of the baseline's x / the method's; "
+                     "CI: bootstrap paired by seed): " + "; ".join(
                          f"{label}: (3) {_fmt_level(v['time'])}, (1) {_fmt_level(v['steps'])}" for label, v in leveled))
     sampled = [(e["label"], e["rollouts_per_update"], e.get("selection_metrics", {}).get("pods/rounds"))
                for e in study["methods"].values() if (e.get("rollouts_per_update") or {}).get("mean", (None,))[0]]
     if sampled:
-        lines.append("  rollouts generated per update (mean over seeds [95% CI]; x the baseline's [CI]; rounds): " + "; ".join(
+        lines.append("  rollouts generated per update (mean over seeds [95% CI]; x the baseline's [CI]; rounds): "
+                     + "; ".join(
             f"{label} {v['mean'][0]:.1f} {fmt_ci(v.get('mean_ci95'))}"
             + (f" = {v['ratio_to_baseline']:.2f}x {fmt_ci(v['ci95'])}" if v.get("ratio_to_baseline") else "")
             + (f" ({r[0]:.2f} rounds)" if r and r[0] is not None else "") for label, v, r in sampled))
@@ -434,7 +430,8 @@ def _numbers_lines(study: dict, others: dict) -> list[str]:
         lines.append(f"  note: {study['baseline']}'s seed-mean accuracy peaks at its last evaluation ({last:.0f} "
                      "updates): it is still rising, so its 'peak' is the end of the budget, not a plateau")
     lines.append(f"  final accuracy (start {base['start_accuracy'][0]:.3f}): " + ", ".join(
-        f"{e['label']} {e['final_accuracy'][0]:.3f} ± {e['final_accuracy'][1] or 0:.3f}" for e in study["methods"].values()))
+        f"{e['label']} {e['final_accuracy'][0]:.3f} ± {e['final_accuracy'][1] or 0:.3f}"
+        for e in study["methods"].values()))
     for pair, comparison in study.get("selection_vs_random", {}).items():
         selected = pair.split(" vs ")[0]
         label = comparison["steps/peak/interpolated"]["labels"][selected]
@@ -526,8 +523,9 @@ def write_report(out: Path, plan_info: dict | None = None, command: str | None =
         lr = _run_learning_rate(runs, baseline)
         if lr is not None:  # the rate the study's runs trained with (a report alone does not know it otherwise)
             report["plan"] = plan_info = {**plan_info, "lr": lr}
-        report["study"] = relocate(study_report(runs, out, baseline, plan_info.get("labels"), report["cost"], plan_info.get(
-            "title", ""), plan_info.get("bootstrap", 2000)) if baseline else None, root, out)
+        study = study_report(runs, out, baseline, plan_info.get("labels"), report["cost"], plan_info.get("title", ""),
+                             plan_info.get("bootstrap", 2000)) if baseline else None
+        report["study"] = relocate(study, root, out)
     report["headline"] = headline(report["study"]) if report["study"] else None
     text = format_report(report)
     print(text)

@@ -12,6 +12,8 @@ the runs in flight, time left from the updates done so far).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import shlex
@@ -72,6 +74,66 @@ def slot_envs(device: str, jobs: int, threads: int | None) -> list[dict]:
     if not gpus:
         raise ValueError("the recipe trains on CUDA but no GPU is visible; pass --use_cpu true to train on CPU")
     return [{**base, "CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(jobs)]
+
+
+@functools.cache
+def run_machine(device: str) -> dict:
+    """The machine a run ran on, as its study_run.json records it: ``label`` (the GPU and count on CUDA, else the
+    CPU and its usable cores; the report pairs a seed's methods only on one label), ``boot`` (a hash of this
+    boot's id: tells leases apart, names no host) and ``info`` (``pods_rl.machine.machine_info``)."""
+    from pods_rl.machine import machine_info
+
+    info = machine_info()
+    if device != "cpu" and info.get("gpu"):
+        label = f"{info['gpu']} x{info['gpu_count']}"
+    else:
+        label = f"{info['cpu_model']}, {info['usable_cores']} cores"
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    boot_hash = hashlib.sha256(boot.read_bytes()).hexdigest()[:8] if boot.is_file() else None
+    return {"label": label, "boot": boot_hash, "info": info}
+
+
+def run_machine_label(run_dir: Path) -> str | None:
+    """The machine a run ran on (its study_run.json's ``machine.label``); None for runs that did not record it."""
+    path = Path(run_dir) / "study_run.json"
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    return (record.get("machine") or {}).get("label")
+
+
+def same_machine_pairs(groups: dict[str, list], baseline: str) -> tuple[dict[str, list], dict | None]:
+    """``groups`` without the runs whose machine differs from the baseline's run of the same seed, and
+    {"seeds": {seed: {method: machine}}, "left_out": [run names]} (None when no run recorded its machine, so
+    that studies from before machines were recorded report as they did)."""
+    machines = {name: [run_machine_label(r.run_dir) for r in group] for name, group in groups.items()}
+    if not any(label for labels in machines.values() for label in labels):
+        return groups, None
+    base = {r.seed: label for r, label in zip(groups.get(baseline, []), machines.get(baseline, []))}
+    kept, seeds, left_out = {}, {}, []
+    for name, group in groups.items():
+        for run, label in zip(group, machines[name]):
+            seeds.setdefault(run.seed, {})[name] = label or "not recorded"
+            if run.seed in base and label != base[run.seed]:
+                left_out.append(Path(run.run_dir).name)
+            else:
+                kept.setdefault(name, []).append(run)
+    return kept, {"seeds": dict(sorted(seeds.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))),
+                  "left_out": left_out}
+
+
+def machine_lines(study: dict) -> list[str]:
+    """The machine of each seed, and the runs left out because their seed's baseline ran on another machine."""
+    machines = study.get("machines")
+    if not machines:
+        return []
+    lines = ["\nmachine of each seed (a seed's methods are paired only when they ran on the same machine):"]
+    for seed, by_method in machines["seeds"].items():
+        kinds = set(by_method.values())
+        lines.append(f"  seed {seed}: " + (f"{kinds.pop()} (all methods)" if len(kinds) == 1 else "; ".join(
+            f"{name} {label}" for name, label in by_method.items())))
+    if machines["left_out"]:
+        lines.append(f"  left out of the pairing (ran on another machine than {study['baseline']}'s run of the same "
+                     f"seed): {', '.join(machines['left_out'])}")
+    return lines
 
 
 def drop_weights(run_dir: Path) -> None:
@@ -219,8 +281,8 @@ class Runner:
             else:
                 # A new session: a Ctrl-C in the terminal reaches only the study, which stops the runs itself
                 # with one SIGTERM (a second signal would make `pods train` abort without a checkpoint).
-                proc = subprocess.Popen([sys.executable, "-m", "pods_rl.commands.cli", "train", *argv], env=env, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                proc = subprocess.Popen([sys.executable, "-m", "pods_rl.commands.cli", "train", *argv], env=env,
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
                 with self.lock:
                     self.procs[run_dir.name] = proc
                 if self.stop.is_set():  # halted while this run was starting
@@ -239,7 +301,7 @@ class Runner:
         record = {"name": run_dir.name, "method": run.method, "seed": run.seed, "lr": run.lr,
                   "run_dir": str(run_dir), "status": status, "wall_seconds": round(time.monotonic() - start, 1),
                   "returncode": returncode, "resumed": resume, "log": str(log_path),
-                  "device": self.envs[slot].get("CUDA_VISIBLE_DEVICES", "cpu"),
+                  "device": self.envs[slot].get("CUDA_VISIBLE_DEVICES", "cpu"), "machine": run_machine(self.device),
                   "command": shlex.join(["pods", "train", *argv])}
         if finished:
             (run_dir / "study_run.json").write_text(json.dumps(record, indent=1) + "\n")
