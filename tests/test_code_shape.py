@@ -1,6 +1,7 @@
-"""The code stays readable in the ways a new contributor relies on (issue #39): no function longer than 80 lines, no
-module longer than 550, no private (underscore) name imported from another module of the package, and the `pods/*`
-selection metrics produced in one module that both engines import. (No import cycle: tests/test_layout.py.)"""
+"""The code stays readable in the ways a new contributor relies on: no function longer than 80 lines, and one over 60
+says why it is long; no module longer than 550 lines, nor a module docstring over 30; no private (underscore) name
+imported from another module of the package; the `pods/*` selection metrics produced in one module that both
+engines import. (No import cycle: tests/test_layout.py; lines: ruff's E501 at 120 columns.)"""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "src" / "pods_rl"
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 550
+EXPLAINED_FUNCTION_LINES = 60  # longer than this: a comment with "long" above the def or atop its body says why
+MAX_MODULE_DOCSTRING_LINES = 30
 
 
 def modules() -> list[Path]:
@@ -28,6 +31,46 @@ def test_no_module_longer_than_550_lines():
     long = [f"{path.relative_to(PACKAGE_DIR)} ({n} lines)" for path in modules()
             if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
     assert not long, f"modules over {MAX_MODULE_LINES} lines (do they hold two ideas?): {long}"
+
+
+def unexplained_long_functions(path: Path) -> list[str]:
+    """``name (lines)`` of each function in ``path`` over 60 lines with no comment saying why it is long: a comment
+    containing "long" in the two lines above its ``def`` (or decorators) or in the first three lines of its body."""
+    lines = path.read_text().splitlines()
+    found = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        length = node.end_lineno - node.lineno + 1
+        start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+        body_start = node.body[0].end_lineno if ast.get_docstring(node) else node.lineno
+        window = lines[max(0, start - 3):start - 1] + lines[body_start:body_start + 3]
+        if length > EXPLAINED_FUNCTION_LINES and not any("#" in line and "long" in line.lower() for line in window):
+            found.append(f"{node.name} ({length} lines)")
+    return found
+
+
+def test_a_function_over_60_lines_says_why():
+    unexplained = {str(path.relative_to(PACKAGE_DIR)): names for path in modules()
+                   if (names := unexplained_long_functions(path))}
+    assert not unexplained, ("functions over 60 lines with no comment saying why they are long (split them, or say "
+                             f"why above the def): {unexplained}")
+
+
+def test_the_long_function_check_sees_a_reason(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(62))
+    module = tmp_path / "m.py"
+    module.write_text(f"def f():\n{body}")
+    assert unexplained_long_functions(module) == ["f (63 lines)"]
+    module.write_text(f"# Long because the test needs it.\ndef f():\n{body}")
+    assert unexplained_long_functions(module) == []
+
+
+def test_module_docstrings_are_at_most_30_lines():
+    long = [f"{path.relative_to(PACKAGE_DIR)} ({n} lines)" for path in modules()
+            if (tree := ast.parse(path.read_text())).body and ast.get_docstring(tree) is not None
+            and (n := tree.body[0].end_lineno - tree.body[0].lineno + 1) > MAX_MODULE_DOCSTRING_LINES]
+    assert not long, f"module docstrings over {MAX_MODULE_DOCSTRING_LINES} lines (the rest belongs in docs/): {long}"
 
 
 def private_imports(path: Path) -> list[str]:
