@@ -89,11 +89,9 @@ class RoundsStep:
     # Long because the round loop shares the book, the batch state and the mode swap; split, each part passes them all.
     def _sample_in_rounds(self, inputs: list[dict], prompts: list, num_sampled: int,
                           first: torch.Tensor | None = None, ids: torch.Tensor | None = None):
-        """Rounds until no process has a prompt open; returns ``Sampled`` (as ``_sample_rollouts``).
-
-        ``first`` (P,): the planners' first round per prompt (0: not sampled), else ``pilot_generations``; later
-        rounds come from ``adaptive_rule`` or Pilot-Commit's commit of B of the candidates ``ids`` (P,). A process
-        with fewer open rows pads its round with throw-away rows (counted in ``pods/rollouts_sampled``)."""
+        """Rounds until no process has a prompt open; returns ``Sampled``. ``first`` (P,): the planners' first round
+        (else ``pilot_generations``); later ones from ``adaptive_rule`` or Pilot-Commit's commit (of ``ids`` (P,)).
+        A process with fewer open rows pads its round with throw-away rows."""
         args, n, m = self.args, self.num_generations, self.downsample_to
         round_size = args.adaptive_round_size or args.pilot_generations
         budget = None if args.adaptive_budget is None else int(args.adaptive_budget * num_sampled)

@@ -1,19 +1,13 @@
-"""The PODS step of ``PODSTrainer`` (``PODSStep``, a mixin before ``GRPOTrainer``): prepare the prompts as TRL does,
-sample n per prompt, score, select m, then hand TRL the kept rows. The GRPOTrainer internals it touches are listed in
-``trainer.py``'s docstring; ``docs/concepts/follow-a-step.md`` walks the step.
-
-    inputs: P prompts per process (B kept groups x oversample_prompts), each row repeated n times
-      -> _rollout_prompts   (P*n)  TRL's own preparation (environments, tool dicts, images), stopped at `_generate`
-      -> _sample_rollouts   (P*n)  phases "generation", "scoring": one `_generate` + `_calculate_rewards`, or rounds
-      -> select             (P, n, F) -> kept (B*m,)                       phase "selection"
-      -> GRPOTrainer._generate_and_score_completions on the B*m kept rows, num_generations = m, its `_generate` and
-         `_calculate_rewards` answered from KeptRollouts: padding, log-probs, advantages (grouped by m) are TRL's
-      -> loss / backward / optimizer step on B*m rows                      phase "update" (TRL's)
+"""The PODS step of ``PODSTrainer`` (``PODSStep``, a mixin before ``GRPOTrainer``), in
+``PODSStep._generate_and_score_completions``: prepare the prompts as TRL does, sample n per prompt and score them
+(phases "generation", "scoring"), select m ("selection"), then run GRPOTrainer's own method on the B*m kept rows
+with num_generations = m, its ``_generate`` and ``_calculate_rewards`` answered from ``KeptRollouts``; TRL's loss,
+backward and optimizer step follow ("update"). The GRPOTrainer internals it touches are listed in ``trainer.py``'s
+docstring; ``docs/concepts/follow-a-step.md`` walks the step.
 
 The contract (``tests/test_contract.py``): on the rows it keeps, the step produces what GRPOTrainer with m produces on
 those rollouts, so whatever TRL keeps per rollout is cut to the kept rows first (``rows.py``). Nothing is computed for
-the n - m dropped rollouts after selection. Batch sizes count *kept* rollouts: only the generation batch is n/m
-(times oversample_prompts) larger than GRPO's with m.
+the n - m dropped rollouts after selection. Batch sizes count *kept* rollouts.
 """
 
 from __future__ import annotations
@@ -54,8 +48,7 @@ logger = logging.getLogger("pods_rl.trainer")
 
 @dataclass(eq=False)
 class KeptRollouts:
-    """What TRL's call on the kept rows is answered with: ``_generate``'s tuple, the gathered rewards, and whether to
-    score the kept rows again for ``log_metric`` values."""
+    """What TRL's call on the kept rows is answered with (``_generate``'s tuple, the gathered rewards)."""
 
     generated: Generated
     rewards_per_func: torch.Tensor  # (B*m*processes, F)
@@ -87,6 +80,7 @@ class PODSStep(RoundsStep):
     # Generation rounds in a row without any reward variance before the terminal hears of it (once per run).
     NO_VARIANCE_WARN_ROUNDS = 10
 
+    # Long because the step's phases share a dozen locals (rows, prompts, rewards, kept rows) in order.
     def _generate_and_score_completions(self, inputs):
         if not self.model.training or not self._selects:
             return super()._generate_and_score_completions(inputs)
@@ -215,6 +209,9 @@ class PODSStep(RoundsStep):
     def _rollout_prompts(self, inputs: list[dict]) -> list:
         """The prompts GRPOTrainer hands to ``_generate`` for ``inputs``, prepared by TRL's own code (environments
         drawn and reset, tool dicts, images); nothing is generated or scored."""
+        # Why TRL's method is stopped part-way: it prepares the prompts inline, with no method of its own to call,
+        # and a copy would drift from TRL. `_generate` is its first call after that, so there (and only there) it
+        # raises PromptsPrepared, caught only here: a BaseException, which TRL's `except Exception` lets through.
         self._pods_call = PREPARE
         try:
             super()._generate_and_score_completions(inputs)
