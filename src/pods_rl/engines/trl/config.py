@@ -1,8 +1,7 @@
 """``PODSConfig``: ``trl.GRPOConfig`` plus the PODS knobs, and the TRL versions pods-rl supports.
 
-Part of the trainer (``pods_rl.engines.trl.trainer`` re-exports everything here): the first of its modules to import TRL, so the
-TRL version check lives here and runs before any of TRL's internals is touched. Validation happens in
-``__post_init__``, before any model loads, each error one line naming its fix.
+The engine's first module to import TRL, so the version check runs here, before any TRL internal is touched.
+``__post_init__`` validates before any model loads, each error one line naming its fix.
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ def require_supported_trl(trl_version: str) -> None:
                                                 trl_version, TRL_RANGE)
             return
         raise ImportError(
-            f"pods-rl's TRL engine (PODSTrainer) supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its internals), "
+            f"pods-rl's TRL engine (PODSTrainer) supports trl{TRL_RANGE} (it subclasses GRPOTrainer and relies on its "
+            "internals), "
             f"but trl {trl_version} is installed. Install a supported version: pip install \"trl{TRL_RANGE}\"."
         )
 
@@ -41,7 +41,8 @@ def require_supported_trl(trl_version: str) -> None:
 def quiet_checkpointing_deprecations() -> None:
     """Hide transformers' FutureWarnings for the ``gradient_checkpointing*`` model methods, which TRL (1.12-1.16)
     calls around every generation: TRL's code, not the user's to act on; narrowly, by message and module."""
-    warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable|_kwargs)?` is deprecated",
+    warnings.filterwarnings("ignore",
+                            message=r"`(is_)?gradient_checkpointing(_enable|_disable|_kwargs)?` is deprecated",
                             category=FutureWarning, module=r"transformers\.")
 
 
@@ -61,12 +62,9 @@ CONFIG_NAMES = spelled("trl", "selection")
 
 @dataclass
 class PODSConfig(GRPOConfig):
-    """``trl.GRPOConfig`` plus the PODS knobs. Parses from YAML and flags like any TRL config.
+    """``trl.GRPOConfig`` plus the PODS knobs; parses from YAML and flags like any TRL config.
 
-    ``num_generations`` keeps TRL's meaning: n, rollouts sampled per prompt. All batch sizes count the
-    m kept rollouts (the update batch), e.g. ``per_device_train_batch_size=16`` with n=64 -> m=16 trains on
-    one group of 16 kept rollouts per device and micro-step, sampled from 64.
-    """
+    ``num_generations`` is n, rollouts sampled per prompt; all batch sizes count the m kept rollouts."""
 
     downsample_to: int | None = field(
         default=None,
@@ -124,10 +122,10 @@ class PODSConfig(GRPOConfig):
     prompt_planner: str | None = field(
         default=None,
         metadata={"help": "Which of a step's candidate prompts get rollouts, from what the run has seen of each (a "
-                  "planner of pods_rl.budget.planners): greso (skip prompts whose recent groups were all-equal, re-admitting "
-                  "some; GRESO) or pilot_commit (pilot every candidate with n_explore rollouts, commit B of those "
-                  "whose pilot was mixed to n_commit more, in the same step; Pilot-Commit). Needs oversample_prompts "
-                  "> 1: the candidates that replace the skipped prompts."},
+                  "planner of pods_rl.budget.planners): greso (skip prompts whose recent groups were all-equal, "
+                  "re-admitting some; GRESO) or pilot_commit (pilot every candidate with n_explore rollouts, commit "
+                  "B of those whose pilot was mixed to n_commit more, in the same step; Pilot-Commit). Needs "
+                  "oversample_prompts > 1: the candidates that replace the skipped prompts."},
     )
     prompt_planner_args: dict | str | None = field(
         default=None,
@@ -189,33 +187,7 @@ class PODSConfig(GRPOConfig):
         SelectionSettings.validated(m, self.downsample_rule, self.downsample_tiebreak, self.oversample_prompts,
                                     names=CONFIG_NAMES)
         self._check_adaptive(n, m)
-        for name in ("prompt_planner_args", "rollout_planner_args"):
-            value = getattr(self, name)
-            if isinstance(value, str):
-                try:
-                    setattr(self, name, json.loads(value) if value.strip() else None)
-                except ValueError as err:
-                    raise ValueError(f"{name} must be a dict or a JSON object, got {value!r} ({err})") from None
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
-                raise ValueError(f"{name} must be a dict or a JSON object, got {getattr(self, name)!r}")
-        from pods_rl.budget.planners import available_planners  # (the planners: plain tensor code)
-        from pods_rl.budget.rollout_budget import check_planner_settings
-
-        check_planners("trl", {"which_prompts": self.prompt_planner, "how_many": self.rollout_planner},
-                       available_planners)
-        check_planner_settings(self)
-        for name in ("save_every_seconds", "max_train_seconds"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}.")
-        weights = self.reward_weights
-        if weights is not None and len(weights) and all(float(w) == 0 for w in weights):
-            raise ValueError(f"reward_weights are all 0 ({list(weights)}): every reward would be 0 and nothing would "
-                             "be learned; give at least one reward function a weight.")
-        timeout = self.reward_timeout_s
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or math.isnan(timeout) or timeout < 0):
-            raise ValueError(f"reward_timeout_s must be a number of seconds >= 0 (0: no budget), got {timeout!r}.")
+        self._check_planners_and_limits()
         # TRL checks that the generation batch holds whole groups of `num_generations`. Under PODS the batch
         # sizes count kept rollouts, so the same check must be made against m: run TRL's validation with m.
         self.num_generations = m
@@ -248,6 +220,36 @@ class PODSConfig(GRPOConfig):
                 f"never splits a group: make per_device_train_batch_size * steps_per_generation a multiple of {m}."
             )
 
+    def _check_planners_and_limits(self) -> None:
+        """Validate the planners and their settings (JSON strings parsed), time limits, reward weights and timeout."""
+        for name in ("prompt_planner_args", "rollout_planner_args"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    setattr(self, name, json.loads(value) if value.strip() else None)
+                except ValueError as err:
+                    raise ValueError(f"{name} must be a dict or a JSON object, got {value!r} ({err})") from None
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
+                raise ValueError(f"{name} must be a dict or a JSON object, got {getattr(self, name)!r}")
+        from pods_rl.budget.planners import available_planners  # (the planners: plain tensor code)
+        from pods_rl.budget.rollout_budget import check_planner_settings
+
+        check_planners("trl", {"which_prompts": self.prompt_planner, "how_many": self.rollout_planner},
+                       available_planners)
+        check_planner_settings(self)
+        for name in ("save_every_seconds", "max_train_seconds"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}.")
+        weights = self.reward_weights
+        if weights is not None and len(weights) and all(float(w) == 0 for w in weights):
+            raise ValueError(f"reward_weights are all 0 ({list(weights)}): every reward would be 0 and nothing would "
+                             "be learned; give at least one reward function a weight.")
+        timeout = self.reward_timeout_s
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or math.isnan(timeout) or timeout < 0):
+            raise ValueError(f"reward_timeout_s must be a number of seconds >= 0 (0: no budget), got {timeout!r}.")
+
     def _check_advantage_baseline(self) -> None:
         """advantage_baseline: kept, or sampled where its baseline is defined (one line each otherwise)."""
         if self.advantage_baseline not in ADVANTAGE_BASELINES:
@@ -274,8 +276,7 @@ class PODSConfig(GRPOConfig):
 
     @property
     def selection_settings(self) -> SelectionSettings:
-        """The selection settings (m, rule, tiebreak, over-sampling), as ``pods_rl.selection.select`` takes them
-        (read from the fields each time: validated in ``__post_init__``)."""
+        """The selection settings (m, rule, tiebreak, over-sampling), as ``pods_rl.selection.select`` takes them."""
         return SelectionSettings(m=self.downsample_to, rule=self.downsample_rule, tiebreak=self.downsample_tiebreak,
                                  oversample_prompts=float(self.oversample_prompts), names=CONFIG_NAMES)
 
@@ -286,8 +287,7 @@ class PODSConfig(GRPOConfig):
 
     @property
     def eval_generations(self) -> int:
-        """Completions sampled per prompt in evaluation: ``num_generations_eval`` if set, else m (downsample_to), so
-        that evaluating costs what it costs GRPO with m rollouts."""
+        """Completions per prompt in evaluation: ``num_generations_eval``, else m (what GRPO with m costs)."""
         return self.num_generations_eval or self.downsample_to
 
     @property
@@ -316,9 +316,9 @@ def eval_batch_problem(per_device_eval_batch_size: int, num_processes: int, num_
     """The one-line refusal of an evaluation batch that cannot hold whole groups."""
     k = num_generations_eval or m
     which = "num_generations_eval" if num_generations_eval else "downsample_to, m, since num_generations_eval is unset"
-    return (f"per_device_eval_batch_size ({per_device_eval_batch_size}) * processes ({num_processes}) is not a multiple "
-            f"of the completions evaluation samples per prompt ({k}: {which}): make per_device_eval_batch_size a "
-            f"multiple of {k}, or set num_generations_eval to a divisor of it.")
+    return (f"per_device_eval_batch_size ({per_device_eval_batch_size}) * processes ({num_processes}) is not a "
+            f"multiple of the completions evaluation samples per prompt ({k}: {which}): make "
+            f"per_device_eval_batch_size a multiple of {k}, or set num_generations_eval to a divisor of it.")
 
 
 def peft_config(model_args):

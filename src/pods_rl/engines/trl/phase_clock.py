@@ -1,8 +1,4 @@
-"""Where a training step's time goes: the wall-clock seconds of its phases, logged as ``time/<phase>``.
-
-A ``TrainerCallback`` (transformers) that the PODS step times its phases with (``PODSStep._phase``); it knows
-nothing of TRL.
-"""
+"""The wall-clock seconds of a training step's phases, logged as ``time/<phase>`` (a ``TrainerCallback``; no TRL)."""
 
 from __future__ import annotations
 
@@ -18,12 +14,8 @@ PHASES = ("generation", "scoring", "selection", "update")
 
 
 class PhaseClock(TrainerCallback):
-    """Wall-clock seconds of each phase of one optimizer step, pushed into TRL's metrics as ``time/<phase>``.
-
-    ``update`` is the step's total minus generation, scoring and selection: the old/reference log-probs of
-    the kept rows, forward, backward and the optimizer step. On CUDA the device is synchronized at each
-    boundary so that asynchronous kernels are charged to the phase that launched them.
-    """
+    """Seconds of each phase of one optimizer step; ``update`` is what the others leave of the step. On CUDA each
+    boundary synchronizes, so kernels are charged to the phase that launched them."""
 
     def __init__(self, trainer):
         self.trainer = trainer
@@ -53,8 +45,7 @@ class PhaseClock(TrainerCallback):
                 self._reset_peak_memory()
 
     def on_step_begin(self, args, state, control, **kwargs):
-        """Start the step's clock, once every rank is there (``ranks.start_step_together``: a rank's step does not
-        include its wait for rank 0's logs and checkpoints of the previous step); every phase at 0."""
+        """Start the step's clock once every rank is there (not counting the wait for rank 0's logs, checkpoints)."""
         ranks.start_step_together(state)
         self._sync()
         self.seconds = dict.fromkeys(PHASES, 0.0)

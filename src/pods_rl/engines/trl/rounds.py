@@ -1,16 +1,11 @@
 """Adaptive rollouts in ``PODSTrainer``: a pilot round of k rollouts per prompt, then rounds for the prompts the
-adaptive rule keeps open, until each prompt has m..n (``RoundsStep._sample_in_rounds``; the rule is
-``pods_rl.adaptive.plan_round``, plain tensor code).
-
-Part of the trainer (a mixin of ``PODSStep``; ``super()`` is GRPOTrainer). A round is one ``_generate`` and one
-``_calculate_rewards`` call of GRPOTrainer's over the round's rows, in three named pieces:
+adaptive rule (``pods_rl.adaptive.plan_round``) keeps open, until each has m..n. A round is one ``_generate`` and one
+``_calculate_rewards`` of GRPOTrainer's over its rows:
 
     RoundBook                 which of the P*n slots each round's rollouts fill, and what they scored (no TRL)
-    _agreed_round_rows        every process runs the same rounds with the same number of rows (TRL gathers
-                              per-row tensors): the most open rows of any process; fewer pad with throw-away rows
-    _agreed_run_length        the length of the runs of one prompt's rows, which vLLM's server mode relies on
-    _round_rollout_state      each row's environment instance and tool dicts are its slot's (TRL's tool loop
-                              addresses them by position in the batch it generates); padding rows get fresh ones
+    _agreed_round_rows        every process runs the same rounds with as many rows (TRL gathers per-row tensors)
+    _agreed_run_length        the length of one prompt's runs of rows, which vLLM's server mode relies on
+    _round_rollout_state      each row gets its slot's environment and tool dicts; padding rows get fresh ones
 """
 
 from __future__ import annotations
@@ -38,13 +33,9 @@ ROUND = "round"  # PODSStep._pods_call inside an adaptive round (see trainer_ste
 
 
 class RoundBook:
-    """One step's rounds for the P prompts of a process, with n slots each (prompt p's in p*n .. p*n + n - 1).
-
-    ``more`` (P,): rollouts each prompt gets in the next round (``first``: the pilot's k, or the planners' counts);
-    ``counts`` (P,): rollouts so
-    far; ``rewards`` (P, n): the deciding reward of each, NaN past ``counts``; ``per_func`` (P*n, F): each rollout's
-    rewards per function, NaN where none. Each round's ``_generate`` output, slots and ``log_extra`` columns are
-    kept for ``arranged``."""
+    """One step's rounds for a process's P prompts, n slots each (prompt p's in p*n .. p*n + n - 1). ``more`` (P,):
+    rollouts in the next round; ``counts`` (P,): so far; ``rewards`` (P, n): deciding rewards, NaN past ``counts``;
+    ``per_func`` (P*n, F)."""
 
     def __init__(self, num_prompts: int, n: int, first: int | torch.Tensor):
         self.P, self.n = num_prompts, n
@@ -65,14 +56,13 @@ class RoundBook:
         return int(self.more.sum())
 
     def next_slots(self) -> list[int]:
-        """The slots of the next round's rollouts, prompt by prompt: p*n + counts[p] + j for each new rollout j."""
+        """The next round's slots, prompt by prompt: p*n + counts[p] + j for each new rollout j."""
         owners = torch.repeat_interleave(torch.arange(self.P), self.more).tolist()
         return [p * self.n + int(self.counts[p]) + j for p, j in zip(owners, ranks_within(owners))]
 
     def record(self, generated: tuple, slots: list[int], per_func: torch.Tensor, deciding: torch.Tensor,
                extra_logs: dict[str, list], rows_generated: int) -> None:
-        """Note a round: its output, its rollouts' rewards per function (len(slots), F) and deciding rewards
-        (len(slots),), its log_extra columns, and the rows every process generated."""
+        """Note a round: output, rewards ``per_func`` (len(slots), F), ``deciding`` (len(slots),), log_extra."""
         if self.per_func is None:
             self.per_func = torch.full((self.P * self.n, per_func.shape[1]), float("nan"), dtype=per_func.dtype)
         self.per_func[slots] = per_func
@@ -92,24 +82,16 @@ class RoundBook:
 
 
 class RoundsStep:
-    """The adaptive rounds of ``PODSStep`` (its ``_sample_rollouts`` calls ``_sample_in_rounds``)."""
+    """The adaptive rounds (``_sample_in_rounds``) of ``PODSStep``."""
 
     _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
 
+    # Long because the round loop shares the book, the batch state and the mode swap; split, each part passes them all.
     def _sample_in_rounds(self, inputs: list[dict], prompts: list, num_sampled: int,
                           first: torch.Tensor | None = None, ids: torch.Tensor | None = None):
-        """Adaptive rollouts: a pilot round of k per prompt, then rounds for the prompts ``adaptive_rule`` keeps open.
-
-        Whether a group is mixed is judged on ``adaptive_reward`` (one reward function, e.g. correctness) or by
-        default on the weighted total that selection uses; ``pods/frac_zero_std_pilot`` is the share all-equal on it
-        after the pilot. A round runs while any process has a prompt open, with the same number of rows on every
-        process; a process with fewer pads its round with throw-away rows (generated and counted in
-        ``pods/rollouts_sampled``). ``first`` (P,): the first round's rollouts per prompt, from the planners (0: the
-        prompt is not sampled this step); then rounds follow only with ``pilot_generations``, or with Pilot-Commit
-        (``RolloutBudget.commit``: the first round is the pilot, the second commits B of the candidates ``ids``
-        (P,), which alone train: ``Sampled.trainable``). Returns what ``PODSStep._sample_rollouts`` returns:
-        ``Sampled``.
-        """
+        """Rounds until no process has a prompt open; returns ``Sampled``. ``first`` (P,): the planners' first round
+        (else ``pilot_generations``); later ones from ``adaptive_rule`` or Pilot-Commit's commit (of ``ids`` (P,)).
+        A process with fewer open rows pads its round with throw-away rows."""
         args, n, m = self.args, self.num_generations, self.downsample_to
         round_size = args.adaptive_round_size or args.pilot_generations
         budget = None if args.adaptive_budget is None else int(args.adaptive_budget * num_sampled)
@@ -169,23 +151,19 @@ class RoundsStep:
         return Sampled(generated, rewards_per_func, book.counts, extra_logs, user_metrics, trainable)
 
     def _deciding_rewards(self, rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """(rows, F) -> (rows,) the reward that decides whether a group is mixed: ``adaptive_reward``'s column (e.g.
-        correctness: some right and some wrong) or the weighted total selection uses, NaN where unscored."""
+        """(rows, F) -> (rows,) the reward that decides "mixed": ``adaptive_reward``'s column, or the total."""
         if self._adaptive_reward_index is None:
             return reward_totals(rewards_per_func.double(), weights)
         return rewards_per_func[:, self._adaptive_reward_index].double()
 
     def _agreed_round_rows(self, local_rows: int) -> int:
-        """The rows of the next round on every process: the most any process has open (0: the rounds are over).
-        A collective: every process calls it once per round."""
+        """The next round's rows on every process: the most any has open (0: done). A collective."""
         device = self.accelerator.device
         return int(gather(torch.tensor([local_rows], device=device)).max())
 
     def _agreed_run_length(self, more: torch.Tensor, round_rows: int) -> int:
-        """``num_generations`` for the round's ``_generate``: the round's rows come in runs of one prompt; TRL's vLLM
-        server mode de-duplicates every process's gathered prompts by the main process's ``num_generations``, so a
-        process whose rows are not in runs of that length would get another prompt's completions. The processes
-        agree on their common run length, else 1 (no de-duplication). A collective."""
+        """``num_generations`` for the round's ``_generate``: the processes' common run length of one prompt's rows,
+        else 1 (TRL's vLLM server de-duplicates gathered prompts by it). A collective."""
         open_counts = more[more > 0]
         uniform = round_rows == int(more.sum()) and len(set(open_counts.tolist())) == 1
         run = int(more.max()) if uniform else 1
@@ -194,9 +172,7 @@ class RoundsStep:
 
     @contextmanager
     def _batch_rollout_state(self):
-        """The batch's per-rollout state as TRL prepared it ({name: per-row list}: environment instances, their
-        names, tool dicts; only those in use), yielded; on leaving, it is the trainer's again, whatever the rounds
-        set."""
+        """The batch's per-rollout state as TRL prepared it ({name: per-row list}), yielded and restored on leaving."""
         names = ("environments", "_batch_environments", "_sync_tool_dicts", "_async_tool_dicts")
         batch = {name: getattr(self, name) for name in names if getattr(self, name, None) is not None}
         try:
@@ -207,11 +183,9 @@ class RoundsStep:
 
     @contextmanager
     def _round_rollout_state(self, batch: dict, slots: list[int], padding: int, inputs: list[dict], prompts: list):
-        """The round's rows (``slots``, then ``padding`` throw-away rows) and their prompts, with TRL's per-rollout
-        state (``batch``'s lists) set for them: each row gets its slot's environment instance and tool dicts, so
-        that a rollout's tool calls reach its own environment and its reward reads it. Padding rows repeat the first
-        prompt; with tools or environments TRL's own code prepares them, with fresh instances (no real rollout's
-        environment is touched)."""
+        """Yields the round's rows (``slots``, then ``padding`` throw-away rows) and prompts, with TRL's per-rollout
+        state set so each row's tools reach its slot's environment. Padding rows repeat the first prompt, prepared
+        by TRL with fresh environment instances."""
         rows = [dict(inputs[i]) for i in slots]
         texts = [prompts[i] for i in slots]
         padded = {name: [] for name in batch}
@@ -239,11 +213,8 @@ class RoundsStep:
 def _one_sleep_per_step(trainer):
     """Adaptive rounds with vLLM's sleep mode (colocate): one weight push and one sleep per step, not per round.
 
-    TRL puts the engine to sleep after every ``generate`` call at level 2 (its weights discarded) and pushes the
-    whole model again before the next; the rounds of one step call it several times with the same weights. Inside
-    the block the engine's ``sleep`` is deferred and TRL is told the weights stayed (they did): the rounds after
-    the first generate at once. On leaving, the engine sleeps once, as TRL would have after the last round. (A
-    ``wake_up`` of an engine that is awake is a no-op in vLLM.) ``tests/test_trl_surface.py`` pins the names."""
+    TRL sleeps the engine at level 2 after every ``generate`` and pushes the weights again before the next; inside
+    the block ``sleep`` is deferred (the weights stay) and runs once on leaving."""
     generation = getattr(trainer, "vllm_generation", None)
     if not (getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", None) == "colocate"
             and getattr(generation, "enable_sleep_mode", False) and getattr(generation, "llm", None) is not None):

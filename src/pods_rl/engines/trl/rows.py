@@ -1,14 +1,6 @@
-"""TRL's per-rollout data, by row: what ``GRPOTrainer._generate`` returns (``Generated``), a reward function's
-``log_extra`` columns, and the generation metrics TRL computes from them, for any subset of the rows.
-
-Part of the trainer (``pods_rl.engines.trl.step`` uses it; only the trainer's modules know TRL's internals). The PODS
-step generates and scores P*n rollouts but hands TRL the B*m it keeps, so whatever TRL keeps per rollout has to be
-cut down to the kept rows before TRL reads it::
-
-    Generated(*trainer._generate(prompts))          the 8-tuple by name; select_rows / arrange_rounds keep rows of it
-    Sampled                                         what the step sampled: P*n rows, their rewards and logs
-    take_extra_logs(trainer, rows)                  the log_extra values the last scoring call left, one per row
-    generation_metrics(trainer, generated)          num_tokens, completions/*, tools/* of these rows, as TRL logs them
+"""TRL's per-rollout data by row, for any subset of the rows: ``GRPOTrainer._generate``'s tuple (``Generated``), the
+``log_extra`` columns and ``log_metric`` values, and the generation metrics TRL computes from them. The PODS step
+samples P*n rollouts but hands TRL the B*m it keeps, so whatever TRL keeps per rollout is cut to the kept rows.
 """
 
 from __future__ import annotations
@@ -33,9 +25,8 @@ TRL_KEEPS_EOS_TOKEN_IDS = Version(version("trl")) >= Version("1.15")
 
 
 class Generated(NamedTuple):
-    """``GRPOTrainer._generate``'s 8-tuple, by name (a tuple still: TRL unpacks it as its own). Per-rollout lists,
-    except ``extra_fields`` (a ``rollout_func``'s: per-rollout lists or per-batch values) and the Nones TRL leaves
-    where a feature is off. ``tests/test_trl_surface.py`` pins the names against TRL's ``return``."""
+    """``GRPOTrainer._generate``'s 8-tuple by name (TRL unpacks it as its own): per-rollout lists, Nones where a
+    feature is off, ``extra_fields`` per-rollout or per-batch."""
 
     prompt_ids: list
     completion_ids: list
@@ -49,8 +40,7 @@ class Generated(NamedTuple):
 
 @dataclass(eq=False)
 class Sampled:
-    """What sampling produced for the P prompts of a process, as P*n rows (prompt p's in rows p*n.., the first
-    ``counts[p]`` real, the rest copies of its first rollout that selection never sees)."""
+    """A process's sampled P*n rows (prompt p's from p*n; past ``counts[p]``, copies selection never sees)."""
 
     generated: Generated  # GRPOTrainer._generate's tuple, P*n rows
     rewards_per_func: torch.Tensor  # (P*n*processes, F) gathered, NaN on the copies
@@ -74,8 +64,7 @@ def select_rows(generated: tuple, rows: list[int], num_rows: int) -> Generated:
 
 
 def with_dataset_images(generated: Generated, prompts: list, rows: list[int]) -> Generated:
-    """``_generate``'s tuple for the kept rows, with the dataset's images where it has none (``images`` is None after
-    a ``rollout_func``: TRL then uses the dataset's, which the kept inputs no longer carry)."""
+    """The kept rows' tuple, with the dataset's images when ``images`` is None (after a ``rollout_func``)."""
     if generated.images is not None:
         return generated
     images = [images_in_messages(prompts[i]) for i in rows]
@@ -85,11 +74,8 @@ def with_dataset_images(generated: Generated, prompts: list, rows: list[int]) ->
 
 
 def arrange_rounds(outputs: list[tuple], slots: list[list[int]], num_prompts: int, n: int) -> Generated:
-    """Merge the rounds' ``_generate`` tuples into one of P*n rows: row ``slots[r][i]`` holds round r's i-th row
-    (a round's padding rows, past ``len(slots[r])``, are dropped); a slot no round filled holds a copy of its
-    prompt's first rollout (slot p*n, filled by the first round), or, for a prompt no round sampled (a planner's 0),
-    of the first rollout of all. Per-batch values (anything that is not a list with a row for each of a round's rows)
-    come from the first round."""
+    """The rounds' ``_generate`` tuples merged into P*n rows: slot ``slots[r][i]`` holds round r's i-th row (padding
+    dropped); an unfilled slot copies its prompt's first rollout (or the first of all); per-batch values: round 0's."""
     rows_per_round = [len(round_slots) for round_slots in slots]
     empty = object()
 
@@ -120,11 +106,8 @@ def write_extra_fields(inputs: list[dict], extra_fields: dict | None) -> None:
 # ---- log_extra: the completions table's extra columns, one value per row ---------------------------------------
 
 def take_extra_logs(trainer, num_rows: int) -> dict[str, list]:
-    """The ``log_extra`` columns the reward functions wrote during the last scoring call of ``num_rows`` rollouts
-    (TRL's ``_pending_extra_logs``), one value per row; TRL's buffer is left empty.
-
-    A column with another count than one value per rollout is refused in one line: TRL would write it beside
-    other completions (and its completions table could not be built)."""
+    """The ``log_extra`` columns of the last scoring call (TRL's ``_pending_extra_logs``, emptied), one value per row;
+    a column of another length is refused (TRL would misalign it)."""
     pending = trainer._pending_extra_logs
     columns = {column: list(values) for column, values in pending.items()}
     pending.clear()
@@ -137,9 +120,7 @@ def take_extra_logs(trainer, num_rows: int) -> dict[str, list]:
 
 
 def place_extra_logs(columns_by_round: list[dict[str, list]], slots: list[list[int]], num_rows: int) -> dict:
-    """Each round's ``log_extra`` columns (a value per row of the round, padding rows last) placed at the rows'
-    slots of the P*n rollouts; None where a round logged nothing in that column (as TRL fills a column one process
-    did not log)."""
+    """Each round's ``log_extra`` columns placed at its rows' slots of the P*n; None where nothing was logged."""
     placed = defaultdict(lambda: [None] * num_rows)
     for columns, round_slots in zip(columns_by_round, slots, strict=True):
         for column, values in columns.items():
@@ -155,9 +136,7 @@ def keep_extra_logs(columns: dict[str, list], rows: list[int]) -> defaultdict:
 
 @contextmanager
 def metrics_logged(trainer):
-    """Inside the block, the reward functions' ``log_metric`` values land in an empty buffer; on leaving, TRL's
-    buffer (``_pending_metrics``) holds again what it held before, and the block's values are in the yielded dict
-    ({name: [values]}), for the caller to put back those it keeps (``put_back_metrics``)."""
+    """The block's ``log_metric`` values, yielded as {name: [values]}; TRL's ``_pending_metrics`` restored after."""
     pending = trainer._pending_metrics
     before = {name: list(values) for name, values in pending.items()}
     pending.clear()
@@ -172,8 +151,7 @@ def metrics_logged(trainer):
 
 
 def put_back_metrics(trainer, logged: dict[str, list], owned: bool) -> None:
-    """Put back into TRL's buffer the values of ``logged`` that pods-rl logs itself (``pods/*``, e.g. the reward
-    guard's timeouts) when ``owned``, else the reward functions' own."""
+    """Put back into TRL's buffer ``logged``'s ``pods/*`` values when ``owned``, else the reward functions' own."""
     for name, values in logged.items():
         if name.startswith("pods/") == owned:
             trainer._pending_metrics[name].extend(values)
@@ -183,9 +161,8 @@ def put_back_metrics(trainer, logged: dict[str, list], owned: bool) -> None:
 
 @contextmanager
 def generation_metrics_dropped(trainer):
-    """Undo what ``GRPOTrainer._generate`` logs about the rollouts it generated inside the block (tokens seen,
-    completion lengths, clipped ratio, tool use): under PODS those are all the sampled rollouts, while TRL's other
-    metrics describe the rows it trains on. ``log_generation_metrics`` logs them for the kept rows instead."""
+    """Undo what ``GRPOTrainer._generate`` logs of the rollouts generated in the block (tokens, lengths, clipped
+    ratio, tool use): they are all sampled ones; ``log_generation_metrics`` logs the kept rows' instead."""
     metrics = trainer._metrics["train"]
     lengths = {key: len(values) for key, values in metrics.items()}
     num_tokens = list(metrics["num_tokens"]) if "num_tokens" in metrics else None
@@ -211,10 +188,8 @@ def eos_token_ids(trainer) -> list[int]:
 
 
 def count_tool_exceptions(trainer, num_rows: int) -> list[int]:
-    """Wrap the tools of each of the batch's ``num_rows`` rollouts (TRL's per-rollout tool dicts, built when it
-    prepared the prompts) so that a call that raises is counted for its rollout; returns the (live) counts. TRL counts
-    such a call as a failure and gives the model the error, which a rollout's messages lose when TRL rolls the result
-    back (it would have overflowed max_completion_length)."""
+    """Wrap each rollout's tools (TRL's per-rollout tool dicts) to count raised calls; returns the live counts
+    (``num_rows``,). A rollout's messages lose the error when TRL rolls an overflowing result back."""
     raised = [0] * num_rows
 
     def counted(tool, row):
@@ -244,10 +219,8 @@ def count_tool_exceptions(trainer, num_rows: int) -> list[int]:
 
 def tool_calls_and_failures(completions: list, tool_names: list[set], max_iterations: int,
                             raised: list[int]) -> tuple[list[int], list[int]]:
-    """Tool calls and failed calls of each rollout, as TRL's tool loop counts them: the calls of each assistant
-    message it executed (the first ``max_iterations`` of a rollout: one per loop iteration), a call failing when its
-    tool is unknown (not in the rollout's ``tool_names``), not a function call, or raised (``raised``, from
-    ``count_tool_exceptions``)."""
+    """Each rollout's tool calls and failures as TRL's loop counts them (first ``max_iterations`` assistant turns);
+    a call fails when unknown, not a function call, or raised (``raised``)."""
     calls, failures = [0] * len(completions), list(raised)
     for i, completion in enumerate(completions):
         if not isinstance(completion, list):
@@ -264,12 +237,8 @@ def tool_calls_and_failures(completions: list, tool_names: list[set], max_iterat
 
 def log_generation_metrics(trainer, generated: Generated, tool_calls: list[int] | None = None,
                            tool_failures: list[int] | None = None) -> None:
-    """Log, for the rows of ``generated`` (this process's; gathered here), the metrics ``GRPOTrainer._generate``
-    logs of the rollouts it generates, computed as TRL computes them: ``num_tokens`` (and the trainer state's
-    tokens seen), ``completions/{mean,min,max}_length``, ``completions/clipped_ratio``,
-    ``completions/{mean,min,max}_terminated_length`` and, with tools, ``tools/call_frequency`` and
-    ``tools/failure_frequency`` (from ``tool_calls`` and ``tool_failures``, per row). The contract test compares
-    them with GRPOTrainer's on the same rollouts."""
+    """Log for ``generated``'s rows (gathered here) what ``GRPOTrainer._generate`` logs, as TRL computes it:
+    ``num_tokens``, ``completions/*`` lengths and clipped ratio, and with tools ``tools/*`` frequencies."""
     gather = trainer.accelerator.gather
     device = trainer.accelerator.device
     metrics = trainer._metrics["train"]

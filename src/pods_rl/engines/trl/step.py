@@ -1,36 +1,13 @@
-"""The PODS step of ``PODSTrainer`` (``PODSStep``, a mixin before ``GRPOTrainer`` in its bases), top to bottom:
-prepare the prompts as TRL does, sample, score, select, then hand TRL the kept rows. Its methods override or call
-GRPOTrainer's internals, listed with the rest of the TRL surface in ``pods_rl.engines.trl.trainer``'s docstring
-(``tests/test_trl_surface.py`` pins them). ``docs/concepts/follow-a-step.md`` walks it with file:function names.
+"""The PODS step of ``PODSTrainer`` (``PODSStep``, a mixin before ``GRPOTrainer``), in
+``PODSStep._generate_and_score_completions``: prepare the prompts as TRL does, sample n per prompt and score them
+(phases "generation", "scoring"), select m ("selection"), then run GRPOTrainer's own method on the B*m kept rows
+with num_generations = m, its ``_generate`` and ``_calculate_rewards`` answered from ``KeptRollouts``; TRL's loss,
+backward and optimizer step follow ("update"). The GRPOTrainer internals it touches are listed in ``trainer.py``'s
+docstring; ``docs/concepts/follow-a-step.md`` walks the step.
 
-One training step (``PODSStep._generate_and_score_completions``)::
-
-    inputs: P prompts per process (B kept groups x oversample_prompts), each row repeated n times
-      -> _rollout_prompts         (P*n prompts)   TRL's own preparation, stopped at its `_generate` call
-                                                  (environments drawn and reset, tool dicts, images)
-      -> _sample_rollouts         (P*n rollouts)  phase "generation" then "scoring": one `_generate` +
-                                                  `_calculate_rewards` (GRPOTrainer's), or adaptive rounds
-                                                  (trainer_rounds: a pilot of k, then rounds for the prompts
-                                                  pods_rl.plan_round keeps open; each prompt ends with m..n)
-      -> pods_rl.selection.select (P, n, F) -> kept (P, m), groups (B,), pods/* metrics   phase "selection"
-      -> GRPOTrainer._generate_and_score_completions on the B*m kept rows only, with num_generations = m: its
-         `_generate` and `_calculate_rewards` calls are answered from what was computed above (KeptRollouts);
-         padding, old/reference log-probs, the advantages (TRL's own, grouped by m: GRPO with m rollouts) and
-         TRL's metrics are TRL's. Each kept row gets its own environment instance back, not reset again.
-      -> loss / backward / optimizer step on B*m rows  phase "update" (TRL's)
-
-The contract (``tests/test_contract.py``): on the rows it keeps, the step produces what GRPOTrainer with m produces
-on those rollouts. So whatever TRL keeps per rollout across the step is cut down to the kept rows before TRL reads
-it (``pods_rl.engines.trl.rows``): the generation metrics (lengths, clipped ratio, tool use, tokens seen) are logged
-for the kept rows, the reward functions' ``log_extra`` values reach the completions table beside their own rows,
-and their ``log_metric`` values come from scoring the kept rows (again, only in steps where they log metrics).
-What PODS sampled is described by its own ``pods/*`` metrics.
-
-Nothing is computed for the n - m discarded rollouts after selection: no log-probs, no loss, no backward.
-Evaluation samples ``num_generations_eval`` completions per prompt, m when unset (what GRPO with m costs).
-Batch sizes (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``steps_per_generation``,
-``generation_batch_size``) all count *kept* rollouts, so a PODS run and a GRPO run with n = m have the
-same update cost; only the generation batch is n/m (times oversample_prompts) larger.
+The contract (``tests/test_contract.py``): on the rows it keeps, the step produces what GRPOTrainer with m produces on
+those rollouts, so whatever TRL keeps per rollout is cut to the kept rows first (``rows.py``). Nothing is computed for
+the n - m dropped rollouts after selection. Batch sizes count *kept* rollouts.
 """
 
 from __future__ import annotations
@@ -71,8 +48,7 @@ logger = logging.getLogger("pods_rl.trainer")
 
 @dataclass(eq=False)
 class KeptRollouts:
-    """What TRL's call on the kept rows is answered with: ``_generate``'s tuple, the (gathered) rewards, and whether
-    the reward functions score the kept rows again for their ``log_metric`` values (``_rescore_for_metrics``)."""
+    """What TRL's call on the kept rows is answered with (``_generate``'s tuple, the gathered rewards)."""
 
     generated: Generated
     rewards_per_func: torch.Tensor  # (B*m*processes, F)
@@ -85,9 +61,8 @@ PREPARE = "prepare"
 
 
 class PODSStep(RoundsStep):
-    """The PODS step, mixed into ``PODSTrainer`` (``class PODSTrainer(PODSStep, GRPOTrainer)``): ``super()`` here is
-    GRPOTrainer (the adaptive rounds are ``RoundsStep``'s). Reads the trainer's ``num_generations`` (n), ``downsample_to`` (m), ``args`` (a ``PODSConfig``:
-    ``args.selection_settings``), ``reward_weights`` and ``_selection_generator``, set by ``PODSTrainer.__init__``."""
+    """The PODS step, mixed into ``PODSTrainer(PODSStep, GRPOTrainer)``: ``super()`` here is GRPOTrainer. Reads
+    ``num_generations`` (n), ``downsample_to`` (m), ``args`` (a ``PODSConfig``), set by ``PODSTrainer.__init__``."""
 
     # The step's one mode: what a call of `_generate` / `_calculate_rewards` made from inside the step is for.
     #   None           TRL's own call (evaluation; GRPO at m = n): generate and score, timed
@@ -105,6 +80,7 @@ class PODSStep(RoundsStep):
     # Generation rounds in a row without any reward variance before the terminal hears of it (once per run).
     NO_VARIANCE_WARN_ROUNDS = 10
 
+    # Long because the step's phases share a dozen locals (rows, prompts, rewards, kept rows) in order.
     def _generate_and_score_completions(self, inputs):
         if not self.model.training or not self._selects:
             return super()._generate_and_score_completions(inputs)
@@ -170,10 +146,8 @@ class PODSStep(RoundsStep):
 
     def _use_sampled_baseline(self, output: dict, rewards_per_func: torch.Tensor, counts: torch.Tensor,
                               kept_rows: list[int]) -> None:
-        """``advantage_baseline="sampled"``: replace TRL's advantages of the kept rows (baseline from the m kept)
-        by ``pods_rl.advantages.sampled_baseline_advantages`` (from all of each prompt's sampled rollouts), in the
-        batch and in the completions table. ``rewards_per_func`` (P, n, F) this process's, NaN on padding;
-        ``counts`` (P,)."""
+        """``advantage_baseline="sampled"``: TRL's advantages of the kept rows replaced, in the batch and the
+        completions table, by ones baselined on every sampled rollout. ``rewards_per_func`` (P, n, F) local."""
         totals = reward_totals(rewards_per_func, self.reward_weights)  # (P, n) TRL's sum; NaN: unscorable
         padding = torch.arange(totals.shape[1], device=totals.device) >= counts.to(totals.device).unsqueeze(1)
         totals = totals.masked_fill(padding, float("nan"))
@@ -212,15 +186,9 @@ class PODSStep(RoundsStep):
 
     def _sample_rollouts(self, inputs: list[dict], prompts: list, num_sampled: int,
                          first: torch.Tensor | None = None, ids: torch.Tensor | None = None) -> Sampled:
-        """Generate and score the rollouts of the P = ``num_sampled`` prompts of ``inputs`` (P*n rows, each prompt's
-        row repeated n times; extra fields of a ``rollout_func`` are written into them): one ``_generate`` +
-        ``_calculate_rewards`` (GRPOTrainer's), or rounds (``RoundsStep._sample_in_rounds``): adaptive ones, or one
-        round of the planners' ``first`` (P,) rollouts per prompt (0: not sampled).
-
-        What TRL keeps of these calls per rollout is taken out of its buffers, for the kept rows to get theirs back:
-        the generation metrics (``generation_metrics_dropped``), the ``log_extra`` columns (``Sampled.extra_logs``)
-        and the reward functions' own ``log_metric`` values (``Sampled.user_metrics``: the kept rows are scored again
-        for them, ``_rescore_for_metrics``)."""
+        """Generate and score the P*n rollouts of ``inputs``: one ``_generate`` + ``_calculate_rewards``, or rounds
+        (adaptive, or the planners' ``first`` (P,) per prompt). What TRL buffers per rollout (generation metrics,
+        ``log_extra``, ``log_metric``) is taken out, for the kept rows to get theirs back."""
         if self.args.is_adaptive or first is not None:
             return self._sample_in_rounds(inputs, prompts, num_sampled, first, ids)
         with generation_metrics_dropped(self):
@@ -239,13 +207,11 @@ class PODSStep(RoundsStep):
                        user_metrics=any(not name.startswith("pods/") for name in logged))
 
     def _rollout_prompts(self, inputs: list[dict]) -> list:
-        """The prompts GRPOTrainer hands to ``_generate`` for ``inputs`` (B*n rows), prepared by TRL's own code.
-
-        Runs GRPOTrainer._generate_and_score_completions up to its ``_generate`` call, which answers by raising
-        ``PromptsPrepared``: TRL draws each row's environment from its pool and resets it (its observation joins
-        the prompt), builds the per-rollout tool dicts and puts the dataset's images into the messages, exactly as
-        it would for GRPO. Nothing is generated or scored here.
-        """
+        """The prompts GRPOTrainer hands to ``_generate`` for ``inputs``, prepared by TRL's own code (environments
+        drawn and reset, tool dicts, images); nothing is generated or scored."""
+        # Why TRL's method is stopped part-way: it prepares the prompts inline, with no method of its own to call,
+        # and a copy would drift from TRL. `_generate` is its first call after that, so there (and only there) it
+        # raises PromptsPrepared, caught only here: a BaseException, which TRL's `except Exception` lets through.
         self._pods_call = PREPARE
         try:
             super()._generate_and_score_completions(inputs)
@@ -258,10 +224,8 @@ class PODSStep(RoundsStep):
 
     @contextmanager
     def _kept_environments(self, kept_rows: list[int]):
-        """Inside TRL's call on the kept rows, each kept row gets back the environment instance its rollout ran in,
-        untouched: TRL draws from a pool holding exactly those instances, and their ``reset`` returns nothing for
-        the call (the kept prompts already carry the observation). The dropped rollouts' instances stay in TRL's
-        pool for the next batch; afterwards ``self.environments`` lists the whole batch's, as after GRPO's step."""
+        """Inside TRL's call on the kept rows, each gets back its rollout's environment instance, not reset again
+        (TRL's pool holds just those); afterwards ``self.environments`` lists the whole batch's."""
         environments = getattr(self, "environments", None)
         if not environments:
             yield
@@ -283,12 +247,8 @@ class PODSStep(RoundsStep):
             self.environments, self._batch_environments = environments, names
 
     def _rollout_features(self, generated: tuple, rewards_per_func: torch.Tensor, num_prompts: int, n: int):
-        """What selection may look at besides the rewards, each (P, n) (``pods_rl.rollouts.rollout_features``, as
-        the asynchronous worker computes them): ``lengths`` tokens the model generated (tool results excluded; the
-        tiebreaks read it) and, for rules that take features, ``rewards_per_func`` (P, n, F) from this process's
-        (P*n, F), ``truncated`` (bool: ended on none of the ids TRL counts as a finish, as its clipped_ratio),
-        ``tool_calls`` and ``turns`` (model turns of a multi-turn rollout; 0 and 1 without tools). None when the
-        rule sees rewards only."""
+        """What selection may look at besides the rewards, each (P, n) (``pods_rl.rollouts.rollout_features``);
+        None when the rule and tiebreak read rewards only."""
         takes_features = rule_takes_features(self.args.selection_settings.rule)
         if self.args.selection_settings.tiebreak == "index" and not takes_features:
             return None
@@ -324,11 +284,8 @@ class PODSStep(RoundsStep):
         return rewards_per_func
 
     def _rescore_for_metrics(self, inputs, prompts, completions, completion_ids_list) -> None:
-        """The reward functions logged metrics of their own (``log_metric``) while scoring every sampled rollout;
-        GRPOTrainer's describe the rows it trains on. So they score the kept rows again, in TRL's own call, for
-        those metrics only: the rewards and ``log_extra`` values stay those of the first scoring, on which the rows
-        were selected. Costs one more scoring of the B*m kept rows, only in steps whose reward functions log
-        metrics (phase "scoring"); pods-rl's own ``pods/*`` values are kept from the first scoring."""
+        """Score the kept rows again for the reward functions' ``log_metric`` values only (TRL's metrics describe the
+        rows it trains on); rewards and ``log_extra`` stay the first scoring's. Only in steps that log metrics."""
         extra_logs = dict(self._pending_extra_logs)
         self._pending_extra_logs.clear()
         with self._phase("scoring"), metrics_logged(self) as logged:
@@ -342,8 +299,8 @@ class PODSStep(RoundsStep):
         return nullcontext() if self.phase_clock is None else self.phase_clock.phase(name)
 
     def _note_reward_variance(self, rewards_per_func: torch.Tensor) -> None:
-        """Count generation rounds in which every group's n rewards were all equal (all advantages 0: nothing is
-        learned); after ``NO_VARIANCE_WARN_ROUNDS`` in a row, say so once with the likely cause."""
+        """Count rounds in which every group's rewards were all equal (nothing learned); warn once after
+        ``NO_VARIANCE_WARN_ROUNDS`` in a row."""
         rewards = reward_totals(rewards_per_func, self.reward_weights).view(-1, self.num_generations).cpu()  # (G, n)
         if not bool(all_equal(rewards).all()):
             self._no_variance_rounds = 0
@@ -377,9 +334,8 @@ def _no_variance_cause(scored: torch.Tensor, temperature: float | None, n: int) 
             "more completions per prompt (--num_generations)")
 
 
-class PromptsPrepared(BaseException):  # noqa: N818 - a signal, not an error; BaseException passes any `except Exception`
-    """Raised by ``PODSStep._generate`` while TRL prepares the prompts (see ``_rollout_prompts``): a
-    BaseException, so that no ``except Exception`` of TRL's on the way catches it."""
+class PromptsPrepared(BaseException):  # noqa: N818 - a signal, not an error: passes TRL's `except Exception`
+    """Raised by ``PODSStep._generate`` while TRL prepares the prompts (``_rollout_prompts``)."""
 
     def __init__(self, prompts: list):
         super().__init__("prompts prepared")
@@ -392,7 +348,7 @@ def _no_observation(**kwargs):
 
 
 def _kept_inputs(inputs: list[dict], prompts: list, rows: list[int]) -> list[dict]:
-    """The kept rows as TRL's call on them gets them: each with the prompt its rollout was generated from
-    (observation and images in its messages), so without the ``image(s)`` columns, which TRL would put in again."""
+    """The kept rows for TRL's call: each with its rollout's prompt (observation and images in its messages), so
+    without the ``image(s)`` columns, which TRL would add again."""
     return [{**{k: v for k, v in inputs[i].items() if k not in ("image", "images")}, "prompt": prompts[i]}
             for i in rows]

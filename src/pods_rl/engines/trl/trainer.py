@@ -1,74 +1,27 @@
-"""GRPO-PODS on top of TRL: generate n rollouts per prompt, keep m, update on the m.
+"""``PODSTrainer``: ``trl.GRPOTrainer`` that samples n rollouts per prompt and trains on m of them.
 
-The TRL engine's modules (``pods_rl.engines.trl``) are where pods-rl knows TRL's internals; this docstring lists
-that surface, once (``TRL_RANGE``; CI tests both ends).
+The TRL surface this package relies on, written only here (``tests/test_trl_surface.py`` pins each at both ends of
+``TRL_RANGE``); the step is ``step.py``, the config ``config.py``:
 
-The PODS step itself (how a training step flows, and the two GRPOTrainer calls it answers) is
-``pods_rl.engines.trl.step``; ``PODSConfig`` and the supported TRL range are ``pods_rl.engines.trl.config``; selection is
-``pods_rl.selection`` (no TRL).
-
-Our TRL surface (kept as small as it can be; ``tests/test_trl_surface.py`` pins each item on both ends of
-``TRL_RANGE``, so that a TRL release that changes one fails in CI naming it, not in a user's run):
-
-  overridden GRPOTrainer methods
-    _generate_and_score_completions(inputs)   the PODS step above; calls TRL's own on the kept rows. TRL dropped
-                                              its GFPO and replay-buffer trainers when their overrides of this
-                                              method drifted from GRPO's: ours keeps TRL's body and only narrows
-                                              its input, answering the two calls below from what was computed.
-    _generate(prompts) -> 8-tuple             (trainer_step) timed ("generation"); answered from KeptRollouts inside
-                                              the inner call; raises PromptsPrepared(prompts) inside
-                                              _rollout_prompts' call. Read by name through trainer_rows.Generated
-                                              (completion_ids, tool_mask, completions, extra_fields, images); rows
-                                              of every per-rollout list are kept.
-    _calculate_rewards(inputs, prompts, completions, completion_ids_list) -> (N, F)
-                                              (trainer_step) timed ("scoring"); answered from KeptRollouts inside
-                                              the inner call.
-    get_train_dataloader() / _get_train_sampler(dataset=None)
-                                              n rollouts per prompt while batch sizes count the m kept: TRL's
-                                              RepeatSampler / repeat_iterable_dataset with our prompt count, and
-                                              transformers' Trainer._get_dataloader(dataset, description,
-                                              batch_size, sampler_fn, is_training).
-    create_model_card / save_model(output_dir, _internal_call)   the PODS model card (TRL's conventions)
-    transformers' checkpoint loaders: _load_from_checkpoint(resume_from_checkpoint, model=None),
-    _load_optimizer_and_scheduler / _load_scaler / _load_rng_state(checkpoint)   their errors become
-                                              runlog.CheckpointUnreadable (chained), raised where they happen
-    evaluate(eval_dataset, ignore_keys, metric_key_prefix)   checks the eval batch holds whole groups first
-  GRPOTrainer._generate_and_score_completions' order   environments (self._environment_pool, a cursor per name,
-                           reset), tool dicts and images are prepared before `self._generate(prompts)`; rows read
-                           their prompt from x["prompt"] (x.get with environments)
-  TRL helpers we call      trl.trainer.utils: RepeatSampler(data_source, mini_repeat_count, batch_size,
-                           repeat_count, shuffle, seed), repeat_iterable_dataset(dataset, mini_repeat_count,
-                           batch_size, repeat_count), nanstd(tensor); get_config_model_id,
-                           get_comet_experiment_url, get_trackio_space_url (model card)
-  GRPOTrainer's advantages   TRL's own, computed in the inner call on the kept rows grouped by m (GRPO with m
-                           rollouts; tests/test_trainer.py recomputes them by hand): PODS never overwrites them
-  GRPOTrainer attributes we read   num_generations (set to m around the inner call: TRL groups by it),
-                           num_iterations, shuffle_dataset, reward_weights, reward_func_names, scale_rewards,
-                           _metrics["train"] (the pods/* metrics appended; what TRL's `_generate` logs of the sampled
-                           rollouts dropped and logged for the kept rows: trainer_rows), num_generations_eval (set to
-                           m unless configured), multi_objective_aggregation, environments, _batch_environments,
-                           _environment_pool (swapped for the kept rows' own instances around the inner call; emptied
-                           while padding rows of a round are prepared), _sync_tool_dicts / _async_tool_dicts (per
-                           rollout: set for a round's rows; their tools wrapped to count raised calls),
-                           max_tool_calling_iterations, _pending_extra_logs / _pending_metrics (log_extra and
-                           log_metric: cut to the kept rows), _tokenizer, environment_factories, tools,
-                           eos_token_ids (TRL >= 1.15; earlier: the tokenizer's), _paper, _tag_names,
-                           vllm_generation (TRL's VLLMGeneration, built in GRPOTrainer.__init__ inside our CPU
-                           workaround; release_vllm_engine drops its .llm; the rounds defer its sleep mode)
-  GRPOTrainer's placeholder  train_dataset=None with an environment_factory: TRL's placeholder dataset (a round of
-                           GRPO's prompts, possibly none) is replaced by a round of PODS's rows of its empty prompt
-                           (PLACEHOLDER_PROMPT)
-  GRPOTrainer's tool loop  a rollout's tools are looked up by its position in the batch generated; at most
-                           max_tool_calling_iterations iterations; a raised or unknown call is a failure
-  trl.trainer.grpo_trainer.VLLMGeneration   replaced while GRPOTrainer.__init__ runs by a subclass that raises its
-                           max_num_seqs keyword to the rollouts PODS samples per process (colocate)
-  GRPOConfig               subclassed (PODSConfig); __post_init__ runs with num_generations = m and its
-                           "divisible by num_generations" and "used for evaluation" errors are reworded (the eval
-                           check then counts num_generations_eval or m); fields read: num_generations,
-                           num_generations_eval, per_device_eval_batch_size,
-                           generation_batch_size, steps_per_generation, per_device_train_batch_size,
-                           num_iterations, multi_objective_aggregation, scale_rewards, reward_weights, seed,
-                           beta, loss_type, learning_rate, hub_model_id, output_dir, use_vllm, vllm_mode, use_cpu
+  overridden   _generate_and_score_completions (the step: TRL's body runs on the kept rows); _generate -> 8-tuple (read
+               by name, rows.Generated) and _calculate_rewards -> (N, F), timed and answered from KeptRollouts in that
+               call (_generate raises PromptsPrepared while TRL prepares the prompts); get_train_dataloader /
+               _get_train_sampler (n rollouts per prompt, via Trainer._get_dataloader); create_model_card, save_model;
+               evaluate; _save_checkpoint; transformers' _load_from_checkpoint, _load_optimizer_and_scheduler,
+               _load_scaler, _load_rng_state (errors become runlog.CheckpointUnreadable)
+  order        _generate_and_score_completions prepares environments (_environment_pool, reset), tool dicts and images
+               before self._generate(prompts); rows read x["prompt"]
+  helpers      trl.trainer.utils: RepeatSampler, repeat_iterable_dataset, nanstd, get_config_model_id, get_*_url
+  advantages   TRL's own on the kept rows grouped by m (replaced only with advantage_baseline="sampled")
+  attributes   num_generations (m around TRL's call), num_iterations, shuffle_dataset, reward_weights,
+               reward_func_names, scale_rewards, _metrics["train"], num_generations_eval, multi_objective_aggregation,
+               environments, _batch_environments, _environment_pool, _sync_tool_dicts, _async_tool_dicts, tools,
+               max_tool_calling_iterations, _pending_extra_logs, _pending_metrics, _tokenizer, environment_factories,
+               eos_token_ids (TRL >= 1.15), _paper, _tag_names, vllm_generation (its sleep deferred by the rounds)
+  placeholder  train_dataset=None + environment_factory: TRL's placeholder rows become PODS's (PLACEHOLDER_PROMPT)
+  tool loop    tools looked up by batch position; max_tool_calling_iterations; a raised or unknown call fails
+  vLLM         trl.trainer.grpo_trainer.VLLMGeneration subclassed during GRPOTrainer.__init__ (max_num_seqs, colocate)
+  GRPOConfig   subclassed; __post_init__ runs with num_generations = m, its divisibility and eval errors reworded
 """
 
 from __future__ import annotations
@@ -105,19 +58,14 @@ logger = logging.getLogger(__name__)
 
 
 def rollouts_per_generation(config: PODSConfig) -> int:
-    """Rollouts one process samples per generation: the prompts it samples (kept groups x ``oversample_prompts``)
-    times n. TRL's batch sizes count the m kept; this is what the engine has to generate."""
+    """Rollouts one process samples per generation (sampled prompts x n); TRL's batch sizes count the m kept."""
     return config.sampled_prompts_per_process() * config.num_generations
 
 
 @contextmanager
 def _colocated_engine_sized_for(config: PODSConfig):
-    """Inside ``GRPOTrainer.__init__``: build TRL's colocated vLLM engine with room for every rollout PODS samples.
-
-    TRL sizes it (``max_num_seqs``) for the kept batch, ``per_device_train_batch_size * tensor_parallel_size *
-    steps_per_generation``; PODS samples n/m times that (more with ``oversample_prompts``), which vLLM would then
-    generate in n/m serial waves while GRPO's baseline runs in one: the phase PODS counts on being cheap, slowed.
-    """
+    """Inside ``GRPOTrainer.__init__``: size TRL's colocated vLLM engine (``max_num_seqs``) for every rollout PODS
+    samples, not the kept batch; else vLLM generates in n/m serial waves."""
     if not (config.use_vllm and config.vllm_mode == "colocate"):
         yield
         return
@@ -153,10 +101,8 @@ GENERIC_CARD_PROMPT = [{"role": "user", "content": "What is 17 + 25? Think it th
 
 
 def card_example_prompt(dataset, hanging: int = 0) -> str:
-    """The model card's example: the first row's ``prompt`` of ``dataset`` (the run's own task, as the model saw it:
-    a string, or chat messages), as a Python literal for the card's quick start, its continuation lines indented by
-    ``hanging`` spaces; ``GENERIC_CARD_PROMPT`` when the dataset is missing, empty, has no ``prompt`` column or
-    cannot be read."""
+    """The first row's ``prompt`` of ``dataset`` as a Python literal for the model card (continuation lines indented
+    ``hanging`` spaces); ``GENERIC_CARD_PROMPT`` when there is none to read."""
     import pprint
 
     prompt = None
@@ -173,12 +119,12 @@ def card_example_prompt(dataset, hanging: int = 0) -> str:
 
 
 class PODSTrainer(PODSStep, GRPOTrainer):
-    """``trl.GRPOTrainer`` that samples n rollouts per prompt and trains on m of them (``PODSConfig``).
+    """``trl.GRPOTrainer`` that samples n rollouts per prompt and trains on m of them; ``args`` is a ``PODSConfig``.
 
-    With ``downsample_to == num_generations`` it is exactly ``GRPOTrainer`` (plus phase timing).
-    Takes the same arguments as ``GRPOTrainer``; ``args`` must be a ``PODSConfig``.
-    """
+    Same arguments as ``GRPOTrainer``; with ``downsample_to == num_generations`` it is ``GRPOTrainer`` plus phase
+    timing. The TRL internals it relies on are listed in this module's docstring."""
 
+    # Long because it wraps GRPOTrainer.__init__: argument fixes before it, PODS state after, in the order they apply.
     def __init__(self, *args, **kwargs):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         if config is None:  # as GRPOTrainer: a default config named after the model (plain GRPO until m is set)
@@ -243,8 +189,9 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             self.train_dataset = Dataset.from_dict({"prompt": [PLACEHOLDER_PROMPT] * rows})
         if config.is_adaptive and config.adaptive_reward is not None:
             if config.adaptive_reward not in self.reward_func_names:
-                raise ValueError(f"adaptive_reward {config.adaptive_reward!r} is not one of this run's reward functions "
-                                 f"{self.reward_func_names}; name one of them, or drop it to use the total reward.")
+                raise ValueError(f"adaptive_reward {config.adaptive_reward!r} is not one of this run's reward "
+                                 f"functions {self.reward_func_names}; name one of them, or drop it to use the total "
+                                 "reward.")
             self._adaptive_reward_index = self.reward_func_names.index(config.adaptive_reward)
         self._selects = config.selects
         self._budget = RolloutBudget.from_config(config)  # the planners and the prompt ledger, None without planners
@@ -256,8 +203,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         self.callback_handler.callbacks.insert(0, self.phase_clock)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
-        """``Trainer.evaluate``, after checking (before any generation) that the evaluation batch holds whole groups
-        of ``num_generations_eval`` completions (m unless set; TRL checks it only when ``eval_strategy`` is set)."""
+        """``Trainer.evaluate``, after checking that the eval batch holds whole groups of ``num_generations_eval``."""
         k, processes = self.num_generations_eval, self.accelerator.num_processes
         if (self.args.per_device_eval_batch_size * processes) % k != 0:
             raise ValueError(eval_batch_problem(self.args.per_device_eval_batch_size, processes,
@@ -265,11 +211,8 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
 
     def release_vllm_engine(self) -> None:
-        """Free this trainer's colocated vLLM engine (weights and KV cache) once it is done training.
-
-        For a process that builds another trainer next (``pods cost``, tests): deleting the trainer does not free
-        the engine, and vLLM sizes a new engine's KV cache from the memory left. The trainer cannot generate with
-        vLLM afterwards."""
+        """Free the colocated vLLM engine (weights, KV cache) for a process that builds another trainer next;
+        deleting the trainer does not. The trainer cannot generate with vLLM afterwards."""
         generation = getattr(self, "vllm_generation", None)
         if generation is not None and getattr(generation, "llm", None) is not None:
             generation.llm = None
@@ -296,7 +239,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         )
 
     def get_train_dataloader(self):
-        """TRL's dataloader, sized in sampled rows: per process and round, the kept groups x ``oversample_prompts`` prompts x n."""
+        """TRL's dataloader, sized in sampled rows: per process and round, the sampled prompts x n."""
         if not self._selects:
             return super().get_train_dataloader()
         from datasets import IterableDataset
@@ -370,11 +313,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
 
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
                           tags: str | list[str] | None = None):
-        """Write ``README.md`` in ``output_dir`` (as TRL does at every checkpoint): the PODS model card.
-
-        It names the base model (a hub id as a link, a local directory by its path), PODS with its rule, n and
-        m, and cites the PODS paper beside GRPO and TRL.
-        """
+        """Write the PODS model card (base model, rule, n, m, citations) as ``README.md`` in ``output_dir``."""
         if self.is_world_process_zero():
             card = self._pods_model_card(model_name, dataset_name, tags, model_ref=self.args.output_dir)
             card.save(os.path.join(self.args.output_dir, "README.md"))
@@ -389,10 +328,10 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             card = self._pods_model_card(model_name=name, model_ref=output_dir)
             card.save(os.path.join(output_dir, "README.md"))
 
+    # Long because most of it is the template's keyword list, one line per field.
     def _pods_model_card(self, model_name=None, dataset_name=None, tags=None, model_ref=None):
-        """The ``huggingface_hub.ModelCard``, built as TRL's ``generate_model_card`` builds it, from our template.
-
-        ``model_ref``: what the card's quick start loads when the model has no hub id (the saved directory)."""
+        """The ``huggingface_hub.ModelCard``, built as TRL's ``generate_model_card`` does, from our template;
+        ``model_ref``: what the quick start loads when the model has no hub id."""
         from huggingface_hub import ModelCard, ModelCardData
         from transformers import is_wandb_available
         from trl.trainer.utils import get_comet_experiment_url, get_config_model_id, get_trackio_space_url
