@@ -268,7 +268,8 @@ class VLLMServer:
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
-                   "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1", "--max-model-len", str(MAX_MODEL_LEN),
+                   "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1",
+                   "--max-model-len", str(MAX_MODEL_LEN),
                    "--max-num-seqs", str(self.max_num_seqs), "--max-num-batched-tokens",
                    str(self.max_num_seqs * MAX_MODEL_LEN), "--enforce-eager", "--worker-extension-cls",
                    EXTENSION, "--disable-uvicorn-access-log", "--disable-log-stats"]
@@ -387,7 +388,8 @@ def drain_on_stop(worker) -> dict:
 
     TRL's ``AsyncRolloutWorker.stop`` sets the child's stop event and joins it for 15 s before terminating it; the
     child cannot exit while rows it put in the multiprocessing queues are unread (their feeder thread waits for the
-    pipe), so every run lost those 15 s (measured; 1.5-5 s with this). Draining the queues (rows nobody will train on) lets it exit
+    pipe), so every run lost those 15 s (measured; 1.5-5 s with this).
+    Draining the queues (rows nobody will train on) lets it exit
     at once. Falls back to TRL's ``stop`` alone where its internals differ."""
     times: dict = {}
     original = worker.stop
@@ -826,7 +828,8 @@ def report(opts) -> dict | None:
               "machine": {**machine_info(), "versions": runs[0].get("versions")},
               "commands": sorted({shlex.join(r["command"]) for r in runs}),
               "report_command": shlex.join([sys.executable, *sys.argv]), "throughput": throughput,
-              "accuracy": accuracy, "eval_noise": noise, "timings": timings, "probes": probes, "verdict_rule": VERDICT_RULE,
+              "accuracy": accuracy, "eval_noise": noise, "timings": timings, "probes": probes,
+              "verdict_rule": VERDICT_RULE,
               "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     write_json(opts.out / "report.json", result)
     figure_error = None
@@ -906,7 +909,8 @@ def report_markdown(result: dict, figure_error: str | None, interval_verdict) ->
                      f"{cell(t, 'final_accuracy', 3)} |")
     probes = result.get("probes", {})
     if probes:
-        lines += ["", f"Server check: after each run's cold sync the server's greedy log-probs of the probe matched the "
+        lines += ["", f"Server check: after each run's cold sync "
+                  f"the server's greedy log-probs of the probe matched the "
                   f"initial model's in {probes['cold_matched']} of {probes['runs']} runs (largest difference "
                   f"{fmt(probes['cold_max_diff'], 5)}, tolerance {PROBE_ATOL}); after training they matched the "
                   f"last checkpoint's in {probes['final_matched']} of {probes['runs']} (largest difference "

@@ -193,7 +193,8 @@ def main(argv=None) -> int:
                           f"generation {sec['generation']:.2f} s ({row['generation_ms_per_sampled_rollout']:.1f} "
                           f"ms/rollout), update {sec['update']:.2f} s, generation/update "
                           f"{sec['generation'] / sec['update']:.2f}")
-            out = Path(args.out.replace("{size}", size)) if args.out else results_dir() / "generation" / f"cost_{size}.json"
+            out = (Path(args.out.replace("{size}", size))
+                   if args.out else results_dir() / "generation" / f"cost_{size}.json")
             record = {"command": command, "machine": {**machine_info(), "torch_threads_after": torch.get_num_threads()},
                       "settings": {"size": size, "parameters": params, "hidden": hidden, "layers": layers,
                                    "heads": heads, "recipe": "tiny", "ns": ns, "m": args.m, "steps": args.steps,

@@ -216,7 +216,8 @@ def knapsack(repo: str, trials: int, rng: random.Random, tally: Tally) -> None:
         settings = KnapsackSettings(min_n=min_n, max_n=max_n, alpha=kwargs["alpha"],
                                     cost_estimation=kwargs["cost_estimation"], allow_fallback=kwargs["allow_fallback"])
         try:
-            ours, _ = knapsack_allocation(torch.tensor([s[1] for s in states]), torch.tensor([s[0] == 1 for s in states]),
+            ours, _ = knapsack_allocation(torch.tensor([s[1] for s in states]),
+                                          torch.tensor([s[0] == 1 for s in states]),
                                           n, kwargs["total_budget"], settings)
         except ValueError as err:
             ours = err

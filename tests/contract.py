@@ -57,7 +57,8 @@ def text_of(completion) -> str:
     """A completion's text: a string, or the assistant messages' contents joined."""
     if isinstance(completion, str):
         return completion
-    return " ".join(m["content"] for m in completion if m.get("role") == "assistant" and isinstance(m.get("content"), str))
+    return " ".join(m["content"] for m in completion
+                    if m.get("role") == "assistant" and isinstance(m.get("content"), str))
 
 
 def turn_reward(completions, log_extra=None, log_metric=None, **kwargs):

@@ -349,7 +349,8 @@ def test_conversations_at_takes_every_per_conversation_list_and_refuses_what_it_
     assert part.reward_kwargs == {"answer": ["4", "4"]}
     assert conversations_at(group_of(PLAIN), [3]).env_rewards == []  # not collected: stays empty
     broken = dataclasses.replace(group, tool_call_counts=group.tool_call_counts[:3])
-    with pytest.raises(RuntimeError, match=r"^RolloutGroup.tool_call_counts has 3 entries for 8 conversations: pods_rl"):
+    with pytest.raises(RuntimeError, match=r"^RolloutGroup.tool_call_counts has 3 entries for 8 "
+                       r"conversations: pods_rl"):
         conversations_at(broken, [0])
 
 

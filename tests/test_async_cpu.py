@@ -1,5 +1,6 @@
 """TRL's asynchronous trainer on CPU (pods_rl.engines.trl_async.worker, issue #40 item 3): the CPU stand-ins for its
-CUDA-only steps, checked against what they replace. The run against a real vLLM server is tests/vllm/test_async_server.py.
+CUDA-only steps, checked against what they replace.
+The run against a real vLLM server is tests/vllm/test_async_server.py.
 """
 
 from __future__ import annotations

@@ -654,7 +654,8 @@ def test_adaptive_settings_fail_with_one_line_naming_the_worker_argument(tmp_pat
              "pods_pilot needs pods_m (m) < num_generations": dict(pods_m=8, pods_pilot=4),
              "Unknown pods_adaptive_rule 'often'": dict(pods_pilot=4, pods_adaptive_rule="often"),
              "pods_round_size must be a positive integer": dict(pods_pilot=4, pods_round_size=0),
-             "pods_adaptive_rule=budgeted needs pods_adaptive_budget": dict(pods_pilot=4, pods_adaptive_rule="budgeted"),
+             "pods_adaptive_rule=budgeted needs pods_adaptive_budget":
+                 dict(pods_pilot=4, pods_adaptive_rule="budgeted"),
              "pods_adaptive_reward 'correct' is not one of this run's reward functions ['value']": dict(
                  pods_pilot=4, pods_adaptive_reward="correct"),
              "pods_pilot (adaptive rollouts) does not support environment_factory": dict(

@@ -53,7 +53,8 @@ CASES = [
     (SMOKE + " --task_args bogus=3", 2, "task 'arithmetic' got an unknown argument"),
     # the model
     (SMOKE + " --model_name_or_path {tmp}/no/such/dir", 2, "--model_name_or_path {tmp}/no/such/dir: no such directory"),
-    (SMOKE + " --model_name_or_path {tmp}/empty", 2, "--model_name_or_path {tmp}/empty holds no model (no config.json)"),
+    (SMOKE + " --model_name_or_path {tmp}/empty", 2, "--model_name_or_path {tmp}/empty "
+     "holds no model (no config.json)"),
     (SMOKE + " --model_name_or_path nobody/not-cached", 2, "is not in the local hub cache and HF_HUB_OFFLINE=1"),
     # the run directory
     ("train --config cpu/smoke --output_dir {tmp}/a_file", 2, "--output_dir {tmp}/a_file is a file"),
@@ -93,7 +94,8 @@ def bad_inputs(tmp_path, monkeypatch):
     (tmp_path / "bad.yaml").write_text("task: arithmetic\nnum_generations: [8\n")
     (tmp_path / "indent.yaml").write_text("task: arithmetic\n  learning_rate: 1\n")
     (tmp_path / "latin1.yaml").write_bytes("task: caf\xe9\n".encode("latin-1"))
-    (tmp_path / "task_args_list.yaml").write_text("task: arithmetic\ntask_args: [train_size, 3]\nuse_cpu: true\nbf16: false\n")
+    (tmp_path / "task_args_list.yaml").write_text("task: arithmetic\ntask_args: [train_size, 3]\n"
+                                                  "use_cpu: true\nbf16: false\n")
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "empty").mkdir()
     (tmp_path / "old" / "checkpoint-5").mkdir(parents=True)
@@ -176,7 +178,8 @@ def test_task_arg_spellings_mean_the_same_everywhere(tmp_path):
     assert merge_task_arg_flags(["--x", "1"]) == ["--x", "1"]  # untouched without --task-arg
     # A mapping in the recipe gives the same options.
     recipe = tmp_path / "mapping.yaml"
-    recipe.write_text("task: arithmetic\nuse_cpu: true\nbf16: false\ntask_args: {train_size: 40, ops: '+,-', digits: 2}\n")
+    recipe.write_text("task: arithmetic\nuse_cpu: true\nbf16: false\n"
+                      "task_args: {train_size: 40, ops: '+,-', digits: 2}\n")
     run, config, model_args = parse_args(["--config", str(recipe)])
     validate(run, config, model_args)
     assert parse_task_args([run.task_args]) == want
@@ -190,7 +193,8 @@ def test_resume_requests_are_checked_before_loading(bad_inputs, capsys):
     run_dir = bad_inputs / "prev"
     for step in (1, 2):
         (run_dir / f"checkpoint-{step}").mkdir(parents=True)
-        runlog.write_json_atomic(run_dir / f"checkpoint-{step}" / runlog.CLOCK_FILE, {"step": step, "train_seconds": 1.0})
+        runlog.write_json_atomic(run_dir / f"checkpoint-{step}" / runlog.CLOCK_FILE,
+                                 {"step": step, "train_seconds": 1.0})
     (run_dir / "checkpoint-3").mkdir()  # killed while saving: no clock
     (run_dir / "config.yaml").write_text(yaml.safe_dump({"learning_rate": 1e-3, "num_generations": 8, "eval_k": 2}))
     before = sorted(p.name for p in run_dir.iterdir())

@@ -112,7 +112,8 @@ def test_pods_study_takes_the_pods_train_spelling_of_its_flags():
         ["--eval_k", "3", "--max_steps", "7", "--pilot_generations", "8", "--downsample_to", "4", "--eval_every_steps",
          "2", "--eval_num_problems", "5", "--save_every_seconds", "9", "--prompts_per_step", "2", "--dry_run",
          "--learning_rate", "1e-4"])
-    assert (args.eval_k, args.updates, args.pilot, args.m, args.eval_every, args.eval_problems) == (3, 7, "8", "4", 2, 5)
+    assert ((args.eval_k, args.updates, args.pilot, args.m, args.eval_every, args.eval_problems)
+        == (3, 7, "8", "4", 2, 5))
     assert (args.checkpoint_every, args.prompts_per_step, args.dry_run) == (9.0, 2, True)
     assert recipe == ["--learning_rate", "1e-4"]  # a `pods train` flag: the recipe's
 

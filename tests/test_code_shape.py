@@ -85,7 +85,8 @@ def private_imports(path: Path) -> list[str]:
 
 def test_no_private_name_is_imported_across_modules():
     crossing = {str(path.relative_to(PACKAGE_DIR)): names for path in modules() if (names := private_imports(path))}
-    assert not crossing, f"underscore names imported from another module (make them public or keep them home): {crossing}"
+    assert not crossing, ("underscore names imported from another module "
+                          f"(make them public or keep them home): {crossing}")
 
 
 def test_the_check_sees_a_private_import(tmp_path):

@@ -154,7 +154,8 @@ def test_interpolation_moves_a_grid_ratio_of_1_5_between_grid_values():
     # next ratio the grid allows is 30 / 10 = 3x. Interpolated: GRPO at 20 + 0.05 / 0.1 x 10 = 25; PODS' mean
     # curve (0.1, 0.29, 0.41, 0.5) at 10 + (0.35 - 0.29) / (0.41 - 0.29) x 10 = 15: 25 / 15 = 1.667x.
     grid = stats.compare_runs(_runs(), baseline="GRPO", target=0.35, x="steps", n_boot=0)
-    assert grid["labels"]["PODS"]["speedup"] == pytest.approx(1.5) and grid["crossing"] == "first evaluation reaching it"
+    assert (grid["labels"]["PODS"]["speedup"] == pytest.approx(1.5)
+        and grid["crossing"] == "first evaluation reaching it")
     inter = stats.compare_runs(_runs(), baseline="GRPO", target=0.35, x="steps", n_boot=400, interpolate=True)
     pods = inter["labels"]["PODS"]
     assert inter["crossing"] == "interpolated between evaluations"
@@ -179,7 +180,8 @@ def test_interpolation_keeps_the_baseline_peak_and_bounds():
     assert inter["labels"]["PODS"]["steps_to_target"] == pytest.approx(10 + 11 / 1.2)
     # A target PODS never reaches: the speed-up is still an upper bound, GRPO's crossing / PODS' last step.
     never = stats.compare_runs(_runs(), baseline="GRPO", target=0.45, x="steps", n_boot=0, interpolate=True)
-    assert never["labels"]["GRPO"]["steps_to_target"] is None and never["labels"]["PODS"]["speedup_kind"] == "lower_bound"
+    assert (never["labels"]["GRPO"]["steps_to_target"] is None
+        and never["labels"]["PODS"]["speedup_kind"] == "lower_bound")
     assert never["labels"]["PODS"]["speedup"] == pytest.approx(30 / (20 + 0.04 / 0.09 * 10))
 
 
@@ -207,7 +209,8 @@ def test_level_time_ratio_recovers_a_known_time_scale():
     result = curves.level_time_ratio(base, fast)
     assert result["ratio"] == pytest.approx(2.0)
     assert result["per_level"] == pytest.approx([2.0] * 15) and len(result["levels"]) == 15
-    assert result["levels"][0] == pytest.approx(0.5 + 0.2 * 0.2) and result["levels"][-1] == pytest.approx(0.5 + 0.9 * 0.2)
+    assert (result["levels"][0] == pytest.approx(0.5 + 0.2 * 0.2)
+        and result["levels"][-1] == pytest.approx(0.5 + 0.9 * 0.2))
     stuck = [(x, np.minimum(v, 0.6)) for x, v in base]  # never above 0.6 + 0.01: misses the upper levels
     assert curves.level_time_ratio(base, stuck)["ratio"] == 0.0
     assert math.inf in curves.level_time_ratio(base, stuck)["method_x"]

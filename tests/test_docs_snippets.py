@@ -321,7 +321,8 @@ def test_the_switch_names_every_field_pods_adds():
     text = (ROOT / "docs" / "guides" / "trl.md").read_text(encoding="utf-8")
     row = next(line for line in text.splitlines() if line.startswith("| new fields |"))
     named = set(re.findall(r"`(\w+)`", row))
-    families = {"adaptive_": "pilot_generations", "prompt_planner": "prompt_planner", "rollout_planner": "rollout_planner",
+    families = {"adaptive_": "pilot_generations", "prompt_planner": "prompt_planner",
+                "rollout_planner": "rollout_planner",
                 "ledger_": "prompt_planner"}  # "..." after a family's first field stands for the rest
     missing = [name for name in added if name not in named
                and not any(name.startswith(prefix) and first in named for prefix, first in families.items())]

@@ -832,7 +832,8 @@ def test_every_kind_of_rule_registers_through_one_registry(scratch_registry, mon
     monkeypatch.setattr(adaptive, "_RULES", adaptive._RULES.copy())
     monkeypatch.setattr(base, "_PLANNERS", base._PLANNERS.copy())
     ds = importlib.import_module("pods_rl.downsample")  # (`pods_rl.downsample` is also the function)
-    registries = {"rule": (ds._RULES, register_rule), "adaptive rule": (adaptive._RULES, adaptive.register_adaptive_rule),
+    registries = {"rule": (ds._RULES, register_rule),
+                  "adaptive rule": (adaptive._RULES, adaptive.register_adaptive_rule),
                   "planner": (base._PLANNERS, planners.register_planner)}
     for what, (registry, register) in registries.items():
         assert isinstance(registry, Registry) and registry.what == what

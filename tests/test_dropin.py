@@ -432,7 +432,8 @@ def tool_model(tokenizer):
 
     torch.manual_seed(0)
     # Room for the tool schema Qwen 3's template writes into the prompt (one token per byte here).
-    model = AutoModelForCausalLM.from_config(_tiny_config(tokenizer, "qwen2", 32, 2, None, max_position_embeddings=4096))
+    model = AutoModelForCausalLM.from_config(_tiny_config(tokenizer, "qwen2", 32, 2, None,
+                                                          max_position_embeddings=4096))
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     return model
 

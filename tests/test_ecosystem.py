@@ -66,7 +66,8 @@ def test_model_card_names_pods_rule_n_m_base_model_and_cites_the_paper(tmp_path,
     for section in ("# Model Card for my-run", "## Quick start", "## Training procedure", "### Framework versions",
                     "## Citations"):
         assert section in card, section
-    assert "fine-tuned version of [Qwen/Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct)" in card
+    assert ("fine-tuned version of [Qwen/Qwen2.5-0.5B-Instruct]"
+            "(https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct)" in card)
     assert "[None]" not in card and '"None"' not in card
     # PODS, the rule, n and m.
     assert "GRPO-PODS" in card and "n = 8 completions were sampled" in card and "kept m = 4" in card
@@ -171,7 +172,8 @@ def test_pods_train_is_quiet_and_reports_to_tensorboard(tmp_path, tiny_model_dir
 
     run_dir = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-W", "default", "-m", "pods_rl.commands.cli", "train", "--model_name_or_path", str(tiny_model_dir),
+        [sys.executable, "-W", "default", "-m", "pods_rl.commands.cli", "train",
+         "--model_name_or_path", str(tiny_model_dir),
          "--output_dir", str(run_dir), "--max_steps", "2", "--logging_steps", "1", "--report_to", "tensorboard",
          "--eval_num_problems", "8", "--eval_batch_size", "16", "--per_device_train_batch_size", "16",
          "--torch_threads", "1"],

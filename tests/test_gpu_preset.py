@@ -462,7 +462,8 @@ def test_wheel_check_names_what_is_missing(gpu, tmp_path):
         path = tmp_path / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
         meta = "\n".join([f"Name: {name}", f"Version: {version}", *(f"Requires-Dist: {r}" for r in requires)])
         with zipfile.ZipFile(path, "w") as z:
-            z.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", "Metadata-Version: 2.1\n" + meta + "\n\n")
+            z.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA",
+                       "Metadata-Version: 2.1\n" + meta + "\n\n")
         return path
 
     for name, version in w.carried(lock).items():

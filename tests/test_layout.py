@@ -256,7 +256,8 @@ def test_an_upward_import_is_named(tmp_path):
         "pkg.core (core.py:5), core, imports the library pkg.lib"]
     (package / "lib.py").write_text("from pkg import cmd\n")
     assert upward_imports(package, "pkg", {"pkg.cmd"}, {"pkg.core"}) == [
-        "pkg.core (core.py:5), core, imports the library pkg.lib", "pkg.lib (lib.py:1), library, imports the command pkg.cmd"]
+        "pkg.core (core.py:5), core, imports the library pkg.lib",
+        "pkg.lib (lib.py:1), library, imports the command pkg.cmd"]
     (package / "core.py").write_text("import os\n")
     (package / "lib.py").write_text("from pkg import core\n")
     assert upward_imports(package, "pkg", {"pkg.cmd"}, {"pkg.core"}) == []

@@ -1,4 +1,5 @@
-"""The prompt ledger (pods_rl.budget.ledger): what it keeps per prompt, against a plain-Python reference; gathering across
+"""The prompt ledger (pods_rl.budget.ledger): what it keeps per prompt, against a plain-Python reference;
+gathering across
 ranks (a fake 2-rank gather in threads, and 2 real gloo processes); exact restore from a checkpoint file."""
 
 import math

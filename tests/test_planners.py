@@ -1,4 +1,5 @@
-"""The rollout-budget planners (pods_rl.budget.planners): each against fixed decisions of the authors' released code, the
+"""The rollout-budget planners (pods_rl.budget.planners):
+each against fixed decisions of the authors' released code, the
 common Plan shape and registry, one-line setting errors, determinism, and exact resume.
 
 The expected values marked "their code" were computed by running the authors' functions on these inputs with
@@ -174,7 +175,8 @@ def test_knapsack_plans_from_the_ledger_and_refuses_a_budget_below_the_floors():
 
 
 # Reinforce-Ada: rewards of 4 prompts over 2 rounds of 4, m = 4, positive = reward > 0.7.
-RA_REWARDS = [[1, 0, 1, 0.5, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1], [0.5, 0, 0, 0, 0, 0, 0, 0]]
+RA_REWARDS = [[1, 0, 1, 0.5, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1],
+              [0.5, 0, 0, 0, 0, 0, 0, 0]]
 
 
 def run_rounds(planner, rewards):
@@ -283,7 +285,8 @@ def test_pilot_commit_flushes_stale_pilots_and_keeps_balanced_pilot_rollouts():
 def test_dapo_preset_trains_on_the_groups_dapo_keeps():
     assert preset("dapo", num_generations=8) == {"oversample_prompts": 3.0, "downsample_to": 8}
     overrides = preset("dapo", num_generations=4)
-    settings = SelectionSettings.validated(overrides["downsample_to"], oversample_prompts=overrides["oversample_prompts"])
+    settings = SelectionSettings.validated(overrides["downsample_to"],
+                                           oversample_prompts=overrides["oversample_prompts"])
     generator = torch.Generator().manual_seed(0)
     for mixed_share in (0.2, 0.6):
         rewards = (torch.rand(12, 4, generator=generator) < 0.5).double()

@@ -226,7 +226,8 @@ def test_how_a_gone_rank_died_is_read_from_what_it_left(tmp_path, monkeypatch):
                      f"the others did not), or the backend failed; its Python stack is in {fault}"]
     fault.write_text("Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n"
                      '  File "/x/model.py", line 3 in forward\n')
-    assert ranks.how_it_died(tmp_path, {"rank": 1}) == f"crashed (Segmentation fault in forward); its Python stack is in {fault}"
+    assert ranks.how_it_died(tmp_path, {"rank": 1}) == ("crashed (Segmentation fault in forward); "
+                                                        f"its Python stack is in {fault}")
 
 
 def test_a_rank_leaves_its_stack_on_a_fatal_signal(tmp_path):

@@ -27,7 +27,9 @@ def test_the_config_reference_is_generated_from_the_fields():
 
     generator = load("gen_config_ref")
     committed = generator.PAGE.read_text(encoding="utf-8")
-    assert committed == generator.render(), "docs/reference/config.md is out of date: python docs/_scripts/gen_config_ref.py"
+    assert committed == generator.render(), (
+        "docs/reference/config.md is out of date: python docs/_scripts/gen_config_ref.py"
+    )
     trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     own = [f for f in dataclasses.fields(PODSConfig) if f.name not in trl_fields]
     assert len(own) >= 15
@@ -43,7 +45,9 @@ def test_the_config_reference_is_generated_from_the_fields():
 def test_the_compatibility_table_is_generated_from_the_lanes():
     generator = load("gen_compat")
     committed = generator.PAGE.read_text(encoding="utf-8")
-    assert committed == generator.render(), "docs/reference/compatibility.md is out of date: python docs/_scripts/gen_compat.py"
+    assert committed == generator.render(), (
+        "docs/reference/compatibility.md is out of date: python docs/_scripts/gen_compat.py"
+    )
     for lane in ("verl", "deepspeed", "vllm", "gpu-image"):
         assert f".ci/lane-{lane}.sh" in committed and (ROOT / ".ci" / f"lane-{lane}.sh").is_file()
     for lane in sorted(p.name for p in (ROOT / ".ci").glob("lane-*.sh")):

@@ -32,7 +32,8 @@ def test_the_changelog_has_an_entry_for_the_version():
     headings = re.findall(r"^## \[([^\]]+)\](?: — (\S+))?", changelog, re.M)  # [(name, version or date)]
     assert headings and (headings[0] == ("Unreleased", version) or headings[0][0] == version), (version, headings[:2])
     released = [Version(name) for name, _ in headings if name != "Unreleased"]
-    assert released == sorted(released, reverse=True) and all(v < Version(version) for v in released if v != Version(version))
+    assert (released == sorted(released, reverse=True)
+        and all(v < Version(version) for v in released if v != Version(version)))
 
 
 def test_make_runs_the_two_commands_in_the_project_environment():

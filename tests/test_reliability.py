@@ -420,7 +420,8 @@ def test_reward_models_and_hub_ids_are_left_to_trl():
 # 4. training that cannot learn says so; the two documented ways to train optimise the same objective
 
 def test_the_task_api_and_pods_train_give_the_same_reward_weights(tmp_path, tiny_model_dir):
-    """The "Train with TRL" example (docs/guides/trl.md) passes ``reward_funcs=task.reward_funcs()`` and no weights; it must
+    """The "Train with TRL" example (docs/guides/trl.md)
+    passes ``reward_funcs=task.reward_funcs()`` and no weights; it must
     train the objective `pods train` trains (the task's 1 / 0.1 / 0.1), not TRL's default 1 / 1 / 1."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -609,7 +610,8 @@ def _train_args(model_dir, run_dir, *extra):
 
 def _pods_process(*argv, prelude: str = "", env: dict | None = None) -> subprocess.Popen:
     """``pods ARGV`` in a child process (after ``prelude``, e.g. registering a task), stdout and stderr piped."""
-    code = f"import sys\n{textwrap.dedent(prelude)}\nfrom pods_rl.commands.cli import main\nsys.exit(main(sys.argv[1:]))"
+    code = (f"import sys\n{textwrap.dedent(prelude)}\n"
+            "from pods_rl.commands.cli import main\nsys.exit(main(sys.argv[1:]))")
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1",
                **(env or {}))
     return subprocess.Popen([sys.executable, "-c", code, *map(str, argv)], stdout=subprocess.PIPE,

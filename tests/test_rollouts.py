@@ -42,7 +42,8 @@ def test_every_feature_with_rewards_per_func():
 def test_counts_given_by_the_caller_and_no_tools():
     features = rollout_features(IDS, 1, stop_ids=[2], tool_calls=[0, 3, 0, 1, 0, 0], turns=[1, 4, 1, 2, 1, 1],
                                 rewards_per_func=REWARDS.view(1, 6, 2))
-    assert features["tool_calls"].tolist() == [[0, 3, 0, 1, 0, 0]] and features["turns"].tolist() == [[1, 4, 1, 2, 1, 1]]
+    assert (features["tool_calls"].tolist() == [[0, 3, 0, 1, 0, 0]]
+        and features["turns"].tolist() == [[1, 4, 1, 2, 1, 1]])
     assert features["truncated"].tolist() == [[False, True, False, True, True, True]]  # 7 is no stop id here
     plain = rollout_features(IDS, 1, rewards_per_func=REWARDS)
     assert plain["tool_calls"].tolist() == [[0] * 6] and plain["turns"].tolist() == [[1] * 6]

@@ -29,7 +29,8 @@ def test_keeps_m_per_prompt_with_the_rule_then_the_most_varied_groups():
     assert selection.kept.tolist() == downsample(rewards, 2, "max_variance").tolist()
     # Kept variances: group 0 all equal (last), groups 1 and 2 keep {0, 1}: both 0.25; ties by prompt order.
     assert selection.groups.tolist() == [1, 2]
-    assert selection.kept_rows == [4 + j for j in selection.kept[1].tolist()] + [8 + j for j in selection.kept[2].tolist()]
+    assert selection.kept_rows == ([4 + j for j in selection.kept[1].tolist()]
+                                   + [8 + j for j in selection.kept[2].tolist()])
     metrics = selection.metrics
     assert metrics["pods/prompts_sampled"] == 3 and metrics["pods/groups_zero_std"] == 1
     assert metrics["pods/groups_zero_std_kept"] == 0 and metrics["pods/kept_groups_var_mean"] == pytest.approx(0.25)
@@ -64,7 +65,8 @@ def test_normalize_then_sum_ranks_each_function_by_its_weight_not_its_scale():
     rewards_per_func = torch.tensor([[[100., 0.], [0., 1.], [50., 1.], [60., 0.]]])
     weights = torch.tensor([1., 2.])
     summed = select(rewards_per_func, weights, 1, settings(m=2, rule="max_reward"))
-    normalized = select(rewards_per_func, weights, 1, settings(m=2, rule="max_reward"), aggregation="normalize_then_sum")
+    normalized = select(rewards_per_func, weights, 1, settings(m=2, rule="max_reward"),
+                        aggregation="normalize_then_sum")
     assert summed.kept.tolist() == [[0, 3]] and normalized.kept.tolist() == [[1, 2]]
 
 

@@ -27,7 +27,8 @@ def test_ratio_and_its_range_cross_the_quartiles():
     grpo, pods = step_cost.summary([1.0, 1.0, 1.2, 1.2]), step_cost.summary([2.0, 2.0, 2.4, 2.4])
     r = step_cost.ratio(pods, grpo)
     assert r["value"] == pytest.approx(2.0)
-    assert r["low"] == pytest.approx(pods["q25"] / grpo["q75"]) and r["high"] == pytest.approx(pods["q75"] / grpo["q25"])
+    assert (r["low"] == pytest.approx(pods["q25"] / grpo["q75"])
+        and r["high"] == pytest.approx(pods["q75"] / grpo["q25"]))
     assert r["low"] < r["value"] < r["high"]
 
 

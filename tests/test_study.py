@@ -199,7 +199,8 @@ def test_the_figures_say_how_many_seeds_each_method_has():
 
 def test_report_reproduces_the_committed_evidence_study(strong_runs):
     """The package's report, on the committed runs of the strong-model study, gives the numbers the docs
-    quote (docs/results/history/strong-model.md) (computed then by benchmarks/study_report.py): the statistics moved without changing."""
+    quote (docs/results/history/strong-model.md) (computed then by benchmarks/study_report.py):
+    the statistics moved without changing."""
     from pods_rl.commands.study_report import headline, study_report
 
     committed = json.loads((STRONG / "study.json").read_text())["study"]["methods"]

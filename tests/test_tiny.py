@@ -116,7 +116,8 @@ def test_build_tiny_end_to_end_small(tmp_path):
     assert (out / "model.safetensors").is_file()
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.use_cache
-    assert AutoTokenizer.from_pretrained(out)("<answer>").input_ids == [tiny.make_tokenizer().convert_tokens_to_ids("<answer>")]
+    assert (AutoTokenizer.from_pretrained(out)("<answer>").input_ids
+        == [tiny.make_tokenizer().convert_tokens_to_ids("<answer>")])
 
 
 def test_build_tiny_takes_heads_and_a_time_limit(tmp_path):

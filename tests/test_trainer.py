@@ -209,7 +209,8 @@ def test_downsample_tiebreak_by_completion_length(tmp_path, tiny_model_dir, tieb
             assert not kept_len or not dropped or max(kept_len) <= min(dropped)
 
 
-def test_feature_rule_sees_lengths_rewards_per_func_and_truncation(tmp_path, tiny_model_dir, monkeypatch, scratch_registry):
+def test_feature_rule_sees_lengths_rewards_per_func_and_truncation(tmp_path, tiny_model_dir,
+                                                                  monkeypatch, scratch_registry):
     import importlib
 
     ds_module = importlib.import_module("pods_rl.downsample")
@@ -316,7 +317,8 @@ def test_llama_pods_step_runs(tmp_path, tiny_llama_dir):
     [
         (dict(num_generations=4, downsample_to=8), "larger than num_generations"),
         (dict(num_generations=4, downsample_to=1), "at least 2"),
-        (dict(num_generations=4, downsample_to=2, downsample_rule="best"), "unknown down-sampling rule 'best' \\(downsample_rule\\)"),
+        (dict(num_generations=4, downsample_to=2, downsample_rule="best"),
+         "unknown down-sampling rule 'best' \\(downsample_rule\\)"),
         (dict(num_generations=8, downsample_to=4, per_device_train_batch_size=6), "multiple of 4"),
         (dict(num_generations=8, downsample_to=4, max_train_seconds=-1), "max_train_seconds"),
         (dict(num_generations=8, downsample_to=2.5), "integer"),

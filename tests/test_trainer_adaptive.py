@@ -97,7 +97,8 @@ def test_bad_adaptive_configs_fail_fast(tmp_path, overrides, message):
 
 @pytest.mark.slow
 def test_pods_train_with_a_pilot_logs_fewer_rollouts(tmp_path):
-    """The shipped tiny model and the issue's done-when command: `pods train --config cpu/smoke --num_generations 16 --downsample_to 4
+    """The shipped tiny model and the issue's done-when command: `pods train --config cpu/smoke --num_generations 16
+    --downsample_to 4
     --pilot_generations 4` trains and logs fewer than 16 rollouts per prompt on steps whose groups mixed early."""
     import json
 

@@ -47,7 +47,8 @@ def literals() -> tuple[str, ...]:
     for path in [*(ROOT / "src" / "pods_rl").rglob("*.py"), *(ROOT / "docs" / "_scripts").glob("*.py")]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         constants = {node.targets[0].id: node.value.value for node in tree.body
-                     if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                     if isinstance(node, ast.Assign) and len(node.targets) == 1
+                        and isinstance(node.targets[0], ast.Name)
                      and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
 
         def text(value, constants=constants) -> str:
@@ -125,7 +126,8 @@ def test_the_cheap_ones_are_raised_as_the_page_quotes_them():
         "An unknown rule or task (2)": lambda: get_task("arithmetc"),
         "A model with its own code": lambda: (_ for _ in ()).throw(
             remote_code_refusal("./m", " (modeling_x.py, named by auto_map in its config.json)")),
-        "A data row that is too long": lambda: (_ for _ in ()).throw(ValueError(row_too_long("data/t.jsonl:3", 524288))),
+        "A data row that is too long": lambda: (_ for _ in ()).throw(
+            ValueError(row_too_long("data/t.jsonl:3", 524288))),
     }
     for heading, call in cases.items():
         message = raised(call)

@@ -99,7 +99,8 @@ def test_cli(capsys):
     out, err = capsys.readouterr()
     lines = out.split()
     assert "data.train_batch_size=32" in lines and "actor_rollout_ref.actor.ppo_mini_batch_size=4" in lines
-    assert "critic.ppo_mini_batch_size=4" in lines and "+trainer.v1.sampler.sampler_kwargs.oversample_prompts=2" in lines
+    assert ("critic.ppo_mini_batch_size=4" in lines
+        and "+trainer.v1.sampler.sampler_kwargs.oversample_prompts=2" in lines)
     assert "+trainer.v1.sampler.sampler_kwargs.tiebreak=shorter" in lines
     assert err.count("\n") == 1 and "256 kept rows = 1 actor mini-batch(es)" in err and "no padding" in err
 

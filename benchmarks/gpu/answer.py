@@ -58,7 +58,8 @@ def big_model_argv(args, out: Path) -> list[str]:
 def selection_argv() -> list[str]:
     """The CUDA selection tests: the rules agree on CPU and GPU, and the common path makes no host synchronization
     (under ``torch.cuda.set_sync_debug_mode("error")``); both skip without CUDA."""
-    return [*python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_downsample.py::test_cpu_and_cuda_agree",
+    return [*python(), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            "tests/test_downsample.py::test_cpu_and_cuda_agree",
             "tests/test_selection_sync.py::test_no_synchronization_on_cuda"]
 
 

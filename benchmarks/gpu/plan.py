@@ -43,7 +43,8 @@ CALLS = (
          "steady); the CUDA selection benchmark"),
     Call("study", 330, 330,
          "the study continued from the repository, phase by phase: paired seeds of GRPO n = 16 and PODS 64 -> 16, "
-         "then adaptive PODS (pilot 16, up to 64 -> 16), then Knapsack-RL (32 rollouts a prompt on average, 16 to 64, -> 16), each against the same GRPO "
+         "then adaptive PODS (pilot 16, up to 64 -> 16), then Knapsack-RL (32 rollouts a prompt on average, 16 to 64, "
+         "-> 16), each against the same GRPO "
          "seeds, on the shipped model or the strong one (whichever has fewer finished runs), until its deadline; "
          "its report"),
 )
@@ -64,10 +65,12 @@ MODEL = dict(hidden_size=768, num_layers=8, num_heads=12, steps=4000, batch_size
 BIG_MODEL = dict(hidden_size=1024, num_layers=24, num_heads=16, steps=1, batch_size=8, lr=1e-5,
                  completion_lengths=(128, 32), cost_n=(16, 64), cost_steps=4, cost_warmup=1)
 # GRPO n = m = 16 against PODS max_variance 64 -> 16, then (``PHASES``) adaptive PODS (pilot ``adaptive_pilot``, up
-# to 64 -> 16), then Knapsack-RL (``knapsack_budget`` rollouts per prompt on average, m to n each); 8 prompts x 16 kept rollouts per update; seed by seed (GRPO s0, PODS s0, GRPO s1,
+# to 64 -> 16), then Knapsack-RL (``knapsack_budget`` rollouts per prompt on average, m to n each);
+# 8 prompts x 16 kept rollouts per update; seed by seed (GRPO s0, PODS s0, GRPO s1,
 # ...), so a study stopped anywhere holds whole seeds but the last; 100 updates, evaluated every 10 (11 points per
 # run: the levels statistic reads time to every accuracy level on them).
-STUDY = dict(m=16, n=64, pilot=None, adaptive_pilot=16, knapsack_budget=32, seeds=8, updates=100, eval_every=10, eval_problems=400,
+STUDY = dict(m=16, n=64, pilot=None, adaptive_pilot=16, knapsack_budget=32, seeds=8, updates=100, eval_every=10,
+             eval_problems=400,
              eval_k=4, prompts=8, cost_n=(16, 64), cost_steps=3, cost_warmup=1, cost_seconds=40, report_seconds=30)
 # The study's phases, in order: each pairs one method with GRPO n = m's seeds (run only where missing) and starts
 # once every phase before it has all its seeds.
@@ -84,7 +87,8 @@ PHASE_RUN_SECONDS = {"pods": 75, "adaptive": 90, "knapsack": 85}
 
 # The CPU mode (--cpu): every step through the same code at toy sizes, in a few minutes on 2 cores.
 TINY_MODEL = dict(hidden_size=64, num_layers=2, num_heads=2, steps=20, batch_size=16, lr=3e-3, build_seconds=60)
-TINY_STUDY = dict(m=4, n=8, pilot=None, adaptive_pilot=4, knapsack_budget=6, seeds=1, updates=2, eval_every=2, eval_problems=8, eval_k=2, prompts=2,
+TINY_STUDY = dict(m=4, n=8, pilot=None, adaptive_pilot=4, knapsack_budget=6, seeds=1, updates=2,
+                  eval_every=2, eval_problems=8, eval_k=2, prompts=2,
                   cost_n=(4, 8), cost_steps=1, cost_warmup=1, cost_seconds=60, report_seconds=60)
 TINY_ANSWER = dict(cost_n=(4, 8), m=4, n=8, pilot=4, cost_steps=1, cost_warmup=1)
 TINY_BIG_MODEL = dict(hidden_size=64, num_layers=2, num_heads=2, steps=1, batch_size=8, lr=1e-5,
@@ -169,7 +173,8 @@ def fitting_calls(budget: int, calls: tuple[Call, ...] = CALLS) -> int:
 
 def plan_text() -> str:
     """The plan as a table: each call's limit, estimate and what it measures; the total against the budget."""
-    lines = [f"{'':8} {'limit':>6} {'est.':>6}  what", f"{'start':8} {START_SECONDS / 60:5.1f}m {'':>6}  a fresh machine"]
+    lines = [f"{'':8} {'limit':>6} {'est.':>6}  what",
+             f"{'start':8} {START_SECONDS / 60:5.1f}m {'':>6}  a fresh machine"]
     for i, call in enumerate(CALLS, 1):
         lines.append(f"{'call ' + str(i):8} {call.timeout / 60:5.1f}m {call.estimate / 60:5.1f}m  {call.step}: "
                      f"{call.measures}")
@@ -178,7 +183,8 @@ def plan_text() -> str:
     held = study_run_seconds()
     lines += [f"total {total / 60:.1f} min of {BUDGET_SECONDS // 60} (calls at their limits, {PER_CALL_SECONDS} s "
               f"per call to carry, install and bring back; every command under {CALL_LIMIT_SECONDS // 60} min)",
-              f"the study: {STUDY['seeds']} seeds x {len(RUN_SECONDS)} methods per model, about {runs / 60:.0f} min of runs "
+              f"the study: {STUDY['seeds']} seeds x {len(RUN_SECONDS)} methods per model, about {runs / 60:.0f} "
+              f"min of runs "
               f"({per_seed / 60:.1f} per seed); a lease's study call leaves about {held / 60:.1f} min to runs: about "
               f"{held / per_seed:.1f} seeds a lease, the rest in later leases (resumable from the repository)",
               "then its phases, in order, each once the one before has all its seeds and paired with the same GRPO "

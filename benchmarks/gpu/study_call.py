@@ -244,7 +244,8 @@ def dry_run_study(args) -> int:
     print(f"the study's phase: {phase} (of {', '.join(P.PHASES)}; each starts once the one before has all its seeds)")
     argv = study_argv(args, Path(model["dir"]), model["lr"], args.work / "study-DRY", "runs", phase=phase)[4:]
     if not args.cpu and not torch.cuda.is_available():
-        print("(no CUDA here: the plan is parsed with --use_cpu true --bf16 false appended; on the GPU they are absent)")
+        print("(no CUDA here: the plan is parsed with --use_cpu true --bf16 false "
+              "appended; on the GPU they are absent)")
         argv += ["--use_cpu", "true", "--bf16", "false"]
     sys.stdout.flush()
     return study_cmd.main([*argv, "--dry-run"])

@@ -72,7 +72,8 @@ CARRIED_PINS = {
 
 
 def canonical(name: str) -> str:
-    """A distribution name as PEP 503 compares them: ``PyYAML`` -> ``pyyaml``, ``typing_extensions`` -> ``typing-extensions``."""
+    """A distribution name as PEP 503 compares them: ``PyYAML`` -> ``pyyaml``,
+    ``typing_extensions`` -> ``typing-extensions``."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 

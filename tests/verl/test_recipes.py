@@ -38,4 +38,5 @@ def test_recipe_is_a_valid_verl_config(script, estimator, tiny_model_dir):
     trainer = make_trainer(*overrides)
     buffer = trainer.replay_buffer
     assert isinstance(buffer, PODSReplayBuffer)
-    assert (buffer.pods.n, buffer.pods.m, buffer.pods.rule, buffer.pods.response_length) == (64, 16, "max_variance", 512)
+    assert ((buffer.pods.n, buffer.pods.m, buffer.pods.rule, buffer.pods.response_length)
+        == (64, 16, "max_variance", 512))

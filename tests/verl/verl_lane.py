@@ -53,7 +53,8 @@ def put_group(rewards, *, partition: str = "train", lengths=None, sessions=None,
 
     ``lengths``: response tokens per session (default 4 + session); ``sessions``: session ids (default 0..n-1;
     fewer make a ragged group); ``outputs``: outputs per session (multi-output agent loops; every output carries
-    the session's reward, as verl copies it); ``dataset_index``: the prompt's dataset index, stored with every rollout as
+    the session's reward, as verl copies it); ``dataset_index``: the prompt's dataset index,
+    stored with every rollout as
     verl's agent loop stores the dataset row's fields (RLHFDataset's ``index``, from ``extra_info.index``).
     """
     from transfer_queue import kv_batch_put, kv_put

@@ -7,7 +7,8 @@ server's own weight-reload call instead of NCCL), constructed inside ``async_tra
 TRL's two CUDA-only construction steps). The adaptive worker and Pilot-Commit's worker run against the same server.
 
 What is checked, all of it for real: every group the trainer trains on (the rows of each micro-batch TRL's
-``compute_loss`` takes, as its collator built them) has exactly m rows; the n scored rollouts of that group (written by the reward function in
+``compute_loss`` takes, as its collator built them) has exactly m rows; the n scored rollouts of that group
+(written by the reward function in
 the worker's child) are n, and the kept rows are the m that ``pods_rl.downsample`` keeps from those n rewards; each
 row's advantage is the one recomputed by hand on the kept m; and the weights reach the server: its greedy
 completion of a fixed prompt changes, and its log-probs after training are the trained model's own.

@@ -201,7 +201,8 @@ def test_adaptive_rounds_through_vllm(tmp_path, vllm_model_dir, release_engines)
     calls, generate = [], trainer._generate
 
     def recording_generate(prompts, *args, **kwargs):
-        if trainer._pods_call == trainer_module.ROUND:  # an adaptive round (not TRL's prompt preparation or its call on the kept rows)
+        # an adaptive round (not TRL's prompt preparation or its call on the kept rows)
+        if trainer._pods_call == trainer_module.ROUND:
             calls.append((trainer.state.global_step, len(prompts)))
         return generate(prompts, *args, **kwargs)
 

@@ -20,7 +20,8 @@ from functools import cache
 from pathlib import Path
 
 HERE = Path(__file__).parent
-MODELS = {  # model: (its study's folder, its methods (GRPO, adaptive, plain PODS, control), plain PODS's label, sittings)
+MODELS = {  # model: (its study's folder, its methods (GRPO, adaptive, plain PODS, control),
+    # plain PODS's label, sittings)
     "shipped": (
         HERE / "shipped",
         ["grpo-n8", "pods-mv-n32m8-pilot8c", "pods-mv-n32m8", "pods-random-n32m8-pilot8c"],
