@@ -1,4 +1,5 @@
-"""What pods_rl.engines.trl.trainer relies on of TRL (the list at the top of src/pods_rl/engines/trl/trainer.py), pinned without a model run.
+"""What pods_rl.engines.trl.trainer relies on of TRL (the list at the top of
+src/pods_rl/engines/trl/trainer.py), pinned without a model run.
 
 Run on both ends of the supported TRL range (.ci/run repeats this file under trl==1.12). A TRL release that renames
 a parameter, reshapes `_generate`'s tuple or stops calling a method we answer fails here, with a message naming
@@ -66,7 +67,8 @@ OVERRIDDEN = {
 
 @pytest.mark.parametrize("name", sorted(OVERRIDDEN))
 def test_overridden_grpo_trainer_methods_keep_their_parameters(name):
-    assert hasattr(GRPOTrainer, name), f"GRPOTrainer.{name} is gone: PODSTrainer overrides it (see pods_rl.engines.trl.trainer)"
+    assert hasattr(GRPOTrainer, name), (f"GRPOTrainer.{name} is gone: PODSTrainer overrides it "
+                                        "(see pods_rl.engines.trl.trainer)")
     got = parameters(getattr(GRPOTrainer, name))
     assert got == OVERRIDDEN[name], (f"GRPOTrainer.{name} now takes {got}, PODSTrainer overrides it as "
                                      f"{OVERRIDDEN[name]}: update the override in pods_rl.engines.trl.trainer")
@@ -279,7 +281,8 @@ def test_metrics_are_a_dict_of_lists_per_mode():
 
 def test_model_card_class_attributes():
     assert {"title", "id", "citation"} <= set(GRPOTrainer._paper), (
-        f"GRPOTrainer._paper now holds {sorted(GRPOTrainer._paper)}; the PODS model card cites it by title, id, citation")
+        f"GRPOTrainer._paper now holds {sorted(GRPOTrainer._paper)}; "
+        "the PODS model card cites it by title, id, citation")
     assert isinstance(GRPOTrainer._tag_names, list), "GRPOTrainer._tag_names is no longer a list of tags"
     for name in ("get_config_model_id", "get_comet_experiment_url", "get_trackio_space_url"):
         assert hasattr(trl_utils, name), f"trl.trainer.utils.{name} is gone; PODSTrainer's model card calls it"
@@ -310,7 +313,8 @@ def test_nanstd_is_the_std_that_ignores_nan():
 
 
 # ---- GRPOConfig ----------------------------------------------------------------------------------------------
-CONFIG_FIELDS = ["num_generations", "num_generations_eval", "per_device_eval_batch_size", "generation_batch_size", "steps_per_generation", "per_device_train_batch_size",
+CONFIG_FIELDS = ["num_generations", "num_generations_eval", "per_device_eval_batch_size", "generation_batch_size",
+                 "steps_per_generation", "per_device_train_batch_size",
                  "num_iterations", "multi_objective_aggregation", "scale_rewards", "reward_weights", "seed", "beta",
                  "loss_type", "learning_rate", "hub_model_id", "output_dir", "shuffle_dataset",
                  "max_completion_length", "use_vllm", "vllm_mode", "use_cpu"]
