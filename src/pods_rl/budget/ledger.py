@@ -4,11 +4,8 @@
     summary = ledger.record(ids, rewards, counts, step=step, gather=accelerator.gather)  # after scoring
     stats = ledger.stats(candidate_ids)           # (P,) named tensors: rollouts, successes, streaks, ...
 
-Prompt ids are int64 >= 0, stable across epochs and restarts: the dataset index, else ``prompt_key(prompt)`` (one
-kind per ledger). A rollout succeeds when its deciding reward is above ``success_threshold`` (or reaches
-``success_max``); NaN = not scored. Per prompt: ``rollouts``, ``successes``, ``reward_sum``, ``groups``,
-``last_step`` (-1: never), ``all_success_streak`` / ``no_success_streak``, ``window`` (last W outcomes, -1 empty),
-``last_group_rollouts`` / ``last_group_successes``, ``evicted``. Design: docs/concepts/rollout-budgets.md.
+Prompt ids are int64 >= 0, stable across restarts: the dataset index, else ``prompt_key(prompt)`` (one kind per
+ledger). Rewards NaN = not scored. Columns: ``PromptStats``. Design: docs/concepts/rollout-budgets.md.
 """
 
 from __future__ import annotations
@@ -42,11 +39,7 @@ def prompt_key(prompt) -> int:
 
 @dataclass(frozen=True)
 class LedgerSettings:
-    """How the ledger judges a rollout and how much of each prompt's history it keeps.
-
-    ``success_threshold``: success = reward > threshold; ``success_max``: success = reward >= max (set exactly one).
-    ``window``: the last W outcomes kept per prompt (Knapsack-RL's ``reward_buffer_length``, 16).
-    """
+    """Success = reward > ``success_threshold``, or >= ``success_max`` (set exactly one); ``window``: outcomes kept."""
 
     success_threshold: float | None = 0.5
     success_max: float | None = None
@@ -73,11 +66,8 @@ class LedgerSettings:
 
 @dataclass(frozen=True)
 class GroupSummary:
-    """What ``record`` saw, one row per recorded group (all ranks' groups when it gathered), in order.
-
-    ``ids`` (G,) int64; ``rollouts`` (G,) scored rollouts; ``successes`` (G,); ``all_success`` / ``no_success`` /
-    ``zero_variance`` (G,) bool (a group with no scored rollout is none of them); ``metrics``: ``pods/ledger_*``.
-    """
+    """``record``'s groups in order (all ranks' when gathered): ``ids``, ``rollouts``, ``successes`` (G,) int64;
+    ``all_success`` / ``no_success`` / ``zero_variance`` (G,) bool (False for an unscored group); ``pods/ledger_*``."""
 
     ids: torch.Tensor
     rollouts: torch.Tensor
@@ -90,7 +80,9 @@ class GroupSummary:
 
 @dataclass(frozen=True)
 class PromptStats:
-    """The ledger's columns for P prompts, zeros (-1 for ``last_step``, ``window``) where ``seen`` (P,) is False."""
+    """The ledger's columns for P prompts, each (P,) (``window`` (P, W) newest last, -1 empty): ``rollouts`` and
+    ``successes`` counted, ``reward_sum``, ``groups``, streaks, the last group's counts, ``evicted``; zeros (-1 for
+    ``last_step``, ``window``) where ``seen`` is False."""
 
     ids: torch.Tensor
     seen: torch.Tensor
@@ -167,10 +159,8 @@ class PromptLedger:
     def record(self, ids, rewards, counts=None, *, step: int,
                gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
                gather_device: torch.device | str | None = None) -> GroupSummary:
-        """Add scored groups (prompt ``ids[g]`` got ``rewards[g, :counts[g]]`` at ``step``); their ``GroupSummary``.
-
-        ``rewards`` (G, n) NaN = not scored; ``counts`` (G,) default n, -1 a padding row; ``gather`` concatenates
-        over ranks (one collective: call on every rank) on ``gather_device`` (default CPU)."""
+        """Add groups (``ids[g]`` got ``rewards[g, :counts[g]]``, (G, n); counts default n, -1 pads); their summary.
+        ``gather`` concatenates over ranks on ``gather_device`` (one collective: call it on every rank)."""
         ids, rewards, counts = _as_groups(ids, rewards, counts)
         if gather is not None:
             ids, rewards, counts = _gathered(ids, rewards, counts, gather, gather_device)

@@ -1,14 +1,12 @@
 """The rollout budget an engine runs: which of a step's candidate prompts get rollouts and how many, from the ledger.
 
-No framework: ``PODSTrainer``'s step calls it around sampling; any engine can, given ``PODSConfig``'s planner fields::
+Engine-neutral; ``PODSTrainer``'s step calls it around sampling::
 
     budget = RolloutBudget.from_config(config)            # None when no planner is set
     first, metrics = budget.plan(ids, num_groups, ...)    # (P,) rollouts of each candidate's first round
     ... generate and score them ...
     metrics = budget.record(ids, rewards, counts, ...)    # every rank records every rank's groups
     budget.save(checkpoint_dir) / budget.load(checkpoint_dir)
-
-A prompt is known by ``prompt_key`` of its row's ``prompt`` (TRL's rows carry no index).
 """
 
 from __future__ import annotations
@@ -143,9 +141,8 @@ class RolloutBudget:
 
     def plan(self, ids: torch.Tensor, num_groups: int, *, step: int, rank: int,
              pilot: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-        """(P,) rollouts for each candidate's first round (0: not sampled) and the metrics: the first B survivors of
-        the ``which`` planner (skipped ones least likely all-equal fill a short batch), counted by the ``how_many``
-        planner, else n or the pilot k."""
+        """(P,) first-round rollouts per candidate (0: not sampled) and metrics: ``which``'s first B survivors,
+        counted by ``how_many``, else n or the pilot k."""
         generator = _generator(self.seed, step, rank)
         P, metrics = len(ids), {}
         chosen = torch.zeros(P, dtype=torch.bool)
@@ -184,9 +181,8 @@ class RolloutBudget:
 
     def commit(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, num_groups: int, *, step: int,
                rank: int = 0, gather=None, device=None) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-        """Pilot-Commit's second round from the pilots' ``counts`` (P,) and rewards (P, n): judge them, evict the
-        solved (one collective with ``gather``: every rank calls it), commit B from the buffer, filling a short batch
-        with the other pilots by std. Returns ``more`` (P,) commit rollouts, ``committed`` (P,) bool, metrics."""
+        """Pilot-Commit's second round from the pilots' rewards (P, n), ``counts`` (P,) (with ``gather``, a collective):
+        ``more`` (P,) commit rollouts, ``committed`` (P,) bool, metrics."""
         piloted = counts > 0
         first = torch.zeros(len(ids), dtype=torch.bool)  # a prompt listed twice is judged (and committed) once
         seen = set()
@@ -222,8 +218,7 @@ class RolloutBudget:
         return more, committed, metrics
 
     def allocate(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """(S,) rollouts for each of S prompts that will be sampled (``ids`` (S,)), by the ``how_many`` planner under
-        a budget of ``adaptive_budget`` (default n) per prompt, each in [m, n]; and the planner's metrics."""
+        """(S,) rollouts in [m, n] per prompt of ``ids`` (S,) within ``adaptive_budget`` (n) each; and metrics."""
         # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
         # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
         per_prompt = min(self.n, max(self.m, round(self.budget_per_prompt or self.n)))

@@ -1,15 +1,10 @@
 """Reinforce-Ada (Xiong et al. 2025; code: github.com/RLHFlow/Reinforce-Ada, its verl version's
 ``RayPPOTrainer._generate_multi_round_adaptive_downsampling`` and ``compute_grpo_outcome_advantage``).
 
-Sampling runs in rounds of ``round_repeat`` rollouts per active prompt, at most ``max_rounds``. A prompt leaves
-once it has m // 2 positives and m - m // 2 negatives (``balanced``) or one positive (``positive_focused``);
-positive = reward above ``positive_threshold``. Each prompt then keeps m, balanced (the first positives and
-negatives in sampling order, topped up from the other side). The baseline comes from *all* the prompt's rollouts
-(``global_stat_est``: mean #pos / #all, Bessel std of that 0/1 sample); the advantage is divided by (std + eps)
-only with ``norm_adv_by_std_in_grpo`` (False in the released recipe).
-
-Shapes follow ``pods_rl.adaptive``: rewards (P, n) padded to n = max_rounds x round_repeat, NaN after a prompt's
-count or where unscored; counts (P,).
+Rounds of ``round_repeat`` rollouts, at most ``max_rounds``, until a prompt has m // 2 positives and m - m // 2
+negatives (``balanced``) or one positive (``positive_focused``), positive = reward > ``positive_threshold``; it
+keeps m, balanced; the baseline uses all its rollouts (``global_stat_est``). Shapes as ``pods_rl.adaptive``:
+rewards (P, n), n = max_rounds x round_repeat, NaN past a prompt's count or unscored; counts (P,).
 """
 
 from __future__ import annotations
@@ -68,8 +63,7 @@ class ReinforceAdaSettings:
 
 @register_planner("reinforce_ada")
 class ReinforceAda:
-    """Reinforce-Ada's rounds, keep and baseline. Per step: ``plan``, ``plan_round`` until all zeros, ``keep``,
-    ``advantages``; ``as_adaptive_rule`` / ``as_downsample_rule`` register the same decisions. Stateless."""
+    """Reinforce-Ada, stateless. Per step: ``plan``, ``plan_round`` until all zeros, ``keep``, ``advantages``."""
 
     kind = "how_many"
     Settings = ReinforceAdaSettings
@@ -98,8 +92,7 @@ class ReinforceAda:
 
     def plan(self, ids, ledger: PromptLedger, *, n: int | None = None,
              generator: torch.Generator | None = None) -> Plan:
-        """The first round for the P candidates ``ids``: ``round_repeat`` rollouts each (0 for evicted prompts).
-        ``n``, if given, must be the cap (max_rounds x round_repeat): the rounds, not n, set the rollouts."""
+        """The first round: ``round_repeat`` rollouts per candidate (0 if evicted); ``n``, if given, must be the cap."""
         if n is not None and n != self.settings.cap:
             raise ValueError(f"{_OWNER} samples up to max_rounds x round_repeat = {self.settings.cap} rollouts per "
                              f"prompt, got n={n}; set num_generations to {self.settings.cap}")
@@ -108,8 +101,7 @@ class ReinforceAda:
         return make_plan(ids, torch.where(evicted, 0, self.settings.round_repeat), evicted=evicted)
 
     def plan_round(self, rewards, counts) -> torch.Tensor:
-        """(P,) int64 rollouts to add in the next round: ``round_repeat`` for every prompt not finished with fewer
-        than max_rounds rounds so far (counts // round_repeat), else 0. With counts all 0 it is the first round."""
+        """(P,) int64 next-round rollouts: ``round_repeat`` per unfinished prompt under max_rounds, else 0."""
         rewards, counts, _, _ = self._check(rewards, counts)
         s = self.settings
         open_ = ~self.finished(rewards, counts) & (counts // s.round_repeat < s.max_rounds)
@@ -165,8 +157,7 @@ class ReinforceAda:
                 "pods/rollouts_sampled": float(counts.sum())}
 
     def as_adaptive_rule(self):
-        """``plan_round`` as a ``pods_rl.adaptive`` rule; the run's n, round size and m must match the settings
-        (a ValueError at the first round otherwise)."""
+        """``plan_round`` as a ``pods_rl.adaptive`` rule (the run's n, round size and m must match the settings)."""
         s = self.settings
 
         def reinforce_ada_rule(rewards, counts, m, n, round_size, budget=None):
@@ -180,8 +171,7 @@ class ReinforceAda:
         return reinforce_ada_rule
 
     def as_downsample_rule(self):
-        """``keep`` as a ``pods_rl.downsample`` rule ``fn(rewards, m, generator)``, for ``register_rule`` (m must
-        be ``final_keep_per_prompt``)."""
+        """``keep`` as a ``pods_rl.downsample`` rule ``fn(rewards, m, generator)`` (m = ``final_keep_per_prompt``)."""
 
         def reinforce_ada_keep(rewards, m, generator=None):
             if m != self.settings.final_keep_per_prompt:
@@ -200,8 +190,7 @@ class ReinforceAda:
 
 
 def _global_stats(positives: int, negatives: int, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The code's per-prompt baseline from counts: mean and clamped std of ``positives`` ones and ``negatives``
-    zeros (float32), or (0, 1) for at most one rollout."""
+    """The code's baseline: mean and clamped std of ``positives`` ones and ``negatives`` zeros, (0, 1) if <= 1."""
     if positives + negatives <= 1:
         return torch.tensor(0.0), torch.tensor(1.0)
     sample = torch.cat([torch.ones(positives), torch.zeros(negatives)])

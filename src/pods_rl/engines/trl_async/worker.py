@@ -3,14 +3,9 @@
     worker = pods_rollout_worker(model, reward_funcs, args, train_dataset, pods_m=4)  # args.num_generations = n
     trainer = AsyncGRPOTrainer(model, reward_funcs, args, train_dataset, rollout_worker=worker)
 
-Per group of n, TRL's ``_score_group`` scores all n (reward functions run once, recorded), ``select`` keeps m, and
-TRL's ``_score_group`` scores the kept m as a group of their own (rewards replayed): the rows GRPO at m would have
-made, plus ``pods/*`` metrics. Adaptive rollouts and the planners top groups up in the worker's event loop; the
-trainer never waits on a round. Design, short groups, metrics: docs/guides/async.md.
-
-TRL internals touched, pinned by tests/test_async_pods.py and tests/test_async_budget.py: ``_AsyncRolloutLoop``'s
-``__init__``, ``_score_group``, ``_score_loop``, ``_generate_one``, ``_repeat_iterator`` and attributes;
-``RolloutGroup``'s fields; ``TrainingSequence``; ``RolloutSample.metrics``; ``AsyncRolloutWorker._loop_cls``.
+Each group's rows are those GRPO at m would make, plus ``pods/*`` metrics; top-ups run in the worker's event loop.
+Design: docs/guides/async.md. The TRL internals used (``_AsyncRolloutLoop``, ``RolloutGroup``,
+``TrainingSequence``, ``RolloutSample.metrics``, ``_loop_cls``) are pinned by tests/test_async_{pods,budget}.py.
 """
 
 from __future__ import annotations
@@ -69,9 +64,7 @@ _PLACEHOLDER_ID = "pods-rl-placeholder"  # rollout_id of the row that scores a c
 
 
 class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
-    """TRL's asynchronous rollout loop, sampling n = ``num_generations`` per prompt and queueing the kept m.
-
-    Takes ``_AsyncRolloutLoop``'s keyword arguments plus the ``pods_*`` ones ``pods_worker_kwargs`` documents."""
+    """TRL's asynchronous rollout loop queueing the kept m of n; ``pods_*`` keywords as in ``pods_worker_kwargs``."""
 
     def __init__(self, *, pods_m: int, pods_rule: str = "max_variance", pods_tiebreak: str = "index",
                  pods_seed: int | None = None, pods_rule_module: str | None = None, pods_pilot: int | None = None,
@@ -113,8 +106,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         self.pods_generator = None if seed is None else torch.Generator().manual_seed(int(seed))
 
     def init_top_ups(self, n: int, first: int) -> None:
-        """Rollouts in rounds: TRL's generate loop emits a group after ``first`` rollouts, ``pods_n`` is the cap;
-        top-ups get ``max_inflight_tasks`` generation slots of their own."""
+        """Rollouts in rounds: a group is emitted after ``first`` rollouts and topped up to at most ``pods_n``."""
         self.pods_n, self.num_generations = n, first
         self._scored: dict[int, list[ScoredConversation]] = {}  # group id -> its conversations scored so far
         self._rounds: dict[int, int] = {}  # group id -> rounds sampled so far
@@ -180,8 +172,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         return self.budget.budget.which.settings.n_commit
 
     async def score_conversations(self, group: RolloutGroup, start: int = 0) -> list[ScoredConversation]:
-        """Each conversation ``start:``'s metrics and reward outputs, by TRL's ``_score_group`` (rows discarded; a
-        conversation without rows is scored through a placeholder row)."""
+        """Metrics and reward outputs of conversations ``start:``, by TRL's ``_score_group`` (rows discarded)."""
         group = conversations_at(group, range(start, len(group.completions)))
         sizes = [max(1, len(rows)) for rows in group.completions_sequences]  # rows per conversation, placeholder: 1
         placeholder = TrainingSequence([], [], [], _PLACEHOLDER_ID)
@@ -199,8 +190,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
 
     async def kept_rows(self, group: RolloutGroup, scored: list[ScoredConversation],
                         extra: dict | None = None) -> list[RolloutSample]:
-        """TRL's rows for the kept m scored as a group of their own (rewards replayed), ``pods/*`` and ``extra``
-        added to each row's metrics; a group of at most m keeps all."""
+        """TRL's rows for the kept m scored as their own group (rewards replayed), with ``pods/*`` and ``extra``."""
         kept, metrics = self.select_conversations(group, [conversation.metrics for conversation in scored])
         metrics.update(extra or {})
         with reward_funcs_as(self, replaying(scored, kept, len(self.reward_funcs))):
@@ -273,8 +263,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
             self.save_budget(force=True)  # the planners' state as the worker leaves it
 
     def select_conversations(self, group: RolloutGroup, metrics: list[dict[str, float]]) -> tuple[list[int], dict]:
-        """The kept conversations' indices (ascending) and the ``pods/*`` metrics, ranked on each conversation's
-        ``rewards/<name>`` (the total ``reward`` where two sources share a name)."""
+        """The kept conversations' indices (ascending) and the ``pods/*`` metrics, ranked on ``rewards/<name>``."""
         names = list(self.reward_func_names)
         if names and len(set(names)) == len(names) and all(f"rewards/{name}" in metrics[0] for name in names):
             columns = [[row[f"rewards/{name}"] for name in names] for row in metrics]
@@ -287,9 +276,8 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         return [i for i in selection.kept[0].tolist() if i >= 0], selection.metrics  # (-1 pads a group below m)
 
     def rollout_features(self, group: RolloutGroup, rewards_per_func: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Selection's features, each (1, n), as ``pods_rl.rollouts.rollout_features`` gives the synchronous trainer:
-        ``lengths`` always; for feature rules also ``rewards_per_func`` (1, n, F), ``truncated``, ``tool_calls``,
-        ``turns``."""
+        """Selection's features, each (1, n), as ``pods_rl.rollouts.rollout_features`` gives them (``lengths`` always;
+        for feature rules also ``rewards_per_func`` (1, n, F), ``truncated``, ``tool_calls``, ``turns``)."""
         if not rule_takes_features(self.pods.rule):
             return rollout_features(group.completions_ids, 1)
         eos = getattr(self, "eos_token_ids", None) or [self.tokenizer.eos_token_id]  # TRL < 1.15: the tokenizer's
@@ -299,9 +287,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
 
 
 class PODSRolloutWorker(AsyncRolloutWorker):
-    """``AsyncRolloutWorker`` whose child runs ``PODSRolloutLoop`` (build it with ``pods_rollout_worker``).
-
-    The ``pods_*`` keywords are checked here, before the child is spawned; TRL's worker needs vLLM and aiohttp."""
+    """``AsyncRolloutWorker`` running ``PODSRolloutLoop``; checks the ``pods_*`` keywords before spawning its child."""
 
     _loop_cls = PODSRolloutLoop
 
@@ -316,26 +302,19 @@ class PODSRolloutWorker(AsyncRolloutWorker):
 def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, processing_class=None, *, pods_m: int,
                        tools=None, environment_factory=None, lora_name: str | None = None,
                        num_processes: int | None = None, **pods: Any) -> dict[str, Any]:
-    """``PODSRolloutWorker``'s keyword arguments: what ``AsyncGRPOTrainer.__init__`` gives its default worker from
-    ``args`` (n = ``args.num_generations``; ``max_inflight_tasks`` at -1 scaled by rollouts-a-group-starts-with/m),
-    plus the PODS settings, filtered to what the installed TRL's loop takes.
+    """``PODSRolloutWorker``'s keyword arguments, as ``AsyncGRPOTrainer.__init__`` builds its default worker's from
+    ``args`` (n = ``args.num_generations``; ``max_inflight_tasks`` -1 scaled to m), plus the PODS settings, filtered
+    to what the installed TRL's loop takes.
 
-    Args:
-        model, reward_funcs, args, train_dataset, tools, environment_factory: as given to ``AsyncGRPOTrainer``
-            (reward functions picklable; no dataset only with an environment factory).
-        processing_class: the tokenizer; default ``AutoTokenizer.from_pretrained(model)``.
-        pods_m: rollouts kept per prompt, 2 <= m <= n.
-        lora_name: the adapter vLLM serves when the trainer syncs a PEFT adapter (TRL >= 1.14); None: full weights.
-        num_processes: training processes (default ``args.world_size``), for ``max_inflight_tasks``.
-        **pods: ``pods_rule`` (``max_variance``), ``pods_tiebreak`` (``index``/``shorter``/``longer``),
-            ``pods_seed``, ``pods_rule_module`` (imported first in the child), ``pods_advantage_baseline`` (``kept``:
-            GRPO at m; ``sampled``: against every scored rollout, Reinforce-Ada's); adaptive rollouts:
-            ``pods_pilot`` (k first), ``pods_round_size`` (default k), ``pods_adaptive_rule``,
-            ``pods_adaptive_reward`` (decides mixed, default the total; the ledger counts by it),
-            ``pods_adaptive_budget`` (mean rollouts per prompt); planners: ``pods_prompt_planner`` (``greso``,
-            ``pilot_commit``), ``pods_rollout_planner`` (``knapsack``), their ``*_args`` dicts,
-            ``pods_ledger_success_threshold`` (0.5), ``pods_groups_per_step`` (default rows per step / m),
-            ``pods_ledger_path`` (default ``args.output_dir/pods_ledger.pt``), ``pods_ledger_resume``.
+    Args: model, reward_funcs (picklable), args, train_dataset (None only with environment_factory), tools,
+    environment_factory as for ``AsyncGRPOTrainer``; processing_class (default ``AutoTokenizer`` of model);
+    ``pods_m``: kept per prompt, 2 <= m <= n; ``lora_name``: the PEFT adapter vLLM serves (TRL >= 1.14);
+    ``num_processes`` (default ``args.world_size``). ``**pods``: ``pods_rule``, ``pods_tiebreak``, ``pods_seed``,
+    ``pods_rule_module``, ``pods_advantage_baseline`` (``kept``/``sampled``); adaptive: ``pods_pilot`` (k),
+    ``pods_round_size``, ``pods_adaptive_rule``, ``pods_adaptive_reward`` (decides mixed; the ledger counts by it),
+    ``pods_adaptive_budget``; planners: ``pods_prompt_planner``, ``pods_rollout_planner``, their ``*_args``,
+    ``pods_ledger_success_threshold``, ``pods_groups_per_step`` (default rows per step / m), ``pods_ledger_path``
+    (default ``args.output_dir/pods_ledger.pt``), ``pods_ledger_resume``.
     """
     from transformers import AutoTokenizer
 
