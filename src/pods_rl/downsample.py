@@ -1,14 +1,9 @@
-"""PODS down-sampling rules: keep m < n of each group's rollouts, vectorized over B groups.
+"""PODS down-sampling: keep m < n of each group's rollouts; rewards (B, n) -> kept indices (B, m).
 
-    keep = downsample(rewards, m, rule="max_variance")   # rewards (B, n) -> keep (B, m) indices
-    advantages = group_advantages(rewards.gather(1, keep))  # (B, m), TRL's GRPO formula
-
-Rules: ``"max_variance"`` (exact, paper Lemma 3.1: for sorted rewards some best subset is the k lowest plus the
-m - k highest, so one sort and prefix sums over the m + 1 candidates suffice; ``max_variance_reference`` is the
-same rule for one group, readable), ``"max_reward"`` (the m highest), ``"random"`` (uniform, via ``generator``).
-
-Tie rule (deterministic, identical on CPU and CUDA for integer and dyadic rewards): the rule fixes the multiset
-of kept values (max_variance: among k of equal float64 variance, the smallest k); among equal rewards the smaller
+Rules: ``"max_variance"`` (exact, Lemma 3.1: for sorted rewards some best subset is the k lowest plus the m - k
+highest, so one sort and prefix sums over the m + 1 candidates suffice), ``"max_reward"`` (the m highest),
+``"random"`` (uniform, via ``generator``). Ties (same on CPU and CUDA for integer and dyadic rewards): the rule fixes
+the kept values (max_variance: among k of equal float64 variance, the smallest k); among equal rewards the smaller
 ``tiebreak`` is kept first, then the lower index.
 """
 
@@ -50,10 +45,9 @@ Rule = Callable[[torch.Tensor, int, "torch.Generator | None"], torch.Tensor]
 
 
 def _order_keys(values: torch.Tensor, low: torch.Tensor | None = None) -> torch.Tensor | None:
-    """Distinct int64 keys (B, n) ordered by values, then ``low`` (a rank < 2**32, default the index).
+    """Distinct int64 keys (B, n) ordered by values, then ``low`` (rank < 2**32, default the index).
 
-    None when float64 values are not exact in float32 (the caller then sorts the float64 values).
-    """
+    None when the float64 values are not exact in float32."""
     B, n = values.shape
     values32 = values.float()  # (B, n); no copy for float32
     if values.dtype == torch.float64 and not torch.equal(values32.double(), values):
@@ -71,10 +65,7 @@ def _order_keys(values: torch.Tensor, low: torch.Tensor | None = None) -> torch.
 
 
 def _sort_rows(values: torch.Tensor) -> torch.Tensor:
-    """Each row of a (B, n) int64 tensor of distinct values sorted ascending.
-
-    On CPU numpy's SIMD sort is 2-14x faster than torch.sort, except long rows torch can spread over threads.
-    """
+    """Each row of a (B, n) int64 tensor of distinct values sorted ascending (on CPU numpy's sort is faster)."""
     long_rows = values.shape[1] > 512 and torch.get_num_threads() > 2
     if values.device.type == "cpu" and _numpy is not None and not long_rows:
         return torch.from_numpy(_numpy.sort(values.numpy(), axis=1))
@@ -85,10 +76,9 @@ _LOW32 = 0xFFFFFFFF
 
 
 class _TieOrder:
-    """Each group's rollouts in the tie-broken order (reward, tiebreak, index); position 0 is the lowest.
+    """Each group's rollouts in the tie-broken order (reward, tiebreak, index), lowest first.
 
-    Held as sorted int64 ``keys`` (B, n) (index or rank in the low 32 bits), or float64 ``values`` + ``order``.
-    """
+    Held as sorted int64 ``keys`` (B, n) (index or rank in the low 32 bits), or float64 ``values`` + ``order``."""
 
     def __init__(self, rewards: torch.Tensor, tiebreak: torch.Tensor | None):
         B, n = rewards.shape
@@ -146,8 +136,7 @@ class _TieOrder:
 def _kept_positions(order: _TieOrder, m: int, n_low: torch.Tensor) -> torch.Tensor:
     """Kept indices (B, m), ascending, for the ``n_low`` (B, 1) lowest and m - n_low highest rewards.
 
-    Only the high end's lowest run may be cut; it moves to the start of its run (or to position k).
-    """
+    Only the high end's lowest run may be cut; it moves to the start of its run (or to position k)."""
     n = order.n
     column = torch.arange(m, device=n_low.device)  # (m,): column c keeps position c (low) or n - m + c (high)
     high = column >= n_low  # (B, m)
@@ -182,10 +171,7 @@ def _random(
 
 
 def max_variance_reference(rewards: list[float], m: int) -> list[int]:
-    """The ``max_variance`` rule for one group, readable: rewards (n,) -> the m kept indices, ascending.
-
-    ``_max_variance`` is its batched form (tested equal).
-    """
+    """The ``max_variance`` rule for one group, readable: rewards (n,) -> the m kept indices, ascending."""
     values = sorted(Fraction(r) for r in rewards)  # exact: equal variances tie exactly, as in the batched rule
     n = len(values)
 
@@ -205,11 +191,9 @@ def _max_variance(
     rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, *, tiebreak: torch.Tensor | None = None,
     checks: list | None = None
 ) -> torch.Tensor:
-    """The size-m subset of largest reward variance per group, exact. (B, n) -> (B, m).
+    """The size-m subset of largest reward variance per group, exact: (B, n) -> (B, m).
 
-    Candidate k keeps the k lowest and m - k highest (Lemma 3.1); m^2 var = m sum(x^2) - sum(x)^2 from prefix
-    sums over both ends. Few ops on purpose: at PODS sizes each op's fixed cost rivals the sort.
-    """
+    Candidate k keeps the k lowest and m - k highest (Lemma 3.1); m^2 var = m sum(x^2) - sum(x)^2 by prefix sums."""
     B, n = rewards.shape
     order = _TieOrder(rewards, tiebreak)
     ends_idx = order.ends(m)  # (B, 2m): the m lowest, lowest first, then the m highest, highest first
@@ -279,8 +263,7 @@ def register_rule(name: str, fn: Rule | None = None, *, overwrite: bool = False)
             ``features`` keyword it also gets a dict of (B, n, ...) tensors: the trainer passes ``"lengths"``,
             ``"rewards_per_func"`` (B, n, F), ``"truncated"``, and ``"tiebreak"`` when given one.
         overwrite: needed to re-register an existing name.
-    Raises ValueError now when ``fn`` cannot be called that way.
-    """
+    Raises ValueError now when ``fn`` cannot be called that way."""
     return _RULES.register(name, fn, overwrite=overwrite)
 
 
@@ -349,8 +332,7 @@ def downsample(
         generator: for random rules.
         features: per-rollout tensors (B, n, ...) passed to registered rules that take ``features``.
     Returns:
-        int64 indices (m,) or (B, m), distinct and ascending per group, on the rewards' device.
-    """
+        int64 indices (m,) or (B, m), distinct and ascending per group, on the rewards' device."""
     kept, ok = downsample_deferred(rewards, m, rule, tiebreak=tiebreak, generator=generator, features=features)
     raise_unless_ok(ok, rewards)
     return kept
@@ -360,10 +342,9 @@ def downsample(
 def downsample_deferred(rewards, m: int, rule: str = "max_variance", *, tiebreak=None,
                         generator: torch.Generator | None = None, features: dict | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``downsample`` without a device read: (kept, ok), ok a 0-d bool, False for non-finite rewards.
+    """``downsample`` without a device read: (kept, ok), ok a 0-d bool, False (``kept`` meaningless) if non-finite.
 
-    Check ``raise_unless_ok(ok, rewards)`` where the host waits anyway; ``kept`` means nothing when ok is False.
-    """
+    Check it with ``raise_unless_ok(ok, rewards)`` where the host waits anyway."""
     rewards = as_reward_tensor(rewards)
     if rewards.dim() not in (1, 2):
         raise ValueError(

@@ -1,22 +1,11 @@
 """`pods eval`: accuracy of a model, a checkpoint, or every checkpoint of a run directory on a task.
 
-For each problem we draw ``k`` completions at ``temperature`` and score each with the task; ``correct`` is
-(num_problems, k) bool, and sample ``j`` of every problem forms repeat ``j``. A record holds:
-
-    accuracy            mean of ``correct``
-    accuracy_stderr     std(correct.mean(0), ddof=1) / sqrt(k) over the k repeats; None when k == 1
-    format_accuracy     share of samples in the task's answer format
-    both_accuracy       share correct AND well formatted
-    pass_at_k           mean unbiased pass@k (Chen et al., 2021) with n = k
-    mean_completion_tokens  generated tokens per sample (up to and including the first EOS)
-    step, train_seconds the checkpoint's step and training seconds (``pods_clock.json``; 0 / 0 for a plain model)
-    eval_seconds        wall time of this evaluation
-
-Records go to one JSON list (``run_dir/eval.json`` by default), keyed by (checkpoint, task, split, k,
-temperature), rewritten atomically after each checkpoint; a key already there with the same settings is skipped
-unless ``force``. A run's checkpoint that cannot be evaluated is skipped with a warning and a skip entry
-(``"skipped": true, "why"``). Generation (``pods_rl.generation``) uses vLLM when it can run here, else
-transformers; pure temperature sampling, 0 = greedy; both backends get the same chat-templated token ids."""
+``k`` samples per problem at ``temperature`` give ``correct`` (num_problems, k); sample ``j`` forms repeat ``j``.
+A record holds ``accuracy``, ``accuracy_stderr`` (std(correct.mean(0), ddof=1) / sqrt(k); None when k == 1),
+``format_accuracy``, ``both_accuracy`` (correct and well formatted), ``pass_at_k`` (unbiased, n = k),
+``mean_completion_tokens`` (through the first EOS), ``step``/``train_seconds`` (``pods_clock.json``; 0 for a plain
+model) and ``eval_seconds``. Records go to one JSON list (``run_dir/eval.json``), keyed by (checkpoint, task, split,
+k, temperature), rewritten atomically after each checkpoint. Generation: vLLM when it runs here, else transformers."""
 
 from __future__ import annotations
 
@@ -92,12 +81,9 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
                    name: str | None = None, trust_remote_code: bool = False) -> dict:
     """Evaluate one model on ``task``/``split`` with ``k`` samples per problem; return one result record.
 
-    ``model_or_path``: a model / checkpoint / PEFT adapter directory or hub id, or a loaded ``PreTrainedModel`` (then
-    pass ``tokenizer``; generation uses transformers). ``task``: a Task or a registered name (built with
-    ``task_args``). ``limit``: the first problems of the split only. ``name``: the record's "checkpoint" field.
-    ``trust_remote_code``: let a model's own code run; without it such a model is refused before anything loads.
-    Returns the fields of the module docstring plus "checkpoint_path", "backend", "examples", the settings and
-    "evaluated_at" (unix time)."""
+    ``model_or_path``: a model / checkpoint / adapter directory, hub id, or loaded ``PreTrainedModel`` (pass
+    ``tokenizer``). ``task``: a Task or registered name (built with ``task_args``). ``limit``: the first problems
+    only. ``name``: the record's "checkpoint". Without ``trust_remote_code`` a model with its own code is refused."""
     if k < 1 or max_new_tokens < 1 or batch_size < 1:
         raise ValueError(f"k, max_new_tokens and batch_size must be >= 1, got {k}, {max_new_tokens}, {batch_size}")
     if temperature < 0:
@@ -269,12 +255,11 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                          batch_size: int = 64, seed: int = 0, task_args: dict | None = None,
                          backend: str = "auto", force: bool = False, verbose: bool = True,
                          trust_remote_code: bool = False, skipped: list | None = None) -> list[dict]:
-    """Evaluate each of ``checkpoints`` (dicts from ``find_checkpoints``) in order, saving after each.
+    """Evaluate each of ``checkpoints`` (from ``find_checkpoints``) in order, saving after each; return the records.
 
-    Checkpoints already in ``out`` with the same settings are reused unless ``force``. A run's checkpoint that is
-    damaged, gone or fails to load is skipped with a warning (its ``final`` is evaluated in its place), recorded as a
-    skip entry in ``out`` and appended to ``skipped``; the one model asked for by itself (``step`` None) raises. If
-    nothing could be evaluated, one ValueError and ``out`` unchanged. Returns the records, in order."""
+    Records already in ``out`` are reused unless ``force``. A run's checkpoint that fails is skipped with a warning
+    and a skip entry (also in ``skipped``; ``final`` stands in); a lone model (``step`` None) raises, as does nothing
+    evaluated (``out`` unchanged)."""
     out = Path(out)
     task_obj = resolve_task(task, task_args)
     task_name = getattr(task_obj, "name", str(task))

@@ -3,13 +3,12 @@
     run_dir/
       config.yaml          the resolved configuration (a changed resume keeps the old as config.until-step-N.yaml)
       metrics.jsonl        one JSON row per logging step, each with "step" and "train_seconds"
-      checkpoint-<step>/   HF checkpoint + pods_clock.json {"step", "train_seconds"}, written last: without it the
-                           checkpoint is incomplete
+      checkpoint-<step>/   HF checkpoint + pods_clock.json {"step", "train_seconds"}, written last (else incomplete)
       final/               the final model + pods_clock.json
       eval.json            `pods eval` records (``runlog.evals``)
       summary.json         what `pods train` reports at its end (or where it stopped)
       .pods-run            marks a pods-rl run;  .pods-train.lock: held by the owning `pods train`
-      _set_aside/          what a resume moved out of the way but must not delete; never deleted by pods-rl
+      _set_aside/          what a resume moved out of the way; never deleted by pods-rl
 
 Plain files only (json, yaml): no torch, no transformers."""
 
@@ -144,9 +143,8 @@ def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | N
                    ) -> tuple[Path | None, float]:
     """Make ``run_dir`` consistent for resuming; return (the checkpoint to resume, its training seconds).
 
-    Moves, unless ``modify=False`` (non-main processes): the newest clockless checkpoint to ``checkpoint-N.incomplete``;
-    any other one without a usable clock, and (with ``checkpoint``) everything after it, to ``_set_aside/``; metrics
-    rows after the resumed step to ``metrics.rolled_back.jsonl`` (those steps are trained again)."""
+    Unless ``modify=False``: moves the newest clockless checkpoint to ``.incomplete``, other clockless ones and those
+    after ``checkpoint`` to ``_set_aside/``, and later metrics rows to ``metrics.rolled_back.jsonl``."""
     run_dir = Path(run_dir)
     found = list_checkpoints(run_dir, complete_only=False)
     for path in found if modify else []:

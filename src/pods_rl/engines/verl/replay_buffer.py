@@ -1,17 +1,8 @@
-"""PODS on verl: a replay buffer that keeps m of each prompt's n rollouts before verl computes anything else.
+"""PODS on verl (v1 trainer, 0.9.x): a replay buffer whose ``sample()`` keeps m of each prompt's n rollouts.
 
-verl's v1 trainer (0.9.x) trains on what its replay buffer's ``sample()`` returns. This buffer's ``sample()`` keeps m
-rollouts per prompt group by reward (``pods_rl.selection.select``; optionally the B most informative groups) and
-clears the dropped ones from TransferQueue, so log-probs, values and advantages are computed on the kept rows only.
-The unit of selection is a session ``{uid}_{session}`` (an agent loop's outputs kept or dropped together, scored by
-the last); a group with fewer than m sessions keeps all. Load it with ``pods verl-args``'s overrides, e.g.::
-
-    trainer.v1.sampler.custom_sampler.path=pkg://pods_rl.engines.verl.replay_buffer
-    trainer.v1.sampler.custom_sampler.name=PODSReplayBuffer
-    +trainer.v1.sampler.sampler_kwargs.m=16
-
-``sampler_kwargs.ledger=true`` records every sampled group in a prompt ledger (saved by ``PODSCheckpointCallback``);
-the planners cannot run here. Settings, refusals, metrics, resume: docs/guides/verl.md.
+Selection (``pods_rl.selection.select``) is by reward per session ``{uid}_{session}`` (an agent loop's outputs,
+scored by the last); dropped rows are cleared from TransferQueue before log-probs, values and advantages.
+Load it with ``pods verl-args``'s overrides; settings, metrics, resume: docs/guides/verl.md.
 """
 
 from __future__ import annotations
@@ -105,10 +96,7 @@ class PODSSettings:
 
     @classmethod
     def from_sampler_kwargs(cls, sampler_kwargs, trainer_config: DictConfig | None = None) -> PODSSettings:
-        """Validate ``sampler_kwargs`` (a mapping); ValueError with one line naming the bad key and the fix.
-
-        ``trainer_config``: the trainer's whole config, when known: gives n and the response length.
-        """
+        """Validate ``sampler_kwargs``; a ValueError names the bad key and the fix. ``trainer_config`` gives n."""
         kwargs = _plain(sampler_kwargs)
         for key in sorted(set(kwargs) & set(_CANNOT_CARRY)):
             raise ValueError(f"sampler_kwargs.{key}: {_CANNOT_CARRY[key]}")
@@ -211,9 +199,7 @@ def _refill_settings(config: DictConfig, trainer_mode: str) -> dict:
 
 
 class PODSReplayBuffer(ReplayBuffer):
-    """verl's replay buffer, keeping m of each group's n rollouts (and optionally the most informative groups).
-
-    Outside ``sync`` mode it builds a ``PODSReplayBufferAsync``, so one class name serves every trainer mode."""
+    """verl's replay buffer keeping m of each group's n rollouts; outside ``sync`` mode a ``PODSReplayBufferAsync``."""
 
     def __new__(cls, *args, **kwargs):
         trainer_mode = kwargs.get("trainer_mode", args[0] if args else "sync")
@@ -386,9 +372,7 @@ def select_sessions(keys: list[str], tags: list[dict], rewards: dict[str, float]
                     num_groups: int, generator: torch.Generator | None = None) -> tuple[list[bool], dict[str, float]]:
     """``select`` on the batch's sessions grouped by prompt: one keep bool per key and the ``pods/*`` metrics.
 
-    ``keys``: ``{uid}_{session}_{index}``; ``tags``: their TransferQueue tags; ``rewards``: session -> reward;
-    ``num_groups``: B groups to keep (those whose kept rewards vary most). Metrics add ``pods/rollouts_sampled``,
-    ``pods/rollouts_kept`` and ``pods/groups_ragged`` (groups short of n sessions)."""
+    ``keys``: ``{uid}_{session}_{index}``; ``rewards``: session -> reward; ``num_groups``: B groups to keep."""
     sessions, table = _sessions_by_prompt(keys, tags, rewards, settings.response_length)
     sizes = torch.tensor([len(names) for names in sessions])  # (G,) sessions per prompt (a failed one is missing)
     features = {"lengths": table["lengths"], "truncated": table["truncated"]}  # (G, n_max) each
@@ -403,9 +387,8 @@ def select_sessions(keys: list[str], tags: list[dict], rewards: dict[str, float]
 
 
 def _sessions_by_prompt(keys: list[str], tags: list[dict], rewards: dict[str, float], response_length: int | None):
-    """The batch's prompt groups, in order of first appearance: each group's session names (session order), and
-    their ``rewards`` (G, n_max) float64 NaN-padded, ``lengths`` (G, n_max) response tokens over the session's
-    outputs and ``truncated`` (G, n_max) bool (its last output reached ``response_length``)."""
+    """Prompt groups in order of appearance: session names, and (G, n_max) ``rewards`` (NaN-padded), ``lengths``
+    and ``truncated`` (last output reached ``response_length``)."""
     lengths: dict[str, int] = {}
     last: dict[str, tuple[int, int]] = {}  # session -> (index, response_len) of its last output
     by_uid: dict[str, list[tuple[int, str]]] = {}
