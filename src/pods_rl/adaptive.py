@@ -1,18 +1,12 @@
-"""Adaptive rollouts: sample each prompt in rounds until its group can teach something, then down-sample.
+"""Adaptive rollouts: sample each prompt in rounds until its group can teach something, then down-sample to m::
 
-An all-equal group has zero advantages; a mixed one gains little from more rollouts. So: a pilot of k rollouts
-per prompt, then rounds for the prompts a rule keeps open, each ending with m..n rollouts, down-sampled to m::
-
-    counts = torch.full((P,), k)                        # rollouts so far per prompt
-    rewards = ...                                       # (P, n) padded: column j < counts[p] is rollout j
-    while (more := plan_round(rewards, counts, m, n, round_size)).any():   # (P,) rollouts to add
-        ...sample more[p] rollouts of prompt p, write them at columns counts[p]..., counts += more
+    counts = torch.full((P,), k)                        # pilot: k rollouts per prompt
+    while (more := plan_round(rewards, counts, m, n, round_size)).any():   # rewards (P, n) padded; more (P,)
+        ...sample more[p] rollouts of prompt p into columns counts[p]..., counts += more
     keep = downsample_ragged(rewards, counts, m, "max_variance")          # (P, m), indices < counts
 
-``rewards`` (P, n) padded to the cap n (padding ignored; NaN = unscored, ignored), ``counts`` (P,) in [0, n].
-Rules: ``"until_mixed"`` (Reinforce-Ada: open while below m, or all equal and below n) and ``"budgeted"``
-(Knapsack-RL's fixed budget: top up to m, then rounds for all-equal prompts, fewest rollouts first, since
-under a uniform prior one of c equal rewards turns mixed in r more with probability r / (c + 1 + r)).
+Padding and NaN (unscored) rewards are ignored. Rules: ``until_mixed`` (open while below m, or all equal and below
+n) and ``budgeted`` (fixed budget: top up to m, then rounds for all-equal prompts, fewest rollouts first).
 """
 
 from __future__ import annotations
@@ -101,13 +95,8 @@ _RULES = Registry("adaptive rule", {"until_mixed": _until_mixed, "budgeted": _bu
 
 
 def register_adaptive_rule(name: str, fn: AdaptiveRule | None = None, *, overwrite: bool = False):
-    """Register an adaptive rule under ``name``; usable as a decorator ``@register_adaptive_rule("mine")``.
-
-    Args:
-        fn: ``fn(rewards (P, n), counts (P,), m, n, round_size, budget) -> (P,)`` rollouts to add (0: closed);
-            ``plan_round`` refuses results past n or closing a prompt below m.
-        overwrite: needed to re-register a name.
-    """
+    """Register ``fn(rewards (P, n), counts (P,), m, n, round_size, budget) -> (P,)`` rollouts to add (0: closed);
+    also a decorator. ``plan_round`` refuses results past n or closing a prompt below m."""
     return _RULES.register(name, fn, overwrite=overwrite)
 
 
@@ -118,14 +107,9 @@ def available_adaptive_rules() -> list[str]:
 
 def plan_round(rewards, counts, m: int, n: int, round_size: int, rule: str = "until_mixed", *,
                budget: int | None = None) -> torch.Tensor:
-    """How many more rollouts each prompt gets in the next round (0: the prompt is closed).
+    """(P,) int64 CPU rollouts each prompt gets next (0: closed); ``counts + more <= n``, none below m closed.
 
-    Args:
-        rewards: (P, n) float, prompt p's rollouts so far in columns 0..counts[p]-1 (the rest is padding).
-        counts: (P,) rollouts so far; m: the kept group size; n: the cap; round_size: rollouts per round.
-        budget: total rollouts for the P prompts this step (the ``budgeted`` rule).
-    Returns:
-        (P,) int64 on CPU; ``counts + more`` stays <= n, and a prompt below m is never left closed.
+    rewards (P, n): columns < counts[p] are real; m: kept group size; n: cap; budget: total rollouts (``budgeted``).
     """
     if rule not in _RULES:
         raise ValueError(f"unknown adaptive rule {rule!r}; available: {available_adaptive_rules()}")
@@ -168,8 +152,7 @@ CONFIG_NAMES = {"pilot": "pilot_generations", "n": "num_generations", "m": "down
 
 @dataclass(frozen=True)
 class AdaptiveSettings:
-    """A pilot of ``pilot`` rollouts, then rounds of ``round_size`` while ``rule`` keeps a prompt open; ``reward``
-    names the function judging mixed (None: the total). Build it with ``validated``."""
+    """Pilot, rounds while ``rule`` keeps a prompt open, ``reward`` judging mixed (None: total). Use ``validated``."""
 
     pilot: int
     round_size: int
@@ -222,13 +205,9 @@ class AdaptiveSettings:
 
 def downsample_ragged(rewards, counts, m: int, rule: str = "max_variance", *, tiebreak=None,
                       generator: torch.Generator | None = None, features: dict | None = None) -> torch.Tensor:
-    """``downsample`` for ragged groups: prompt p keeps m of its first ``counts[p]`` rollouts.
+    """(P, m) int64 ascending indices: prompt p keeps m of its first ``counts[p]`` (in [m, n]) rollouts (P, n).
 
-    Args:
-        rewards: (P, n) padded; counts: (P,) with m <= counts[p] <= n; tiebreak, features: padded like rewards.
-    Returns:
-        (P, m) int64 indices, ascending, below each count; with all counts n, exactly ``downsample``'s.
-    """
+    tiebreak, features: padded like rewards. With all counts n, exactly ``downsample``'s result."""
     rewards = torch.as_tensor(rewards)
     counts = torch.as_tensor(counts, dtype=torch.long).cpu()
     P, n = rewards.shape
@@ -245,10 +224,7 @@ def downsample_ragged(rewards, counts, m: int, rule: str = "max_variance", *, ti
 
 
 def expected_until_mixed(pass_rate: float, m: int, n: int, pilot: int, round_size: int) -> tuple[float, float]:
-    """(expected rollouts, P(mixed)) of ``until_mixed`` on a binary prompt of pass rate p, in closed form.
-
-    A prompt passes count c >= m iff its c rewards are all equal, probability p^c + (1 - p)^c.
-    """
+    """(expected rollouts, P(mixed)) of ``until_mixed`` on a binary prompt of pass rate p, in closed form."""
     def all_equal(c):
         return pass_rate**c + (1 - pass_rate) ** c
 

@@ -31,9 +31,8 @@ def looks_local(name: str) -> bool:
 
 
 def check_model_path(name: str, revision: str | None = None, what: str = "--model_name_or_path") -> None:
-    """Fail in one line, before anything loads, for a model that cannot be loaded: a local path that does not
-    exist or holds no model, a hub id that is not cached while offline, or not on a hub that cannot be reached
-    (a hub id is probed once, without the download's retries). ``what`` names the flag in the message."""
+    """One ValueError line, before anything loads, for a missing local model, an uncached hub id offline, or one the
+    hub lacks or cannot be reached for (probed once, no retries). ``what`` names the flag."""
     path, label = Path(name).expanduser(), f"{what} {name}".strip()
     if looks_local(name):
         if not path.exists():
@@ -77,10 +76,8 @@ TRUST_FLAG = "--trust_remote_code"
 
 
 def remote_code(name: str, revision: str | None = None) -> list[str] | None:
-    """The Python modules of its own the model ``name`` (a local directory, or a hub id in the local cache) needs
-    to load: those its config.json names in ``auto_map`` when its ``model_type`` is not one transformers knows.
-    None when it needs none. (A model transformers knows loads its native class without the code; a tokenizer
-    that needs code of its own is refused by the loader, whose error is turned into the same line.)"""
+    """The ``.py`` modules a local or cached model's ``auto_map`` names when transformers does not know its
+    ``model_type``; None when it needs none."""
     if looks_local(name):
         config_file = Path(name).expanduser() / "config.json"
         if not config_file.is_file():
@@ -172,10 +169,7 @@ def default_model_path(name: str | None) -> str:
 
 
 def load_for_training(model_args, trust_remote_code: bool = False):
-    """(model, tokenizer) of ``model_args`` (``trl.ModelConfig``: name or path, revision, dtype) for training.
-
-    Load failures are one ValueError line; a tokenizer without a pad token pads with its eos token.
-    """
+    """(model, tokenizer) of a ``trl.ModelConfig`` for training (one ValueError line on failure; pad defaults: eos)."""
     # transformers takes seconds to import; checking a recipe does not need it.
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -220,8 +214,7 @@ def adapter_base(path) -> str:
 
 
 def tokenizer_source(path) -> str:
-    """Where the tokenizer of the model at ``path`` loads from: ``path`` itself, or for a PEFT adapter without
-    tokenizer files, its base model."""
+    """Where ``path``'s tokenizer loads from: ``path``, or the base model of an adapter without tokenizer files."""
     path = Path(path)
     if is_adapter_dir(path) and not has_tokenizer_files(path):
         return adapter_base(path)
@@ -229,11 +222,8 @@ def tokenizer_source(path) -> str:
 
 
 def load_model_and_tokenizer(path, device=None, trust_remote_code: bool = False):
-    """Load a causal LM (full model dir, PEFT adapter dir, or hub id) and its tokenizer for generation.
-
-    Adapters are merged into their base; bf16 on CUDA, fp32 on CPU. Returns (model in eval mode, tokenizer
-    with left padding).
-    """
+    """(model in eval mode, tokenizer padding left) for generation from a model dir, adapter dir (merged) or hub id;
+    bf16 on CUDA, fp32 on CPU."""
     # transformers takes seconds to import; `pods eval --help` does not need it.
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

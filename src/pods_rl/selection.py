@@ -5,10 +5,9 @@
     selection.kept          # (P, m) indices into each prompt's n rollouts (-1 pads a group smaller than m)
     selection.groups        # (B,) the prompts whose kept rollouts reach the update, ascending
     selection.kept_rows     # [p * n + j ...] the B*m rows to train on, group by group
-    selection.metrics       # pods/reward_all_mean, ..., pods/kept_groups_var_mean
+    selection.metrics       # pods/* floats
 
-A rule ranks the weighted sum of the reward functions (``sum_then_normalize``) or of each standardized over the
-group (``normalize_then_sum``). NaN means "not scored"; such a rollout ranks as its group's average.
+NaN means "not scored"; such a rollout ranks as its group's average.
 """
 
 from __future__ import annotations
@@ -47,10 +46,9 @@ class SelectionSettings:
     @classmethod
     def validated(cls, m, rule="max_variance", tiebreak="index", oversample_prompts=1.0, *,
                   names: Mapping[str, str] | None = None, rule_registered_here: bool = True) -> SelectionSettings:
-        """The checked settings; each failure is one ValueError line naming the setting as ``names`` spells it.
+        """The checked settings (one ValueError line each, named as ``names`` spells it); m >= 2.
 
-        m >= 2 (one kept rollout has no group); ``rule_registered_here=False`` checks only the rule name's form.
-        """
+        ``rule_registered_here=False`` checks only the rule name's form."""
         names = {**PLAIN_NAMES, **(names or {})}
         if isinstance(m, bool) or not isinstance(m, int) or m < 2:
             raise ValueError(f"{names['m']} must be an integer >= 2 (rollouts kept per prompt), got {m!r}: at least 2, "
@@ -124,15 +122,9 @@ def select(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_groups: in
            counts: torch.Tensor | None = None, aggregation: str = "sum_then_normalize",
            features: dict[str, torch.Tensor] | None = None, generator: torch.Generator | None = None,
            gather: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Selection:
-    """Keep ``settings.m`` rollouts of each prompt, then the ``num_groups`` prompts whose kept rewards vary most.
-
-    Args:
-        rewards_per_func: (P, n, F) rewards, NaN where unscored or padding; weights: (F,).
-        num_groups: B; by kept variance, all-equal groups last, prompts with fewer than m rollouts after them.
-        counts: (P,) real rollouts per prompt (default n); a prompt with at most m keeps all.
-        features: (P, n, ...) per-rollout tensors; ``lengths`` is needed by the shorter/longer tiebreaks.
-        gather: concatenates a tensor over processes along dim 0, for global metrics.
-    """
+    """Keep ``settings.m`` of each prompt's rollouts (P, n, F), then the ``num_groups`` (B) whose kept rewards vary
+    most; all-equal groups rank last, prompts below m after them. counts: (P,) real rollouts (default n);
+    features: (P, n, ...), ``lengths`` for shorter/longer tiebreaks; gather: cat over processes, for metrics."""
     P, n, _ = rewards_per_func.shape
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {aggregation!r}")
@@ -178,10 +170,7 @@ def gather_per_group(tensors: dict[str, torch.Tensor], gather: Callable[[torch.T
 
 def selection_metrics(totals: torch.Tensor, kept_mask: torch.Tensor, variance: torch.Tensor, zero: torch.Tensor,
                       selected: torch.Tensor, sampled: torch.Tensor | None = None) -> dict[str, float]:
-    """The ``pods/*`` selection metrics of G groups (only those ``sampled`` (G,) marks, when given).
-
-    totals, kept_mask: (G, n); variance, zero (all equal), selected (reaches the update): (G,).
-    """
+    """The ``pods/*`` metrics of G groups (those ``sampled`` marks); totals, kept_mask (G, n); the rest (G,)."""
     if sampled is not None:
         totals, kept_mask, variance, zero, selected = (t[sampled] for t in (totals, kept_mask, variance, zero,
                                                                              selected))
