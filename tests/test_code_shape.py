@@ -13,6 +13,7 @@ MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 550
 EXPLAINED_FUNCTION_LINES = 60  # longer than this: a comment with "long" above the def or atop its body says why
 MAX_MODULE_DOCSTRING_LINES = 30
+MAX_DOCSTRING_SHARE = 0.12  # of the package's source lines: docstrings say what, why and shapes; the story is in docs/
 
 
 def modules() -> list[Path]:
@@ -71,6 +72,25 @@ def test_module_docstrings_are_at_most_30_lines():
             if (tree := ast.parse(path.read_text())).body and ast.get_docstring(tree) is not None
             and (n := tree.body[0].end_lineno - tree.body[0].lineno + 1) > MAX_MODULE_DOCSTRING_LINES]
     assert not long, f"module docstrings over {MAX_MODULE_DOCSTRING_LINES} lines (the rest belongs in docs/): {long}"
+
+
+def docstring_lines(source: str) -> int:
+    """Lines of ``source`` inside docstrings (of the module, its classes and functions)."""
+    return sum(node.body[0].end_lineno - node.body[0].lineno + 1 for node in ast.walk(ast.parse(source))
+               if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+               and ast.get_docstring(node, clean=False) is not None)
+
+
+def test_docstrings_are_under_12_percent_of_the_source():
+    texts = [path.read_text() for path in modules()]
+    share = sum(map(docstring_lines, texts)) / sum(len(text.splitlines()) for text in texts)
+    assert share < MAX_DOCSTRING_SHARE, (f"docstrings are {share:.1%} of the package's lines (under "
+                                         f"{MAX_DOCSTRING_SHARE:.0%}): say what and why in fewer words")
+
+
+def test_the_docstring_count_sees_every_kind():
+    source = '"""m\n\nmore"""\nclass C:\n    """c"""\n    def f(self):\n        """f\n        g"""\n        return 1\n'
+    assert docstring_lines(source) == 3 + 1 + 2
 
 
 def private_imports(path: Path) -> list[str]:
