@@ -56,5 +56,5 @@ grep -E "^dry run: |^total " "$tree/dry-run.log"
 (cd "$tree" && timeout 900 python -m pytest -q -p no:cacheprovider --timeout 600 tests/test_trainer.py \
     tests/test_trainer_adaptive.py tests/test_dropin.py tests/test_trl_surface.py tests/test_gpu_preset.py \
     -k "not git_archive")
-(cd "$tree" && timeout 900 python -m pytest -q -p no:cacheprovider --timeout 800 --lane gpu_image tests/gpu_image)
+(cd "$tree" && timeout 1500 python -m pytest -q -p no:cacheprovider --timeout 1400 --lane gpu_image tests/gpu_image)
 echo "gpu-image lane: passed in $((SECONDS - started)) s"
