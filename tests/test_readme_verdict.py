@@ -29,9 +29,8 @@ def section() -> str:
 
 
 def words(markdown: str) -> list[str]:
-    """The words a reader reads: tokens with a letter or digit, table rules and pipes left out."""
-    body = re.sub(r"^\| ?-+.*$", "", markdown, flags=re.M).replace("|", " ")
-    return [w for w in re.findall(r"\S+", body) if re.search(r"[A-Za-z0-9]", w)]
+    """Every whitespace-separated token, the table's included: what a reader's eye passes over."""
+    return markdown.split()
 
 
 def table_rows() -> dict[tuple[str, str], list[str]]:
@@ -53,12 +52,12 @@ def test_the_verdict_is_short():
 
 def test_the_limits_see_what_they_count():
     assert RATIO.findall("0.97x [0.88, 1.07] and 1.7-2 times, not 300 updates") == ["0.97x", "1.7-2 times"]
-    assert words("| a | b -> c |\n| --- | --- |\n| 1.10x | — |") == ["a", "b", "c", "1.10x"]
+    assert len(words("| a | b -> c |\n| 1.10x | — |")) == 12
 
 
 # (method, machine and model, study folder, method label): the CPU rows, read at every accuracy level
-CPU_ROWS = [("adaptive PODS 64 -> 16 (pilot 16)", "2-core CPU, strong tiny", *LEVELS["strong"]),
-            ("adaptive PODS 32 -> 8 (pilot 8)", "2-core CPU, shipped tiny", *LEVELS["shipped"])]
+CPU_ROWS = [("adaptive 64->16", "2-core CPU, strong tiny", *LEVELS["strong"]),
+            ("adaptive 32->8", "2-core CPU, shipped tiny", *LEVELS["shipped"])]
 
 
 @pytest.mark.parametrize("name, machine, folder, method", CPU_ROWS)
@@ -76,10 +75,10 @@ def test_each_gpu_row_is_the_h200s():
     big = json.loads((H200 / "cost-0.4b" / "cost_n64_interleaved.json").read_text())
     grpo, pods = big["rows"]
     assert (grpo["n"], pods["n"], pods["m"], big["settings"]["steps"]) == (16, 64, 16, 4)
-    expected = {("PODS 64 -> 16", "one H200, shipped tiny"): runs["pods-mv-n64m16"]["ratio"]["value"],
-                ("adaptive PODS 64 -> 16 (pilot 16)", "one H200, shipped tiny"):
+    expected = {("PODS 64->16", "H200, shipped tiny"): runs["pods-mv-n64m16"]["ratio"]["value"],
+                ("adaptive 64->16", "H200, shipped tiny"):
                     runs["pods-mv-n64m16-pilot16"]["ratio"]["value"],
-                ("PODS 64 -> 16", "one H200, 0.4B random init"): pods["step_ratio"]}
+                ("PODS 64->16", "H200, 0.4B random init"): pods["step_ratio"]}
     rows = table_rows()
     for key, value in expected.items():
         assert rows[key] == [f"{value:.2f}x", "—", "—"], (key, rows.get(key))
