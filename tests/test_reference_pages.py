@@ -5,18 +5,11 @@ what its generator gives now, so a field or a pin changed without the page fails
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
+from tests.test_docs_build import load
+
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "docs" / "_scripts"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"docs_{name}", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_config_reference_is_generated_from_the_fields():

@@ -15,6 +15,9 @@ import dataclasses
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # generated_page, beside this script
+from generated_page import write_or_check  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "reference" / "config.md"
 TRL_GRPO_CONFIG = "https://huggingface.co/docs/trl/grpo_trainer#trl.GRPOConfig"
@@ -108,16 +111,7 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render()
-    if "--check" in argv:
-        if PAGE.read_text(encoding="utf-8") != text:
-            print(f"{PAGE.relative_to(ROOT)} is out of date: python docs/_scripts/gen_config_ref.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    return write_or_check(PAGE, render(), "gen_config_ref.py", argv)
 
 
 if __name__ == "__main__":
