@@ -366,7 +366,14 @@ def _trl_default_worker_kwargs(monkeypatch, model_dir, args, dataset) -> dict:
     return recorded
 
 
+# TRL's AsyncGRPOConfig turns checkpointing on under the name transformers 5.2x deprecates (one FutureWarning per
+# config): the same setting, under the new name where this transformers has it.
+CHECKPOINTING = ("activation_checkpointing" if "activation_checkpointing" in AsyncGRPOConfig.__dataclass_fields__
+                 else "gradient_checkpointing")
+
+
 def _config(tmp_path, **kwargs) -> AsyncGRPOConfig:
+    kwargs.setdefault(CHECKPOINTING, True)
     return AsyncGRPOConfig(output_dir=str(tmp_path / "out"), num_generations=8, per_device_train_batch_size=4,
                            report_to=[], use_cpu=True, max_completion_length=16, temperature=0.9, **kwargs)
 

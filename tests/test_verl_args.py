@@ -149,7 +149,7 @@ def test_verl_recipes_are_launch_scripts_not_pods_train_recipes():
     assert "verl" not in str(excinfo.value).split("packaged recipes:")[1]  # `pods train`'s list is unchanged
 
 
-@pytest.mark.parametrize("script, critic", zip(VERL_RECIPES, (None, 512)))
+@pytest.mark.parametrize("script, critic", list(zip(VERL_RECIPES, (None, 512))))
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_verl_recipes_print_the_settings_of_pods_verl_args(script, critic, nodes):
     import os
