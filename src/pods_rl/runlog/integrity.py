@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import warnings
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -153,7 +154,9 @@ def _check_weights_only(path: Path) -> str | None:
     with open(path, "rb") as f:
         zipped = f.read(4) == b"PK\x03\x04"
     try:
-        with safe_globals():
+        with safe_globals(), warnings.catch_warnings():
+            # a plain pickle makes torch warn of its protocol before refusing it: the refusal below says it all
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)  # mmap: tensor data is not read
     except pickle.UnpicklingError as err:
         if "Unsupported global" in str(err):
