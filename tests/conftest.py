@@ -6,6 +6,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
+# The tests use TRL's experimental features on purpose (rollout_func, environment_factory, the asynchronous
+# trainer): TRL's notice that they are experimental, once per use, tells them nothing.
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from pathlib import Path  # noqa: E402
 
