@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pods_rl import adaptive
+from pods_rl.budget import rollout_budget
 from pods_rl.budget.planners import available_planners
+from pods_rl.budget.rollout_budget import check_pilot_commit
 from pods_rl.engines import settings
-from pods_rl.engines.settings import PLANNERS, SPELLINGS, check_planners, renamed, spelled
+from pods_rl.engines.settings import PILOT_COMMIT_REASONS, PLANNERS, SPELLINGS, check_planners, spelled
 
 
 def test_each_engine_reads_its_column():
@@ -25,6 +29,7 @@ def test_each_engine_reads_its_column():
     assert spelled("verl", "selection")["tiebreak"] == "sampler_kwargs.tiebreak"
     # the core's default spelling (adaptive.CONFIG_NAMES, which cannot import an engine) is PODSConfig's column
     assert adaptive.CONFIG_NAMES == spelled("trl", "adaptive")
+    assert rollout_budget.CONFIG_NAMES == spelled("trl", "budget")  # the same for the budget's checks
 
 
 def test_every_row_names_each_setting_once_per_engine():
@@ -35,10 +40,62 @@ def test_every_row_names_each_setting_once_per_engine():
     assert all(any(row) for row in SPELLINGS.values())
 
 
-def test_core_errors_are_renamed_into_the_workers_spelling_by_whole_words():
-    message = "rollout_planner_args min_n=9: downsample_to (m=2); success_threshold; ledger_success_threshold"
-    assert renamed(message, "budget", "trl", "trl_async") == (
-        "pods_rollout_planner_args min_n=9: pods_m (m=2); pods_ledger_success_threshold; ledger_success_threshold")
+def refusal(engine: str, **settings) -> str:
+    """The one line ``engine``'s own entry point refuses ``settings`` (keys: the "budget" group's) with, n=4, m=2."""
+    from pods_rl.engines.trl.config import PODSConfig
+    from pods_rl.engines.trl_async.budget import check_budget_settings
+
+    names = spelled(engine, "budget")
+    with pytest.raises(ValueError) as error:
+        if engine == "trl":
+            PODSConfig(output_dir="unused", per_device_train_batch_size=4, num_generations=4, downsample_to=2,
+                       oversample_prompts=2.0, report_to=[], **{names[key]: v for key, v in settings.items()})
+        else:
+            pilot = settings.pop("pilot", None)
+            check_budget_settings(4, 2, pilot=pilot, **{names[key]: v for key, v in settings.items()})
+    assert "\n" not in str(error.value)
+    return str(error.value)
+
+
+@pytest.mark.parametrize("engine, other", [("trl", "trl_async"), ("trl_async", "trl")])
+@pytest.mark.parametrize("settings, expected", [
+    (dict(prompt_planner="pilot_commit", rollout_planner="knapsack"), "{prompt_planner}='pilot_commit' decides how "
+     "many rollouts a prompt gets itself (n_explore, then n_commit for the prompts it commits): drop "
+     "{rollout_planner}"),
+    (dict(prompt_planner="pilot_commit", pilot=2), "{prompt_planner}='pilot_commit' decides how many rollouts a "
+                                                   "prompt gets itself (n_explore, then n_commit for the prompts it "
+                                                   "commits): drop {pilot}"),
+    (dict(prompt_planner="pilot_commit", prompt_planner_args={"n_explore": 3, "n_commit": 3}),
+     "{prompt_planner_args} n_explore=3 + n_commit=3 must make {n} (n=4), each at least 1"),
+    (dict(prompt_planner="pilot_commit", prompt_planner_args={"n_explore": 2, "n_explore_effective": 1}),
+     "{prompt_planner_args} n_explore_effective=1: {n_explore_effective}; drop it, and keep m of the n with {m} "
+     "instead"),
+    (dict(prompt_planner="pilot_commit", prompt_planner_args={"buffer_max_off_steps": 2}),
+     "{prompt_planner_args} buffer_max_off_steps=2: {buffer_max_off_steps}: set it to 0 or drop it"),
+    (dict(rollout_planner="knapsack", rollout_planner_args={"min_n": 1}), "{rollout_planner_args} min_n=1: with PODS "
+     "every prompt Knapsack-RL samples gets between {m} (m=2) and {n} (n=4) rollouts"),
+    (dict(prompt_planner="greso", success_threshold=float("inf")), "{success_threshold} must be a finite number"),
+], ids=["rollout_planner", "pilot", "split", "n_explore_effective", "buffer_max_off_steps", "knapsack", "ledger"])
+def test_each_engines_refusal_is_in_its_own_spelling_and_words_only(engine, other, settings, expected):
+    message = refusal(engine, **settings)
+    assert message.startswith(expected.format(**spelled(engine, "budget"), **PILOT_COMMIT_REASONS[engine])), message
+    # the other engine's spellings (whole words: pods_m holds no downsample_to) and reasons are nowhere in it
+    ours = set(spelled(engine, "budget").values())
+    for name in set(spelled(other, "budget").values()) - ours:
+        assert not re.search(rf"(?<![\w.]){re.escape(name)}\b", message), (name, message)
+    for reason in filter(None, PILOT_COMMIT_REASONS[other].values()):
+        assert reason not in message, message
+
+
+def test_pilot_commit_differs_by_engine_only_in_its_row():
+    """The worker alone refuses environments; each engine gives its own reasons, one function checks for both."""
+    knobs = check_pilot_commit(None, 8, names=spelled("trl", "budget"), reasons=PILOT_COMMIT_REASONS["trl"],
+                               environment=True)
+    assert (knobs["n_explore"], knobs["n_commit"], knobs["buffer_max_off_steps"]) == (2, 6, 0)
+    with pytest.raises(ValueError, match=r"^pods_prompt_planner='pilot_commit' does not support environment_factory: "
+                                         r"the worker pilots a prompt in TRL's generate loop"):
+        check_pilot_commit(None, 8, names=spelled("trl_async", "budget"), reasons=PILOT_COMMIT_REASONS["trl_async"],
+                           environment=True)
 
 
 @pytest.mark.parametrize("engine, field", [("trl", "prompt_planner"), ("trl_async", "pods_prompt_planner")])

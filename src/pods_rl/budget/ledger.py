@@ -22,7 +22,7 @@ import torch
 
 from pods_rl.adaptive import ranks_within
 
-__all__ = ["LEDGER_FILE", "GroupSummary", "LedgerSettings", "PromptLedger", "PromptStats", "prompt_key"]
+__all__ = ["LEDGER_FILE", "GroupSummary", "LedgerSettings", "PromptLedger", "PromptStats", "check_finite", "prompt_key"]
 
 LEDGER_FILE = "pods_ledger.pt"  # the file name in a checkpoint directory
 _VERSION = 1
@@ -50,10 +50,8 @@ class LedgerSettings:
             raise ValueError("set exactly one of success_threshold (success: reward > it) and success_max (success: "
                              f"reward >= it), got {self.success_threshold!r} and {self.success_max!r}")
         for name in ("success_threshold", "success_max"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value)):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
+            if getattr(self, name) is not None:
+                check_finite(name, getattr(self, name))
         if isinstance(self.window, bool) or not isinstance(self.window, int) or not 1 <= self.window <= 4096:
             raise ValueError(f"window must be an integer in [1, 4096] (outcomes kept per prompt), got {self.window!r}")
 
@@ -281,6 +279,12 @@ def _gathered(ids, rewards, counts, gather, device):
     table = gather(table if device is None else table.to(device)).cpu().double()
     ids = (table[:, 0].long() << 32) | table[:, 1].long()
     return ids, table[:, 3:], table[:, 2].long()
+
+
+def check_finite(name: str, value) -> None:
+    """``value`` must be a finite number; else one ValueError line naming it as ``name`` (the caller's spelling)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
 
 
 def save_atomically(state, path) -> Path:

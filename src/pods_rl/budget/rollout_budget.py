@@ -13,16 +13,24 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, prompt_key, save_atomically
+from pods_rl.budget.ledger import (
+    LEDGER_FILE,
+    LedgerSettings,
+    PromptLedger,
+    check_finite,
+    prompt_key,
+    save_atomically,
+)
 from pods_rl.budget.planners import make_planner
 from pods_rl.budget.planners.base import Adapting, Committing, rollout_metrics
 
-__all__ = ["BudgetSettings", "RolloutBudget", "candidate_ids", "check_planner_settings"]
+__all__ = ["BudgetSettings", "RolloutBudget", "candidate_ids", "check_pilot_commit", "check_planner_settings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,26 +58,53 @@ def candidate_ids(inputs: list[dict], n: int) -> torch.Tensor:
     return torch.tensor([prompt_key(inputs[p]["prompt"]) for p in range(0, len(inputs), n)], dtype=torch.long)
 
 
-def _knobs(name: str | None, args: dict | None, n: int, m: int) -> dict:
+# How the budget's errors spell the settings without an engine's ``names=``: PODSConfig's way. (This package sits
+# below the engines' table, pods_rl.engines.settings: an engine passes spelled(engine, "budget").)
+CONFIG_NAMES = {"prompt_planner": "prompt_planner", "prompt_planner_args": "prompt_planner_args",
+                "rollout_planner": "rollout_planner", "rollout_planner_args": "rollout_planner_args",
+                "m": "downsample_to", "n": "num_generations", "pilot": "pilot_generations",
+                "oversample_prompts": "oversample_prompts", "success_threshold": "ledger_success_threshold"}
+# Why a Pilot-Commit setting is refused, by setting (None: allowed): the budget's own words; an engine passes its row.
+PLAIN_REASONS = {"buffer_max_off_steps": "the rollout budget commits a prompt in the step that piloted it",
+                 "n_explore_effective": "the rollout budget trains on every pilot rollout of a committed prompt",
+                 "environment": None}
+
+
+def _knobs(name: str | None, args: dict | None, n: int, m: int, names: Mapping[str, str],
+           reasons: Mapping[str, str | None] | None) -> dict:
     """The user's planner settings plus what PODS's layout fixes (Knapsack-RL's ``min_n`` = m, ``max_n`` = n)."""
-    knobs = dict(args or {})
+    if name == "pilot_commit":
+        return check_pilot_commit(args, n, names=names, reasons=reasons)
+    knobs, where = dict(args or {}), names["rollout_planner_args"]
     if name == "knapsack":
         for key, default in (("min_n", m), ("max_n", n)):
             value = knobs.setdefault(key, default)
             if not (isinstance(value, int) and m <= value <= n):
-                raise ValueError(f"rollout_planner_args {key}={value!r}: with PODS every prompt Knapsack-RL samples "
-                                 f"gets between downsample_to (m={m}) and num_generations (n={n}) rollouts; set it in "
-                                 f"[{m}, {n}] or drop it")
+                raise ValueError(f"{where} {key}={value!r}: with PODS every prompt Knapsack-RL samples gets between "
+                                 f"{names['m']} (m={m}) and {names['n']} (n={n}) rollouts; set it in [{m}, {n}] or "
+                                 "drop it")
         for key in ("negative_n", "positive_n"):
             if knobs.get(key) is not None and not m <= knobs[key] <= n:
-                raise ValueError(f"rollout_planner_args {key}={knobs[key]!r} must be in [{m}, {n}] (m..n) with PODS")
-    if name == "pilot_commit":
-        _pilot_commit_knobs(knobs, n)
+                raise ValueError(f"{where} {key}={knobs[key]!r} must be in [{m}, {n}] (m..n) with PODS")
     return knobs
 
 
-def _pilot_commit_knobs(knobs: dict, n: int) -> None:
-    """Pilot-Commit's knobs in PODSTrainer: pilot and commit rollouts form one group of n (default split 1:3)."""
+def check_pilot_commit(args: dict | None, n: int, *, names: Mapping[str, str] | None = None,
+                       reasons: Mapping[str, str | None] | None = None, other: str | None = None,
+                       environment: bool = False) -> dict:
+    """Pilot-Commit's knobs ``args`` completed for a budget that commits a prompt in the step that piloted it, as one
+    group of n (n_explore + n_commit = n, default 1:3; buffer_max_off_steps 0); else one ValueError line.
+
+    ``names``: the engine's spellings; ``reasons``: why it refuses each (default ``PLAIN_REASONS``); ``other``: the
+    ``names`` key of a setting that also decides how many rollouts a prompt gets; ``environment``: environments set."""
+    names, reasons = CONFIG_NAMES if names is None else names, {**PLAIN_REASONS, **(reasons or {})}
+    planner, where = f"{names['prompt_planner']}='pilot_commit'", names["prompt_planner_args"]
+    if other is not None:
+        raise ValueError(f"{planner} decides how many rollouts a prompt gets itself (n_explore, then n_commit for the "
+                         f"prompts it commits): drop {names[other]}")
+    if environment and reasons["environment"] is not None:
+        raise ValueError(f"{planner} does not support environment_factory: {reasons['environment']}")
+    knobs = dict(args or {})
     explore, commit = knobs.get("n_explore"), knobs.get("n_commit")
     if explore is None and commit is None:
         explore = max(1, n // 4)
@@ -78,35 +113,39 @@ def _pilot_commit_knobs(knobs: dict, n: int) -> None:
     if commit is None and isinstance(explore, int):
         commit = n - explore
     if isinstance(explore, int) and isinstance(commit, int) and (explore + commit != n or min(explore, commit) < 1):
-        raise ValueError(f"prompt_planner_args n_explore={explore} + n_commit={commit} must make num_generations "
-                         f"(n={n}), each at least 1: a committed prompt trains on its pilot and commit rollouts as "
-                         "one group of n; set one of them, or neither (n_explore = n // 4, the paper's 1:3 split)")
+        raise ValueError(f"{where} n_explore={explore} + n_commit={commit} must make {names['n']} (n={n}), each at "
+                         "least 1: a committed prompt trains on its pilot and commit rollouts as one group of n; set "
+                         "one of them, or neither (n_explore = n // 4, the paper's 1:3 split)")
     knobs.update(n_explore=explore, n_commit=commit)
     if knobs.get("n_explore_effective") not in (None, explore):
-        raise ValueError(f"prompt_planner_args n_explore_effective={knobs['n_explore_effective']!r}: PODSTrainer "
-                         "trains on every pilot rollout of a committed prompt; drop it, and keep m of the n with "
-                         "downsample_to instead")
+        raise ValueError(f"{where} n_explore_effective={knobs['n_explore_effective']!r}: "
+                         f"{reasons['n_explore_effective']}; drop it, and keep m of the n with {names['m']} instead")
     if knobs.setdefault("buffer_max_off_steps", 0) != 0:
-        raise ValueError(f"prompt_planner_args buffer_max_off_steps={knobs['buffer_max_off_steps']!r}: PODSTrainer "
-                         "commits a prompt in the step that piloted it (TRL's step trains the rollouts it generated; "
-                         "none are kept for a later step): set it to 0 or drop it")
+        raise ValueError(f"{where} buffer_max_off_steps={knobs['buffer_max_off_steps']!r}: "
+                         f"{reasons['buffer_max_off_steps']}: set it to 0 or drop it")
+    return knobs
 
 
-def check_planner_settings(config) -> None:
-    """Refuse, one line each before any model loads, planner settings PODS cannot carry out."""
+def check_planner_settings(config, *, names: Mapping[str, str] | None = None,
+                           reasons: Mapping[str, str | None] | None = None) -> None:
+    """Refuse, one line each before any model loads, planner settings PODS cannot carry out (``config``: a
+    ``PODSConfig``; ``names``, ``reasons``: as ``check_pilot_commit`` takes them)."""
+    names = CONFIG_NAMES if names is None else names
     if config.prompt_planner is not None and config.oversample_prompts <= 1:
-        raise ValueError(f"prompt_planner={config.prompt_planner!r} skips prompts before sampling and replaces them "
-                         "with other candidates: set oversample_prompts above 1 (e.g. 2), or nothing can replace them")
-    if config.prompt_planner == "pilot_commit" and (config.rollout_planner is not None or config.is_adaptive):
-        other = "rollout_planner" if config.rollout_planner is not None else "pilot_generations"
-        raise ValueError(f"prompt_planner='pilot_commit' decides how many rollouts a prompt gets itself (n_explore, "
-                         f"then n_commit for the prompts it commits): drop {other}")
+        raise ValueError(f"{names['prompt_planner']}={config.prompt_planner!r} skips prompts before sampling and "
+                         f"replaces them with other candidates: set {names['oversample_prompts']} above 1 (e.g. 2), "
+                         "or nothing can replace them")
+    if config.prompt_planner == "pilot_commit":
+        other = "rollout_planner" if config.rollout_planner is not None else "pilot" if config.is_adaptive else None
+        check_pilot_commit(config.prompt_planner_args, config.num_generations, names=names, reasons=reasons,
+                           other=other)
     if config.rollout_planner is not None and config.is_adaptive:
-        raise ValueError("rollout_planner and pilot_generations both decide how many rollouts a prompt gets: set one")
+        raise ValueError(f"{names['rollout_planner']} and {names['pilot']} both decide how many rollouts a prompt "
+                         "gets: set one")
     if config.rollout_planner is not None and config.num_generations == config.downsample_to:
-        raise ValueError("rollout_planner spends between downsample_to (m) and num_generations (n) rollouts per prompt:"
-                         " with m = n every prompt gets n; raise num_generations above downsample_to")
-    RolloutBudget.from_config(config)  # the planners' own knobs, checked by their Settings
+        raise ValueError(f"{names['rollout_planner']} spends between {names['m']} (m) and {names['n']} (n) rollouts "
+                         f"per prompt: with m = n every prompt gets n; raise {names['n']} above {names['m']}")
+    RolloutBudget.from_config(config, names=names, reasons=reasons)  # the planners' own knobs, by their Settings
 
 
 def _generator(seed: int, step: int, rank: int, *salt: int) -> torch.Generator:
@@ -124,17 +163,21 @@ class RolloutBudget:
         self.budget_per_prompt = budget_per_prompt
 
     @classmethod
-    def from_config(cls, config) -> RolloutBudget | None:
-        """The budget ``config`` (a ``PODSConfig`` or ``BudgetSettings``) asks for, or None without planners."""
-        config = BudgetSettings.of(config)
+    def from_config(cls, config, *, names: Mapping[str, str] | None = None,
+                    reasons: Mapping[str, str | None] | None = None) -> RolloutBudget | None:
+        """The budget ``config`` (a ``PODSConfig`` or ``BudgetSettings``) asks for, or None without planners; errors
+        spell settings as ``names`` does (default ``CONFIG_NAMES``), Pilot-Commit's give ``reasons``."""
+        config, names = BudgetSettings.of(config), CONFIG_NAMES if names is None else names
         if config.prompt_planner is None and config.rollout_planner is None:
             return None
         n, m = config.num_generations, config.downsample_to
         # (`is not None`, not truth: a planner with a buffer, Pilot-Commit's, is falsy while the buffer is empty)
         which = None if config.prompt_planner is None else make_planner(
-            config.prompt_planner, **_knobs(config.prompt_planner, config.prompt_planner_args, n, m))
+            config.prompt_planner, **_knobs(config.prompt_planner, config.prompt_planner_args, n, m, names, reasons))
         how_many = None if config.rollout_planner is None else make_planner(
-            config.rollout_planner, **_knobs(config.rollout_planner, config.rollout_planner_args, n, m))
+            config.rollout_planner, **_knobs(config.rollout_planner, config.rollout_planner_args, n, m, names,
+                                             reasons))
+        check_finite(names["success_threshold"], config.ledger_success_threshold)
         ledger = PromptLedger(LedgerSettings(success_threshold=config.ledger_success_threshold))
         return cls(ledger, which, how_many, n=n, m=m, seed=config.seed,
                    budget_per_prompt=config.adaptive_budget)

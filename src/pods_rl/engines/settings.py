@@ -11,8 +11,7 @@ ENGINES = ("trl", "trl_async", "verl")
 
 # (group, setting) -> its spelling in (trl, trl_async, verl); None where that engine has no such setting.
 # Groups: "selection" (SelectionSettings.validated's names), "adaptive" (AdaptiveSettings.validated's names),
-# "planner" (which planner answers each question), "budget" (the names RolloutBudget's errors use, PODSConfig's:
-# the worker renames them into its own).
+# "budget" (the ``names`` of pods_rl.budget's checks: the planners, their settings, the ledger's).
 SPELLINGS: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = {
     ("selection", "m"): ("downsample_to (m)", "pods_m", "sampler_kwargs.m"),
     ("selection", "rule"): ("downsample_rule", "pods_rule", "sampler_kwargs.rule"),
@@ -28,12 +27,29 @@ SPELLINGS: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = {
     ("adaptive", "round_size"): ("adaptive_round_size", "pods_round_size", None),
     ("adaptive", "budget"): ("adaptive_budget", "pods_adaptive_budget", None),
     ("adaptive", "reward"): ("adaptive_reward", "pods_adaptive_reward", None),
-    ("planner", "prompt_planner"): ("prompt_planner", "pods_prompt_planner", None),
-    ("planner", "rollout_planner"): ("rollout_planner", "pods_rollout_planner", None),
+    ("budget", "prompt_planner"): ("prompt_planner", "pods_prompt_planner", None),
+    ("budget", "rollout_planner"): ("rollout_planner", "pods_rollout_planner", None),
     ("budget", "prompt_planner_args"): ("prompt_planner_args", "pods_prompt_planner_args", None),
     ("budget", "rollout_planner_args"): ("rollout_planner_args", "pods_rollout_planner_args", None),
     ("budget", "m"): ("downsample_to", "pods_m", None),
-    ("budget", "success_threshold"): ("success_threshold", "pods_ledger_success_threshold", None),
+    ("budget", "n"): ("num_generations", "num_generations", None),
+    ("budget", "pilot"): ("pilot_generations", "pods_pilot", None),
+    ("budget", "oversample_prompts"): ("oversample_prompts", None, None),
+    ("budget", "success_threshold"): ("ledger_success_threshold", "pods_ledger_success_threshold", None),
+}
+
+# Why each engine refuses a Pilot-Commit setting (None: it runs it); pods_rl.budget's check_pilot_commit words the
+# rest of the line, in the engine's spelling.
+PILOT_COMMIT_REASONS: dict[str, dict[str, str | None]] = {
+    "trl": {"buffer_max_off_steps": "PODSTrainer commits a prompt in the step that piloted it (TRL's step trains the "
+                                    "rollouts it generated; none are kept for a later step)",
+            "n_explore_effective": "PODSTrainer trains on every pilot rollout of a committed prompt",
+            "environment": None},
+    "trl_async": {"buffer_max_off_steps": "the asynchronous worker commits each pilot that passes as soon as it is "
+                                          "scored (no pilot waits in a buffer)",
+                  "n_explore_effective": "the worker trains on every pilot rollout of a committed prompt",
+                  "environment": "the worker pilots a prompt in TRL's generate loop and samples its commit rollouts "
+                                 "outside it, which draws and resets an environment per rollout"},
 }
 
 # Which planners each engine runs, by question (the planners' kinds), and what its refusal says of the others.
@@ -57,22 +73,12 @@ def spelled(engine: str, group: str) -> dict[str, str]:
             if row_group == group and row[column] is not None}
 
 
-def renamed(message: str, group: str, source: str, target: str) -> str:
-    """``message`` with each of the group's ``source`` spellings (a whole word) replaced by the ``target`` one's."""
-    import re  # only here: one engine's error path
-
-    names = {spelled(source, group)[key]: value for key, value in spelled(target, group).items()
-             if key in spelled(source, group)}
-    return re.sub(r"(?<![\w])(" + "|".join(map(re.escape, names)) + r")\b", lambda match: names[match.group(1)],
-                  message)
-
-
 def check_planners(engine: str, planners: dict[str, str | None], available) -> None:
     """Refuse, in one line, a planner ``engine`` does not run. ``planners``: {kind: the planner's name or None};
     ``available(kind)``: the registered planners of that kind (named in the refusal)."""
     for kind, name in planners.items():
         supported = list(PLANNERS[engine][kind])
         if name is not None and name not in supported:
-            field = spelled(engine, "planner")[PLANNER_FIELDS[kind]]
+            field = spelled(engine, "budget")[PLANNER_FIELDS[kind]]
             refusal = REFUSALS[engine].format(supported=supported, known=available(kind))
             raise ValueError(f"{field}={name!r}: {refusal}")

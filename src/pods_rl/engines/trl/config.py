@@ -52,7 +52,7 @@ from trl import GRPOConfig, get_peft_config
 
 from pods_rl.adaptive import AdaptiveSettings
 from pods_rl.advantages import ADVANTAGE_BASELINES
-from pods_rl.engines.settings import check_planners, spelled
+from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
 from pods_rl.reward_guard import DEFAULT_REWARD_TIMEOUT_S, MAX_TIMEOUTS_IN_A_ROW
 from pods_rl.selection import TIEBREAKS, SelectionSettings, sampled_prompts
 
@@ -236,7 +236,7 @@ class PODSConfig(GRPOConfig):
 
         check_planners("trl", {"which_prompts": self.prompt_planner, "how_many": self.rollout_planner},
                        available_planners)
-        check_planner_settings(self)
+        check_planner_settings(self, names=spelled("trl", "budget"), reasons=PILOT_COMMIT_REASONS["trl"])
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:

@@ -24,8 +24,8 @@ from transformers import TrainerCallback
 
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
-from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget
-from pods_rl.engines.settings import check_planners, renamed
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_pilot_commit
+from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
 
 __all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
 
@@ -65,8 +65,12 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
                                  "how_many": settings.get("pods_rollout_planner")}, available_planners)
     if settings.get("pods_prompt_planner") is None and settings.get("pods_rollout_planner") is None:
         return None
+    names, reasons = spelled("trl_async", "budget"), PILOT_COMMIT_REASONS["trl_async"]
     if settings.get("pods_prompt_planner") == "pilot_commit":
-        _check_pilot_commit(pilot, environment_factory, **settings)
+        other = "rollout_planner" if settings.get("pods_rollout_planner") is not None else \
+            "pilot" if pilot is not None else None
+        check_pilot_commit(settings.get("pods_prompt_planner_args"), n, names=names, reasons=reasons, other=other,
+                           environment=environment_factory is not None)
     if settings.get("pods_rollout_planner") is not None:
         if pilot is not None:
             raise ValueError("pods_rollout_planner and pods_pilot both decide how many rollouts a prompt gets: set one")
@@ -95,32 +99,7 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
             raise ValueError(f"{key} must be a positive integer (groups per training step), got {value!r}")
     config = budget_config(n, m, **{k: v for k, v in settings.items() if k not in (
         "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward")})
-    try:
-        return RolloutBudget.from_config(config)
-    except ValueError as err:
-        raise ValueError(renamed(str(err), "budget", "trl", "trl_async")) from None
-
-
-def _check_pilot_commit(pilot, environment_factory, **settings) -> None:
-    """Pilot-Commit's refusals in the worker (its knobs are checked with PODSTrainer's, ``budget._knobs``)."""
-    other = "pods_rollout_planner" if settings.get("pods_rollout_planner") is not None else \
-        "pods_pilot" if pilot is not None else None
-    if other is not None:
-        raise ValueError(f"pods_prompt_planner='pilot_commit' decides how many rollouts a prompt gets itself "
-                         f"(n_explore, then n_commit for the prompts it commits): drop {other}")
-    if environment_factory is not None:
-        raise ValueError("pods_prompt_planner='pilot_commit' does not support environment_factory: the worker pilots a "
-                         "prompt in TRL's generate loop and samples its commit rollouts outside it, which draws and "
-                         "resets an environment per rollout")
-    knobs = settings.get("pods_prompt_planner_args") or {}
-    if knobs.get("buffer_max_off_steps", 0) != 0:
-        raise ValueError(f"pods_prompt_planner_args buffer_max_off_steps={knobs['buffer_max_off_steps']!r}: the "
-                         "asynchronous worker commits each pilot that passes as soon as it is scored (no pilot "
-                         "waits in a buffer): set it to 0 or drop it")
-    if knobs.get("n_explore_effective") not in (None, knobs.get("n_explore")):
-        raise ValueError(f"pods_prompt_planner_args n_explore_effective={knobs['n_explore_effective']!r}: the worker "
-                         "trains on every pilot rollout of a committed prompt; drop it, and keep m of the n with "
-                         "pods_m instead")
+    return RolloutBudget.from_config(config, names=names, reasons=reasons)
 
 
 class WorkerBudget:
