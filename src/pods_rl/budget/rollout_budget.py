@@ -30,7 +30,8 @@ from pods_rl.budget.ledger import (
 from pods_rl.budget.planners import make_planner
 from pods_rl.budget.planners.base import Adapting, Committing, rollout_metrics
 
-__all__ = ["BudgetSettings", "RolloutBudget", "candidate_ids", "check_pilot_commit", "check_planner_settings"]
+__all__ = ["BudgetSettings", "RolloutBudget", "candidate_ids", "check_pilot_commit", "check_planner_settings",
+           "check_rollout_planner"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,13 +140,22 @@ def check_planner_settings(config, *, names: Mapping[str, str] | None = None,
         other = "rollout_planner" if config.rollout_planner is not None else "pilot" if config.is_adaptive else None
         check_pilot_commit(config.prompt_planner_args, config.num_generations, names=names, reasons=reasons,
                            other=other)
-    if config.rollout_planner is not None and config.is_adaptive:
+    check_rollout_planner(config.rollout_planner, pilot=config.is_adaptive, n=config.num_generations,
+                          m=config.downsample_to, names=names)
+    RolloutBudget.from_config(config, names=names, reasons=reasons)  # the planners' own knobs, by their Settings
+
+
+def check_rollout_planner(planner: str | None, *, pilot: bool, n: int, m: int,
+                          names: Mapping[str, str] | None = None) -> None:
+    """Refuse a rollout planner beside the adaptive pilot (both decide how many rollouts), or at m = n (nothing to
+    spend); ``pilot``: whether the adaptive pilot is set."""
+    names = CONFIG_NAMES if names is None else names
+    if planner is not None and pilot:
         raise ValueError(f"{names['rollout_planner']} and {names['pilot']} both decide how many rollouts a prompt "
                          "gets: set one")
-    if config.rollout_planner is not None and config.num_generations == config.downsample_to:
-        raise ValueError(f"{names['rollout_planner']} spends between {names['m']} (m) and {names['n']} (n) rollouts "
-                         f"per prompt: with m = n every prompt gets n; raise {names['n']} above {names['m']}")
-    RolloutBudget.from_config(config, names=names, reasons=reasons)  # the planners' own knobs, by their Settings
+    if planner is not None and m >= n:
+        raise ValueError(f"{names['rollout_planner']} spends between {names['m']} (m={m}) and {names['n']} (n={n}) "
+                         f"rollouts per prompt: with m = n every prompt gets n; raise {names['n']} above {names['m']}")
 
 
 def _generator(seed: int, step: int, rank: int, *salt: int) -> torch.Generator:

@@ -24,7 +24,7 @@ from transformers import TrainerCallback
 
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
-from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_pilot_commit
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_pilot_commit, check_rollout_planner
 from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
 
 __all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
@@ -71,12 +71,8 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
             "pilot" if pilot is not None else None
         check_pilot_commit(settings.get("pods_prompt_planner_args"), n, names=names, reasons=reasons, other=other,
                            environment=environment_factory is not None)
+    check_rollout_planner(settings.get("pods_rollout_planner"), pilot=pilot is not None, n=n, m=m, names=names)
     if settings.get("pods_rollout_planner") is not None:
-        if pilot is not None:
-            raise ValueError("pods_rollout_planner and pods_pilot both decide how many rollouts a prompt gets: set one")
-        if m >= n:
-            raise ValueError(f"pods_rollout_planner spends between pods_m (m={m}) and num_generations (n={n}) "
-                             "rollouts per prompt: with m = n every prompt gets n; raise num_generations above pods_m")
         if environment_factory is not None:
             raise ValueError("pods_rollout_planner does not support environment_factory: the worker samples m of each "
                              "prompt and tops the group up to its count outside TRL's generate loop, which draws and "
