@@ -30,7 +30,7 @@ import yaml
 from pods_rl.errors import one_line_parser_errors
 from pods_rl.tasks import parse_task_args  # noqa: F401  (re-exported: the one task-args parser)
 
-RECIPES_DIR = Path(__file__).parent / "recipes"
+RECIPES_DIR = Path(__file__).parent  # the YAML files sit beside this module
 DEFAULT_RECIPE = "tiny"
 
 
