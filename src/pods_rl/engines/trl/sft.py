@@ -1,6 +1,6 @@
 """The embedded tiny model's build (`pods build-tiny`): random init, then TRL's ``SFTTrainer`` on `arithmetic`.
 
-The tokenizer, the model's shape and the shipped copy are ``pods_rl.tiny``'s; this module trains it (``run_sft``).
+The tokenizer, the model's shape and the shipped copy are ``pods_rl.tiny``'s; ``build_tiny`` trains it (``run_sft``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from pods_rl import tiny
 from pods_rl.tasks.arithmetic import ArithmeticTask
-from pods_rl.tiny import ASSETS_DIR, corrupt_solution, make_tokenizer, sampled_accuracy, tiny_config
+from pods_rl.tiny import corrupt_solution, make_tokenizer, sampled_accuracy, tiny_config
 
 
 def _sft_dataset(task, size: int, wrong_fraction: float, seed: int):
@@ -48,7 +49,7 @@ def build_tiny(out_dir=None, steps: int = 4000, batch_size: int = 64, learning_r
     from transformers import AutoModelForCausalLM, set_seed
 
     device = _check_build(wrong_fraction, device, steps, batch_size, learning_rate, threads)
-    out_dir = Path(out_dir) if out_dir is not None else ASSETS_DIR
+    out_dir = Path(out_dir) if out_dir is not None else tiny.ASSETS_DIR
     task_kwargs = dict(task_kwargs or {})
     task = ArithmeticTask(**task_kwargs)
     tokenizer = make_tokenizer()
