@@ -50,7 +50,7 @@ What is recorded per run (``OUT/runs/<method>-s<seed>.json``):
   completions it scores to a file, so ``rollouts scored`` up to each step is counted exactly (each rollout is
   scored once, a topped-up group's new rollouts only); the worker's own ``pods/rollouts_sampled`` is kept too;
 - checkpoints every ``--save-every`` steps and at the last (weights only, ~1 MB, with ``pods_clock.json``: step
-  and training seconds), evaluated AFTER the run with ``pods_rl.commands.evaluate.evaluate_model`` at the
+  and training seconds), evaluated AFTER the run with ``pods_rl.evaluation.evaluate_model`` at the
   settings ``pods train`` evaluates with (k = 4 samples per problem, temperature 1, 24 new tokens, transformers
   generation) on ``--eval-problems`` held-out problems (default 1500 of the ~1800 in the test split, 6000 samples,
   4-5 s; the standard error over the 4 repeats came out 0.002-0.011, about 0.005, against a seed-to-seed spread of
@@ -66,7 +66,7 @@ What is recorded per run (``OUT/runs/<method>-s<seed>.json``):
 
 ``--report`` (also written after the runs) reads every run JSON and writes ``OUT/report.json``, ``OUT/report.md``
 (machine, library versions, the commands) and ``OUT/accuracy_vs_time.png`` (mean accuracy against training seconds,
-one line per method, band: 1.96 standard errors over seeds, ``pods_rl.commands.plots.plot_accuracy``). Per method,
+one line per method, band: 1.96 standard errors over seeds, ``pods_rl.figures.plot_accuracy``). Per method,
 means with 95% percentile-bootstrap intervals over seeds (``pods_rl.bootstrap``): rows trained per second, rollouts
 per second, seconds per step, and each as a ratio to grpo with its interval (``ratio_of_means``); accuracy at equal
 updates (learning per update) and at equal training-time budgets, 25/50/75/100% of the span every run covers, with
@@ -574,8 +574,8 @@ def train_run(method: str, seed: int, opts, server: VLLMServer, watchdog: Watchd
 
 
 def evaluate_checkpoint(path: Path, opts) -> dict:
-    """``pods_rl.commands.evaluate.evaluate_model`` at the settings ``pods train`` evaluates with."""
-    from pods_rl.commands.evaluate import evaluate_model
+    """``pods_rl.evaluation.evaluate_model`` at the settings ``pods train`` evaluates with."""
+    from pods_rl.evaluation import evaluate_model
 
     result = evaluate_model(str(path), TASK, split="test", k=opts.eval_k, temperature=opts.eval_temperature,
                             max_new_tokens=opts.max_completion_length, limit=opts.eval_problems,
@@ -834,7 +834,7 @@ def report(opts) -> dict | None:
     write_json(opts.out / "report.json", result)
     figure_error = None
     try:
-        from pods_rl.commands.plots import plot_accuracy
+        from pods_rl.figures import plot_accuracy
 
         figure = plot_accuracy(all_runs, x="time", time_unit="s",
                                title="Async GRPO vs async PODS: held-out accuracy (95% band over seeds)")

@@ -428,11 +428,11 @@ def tool_tokenizer():
 def tool_model(tokenizer):
     from transformers import GenerationConfig
 
-    from pods_rl.tiny import _tiny_config
+    from pods_rl.tiny import tiny_config
 
     torch.manual_seed(0)
     # Room for the tool schema Qwen 3's template writes into the prompt (one token per byte here).
-    model = AutoModelForCausalLM.from_config(_tiny_config(tokenizer, "qwen2", 32, 2, None,
+    model = AutoModelForCausalLM.from_config(tiny_config(tokenizer, "qwen2", 32, 2, None,
                                                           max_position_embeddings=4096))
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     return model

@@ -210,7 +210,7 @@ def test_shipped_accelerate_configs_parse_as_accelerate_launch_reads_them():
     assert accelerate_configs() == sorted(expected)
     # Shipped as package data, beside the recipes.
     assert ACCELERATE_DIR.parent.parent == Path(pods_rl.__file__).parent
-    assert '"recipes/**/*.yaml"' in (ROOT / "pyproject.toml").read_text()
+    assert '"pods_rl.recipes" = ["**/*.yaml"' in (ROOT / "pyproject.toml").read_text()
     launch_flags = {action.dest for action in launch_command_parser()._actions}
     for name, (distributed_type, zero_stage) in expected.items():
         path = accelerate_config(name)

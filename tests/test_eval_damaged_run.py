@@ -10,6 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
+from pods_rl import evaluation
 from pods_rl.commands import evaluate as ev
 from pods_rl.runlog import evals as store  # find_checkpoints and what it calls (split out of store.py)
 from tests.test_evaluate import FakeTask, make_run_dir
@@ -120,14 +121,14 @@ def test_the_final_model_is_evaluated_when_its_checkpoint_disappears_after_the_s
 
 def test_a_checkpoint_disappearing_while_it_loads_is_skipped_and_final_evaluated(run_dir, fake_task, capsys,
                                                                                  monkeypatch):
-    real_load = ev.load_model_and_tokenizer
+    real_load = evaluation.load_model_and_tokenizer
 
     def load_after_rotation(path, *args, **kwargs):
         if path.name == "checkpoint-4":
             shutil.rmtree(path)
         return real_load(path, *args, **kwargs)
 
-    monkeypatch.setattr(ev, "load_model_and_tokenizer", load_after_rotation)
+    monkeypatch.setattr(evaluation, "load_model_and_tokenizer", load_after_rotation)
     assert ev.main([str(run_dir), *COMMON]) == 0
     assert len(_notes(capsys.readouterr().err, "checkpoint-4")) == 1
     assert _evaluated(run_dir) == ["checkpoint-2", "final"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from pods_rl import evaluation
 from pods_rl.accuracy import accuracy_stats, pass_at_k
 from pods_rl.commands import evaluate as ev
 
@@ -146,7 +147,7 @@ def test_evaluate_model_aggregates_known_completions(tiny_model, monkeypatch):
         assert len(prompt_ids) == 3 and k == 2
         return completions, lengths
 
-    monkeypatch.setattr(ev, "generate_hf", fake_generate)
+    monkeypatch.setattr(evaluation, "generate_hf", fake_generate)
     record = ev.evaluate_model(str(tiny_model), FakeTask(size=3), k=2, backend="hf", num_examples=2)
     # correct: [[1,0],[0,0],[1,1]] -> per repeat [2/3, 1/3]
     assert record["accuracy"] == pytest.approx(0.5)

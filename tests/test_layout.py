@@ -1,6 +1,7 @@
 """The house stays as built: imports among pods_rl modules run one way (no cycle), down these layers:
-commands -> the public face (``pods_rl``) -> run (recipes, generation) -> engines -> library -> budget -> core.
-No library module imports a command or an engine, and the core imports nothing of ours but the core. The graph
+commands -> the public face (``pods_rl``) -> run (recipes, training_run, generation, evaluation) -> engines ->
+library -> budget -> core. No library module imports a command or an engine, no command another (but cli.py and
+`pods study`'s parts), and the core imports nothing of ours but the core. The graph
 is read from the source (every module's AST, function-level imports included), not from what happens to be
 imported at run time. Only ``pods_rl.engines`` imports TRL, verl or vLLM."""
 
@@ -28,8 +29,13 @@ CORE = {"pods_rl.downsample", "pods_rl.advantages", "pods_rl.reward_checks", "po
 BUDGET_PACKAGE = "pods_rl.budget"
 # The engines: the only package that imports TRL, verl or vLLM; it stands on the library, the budget and the core.
 ENGINE_PACKAGE = "pods_rl.engines"
-# What puts an engine to work for a command: a recipe resolved into PODSConfig, generation with vLLM for `pods eval`.
-RUN = {"pods_rl.recipes", "pods_rl.generation"}
+# What puts an engine to work for a command: a recipe resolved into PODSConfig, generation with vLLM and a model's
+# evaluation for `pods eval`, a training run (build, fit) for `pods train` and `pods cost`.
+RUN = {"pods_rl.recipes", "pods_rl.generation", "pods_rl.evaluation", "pods_rl.training_run"}
+# The command modules that may import other command modules: the dispatcher, and `pods study`'s parts (each other,
+# and the `pods train` / `pods cost` they run in-process). Every other command stands on the layers below alone.
+COMMAND_IMPORTERS = {"pods_rl.commands.cli", "pods_rl.commands.study", "pods_rl.commands.study_plan",
+                     "pods_rl.commands.study_runner", "pods_rl.commands.study_report"}
 # The public face: `import pods_rl` re-exports the rules and, lazily, PODSConfig / PODSTrainer.
 FACE = {"pods_rl"}
 LAYERS = ("core", "budget", "library", "engine", "run", "face", "command")
@@ -213,9 +219,42 @@ def test_the_walk_sees_function_level_and_lazy_imports():
     """The graph holds imports that only run inside functions; otherwise the two tests above would prove little."""
     edges = import_edges(module_files(PACKAGE_DIR, "pods_rl"))
     assert "pods_rl.engines.trl.trainer" in {t for t, _ in edges["pods_rl"]}  # inside pods_rl.__getattr__
-    assert "pods_rl.engines.trl.trainer" in {t for t, _ in edges["pods_rl.commands.train"]}  # inside train.build
+    assert "pods_rl.engines.trl.trainer" in {t for t, _ in edges["pods_rl.training_run"]}  # inside _build_trainer
     assert "pods_rl.runlog.callbacks" in {t for t, _ in edges["pods_rl.runlog"]}  # `from pods_rl.runlog import x`
     assert set(edges) >= {"pods_rl.runlog.store", "pods_rl.tasks.rewards", "pods_rl.models", "pods_rl.recipes"}
+
+
+def commands_importing_commands(package_dir: Path, package: str, importers: set[str]) -> list[str]:
+    """Every import of a command module by another command module outside ``importers``."""
+    modules = module_files(package_dir, package)
+    command_package = f"{package}.commands"
+    return [f"{module} ({modules[module].name}:{line}) imports the command {target}"
+            for module, found in import_edges(modules).items()
+            if in_package(module, command_package) and module not in importers
+            for target, line in found if in_package(target, command_package)]
+
+
+def test_no_command_imports_another_command():
+    """Commands stay thin: what two commands share sits below them (``pods_rl.training_run`` for `pods train` and
+    `pods cost`, ``pods_rl.evaluation``, ``pods_rl.figures``), not in one command imported by another."""
+    offenders = commands_importing_commands(PACKAGE_DIR, "pods_rl", COMMAND_IMPORTERS)
+    assert not offenders, "move what two commands share below pods_rl.commands: " + "; ".join(offenders)
+    edges = import_edges(module_files(PACKAGE_DIR, "pods_rl"))
+    assert "pods_rl.training_run" in {t for t, _ in edges["pods_rl.commands.cost"]}
+
+
+def test_a_command_importing_a_command_is_named(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "commands").mkdir(parents=True)
+    sources = {"__init__.py": "", "commands/__init__.py": "", "commands/cli.py": "import pkg.commands.train\n",
+               "commands/train.py": "from pkg import run\n", "run.py": "",
+               "commands/cost.py": "import os\n\n\ndef f():\n    from pkg.commands import train\n"}
+    for name, text in sources.items():
+        (package / name).write_text(text)
+    assert commands_importing_commands(package, "pkg", {"pkg.commands.cli"}) == [
+        "pkg.commands.cost (cost.py:5) imports the command pkg.commands.train"]
+    (package / "commands" / "cost.py").write_text("from pkg import run\n")
+    assert commands_importing_commands(package, "pkg", {"pkg.commands.cli"}) == []
 
 
 SOURCES = {
@@ -263,10 +302,6 @@ def test_an_upward_import_is_named(tmp_path):
     assert upward_imports(package, "pkg", {"pkg.cmd"}, {"pkg.core"}) == []
 
 
-# Modules outside pods_rl.engines that still import TRL, verl or vLLM themselves, each function-level (the recipe's
-# TRL parser, the tiny model's SFT): to move into an engine. The test below fails
-# when one more appears, and when one of these stops (then take it off the list).
-NOT_YET_IN_AN_ENGINE = {"pods_rl.recipes", "pods_rl.tiny"}
 FRAMEWORKS = ("trl", "verl", "vllm")
 
 
@@ -285,12 +320,21 @@ def framework_imports(package_dir: Path, package: str) -> dict[str, list[str]]:
 def test_only_the_engines_import_trl_verl_or_vllm():
     outside = {module: lines for module, lines in framework_imports(PACKAGE_DIR, "pods_rl").items()
                if not in_package(module, ENGINE_PACKAGE)}
-    assert set(outside) <= NOT_YET_IN_AN_ENGINE, f"only pods_rl.engines imports TRL, verl or vLLM: {outside}"
-    assert set(outside) == NOT_YET_IN_AN_ENGINE, f"no longer importing a framework (take off the list): " \
-                                                 f"{NOT_YET_IN_AN_ENGINE - set(outside)}"
+    assert not outside, f"only pods_rl.engines imports TRL, verl or vLLM (move the code into an engine): {outside}"
     engines = framework_imports(PACKAGE_DIR, "pods_rl")
-    assert {"pods_rl.engines.trl.config", "pods_rl.engines.verl.replay_buffer", "pods_rl.engines.vllm.cpu"} <= set(
-        engines), "the walk must see the engines' own imports"
+    assert {"pods_rl.engines.trl.config", "pods_rl.engines.trl.parser", "pods_rl.engines.trl.sft",
+            "pods_rl.engines.verl.replay_buffer", "pods_rl.engines.vllm.cpu"} <= set(engines), \
+        "the walk must see the engines' own imports (function-level ones too)"
+
+
+def test_a_framework_import_outside_the_engines_is_named(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "engines").mkdir(parents=True)
+    sources = {"__init__.py": "", "engines/__init__.py": "", "engines/a.py": "import trl\n",
+               "run.py": "import os\n\n\ndef f():\n    from vllm import LLM\n"}
+    for name, text in sources.items():
+        (package / name).write_text(text)
+    assert framework_imports(package, "pkg") == {"pkg.engines.a": ["trl (1)"], "pkg.run": ["vllm (5)"]}
 
 
 def test_every_package_is_in_a_layer_that_the_walk_knows():

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods_rl import tiny
+from pods_rl.engines.trl import sft
 from pods_rl.tasks.arithmetic import ArithmeticTask
 
 MESSAGES = [
@@ -76,9 +77,9 @@ def test_build_random_model_is_deterministic_and_validates(tmp_path):
 @pytest.mark.parametrize("hidden_size, heads", [(16, 1), (32, 1), (64, 2), (128, 4)])
 def test_default_head_dim_is_32_which_vllm_cpu_serves(hidden_size, heads):
     # vLLM's CPU attention refuses head dim 16 (issue #24); the parameter count does not depend on the heads.
-    config = tiny._tiny_config(tiny.make_tokenizer(), "qwen2", hidden_size, 2, None)
+    config = tiny.tiny_config(tiny.make_tokenizer(), "qwen2", hidden_size, 2, None)
     assert (config.num_attention_heads, config.num_key_value_heads) == (heads, heads)
-    four_heads = tiny._tiny_config(tiny.make_tokenizer(), "qwen2", hidden_size, 2, 4 if hidden_size >= 64 else 1)
+    four_heads = tiny.tiny_config(tiny.make_tokenizer(), "qwen2", hidden_size, 2, 4 if hidden_size >= 64 else 1)
     count = [sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters()) for c in (config, four_heads)]
     assert count[0] == count[1]
 
@@ -105,8 +106,8 @@ def test_model_path_reports_a_missing_copy(monkeypatch, tmp_path):
 
 def test_build_tiny_end_to_end_small(tmp_path):
     threads_before = torch.get_num_threads()
-    out = tiny.build_tiny(tmp_path / "tiny", steps=3, batch_size=8, hidden_size=16, num_layers=1,
-                          eval_problems=4, eval_samples=2, threads=1, log=lambda *_: None)
+    out = sft.build_tiny(tmp_path / "tiny", steps=3, batch_size=8, hidden_size=16, num_layers=1,
+                         eval_problems=4, eval_samples=2, threads=1, log=lambda *_: None)
     assert torch.get_num_threads() == threads_before  # the build's thread count does not leak
     info = json.loads((out / "build_info.json").read_text())
     assert info["threads"] == 1
@@ -122,13 +123,13 @@ def test_build_tiny_end_to_end_small(tmp_path):
 
 def test_build_tiny_takes_heads_and_a_time_limit(tmp_path):
     """The GPU preset's knobs: head count (head_dim >= 32) and an SFT time limit that ends before --steps."""
-    out = tiny.build_tiny(tmp_path / "t", steps=1000, batch_size=4, hidden_size=64, num_layers=1, num_heads=2,
-                          max_seconds=0.01, device="cpu", eval_problems=2, eval_samples=1, log=lambda *_: None)
+    out = sft.build_tiny(tmp_path / "t", steps=1000, batch_size=4, hidden_size=64, num_layers=1, num_heads=2,
+                         max_seconds=0.01, device="cpu", eval_problems=2, eval_samples=1, log=lambda *_: None)
     info = json.loads((out / "build_info.json").read_text())
     assert info["num_heads"] == 2 and AutoModelForCausalLM.from_pretrained(out).config.num_attention_heads == 2
     assert 1 <= info["sft"]["steps_done"] < 1000 and info["sft"]["device"] == "cpu"
     with pytest.raises(ValueError, match="divisible by num_heads"):
-        tiny.build_tiny(tmp_path / "u", steps=1, hidden_size=64, num_heads=3, device="cpu", log=lambda *_: None)
+        sft.build_tiny(tmp_path / "u", steps=1, hidden_size=64, num_heads=3, device="cpu", log=lambda *_: None)
 
 
 def test_cli_rejects_bad_arguments(capsys):

@@ -165,8 +165,8 @@ def test_rounds_are_arranged_into_n_rows_per_prompt():
 
 
 def test_default_run_dir_names_the_pilot(tmp_path):
-    from pods_rl.commands.train import default_run_dir
     from pods_rl.recipes import RunArguments
+    from pods_rl.training_run import default_run_dir
 
     config = PODSConfig(**common_args(tmp_path, num_generations=8, downsample_to=4, per_device_train_batch_size=8,
                                       pilot_generations=4))

@@ -1,12 +1,13 @@
-"""``pods build-tiny``: rebuild the embedded tiny model (``pods_rl.tiny.build_tiny``) from the command line."""
+"""``pods build-tiny``: rebuild the embedded tiny model (``pods_rl.engines.trl.sft.build_tiny``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
+from pods_rl.engines.trl.sft import build_tiny
 from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
-from pods_rl.tiny import ASSETS_DIR, build_tiny
+from pods_rl.tiny import ASSETS_DIR
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,8 +26,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from pods_rl import step_cost
-from pods_rl.commands import train
+from pods_rl import step_cost, training_run
 from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.machine import machine_info
 from pods_rl.recipes import parse_args
@@ -114,7 +113,7 @@ def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output
     run, config, model_args = parse_args(_settings_argv(recipe_argv, n, m, max_steps, output_dir, oversample, pilot))
     run.eval_every_seconds = run.eval_every_steps = None
     config.max_train_seconds = config.save_every_seconds = None  # stop by steps, never save
-    trainer, clock, _ = train.build(run, config, model_args)
+    trainer, clock, _ = training_run.build(run, config, model_args)
     if getattr(clock, "run_lock", None) is not None:
         clock.run_lock.release()  # a private temporary directory: no `fit` here to release it at the end
     trainer.remove_callback(PrinterCallback)  # the per-step log dicts go to metrics.jsonl only

@@ -220,7 +220,7 @@ def _figures(runs: list, out: Path, labels: dict[str, str], title: str) -> list[
     """accuracy_vs_steps, accuracy_vs_time and step_time_by_phase as PNG in ``out``; their names."""
     import matplotlib.pyplot as plt
 
-    from pods_rl.commands.plots import STYLE, plot_accuracy, plot_phase_times
+    from pods_rl.figures import STYLE, plot_accuracy, plot_phase_times
 
     named = [dataclasses.replace(r, label=labels.get(r.label, r.label)) for r in runs]
     seeds = seeds_per_method([len(g) for g in stats.group_by_label(named).values()])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
@@ -72,3 +73,16 @@ def check_worker_settings(pods_m: int, n: int, reward_funcs, environment_factory
     return check_budget_settings(n, pods_m, pilot=pods_pilot, environment_factory=environment_factory, dataset=dataset,
                           reward_names=reward_names, pods_adaptive_budget=pods_adaptive_budget,
                           pods_adaptive_reward=pods_adaptive_reward, pods_seed=pods_seed, **planners)
+
+
+def async_only_settings() -> set[str]:
+    """The fields of TRL's ``AsyncGRPOConfig`` that ``PODSConfig`` (a ``GRPOConfig``) lacks, and the words a user
+    may try for the asynchronous mode: ``pods train`` names the asynchronous path for them."""
+    from pods_rl.engines.trl.trainer import PODSConfig
+
+    try:
+        from trl.experimental.async_grpo import AsyncGRPOConfig
+    except ImportError:  # a TRL without the asynchronous trainer
+        return {"async", "asynchronous"}
+    ours = {f.name for f in dataclasses.fields(PODSConfig)}
+    return {f.name for f in dataclasses.fields(AsyncGRPOConfig)} - ours | {"async", "asynchronous"}

@@ -30,7 +30,7 @@ import yaml
 from pods_rl.errors import one_line_parser_errors
 from pods_rl.tasks import parse_task_args  # noqa: F401  (re-exported: the one task-args parser)
 
-RECIPES_DIR = Path(__file__).parent / "recipes"
+RECIPES_DIR = Path(__file__).parent  # the YAML files sit beside this module
 DEFAULT_RECIPE = "tiny"
 
 
@@ -183,16 +183,13 @@ CONFIG_HELP = ("The recipe: the name of a packaged recipe ({names}) or the path 
 def build_parser():
     """The `pods train` parser: TRL's parser of (RunArguments, PODSConfig, trl.ModelConfig), with ``--config`` (read
     by ``TrlParser.parse_args_and_config``) listed first, and one-line errors."""
-    # Lazy: TRL (and pods_rl.engines.trl.trainer, which imports it) takes seconds to import; the checks above
-    # need neither.
-    from trl import ModelConfig, TrlParser
+    # Lazy: TRL (which pods_rl.engines.trl.parser imports) takes seconds to import; the checks above need it not.
+    from pods_rl.engines.trl.parser import train_parser
 
-    from pods_rl.engines.trl.trainer import PODSConfig
-
-    parser = TrlParser((RunArguments, PODSConfig, ModelConfig), prog="pods train",
-                       description="RL training with GRPO-PODS: a recipe (--config) plus flags that override it. "
-                       "Each flag's (default: ...) is its field's own; where the recipe sets another value, that is "
-                       "named too: (default: None; the embedded recipe: 300).")
+    parser = train_parser(RunArguments, prog="pods train",
+                          description="RL training with GRPO-PODS: a recipe (--config) plus flags that override it. "
+                          "Each flag's (default: ...) is its field's own; where the recipe sets another value, that "
+                          "is named too: (default: None; the embedded recipe: 300).")
     config = parser.add_argument("--config", metavar="RECIPE", default=argparse.SUPPRESS,
                                  help=CONFIG_HELP.format(names=", ".join(packaged_recipes())).replace("%", "%%"))
     for actions in (parser._actions, parser._optionals._group_actions):  # first after -h, in usage and in the list
@@ -261,16 +258,10 @@ def unknown_flags_message(parser, leftover: list[str]) -> str:
 
 
 def async_only_settings() -> set[str]:
-    """The fields of TRL's ``AsyncGRPOConfig`` that ``PODSConfig`` (a ``GRPOConfig``) lacks, and the words a user
-    may try for the asynchronous mode: ``pods train`` names the asynchronous path for them."""
-    from pods_rl.engines.trl.trainer import PODSConfig
+    """The settings `pods train` refuses as the asynchronous trainer's (``pods_rl.engines.trl_async.settings``)."""
+    from pods_rl.engines.trl_async.settings import async_only_settings as of_the_engine
 
-    try:
-        from trl.experimental.async_grpo import AsyncGRPOConfig
-    except ImportError:  # a TRL without the asynchronous trainer
-        return {"async", "asynchronous"}
-    ours = {f.name for f in dataclasses.fields(PODSConfig)}
-    return {f.name for f in dataclasses.fields(AsyncGRPOConfig)} - ours | {"async", "asynchronous"}
+    return of_the_engine()
 
 
 def check_recipe_yaml(path: str | Path) -> None:
