@@ -55,6 +55,7 @@ class KeptRollouts:
     rescore_for_metrics: bool = False
     tool_calls: list[int] | None = None  # (B*m,) with tools: each kept rollout's tool calls and failed calls, as
     tool_failures: list[int] | None = None  # TRL's tool loop counted them
+    rows: list[int] | None = None  # (B*m,) the kept rows' indices among the P*n sampled
 
 
 PREPARE = "prepare"
@@ -80,38 +81,59 @@ class PODSStep(RoundsStep):
     # Generation rounds in a row without any reward variance before the terminal hears of it (once per run).
     NO_VARIANCE_WARN_ROUNDS = 10
 
-    # Long because the step's phases share a dozen locals (rows, prompts, rewards, kept rows) in order.
     def _generate_and_score_completions(self, inputs):
+        """One PODS training step, its phases in order; returns TRL's batch for the B*m kept rows."""
         if not self.model.training or not self._selects:
-            return super()._generate_and_score_completions(inputs)
-        n, m = self.num_generations, self.downsample_to
-        if len(inputs) % n != 0:
-            raise RuntimeError(f"PODS expects whole groups of n={n} rollouts per process, got {len(inputs)} rows.")
-        num_sampled = len(inputs) // n  # P, local: B * oversample_prompts prompts
-        num_groups = self._kept_groups_per_process  # B, local, updated
-        if num_sampled < num_groups:
-            raise RuntimeError(f"PODS expects at least {num_groups} groups per process, got {num_sampled}.")
-        inputs = [dict(x) for x in inputs]  # rows are annotated below; leave the dataloader's dicts alone
-        prompts = self._rollout_prompts(inputs)  # as GRPOTrainer prepares them: environments, tools, images
-        raised = count_tool_exceptions(self, len(inputs)) if self.tools else None  # (P*n,) per rollout, live
-
-        ids = first = None
-        if self._budget is not None:  # the planners: which candidates get rollouts, how many (pods_rl.budget)
-            ids = candidate_ids(inputs, n)  # (P,)
-            first, metrics = self._budget.plan(ids, num_groups, step=self.state.global_step,
-                                               rank=self.accelerator.process_index,
-                                               pilot=self.args.pilot_generations)
-            self._log_train_metrics(metrics)
+            return super()._generate_and_score_completions(inputs)  # evaluation, or GRPO (m = n)
+        n = self.num_generations
+        inputs = self._whole_groups(inputs)  # P*n rows: P prompts (B kept groups x oversample_prompts), n times each
+        num_sampled = len(inputs) // n  # P
+        # 1. the prompts, prepared by TRL's own code (environments, tool dicts, images)
+        prompts = self._rollout_prompts(inputs)  # (P*n,)
+        raised = count_tool_exceptions(self, len(inputs)) if self.tools else None  # (P*n,) live, with tools
+        # 2. the planners: which prompts get rollouts and how many (None, None without planners)
+        ids, first = self._plan_rollouts(inputs)  # (P,), (P,)
+        # 3. generate and score n per prompt (or in rounds)
         sampled = self._sample_rollouts(inputs, prompts, num_sampled, first, ids)  # P*n rollouts, rewards, logs
         if self._budget is not None:
             self._record_in_ledger(ids, sampled, num_sampled, n)
+        # 4. select: m of each group's n, B of the P groups
+        kept = self._select_kept(inputs, prompts, sampled, raised)  # kept.rows (B*m,)
+        # 5. TRL's own step on the kept rows: log-probs, advantages grouped by m, metrics
+        output = self._train_on_kept(inputs, prompts, sampled, kept)
+        if self.args.advantage_baseline == "sampled":  # 6. advantages baselined on every sampled rollout instead
+            self._use_sampled_baseline(output, sampled, kept.rows, len(inputs))
+        return output
 
+    def _whole_groups(self, inputs: list[dict]) -> list[dict]:
+        """``inputs`` copied (the step annotates its rows), once checked to hold at least B whole groups of n."""
+        n, num_groups = self.num_generations, self._kept_groups_per_process  # B, local
+        if len(inputs) % n != 0:
+            raise RuntimeError(f"PODS expects whole groups of n={n} rollouts per process, got {len(inputs)} rows.")
+        if len(inputs) // n < num_groups:
+            raise RuntimeError(f"PODS expects at least {num_groups} groups per process, got {len(inputs) // n}.")
+        return [dict(x) for x in inputs]
+
+    def _plan_rollouts(self, inputs: list[dict]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The candidates' ``ids`` (P,) and the planners' rollouts per prompt (P,); None, None without planners."""
+        if self._budget is None:
+            return None, None
+        ids = candidate_ids(inputs, self.num_generations)  # (P,)
+        first, metrics = self._budget.plan(ids, self._kept_groups_per_process, step=self.state.global_step,
+                                           rank=self.accelerator.process_index, pilot=self.args.pilot_generations)
+        self._log_train_metrics(metrics)
+        return ids, first
+
+    def _select_kept(self, inputs: list[dict], prompts: list, sampled: Sampled,
+                     raised: list[int] | None) -> KeptRollouts:
+        """Phase "selection": the B*m rollouts ``pods_rl.selection.select`` keeps of this process's P*n."""
+        n = self.num_generations
+        num_sampled = len(inputs) // n  # P
         with self._phase("selection"):
-            rank = self.accelerator.process_index
-            local_rewards_per_func = sampled.rewards_per_func[rank * len(inputs):(rank + 1) * len(inputs)].cpu()
+            local_rewards_per_func = self._local_rows(sampled.rewards_per_func, len(inputs))  # (P*n, F)
             counts = sampled.counts if sampled.trainable is None else torch.where(sampled.trainable, sampled.counts, 0)
             selection = select(local_rewards_per_func.view(num_sampled, n, -1), self.reward_weights.cpu(),
-                               num_groups, self.args.selection_settings, counts=counts,
+                               self._kept_groups_per_process, self.args.selection_settings, counts=counts,
                                aggregation=self.multi_objective_aggregation,
                                features=self._rollout_features(sampled.generated, local_rewards_per_func,
                                                                num_sampled, n),
@@ -121,34 +143,34 @@ class PODSStep(RoundsStep):
             generated = select_rows(sampled.generated, kept_rows, len(inputs))
             kept = KeptRollouts(generated=with_dataset_images(generated, prompts, kept_rows),
                                 rewards_per_func=self._gather(local_rewards_per_func[kept_rows]),
-                                rescore_for_metrics=self._any_process(sampled.user_metrics))
+                                rescore_for_metrics=self._any_process(sampled.user_metrics), rows=kept_rows)
             if raised is not None:
                 names = [set(self._sync_tool_dicts[i]) | set(self._async_tool_dicts[i]) for i in kept_rows]
                 kept.tool_calls, kept.tool_failures = tool_calls_and_failures(
                     generated.completions, names, self.max_tool_calling_iterations, [raised[i] for i in kept_rows])
+        return kept
 
-        # Everything below (log-probs, advantages, metrics, the completions table, the loss) is TRL's own, on the
-        # kept rows only, each with the prompt it was generated from (its environment's observation and its images
-        # included) and the log_extra values its reward functions logged for it.
-        self._pods_call = kept
-        self.num_generations = m  # TRL groups the kept rewards by num_generations
-        self._pending_extra_logs.update(keep_extra_logs(sampled.extra_logs, kept_rows))
+    def _train_on_kept(self, inputs: list[dict], prompts: list, sampled: Sampled, kept: KeptRollouts) -> dict:
+        """GRPOTrainer's own ``_generate_and_score_completions`` on the kept rows, grouped by m: log-probs,
+        advantages, metrics, the completions table, each row with its rollout's prompt and ``log_extra`` values."""
+        n = self.num_generations
+        self._pods_call = kept  # TRL's `_generate` and `_calculate_rewards` are answered from it
+        self.num_generations = self.downsample_to  # TRL groups the kept rewards by num_generations
+        self._pending_extra_logs.update(keep_extra_logs(sampled.extra_logs, kept.rows))
         try:
-            with self._kept_environments(kept_rows):
-                output = super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept_rows))
+            with self._kept_environments(kept.rows):
+                return super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept.rows))
         finally:
             self.num_generations = n
             self._pods_call = None
-        if self.args.advantage_baseline == "sampled":
-            self._use_sampled_baseline(output, local_rewards_per_func.view(num_sampled, n, -1), sampled.counts,
-                                       kept_rows)
-        return output
 
-    def _use_sampled_baseline(self, output: dict, rewards_per_func: torch.Tensor, counts: torch.Tensor,
-                              kept_rows: list[int]) -> None:
+    def _use_sampled_baseline(self, output: dict, sampled: Sampled, kept_rows: list[int], num_rows: int) -> None:
         """``advantage_baseline="sampled"``: TRL's advantages of the kept rows replaced, in the batch and the
-        completions table, by ones baselined on every sampled rollout. ``rewards_per_func`` (P, n, F) local."""
+        completions table, by ones baselined on every sampled rollout."""
+        n = self.num_generations
+        rewards_per_func = self._local_rows(sampled.rewards_per_func, num_rows).view(num_rows // n, n, -1)  # (P, n, F)
         totals = reward_totals(rewards_per_func, self.reward_weights)  # (P, n) TRL's sum; NaN: unscorable
+        counts = sampled.counts  # (P,)
         padding = torch.arange(totals.shape[1], device=totals.device) >= counts.to(totals.device).unsqueeze(1)
         totals = totals.masked_fill(padding, float("nan"))
         advantages = sampled_baseline_advantages(totals, kept_rows, scale=self.args.scale_rewards == "group")
@@ -167,6 +189,11 @@ class PODSStep(RoundsStep):
         """``tensor`` concatenated over processes along dim 0 (accelerate's ``gather``, on this process's device)."""
         return gather(tensor.to(self.accelerator.device))
 
+    def _local_rows(self, tensor: torch.Tensor, num_rows: int) -> torch.Tensor:
+        """This process's ``num_rows`` rows of a tensor gathered over processes, on CPU."""
+        rank = self.accelerator.process_index
+        return tensor[rank * num_rows:(rank + 1) * num_rows].cpu()
+
     def _any_process(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any process (a collective: every process calls it)."""
         return bool(self._gather(torch.tensor([float(flag)])).max() > 0)
@@ -177,8 +204,7 @@ class PODSStep(RoundsStep):
 
     def _record_in_ledger(self, ids: torch.Tensor, sampled: Sampled, num_sampled: int, n: int) -> None:
         """Every process's scored groups into the prompt ledger (one collective), by their deciding reward."""
-        rank = self.accelerator.process_index
-        local = sampled.rewards_per_func[rank * num_sampled * n:(rank + 1) * num_sampled * n].cpu()  # (P*n, F)
+        local = self._local_rows(sampled.rewards_per_func, num_sampled * n)  # (P*n, F)
         deciding = self._deciding_rewards(local, self.reward_weights.cpu().double()).view(num_sampled, n)
         self._log_train_metrics(self._budget.record(
             ids, deciding, sampled.counts, step=self.state.global_step, epoch=int(self.state.epoch or 0),
