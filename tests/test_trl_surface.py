@@ -208,9 +208,10 @@ def test_reward_functions_log_through_the_buffers_the_step_cuts_to_the_kept_rows
 
 
 def test_the_tool_loop_reads_each_rollouts_tool_dicts_by_position():
-    """The adaptive rounds set the round's rows' tool dicts (pods_rl.engines.trl.rounds) and count a failed call per
-    rollout (pods_rl.engines.trl.rows.count_tool_exceptions): TRL's loop looks each rollout's tools up by its position
-    in the batch it generates, at most max_tool_calling_iterations times, and counts a raised call as a failure."""
+    """The adaptive rounds set the round's rows' tool dicts (pods_rl.engines.trl.rows.round_rollout_state) and count
+    a failed call per rollout (pods_rl.engines.trl.rows.count_tool_exceptions): TRL's loop looks each rollout's tools
+    up by its position in the batch it generates, at most max_tool_calling_iterations times, and counts a raised call
+    as a failure."""
     loop = inspect.getsource(GRPOTrainer._tool_call_loop)
     assert "self._sync_tool_dicts[idx_with_tool]" in loop and "self._async_tool_dicts[idx_with_tool]" in loop
     assert "iteration_num < self.max_tool_calling_iterations" in loop
@@ -236,7 +237,7 @@ def test_environment_owned_data_gets_a_placeholder_dataset_of_one_round():
 
 
 def test_vllm_sleep_mode_is_what_the_rounds_defer():
-    """pods_rl.engines.trl.rounds._one_sleep_per_step: TRL's VLLMGeneration (colocate, sleep mode) sleeps its engine
+    """pods_rl.engines.trl.rounds.one_sleep_per_step: TRL's VLLMGeneration (colocate, sleep mode) sleeps its engine
     (`self.llm.sleep`) after `generate` and notes `_llm_weights_sleeping`, which `generate` reads to push the
     weights again; the rounds defer the sleep and clear the flag."""
     from trl.generation.vllm_generation import VLLMGeneration

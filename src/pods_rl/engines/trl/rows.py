@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -48,6 +49,15 @@ class Sampled:
     extra_logs: dict[str, list]  # the reward functions' log_extra columns, a value per row
     user_metrics: bool  # a reward function called log_metric (with a name of its own, not pods/*)
     trainable: torch.Tensor | None = None  # (P,) bool: the prompts that may train (Pilot-Commit's committed); None: all
+
+
+class Scored(NamedTuple):
+    """One ``_generate`` + ``_calculate_rewards`` over some rows, what TRL buffered per rollout taken out."""
+
+    generated: Generated
+    rewards_per_func: torch.Tensor  # (rows*processes, F) gathered
+    extra_logs: dict[str, list]  # the reward functions' log_extra columns, a value per row
+    user_metrics: bool  # a reward function called log_metric (with a name of its own, not pods/*)
 
 
 def select_rows(generated: tuple, rows: list[int], num_rows: int) -> Generated:
@@ -269,3 +279,48 @@ def log_generation_metrics(trainer, generated: Generated, tool_calls: list[int] 
         metrics["tools/call_frequency"].append((total_calls / len(prompt_lengths)).item())
         metrics["tools/failure_frequency"].append(
             (total_failures / total_calls).item() if total_calls > 0 else 0.0)
+
+
+# ---- the per-rollout state TRL prepared for the batch (environments, tool dicts), for a round's rows ---------------
+
+ROLLOUT_STATE = ("environments", "_batch_environments", "_sync_tool_dicts", "_async_tool_dicts")
+
+
+@contextmanager
+def batch_rollout_state(trainer):
+    """The batch's per-rollout state as TRL prepared it ({name: per-row list}), yielded and restored on leaving."""
+    batch = {name: getattr(trainer, name) for name in ROLLOUT_STATE if getattr(trainer, name, None) is not None}
+    try:
+        yield batch
+    finally:
+        for name, values in batch.items():
+            setattr(trainer, name, values)
+
+
+@contextmanager
+def round_rollout_state(trainer, batch: dict, slots: list[int], padding: int, inputs: list[dict], prompts: list,
+                        prepare_prompts: Callable[[list[dict]], list]):
+    """Yields the round's rows (``slots``, then ``padding`` throw-away rows) and prompts, with TRL's per-rollout
+    state set so each row's tools reach its slot's environment. Padding rows repeat the first prompt, prepared
+    by TRL (``prepare_prompts``) with fresh environment instances."""
+    rows = [dict(inputs[i]) for i in slots]
+    texts = [prompts[i] for i in slots]
+    padded = {name: [] for name in batch}
+    if padding:
+        pad_inputs = [dict(inputs[0]) for _ in range(padding)]
+        if batch:  # tools or environments
+            pool = getattr(trainer, "_environment_pool", None)
+            if pool is not None:  # TRL creates (and resets) a fresh instance for each padding row
+                trainer._environment_pool = {name: [] for name in pool}
+            try:
+                texts += prepare_prompts(pad_inputs)
+            finally:
+                if pool is not None:
+                    trainer._environment_pool = pool
+            padded = {name: list(getattr(trainer, name)) for name in batch}
+        else:
+            texts += [prompts[0]] * padding
+        rows += pad_inputs
+    for name, values in batch.items():
+        setattr(trainer, name, [values[i] for i in slots] + padded[name])
+    yield rows, texts

@@ -12,6 +12,7 @@ the n - m dropped rollouts after selection. Batch sizes count *kept* rollouts.
 
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -23,10 +24,12 @@ from pods_rl.advantages import sampled_baseline_advantages
 from pods_rl.budget.rollout_budget import candidate_ids
 from pods_rl.downsample import rule_takes_features
 from pods_rl.engines.trl.config import TRL_RANGE  # importing it checks the TRL version first
-from pods_rl.engines.trl.rounds import ROUND, RoundsStep
+from pods_rl.engines.trl.rounds import Rounds, RoundsHost, one_sleep_per_step
 from pods_rl.engines.trl.rows import (
     Generated,
     Sampled,
+    Scored,
+    batch_rollout_state,
     count_tool_exceptions,
     eos_token_ids,
     generation_metrics_dropped,
@@ -34,6 +37,7 @@ from pods_rl.engines.trl.rows import (
     log_generation_metrics,
     metrics_logged,
     put_back_metrics,
+    round_rollout_state,
     select_rows,
     take_extra_logs,
     tool_calls_and_failures,
@@ -59,9 +63,10 @@ class KeptRollouts:
 
 
 PREPARE = "prepare"
+ROUND = "round"
 
 
-class PODSStep(RoundsStep):
+class PODSStep:
     """The PODS step, mixed into ``PODSTrainer(PODSStep, GRPOTrainer)``: ``super()`` here is GRPOTrainer. Reads
     ``num_generations`` (n), ``downsample_to`` (m), ``args`` (a ``PODSConfig``), set by ``PODSTrainer.__init__``."""
 
@@ -74,6 +79,7 @@ class PODSStep(RoundsStep):
     # object.__new__) behaves as plain GRPO.
     _pods_call: str | KeptRollouts | None = None
     _budget = None  # the planners and the prompt ledger (budget.RolloutBudget), None without planners
+    _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
     _selects = False
     phase_clock = None
     _no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
@@ -216,21 +222,64 @@ class PODSStep(RoundsStep):
         (adaptive, or the planners' ``first`` (P,) per prompt). What TRL buffers per rollout (generation metrics,
         ``log_extra``, ``log_metric``) is taken out, for the kept rows to get theirs back."""
         if self.args.is_adaptive or first is not None:
-            return self._sample_in_rounds(inputs, prompts, num_sampled, first, ids)
-        with generation_metrics_dropped(self):
-            generated = Generated(*self._generate(prompts))  # (P*n) rollouts
-        write_extra_fields(inputs, generated.extra_fields)  # rollout_func extras are reward inputs (as in TRL)
-        with metrics_logged(self) as logged:
-            rewards_per_func = self._calculate_rewards(inputs, prompts, generated.completions,
-                                                       generated.completion_ids)  # (N, F)
-        extra_logs = take_extra_logs(self, len(inputs))
-        put_back_metrics(self, logged, owned=True)
-        metrics = self._metrics["train"]
-        metrics["pods/rollouts_sampled"].append(float(rewards_per_func.shape[0]))
-        metrics["pods/rounds"].append(1.0)
+            return self._sample_in_rounds(inputs, prompts, first, ids)
+        scored = self._generate_and_score(inputs, prompts)
+        self._log_train_metrics({"pods/rollouts_sampled": float(scored.rewards_per_func.shape[0]), "pods/rounds": 1.0})
         counts = torch.full((num_sampled,), self.num_generations, dtype=torch.long)
-        return Sampled(generated, rewards_per_func, counts, extra_logs,
-                       user_metrics=any(not name.startswith("pods/") for name in logged))
+        return Sampled(scored.generated, scored.rewards_per_func, counts, scored.extra_logs, scored.user_metrics)
+
+    def _sample_in_rounds(self, inputs: list[dict], prompts: list, first: torch.Tensor | None,
+                          ids: torch.Tensor | None) -> Sampled:
+        """The rounds (``rounds.Rounds``), given what they need of the step; vLLM sleeps once per step."""
+        weights = self.reward_weights.cpu().double()
+        commits = self._budget is not None and self._budget.commits
+        with one_sleep_per_step(self), batch_rollout_state(self) as batch:
+            host = RoundsHost(sample_round=functools.partial(self._sample_round, batch, inputs, prompts),
+                              gather=self._gather,
+                              deciding_rewards=functools.partial(self._deciding_rewards, weights=weights),
+                              commit=self._commit if commits else None, phase=self._phase,
+                              log=self._log_train_metrics, note_reward_variance=self._note_reward_variance)
+            rounds = Rounds(self.args, self.num_generations, self.downsample_to, self.accelerator.process_index, host)
+            return rounds.sample(inputs, first, ids)
+
+    def _sample_round(self, batch: dict, inputs: list[dict], prompts: list, slots: list[int], padding: int,
+                      run_length: int) -> Scored:
+        """One round: ``slots``' rows + ``padding`` throw-away rows in their rollout state, grouped by run_length."""
+        n = self.num_generations
+        with round_rollout_state(self, batch, slots, padding, inputs, prompts, self._rollout_prompts) as (rows, texts):
+            self.num_generations = run_length
+            self._pods_call = ROUND
+            try:
+                return self._generate_and_score(rows, texts)
+            finally:
+                self.num_generations = n
+                self._pods_call = None
+
+    def _generate_and_score(self, rows: list[dict], prompts: list) -> Scored:
+        """GRPOTrainer's ``_generate`` and ``_calculate_rewards`` over ``rows``; TRL's per-rollout buffers taken out."""
+        with generation_metrics_dropped(self):
+            generated = Generated(*self._generate(prompts))  # (rows) rollouts
+        write_extra_fields(rows, generated.extra_fields)  # rollout_func extras are reward inputs (as in TRL)
+        with metrics_logged(self) as logged:
+            rewards_per_func = self._calculate_rewards(rows, prompts, generated.completions,
+                                                       generated.completion_ids)  # (rows*processes, F)
+        extra_logs = take_extra_logs(self, len(rows))
+        put_back_metrics(self, logged, owned=True)
+        return Scored(generated, rewards_per_func, extra_logs, any(not name.startswith("pods/") for name in logged))
+
+    def _commit(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor):
+        """Pilot-Commit's commit round: (P,) rollouts more per candidate of ``ids`` (P,), and which may train."""
+        more, trainable, metrics = self._budget.commit(
+            ids, rewards, counts, self._kept_groups_per_process, step=self.state.global_step,
+            rank=self.accelerator.process_index, gather=gather, device=self.accelerator.device)
+        self._log_train_metrics(metrics)
+        return more, trainable
+
+    def _deciding_rewards(self, rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """(rows, F) -> (rows,) the reward that decides "mixed": ``adaptive_reward``'s column, or the total."""
+        if self._adaptive_reward_index is None:
+            return reward_totals(rewards_per_func.double(), weights)
+        return rewards_per_func[:, self._adaptive_reward_index].double()
 
     def _rollout_prompts(self, inputs: list[dict]) -> list:
         """The prompts GRPOTrainer hands to ``_generate`` for ``inputs``, prepared by TRL's own code (environments
