@@ -6,13 +6,12 @@ adaptive rule (``pods_rl.adaptive.plan_round``) keeps open, until each has m..n.
     Rounds                    the round loop, given what it needs of the step (``RoundsHost``); touches no trainer
     _agreed_round_rows        every process runs the same rounds with as many rows (TRL gathers per-row tensors)
     _agreed_run_length        the length of one prompt's runs of rows, which vLLM's server mode relies on
-    one_sleep_per_step        vLLM's sleep mode (colocate): one weight push and one sleep per step, not per round
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -153,37 +152,3 @@ class Rounds:
         run = int(more.max()) if uniform else 1
         runs = self.host.gather(torch.tensor([run]))  # (processes,)
         return run if bool((runs == run).all()) else 1
-
-
-@contextmanager
-def one_sleep_per_step(trainer):
-    """Adaptive rounds with vLLM's sleep mode (colocate): one weight push and one sleep per step, not per round.
-
-    TRL sleeps the engine at level 2 after every ``generate`` and pushes the weights again before the next; inside
-    the block ``sleep`` is deferred (the weights stay) and runs once on leaving."""
-    generation = getattr(trainer, "vllm_generation", None)
-    if not (getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", None) == "colocate"
-            and getattr(generation, "enable_sleep_mode", False) and getattr(generation, "llm", None) is not None):
-        yield
-        return
-    engine, generate = generation.llm, generation.generate
-    sleep, deferred = engine.sleep, []
-
-    def defer_sleep(level: int = 1, *args, **kwargs):
-        deferred.append((level, args, kwargs))
-
-    def generate_and_stay_awake(*args, **kwargs):
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            generation._llm_weights_sleeping = False  # its sleep was deferred: the weights are still loaded
-
-    engine.sleep, generation.generate = defer_sleep, generate_and_stay_awake
-    try:
-        yield
-    finally:
-        engine.sleep, generation.generate = sleep, generate
-        if deferred:
-            level, args, kwargs = deferred[-1]
-            sleep(level, *args, **kwargs)
-            generation._llm_weights_sleeping = True

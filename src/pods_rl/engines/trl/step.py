@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -23,23 +23,34 @@ from accelerate.utils import gather
 from pods_rl.advantages import sampled_baseline_advantages
 from pods_rl.budget.rollout_budget import candidate_ids
 from pods_rl.downsample import rule_takes_features
+from pods_rl.engines.trl.adapter import (
+    add_extra_logs,
+    answering,
+    batch_rollout_state,
+    completions_column,
+    count_tool_exceptions,
+    extra_logs_set_aside,
+    generation_metrics_dropped,
+    grouped_by,
+    kept_environments,
+    log_generation_metrics,
+    log_train_metrics,
+    metrics_logged,
+    one_sleep_per_step,
+    put_back_metrics,
+    round_rollout_state,
+    stop_ids,
+    take_extra_logs,
+    tool_names,
+)
 from pods_rl.engines.trl.config import TRL_RANGE  # importing it checks the TRL version first
-from pods_rl.engines.trl.rounds import Rounds, RoundsHost, one_sleep_per_step
+from pods_rl.engines.trl.rounds import Rounds, RoundsHost
 from pods_rl.engines.trl.rows import (
     Generated,
     Sampled,
     Scored,
-    batch_rollout_state,
-    count_tool_exceptions,
-    eos_token_ids,
-    generation_metrics_dropped,
     keep_extra_logs,
-    log_generation_metrics,
-    metrics_logged,
-    put_back_metrics,
-    round_rollout_state,
     select_rows,
-    take_extra_logs,
     tool_calls_and_failures,
     with_dataset_images,
     write_extra_fields,
@@ -70,7 +81,7 @@ class PODSStep:
     """The PODS step, mixed into ``PODSTrainer(PODSStep, GRPOTrainer)``: ``super()`` here is GRPOTrainer. Reads
     ``num_generations`` (n), ``downsample_to`` (m), ``args`` (a ``PODSConfig``), set by ``PODSTrainer.__init__``."""
 
-    # The step's one mode: what a call of `_generate` / `_calculate_rewards` made from inside the step is for.
+    # The step's one mode (set by adapter.answering): what a `_generate` / `_calculate_rewards` call is for.
     #   None           TRL's own call (evaluation; GRPO at m = n): generate and score, timed
     #   PREPARE        TRL is preparing the prompts (`_rollout_prompts`): `_generate` answers with PromptsPrepared
     #   ROUND          an adaptive round: generate and score; the reward variance is noted once per step instead
@@ -151,24 +162,16 @@ class PODSStep:
                                 rewards_per_func=self._gather(local_rewards_per_func[kept_rows]),
                                 rescore_for_metrics=self._any_process(sampled.user_metrics), rows=kept_rows)
             if raised is not None:
-                names = [set(self._sync_tool_dicts[i]) | set(self._async_tool_dicts[i]) for i in kept_rows]
                 kept.tool_calls, kept.tool_failures = tool_calls_and_failures(
-                    generated.completions, names, self.max_tool_calling_iterations, [raised[i] for i in kept_rows])
+                    generated.completions, tool_names(self, kept_rows), self.max_tool_calling_iterations,
+                    [raised[i] for i in kept_rows])
         return kept
 
     def _train_on_kept(self, inputs: list[dict], prompts: list, sampled: Sampled, kept: KeptRollouts) -> dict:
-        """GRPOTrainer's own ``_generate_and_score_completions`` on the kept rows, grouped by m: log-probs,
-        advantages, metrics, the completions table, each row with its rollout's prompt and ``log_extra`` values."""
-        n = self.num_generations
-        self._pods_call = kept  # TRL's `_generate` and `_calculate_rewards` are answered from it
-        self.num_generations = self.downsample_to  # TRL groups the kept rewards by num_generations
-        self._pending_extra_logs.update(keep_extra_logs(sampled.extra_logs, kept.rows))
-        try:
-            with self._kept_environments(kept.rows):
-                return super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept.rows))
-        finally:
-            self.num_generations = n
-            self._pods_call = None
+        """GRPOTrainer's own ``_generate_and_score_completions`` on the kept rows (their prompts, log_extra values)."""
+        add_extra_logs(self, keep_extra_logs(sampled.extra_logs, kept.rows))
+        with answering(self, kept), grouped_by(self, self.downsample_to), kept_environments(self, kept.rows):
+            return super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept.rows))
 
     def _use_sampled_baseline(self, output: dict, sampled: Sampled, kept_rows: list[int], num_rows: int) -> None:
         """``advantage_baseline="sampled"``: TRL's advantages of the kept rows replaced, in the batch and the
@@ -182,7 +185,7 @@ class PODSStep:
         advantages = sampled_baseline_advantages(totals, kept_rows, scale=self.args.scale_rewards == "group")
         output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
         every = self._gather(advantages).cpu().tolist()  # the completions table's column: every process's rows
-        logged = self._logs["advantages"]
+        logged = completions_column(self, "advantages")
         for i, value in enumerate(every):
             logged[len(logged) - len(every) + i] = value
 
@@ -195,8 +198,7 @@ class PODSStep:
         """``tensor`` concatenated over processes along dim 0 (accelerate's ``gather``, on this process's device)."""
         return gather(tensor.to(self.accelerator.device))
 
-    def _local_rows(self, tensor: torch.Tensor, num_rows: int) -> torch.Tensor:
-        """This process's ``num_rows`` rows of a tensor gathered over processes, on CPU."""
+    def _local_rows(self, tensor: torch.Tensor, num_rows: int) -> torch.Tensor:  # this process's, of a gathered one
         rank = self.accelerator.process_index
         return tensor[rank * num_rows:(rank + 1) * num_rows].cpu()
 
@@ -205,8 +207,7 @@ class PODSStep:
         return bool(self._gather(torch.tensor([float(flag)])).max() > 0)
 
     def _log_train_metrics(self, metrics: dict[str, float]) -> None:
-        for name, value in metrics.items():
-            self._metrics["train"][name].append(value)
+        log_train_metrics(self, metrics)
 
     def _record_in_ledger(self, ids: torch.Tensor, sampled: Sampled, num_sampled: int, n: int) -> None:
         """Every process's scored groups into the prompt ledger (one collective), by their deciding reward."""
@@ -245,15 +246,9 @@ class PODSStep:
     def _sample_round(self, batch: dict, inputs: list[dict], prompts: list, slots: list[int], padding: int,
                       run_length: int) -> Scored:
         """One round: ``slots``' rows + ``padding`` throw-away rows in their rollout state, grouped by run_length."""
-        n = self.num_generations
         with round_rollout_state(self, batch, slots, padding, inputs, prompts, self._rollout_prompts) as (rows, texts):
-            self.num_generations = run_length
-            self._pods_call = ROUND
-            try:
+            with answering(self, ROUND), grouped_by(self, run_length):
                 return self._generate_and_score(rows, texts)
-            finally:
-                self.num_generations = n
-                self._pods_call = None
 
     def _generate_and_score(self, rows: list[dict], prompts: list) -> Scored:
         """GRPOTrainer's ``_generate`` and ``_calculate_rewards`` over ``rows``; TRL's per-rollout buffers taken out."""
@@ -287,39 +282,14 @@ class PODSStep:
         # Why TRL's method is stopped part-way: it prepares the prompts inline, with no method of its own to call,
         # and a copy would drift from TRL. `_generate` is its first call after that, so there (and only there) it
         # raises PromptsPrepared, caught only here: a BaseException, which TRL's `except Exception` lets through.
-        self._pods_call = PREPARE
         try:
-            super()._generate_and_score_completions(inputs)
+            with answering(self, PREPARE):
+                super()._generate_and_score_completions(inputs)
         except PromptsPrepared as prepared:
             return prepared.prompts
-        finally:
-            self._pods_call = None
         raise RuntimeError("GRPOTrainer._generate_and_score_completions returned without calling _generate: this TRL "
                            f"is not one pods-rl supports (trl{TRL_RANGE}).")
 
-    @contextmanager
-    def _kept_environments(self, kept_rows: list[int]):
-        """Inside TRL's call on the kept rows, each gets back its rollout's environment instance, not reset again
-        (TRL's pool holds just those); afterwards ``self.environments`` lists the whole batch's."""
-        environments = getattr(self, "environments", None)
-        if not environments:
-            yield
-            return
-        names, pool = self._batch_environments, self._environment_pool
-        kept_pool = {name: [] for name in pool}
-        for i in kept_rows:
-            kept_pool[names[i]].append(environments[i])
-        kept = {id(environments[i]): environments[i] for i in kept_rows}
-        for environment in kept.values():
-            environment.reset = _no_observation  # an instance attribute: the class's reset is not touched
-        self._environment_pool = kept_pool
-        try:
-            yield
-        finally:
-            for environment in kept.values():
-                vars(environment).pop("reset", None)
-            self._environment_pool = pool
-            self.environments, self._batch_environments = environments, names
 
     def _rollout_features(self, generated: tuple, rewards_per_func: torch.Tensor, num_prompts: int, n: int):
         """What selection may look at besides the rewards, each (P, n) (``pods_rl.rollouts.rollout_features``);
@@ -329,7 +299,7 @@ class PODSStep:
             return None
         generated = Generated(*generated)
         return rollout_features(generated.completion_ids, num_prompts,
-                                stop_ids={*eos_token_ids(self), self._tokenizer.pad_token_id},
+                                stop_ids=stop_ids(self),
                                 tool_mask=generated.tool_mask,
                                 rewards_per_func=rewards_per_func if takes_features else None)
 
@@ -361,12 +331,8 @@ class PODSStep:
     def _rescore_for_metrics(self, inputs, prompts, completions, completion_ids_list) -> None:
         """Score the kept rows again for the reward functions' ``log_metric`` values only (TRL's metrics describe the
         rows it trains on); rewards and ``log_extra`` stay the first scoring's. Only in steps that log metrics."""
-        extra_logs = dict(self._pending_extra_logs)
-        self._pending_extra_logs.clear()
-        with self._phase("scoring"), metrics_logged(self) as logged:
+        with extra_logs_set_aside(self), self._phase("scoring"), metrics_logged(self) as logged:
             super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._pending_extra_logs.clear()
-        self._pending_extra_logs.update(extra_logs)
         put_back_metrics(self, logged, owned=False)
 
     def _phase(self, name: str):
@@ -417,9 +383,6 @@ class PromptsPrepared(BaseException):  # noqa: N818 - a signal, not an error: pa
         self.prompts = prompts
 
 
-def _no_observation(**kwargs):
-    """Stands in for a kept environment's ``reset`` during TRL's call on the kept rows: nothing to add."""
-    return None
 
 
 def _kept_inputs(inputs: list[dict], prompts: list, rows: list[int]) -> list[dict]:
