@@ -1,7 +1,5 @@
-"""The GRPOTrainer state the PODS step (step.py, rounds.py, rows.py) reads and swaps, written only here: each private
-name of TRL's used here is pinned by ``tests/test_trl_surface.py`` (``ADAPTER_PRIVATE_NAMES``), each swap a named
-context manager that says why.
-"""
+"""The GRPOTrainer state the PODS step reads and swaps, written only here: each private name of TRL's used here is
+pinned by ``tests/test_trl_surface.py`` (``ADAPTER_PRIVATE_NAMES``), each swap a named context manager that says why."""
 
 from __future__ import annotations
 

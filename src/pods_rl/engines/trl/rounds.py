@@ -1,12 +1,8 @@
 """Adaptive rollouts in ``PODSTrainer``: a pilot round of k rollouts per prompt, then rounds for the prompts the
-adaptive rule (``pods_rl.adaptive.plan_round``) keeps open, until each has m..n. A round is one ``_generate`` and one
-``_calculate_rewards`` of GRPOTrainer's over its rows, which the step runs (``RoundsHost.sample_round``):
-
-    RoundBook                 which of the P*n slots each round's rollouts fill, and what they scored
-    Rounds                    the round loop, given what it needs of the step (``RoundsHost``); touches no trainer
-    _agreed_round_rows        every process runs the same rounds with as many rows (TRL gathers per-row tensors)
-    _agreed_run_length        the length of one prompt's runs of rows, which vLLM's server mode relies on
-"""
+adaptive rule (``pods_rl.adaptive.plan_round``) keeps open, until each has m..n. ``RoundBook`` holds which of the P*n
+slots each round's rollouts fill and what they scored; ``Rounds`` runs the loop, every process as many rounds of as many
+rows (TRL gathers per-row tensors), given what it needs of the step (``RoundsHost``): a round is one ``_generate`` and
+one ``_calculate_rewards`` of GRPOTrainer's, which the step runs."""
 
 from __future__ import annotations
 
@@ -90,8 +86,7 @@ class RoundsHost:
 
 
 class Rounds:
-    """One step's rounds on this process's P prompts, until no process has one open. ``args``: the step's
-    ``PODSConfig``; ``rank``: this process's index."""
+    """One step's rounds on this process's P prompts; ``args``: the step's ``PODSConfig``, ``rank``: the process's."""
 
     def __init__(self, args, n: int, m: int, rank: int, host: RoundsHost):
         self.args, self.n, self.m, self.rank, self.host = args, n, m, rank, host

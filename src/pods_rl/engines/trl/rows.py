@@ -1,7 +1,6 @@
-"""TRL's per-rollout data by row, for any subset of the rows: ``GRPOTrainer._generate``'s tuple (``Generated``), the
-``log_extra`` columns, the rounds' rows in P*n slots. The PODS step samples P*n rollouts but hands TRL the B*m it
-keeps, so whatever TRL keeps per rollout is cut to the kept rows. No trainer here: ``adapter.py`` holds its state.
-"""
+"""TRL's per-rollout data by row, for any subset of the rows (``Generated``, ``log_extra`` columns, the rounds' slots):
+the step samples P*n rollouts but hands TRL the B*m it keeps, so whatever TRL keeps per rollout is cut to the kept
+rows. No trainer here: ``adapter.py`` holds its state."""
 
 from __future__ import annotations
 
