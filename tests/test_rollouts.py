@@ -67,7 +67,7 @@ def test_the_synchronous_steps_features_are_these(scratch_registry, rule, tiebre
     """``PODSStep._rollout_features`` (TRL's ``_generate`` tuple in; as stop ids the pad id and TRL >= 1.15's
     ``eos_token_ids``, earlier TRLs' tokenizer EOS) gives what ``rollout_features`` gives on the same lists: the two
     trainers' rules see the same."""
-    from pods_rl.engines.trl.rows import TRL_KEEPS_EOS_TOKEN_IDS
+    from pods_rl.engines.trl.adapter import TRL_KEEPS_EOS_TOKEN_IDS
     from pods_rl.engines.trl.step import Generated, PODSStep
     from pods_rl.selection import SelectionSettings
 

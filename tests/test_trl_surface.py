@@ -153,10 +153,10 @@ def test_generate_and_score_completions_prepares_prompts_before_generate():
     for step in ("self._environment_pool[", ".reset(", "prepare_multimodal_messages(", "self._sync_tool_dicts"):
         assert step in source and source.index(step) < generate_at, (
             f"GRPOTrainer._generate_and_score_completions no longer does {step!r} before self._generate(prompts); "
-            "PODSTrainer._rollout_prompts and _kept_environments rely on that order")
+            "PODSTrainer._rollout_prompts and adapter.kept_environments rely on that order")
     assert "self._batch_environments = " in source and "pool_cursor" in source, (
         "GRPOTrainer no longer draws each row's environment from self._environment_pool with a cursor per name; "
-        "PODSTrainer._kept_environments hands the kept rows their own instances through that pool")
+        "pods_rl.engines.trl.adapter.kept_environments hands the kept rows their own instances through that pool")
     assert "x.get(\"prompt\"" in source.replace("'", '"'), (
         "GRPOTrainer no longer reads each row's prompt from its 'prompt' field; the kept rows carry their prepared "
         "prompt there")
@@ -181,10 +181,60 @@ def test_grpo_trainer_sets_the_attributes_we_read(name):
         f"GRPOTrainer.__init__ no longer sets self.{name}; pods_rl.engines.trl.trainer reads it")
 
 
+# ---- the adapter: every private name of TRL's the step uses is read or set there, and pinned here ----------------
+ADAPTER_PRIVATE_NAMES = {  # name -> the GRPOTrainer method that sets it (pinned below)
+    "_metrics": "__init__", "_logs": "__init__", "_pending_extra_logs": "__init__", "_pending_metrics": "__init__",
+    "_tokenizer": "__init__", "_environment_pool": "__init__", "_batch_environments": "_generate_and_score_completions",
+    "_sync_tool_dicts": "_generate_and_score_completions", "_async_tool_dicts": "_generate_and_score_completions",
+    "_llm_weights_sleeping": None,  # VLLMGeneration's (test_vllm_sleep_mode_is_what_the_rounds_defer)
+}
+
+
+def private_names_used(path) -> set[str]:
+    """Underscore attributes ``path`` reads or sets on ``self``, ``trainer`` or ``generation``, or names as strings
+    (for getattr / setattr)."""
+    nodes = list(ast.walk(ast.parse(path.read_text())))
+    return {node.attr for node in nodes
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Name) and node.value.id in ("self", "trainer", "generation")} | {
+        node.value for node in nodes if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        and node.value.isidentifier() and node.value.startswith("_") and not node.value.startswith("__")}
+
+
+def defined_names(path) -> set[str]:
+    """The methods and class attributes ``path``'s classes define (pods-rl's own names)."""
+    names = set()
+    for cls in (node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)):
+        for node in cls.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, ast.AnnAssign) else []
+            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+    return names
+
+
+def test_the_step_reaches_trls_private_state_only_through_the_adapter():
+    """engines/trl/adapter.py is the one module of the step that reads or sets GRPOTrainer's private attributes; each
+    one it uses is in ADAPTER_PRIVATE_NAMES, and TRL still sets it where that says."""
+    from pathlib import Path
+
+    engine = Path(pods_trainer.__file__).parent
+    own = set().union(*(defined_names(path) for path in engine.glob("*.py")))
+    own |= assigned_on_self(pods_trainer.PODSTrainer.__init__)
+    used = {module: private_names_used(engine / f"{module}.py") - own for module in ("step", "rounds", "rows")}
+    assert not any(used.values()), f"GRPOTrainer's private names used outside engines/trl/adapter.py: {used}"
+    assert private_names_used(engine / "adapter.py") - own == set(ADAPTER_PRIVATE_NAMES)
+    for name, method in ADAPTER_PRIVATE_NAMES.items():
+        if method is not None:
+            assert name in assigned_on_self(getattr(GRPOTrainer, method)), (
+                f"GRPOTrainer.{method} no longer sets self.{name}; pods_rl.engines.trl.adapter uses it")
+
+
 def test_eos_token_ids_are_what_this_trl_counts_as_a_finish():
-    """pods_rl.engines.trl.rows.eos_token_ids: TRL >= 1.15 keeps GRPOTrainer.eos_token_ids and its `_generate` counts a
-    completion ending in any of them (or padding) as finished; earlier TRLs count only the tokenizer's EOS."""
-    from pods_rl.engines.trl.rows import TRL_KEEPS_EOS_TOKEN_IDS
+    """pods_rl.engines.trl.adapter.eos_token_ids: TRL >= 1.15 keeps GRPOTrainer.eos_token_ids and its `_generate`
+    counts a completion ending in any of them (or padding) as finished; earlier TRLs count only the tokenizer's EOS."""
+    from pods_rl.engines.trl.adapter import TRL_KEEPS_EOS_TOKEN_IDS
 
     generate = inspect.getsource(GRPOTrainer._generate)
     if TRL_KEEPS_EOS_TOKEN_IDS:
@@ -197,7 +247,7 @@ def test_eos_token_ids_are_what_this_trl_counts_as_a_finish():
 
 def test_reward_functions_log_through_the_buffers_the_step_cuts_to_the_kept_rows():
     """log_extra / log_metric reach reward functions as the trainer's methods, which fill the buffers that
-    TRL's `_generate_and_score_completions` flushes (pods_rl.engines.trl.rows.take_extra_logs / metrics_logged)."""
+    TRL's `_generate_and_score_completions` flushes (pods_rl.engines.trl.adapter.take_extra_logs / metrics_logged)."""
     rewards = inspect.getsource(GRPOTrainer._calculate_rewards)
     assert 'reward_kwargs["log_extra"] = self._log_completion_extra' in rewards
     assert 'reward_kwargs["log_metric"] = self._log_metric' in rewards
@@ -208,9 +258,10 @@ def test_reward_functions_log_through_the_buffers_the_step_cuts_to_the_kept_rows
 
 
 def test_the_tool_loop_reads_each_rollouts_tool_dicts_by_position():
-    """The adaptive rounds set the round's rows' tool dicts (pods_rl.engines.trl.rounds) and count a failed call per
-    rollout (pods_rl.engines.trl.rows.count_tool_exceptions): TRL's loop looks each rollout's tools up by its position
-    in the batch it generates, at most max_tool_calling_iterations times, and counts a raised call as a failure."""
+    """The adaptive rounds set the round's rows' tool dicts (pods_rl.engines.trl.adapter.round_rollout_state) and count
+    a failed call per rollout (pods_rl.engines.trl.adapter.count_tool_exceptions): TRL's loop looks each rollout's tools
+    up by its position in the batch it generates, at most max_tool_calling_iterations times, and counts a raised call
+    as a failure."""
     loop = inspect.getsource(GRPOTrainer._tool_call_loop)
     assert "self._sync_tool_dicts[idx_with_tool]" in loop and "self._async_tool_dicts[idx_with_tool]" in loop
     assert "iteration_num < self.max_tool_calling_iterations" in loop
@@ -236,7 +287,7 @@ def test_environment_owned_data_gets_a_placeholder_dataset_of_one_round():
 
 
 def test_vllm_sleep_mode_is_what_the_rounds_defer():
-    """pods_rl.engines.trl.rounds._one_sleep_per_step: TRL's VLLMGeneration (colocate, sleep mode) sleeps its engine
+    """pods_rl.engines.trl.adapter.one_sleep_per_step: TRL's VLLMGeneration (colocate, sleep mode) sleeps its engine
     (`self.llm.sleep`) after `generate` and notes `_llm_weights_sleeping`, which `generate` reads to push the
     weights again; the rounds defer the sleep and clear the flag."""
     from trl.generation.vllm_generation import VLLMGeneration

@@ -1,35 +1,26 @@
 """Adaptive rollouts in ``PODSTrainer``: a pilot round of k rollouts per prompt, then rounds for the prompts the
-adaptive rule (``pods_rl.adaptive.plan_round``) keeps open, until each has m..n. A round is one ``_generate`` and one
-``_calculate_rewards`` of GRPOTrainer's over its rows:
-
-    RoundBook                 which of the P*n slots each round's rollouts fill, and what they scored (no TRL)
-    _agreed_round_rows        every process runs the same rounds with as many rows (TRL gathers per-row tensors)
-    _agreed_run_length        the length of one prompt's runs of rows, which vLLM's server mode relies on
-    _round_rollout_state      each row gets its slot's environment and tool dicts; padding rows get fresh ones
-"""
+adaptive rule (``pods_rl.adaptive.plan_round``) keeps open, until each has m..n. ``RoundBook`` holds which of the P*n
+slots each round's rollouts fill and what they scored; ``Rounds`` runs the loop, every process as many rounds of as many
+rows (TRL gathers per-row tensors), given what it needs of the step (``RoundsHost``): a round is one ``_generate`` and
+one ``_calculate_rewards`` of GRPOTrainer's, which the step runs."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 import torch
-from accelerate.utils import gather
 
 from pods_rl.adaptive import group_is_mixed, plan_round, ranks_within
 from pods_rl.engines.trl.rows import (
     Generated,
     Sampled,
+    Scored,
     arrange_rounds,
-    generation_metrics_dropped,
-    metrics_logged,
     place_extra_logs,
-    put_back_metrics,
-    take_extra_logs,
     write_extra_fields,
 )
-from pods_rl.selection import reward_totals
-
-ROUND = "round"  # PODSStep._pods_call inside an adaptive round (see trainer_step)
 
 
 class RoundBook:
@@ -81,85 +72,72 @@ class RoundBook:
         return generated, place_extra_logs(self.extra_logs, self.slots, self.P * self.n)
 
 
-class RoundsStep:
-    """The adaptive rounds (``_sample_in_rounds``) of ``PODSStep``."""
+@dataclass(frozen=True)
+class RoundsHost:
+    """What the rounds need of the step that runs them, passed in: the rounds themselves touch no trainer."""
 
-    _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
+    sample_round: Callable[[list[int], int, int], Scored]  # (slots, padding rows, run length) -> the round scored
+    gather: Callable[[torch.Tensor], torch.Tensor]  # concatenated over processes along dim 0 (a collective)
+    deciding_rewards: Callable[[torch.Tensor], torch.Tensor]  # (rows, F) -> (rows,) the reward that decides "mixed"
+    commit: Callable | None  # Pilot-Commit's commit: (ids, rewards, counts) -> (more, trainable); None without it
+    phase: Callable[[str], AbstractContextManager]  # the phase clock's block for a phase name
+    log: Callable[[dict[str, float]], None]  # into the train metrics
+    note_reward_variance: Callable[[torch.Tensor], None]  # once per step, on the finished groups (N, F)
 
-    # Long because the round loop shares the book, the batch state and the mode swap; split, each part passes them all.
-    def _sample_in_rounds(self, inputs: list[dict], prompts: list, num_sampled: int,
-                          first: torch.Tensor | None = None, ids: torch.Tensor | None = None):
-        """Rounds until no process has a prompt open; returns ``Sampled``. ``first`` (P,): the planners' first round
-        (else ``pilot_generations``); later ones from ``adaptive_rule`` or Pilot-Commit's commit (of ``ids`` (P,)).
-        A process with fewer open rows pads its round with throw-away rows."""
-        args, n, m = self.args, self.num_generations, self.downsample_to
-        round_size = args.adaptive_round_size or args.pilot_generations
-        budget = None if args.adaptive_budget is None else int(args.adaptive_budget * num_sampled)
+
+class Rounds:
+    """One step's rounds on this process's P prompts; ``args``: the step's ``PODSConfig``, ``rank``: the process's."""
+
+    def __init__(self, args, n: int, m: int, rank: int, host: RoundsHost):
+        self.args, self.n, self.m, self.rank, self.host = args, n, m, rank, host
+
+    def sample(self, inputs: list[dict], first: torch.Tensor | None = None,
+               ids: torch.Tensor | None = None) -> Sampled:
+        """The first round (the planners' ``first`` (P,), else ``pilot_generations`` each), then rounds for the prompts
+        ``adaptive_rule`` or Pilot-Commit's commit (of ``ids`` (P,)) keeps open. Short processes pad their rounds."""
+        args, n, host = self.args, self.n, self.host
+        num_sampled = len(inputs) // n  # P
         book = RoundBook(num_sampled, n, args.pilot_generations if first is None else first)
         planned = book.more > 0  # (P,) the prompts sampled this step
         trainable = None  # (P,) bool, after Pilot-Commit's pilot
-        rank, weights, user_metrics = self.accelerator.process_index, self.reward_weights.cpu().double(), False
-        with _one_sleep_per_step(self), self._batch_rollout_state() as batch:
-            while True:
-                round_rows = self._agreed_round_rows(book.open_rows)
-                if round_rows == 0:
-                    break
-                slots = book.next_slots()
-                padding = round_rows - len(slots)
-                with self._round_rollout_state(batch, slots, padding, inputs, prompts) as (rows, texts):
-                    self.num_generations = self._agreed_run_length(book.more, round_rows)
-                    self._pods_call = ROUND
-                    try:
-                        with generation_metrics_dropped(self):
-                            generated = Generated(*self._generate(texts))
-                        write_extra_fields(rows, generated.extra_fields)
-                        with metrics_logged(self) as logged:
-                            round_per_func = self._calculate_rewards(rows, texts, generated.completions,
-                                                                     generated.completion_ids)
-                        extra_logs = take_extra_logs(self, round_rows)
-                    finally:
-                        self.num_generations = n
-                        self._pods_call = None
-                put_back_metrics(self, logged, owned=True)
-                user_metrics |= any(not name.startswith("pods/") for name in logged)
-                with self._phase("selection"):
-                    local = round_per_func[rank * round_rows: rank * round_rows + len(slots)].cpu()  # (rows, F)
-                    book.record(generated, slots, local, self._deciding_rewards(local, weights),
-                                {c: v[:len(slots)] for c, v in extra_logs.items()}, round_per_func.shape[0])
-                    if args.is_adaptive:
-                        book.more = plan_round(book.rewards, book.counts, m, n, round_size, args.adaptive_rule,
-                                               budget=budget) * planned
-                    elif trainable is None and self._budget is not None and self._budget.commits:
-                        book.more, trainable, metrics = self._budget.commit(  # Pilot-Commit's commit round
-                            ids, book.rewards, book.counts, self._kept_groups_per_process, step=self.state.global_step,
-                            rank=rank, gather=gather, device=self.accelerator.device)
-                        self._log_train_metrics(metrics)
-                    else:  # the planners' one round (Pilot-Commit's two)
-                        book.more = torch.zeros_like(book.more)
-        with self._phase("selection"):
+        user_metrics = False
+        while (round_rows := self._agreed_round_rows(book.open_rows)) > 0:
+            slots = book.next_slots()
+            scored = host.sample_round(slots, round_rows - len(slots), self._agreed_run_length(book.more, round_rows))
+            user_metrics |= scored.user_metrics
+            with host.phase("selection"):
+                local = scored.rewards_per_func[self.rank * round_rows: self.rank * round_rows + len(slots)].cpu()
+                book.record(scored.generated, slots, local, host.deciding_rewards(local),  # local: (rows, F)
+                            {c: v[:len(slots)] for c, v in scored.extra_logs.items()},
+                            scored.rewards_per_func.shape[0])
+                if args.is_adaptive:
+                    book.more = plan_round(book.rewards, book.counts, self.m, n, self._round_size, args.adaptive_rule,
+                                           budget=self._budget(num_sampled)) * planned
+                elif trainable is None and host.commit is not None:  # Pilot-Commit's commit round
+                    book.more, trainable = host.commit(ids, book.rewards, book.counts)
+                else:  # the planners' one round (Pilot-Commit's two)
+                    book.more = torch.zeros_like(book.more)
+        with host.phase("selection"):
             generated, extra_logs = book.arranged()
             write_extra_fields(inputs, generated.extra_fields)
-            rewards_per_func = gather(book.per_func.to(self.accelerator.device))  # (P*n*processes, F)
-            metrics = self._metrics["train"]
-            metrics["pods/rollouts_sampled"].append(float(book.rows_generated))
-            metrics["pods/rounds"].append(float(len(book.outputs)))
+            rewards_per_func = host.gather(book.per_func)  # (P*n*processes, F)
             equal = book.pilot_all_equal[planned]  # (sampled prompts,) all-equal after the first round
-            total, count = gather(torch.tensor([[equal.sum().item(), float(len(equal))]],
-                                               device=self.accelerator.device)).sum(0).tolist()
-            metrics["pods/frac_zero_std_pilot"].append(total / count if count else float("nan"))
-        self._note_reward_variance(rewards_per_func)  # once per step, on the finished groups
+            total, count = host.gather(torch.tensor([[equal.sum().item(), float(len(equal))]])).sum(0).tolist()
+            host.log({"pods/rollouts_sampled": float(book.rows_generated), "pods/rounds": float(len(book.outputs)),
+                      "pods/frac_zero_std_pilot": total / count if count else float("nan")})
+        host.note_reward_variance(rewards_per_func)  # once per step, on the finished groups
         return Sampled(generated, rewards_per_func, book.counts, extra_logs, user_metrics, trainable)
 
-    def _deciding_rewards(self, rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """(rows, F) -> (rows,) the reward that decides "mixed": ``adaptive_reward``'s column, or the total."""
-        if self._adaptive_reward_index is None:
-            return reward_totals(rewards_per_func.double(), weights)
-        return rewards_per_func[:, self._adaptive_reward_index].double()
+    @property
+    def _round_size(self) -> int:
+        return self.args.adaptive_round_size or self.args.pilot_generations
+
+    def _budget(self, num_sampled: int) -> int | None:  # adaptive_budget per prompt on average, if any
+        return None if self.args.adaptive_budget is None else int(self.args.adaptive_budget * num_sampled)
 
     def _agreed_round_rows(self, local_rows: int) -> int:
         """The next round's rows on every process: the most any has open (0: done). A collective."""
-        device = self.accelerator.device
-        return int(gather(torch.tensor([local_rows], device=device)).max())
+        return int(self.host.gather(torch.tensor([local_rows])).max())
 
     def _agreed_run_length(self, more: torch.Tensor, round_rows: int) -> int:
         """``num_generations`` for the round's ``_generate``: the processes' common run length of one prompt's rows,
@@ -167,77 +145,5 @@ class RoundsStep:
         open_counts = more[more > 0]
         uniform = round_rows == int(more.sum()) and len(set(open_counts.tolist())) == 1
         run = int(more.max()) if uniform else 1
-        runs = gather(torch.tensor([run], device=self.accelerator.device))  # (processes,)
+        runs = self.host.gather(torch.tensor([run]))  # (processes,)
         return run if bool((runs == run).all()) else 1
-
-    @contextmanager
-    def _batch_rollout_state(self):
-        """The batch's per-rollout state as TRL prepared it ({name: per-row list}), yielded and restored on leaving."""
-        names = ("environments", "_batch_environments", "_sync_tool_dicts", "_async_tool_dicts")
-        batch = {name: getattr(self, name) for name in names if getattr(self, name, None) is not None}
-        try:
-            yield batch
-        finally:
-            for name, values in batch.items():
-                setattr(self, name, values)
-
-    @contextmanager
-    def _round_rollout_state(self, batch: dict, slots: list[int], padding: int, inputs: list[dict], prompts: list):
-        """Yields the round's rows (``slots``, then ``padding`` throw-away rows) and prompts, with TRL's per-rollout
-        state set so each row's tools reach its slot's environment. Padding rows repeat the first prompt, prepared
-        by TRL with fresh environment instances."""
-        rows = [dict(inputs[i]) for i in slots]
-        texts = [prompts[i] for i in slots]
-        padded = {name: [] for name in batch}
-        if padding:
-            pad_inputs = [dict(inputs[0]) for _ in range(padding)]
-            if batch:  # tools or environments
-                pool = getattr(self, "_environment_pool", None)
-                if pool is not None:  # TRL creates (and resets) a fresh instance for each padding row
-                    self._environment_pool = {name: [] for name in pool}
-                try:
-                    texts += self._rollout_prompts(pad_inputs)
-                finally:
-                    if pool is not None:
-                        self._environment_pool = pool
-                padded = {name: list(getattr(self, name)) for name in batch}
-            else:
-                texts += [prompts[0]] * padding
-            rows += pad_inputs
-        for name, values in batch.items():
-            setattr(self, name, [values[i] for i in slots] + padded[name])
-        yield rows, texts
-
-
-@contextmanager
-def _one_sleep_per_step(trainer):
-    """Adaptive rounds with vLLM's sleep mode (colocate): one weight push and one sleep per step, not per round.
-
-    TRL sleeps the engine at level 2 after every ``generate`` and pushes the weights again before the next; inside
-    the block ``sleep`` is deferred (the weights stay) and runs once on leaving."""
-    generation = getattr(trainer, "vllm_generation", None)
-    if not (getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", None) == "colocate"
-            and getattr(generation, "enable_sleep_mode", False) and getattr(generation, "llm", None) is not None):
-        yield
-        return
-    engine, generate = generation.llm, generation.generate
-    sleep, deferred = engine.sleep, []
-
-    def defer_sleep(level: int = 1, *args, **kwargs):
-        deferred.append((level, args, kwargs))
-
-    def generate_and_stay_awake(*args, **kwargs):
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            generation._llm_weights_sleeping = False  # its sleep was deferred: the weights are still loaded
-
-    engine.sleep, generation.generate = defer_sleep, generate_and_stay_awake
-    try:
-        yield
-    finally:
-        engine.sleep, generation.generate = sleep, generate
-        if deferred:
-            level, args, kwargs = deferred[-1]
-            sleep(level, *args, **kwargs)
-            generation._llm_weights_sleeping = True

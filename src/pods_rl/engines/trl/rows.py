@@ -1,27 +1,16 @@
-"""TRL's per-rollout data by row, for any subset of the rows: ``GRPOTrainer._generate``'s tuple (``Generated``), the
-``log_extra`` columns and ``log_metric`` values, and the generation metrics TRL computes from them. The PODS step
-samples P*n rollouts but hands TRL the B*m it keeps, so whatever TRL keeps per rollout is cut to the kept rows.
-"""
+"""TRL's per-rollout data by row, for any subset of the rows (``Generated``, ``log_extra`` columns, the rounds' slots):
+the step samples P*n rollouts but hands TRL the B*m it keeps, so whatever TRL keeps per rollout is cut to the kept
+rows. No trainer here: ``adapter.py`` holds its state."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib.metadata import version
 from typing import NamedTuple
 
 import torch
-from packaging.version import Version
 
 from pods_rl.rollouts import images_in_messages
-
-# TRL 1.15 keeps the generation config's EOS ids beside the tokenizer's (GRPOTrainer.eos_token_ids) and counts a
-# completion ending in any of them as terminated; earlier ones know only the tokenizer's. tests/test_trl_surface.py
-# pins both sides of the line.
-TRL_KEEPS_EOS_TOKEN_IDS = Version(version("trl")) >= Version("1.15")
 
 
 class Generated(NamedTuple):
@@ -48,6 +37,15 @@ class Sampled:
     extra_logs: dict[str, list]  # the reward functions' log_extra columns, a value per row
     user_metrics: bool  # a reward function called log_metric (with a name of its own, not pods/*)
     trainable: torch.Tensor | None = None  # (P,) bool: the prompts that may train (Pilot-Commit's committed); None: all
+
+
+class Scored(NamedTuple):
+    """One ``_generate`` + ``_calculate_rewards`` over some rows, what TRL buffered per rollout taken out."""
+
+    generated: Generated
+    rewards_per_func: torch.Tensor  # (rows*processes, F) gathered
+    extra_logs: dict[str, list]  # the reward functions' log_extra columns, a value per row
+    user_metrics: bool  # a reward function called log_metric (with a name of its own, not pods/*)
 
 
 def select_rows(generated: tuple, rows: list[int], num_rows: int) -> Generated:
@@ -105,19 +103,6 @@ def write_extra_fields(inputs: list[dict], extra_fields: dict | None) -> None:
 
 # ---- log_extra: the completions table's extra columns, one value per row ---------------------------------------
 
-def take_extra_logs(trainer, num_rows: int) -> dict[str, list]:
-    """The ``log_extra`` columns of the last scoring call (TRL's ``_pending_extra_logs``, emptied), one value per row;
-    a column of another length is refused (TRL would misalign it)."""
-    pending = trainer._pending_extra_logs
-    columns = {column: list(values) for column, values in pending.items()}
-    pending.clear()
-    for column, values in columns.items():
-        if len(values) != num_rows:
-            raise ValueError(f"a reward function logged {len(values)} values in the log_extra column {column!r} for "
-                             f"{num_rows} completions: log_extra takes one value per completion it was given, in "
-                             "their order.")
-    return columns
-
 
 def place_extra_logs(columns_by_round: list[dict[str, list]], slots: list[list[int]], num_rows: int) -> dict:
     """Each round's ``log_extra`` columns placed at its rows' slots of the P*n; None where nothing was logged."""
@@ -132,89 +117,6 @@ def place_extra_logs(columns_by_round: list[dict[str, list]], slots: list[list[i
 def keep_extra_logs(columns: dict[str, list], rows: list[int]) -> defaultdict:
     """The kept rows' values of every column, as TRL's ``_pending_extra_logs`` holds them."""
     return defaultdict(list, {column: [values[i] for i in rows] for column, values in columns.items()})
-
-
-@contextmanager
-def metrics_logged(trainer):
-    """The block's ``log_metric`` values, yielded as {name: [values]}; TRL's ``_pending_metrics`` restored after."""
-    pending = trainer._pending_metrics
-    before = {name: list(values) for name, values in pending.items()}
-    pending.clear()
-    logged: dict[str, list] = {}
-    try:
-        yield logged
-    finally:
-        logged.update({name: list(values) for name, values in pending.items()})
-        pending.clear()
-        for name, values in before.items():
-            pending[name].extend(values)
-
-
-def put_back_metrics(trainer, logged: dict[str, list], owned: bool) -> None:
-    """Put back into TRL's buffer ``logged``'s ``pods/*`` values when ``owned``, else the reward functions' own."""
-    for name, values in logged.items():
-        if name.startswith("pods/") == owned:
-            trainer._pending_metrics[name].extend(values)
-
-
-# ---- the generation metrics TRL's `_generate` logs, for the rows TRL trains on ------------------------------------
-
-@contextmanager
-def generation_metrics_dropped(trainer):
-    """Undo what ``GRPOTrainer._generate`` logs of the rollouts generated in the block (tokens, lengths, clipped
-    ratio, tool use): they are all sampled ones; ``log_generation_metrics`` logs the kept rows' instead."""
-    metrics = trainer._metrics["train"]
-    lengths = {key: len(values) for key, values in metrics.items()}
-    num_tokens = list(metrics["num_tokens"]) if "num_tokens" in metrics else None
-    seen = trainer.state.num_input_tokens_seen
-    try:
-        yield
-    finally:
-        for key in list(metrics):
-            if key not in lengths:
-                del metrics[key]
-            else:
-                del metrics[key][lengths[key]:]
-        if num_tokens is not None:
-            metrics["num_tokens"] = num_tokens
-        trainer.state.num_input_tokens_seen = seen
-
-
-def eos_token_ids(trainer) -> list[int]:
-    """The token ids TRL counts as a completion's end (besides padding) in its clipped ratio, as this TRL does."""
-    if TRL_KEEPS_EOS_TOKEN_IDS:
-        return list(trainer.eos_token_ids)
-    return [trainer._tokenizer.eos_token_id]
-
-
-def count_tool_exceptions(trainer, num_rows: int) -> list[int]:
-    """Wrap each rollout's tools (TRL's per-rollout tool dicts) to count raised calls; returns the live counts
-    (``num_rows``,). A rollout's messages lose the error when TRL rolls an overflowing result back."""
-    raised = [0] * num_rows
-
-    def counted(tool, row):
-        if inspect.iscoroutinefunction(tool):
-            async def counted_async(*args, **kwargs):
-                try:
-                    return await tool(*args, **kwargs)
-                except Exception:
-                    raised[row] += 1
-                    raise
-            return functools.wraps(tool)(counted_async)
-
-        def counted_sync(*args, **kwargs):
-            try:
-                return tool(*args, **kwargs)
-            except Exception:
-                raised[row] += 1
-                raise
-        return functools.wraps(tool)(counted_sync)
-
-    for dicts in (trainer._sync_tool_dicts, trainer._async_tool_dicts):
-        for row, tools in enumerate(dicts):
-            for name, tool in list(tools.items()):
-                tools[name] = counted(tool, row)
-    return raised
 
 
 def tool_calls_and_failures(completions: list, tool_names: list[set], max_iterations: int,
@@ -233,39 +135,3 @@ def tool_calls_and_failures(completions: list, tool_names: list[set], max_iterat
                 if call.get("type") != "function" or function.get("name") not in tool_names[i]:
                     failures[i] += 1
     return calls, failures
-
-
-def log_generation_metrics(trainer, generated: Generated, tool_calls: list[int] | None = None,
-                           tool_failures: list[int] | None = None) -> None:
-    """Log for ``generated``'s rows (gathered here) what ``GRPOTrainer._generate`` logs, as TRL computes it:
-    ``num_tokens``, ``completions/*`` lengths and clipped ratio, and with tools ``tools/*`` frequencies."""
-    gather = trainer.accelerator.gather
-    device = trainer.accelerator.device
-    metrics = trainer._metrics["train"]
-    prompt_ids, completion_ids, tool_mask = generated.prompt_ids, generated.completion_ids, generated.tool_mask
-    prompt_lengths = gather(torch.tensor([len(ids) for ids in prompt_ids], device=device))
-    if tool_mask is not None:  # only the tokens the model generated
-        completion_lengths = torch.tensor([sum(mask) for mask in tool_mask], device=device)
-    else:
-        completion_lengths = torch.tensor([len(ids) for ids in completion_ids], device=device)
-    completion_lengths = gather(completion_lengths)
-    trainer.state.num_input_tokens_seen += (prompt_lengths.sum() + completion_lengths.sum()).item()
-    metrics["num_tokens"] = [trainer.state.num_input_tokens_seen]
-    metrics["completions/mean_length"].append(completion_lengths.float().mean().item())
-    metrics["completions/min_length"].append(completion_lengths.float().min().item())
-    metrics["completions/max_length"].append(completion_lengths.float().max().item())
-    eos_and_pad = [*eos_token_ids(trainer), trainer._tokenizer.pad_token_id]
-    truncated = gather(torch.tensor([ids[-1] not in eos_and_pad for ids in completion_ids], device=device))
-    metrics["completions/clipped_ratio"].append(truncated.float().mean().item())
-    terminated = completion_lengths[~truncated]
-    if len(terminated) == 0:  # as TRL: no completion ended
-        terminated = torch.zeros(1, device=device)
-    metrics["completions/mean_terminated_length"].append(terminated.float().mean().item())
-    metrics["completions/min_terminated_length"].append(terminated.float().min().item())
-    metrics["completions/max_terminated_length"].append(terminated.float().max().item())
-    if trainer.tools:
-        total_calls = gather(torch.tensor(sum(tool_calls), device=device)).sum()
-        total_failures = gather(torch.tensor(sum(tool_failures), device=device)).sum()
-        metrics["tools/call_frequency"].append((total_calls / len(prompt_lengths)).item())
-        metrics["tools/failure_frequency"].append(
-            (total_failures / total_calls).item() if total_calls > 0 else 0.0)

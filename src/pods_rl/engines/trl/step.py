@@ -12,8 +12,9 @@ the n - m dropped rollouts after selection. Batch sizes count *kept* rollouts.
 
 from __future__ import annotations
 
+import functools
 import logging
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -22,20 +23,34 @@ from accelerate.utils import gather
 from pods_rl.advantages import sampled_baseline_advantages
 from pods_rl.budget.rollout_budget import candidate_ids
 from pods_rl.downsample import rule_takes_features
+from pods_rl.engines.trl.adapter import (
+    add_extra_logs,
+    answering,
+    batch_rollout_state,
+    completions_column,
+    count_tool_exceptions,
+    extra_logs_set_aside,
+    generation_metrics_dropped,
+    grouped_by,
+    kept_environments,
+    log_generation_metrics,
+    log_train_metrics,
+    metrics_logged,
+    one_sleep_per_step,
+    put_back_metrics,
+    round_rollout_state,
+    stop_ids,
+    take_extra_logs,
+    tool_names,
+)
 from pods_rl.engines.trl.config import TRL_RANGE  # importing it checks the TRL version first
-from pods_rl.engines.trl.rounds import ROUND, RoundsStep
+from pods_rl.engines.trl.rounds import Rounds, RoundsHost
 from pods_rl.engines.trl.rows import (
     Generated,
     Sampled,
-    count_tool_exceptions,
-    eos_token_ids,
-    generation_metrics_dropped,
+    Scored,
     keep_extra_logs,
-    log_generation_metrics,
-    metrics_logged,
-    put_back_metrics,
     select_rows,
-    take_extra_logs,
     tool_calls_and_failures,
     with_dataset_images,
     write_extra_fields,
@@ -55,16 +70,18 @@ class KeptRollouts:
     rescore_for_metrics: bool = False
     tool_calls: list[int] | None = None  # (B*m,) with tools: each kept rollout's tool calls and failed calls, as
     tool_failures: list[int] | None = None  # TRL's tool loop counted them
+    rows: list[int] | None = None  # (B*m,) the kept rows' indices among the P*n sampled
 
 
 PREPARE = "prepare"
+ROUND = "round"
 
 
-class PODSStep(RoundsStep):
+class PODSStep:
     """The PODS step, mixed into ``PODSTrainer(PODSStep, GRPOTrainer)``: ``super()`` here is GRPOTrainer. Reads
     ``num_generations`` (n), ``downsample_to`` (m), ``args`` (a ``PODSConfig``), set by ``PODSTrainer.__init__``."""
 
-    # The step's one mode: what a call of `_generate` / `_calculate_rewards` made from inside the step is for.
+    # The step's one mode (set by adapter.answering): what a `_generate` / `_calculate_rewards` call is for.
     #   None           TRL's own call (evaluation; GRPO at m = n): generate and score, timed
     #   PREPARE        TRL is preparing the prompts (`_rollout_prompts`): `_generate` answers with PromptsPrepared
     #   ROUND          an adaptive round: generate and score; the reward variance is noted once per step instead
@@ -73,6 +90,7 @@ class PODSStep(RoundsStep):
     # object.__new__) behaves as plain GRPO.
     _pods_call: str | KeptRollouts | None = None
     _budget = None  # the planners and the prompt ledger (budget.RolloutBudget), None without planners
+    _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
     _selects = False
     phase_clock = None
     _no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
@@ -80,38 +98,59 @@ class PODSStep(RoundsStep):
     # Generation rounds in a row without any reward variance before the terminal hears of it (once per run).
     NO_VARIANCE_WARN_ROUNDS = 10
 
-    # Long because the step's phases share a dozen locals (rows, prompts, rewards, kept rows) in order.
     def _generate_and_score_completions(self, inputs):
+        """One PODS training step, its phases in order; returns TRL's batch for the B*m kept rows."""
         if not self.model.training or not self._selects:
-            return super()._generate_and_score_completions(inputs)
-        n, m = self.num_generations, self.downsample_to
-        if len(inputs) % n != 0:
-            raise RuntimeError(f"PODS expects whole groups of n={n} rollouts per process, got {len(inputs)} rows.")
-        num_sampled = len(inputs) // n  # P, local: B * oversample_prompts prompts
-        num_groups = self._kept_groups_per_process  # B, local, updated
-        if num_sampled < num_groups:
-            raise RuntimeError(f"PODS expects at least {num_groups} groups per process, got {num_sampled}.")
-        inputs = [dict(x) for x in inputs]  # rows are annotated below; leave the dataloader's dicts alone
-        prompts = self._rollout_prompts(inputs)  # as GRPOTrainer prepares them: environments, tools, images
-        raised = count_tool_exceptions(self, len(inputs)) if self.tools else None  # (P*n,) per rollout, live
-
-        ids = first = None
-        if self._budget is not None:  # the planners: which candidates get rollouts, how many (pods_rl.budget)
-            ids = candidate_ids(inputs, n)  # (P,)
-            first, metrics = self._budget.plan(ids, num_groups, step=self.state.global_step,
-                                               rank=self.accelerator.process_index,
-                                               pilot=self.args.pilot_generations)
-            self._log_train_metrics(metrics)
+            return super()._generate_and_score_completions(inputs)  # evaluation, or GRPO (m = n)
+        n = self.num_generations
+        inputs = self._whole_groups(inputs)  # P*n rows: P prompts (B kept groups x oversample_prompts), n times each
+        num_sampled = len(inputs) // n  # P
+        # 1. the prompts, prepared by TRL's own code (environments, tool dicts, images)
+        prompts = self._rollout_prompts(inputs)  # (P*n,)
+        raised = count_tool_exceptions(self, len(inputs)) if self.tools else None  # (P*n,) live, with tools
+        # 2. the planners: which prompts get rollouts and how many (None, None without planners)
+        ids, first = self._plan_rollouts(inputs)  # (P,), (P,)
+        # 3. generate and score n per prompt (or in rounds)
         sampled = self._sample_rollouts(inputs, prompts, num_sampled, first, ids)  # P*n rollouts, rewards, logs
         if self._budget is not None:
             self._record_in_ledger(ids, sampled, num_sampled, n)
+        # 4. select: m of each group's n, B of the P groups
+        kept = self._select_kept(inputs, prompts, sampled, raised)  # kept.rows (B*m,)
+        # 5. TRL's own step on the kept rows: log-probs, advantages grouped by m, metrics
+        output = self._train_on_kept(inputs, prompts, sampled, kept)
+        if self.args.advantage_baseline == "sampled":  # 6. advantages baselined on every sampled rollout instead
+            self._use_sampled_baseline(output, sampled, kept.rows, len(inputs))
+        return output
 
+    def _whole_groups(self, inputs: list[dict]) -> list[dict]:
+        """``inputs`` copied (the step annotates its rows), once checked to hold at least B whole groups of n."""
+        n, num_groups = self.num_generations, self._kept_groups_per_process  # B, local
+        if len(inputs) % n != 0:
+            raise RuntimeError(f"PODS expects whole groups of n={n} rollouts per process, got {len(inputs)} rows.")
+        if len(inputs) // n < num_groups:
+            raise RuntimeError(f"PODS expects at least {num_groups} groups per process, got {len(inputs) // n}.")
+        return [dict(x) for x in inputs]
+
+    def _plan_rollouts(self, inputs: list[dict]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The candidates' ``ids`` (P,) and the planners' rollouts per prompt (P,); None, None without planners."""
+        if self._budget is None:
+            return None, None
+        ids = candidate_ids(inputs, self.num_generations)  # (P,)
+        first, metrics = self._budget.plan(ids, self._kept_groups_per_process, step=self.state.global_step,
+                                           rank=self.accelerator.process_index, pilot=self.args.pilot_generations)
+        self._log_train_metrics(metrics)
+        return ids, first
+
+    def _select_kept(self, inputs: list[dict], prompts: list, sampled: Sampled,
+                     raised: list[int] | None) -> KeptRollouts:
+        """Phase "selection": the B*m rollouts ``pods_rl.selection.select`` keeps of this process's P*n."""
+        n = self.num_generations
+        num_sampled = len(inputs) // n  # P
         with self._phase("selection"):
-            rank = self.accelerator.process_index
-            local_rewards_per_func = sampled.rewards_per_func[rank * len(inputs):(rank + 1) * len(inputs)].cpu()
+            local_rewards_per_func = self._local_rows(sampled.rewards_per_func, len(inputs))  # (P*n, F)
             counts = sampled.counts if sampled.trainable is None else torch.where(sampled.trainable, sampled.counts, 0)
             selection = select(local_rewards_per_func.view(num_sampled, n, -1), self.reward_weights.cpu(),
-                               num_groups, self.args.selection_settings, counts=counts,
+                               self._kept_groups_per_process, self.args.selection_settings, counts=counts,
                                aggregation=self.multi_objective_aggregation,
                                features=self._rollout_features(sampled.generated, local_rewards_per_func,
                                                                num_sampled, n),
@@ -121,40 +160,32 @@ class PODSStep(RoundsStep):
             generated = select_rows(sampled.generated, kept_rows, len(inputs))
             kept = KeptRollouts(generated=with_dataset_images(generated, prompts, kept_rows),
                                 rewards_per_func=self._gather(local_rewards_per_func[kept_rows]),
-                                rescore_for_metrics=self._any_process(sampled.user_metrics))
+                                rescore_for_metrics=self._any_process(sampled.user_metrics), rows=kept_rows)
             if raised is not None:
-                names = [set(self._sync_tool_dicts[i]) | set(self._async_tool_dicts[i]) for i in kept_rows]
                 kept.tool_calls, kept.tool_failures = tool_calls_and_failures(
-                    generated.completions, names, self.max_tool_calling_iterations, [raised[i] for i in kept_rows])
+                    generated.completions, tool_names(self, kept_rows), self.max_tool_calling_iterations,
+                    [raised[i] for i in kept_rows])
+        return kept
 
-        # Everything below (log-probs, advantages, metrics, the completions table, the loss) is TRL's own, on the
-        # kept rows only, each with the prompt it was generated from (its environment's observation and its images
-        # included) and the log_extra values its reward functions logged for it.
-        self._pods_call = kept
-        self.num_generations = m  # TRL groups the kept rewards by num_generations
-        self._pending_extra_logs.update(keep_extra_logs(sampled.extra_logs, kept_rows))
-        try:
-            with self._kept_environments(kept_rows):
-                output = super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept_rows))
-        finally:
-            self.num_generations = n
-            self._pods_call = None
-        if self.args.advantage_baseline == "sampled":
-            self._use_sampled_baseline(output, local_rewards_per_func.view(num_sampled, n, -1), sampled.counts,
-                                       kept_rows)
-        return output
+    def _train_on_kept(self, inputs: list[dict], prompts: list, sampled: Sampled, kept: KeptRollouts) -> dict:
+        """GRPOTrainer's own ``_generate_and_score_completions`` on the kept rows (their prompts, log_extra values)."""
+        add_extra_logs(self, keep_extra_logs(sampled.extra_logs, kept.rows))
+        with answering(self, kept), grouped_by(self, self.downsample_to), kept_environments(self, kept.rows):
+            return super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept.rows))
 
-    def _use_sampled_baseline(self, output: dict, rewards_per_func: torch.Tensor, counts: torch.Tensor,
-                              kept_rows: list[int]) -> None:
+    def _use_sampled_baseline(self, output: dict, sampled: Sampled, kept_rows: list[int], num_rows: int) -> None:
         """``advantage_baseline="sampled"``: TRL's advantages of the kept rows replaced, in the batch and the
-        completions table, by ones baselined on every sampled rollout. ``rewards_per_func`` (P, n, F) local."""
+        completions table, by ones baselined on every sampled rollout."""
+        n = self.num_generations
+        rewards_per_func = self._local_rows(sampled.rewards_per_func, num_rows).view(num_rows // n, n, -1)  # (P, n, F)
         totals = reward_totals(rewards_per_func, self.reward_weights)  # (P, n) TRL's sum; NaN: unscorable
+        counts = sampled.counts  # (P,)
         padding = torch.arange(totals.shape[1], device=totals.device) >= counts.to(totals.device).unsqueeze(1)
         totals = totals.masked_fill(padding, float("nan"))
         advantages = sampled_baseline_advantages(totals, kept_rows, scale=self.args.scale_rewards == "group")
         output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
         every = self._gather(advantages).cpu().tolist()  # the completions table's column: every process's rows
-        logged = self._logs["advantages"]
+        logged = completions_column(self, "advantages")
         for i, value in enumerate(every):
             logged[len(logged) - len(every) + i] = value
 
@@ -167,18 +198,20 @@ class PODSStep(RoundsStep):
         """``tensor`` concatenated over processes along dim 0 (accelerate's ``gather``, on this process's device)."""
         return gather(tensor.to(self.accelerator.device))
 
+    def _local_rows(self, tensor: torch.Tensor, num_rows: int) -> torch.Tensor:  # this process's, of a gathered one
+        rank = self.accelerator.process_index
+        return tensor[rank * num_rows:(rank + 1) * num_rows].cpu()
+
     def _any_process(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any process (a collective: every process calls it)."""
         return bool(self._gather(torch.tensor([float(flag)])).max() > 0)
 
     def _log_train_metrics(self, metrics: dict[str, float]) -> None:
-        for name, value in metrics.items():
-            self._metrics["train"][name].append(value)
+        log_train_metrics(self, metrics)
 
     def _record_in_ledger(self, ids: torch.Tensor, sampled: Sampled, num_sampled: int, n: int) -> None:
         """Every process's scored groups into the prompt ledger (one collective), by their deciding reward."""
-        rank = self.accelerator.process_index
-        local = sampled.rewards_per_func[rank * num_sampled * n:(rank + 1) * num_sampled * n].cpu()  # (P*n, F)
+        local = self._local_rows(sampled.rewards_per_func, num_sampled * n)  # (P*n, F)
         deciding = self._deciding_rewards(local, self.reward_weights.cpu().double()).view(num_sampled, n)
         self._log_train_metrics(self._budget.record(
             ids, deciding, sampled.counts, step=self.state.global_step, epoch=int(self.state.epoch or 0),
@@ -190,21 +223,58 @@ class PODSStep(RoundsStep):
         (adaptive, or the planners' ``first`` (P,) per prompt). What TRL buffers per rollout (generation metrics,
         ``log_extra``, ``log_metric``) is taken out, for the kept rows to get theirs back."""
         if self.args.is_adaptive or first is not None:
-            return self._sample_in_rounds(inputs, prompts, num_sampled, first, ids)
-        with generation_metrics_dropped(self):
-            generated = Generated(*self._generate(prompts))  # (P*n) rollouts
-        write_extra_fields(inputs, generated.extra_fields)  # rollout_func extras are reward inputs (as in TRL)
-        with metrics_logged(self) as logged:
-            rewards_per_func = self._calculate_rewards(inputs, prompts, generated.completions,
-                                                       generated.completion_ids)  # (N, F)
-        extra_logs = take_extra_logs(self, len(inputs))
-        put_back_metrics(self, logged, owned=True)
-        metrics = self._metrics["train"]
-        metrics["pods/rollouts_sampled"].append(float(rewards_per_func.shape[0]))
-        metrics["pods/rounds"].append(1.0)
+            return self._sample_in_rounds(inputs, prompts, first, ids)
+        scored = self._generate_and_score(inputs, prompts)
+        self._log_train_metrics({"pods/rollouts_sampled": float(scored.rewards_per_func.shape[0]), "pods/rounds": 1.0})
         counts = torch.full((num_sampled,), self.num_generations, dtype=torch.long)
-        return Sampled(generated, rewards_per_func, counts, extra_logs,
-                       user_metrics=any(not name.startswith("pods/") for name in logged))
+        return Sampled(scored.generated, scored.rewards_per_func, counts, scored.extra_logs, scored.user_metrics)
+
+    def _sample_in_rounds(self, inputs: list[dict], prompts: list, first: torch.Tensor | None,
+                          ids: torch.Tensor | None) -> Sampled:
+        """The rounds (``rounds.Rounds``), given what they need of the step; vLLM sleeps once per step."""
+        weights = self.reward_weights.cpu().double()
+        commits = self._budget is not None and self._budget.commits
+        with one_sleep_per_step(self), batch_rollout_state(self) as batch:
+            host = RoundsHost(sample_round=functools.partial(self._sample_round, batch, inputs, prompts),
+                              gather=self._gather,
+                              deciding_rewards=functools.partial(self._deciding_rewards, weights=weights),
+                              commit=self._commit if commits else None, phase=self._phase,
+                              log=self._log_train_metrics, note_reward_variance=self._note_reward_variance)
+            rounds = Rounds(self.args, self.num_generations, self.downsample_to, self.accelerator.process_index, host)
+            return rounds.sample(inputs, first, ids)
+
+    def _sample_round(self, batch: dict, inputs: list[dict], prompts: list, slots: list[int], padding: int,
+                      run_length: int) -> Scored:
+        """One round: ``slots``' rows + ``padding`` throw-away rows in their rollout state, grouped by run_length."""
+        with round_rollout_state(self, batch, slots, padding, inputs, prompts, self._rollout_prompts) as (rows, texts):
+            with answering(self, ROUND), grouped_by(self, run_length):
+                return self._generate_and_score(rows, texts)
+
+    def _generate_and_score(self, rows: list[dict], prompts: list) -> Scored:
+        """GRPOTrainer's ``_generate`` and ``_calculate_rewards`` over ``rows``; TRL's per-rollout buffers taken out."""
+        with generation_metrics_dropped(self):
+            generated = Generated(*self._generate(prompts))  # (rows) rollouts
+        write_extra_fields(rows, generated.extra_fields)  # rollout_func extras are reward inputs (as in TRL)
+        with metrics_logged(self) as logged:
+            rewards_per_func = self._calculate_rewards(rows, prompts, generated.completions,
+                                                       generated.completion_ids)  # (rows*processes, F)
+        extra_logs = take_extra_logs(self, len(rows))
+        put_back_metrics(self, logged, owned=True)
+        return Scored(generated, rewards_per_func, extra_logs, any(not name.startswith("pods/") for name in logged))
+
+    def _commit(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor):
+        """Pilot-Commit's commit round: (P,) rollouts more per candidate of ``ids`` (P,), and which may train."""
+        more, trainable, metrics = self._budget.commit(
+            ids, rewards, counts, self._kept_groups_per_process, step=self.state.global_step,
+            rank=self.accelerator.process_index, gather=gather, device=self.accelerator.device)
+        self._log_train_metrics(metrics)
+        return more, trainable
+
+    def _deciding_rewards(self, rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """(rows, F) -> (rows,) the reward that decides "mixed": ``adaptive_reward``'s column, or the total."""
+        if self._adaptive_reward_index is None:
+            return reward_totals(rewards_per_func.double(), weights)
+        return rewards_per_func[:, self._adaptive_reward_index].double()
 
     def _rollout_prompts(self, inputs: list[dict]) -> list:
         """The prompts GRPOTrainer hands to ``_generate`` for ``inputs``, prepared by TRL's own code (environments
@@ -212,39 +282,14 @@ class PODSStep(RoundsStep):
         # Why TRL's method is stopped part-way: it prepares the prompts inline, with no method of its own to call,
         # and a copy would drift from TRL. `_generate` is its first call after that, so there (and only there) it
         # raises PromptsPrepared, caught only here: a BaseException, which TRL's `except Exception` lets through.
-        self._pods_call = PREPARE
         try:
-            super()._generate_and_score_completions(inputs)
+            with answering(self, PREPARE):
+                super()._generate_and_score_completions(inputs)
         except PromptsPrepared as prepared:
             return prepared.prompts
-        finally:
-            self._pods_call = None
         raise RuntimeError("GRPOTrainer._generate_and_score_completions returned without calling _generate: this TRL "
                            f"is not one pods-rl supports (trl{TRL_RANGE}).")
 
-    @contextmanager
-    def _kept_environments(self, kept_rows: list[int]):
-        """Inside TRL's call on the kept rows, each gets back its rollout's environment instance, not reset again
-        (TRL's pool holds just those); afterwards ``self.environments`` lists the whole batch's."""
-        environments = getattr(self, "environments", None)
-        if not environments:
-            yield
-            return
-        names, pool = self._batch_environments, self._environment_pool
-        kept_pool = {name: [] for name in pool}
-        for i in kept_rows:
-            kept_pool[names[i]].append(environments[i])
-        kept = {id(environments[i]): environments[i] for i in kept_rows}
-        for environment in kept.values():
-            environment.reset = _no_observation  # an instance attribute: the class's reset is not touched
-        self._environment_pool = kept_pool
-        try:
-            yield
-        finally:
-            for environment in kept.values():
-                vars(environment).pop("reset", None)
-            self._environment_pool = pool
-            self.environments, self._batch_environments = environments, names
 
     def _rollout_features(self, generated: tuple, rewards_per_func: torch.Tensor, num_prompts: int, n: int):
         """What selection may look at besides the rewards, each (P, n) (``pods_rl.rollouts.rollout_features``);
@@ -254,7 +299,7 @@ class PODSStep(RoundsStep):
             return None
         generated = Generated(*generated)
         return rollout_features(generated.completion_ids, num_prompts,
-                                stop_ids={*eos_token_ids(self), self._tokenizer.pad_token_id},
+                                stop_ids=stop_ids(self),
                                 tool_mask=generated.tool_mask,
                                 rewards_per_func=rewards_per_func if takes_features else None)
 
@@ -286,12 +331,8 @@ class PODSStep(RoundsStep):
     def _rescore_for_metrics(self, inputs, prompts, completions, completion_ids_list) -> None:
         """Score the kept rows again for the reward functions' ``log_metric`` values only (TRL's metrics describe the
         rows it trains on); rewards and ``log_extra`` stay the first scoring's. Only in steps that log metrics."""
-        extra_logs = dict(self._pending_extra_logs)
-        self._pending_extra_logs.clear()
-        with self._phase("scoring"), metrics_logged(self) as logged:
+        with extra_logs_set_aside(self), self._phase("scoring"), metrics_logged(self) as logged:
             super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._pending_extra_logs.clear()
-        self._pending_extra_logs.update(extra_logs)
         put_back_metrics(self, logged, owned=False)
 
     def _phase(self, name: str):
@@ -342,9 +383,6 @@ class PromptsPrepared(BaseException):  # noqa: N818 - a signal, not an error: pa
         self.prompts = prompts
 
 
-def _no_observation(**kwargs):
-    """Stands in for a kept environment's ``reset`` during TRL's call on the kept rows: nothing to add."""
-    return None
 
 
 def _kept_inputs(inputs: list[dict], prompts: list, rows: list[int]) -> list[dict]:

@@ -1,7 +1,7 @@
 """``PODSTrainer``: ``trl.GRPOTrainer`` that samples n rollouts per prompt and trains on m of them.
 
 The TRL surface this package relies on, written only here (``tests/test_trl_surface.py`` pins each at both ends of
-``TRL_RANGE``); the step is ``step.py``, the config ``config.py``:
+``TRL_RANGE``); the step is ``step.py`` (TRL's state through ``adapter.py``), the config ``config.py``:
 
   overridden   _generate_and_score_completions (the step: TRL's body runs on the kept rows); _generate -> 8-tuple (read
                by name, rows.Generated) and _calculate_rewards -> (N, F), timed and answered from KeptRollouts in that
