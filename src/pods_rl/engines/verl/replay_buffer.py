@@ -50,7 +50,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  #
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path  # noqa: E402
 from verl.utils.import_utils import load_module  # noqa: E402
 
-from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger  # noqa: E402
+from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, check_finite  # noqa: E402
 from pods_rl.downsample import rule_takes_features  # noqa: E402
 from pods_rl.engines.settings import spelled  # noqa: E402
 from pods_rl.engines.verl.batch_settings import SEPARATE_ASYNC, padding_rows  # noqa: E402
@@ -127,10 +127,7 @@ class PODSSettings:
         ledger, threshold = kwargs.get("ledger", False), kwargs.get("ledger_success_threshold", 0.5)
         if not isinstance(ledger, bool):
             raise ValueError(f"sampler_kwargs.ledger must be true or false, got {ledger!r}")
-        try:
-            LedgerSettings(success_threshold=threshold)  # a finite number
-        except ValueError as err:
-            raise ValueError(f"sampler_kwargs.ledger_{err}") from None
+        check_finite("sampler_kwargs.ledger_success_threshold", threshold)
         return cls(m=selection.m, rule=rule, tiebreak=selection.tiebreak,
                    oversample_prompts=selection.oversample_prompts, seed=seed, rule_module=kwargs.get("rule_module"),
                    ledger=ledger, ledger_success_threshold=float(threshold), n=n, response_length=response_length)
