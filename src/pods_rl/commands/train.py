@@ -11,7 +11,6 @@ The run itself is ``pods_rl.training_run``; this module parses, handles signals 
 from __future__ import annotations
 
 import sys
-import warnings
 
 from pods_rl import ranks, runlog
 from pods_rl.errors import run_guarded
@@ -33,16 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_guarded("pods train", _main, argv)
 
 
-def quiet_library_warnings() -> None:
-    """Hide the deprecation warnings a `pods train` user cannot act on, narrowly: transformers
-    warns on the ``gradient_checkpointing*`` names that TRL's own code uses around every generation."""
-    warnings.filterwarnings("ignore",
-                            message=r"`(is_)?gradient_checkpointing(_enable|_disable|_kwargs)?` is deprecated",
-                            category=FutureWarning, module=r"transformers\.")
-
-
 def _main(argv: list[str]) -> int:
-    quiet_library_warnings()
     config, stop = None, runlog.GracefulStop()
     try:
         run, config, model_args = parse_args(argv)
