@@ -1,6 +1,6 @@
 """The prompt ledger in the PODS replay buffer (issue #54): every sampled group recorded, keyed by the dataset index
-verl stores with each rollout, saved by verl's checkpoint hook and loaded where verl resumes; the rollout-budget
-planners verl's hooks cannot carry are refused by name."""
+verl stores with each rollout, saved by verl's checkpoint hook and loaded where verl resumes. The planners that plan
+from it on verl: test_planners.py."""
 
 from __future__ import annotations
 
@@ -124,13 +124,10 @@ def test_verls_checkpoint_hook_saves_the_ledger_and_a_resumed_buffer_loads_it(tq
 
 
 @pytest.mark.parametrize("key, phrases", [
-    ("prompt_planner=greso", ["sampler_kwargs.prompt_planner", "dispatches them to generation itself",
-                              "cannot skip one before generation"]),
-    ("rollout_planner=knapsack", ["sampler_kwargs.rollout_planner", "__rollout_n__", "rollout.n"]),
     ("ledger=3", ["sampler_kwargs.ledger must be true or false"]),
     ("ledger_success_threshold=nan", ["sampler_kwargs.ledger_success_threshold must be a finite number"]),
 ])
-def test_what_verl_cannot_carry_is_refused_by_name(key, phrases):
+def test_bad_ledger_settings_are_refused_by_name(key, phrases):
     with pytest.raises(ValueError) as excinfo:
         make_trainer(*pods_overrides(M, N, KW + key))
     message = str(excinfo.value)
@@ -138,9 +135,9 @@ def test_what_verl_cannot_carry_is_refused_by_name(key, phrases):
 
 
 def test_verls_prompt_dispatch_and_rollout_counts_are_where_the_guide_says():
-    """What the refusals rest on, in the installed verl: the trainer draws and dispatches prompts itself, the buffer
-    only gets a count to refill; the agent loop reads a per-prompt n from the row; the trainer's arithmetic uses
-    rollout.n."""
+    """What the planners on verl rest on, in the installed verl: the trainer draws prompts, registers them and hands them
+    to the agent loop manager (PODS's plans there), the buffer's refill_fn fetches more; the agent loop reads a
+    per-prompt n from the row; the trainer's arithmetic uses rollout.n; the TaskRunner loads the manager by name."""
     import inspect
 
     from verl.trainer.ppo.v1 import agent_loop_tq, trainer_base
@@ -154,3 +151,8 @@ def test_verls_prompt_dispatch_and_rollout_counts_are_where_the_guide_says():
         trainer_base.PPOTrainer._compute_advantage)
     assert "field.update(kwargs)" in inspect.getsource(agent_loop_tq.AgentLoopWorkerTQ._agent_loop_postprocess)
     assert "self.checkpoint_callback.on_save(" in inspect.getsource(trainer_base.PPOTrainer._save_checkpoint)
+    from verl.trainer import main_ppo
+
+    runner = inspect.getsource(main_ppo)
+    assert 'get("agent_loop_manager_class")' in runner
+    assert runner.index("self.trainer = trainer_cls(config=config)") < runner.index("self.init_agent_loop_manager()")

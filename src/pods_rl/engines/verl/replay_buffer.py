@@ -37,6 +37,7 @@ _require_supported_verl(_installed_verl())  # before the imports below, which re
 
 import logging  # noqa: E402
 import os  # noqa: E402
+import weakref  # noqa: E402
 from collections.abc import Mapping  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
@@ -54,6 +55,7 @@ from pods_rl.budget.ledger import LEDGER_FILE, LedgerSettings, PromptLedger, che
 from pods_rl.downsample import rule_takes_features  # noqa: E402
 from pods_rl.engines.settings import spelled  # noqa: E402
 from pods_rl.engines.verl.batch_settings import SEPARATE_ASYNC, padding_rows  # noqa: E402
+from pods_rl.engines.verl.budget_settings import MANAGER_KEY, PLANNER_KEYS, VerlBudget, verl_budget  # noqa: E402
 from pods_rl.selection import SelectionSettings, kept_groups, select  # noqa: E402
 
 __all__ = ["PODSCheckpointCallback", "PODSReplayBuffer", "PODSReplayBufferAsync", "PODSSettings", "select_sessions",
@@ -63,15 +65,6 @@ logger = logging.getLogger("pods_rl")
 
 # How verl's users spell the selection settings (SelectionSettings' errors name them so).
 VERL_NAMES = spelled("verl", "selection")
-# The rollout-budget planners verl's hooks cannot carry (docs/guides/verl.md, "Rollout budgets"), refused by name.
-_SKIP = ("verl's trainer draws prompts from its dataloader and dispatches them to generation itself "
-         "(_add_batch_to_generate); the replay buffer sees a prompt only once its rollouts are finished, so it cannot "
-         "skip one before generation (GRESO); run it in PODSTrainer or the asynchronous TRL worker")
-_COUNTS = ("verl's agent loop reads a prompt's rollout count from its dataset row (__rollout_n__), which the replay "
-           "buffer never sees, and sizes mini-batches and GRPO groups by rollout.n; the buffer cannot give prompts "
-           "different counts (Knapsack-RL); run it in PODSTrainer or the asynchronous TRL worker")
-_CANNOT_CARRY = {"prompt_planner": _SKIP, "prompt_planner_args": _SKIP, "rollout_planner": _COUNTS,
-                 "rollout_planner_args": _COUNTS}
 _NO_INDEX = ("sampler_kwargs.ledger keys prompts by the dataset index verl stores with each rollout "
              "(the `index` field, from the row's extra_info.index): ")
 _NO_REWARDS = ("no rewards (rm_scores) in TransferQueue when the PODS replay buffer samples: PODS selects by reward "
@@ -92,15 +85,14 @@ class PODSSettings:
     ledger: bool = False  # keep a prompt ledger of every sampled group (pods_rl.budget.ledger), saved with checkpoints
     ledger_success_threshold: float = 0.5  # a session succeeds when its reward is above this
     n: int | None = None  # rollout.n, when the trainer's config is known
+    planners: Mapping | None = None  # the rollout-budget keys (PLANNER_KEYS) as given, for budget_settings.verl_budget
     response_length: int | None = None  # rollout.response_length: where a response counts as truncated
 
     @classmethod
     def from_sampler_kwargs(cls, sampler_kwargs, trainer_config: DictConfig | None = None) -> PODSSettings:
         """Validate ``sampler_kwargs``; a ValueError names the bad key and the fix. ``trainer_config`` gives n."""
         kwargs = _plain(sampler_kwargs)
-        for key in sorted(set(kwargs) & set(_CANNOT_CARRY)):
-            raise ValueError(f"sampler_kwargs.{key}: {_CANNOT_CARRY[key]}")
-        known = {f for f in cls.__dataclass_fields__ if f not in ("n",)}
+        known = {f for f in cls.__dataclass_fields__ if f not in ("n", "planners")} | set(PLANNER_KEYS)
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise ValueError(f"unknown PODS sampler_kwargs {unknown}; known: {sorted(known)}")
@@ -130,7 +122,8 @@ class PODSSettings:
         check_finite("sampler_kwargs.ledger_success_threshold", threshold)
         return cls(m=selection.m, rule=rule, tiebreak=selection.tiebreak,
                    oversample_prompts=selection.oversample_prompts, seed=seed, rule_module=kwargs.get("rule_module"),
-                   ledger=ledger, ledger_success_threshold=float(threshold), n=n, response_length=response_length)
+                   ledger=ledger, ledger_success_threshold=float(threshold), n=n, response_length=response_length,
+                   planners={key: kwargs[key] for key in PLANNER_KEYS if key in kwargs} or None)
 
     @property
     def selection(self) -> SelectionSettings:
@@ -210,6 +203,10 @@ class PODSReplayBuffer(ReplayBuffer):
         # (reward model placement, rollout.n, batch sizes) and refuses what cannot work before any GPU work.
         config = getattr(getattr(refill_fn, "__self__", None), "config", None)
         self.pods = PODSSettings.from_sampler_kwargs(sampler_kwargs, config)
+        # The rollout-budget planners (docs/guides/verl.md, "Rollout budgets"), checked first: their refusals say more
+        # than the selection's. PODS's agent loop manager finds this buffer by its trainer's config (verl's TaskRunner
+        # hands both the same object) and plans from its ledger.
+        self.plan = _planners(self.pods, config, trainer_mode)
         if config is not None:
             check_trainer_config(config, self.pods)
             kwargs.update(_refill_settings(config, trainer_mode))
@@ -220,28 +217,44 @@ class PODSReplayBuffer(ReplayBuffer):
         self._generator = torch.Generator().manual_seed(self.pods.seed)
         self._pods_metrics: dict[str, float] = {}
         self._config = config
-        self.ledger = PromptLedger(LedgerSettings(success_threshold=self.pods.ledger_success_threshold)) \
-            if self.pods.ledger else None
+        self.budget = self.plan.budget
+        self.plan_metrics: dict[str, float] = {}  # the manager's pods/* metrics since the last sample()
+        self._trainer = getattr(refill_fn, "__self__", None)
+        if self.budget is not None:
+            self.ledger = self.budget.ledger
+        elif self.pods.ledger or self.plan.planned:
+            self.ledger = PromptLedger(LedgerSettings(success_threshold=self.pods.ledger_success_threshold))
+        else:
+            self.ledger = None
+        if config is not None:
+            _LIVE[id(config)] = self
         self._ledger_resumed, self._global_steps = False, 0
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         """verl's ``sample``: the kept rollouts and ``pods/*`` metrics; ``batch_size`` counts sampled groups."""
         self._pods_metrics = {}
         if partition_id != "val":
-            self._resume_ledger(global_steps)
+            self.resume_ledger(global_steps)
         self._global_steps = global_steps
         batch, metrics = super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
         metrics.update(self._pods_metrics)
+        if partition_id != "val":
+            metrics.update(self.plan_metrics)
+            self.plan_metrics = {}
         return batch, metrics
 
     def save_ledger(self, checkpoint_dir: str) -> str | None:
-        """Write the ledger into ``checkpoint_dir`` as ``pods_ledger.pt``; its path, or None without a ledger."""
+        """Write the ledger (and the planners' state, with planners) into ``checkpoint_dir`` as ``pods_ledger.pt``; its
+        path, or None without a ledger."""
+        if self.budget is not None:
+            return str(self.budget.save(checkpoint_dir))
         if self.ledger is None:
             return None
         return str(self.ledger.save(os.path.join(checkpoint_dir, LEDGER_FILE)))
 
-    def _resume_ledger(self, global_steps: int) -> None:
-        """On a resumed run's first training sample, load the ledger of the checkpoint verl resumed from."""
+    def resume_ledger(self, global_steps: int) -> None:
+        """On a resumed run's first training sample (or PODS's manager's first plan, which comes before it), load
+        the ledger (and planners) of the checkpoint verl resumed from; once."""
         if self._ledger_resumed or self.ledger is None or self._config is None:
             return
         self._ledger_resumed = True
@@ -252,7 +265,10 @@ class PODSReplayBuffer(ReplayBuffer):
         if not os.path.isfile(path):
             logger.warning("warning: %s holds no prompt ledger (%s): the ledger starts empty", folder, LEDGER_FILE)
             return
-        self.ledger = PromptLedger.load(path)
+        if self.budget is not None:
+            self.budget.load(folder)
+        else:
+            self.ledger = PromptLedger.load(path)
 
     def _materialize_batch(self, partition_id: str, selected_prompt_uids: list[str],
                            partition_snapshot: dict[str, dict]) -> KVBatchMeta:
@@ -280,7 +296,9 @@ class PODSReplayBuffer(ReplayBuffer):
         by_uid: dict[str, list[int]] = {}
         for s, name in enumerate(sessions):
             by_uid.setdefault(name.rsplit("_", 1)[0], []).append(s)
-        groups = list(by_uid.values())
+        # Each group in session order (TransferQueue's order is the order rollouts finished): the ledger's window of
+        # recent outcomes is then the same in every run.
+        groups = [sorted(group, key=lambda s: _session_number(sessions[s])) for group in by_uid.values()]
         ids = torch.tensor([indices[group[0]] for group in groups], dtype=torch.long)
         if len(groups) > 1 and not bool(ids.any()):
             raise ValueError(_NO_INDEX + f"every one of the {len(groups)} sampled prompts has index 0, so the ledger "
@@ -290,7 +308,43 @@ class PODSReplayBuffer(ReplayBuffer):
         for g, group in enumerate(groups):
             table[g, :len(group)] = rewards[group]
         counts = torch.tensor([len(group) for group in groups], dtype=torch.long)
+        if self.budget is not None:  # the planners' record: the ledger, then GRESO's adaptation
+            return self.budget.record(ids, table, counts, step=self._global_steps, epoch=self._epoch())
         return self.ledger.record(ids, table, counts, step=self._global_steps).metrics
+
+    def _epoch(self) -> int:
+        """The epoch of the step being sampled, as verl's fit() counts it (0 before the dataloader exists)."""
+        per_epoch = getattr(self._trainer, "steps_per_epoch", None)
+        return (max(self._global_steps, 1) - 1) // per_epoch if per_epoch else 0
+
+
+# The live PODS buffers of this process by id(their trainer's config): verl's TaskRunner builds the trainer (and so
+# the buffer) and then the agent loop manager from the same config object, in the same process.
+_LIVE: weakref.WeakValueDictionary[int, PODSReplayBuffer] = weakref.WeakValueDictionary()
+
+
+def live_buffer(config) -> PODSReplayBuffer | None:
+    """The PODS replay buffer built from ``config`` in this process, or None."""
+    return _LIVE.get(id(config))
+
+
+def _planners(settings: PODSSettings, config: DictConfig | None, trainer_mode: str) -> VerlBudget:
+    """The rollout-budget planners of ``settings`` against the trainer's ``config``; one ValueError line if verl cannot
+    meet them (budget_settings.verl_budget)."""
+    kwargs = dict(settings.planners or {})
+    if config is None:
+        if kwargs:
+            raise ValueError("sampler_kwargs.prompt_planner/rollout_planner need verl's trainer config: build the "
+                             "buffer through verl's trainer (trainer.v1.sampler.custom_sampler), not by hand")
+        return VerlBudget(budget=None, rounds=None, n=settings.n or 1)
+    rollout, reward_model = config.actor_rollout_ref.rollout, config.reward.reward_model
+    manager = OmegaConf.select(config, MANAGER_KEY, default=None)
+    gen_batch_size = config.data.get("gen_batch_size", None) or config.data.train_batch_size
+    return verl_budget(kwargs, n=int(rollout.n), m=settings.m, seed=settings.seed,
+                       success_threshold=settings.ledger_success_threshold, trainer_mode=trainer_mode,
+                       gen_batch_size=gen_batch_size if trainer_mode == "sync" else 1,
+                       colocated_reward_model=bool(reward_model.enable and not reward_model.enable_resource_pool),
+                       manager_class=manager)
 
 
 class PODSReplayBufferAsync(PODSReplayBuffer, ReplayBufferAsync):
@@ -322,6 +376,12 @@ def _resume_folder(trainer_config, global_steps: int) -> str | None:
         if folder is None or not folder.rstrip("/").endswith(f"global_step_{global_steps - 1}"):
             return None
     return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
+
+
+def _session_number(name: str) -> int:
+    """The session id of a ``{uid}_{session}`` name (0 when it is not a number)."""
+    session = name.rsplit("_", 1)[1]
+    return int(session) if session.isdigit() else 0
 
 
 def _split_key(key: str) -> tuple[str, str, int]:

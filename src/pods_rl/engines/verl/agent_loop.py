@@ -1,0 +1,217 @@
+"""The rollout-budget planners on verl (0.9.x, v1 trainer): an agent loop manager that plans before generation, and an
+agent loop worker that samples in rounds.
+
+Load with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=pods_rl.engines.verl.agent_loop.
+PODSAgentLoopManager`` beside the PODS replay buffer, whose ``sampler_kwargs`` name the planners (``pods verl-args``
+prints both). verl's TaskRunner builds the trainer (and so the buffer) and then the manager from one config object, in
+one process: the manager plans from the buffer's ``RolloutBudget`` (the planners and the ledger ``PODSTrainer`` runs),
+and the buffer records every sampled group into that ledger by the rows' dataset ``index``.
+
+- which prompts (GRESO): skipped rows never reach a worker; their pending uids are cleared from TransferQueue and
+  verl's dataloader is asked for as many more (the trainer's ``refill_fn``), at most ``refill_rounds`` waves deep,
+  the last admitted whole;
+- how many (Knapsack-RL): each row gets ``__rollout_n__`` (verl's agent loop reads it), summing to rows x rollout.n;
+- rounds (Reinforce-Ada): the worker's ``_run_prompt`` samples rounds of rollout.n with continuing session ids until
+  ``ReinforceAda.plan_round`` says stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import ray
+import torch
+import transfer_queue as tq
+from tensordict import NonTensorData, NonTensorStack, TensorDict
+from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ, _settle_session_tasks
+
+from pods_rl.budget.planners import make_planner
+from pods_rl.budget.planners.base import rollout_metrics
+from pods_rl.engines.verl.replay_buffer import live_buffer
+
+__all__ = ["PODSAgentLoopManager", "PODSAgentLoopWorker", "hold_total", "row_ids"]
+
+logger = logging.getLogger("pods_rl")
+
+_NO_BUFFER = ("PODSAgentLoopManager plans from the PODS replay buffer's ledger, but no PODS buffer was built from this "
+              "config in this process: set trainer.v1.sampler.custom_sampler to pods_rl.engines.verl.replay_buffer's "
+              "PODSReplayBuffer (`pods verl-args` prints both)")
+_NO_REWARD = ("Reinforce-Ada's rounds need each rollout's reward when it is sampled, but this one has none (a colocated "
+              "reward model scores later): set reward.reward_model.enable_resource_pool=True or use a rule-based reward")
+
+
+def row_ids(batch: TensorDict) -> torch.Tensor:
+    """(P,) int64 the rows' dataset ``index`` (verl's RLHFDataset copies it from ``extra_info.index``)."""
+    index = batch["index"]
+    if isinstance(index, NonTensorStack):
+        index = index.tolist()
+    return torch.as_tensor(index, dtype=torch.long).reshape(-1)
+
+
+def hold_total(counts: torch.Tensor, total: int, low: int, high: int) -> torch.Tensor:
+    """(P,) counts moved one rollout at a time, first rows first, until they sum to ``total`` within [low, high]
+    (verl counts a mini-batch as ppo_mini_batch_size x rollout.n rows: the step's rollouts must not change)."""
+    counts = counts.clamp(low, high).clone()
+    order = list(range(len(counts)))
+    while int(counts.sum()) != total:
+        gap = total - int(counts.sum())
+        step = 1 if gap > 0 else -1
+        movable = [p for p in order if low <= int(counts[p]) + step <= high]
+        if not movable:
+            raise ValueError(f"cannot spread {total} rollouts over {len(counts)} prompts within [{low}, {high}]")
+        for p in movable[:abs(gap)]:
+            counts[p] += step
+    return counts
+
+
+class PODSAgentLoopManager(AgentLoopManagerTQ):
+    """verl's TransferQueue agent loop manager, planning each training dispatch with the PODS buffer's planners.
+
+    ``decisions``: one dict per training dispatch, in order: ``step``, ``wave``, ``uids`` and ``ids`` (P,) offered,
+    ``kept`` (P,) bool, ``counts`` (P,) rollouts asked of each row's first round (0: dropped)."""
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        # After verl's __init__, which sets its own worker class; create() starts the workers after this returns.
+        self.agent_loop_workers_class = PODSAgentLoopWorker
+        self.buffer = live_buffer(config)
+        if self.buffer is None:
+            raise ValueError(_NO_BUFFER)
+        self.decisions: list[dict] = []
+        self._wave = 0
+
+    def generate_sequences(self, prompts: TensorDict) -> None:
+        """Plan the rows of a training dispatch (drop, count), dispatch the rest as verl does, refill what was dropped."""
+        validate = "validate" in prompts.keys() and bool(_plain(prompts["validate"]))
+        budget = self.buffer.budget
+        if validate or budget is None or len(prompts) == 0:
+            return super().generate_sequences(prompts)
+        ids, step = row_ids(prompts), int(_plain(prompts["global_steps"]))
+        self.buffer.resume_ledger(step)  # a resumed run plans its first step from the checkpoint's ledger
+        keep, metrics = torch.ones(len(ids), dtype=torch.bool), {}
+        if budget.which is not None:
+            if self._wave < self.buffer.plan.refill_rounds:
+                generator = torch.Generator().manual_seed(hash((budget.seed, step, self._wave)) & (2**63 - 1))
+                plan = budget.which.plan(ids, budget.ledger, n=budget.n, generator=generator)
+                keep = plan.rollouts > 0
+                metrics.update(plan.metrics)
+            else:  # the refills ran out: admit the wave whole (the planner's readmit, bounded)
+                metrics["pods/prompts_readmitted"] = float(len(ids))
+        counts = torch.full((len(ids),), self.buffer.plan.n, dtype=torch.long)
+        if budget.how_many is not None and bool(keep.any()):
+            planned, allocated = budget.allocate(ids[keep])
+            metrics.update(allocated)
+            counts[keep] = hold_total(planned, int(keep.sum()) * self.buffer.plan.n, budget.m, budget.n)
+        counts = torch.where(keep, counts, 0)
+        metrics.update(rollout_metrics(counts))
+        uids = list(_plain(prompts["uid"]))
+        self.decisions.append({"step": step, "wave": self._wave, "uids": uids, "ids": ids, "kept": keep,
+                               "counts": counts})
+        _add(self.buffer.plan_metrics, metrics)
+        dropped = [uid for uid, k in zip(uids, keep.tolist()) if not k]
+        if dropped:  # registered as pending by the trainer: cleared, or the buffer would wait for them
+            tq.kv_clear(keys=dropped, partition_id="train")
+        if bool(keep.any()):
+            kept = prompts[keep]
+            if budget.how_many is not None:
+                kept["__rollout_n__"] = counts[keep]
+            super().generate_sequences(kept)
+        if dropped:
+            self._wave += 1
+            try:
+                self.buffer.refill_fn(len(dropped))
+            finally:
+                self._wave -= 1
+        return None
+
+
+def _plain(value):
+    """A NonTensorData's or NonTensorStack's Python value."""
+    if isinstance(value, NonTensorData):
+        return value.data
+    if isinstance(value, NonTensorStack):
+        return value.tolist()
+    if torch.is_tensor(value) and value.dim() == 0:
+        return value.item()
+    return value
+
+
+def _add(total: dict[str, float], metrics: dict[str, float]) -> None:
+    """Sum counts over a step's dispatches; keep the last value of the rest."""
+    for key, value in metrics.items():
+        summed = key.startswith(("pods/prompts_", "pods/plan_"))
+        total[key] = total.get(key, 0.0) + value if summed else value
+
+
+class PODSAgentLoopWorkerBase(AgentLoopWorkerTQ.__ray_actor_class__):
+    """verl's TransferQueue agent loop worker, sampling a training prompt in rounds when the buffer's
+    ``sampler_kwargs.rollout_planner`` is a rounds planner (Reinforce-Ada); otherwise verl's worker unchanged."""
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        self.pods_rounds = rounds_planner(config)
+        self.pods_rewards: dict[tuple[str, int], float | None] = {}
+
+    async def _run_prompt(self, prompt: dict, sampling_params: dict, trajectory: dict, trace: bool = False) -> None:
+        if self.pods_rounds is None or trajectory["validate"]:
+            return await super()._run_prompt(prompt, sampling_params, trajectory, trace)
+        uid = prompt["uid"]
+        await tq.async_kv_put(key=uid, partition_id="train", tag={"status": "running"})
+        status = "finished"
+        try:
+            prompt.pop("__rollout_n__", None)  # the rounds decide the count
+            if not prompt.pop("__do_sample__", True):
+                raise ValueError("Reinforce-Ada's rounds sample; a greedy (__do_sample__=False) row cannot have rounds")
+            planner = self.pods_rounds
+            rewards = torch.full((1, planner.settings.cap), float("nan"), dtype=torch.float64)
+            count, more = 0, planner.settings.round_repeat
+            while more > 0:
+                tasks = [asyncio.create_task(self._run_agent_loop(dict(sampling_params), trajectory=trajectory,
+                                                                  trace=trace, session_id=count + i, **prompt))
+                         for i in range(more)]
+                errors = await _settle_session_tasks(tasks)
+                if errors:
+                    for error in errors:
+                        logger.error("Error in a Reinforce-Ada round for uid=%s", uid,
+                                     exc_info=(type(error), error, error.__traceback__))
+                    status = "failure"
+                    break
+                for session in range(count, count + more):
+                    reward = self.pods_rewards.pop((uid, session), None)
+                    if reward is None:
+                        raise ValueError(_NO_REWARD)
+                    rewards[0, session] = float(reward)
+                count += more
+                more = int(planner.plan_round(rewards, torch.tensor([count]))[0])
+        except Exception as err:
+            logger.exception("Error in _run_prompt: %s", err)
+            status = "failure"
+        finally:
+            for key in [key for key in self.pods_rewards if key[0] == uid]:
+                del self.pods_rewards[key]
+        await tq.async_kv_put(key=uid, partition_id="train", tag={"status": status})
+
+    async def _agent_loop_postprocess(self, output, validate, **kwargs) -> None:
+        await super()._agent_loop_postprocess(output, validate, **kwargs)
+        if self.pods_rounds is not None and not validate:  # the session's reward, for the round's stop rule
+            last = output[-1] if isinstance(output, list) else output
+            self.pods_rewards[(kwargs["uid"], int(kwargs["session_id"]))] = last.reward_score
+
+
+def rounds_planner(config):
+    """The rounds planner (Reinforce-Ada) the PODS buffer's ``sampler_kwargs`` of ``config`` name, or None."""
+    from omegaconf import OmegaConf
+
+    from pods_rl.engines.verl.budget_settings import ROUNDS_PLANNERS, rounds_knobs
+
+    kwargs = OmegaConf.select(config, "trainer.v1.sampler.sampler_kwargs", default=None)
+    kwargs = OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
+    name = kwargs.get("rollout_planner")
+    if name not in ROUNDS_PLANNERS:
+        return None
+    return make_planner(name, **rounds_knobs(kwargs.get("rollout_planner_args"), int(config.actor_rollout_ref.rollout.n),
+                                             int(kwargs["m"])))
+
+
+PODSAgentLoopWorker = ray.remote(PODSAgentLoopWorkerBase)

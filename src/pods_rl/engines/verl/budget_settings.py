@@ -1,0 +1,132 @@
+"""The rollout-budget planners on verl, as settings: which ``sampler_kwargs`` name them, what they mean in verl's units,
+and what verl cannot meet (pure checks; needs no verl, so that ``pods verl-args`` refuses before anything runs).
+
+verl's units: ``rollout.n`` is the rollouts per prompt that mini-batches are counted in (``ppo_mini_batch_size x
+rollout.n`` rows), so every planner here keeps the step's rollouts at prompts x ``rollout.n`` where it can:
+
+- which prompts (GRESO): the agent loop manager drops skipped rows before generation and asks verl's dataloader for
+  as many more (``refill_fn``), at most ``refill_rounds`` times per dispatch; the last wave is admitted whole;
+- how many (Knapsack-RL): a count per row (``__rollout_n__``) in [m, ``max_n``], summing to rows x ``rollout.n``;
+- rounds (Reinforce-Ada): the agent loop worker samples rounds of ``rollout.n`` until the stop rule holds, at most
+  ``max_rounds``; it needs each rollout's reward when it is sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pods_rl.budget.planners import available_planners
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_rollout_planner
+
+__all__ = ["MANAGER_CLASS", "PLANNER_KEYS", "ROUNDS_PLANNERS", "VerlBudget", "rounds_knobs", "verl_budget"]
+
+# verl loads the manager by this name (actor_rollout_ref.rollout.agent.agent_loop_manager_class).
+MANAGER_CLASS = "pods_rl.engines.verl.agent_loop.PODSAgentLoopManager"
+MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
+PLANNER_KEYS = ("prompt_planner", "prompt_planner_args", "rollout_planner", "rollout_planner_args", "refill_rounds")
+ROUNDS_PLANNERS = ("reinforce_ada",)  # how-many planners that sample in rounds (in the worker)
+COUNT_PLANNERS = ("knapsack",)  # how-many planners that give each row its count before generation
+WHICH_PLANNERS = ("greso",)
+# How verl's users spell the budget's settings (the budget's checks name them so).
+NAMES = {"prompt_planner": "sampler_kwargs.prompt_planner", "prompt_planner_args": "sampler_kwargs.prompt_planner_args",
+         "rollout_planner": "sampler_kwargs.rollout_planner",
+         "rollout_planner_args": "sampler_kwargs.rollout_planner_args", "m": "sampler_kwargs.m",
+         "n": "rollout_planner_args.max_n", "pilot": "(no pilot on verl)", "oversample_prompts": "(refill_rounds)",
+         "success_threshold": "sampler_kwargs.ledger_success_threshold"}
+_PILOT_COMMIT = ("sampler_kwargs.prompt_planner='pilot_commit': its commit needs every pilot of the step scored before "
+                 "it picks which prompts to commit, and a pilot that does not pass must be recorded and replaced from "
+                 "the TaskRunner process, which verl's agent loop workers cannot reach; run it in PODSTrainer or the "
+                 "asynchronous TRL worker")
+_NO_SAMPLING_REWARDS = ("sampler_kwargs.rollout_planner='reinforce_ada' samples rounds until its stop rule holds, which "
+                        "needs each rollout's reward when it is sampled, but a colocated reward model scores only after "
+                        "sampling: set reward.reward_model.enable_resource_pool=True or use a rule-based reward (the "
+                        "same requirement verl makes of DAPO's filter_groups)")
+
+
+@dataclass(frozen=True)
+class VerlBudget:
+    """The planners a verl run asked for: ``budget`` (which prompts and counts, run by the agent loop manager; None
+    without), ``rounds`` (Reinforce-Ada's knobs for the worker; None without), ``n`` (rollout.n),
+    ``refill_rounds`` (refills per dispatch before the rest is admitted)."""
+
+    budget: RolloutBudget | None
+    rounds: dict[str, Any] | None
+    n: int
+    refill_rounds: int = 4
+
+    @property
+    def planned(self) -> bool:
+        """True when any planner is set (then the manager, and the ledger, are needed)."""
+        return self.budget is not None or self.rounds is not None
+
+
+def rounds_knobs(args: Mapping | None, n: int, m: int) -> dict:
+    """Reinforce-Ada's knobs on verl: rounds of rollout.n = ``n``, m kept, the user's ``args`` (default 4 rounds)."""
+    return {"max_rounds": 4, **dict(args or {}), "round_repeat": n, "final_keep_per_prompt": m}
+
+
+def _args(kwargs: Mapping, key: str) -> dict:
+    value = kwargs.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"sampler_kwargs.{key} must be a mapping of the planner's settings, e.g. "
+                         f"'+trainer.v1.sampler.sampler_kwargs.{key}={{max_n:16}}', got {value!r}")
+    return dict(value)
+
+
+def verl_budget(kwargs: Mapping, *, n: int, m: int, seed: int = 0, success_threshold: float = 0.5,
+                trainer_mode: str = "sync", gen_batch_size: int | None = 1, colocated_reward_model: bool = False,
+                manager_class: str | None = MANAGER_CLASS) -> VerlBudget:
+    """The planners of ``kwargs`` (the PODS buffer's ``sampler_kwargs``) for rollout.n = ``n``, m kept; a ValueError
+    (one line) for one verl cannot meet. ``gen_batch_size``: verl's data.gen_batch_size (None: train_batch_size);
+    ``manager_class``: actor_rollout_ref.rollout.agent.agent_loop_manager_class as set (None: verl's own)."""
+    which, how_many = kwargs.get("prompt_planner"), kwargs.get("rollout_planner")
+    which_args, how_args = _args(kwargs, "prompt_planner_args"), _args(kwargs, "rollout_planner_args")
+    refill_rounds = kwargs.get("refill_rounds", 4)
+    if isinstance(refill_rounds, bool) or not isinstance(refill_rounds, int) or refill_rounds < 0:
+        raise ValueError(f"sampler_kwargs.refill_rounds must be an integer >= 0 (refills per dispatch before the rest "
+                         f"is admitted), got {refill_rounds!r}")
+    if which is None and how_many is None:
+        return VerlBudget(budget=None, rounds=None, n=n, refill_rounds=refill_rounds)
+    if which == "pilot_commit":
+        raise ValueError(_PILOT_COMMIT)
+    for name, supported, field in ((which, WHICH_PLANNERS, "prompt_planner"),
+                                   (how_many, COUNT_PLANNERS + ROUNDS_PLANNERS, "rollout_planner")):
+        if name is not None and name not in supported:
+            kind = "which_prompts" if field == "prompt_planner" else "how_many"
+            raise ValueError(f"sampler_kwargs.{field}={name!r}: the PODS agent loop manager runs {list(supported)} "
+                             f"for this question on verl (registered: {available_planners(kind)})")
+    if manager_class != MANAGER_CLASS:
+        raise ValueError(f"sampler_kwargs.prompt_planner/rollout_planner run in PODS's agent loop manager: set "
+                         f"{MANAGER_KEY}={MANAGER_CLASS} (`pods verl-args` prints it)")
+    if which is not None and trainer_mode == "sync" and gen_batch_size != 1:
+        raise ValueError(f"sampler_kwargs.prompt_planner={which!r} replaces each skipped prompt with one more from "
+                         "verl's dataloader, which fetches data.gen_batch_size rows at a time: set data.gen_batch_size=1")
+    rounds = None
+    if how_many in ROUNDS_PLANNERS:
+        if colocated_reward_model:
+            raise ValueError(_NO_SAMPLING_REWARDS)
+        rounds = rounds_knobs(how_args, n, m)
+        if how_args.get("round_repeat", n) != n or how_args.get("final_keep_per_prompt", m) != m:
+            raise ValueError(f"sampler_kwargs.rollout_planner_args: on verl Reinforce-Ada's round_repeat is "
+                             f"actor_rollout_ref.rollout.n ({n}) and final_keep_per_prompt is sampler_kwargs.m ({m}); "
+                             "drop them")
+        from pods_rl.budget.planners import make_planner
+
+        make_planner("reinforce_ada", **rounds)  # its knobs checked here, before Ray starts
+        how_many, how_args = None, {}
+    cap = n
+    if how_many is not None:  # Knapsack-RL: rollout.n is the budget per prompt, max_n the most one prompt gets
+        cap = how_args.setdefault("max_n", 2 * n)
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap <= n:
+            raise ValueError(f"sampler_kwargs.rollout_planner_args.max_n={cap!r}: Knapsack-RL moves rollouts between "
+                             f"prompts around actor_rollout_ref.rollout.n={n} per prompt (the step's budget); set max_n "
+                             f"above {n}, or drop it ({2 * n})")
+        check_rollout_planner(how_many, pilot=False, n=cap, m=m, names=NAMES)
+    settings = BudgetSettings(num_generations=cap, downsample_to=m, prompt_planner=which,
+                              prompt_planner_args=which_args or None, rollout_planner=how_many,
+                              rollout_planner_args=how_args or None, ledger_success_threshold=success_threshold,
+                              adaptive_budget=float(n) if how_many is not None else None, seed=seed)
+    budget = RolloutBudget.from_config(settings, names=NAMES)
+    return VerlBudget(budget=budget, rounds=rounds, n=n, refill_rounds=refill_rounds)

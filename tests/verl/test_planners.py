@@ -1,0 +1,152 @@
+"""The rollout-budget planners on verl (issue #68): a few steps of verl's own trainer loop per planner, with PODS's
+agent loop manager and worker (tests/verl/planner_lane.py says what is real), checking what was generated against
+what the planner decided, and a save + resume against the same steps without one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from planner_lane import KW, budget_state, planned_run, reward, run_steps, sessions_by_uid
+from verl_lane import pods_overrides
+
+from pods_rl.budget.planners import make_planner
+from pods_rl.engines.verl import replay_buffer as pods_verl
+
+pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]
+
+N, M, B = 4, 2, 4
+GRESO = (KW + "prompt_planner=greso", KW + "prompt_planner_args={p_easy:0.05,p_hard:0.05,min_p:0.05,adapt_from_epoch:0}")
+KNAPSACK = (KW + "rollout_planner=knapsack", KW + "rollout_planner_args={max_n:8,min_buffer_length:4}")
+
+
+def _base(*extra):
+    return pods_overrides(M, N, *extra, train_batch_size=B)
+
+
+def test_greso_skipped_prompts_get_no_rollouts_and_the_batch_is_refilled(tq_store):
+    trainer, manager, worker = planned_run(*_base(*GRESO))
+    steps = run_steps(trainer, 4)
+    generated = sessions_by_uid(worker)
+    skipped = 0
+    for decision in manager.decisions:
+        for uid, kept in zip(decision["uids"], decision["kept"].tolist()):
+            assert generated.get(uid, []) == (list(range(N)) if kept else [])  # a skipped row: not one rollout
+            skipped += not kept
+    assert skipped > 0  # steps 3 and 4 offer prompts seen all-right / all-wrong: GRESO skips most of them
+    assert any(d["wave"] > 0 for d in manager.decisions)  # ... and the dataloader refilled them
+    for step in steps:  # every step still trains B groups, m kept of each
+        groups = {key.rsplit("_", 2)[0] for key in step["keys"]}
+        assert len(groups) == B and len(step["keys"]) == B * M
+    offered = sum(len(d["ids"]) for d in manager.decisions if d["step"] == 3)
+    assert steps[2]["pods/prompts_skipped"] == offered - B  # the manager's metrics reach the step's
+    assert set(pods_verl._LIVE.values()) >= {trainer.replay_buffer}
+
+
+def test_greso_refills_are_bounded(tq_store):
+    """refill_rounds=0: nothing is ever dropped; refill_rounds=1: one refill wave, admitted whole."""
+    for rounds, deepest in ((0, 0), (1, 1)):
+        trainer, manager, worker = planned_run(*_base(*GRESO, KW + f"refill_rounds={rounds}"))
+        run_steps(trainer, 4)
+        assert max(d["wave"] for d in manager.decisions) <= deepest
+        assert all(bool(d["kept"].all()) for d in manager.decisions if d["wave"] == rounds)
+        assert manager.decisions[-1]["step"] == 4
+
+
+def test_knapsack_gives_each_prompt_its_planned_count_within_the_steps_budget(tq_store):
+    trainer, manager, worker = planned_run(*_base(*KNAPSACK))
+    run_steps(trainer, 4)
+    generated = sessions_by_uid(worker)
+    budget = trainer.replay_buffer.budget
+    uneven = False
+    for decision in manager.decisions:
+        counts = decision["counts"]
+        assert int(counts.sum()) == len(counts) * N  # sum(n_i) = P x rollout.n: mini-batches unchanged
+        assert bool(((counts >= M) & (counts <= 8)).all())
+        for uid, count in zip(decision["uids"], counts.tolist()):
+            assert generated[uid] == list(range(count))  # per-prompt counts equal the plan
+        uneven |= len(set(counts.tolist())) > 1
+    assert uneven  # from step 3 the ledger knows the prompts: Knapsack-RL moves rollouts between them
+    assert budget.how_many.settings.max_n == 8 and budget.budget_per_prompt == N
+
+
+def test_reinforce_ada_samples_rounds_until_its_rule_holds(tq_store):
+    trainer, manager, worker = planned_run(*_base(KW + "rollout_planner=reinforce_ada", KW + "rule=reinforce_ada"))
+    steps = run_steps(trainer, 2)
+    planner = make_planner("reinforce_ada", max_rounds=4, round_repeat=N, final_keep_per_prompt=M)
+    by_index = {}
+    for uid, sessions in sessions_by_uid(worker).items():
+        index = next(i for _, u, i, _ in worker.generated if u == uid)
+        count = len(sessions)
+        assert sessions == list(range(count)) and count % N == 0  # whole rounds, session ids continuing
+        rewards = torch.tensor([[reward(index, s) for s in range(count)]], dtype=torch.float64)
+        done = bool(planner.finished(rewards, torch.tensor([count]))[0])
+        # It stopped at the first round its rule held, or at max_rounds.
+        assert done or count == planner.settings.cap
+        if count > N:
+            assert not bool(planner.finished(rewards[:, :count - N], torch.tensor([count - N]))[0])
+        by_index[index] = count
+    assert by_index == {0: 16, 1: 16, 2: 4, 3: 8, 4: 16, 5: 16, 6: 4, 7: 8}
+    for step in steps:
+        assert len(step["keys"]) == B * M  # PODS keeps m of each group, whatever its size
+
+
+def test_the_ledger_after_save_and_resume_equals_the_ledger_without(tq_store, tmp_path):
+    overrides = _base(*GRESO, *KNAPSACK, f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                      "trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback")
+    straight, _, _ = planned_run(*overrides)
+    run_steps(straight, 4)
+
+    first, _, _ = planned_run(*overrides)
+    run_steps(first, 2)
+    folder = tmp_path / "ckpt" / "global_step_2"
+    folder.mkdir(parents=True)
+    (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text("2")
+    first.checkpoint_callback.on_save(trainer=first, global_step=2, checkpoint_dir=str(folder), async_save=False)
+    position = first._fetch_one_gen_batch.position  # verl restores its dataloader from data.pt
+    resumed, _, _ = planned_run(*overrides, position=position)
+    run_steps(resumed, 2, start=3)
+
+    assert budget_state(resumed.replay_buffer) == budget_state(straight.replay_buffer)
+    assert budget_state(first.replay_buffer) != budget_state(straight.replay_buffer)  # the comparison can fail
+    assert len(straight.replay_buffer.ledger) == 8
+
+
+REFUSALS = [  # (overrides beyond PODS's, phrases of the one line), each refused when verl builds the buffer
+    ([KW + "rollout_planner=reinforce_ada", "reward.reward_model.enable=True",
+      "reward.reward_model.enable_resource_pool=False"],
+     ["needs each rollout's reward when it is sampled", "enable_resource_pool=True"]),
+    ([KW + "prompt_planner=greso", "data.gen_batch_size=4"], ["data.gen_batch_size=1"]),
+    ([KW + "prompt_planner=pilot_commit"], ["pilot_commit", "PODSTrainer"]),
+    ([KW + "prompt_planner=pilot_commit", KW + "prompt_planner_args={buffer_max_off_steps:2}"], ["pilot_commit"]),
+    ([KW + "rollout_planner=knapsack", KW + "rollout_planner_args={max_n:4}"], ["max_n=4", "above 4"]),
+    ([KW + "rollout_planner=knapsack", KW + "rollout_planner_args={alpha:2}"], ["Knapsack-RL alpha"]),
+    ([KW + "rollout_planner=reinforce_ada", KW + "rollout_planner_args={round_repeat:8}"], ["round_repeat", "drop"]),
+    ([KW + "rollout_planner=reinforce_ada", KW + "rollout_planner_args={max_rounds:0}"], ["max_rounds"]),
+    ([KW + "rollout_planner=dapo"], ["rollout_planner='dapo'", "knapsack"]),
+    ([KW + "prompt_planner=greso", KW + "refill_rounds=-1"], ["refill_rounds must be an integer >= 0"]),
+]
+
+
+@pytest.mark.parametrize("overrides, phrases", REFUSALS)
+def test_what_verl_cannot_meet_is_refused_in_one_line(overrides, phrases):
+    from planner_lane import MANAGER
+    from verl_lane import make_trainer
+
+    base = [o for o in _base() if not any(o.startswith(x.split("=")[0] + "=") for x in overrides)]
+    with pytest.raises(ValueError) as excinfo:
+        make_trainer(*base, "data.gen_batch_size=1", MANAGER, *overrides)
+    message = str(excinfo.value)
+    assert "\n" not in message and all(phrase in message for phrase in phrases), message
+
+
+def test_planners_without_the_manager_and_a_manager_without_the_buffer_are_refused():
+    from verl_lane import make_trainer, verl_config
+
+    from pods_rl.engines.verl.agent_loop import PODSAgentLoopManager
+
+    with pytest.raises(ValueError) as excinfo:
+        make_trainer(*_base(*KNAPSACK))
+    assert "agent_loop_manager_class=pods_rl.engines.verl.agent_loop.PODSAgentLoopManager" in str(excinfo.value)
+    with pytest.raises(ValueError) as excinfo:
+        PODSAgentLoopManager(config=verl_config(*_base()), llm_client=None)
+    assert "no PODS buffer was built from this config" in str(excinfo.value) and "\n" not in str(excinfo.value)
