@@ -111,12 +111,65 @@ def test_cli(capsys):
     assert capsys.readouterr().err.count("\n") == 1
 
 
+MANAGER = ("+actor_rollout_ref.rollout.agent.agent_loop_manager_class="
+           "pods_rl.engines.verl.agent_loop.PODSAgentLoopManager")
+HOOK = "trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback"
+
+
+@pytest.mark.parametrize("planners, expected", [
+    ({"rollout_planner": "knapsack", "rollout_planner_args": {"max_n": 16, "allow_fallback": False}},
+     ["+trainer.v1.sampler.sampler_kwargs.rollout_planner=knapsack",
+      "+trainer.v1.sampler.sampler_kwargs.rollout_planner_args={max_n:16,allow_fallback:false}", MANAGER, HOOK]),
+    ({"prompt_planner": "greso", "refill_rounds": 2},
+     ["+trainer.v1.sampler.sampler_kwargs.prompt_planner=greso", "+trainer.v1.sampler.sampler_kwargs.refill_rounds=2",
+      MANAGER, HOOK, "data.gen_batch_size=1"]),
+    ({"rollout_planner": "reinforce_ada", "rollout_planner_args": {"reinforce_ada_choice": "positive_focused"}},
+     ["+trainer.v1.sampler.sampler_kwargs.rollout_planner=reinforce_ada",
+      "+trainer.v1.sampler.sampler_kwargs.rollout_planner_args={reinforce_ada_choice:positive_focused}", MANAGER,
+      HOOK]),
+    ({}, []),
+])
+def test_planner_overrides(planners, expected):
+    batch = verl_batch_settings(prompts=4, n=8, m=4, dp=1, mini_batch=8, planners=planners)
+    assert list(batch.overrides[9:]) == expected
+    if planners.get("prompt_planner"):  # colocate_async fetches one row at a time already
+        batch = verl_batch_settings(prompts=4, n=8, m=4, dp=1, mini_batch=8, planners=planners,
+                                    trainer_mode="colocate_async")
+        assert "data.gen_batch_size=1" not in batch.overrides
+
+
+@pytest.mark.parametrize("planners, phrases", [
+    ({"prompt_planner": "pilot_commit"}, ["pilot_commit", "PODSTrainer"]),
+    ({"rollout_planner": "knapsack", "rollout_planner_args": {"max_n": 8}}, ["max_n=8", "above 8"]),
+    ({"rollout_planner": "knapsack", "rollout_planner_args": {"min_n": 1}}, ["min_n=1", "[4, 16]"]),
+    ({"rollout_planner": "reinforce_ada", "rollout_planner_args": {"final_keep_per_prompt": 2}}, ["drop them"]),
+    ({"rollout_planner": "dapo"}, ["sampler_kwargs.rollout_planner='dapo'", "'knapsack', 'reinforce_ada'"]),
+    ({"prompt_planner": "greso", "prompt_planner_args": {"p_easy": 2}}, ["GRESO p_easy"]),
+    ({"prompt_planner": "greso", "refill": 2}, ["unknown planner settings ['refill']"]),
+])
+def test_planners_verl_cannot_meet_are_refused_before_anything_runs(planners, phrases):
+    with pytest.raises(ValueError) as excinfo:
+        verl_batch_settings(prompts=4, n=8, m=4, dp=1, mini_batch=8, planners=planners)
+    message = str(excinfo.value)
+    assert "\n" not in message and all(phrase in message for phrase in phrases), message
+
+
+def test_cli_planners(capsys):
+    base = ["verl-args", "--prompts", "4", "--n", "8", "--m", "4", "--dp", "1", "--mini-batch", "8"]
+    assert cli.main([*base, "--rollout_planner", "knapsack", "--rollout_planner_args", '{"max_n": 16}']) == 0
+    lines = capsys.readouterr().out.split()
+    assert "+trainer.v1.sampler.sampler_kwargs.rollout_planner_args={max_n:16}" in lines and MANAGER in lines
+    assert cli.main([*base, "--rollout_planner_args", "{max_n: 16}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not JSON" in err
+
+
 def test_import_boundary():
     """`import pods_rl` and the batch helper load no verl, Ray or TransferQueue; the buffer module, when verl is
     missing, says so in one line (simulated: verl's distribution reported absent)."""
     code = """
 import importlib.metadata as metadata, sys
-import pods_rl, pods_rl.engines.verl.batch_settings
+import pods_rl, pods_rl.engines.verl.batch_settings, pods_rl.engines.verl.budget_settings
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("verl", "ray", "transfer_queue"))
 assert not heavy, heavy
 real_version = metadata.version

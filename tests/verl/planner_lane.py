@@ -96,7 +96,8 @@ def planned_run(*overrides: str, dataset: int = 8, position: int = 0):
     """verl's sync trainer with PODS's buffer, manager and a ``LaneWorker``; returns (trainer, manager, worker)."""
     from verl_lane import make_trainer
 
-    trainer = make_trainer(*overrides, "data.gen_batch_size=1", MANAGER)
+    extra = [o for o in ("data.gen_batch_size=1", MANAGER) if o.split("=")[0] not in {x.split("=")[0] for x in overrides}]
+    trainer = make_trainer(*overrides, *extra)
     trainer._fetch_one_gen_batch = Rows(trainer, dataset, position)
     manager = PODSAgentLoopManager(config=trainer.config, llm_client=None)
     worker = LaneWorker(trainer.config)

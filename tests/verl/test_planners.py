@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from planner_lane import KW, budget_state, planned_run, reward, run_steps, sessions_by_uid
-from verl_lane import pods_overrides
+from verl_lane import pods_overrides, verl_config
 
 from pods_rl.budget.planners import make_planner
 from pods_rl.engines.verl import replay_buffer as pods_verl
@@ -88,6 +88,34 @@ def test_reinforce_ada_samples_rounds_until_its_rule_holds(tq_store):
     assert by_index == {0: 16, 1: 16, 2: 4, 3: 8, 4: 16, 5: 16, 6: 4, 7: 8}
     for step in steps:
         assert len(step["keys"]) == B * M  # PODS keeps m of each group, whatever its size
+
+
+@pytest.mark.parametrize("planners", [
+    {"prompt_planner": "greso", "prompt_planner_args": {"p_easy": 0.3}},
+    {"rollout_planner": "knapsack", "rollout_planner_args": {"max_n": 8, "min_buffer_length": 4}},
+    {"rollout_planner": "reinforce_ada", "rollout_planner_args": {"max_rounds": 2}},
+    {"prompt_planner": "greso", "rollout_planner": "knapsack", "refill_rounds": 2},
+])
+def test_verl_args_with_a_planner_prints_a_run_verl_accepts(tq_store, tiny_model_dir, planners):
+    """`pods verl-args --rollout_planner ...`'s overrides alone: verl composes and validates them, its trainer builds
+    the buffer with the planners, the manager finds it, and a step generates and trains B groups of m."""
+    from test_batch_settings import MICRO
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from pods_rl.engines.verl.agent_loop import PODSAgentLoopWorker
+    from pods_rl.engines.verl.batch_settings import verl_batch_settings
+
+    settings = verl_batch_settings(prompts=B, n=N, m=M, dp=1, mini_batch=N, planners=planners)
+    overrides = [*settings.overrides, "algorithm.adv_estimator=grpo", "trainer.n_gpus_per_node=1", *MICRO,
+                 f"actor_rollout_ref.model.path={tiny_model_dir}", f"critic.model.path={tiny_model_dir}"]
+    config = verl_config(*overrides)
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    trainer, manager, worker = planned_run(*overrides)
+    assert manager.agent_loop_workers_class is PODSAgentLoopWorker and trainer.replay_buffer.plan.planned
+    steps = run_steps(trainer, 2)
+    assert all(len(step["keys"]) == B * M for step in steps)
+    assert len(trainer.replay_buffer.ledger) == 2 * B
 
 
 def test_the_ledger_after_save_and_resume_equals_the_ledger_without(tq_store, tmp_path):

@@ -40,8 +40,28 @@ def build_parser() -> argparse.ArgumentParser:
     add("--rule", "--downsample_rule", default="max_variance", help="down-sampling rule (default max_variance)")
     add("--tiebreak", "--downsample_tiebreak", default="index", help="index, shorter or longer (default index)")
     add("--trainer-mode", default="sync", help="sync or colocate_async (default sync)")
+    add("--prompt_planner", default=None, help="which prompts get rollouts: greso")
+    add("--prompt_planner_args", type=_json_mapping, default=None, help="its settings as JSON, e.g. '{\"p_easy\": 0.3}'")
+    add("--rollout_planner", default=None, help="how many rollouts: knapsack (rollout.n each on average, up to max_n) "
+                                                "or reinforce_ada (rounds of n)")
+    add("--rollout_planner_args", type=_json_mapping, default=None, help="its settings as JSON, e.g. '{\"max_n\": 128}'")
+    add("--refill-rounds", type=int, default=None, help="refills per dispatch before skipped prompts are admitted "
+                                                         "(default 4)")
     one_line_parser_errors(parser)
     return parser
+
+
+def _json_mapping(text: str) -> dict:
+    """A planner's settings: a JSON object."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not JSON ({err.msg}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object of the planner's settings, got {text!r}")
+    return value
 
 
 def _main(argv: list[str]) -> int:
@@ -51,7 +71,12 @@ def _main(argv: list[str]) -> int:
     oversample = int(args.oversample) if float(args.oversample).is_integer() else args.oversample
     batch = verl_batch_settings(args.prompts, args.n, args.m, args.dp, args.mini_batch,
                                 critic_mini_batch=args.critic_mini_batch, oversample_prompts=oversample,
-                                rule=args.rule, tiebreak=args.tiebreak, trainer_mode=args.trainer_mode)
+                                rule=args.rule, tiebreak=args.tiebreak, trainer_mode=args.trainer_mode,
+                                planners={"prompt_planner": args.prompt_planner,
+                                          "prompt_planner_args": args.prompt_planner_args,
+                                          "rollout_planner": args.rollout_planner,
+                                          "rollout_planner_args": args.rollout_planner_args,
+                                          "refill_rounds": args.refill_rounds})
     print("\n".join(batch.overrides))
     print(batch.summary(args.n, args.m, args.dp), file=sys.stderr)
     return 0

@@ -27,15 +27,19 @@ SPELLINGS: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = {
     ("adaptive", "round_size"): ("adaptive_round_size", "pods_round_size", None),
     ("adaptive", "budget"): ("adaptive_budget", "pods_adaptive_budget", None),
     ("adaptive", "reward"): ("adaptive_reward", "pods_adaptive_reward", None),
-    ("budget", "prompt_planner"): ("prompt_planner", "pods_prompt_planner", None),
-    ("budget", "rollout_planner"): ("rollout_planner", "pods_rollout_planner", None),
-    ("budget", "prompt_planner_args"): ("prompt_planner_args", "pods_prompt_planner_args", None),
-    ("budget", "rollout_planner_args"): ("rollout_planner_args", "pods_rollout_planner_args", None),
-    ("budget", "m"): ("downsample_to", "pods_m", None),
-    ("budget", "n"): ("num_generations", "num_generations", None),
+    ("budget", "prompt_planner"): ("prompt_planner", "pods_prompt_planner", "sampler_kwargs.prompt_planner"),
+    ("budget", "rollout_planner"): ("rollout_planner", "pods_rollout_planner", "sampler_kwargs.rollout_planner"),
+    ("budget", "prompt_planner_args"): ("prompt_planner_args", "pods_prompt_planner_args",
+                                        "sampler_kwargs.prompt_planner_args"),
+    ("budget", "rollout_planner_args"): ("rollout_planner_args", "pods_rollout_planner_args",
+                                         "sampler_kwargs.rollout_planner_args"),
+    ("budget", "m"): ("downsample_to", "pods_m", "sampler_kwargs.m"),
+    # verl: rollout.n is the budget per prompt; the most one prompt gets is Knapsack-RL's max_n
+    ("budget", "n"): ("num_generations", "num_generations", "sampler_kwargs.rollout_planner_args.max_n"),
     ("budget", "pilot"): ("pilot_generations", "pods_pilot", None),
     ("budget", "oversample_prompts"): ("oversample_prompts", None, None),
-    ("budget", "success_threshold"): ("ledger_success_threshold", "pods_ledger_success_threshold", None),
+    ("budget", "success_threshold"): ("ledger_success_threshold", "pods_ledger_success_threshold",
+                                      "sampler_kwargs.ledger_success_threshold"),
 }
 
 # Why each engine refuses a Pilot-Commit setting (None: it runs it); pods_rl.budget's check_pilot_commit words the
@@ -56,6 +60,8 @@ PILOT_COMMIT_REASONS: dict[str, dict[str, str | None]] = {
 PLANNERS: dict[str, dict[str, tuple[str, ...]]] = {
     "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack",)},
     "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack",)},
+    # verl: GRESO in the agent loop manager, Knapsack-RL as __rollout_n__, Reinforce-Ada's rounds in the worker.
+    "verl": {"which_prompts": ("greso",), "how_many": ("knapsack", "reinforce_ada")},
 }
 PLANNER_FIELDS = {"which_prompts": "prompt_planner", "how_many": "rollout_planner"}  # the planner rows, by kind
 REFUSALS = {
@@ -63,6 +69,8 @@ REFUSALS = {
             "to call from your own loop (docs: Rollout budgets)"),
     "trl_async": ("the asynchronous worker runs {supported} for this question (registered: {known}); the others need "
                   "a step that sees a batch of prompts at once (PODSTrainer, or your own loop: docs, Rollout budgets)"),
+    "verl": ("PODS's agent loop manager runs {supported} for this question on verl (registered: {known}); the others "
+             "run in PODSTrainer (docs: PODS on verl, Rollout budgets)"),
 }
 
 

@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from collections.abc import Mapping
+from typing import Any
+
 from pods_rl.selection import SelectionSettings
 
 # The verl versions whose v1 ReplayBuffer internals the replay buffer was tested against (it refuses any other at
@@ -64,11 +67,13 @@ def _positive_int(name: str, value) -> int:
 
 def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, *, critic_mini_batch: int | None = None,
                         oversample_prompts: float = 1.0, rule: str = "max_variance", tiebreak: str = "index",
-                        trainer_mode: str = "sync") -> VerlBatch:
+                        trainer_mode: str = "sync", planners: Mapping[str, Any] | None = None) -> VerlBatch:
     """verl overrides that train PODS without padding rows; ValueError (one line) for a combination verl would pad.
 
     ``prompts``: B groups per update; ``mini_batch`` / ``critic_mini_batch``: kept rows per actor / critic
-    mini-batch (multiples of n and dp; no critic: None); ``trainer_mode``: ``sync`` or ``colocate_async``."""
+    mini-batch (multiples of n and dp; no critic: None); ``trainer_mode``: ``sync`` or ``colocate_async``;
+    ``planners``: the rollout-budget keys (``prompt_planner``, ``rollout_planner``, their ``*_args`` mappings,
+    ``refill_rounds``), checked as the buffer checks them, and printed with PODS's agent loop manager."""
     for name, value in (("prompts", prompts), ("n", n), ("m", m), ("dp", dp), ("mini_batch", mini_batch)):
         _positive_int(name, value)
     if critic_mini_batch is not None:
@@ -105,6 +110,7 @@ def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, 
     ]
     if oversample_prompts != 1:
         overrides.append(f"+trainer.v1.sampler.sampler_kwargs.oversample_prompts={oversample_prompts}")
+    overrides += _planner_overrides(planners, n=n, m=m, trainer_mode=trainer_mode)
     return VerlBatch(train_batch_size=train_batch_size, sampled_per_update=sampled, kept_groups=prompts,
                      kept_rows=kept_rows, actor_mini_batch=mini_batch // n,
                      critic_mini_batch=None if critic_mini_batch is None else critic_mini_batch // n,
@@ -132,3 +138,34 @@ def _check_no_padding(prompts: int, n: int, m: int, dp: int, mini_batch: int, cr
                              f"prompts as a multiple of {rows // math.gcd(rows, m)} or another {name}")
     pad = padding_rows(kept_rows, dp, mini_batch, critic_mini_batch)
     assert pad == 0, pad  # implied by the checks above; verl's own rule, kept as a guard
+
+
+def _planner_overrides(planners: Mapping[str, Any] | None, *, n: int, m: int, trainer_mode: str) -> list[str]:
+    """The overrides that run the rollout-budget ``planners`` (none without): the buffer's keys, PODS's agent loop
+    manager, the checkpoint hook that saves the ledger, and a one-row dataloader fetch for refills in sync mode."""
+    from pods_rl.engines.verl.budget_settings import MANAGER_CLASS, MANAGER_KEY, PLANNER_KEYS, verl_budget
+
+    planners = {key: value for key, value in (planners or {}).items() if value is not None}
+    unknown = sorted(set(planners) - set(PLANNER_KEYS))
+    if unknown:
+        raise ValueError(f"unknown planner settings {unknown}; known: {list(PLANNER_KEYS)}")
+    if not verl_budget(planners, n=n, m=m, trainer_mode=trainer_mode, gen_batch_size=1).planned:
+        return []
+    out = [f"+trainer.v1.sampler.sampler_kwargs.{key}={_hydra(planners[key])}" for key in PLANNER_KEYS
+           if key in planners]
+    out += [f"+{MANAGER_KEY}={MANAGER_CLASS}",
+            "trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback"]
+    if planners.get("prompt_planner") is not None and trainer_mode == "sync":
+        out.append("data.gen_batch_size=1")
+    return out
+
+
+def _hydra(value) -> str:
+    """``value`` in Hydra's override grammar (a mapping as ``{key:value,...}``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{key}:{_hydra(item)}" for key, item in value.items()) + "}"
+    return str(value)

@@ -19,6 +19,7 @@ from typing import Any
 
 from pods_rl.budget.planners import available_planners
 from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_rollout_planner
+from pods_rl.engines.settings import check_planners, spelled
 
 __all__ = ["MANAGER_CLASS", "PLANNER_KEYS", "ROUNDS_PLANNERS", "VerlBudget", "rounds_knobs", "verl_budget"]
 
@@ -26,15 +27,9 @@ __all__ = ["MANAGER_CLASS", "PLANNER_KEYS", "ROUNDS_PLANNERS", "VerlBudget", "ro
 MANAGER_CLASS = "pods_rl.engines.verl.agent_loop.PODSAgentLoopManager"
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
 PLANNER_KEYS = ("prompt_planner", "prompt_planner_args", "rollout_planner", "rollout_planner_args", "refill_rounds")
-ROUNDS_PLANNERS = ("reinforce_ada",)  # how-many planners that sample in rounds (in the worker)
-COUNT_PLANNERS = ("knapsack",)  # how-many planners that give each row its count before generation
-WHICH_PLANNERS = ("greso",)
+ROUNDS_PLANNERS = ("reinforce_ada",)  # how-many planners that sample in rounds (in the worker); the rest give counts
 # How verl's users spell the budget's settings (the budget's checks name them so).
-NAMES = {"prompt_planner": "sampler_kwargs.prompt_planner", "prompt_planner_args": "sampler_kwargs.prompt_planner_args",
-         "rollout_planner": "sampler_kwargs.rollout_planner",
-         "rollout_planner_args": "sampler_kwargs.rollout_planner_args", "m": "sampler_kwargs.m",
-         "n": "rollout_planner_args.max_n", "pilot": "(no pilot on verl)", "oversample_prompts": "(refill_rounds)",
-         "success_threshold": "sampler_kwargs.ledger_success_threshold"}
+NAMES = spelled("verl", "budget")
 _PILOT_COMMIT = ("sampler_kwargs.prompt_planner='pilot_commit': its commit needs every pilot of the step scored before "
                  "it picks which prompts to commit, and a pilot that does not pass must be recorded and replaced from "
                  "the TaskRunner process, which verl's agent loop workers cannot reach; run it in PODSTrainer or the "
@@ -91,12 +86,7 @@ def verl_budget(kwargs: Mapping, *, n: int, m: int, seed: int = 0, success_thres
         return VerlBudget(budget=None, rounds=None, n=n, refill_rounds=refill_rounds)
     if which == "pilot_commit":
         raise ValueError(_PILOT_COMMIT)
-    for name, supported, field in ((which, WHICH_PLANNERS, "prompt_planner"),
-                                   (how_many, COUNT_PLANNERS + ROUNDS_PLANNERS, "rollout_planner")):
-        if name is not None and name not in supported:
-            kind = "which_prompts" if field == "prompt_planner" else "how_many"
-            raise ValueError(f"sampler_kwargs.{field}={name!r}: the PODS agent loop manager runs {list(supported)} "
-                             f"for this question on verl (registered: {available_planners(kind)})")
+    check_planners("verl", {"which_prompts": which, "how_many": how_many}, available_planners)
     if manager_class != MANAGER_CLASS:
         raise ValueError(f"sampler_kwargs.prompt_planner/rollout_planner run in PODS's agent loop manager: set "
                          f"{MANAGER_KEY}={MANAGER_CLASS} (`pods verl-args` prints it)")
