@@ -139,7 +139,10 @@ def test_planner_overrides(planners, expected):
 
 
 @pytest.mark.parametrize("planners, phrases", [
-    ({"prompt_planner": "pilot_commit"}, ["pilot_commit", "PODSTrainer"]),
+    ({"prompt_planner": "pilot_commit", "prompt_planner_args": {"buffer_max_off_steps": 4}},
+     ["buffer_max_off_steps=4", "as soon as it is scored", "set it to 0"]),
+    ({"prompt_planner": "pilot_commit", "prompt_planner_args": {"n_explore_effective": 1, "n_explore": 2}},
+     ["n_explore_effective=1", "trains on every pilot rollout"]),
     ({"rollout_planner": "knapsack", "rollout_planner_args": {"max_n": 8}}, ["max_n=8", "above 8"]),
     ({"rollout_planner": "knapsack", "rollout_planner_args": {"min_n": 1}}, ["min_n=1", "[4, 16]"]),
     ({"rollout_planner": "reinforce_ada", "rollout_planner_args": {"final_keep_per_prompt": 2}}, ["drop them"]),

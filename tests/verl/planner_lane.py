@@ -20,7 +20,7 @@ import numpy as np
 import ray
 import torch
 
-from pods_rl.engines.verl.agent_loop import PODSAgentLoopManager, PODSAgentLoopWorkerBase, rounds_planner
+from pods_rl.engines.verl.agent_loop import PODSAgentLoopManager, PODSAgentLoopWorkerBase, worker_plan
 
 MANAGER = ("+actor_rollout_ref.rollout.agent.agent_loop_manager_class="
            "pods_rl.engines.verl.agent_loop.PODSAgentLoopManager")
@@ -41,7 +41,7 @@ class LaneWorker(PODSAgentLoopWorkerBase):
         self.reward_loop_worker_handles, self.teacher_client, self.distillation_enabled = None, None, False
         self.processor, self.tokenizer, self.hf_model_type = None, None, None
         self.background_tasks = set()
-        self.pods_rounds = rounds_planner(config)
+        self.pods_plan = worker_plan(config)
         self.pods_rewards = {}
         self.generated: list[tuple[int, str, int, int]] = []
 
@@ -96,7 +96,8 @@ def planned_run(*overrides: str, dataset: int = 8, position: int = 0):
     """verl's sync trainer with PODS's buffer, manager and a ``LaneWorker``; returns (trainer, manager, worker)."""
     from verl_lane import make_trainer
 
-    extra = [o for o in ("data.gen_batch_size=1", MANAGER) if o.split("=")[0] not in {x.split("=")[0] for x in overrides}]
+    given = {override.split("=")[0] for override in overrides}
+    extra = [o for o in ("data.gen_batch_size=1", MANAGER) if o.split("=")[0] not in given]
     trainer = make_trainer(*overrides, *extra)
     trainer._fetch_one_gen_batch = Rows(trainer, dataset, position)
     manager = PODSAgentLoopManager(config=trainer.config, llm_client=None)

@@ -135,8 +135,8 @@ def test_bad_ledger_settings_are_refused_by_name(key, phrases):
 
 
 def test_verls_prompt_dispatch_and_rollout_counts_are_where_the_guide_says():
-    """What the planners on verl rest on, in the installed verl: the trainer draws prompts, registers them and hands them
-    to the agent loop manager (PODS's plans there), the buffer's refill_fn fetches more; the agent loop reads a
+    """What the planners on verl rest on, in the installed verl: the trainer draws prompts, registers them and hands
+    them to the agent loop manager (PODS's plans there), the buffer's refill_fn fetches more; the agent loop reads a
     per-prompt n from the row; the trainer's arithmetic uses rollout.n; the TaskRunner loads the manager by name."""
     import inspect
 

@@ -15,7 +15,8 @@ from pods_rl.engines.verl import replay_buffer as pods_verl
 pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]
 
 N, M, B = 4, 2, 4
-GRESO = (KW + "prompt_planner=greso", KW + "prompt_planner_args={p_easy:0.05,p_hard:0.05,min_p:0.05,adapt_from_epoch:0}")
+GRESO = (KW + "prompt_planner=greso",
+         KW + "prompt_planner_args={p_easy:0.05,p_hard:0.05,min_p:0.05,adapt_from_epoch:0}")
 KNAPSACK = (KW + "rollout_planner=knapsack", KW + "rollout_planner_args={max_n:8,min_buffer_length:4}")
 
 
@@ -90,11 +91,45 @@ def test_reinforce_ada_samples_rounds_until_its_rule_holds(tq_store):
         assert len(step["keys"]) == B * M  # PODS keeps m of each group, whatever its size
 
 
+PILOT = (KW + "prompt_planner=pilot_commit", KW + "prompt_planner_args={n_explore:2}")
+
+
+def test_pilot_commit_commits_the_pilots_that_pass_and_replaces_the_others(tq_store):
+    trainer, manager, worker = planned_run(*_base(*PILOT))
+    steps = run_steps(trainer, 3)
+    judge = make_planner("pilot_commit", n_explore=2, n_commit=2)
+    generated, admitted = sessions_by_uid(worker), set()
+    for decision in manager.decisions:
+        admitted |= {uid for uid in decision["uids"] if decision["admitted"]}
+    trained = {key.rsplit("_", 2)[0] for step in steps for key in step["keys"]}
+    from pods_rl.budget.ledger import PromptLedger
+
+    for uid, sessions in generated.items():
+        index = next(i for _, u, i, _ in worker.generated if u == uid)
+        pilot = torch.tensor([[reward(index, s) for s in range(2)]], dtype=torch.float64)
+        passed = bool(judge.after_pilot(torch.tensor([index]), pilot, None, PromptLedger(), step=0,
+                                        evict=False).extra["passed"][0])
+        if passed or uid in admitted:  # committed: the pilot and n_commit more, one group of rollout.n, trained
+            assert sessions == list(range(N)) and uid in trained
+        else:  # dropped after its pilot: nothing more, never trained
+            assert sessions == [0, 1] and uid not in trained
+    for step in steps:
+        assert len({key.rsplit("_", 2)[0] for key in step["keys"]}) == B and len(step["keys"]) == B * M
+    ledger = trainer.replay_buffer.ledger
+    assert bool(ledger.stats(torch.tensor([0, 4])).evicted.all())  # solved pilots: evicted, as the planner says
+    late = [d for d in manager.decisions if d["step"] == 3 and not d["admitted"]]
+    for decision in late:  # ... and dropped before generation when the dataloader offers them again
+        for uid, index, kept in zip(decision["uids"], decision["ids"].tolist(), decision["kept"].tolist()):
+            assert kept == (index % 4 != 0) and (uid in generated) == kept
+    assert steps[0]["pods/pilots_dropped"] > 0
+
+
 @pytest.mark.parametrize("planners", [
     {"prompt_planner": "greso", "prompt_planner_args": {"p_easy": 0.3}},
     {"rollout_planner": "knapsack", "rollout_planner_args": {"max_n": 8, "min_buffer_length": 4}},
     {"rollout_planner": "reinforce_ada", "rollout_planner_args": {"max_rounds": 2}},
     {"prompt_planner": "greso", "rollout_planner": "knapsack", "refill_rounds": 2},
+    {"prompt_planner": "pilot_commit", "prompt_planner_args": {"n_explore": 2}},
 ])
 def test_verl_args_with_a_planner_prints_a_run_verl_accepts(tq_store, tiny_model_dir, planners):
     """`pods verl-args --rollout_planner ...`'s overrides alone: verl composes and validates them, its trainer builds
@@ -144,8 +179,13 @@ REFUSALS = [  # (overrides beyond PODS's, phrases of the one line), each refused
       "reward.reward_model.enable_resource_pool=False"],
      ["needs each rollout's reward when it is sampled", "enable_resource_pool=True"]),
     ([KW + "prompt_planner=greso", "data.gen_batch_size=4"], ["data.gen_batch_size=1"]),
-    ([KW + "prompt_planner=pilot_commit"], ["pilot_commit", "PODSTrainer"]),
-    ([KW + "prompt_planner=pilot_commit", KW + "prompt_planner_args={buffer_max_off_steps:2}"], ["pilot_commit"]),
+    ([KW + "prompt_planner=pilot_commit", KW + "prompt_planner_args={buffer_max_off_steps:2}"],
+     ["buffer_max_off_steps=2", "commits each pilot that passes as soon as it is scored", "set it to 0"]),
+    ([KW + "prompt_planner=pilot_commit", KW + "prompt_planner_args={n_explore:1,n_commit:2}"],
+     ["n_explore=1 + n_commit=2 must make"]),
+    ([KW + "prompt_planner=pilot_commit", KW + "rollout_planner=knapsack"], ["decides how many rollouts", "drop"]),
+    ([KW + "prompt_planner=pilot_commit", "reward.reward_model.enable=True",
+      "reward.reward_model.enable_resource_pool=False"], ["judges each pilot", "enable_resource_pool=True"]),
     ([KW + "rollout_planner=knapsack", KW + "rollout_planner_args={max_n:4}"], ["max_n=4", "above 4"]),
     ([KW + "rollout_planner=knapsack", KW + "rollout_planner_args={alpha:2}"], ["Knapsack-RL alpha"]),
     ([KW + "rollout_planner=reinforce_ada", KW + "rollout_planner_args={round_repeat:8}"], ["round_repeat", "drop"]),

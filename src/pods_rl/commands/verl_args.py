@@ -41,10 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--tiebreak", "--downsample_tiebreak", default="index", help="index, shorter or longer (default index)")
     add("--trainer-mode", default="sync", help="sync or colocate_async (default sync)")
     add("--prompt_planner", default=None, help="which prompts get rollouts: greso")
-    add("--prompt_planner_args", type=_json_mapping, default=None, help="its settings as JSON, e.g. '{\"p_easy\": 0.3}'")
+    add("--prompt_planner_args", type=_json_mapping, default=None,
+        help="its settings as JSON, e.g. '{\"p_easy\": 0.3}'")
     add("--rollout_planner", default=None, help="how many rollouts: knapsack (rollout.n each on average, up to max_n) "
                                                 "or reinforce_ada (rounds of n)")
-    add("--rollout_planner_args", type=_json_mapping, default=None, help="its settings as JSON, e.g. '{\"max_n\": 128}'")
+    add("--rollout_planner_args", type=_json_mapping, default=None,
+        help="its settings as JSON, e.g. '{\"max_n\": 128}'")
     add("--refill-rounds", type=int, default=None, help="refills per dispatch before skipped prompts are admitted "
                                                          "(default 4)")
     one_line_parser_errors(parser)

@@ -54,6 +54,10 @@ PILOT_COMMIT_REASONS: dict[str, dict[str, str | None]] = {
                   "n_explore_effective": "the worker trains on every pilot rollout of a committed prompt",
                   "environment": "the worker pilots a prompt in TRL's generate loop and samples its commit rollouts "
                                  "outside it, which draws and resets an environment per rollout"},
+    "verl": {"buffer_max_off_steps": "PODS's agent loop worker commits each pilot that passes as soon as it is scored "
+                                     "(no pilot waits in a buffer)",
+             "n_explore_effective": "PODS's agent loop worker trains on every pilot rollout of a committed prompt",
+             "environment": None},
 }
 
 # Which planners each engine runs, by question (the planners' kinds), and what its refusal says of the others.
@@ -61,7 +65,7 @@ PLANNERS: dict[str, dict[str, tuple[str, ...]]] = {
     "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack",)},
     "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack",)},
     # verl: GRESO in the agent loop manager, Knapsack-RL as __rollout_n__, Reinforce-Ada's rounds in the worker.
-    "verl": {"which_prompts": ("greso",), "how_many": ("knapsack", "reinforce_ada")},
+    "verl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "reinforce_ada")},
 }
 PLANNER_FIELDS = {"which_prompts": "prompt_planner", "how_many": "rollout_planner"}  # the planner rows, by kind
 REFUSALS = {

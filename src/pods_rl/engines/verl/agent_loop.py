@@ -12,12 +12,15 @@ and the buffer records every sampled group into that ledger by the rows' dataset
   the last admitted whole;
 - how many (Knapsack-RL): each row gets ``__rollout_n__`` (verl's agent loop reads it), summing to rows x rollout.n;
 - rounds (Reinforce-Ada): the worker's ``_run_prompt`` samples rounds of rollout.n with continuing session ids until
-  ``ReinforceAda.plan_round`` says stop.
+  ``ReinforceAda.plan_round`` says stop;
+- Pilot-Commit: the worker pilots a prompt (``n_explore``) and commits it (``n_commit`` more) when
+  ``PilotCommit.after_pilot`` passes it; a dropped pilot is marked for the buffer, which records it and replaces it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import ray
@@ -26,19 +29,21 @@ import transfer_queue as tq
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ, _settle_session_tasks
 
+from pods_rl.budget.ledger import PromptLedger
 from pods_rl.budget.planners import make_planner
 from pods_rl.budget.planners.base import rollout_metrics
 from pods_rl.engines.verl.replay_buffer import live_buffer
 
-__all__ = ["PODSAgentLoopManager", "PODSAgentLoopWorker", "hold_total", "row_ids"]
+__all__ = ["PODSAgentLoopManager", "PODSAgentLoopWorker", "hold_total", "row_ids", "worker_plan"]
 
 logger = logging.getLogger("pods_rl")
 
 _NO_BUFFER = ("PODSAgentLoopManager plans from the PODS replay buffer's ledger, but no PODS buffer was built from this "
               "config in this process: set trainer.v1.sampler.custom_sampler to pods_rl.engines.verl.replay_buffer's "
               "PODSReplayBuffer (`pods verl-args` prints both)")
-_NO_REWARD = ("Reinforce-Ada's rounds need each rollout's reward when it is sampled, but this one has none (a colocated "
-              "reward model scores later): set reward.reward_model.enable_resource_pool=True or use a rule-based reward")
+_NO_REWARD = ("a planner's rounds need each rollout's reward when it is sampled, but this one has none (a colocated "
+              "reward model scores later): set reward.reward_model.enable_resource_pool=True or use a rule-based "
+              "reward")
 
 
 def row_ids(batch: TensorDict) -> torch.Tensor:
@@ -79,26 +84,33 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         if self.buffer is None:
             raise ValueError(_NO_BUFFER)
         self.decisions: list[dict] = []
-        self._wave = 0
+        self._wave, self._offered = 0, {}
 
     def generate_sequences(self, prompts: TensorDict) -> None:
-        """Plan the rows of a training dispatch (drop, count), dispatch the rest as verl does, refill what was dropped."""
+        """Plan a training dispatch's rows (drop, count), dispatch the rest as verl does, refill what was dropped."""
         validate = "validate" in prompts.keys() and bool(_plain(prompts["validate"]))
         budget = self.buffer.budget
         if validate or budget is None or len(prompts) == 0:
             return super().generate_sequences(prompts)
         ids, step = row_ids(prompts), int(_plain(prompts["global_steps"]))
         self.buffer.resume_ledger(step)  # a resumed run plans its first step from the checkpoint's ledger
+        # The bound on replacing prompts: waves of this dispatch's refills, and rows offered this step (Pilot-Commit's
+        # replacements come from the buffer, one wave each); past it, rows are admitted whole.
+        offered = self._offered.get(step, 0)
+        self._offered = {step: offered + len(ids)}
+        admit = (self._wave >= self.buffer.plan.refill_rounds
+                 or offered >= self.config.data.train_batch_size * (1 + self.buffer.plan.refill_rounds))
         keep, metrics = torch.ones(len(ids), dtype=torch.bool), {}
         if budget.which is not None:
-            if self._wave < self.buffer.plan.refill_rounds:
-                generator = torch.Generator().manual_seed(hash((budget.seed, step, self._wave)) & (2**63 - 1))
+            if not admit:
+                generator = torch.Generator().manual_seed(hash((budget.seed, step, self._wave, offered)) & (2**63 - 1))
                 plan = budget.which.plan(ids, budget.ledger, n=budget.n, generator=generator)
                 keep = plan.rollouts > 0
                 metrics.update(plan.metrics)
-            else:  # the refills ran out: admit the wave whole (the planner's readmit, bounded)
+            else:  # the replacements ran out: admit the rows whole (the planner's readmit, bounded)
                 metrics["pods/prompts_readmitted"] = float(len(ids))
-        counts = torch.full((len(ids),), self.buffer.plan.n, dtype=torch.long)
+        counts = torch.full((len(ids),), budget.which.settings.n_explore if budget.commits else self.buffer.plan.n,
+                            dtype=torch.long)
         if budget.how_many is not None and bool(keep.any()):
             planned, allocated = budget.allocate(ids[keep])
             metrics.update(allocated)
@@ -107,7 +119,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         metrics.update(rollout_metrics(counts))
         uids = list(_plain(prompts["uid"]))
         self.decisions.append({"step": step, "wave": self._wave, "uids": uids, "ids": ids, "kept": keep,
-                               "counts": counts})
+                               "counts": counts, "admitted": admit})
         _add(self.buffer.plan_metrics, metrics)
         dropped = [uid for uid, k in zip(uids, keep.tolist()) if not k]
         if dropped:  # registered as pending by the trainer: cleared, or the buffer would wait for them
@@ -116,6 +128,8 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
             kept = prompts[keep]
             if budget.how_many is not None:
                 kept["__rollout_n__"] = counts[keep]
+            if budget.commits:  # the worker commits these whether or not their pilots pass
+                kept["__pods_admit__"] = torch.full((int(keep.sum()),), admit)
             super().generate_sequences(kept)
         if dropped:
             self._wave += 1
@@ -145,27 +159,36 @@ def _add(total: dict[str, float], metrics: dict[str, float]) -> None:
 
 
 class PODSAgentLoopWorkerBase(AgentLoopWorkerTQ.__ray_actor_class__):
-    """verl's TransferQueue agent loop worker, sampling a training prompt in rounds when the buffer's
-    ``sampler_kwargs.rollout_planner`` is a rounds planner (Reinforce-Ada); otherwise verl's worker unchanged."""
+    """verl's TransferQueue agent loop worker, sampling a training prompt in rounds when the PODS buffer's
+    ``sampler_kwargs`` name a planner that does (Reinforce-Ada's rounds, Pilot-Commit's pilot and commit); otherwise
+    verl's worker unchanged."""
 
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
-        self.pods_rounds = rounds_planner(config)
+        self.pods_plan = worker_plan(config)
         self.pods_rewards: dict[tuple[str, int], float | None] = {}
 
+    @property
+    def pods_rounds(self) -> bool:
+        """True when training prompts are sampled in rounds."""
+        plan = self.pods_plan
+        return plan is not None and (plan.rounds is not None or (plan.budget is not None and plan.budget.commits))
+
     async def _run_prompt(self, prompt: dict, sampling_params: dict, trajectory: dict, trace: bool = False) -> None:
-        if self.pods_rounds is None or trajectory["validate"]:
+        if not self.pods_rounds or trajectory["validate"]:
+            prompt.pop("__pods_admit__", None)
             return await super()._run_prompt(prompt, sampling_params, trajectory, trace)
         uid = prompt["uid"]
         await tq.async_kv_put(key=uid, partition_id="train", tag={"status": "running"})
-        status = "finished"
+        tag = {"status": "finished"}
         try:
             prompt.pop("__rollout_n__", None)  # the rounds decide the count
+            admit = bool(_plain(prompt.pop("__pods_admit__", False)))
             if not prompt.pop("__do_sample__", True):
-                raise ValueError("Reinforce-Ada's rounds sample; a greedy (__do_sample__=False) row cannot have rounds")
-            planner = self.pods_rounds
-            rewards = torch.full((1, planner.settings.cap), float("nan"), dtype=torch.float64)
-            count, more = 0, planner.settings.round_repeat
+                raise ValueError("a planner's rounds sample; a greedy (__do_sample__=False) row cannot have rounds")
+            cap, more = self._first_round()
+            rewards = torch.full((1, cap), float("nan"), dtype=torch.float64)
+            count = 0
             while more > 0:
                 tasks = [asyncio.create_task(self._run_agent_loop(dict(sampling_params), trajectory=trajectory,
                                                                   trace=trace, session_id=count + i, **prompt))
@@ -173,9 +196,9 @@ class PODSAgentLoopWorkerBase(AgentLoopWorkerTQ.__ray_actor_class__):
                 errors = await _settle_session_tasks(tasks)
                 if errors:
                     for error in errors:
-                        logger.error("Error in a Reinforce-Ada round for uid=%s", uid,
+                        logger.error("Error in a planned round for uid=%s", uid,
                                      exc_info=(type(error), error, error.__traceback__))
-                    status = "failure"
+                    tag = {"status": "failure"}
                     break
                 for session in range(count, count + more):
                     reward = self.pods_rewards.pop((uid, session), None)
@@ -183,35 +206,67 @@ class PODSAgentLoopWorkerBase(AgentLoopWorkerTQ.__ray_actor_class__):
                         raise ValueError(_NO_REWARD)
                     rewards[0, session] = float(reward)
                 count += more
-                more = int(planner.plan_round(rewards, torch.tensor([count]))[0])
+                more, dropped = self._next_round(int(_plain(prompt["index"])), rewards, count, admit)
+                if dropped:  # the buffer records it, evicts it and asks the dataloader for another
+                    tag = {"status": "failure", "pods_pilot": "dropped"}
         except Exception as err:
             logger.exception("Error in _run_prompt: %s", err)
-            status = "failure"
+            tag = {"status": "failure"}
         finally:
             for key in [key for key in self.pods_rewards if key[0] == uid]:
                 del self.pods_rewards[key]
-        await tq.async_kv_put(key=uid, partition_id="train", tag={"status": status})
+        await tq.async_kv_put(key=uid, partition_id="train", tag=tag)
+
+    def _first_round(self) -> tuple[int, int]:
+        """(the most rollouts a prompt can get, the first round's)."""
+        budget = self.pods_plan.budget
+        if budget is not None and budget.commits:
+            settings = budget.which.settings
+            return settings.n_explore + settings.n_commit, settings.n_explore
+        rounds = self._rounds_planner()
+        return rounds.settings.cap, rounds.settings.round_repeat
+
+    def _next_round(self, index: int, rewards: torch.Tensor, count: int, admit: bool) -> tuple[int, bool]:
+        """(rollouts of the next round (0: done), whether the group is dropped) after ``count`` scored rollouts
+        ``rewards`` (1, cap)."""
+        budget = self.pods_plan.budget
+        if budget is not None and budget.commits:
+            settings = budget.which.settings
+            if count > settings.n_explore:
+                return 0, False
+            # The planner's own verdict, on a fresh planner and ledger: nothing of the run's state lives here.
+            judge = make_planner("pilot_commit", **dataclasses.asdict(settings))
+            verdict = judge.after_pilot(torch.tensor([index]), rewards[:, :count], None,
+                                        PromptLedger(budget.ledger.settings), step=0, evict=False)
+            passed = bool(verdict.extra["passed"][0]) or admit
+            return (settings.n_commit, False) if passed else (0, True)
+        return int(self._rounds_planner().plan_round(rewards, torch.tensor([count]))[0]), False
+
+    def _rounds_planner(self):
+        if not hasattr(self, "_rounds"):
+            self._rounds = make_planner("reinforce_ada", **self.pods_plan.rounds)
+        return self._rounds
 
     async def _agent_loop_postprocess(self, output, validate, **kwargs) -> None:
         await super()._agent_loop_postprocess(output, validate, **kwargs)
-        if self.pods_rounds is not None and not validate:  # the session's reward, for the round's stop rule
+        if self.pods_rounds and not validate:  # the session's reward, for the round's rule
             last = output[-1] if isinstance(output, list) else output
             self.pods_rewards[(kwargs["uid"], int(kwargs["session_id"]))] = last.reward_score
 
 
-def rounds_planner(config):
-    """The rounds planner (Reinforce-Ada) the PODS buffer's ``sampler_kwargs`` of ``config`` name, or None."""
+def worker_plan(config):
+    """The planners the PODS buffer's ``sampler_kwargs`` of ``config`` name (a ``VerlBudget``), or None without the
+    PODS buffer (built as the buffer builds them: the worker runs in a process of its own)."""
     from omegaconf import OmegaConf
 
-    from pods_rl.engines.verl.budget_settings import ROUNDS_PLANNERS, rounds_knobs
+    from pods_rl.engines.verl.batch_settings import SAMPLER_NAME
+    from pods_rl.engines.verl.replay_buffer import PODSSettings, planners_of
 
-    kwargs = OmegaConf.select(config, "trainer.v1.sampler.sampler_kwargs", default=None)
-    kwargs = OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
-    name = kwargs.get("rollout_planner")
-    if name not in ROUNDS_PLANNERS:
+    sampler = OmegaConf.select(config, "trainer.v1.sampler.custom_sampler.name", default=None)
+    if sampler != SAMPLER_NAME:
         return None
-    return make_planner(name, **rounds_knobs(kwargs.get("rollout_planner_args"), int(config.actor_rollout_ref.rollout.n),
-                                             int(kwargs["m"])))
+    settings = PODSSettings.from_sampler_kwargs(config.trainer.v1.sampler.sampler_kwargs, config)
+    return planners_of(settings, config, config.trainer.v1.trainer_mode)
 
 
 PODSAgentLoopWorker = ray.remote(PODSAgentLoopWorkerBase)

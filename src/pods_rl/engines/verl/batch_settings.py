@@ -11,9 +11,8 @@ kept rows per mini-batch R into verl's overrides, and refuses combinations that 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pods_rl.selection import SelectionSettings

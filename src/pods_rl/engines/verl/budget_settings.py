@@ -4,8 +4,12 @@ and what verl cannot meet (pure checks; needs no verl, so that ``pods verl-args`
 verl's units: ``rollout.n`` is the rollouts per prompt that mini-batches are counted in (``ppo_mini_batch_size x
 rollout.n`` rows), so every planner here keeps the step's rollouts at prompts x ``rollout.n`` where it can:
 
-- which prompts (GRESO): the agent loop manager drops skipped rows before generation and asks verl's dataloader for
-  as many more (``refill_fn``), at most ``refill_rounds`` times per dispatch; the last wave is admitted whole;
+- which prompts (GRESO; Pilot-Commit's evicted prompts): the agent loop manager drops skipped rows before generation
+  and asks verl's dataloader for as many more (``refill_fn``), at most ``refill_rounds`` waves deep and
+  train_batch_size x (1 + ``refill_rounds``) rows a step; past that, rows are admitted whole;
+- Pilot-Commit: the worker pilots each prompt with ``n_explore`` rollouts and commits it to ``n_commit`` more as soon
+  as its pilot passes (as the asynchronous TRL worker does); a pilot that does not pass is recorded in the ledger by the
+  buffer, evicted from TransferQueue and replaced through ``refill_fn``;
 - how many (Knapsack-RL): a count per row (``__rollout_n__``) in [m, ``max_n``], summing to rows x ``rollout.n``;
 - rounds (Reinforce-Ada): the agent loop worker samples rounds of ``rollout.n`` until the stop rule holds, at most
   ``max_rounds``; it needs each rollout's reward when it is sampled.
@@ -18,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pods_rl.budget.planners import available_planners
-from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_rollout_planner
-from pods_rl.engines.settings import check_planners, spelled
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_pilot_commit, check_rollout_planner
+from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
 
 __all__ = ["MANAGER_CLASS", "PLANNER_KEYS", "ROUNDS_PLANNERS", "VerlBudget", "rounds_knobs", "verl_budget"]
 
@@ -30,14 +34,9 @@ PLANNER_KEYS = ("prompt_planner", "prompt_planner_args", "rollout_planner", "rol
 ROUNDS_PLANNERS = ("reinforce_ada",)  # how-many planners that sample in rounds (in the worker); the rest give counts
 # How verl's users spell the budget's settings (the budget's checks name them so).
 NAMES = spelled("verl", "budget")
-_PILOT_COMMIT = ("sampler_kwargs.prompt_planner='pilot_commit': its commit needs every pilot of the step scored before "
-                 "it picks which prompts to commit, and a pilot that does not pass must be recorded and replaced from "
-                 "the TaskRunner process, which verl's agent loop workers cannot reach; run it in PODSTrainer or the "
-                 "asynchronous TRL worker")
-_NO_SAMPLING_REWARDS = ("sampler_kwargs.rollout_planner='reinforce_ada' samples rounds until its stop rule holds, which "
-                        "needs each rollout's reward when it is sampled, but a colocated reward model scores only after "
-                        "sampling: set reward.reward_model.enable_resource_pool=True or use a rule-based reward (the "
-                        "same requirement verl makes of DAPO's filter_groups)")
+_NO_SAMPLING_REWARDS = ("{what}, which needs each rollout's reward when it is sampled, but a colocated reward model "
+                        "scores only after sampling: set reward.reward_model.enable_resource_pool=True or use a "
+                        "rule-based reward (the same requirement verl makes of DAPO's filter_groups)")
 
 
 @dataclass(frozen=True)
@@ -84,19 +83,25 @@ def verl_budget(kwargs: Mapping, *, n: int, m: int, seed: int = 0, success_thres
                          f"is admitted), got {refill_rounds!r}")
     if which is None and how_many is None:
         return VerlBudget(budget=None, rounds=None, n=n, refill_rounds=refill_rounds)
-    if which == "pilot_commit":
-        raise ValueError(_PILOT_COMMIT)
     check_planners("verl", {"which_prompts": which, "how_many": how_many}, available_planners)
     if manager_class != MANAGER_CLASS:
         raise ValueError(f"sampler_kwargs.prompt_planner/rollout_planner run in PODS's agent loop manager: set "
                          f"{MANAGER_KEY}={MANAGER_CLASS} (`pods verl-args` prints it)")
     if which is not None and trainer_mode == "sync" and gen_batch_size != 1:
         raise ValueError(f"sampler_kwargs.prompt_planner={which!r} replaces each skipped prompt with one more from "
-                         "verl's dataloader, which fetches data.gen_batch_size rows at a time: set data.gen_batch_size=1")
+                         "verl's dataloader, which fetches data.gen_batch_size rows at a time: set "
+                         "data.gen_batch_size=1")
+    if which == "pilot_commit":  # one group of rollout.n: n_explore piloted, n_commit more once it passes
+        if colocated_reward_model:
+            raise ValueError(_NO_SAMPLING_REWARDS.format(what="sampler_kwargs.prompt_planner='pilot_commit' judges "
+                                                                   "each pilot before its commit"))
+        which_args = check_pilot_commit(which_args, n, names=NAMES, reasons=PILOT_COMMIT_REASONS["verl"],
+                                        other="rollout_planner" if how_many is not None else None)
     rounds = None
     if how_many in ROUNDS_PLANNERS:
         if colocated_reward_model:
-            raise ValueError(_NO_SAMPLING_REWARDS)
+            raise ValueError(_NO_SAMPLING_REWARDS.format(what="sampler_kwargs.rollout_planner='reinforce_ada' samples "
+                                                              "rounds until its stop rule holds"))
         rounds = rounds_knobs(how_args, n, m)
         if how_args.get("round_repeat", n) != n or how_args.get("final_keep_per_prompt", m) != m:
             raise ValueError(f"sampler_kwargs.rollout_planner_args: on verl Reinforce-Ada's round_repeat is "
@@ -111,12 +116,13 @@ def verl_budget(kwargs: Mapping, *, n: int, m: int, seed: int = 0, success_thres
         cap = how_args.setdefault("max_n", 2 * n)
         if isinstance(cap, bool) or not isinstance(cap, int) or cap <= n:
             raise ValueError(f"sampler_kwargs.rollout_planner_args.max_n={cap!r}: Knapsack-RL moves rollouts between "
-                             f"prompts around actor_rollout_ref.rollout.n={n} per prompt (the step's budget); set max_n "
+                             f"prompts around actor_rollout_ref.rollout.n={n} per prompt (the step's budget); set "
+                             "max_n "
                              f"above {n}, or drop it ({2 * n})")
         check_rollout_planner(how_many, pilot=False, n=cap, m=m, names=NAMES)
     settings = BudgetSettings(num_generations=cap, downsample_to=m, prompt_planner=which,
                               prompt_planner_args=which_args or None, rollout_planner=how_many,
                               rollout_planner_args=how_args or None, ledger_success_threshold=success_threshold,
                               adaptive_budget=float(n) if how_many is not None else None, seed=seed)
-    budget = RolloutBudget.from_config(settings, names=NAMES)
+    budget = RolloutBudget.from_config(settings, names=NAMES, reasons=PILOT_COMMIT_REASONS["verl"])
     return VerlBudget(budget=budget, rounds=rounds, n=n, refill_rounds=refill_rounds)

@@ -206,7 +206,7 @@ class PODSReplayBuffer(ReplayBuffer):
         # The rollout-budget planners (docs/guides/verl.md, "Rollout budgets"), checked first: their refusals say more
         # than the selection's. PODS's agent loop manager finds this buffer by its trainer's config (verl's TaskRunner
         # hands both the same object) and plans from its ledger.
-        self.plan = _planners(self.pods, config, trainer_mode)
+        self.plan = planners_of(self.pods, config, trainer_mode)
         if config is not None:
             check_trainer_config(config, self.pods)
             kwargs.update(_refill_settings(config, trainer_mode))
@@ -229,6 +229,7 @@ class PODSReplayBuffer(ReplayBuffer):
         if config is not None:
             _LIVE[id(config)] = self
         self._ledger_resumed, self._global_steps = False, 0
+        self._judged: set[str] = set()  # Pilot-Commit's dropped pilots already recorded
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         """verl's ``sample``: the kept rollouts and ``pods/*`` metrics; ``batch_size`` counts sampled groups."""
@@ -293,24 +294,42 @@ class PODSReplayBuffer(ReplayBuffer):
     def _record(self, sessions: list[str], rewards: torch.Tensor, indices: list[int]) -> dict[str, float]:
         """Every sampled group (all its sessions, before selection) into the ledger: ``sessions`` the batch's
         ``{uid}_{session}`` names, ``rewards`` (S,) their rewards, ``indices`` (S,) their prompts' dataset index."""
-        by_uid: dict[str, list[int]] = {}
-        for s, name in enumerate(sessions):
-            by_uid.setdefault(name.rsplit("_", 1)[0], []).append(s)
-        # Each group in session order (TransferQueue's order is the order rollouts finished): the ledger's window of
-        # recent outcomes is then the same in every run.
-        groups = [sorted(group, key=lambda s: _session_number(sessions[s])) for group in by_uid.values()]
-        ids = torch.tensor([indices[group[0]] for group in groups], dtype=torch.long)
-        if len(groups) > 1 and not bool(ids.any()):
-            raise ValueError(_NO_INDEX + f"every one of the {len(groups)} sampled prompts has index 0, so the ledger "
-                             "would merge them: give each row its extra_info.index (verl's preprocessing scripts do)")
-        width = max(len(group) for group in groups)
-        table = torch.full((len(groups), width), float("nan"), dtype=torch.float64)
-        for g, group in enumerate(groups):
-            table[g, :len(group)] = rewards[group]
-        counts = torch.tensor([len(group) for group in groups], dtype=torch.long)
+        ids, table, counts = _groups(sessions, rewards, indices)
         if self.budget is not None:  # the planners' record: the ledger, then GRESO's adaptation
             return self.budget.record(ids, table, counts, step=self._global_steps, epoch=self._epoch())
         return self.ledger.record(ids, table, counts, step=self._global_steps).metrics
+
+    def _terminal_eviction_reasons(self, global_steps: int, partition_id: str):
+        """verl's reasons to evict finished groups, plus Pilot-Commit's dropped pilots (the worker marks them), each
+        recorded in the ledger and judged (a solved prompt is evicted for good) once, before verl clears and refills
+        them as it does failed groups."""
+        stale, dapo, failed, counts = super()._terminal_eviction_reasons(global_steps, partition_id)
+        if partition_id == "val" or self.budget is None or not self.budget.commits:
+            return stale, dapo, failed, counts
+        listing = (tq.kv_list(partition_id) or {}).get(partition_id, {})
+        dropped = {uid for uid in self.failure_keys[partition_id]
+                   if listing.get(uid, {}).get("pods_pilot") == "dropped"}
+        fresh = dropped - self._judged
+        if fresh:
+            self._judge_pilots(partition_id, fresh)
+            self._judged |= fresh
+        return stale, dapo, failed | dropped, counts
+
+    def _judge_pilots(self, partition_id: str, uids: set[str]) -> None:
+        """Record the pilots of ``uids`` and let Pilot-Commit evict the solved ones from the ledger."""
+        keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in uids]
+        if not keys:
+            return
+        final_keys = _final_keys(keys)
+        rewards, indices = _session_rewards(partition_id, list(final_keys.values()), with_index=True)
+        ids, table, counts = _groups(list(final_keys), rewards, indices)
+        self.budget.record(ids, table, counts, step=self._global_steps, epoch=self._epoch())
+        verdict = self.budget.which.after_pilot(ids, table, counts, self.ledger, step=self._global_steps, evict=True)
+        self.budget.which.flush(self._global_steps + 1)  # buffer_max_off_steps = 0: no pilot waits
+        metrics = {**{k: v for k, v in verdict.metrics.items() if k.startswith("pods/pilot_")},
+                   "pods/pilots_dropped": float(len(ids)), "pods/prompts_evicted": float(verdict.evicted.sum())}
+        for key, value in metrics.items():
+            self.plan_metrics[key] = self.plan_metrics.get(key, 0.0) + value
 
     def _epoch(self) -> int:
         """The epoch of the step being sampled, as verl's fit() counts it (0 before the dataloader exists)."""
@@ -328,7 +347,7 @@ def live_buffer(config) -> PODSReplayBuffer | None:
     return _LIVE.get(id(config))
 
 
-def _planners(settings: PODSSettings, config: DictConfig | None, trainer_mode: str) -> VerlBudget:
+def planners_of(settings: PODSSettings, config: DictConfig | None, trainer_mode: str) -> VerlBudget:
     """The rollout-budget planners of ``settings`` against the trainer's ``config``; one ValueError line if verl cannot
     meet them (budget_settings.verl_budget)."""
     kwargs = dict(settings.planners or {})
@@ -376,6 +395,27 @@ def _resume_folder(trainer_config, global_steps: int) -> str | None:
         if folder is None or not folder.rstrip("/").endswith(f"global_step_{global_steps - 1}"):
             return None
     return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
+
+
+def _groups(sessions: list[str], rewards: torch.Tensor, indices: list[int]):
+    """The sessions ``{uid}_{session}`` (S,) with ``rewards`` and dataset ``indices`` (S,) as the ledger takes groups:
+    ids (G,), rewards (G, n_max) NaN-padded in session order, counts (G,)."""
+    by_uid: dict[str, list[int]] = {}
+    for s, name in enumerate(sessions):
+        by_uid.setdefault(name.rsplit("_", 1)[0], []).append(s)
+    # Each group in session order (TransferQueue's order is the order rollouts finished): the ledger's window of
+    # recent outcomes is then the same in every run.
+    groups = [sorted(group, key=lambda s: _session_number(sessions[s])) for group in by_uid.values()]
+    ids = torch.tensor([indices[group[0]] for group in groups], dtype=torch.long)
+    if len(groups) > 1 and not bool(ids.any()):
+        raise ValueError(_NO_INDEX + f"every one of the {len(groups)} sampled prompts has index 0, so the ledger "
+                         "would merge them: give each row its extra_info.index (verl's preprocessing scripts do)")
+    width = max(len(group) for group in groups)
+    table = torch.full((len(groups), width), float("nan"), dtype=torch.float64)
+    for g, group in enumerate(groups):
+        table[g, :len(group)] = rewards[group]
+    counts = torch.tensor([len(group) for group in groups], dtype=torch.long)
+    return ids, table, counts
 
 
 def _session_number(name: str) -> int:
