@@ -36,6 +36,7 @@ SPELLINGS: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = {
     ("budget", "pilot"): ("pilot_generations", "pods_pilot", None),
     ("budget", "oversample_prompts"): ("oversample_prompts", None, None),
     ("budget", "success_threshold"): ("ledger_success_threshold", "pods_ledger_success_threshold", None),
+    ("budget", "adaptive_budget"): ("adaptive_budget", "pods_adaptive_budget", None),
 }
 
 # Why each engine refuses a Pilot-Commit setting (None: it runs it); pods_rl.budget's check_pilot_commit words the
@@ -54,8 +55,8 @@ PILOT_COMMIT_REASONS: dict[str, dict[str, str | None]] = {
 
 # Which planners each engine runs, by question (the planners' kinds), and what its refusal says of the others.
 PLANNERS: dict[str, dict[str, tuple[str, ...]]] = {
-    "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack",)},
-    "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack",)},
+    "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto")},
+    "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto")},
 }
 PLANNER_FIELDS = {"which_prompts": "prompt_planner", "how_many": "rollout_planner"}  # the planner rows, by kind
 REFUSALS = {
