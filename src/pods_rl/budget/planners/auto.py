@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pods_rl.budget.ledger import PromptLedger, PromptStats
+from pods_rl.budget.ledger import PromptLedger
 from pods_rl.budget.planners.base import Plan, as_ids, check_int, check_number, make_plan, register_planner
 
 __all__ = ["AutoN", "AutoSettings", "CostEstimate", "RolloutCostModel", "allocate_for_signal", "beta_binomial_pmf",
@@ -122,11 +122,11 @@ def signal_table(a, b, m: int, max_n: int, efficiency: float = 1.0, min_n: int |
     return torch.from_numpy(signal[inverse.reshape(-1)])
 
 
-def success_posterior(stats: PromptStats, prior_strength: float, window: int | None = None):
-    """(P,) Beta posterior (a, b) of each prompt's success rate: its last ``window`` outcomes in the ledger, with a
-    Beta prior of ``prior_strength`` pseudo-outcomes centred on the batch's pass rate (the seen candidates' recent
-    outcomes; 1/2 when none has any)."""
-    recent = stats.window if window is None else stats.window[:, stats.window.shape[1] - window:]  # (P, W) -1 empty
+def success_posterior(window: torch.Tensor, prior_strength: float):
+    """(P, W) the ledger's recent outcomes (1 success, 0 failure, -1 empty) -> (P,) Beta posterior (a, b) of each
+    prompt's success rate, with a Beta prior of ``prior_strength`` pseudo-outcomes centred on the batch's pass rate
+    (these candidates' recent outcomes; 1/2 when none has any)."""
+    recent = window
     successes = (recent == 1).sum(dim=1).double()
     failures = (recent == 0).sum(dim=1).double()
     outcomes = float((successes + failures).sum())
@@ -345,9 +345,9 @@ class AutoN:
         if not 1 <= m <= min_n <= max_n:
             raise ValueError(f"{_OWNER} needs 1 <= m <= min_n <= max_n, got m={m}, min_n={min_n}, max_n={max_n}")
         ids = as_ids(ids)
-        stats = ledger.stats(ids)
-        live = ~stats.evicted
-        a, b = success_posterior(stats, s.prior_strength)
+        stats = ledger.columns(ids, "window", "evicted")
+        live = ~stats["evicted"]
+        a, b = success_posterior(stats["window"], s.prior_strength)
         estimate = self.estimate()
         self.plans += 1
         rollouts = torch.full((len(ids),), min_n, dtype=torch.long)
@@ -381,7 +381,7 @@ class AutoN:
                         "pods/auto_n_max": float(chosen_live.max()) if len(chosen_live) else float("nan"),
                         "pods/auto_probes": float(self.probes),
                         "pods/auto_warmup": float(warming or estimate is None)})
-        return make_plan(ids, rollouts, skipped=torch.zeros(len(ids), dtype=torch.bool), evicted=stats.evicted,
+        return make_plan(ids, rollouts, skipped=torch.zeros(len(ids), dtype=torch.bool), evicted=stats["evicted"],
                          extra={"success_rate": torch.from_numpy(a / (a + b))}, metrics=metrics)
 
     def state_dict(self) -> dict:
