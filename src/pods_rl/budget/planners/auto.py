@@ -221,11 +221,12 @@ class RolloutCostModel:
         return int((totals < middle).sum()) >= 2 and int((totals >= middle).sum()) >= 2
 
     def estimate(self) -> CostEstimate | None:
-        """The current ``CostEstimate``; None before any sampling and update step was observed."""
-        if not self.sampled or not self.trained:
+        """The current ``CostEstimate``; None before any sampling step was observed (``per_trained`` NaN before any
+        update step was)."""
+        if not self.sampled:
             return None
-        per_trained = np.asarray(self.trained)
-        per_trained = float(np.median(per_trained[per_trained <= SLOW_STEP * np.median(per_trained)]))
+        per_trained = np.asarray(self.trained) if self.trained else np.array([np.nan])
+        per_trained = float(np.median(per_trained[~(per_trained > SLOW_STEP * np.median(per_trained))]))
         x, y = (np.array(column) for column in zip(*self.sampled))
         if not self.slope_known():
             usual = y / x <= SLOW_STEP * np.median(y / x)
@@ -332,7 +333,7 @@ class AutoN:
         elif s.train_ms is not None:
             measured = CostEstimate(measured.fixed, measured.per_sampled, s.train_ms / 1e3, measured.slope_known,
                                     measured.observations)
-        return measured
+        return None if math.isnan(measured.per_trained) else measured
 
     def plan(self, ids, ledger: PromptLedger, *, n: int, m: int | None = None,
              generator: torch.Generator | None = None) -> Plan:

@@ -215,8 +215,9 @@ class WorkerBudget:
 
     def close(self, group_id: int, *, sampled: int, trained: int) -> dict[str, float]:
         """A group is done (``sampled`` rollouts scored, ``trained`` kept); when that delivers its window and the
-        ones before it, each is fed to ``auto`` in draw order (``observe``: the module docstring's seconds, the
-        trained rollouts at ``train_ms``) and the metrics of the last are returned. Nothing without ``auto``."""
+        ones before it, each is fed to ``auto`` in draw order (``observe``: the module docstring's seconds; no update
+        seconds, which the worker never sees: auto uses ``train_ms``) and the metrics of the last are returned.
+        Nothing without ``auto``."""
         window = self.windows.get(self.window_of.pop(group_id, -1))
         if window is None:
             return {}
@@ -225,17 +226,13 @@ class WorkerBudget:
         if window.open == 0:
             window.closed = (self.clock(), self.waited)
         metrics = {}
-        train_seconds = self.budget.how_many.settings.train_ms / 1e3
         while self.delivered_windows in self.windows and self.windows[self.delivered_windows].closed is not None:
             done = self.windows.pop(self.delivered_windows)
             # In draw order: a window closed before the one ahead of it is delivered with it, in no extra time.
             start = done.drawn if self.delivered is None or done.drawn[0] > self.delivered[0] else self.delivered
             end = done.closed if done.closed[0] > start[0] else start
             seconds = max(end[0] - start[0] - (end[1] - start[1]), 0.0)
-            # The trained rollouts at train_ms (which the planner uses as c_t anyway): its cost model estimates
-            # nothing before it has seen a trained rollout.
-            self.budget.observe(sampled=done.sampled, sample_seconds=seconds, trained=done.trained,
-                                update_seconds=train_seconds * done.trained)
+            self.budget.observe(sampled=done.sampled, sample_seconds=seconds, trained=0, update_seconds=0.0)
             self.delivered, self.delivered_windows = end, self.delivered_windows + 1
             metrics = {"pods/auto_window_sample_s": seconds, "pods/auto_window_sampled": float(done.sampled)}
         return metrics
