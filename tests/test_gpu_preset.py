@@ -131,7 +131,10 @@ def test_plan_and_commands_take_the_gpu_kind(gpu, capsys):
     """`h100.py plan --gpu NAME` finds the kind's results folder from the GPU's name, its folder's name or a part
     only one folder has; a kind with no folder gets the plan of nothing filed and one line on stderr."""
     h100 = gpu.h100
-    assert {h100.kind_folder(name) for name in ("NVIDIA H200", "gpu-nvidia-h200", "H200")} == {H200}
+    assert {h100.kind_folder(name) for name in ("NVIDIA H200", "gpu-nvidia-h200", "H200",
+                                                "one NVIDIA H200 GPU (about 139 GiB of GPU memory)")} == {H200}
+    assert h100.kind_folder("NVIDIA H100 80GB HBM3").name == "gpu-nvidia-h100-80gb-hbm3"
+    assert h100.kind_folder(None) is None
     assert h100.main(["plan", "--gpu", "NVIDIA H200"]) == 0
     assert capsys.readouterr().out.rstrip("\n") == gpu.plan.plan_text(H200)
     assert h100.main(["commands", "--gpu", "H200"]) == 0

@@ -42,15 +42,18 @@ from study_call import dry_run_study, study  # noqa: E402
 
 def kind_folder(gpu: str | None, root: Path = RESULTS_ROOT) -> Path | None:
     """The results folder of the GPU kind ``gpu`` names: its folder name (``gpu-nvidia-h200``), the GPU's name as
-    torch gives it (``NVIDIA H200``, slugged as ``_machine.machine_slug`` does), or a part of either that only one
-    folder under ``root`` has (``H200``); None when ``gpu`` is None."""
+    torch gives it (``NVIDIA H200``, slugged as ``_machine.machine_slug`` does), a part of either that only one
+    folder under ``root`` has (``H200``), or words holding one folder's GPU name whole (the device's ``status``:
+    "one NVIDIA H200 GPU (about 139 GiB of GPU memory)"); None when ``gpu`` is None."""
     if not gpu:
         return None
     slug = machine_slug({"gpu": gpu.removeprefix("gpu-")})
     if (root / slug).is_dir():
         return root / slug
-    part = f"-{slug.removeprefix('gpu-')}-"
-    found = [d for d in sorted(root.glob("gpu-*")) if d.is_dir() and part in f"-{d.name}-"]
+    named = f"-{slug.removeprefix('gpu-')}-"
+    folders = [d for d in sorted(root.glob("gpu-*")) if d.is_dir()]
+    found = [d for d in folders if named in f"-{d.name}-"] or \
+        [d for d in folders if f"-{d.name.removeprefix('gpu-')}-" in named]
     return found[0] if len(found) == 1 else root / slug
 
 
