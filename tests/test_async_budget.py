@@ -34,7 +34,7 @@ from pods_rl.engines.trl_async.budget import (  # noqa: E402
     WorkerBudget,
     check_budget_settings,
 )
-from pods_rl.engines.trl_async.worker import PODSRolloutLoop, pods_worker_kwargs  # noqa: E402
+from pods_rl.engines.trl_async.worker import PODSRolloutLoop, PODSRolloutWorker, pods_worker_kwargs  # noqa: E402
 from tests.test_async_pods import (  # noqa: E402
     SCORED,
     SCRIPT,
@@ -117,6 +117,48 @@ def test_knapsack_spreads_the_windows_budget_between_m_and_n():
     assert counts[0] > counts[1]  # the mixed prompt gets more than the solved one
     assert metrics["pods/rollouts_planned_per_prompt"] == (float(sum(counts)), 3.0)
     assert metrics["pods/rollouts_planned_min"] == min(counts) and "pods/prompts_skipped_total" not in metrics
+
+
+class Clock:
+    """A clock the test sets."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_auto_observes_each_windows_sampling_seconds_in_draw_order_less_the_trainers_waits():
+    """Windows are delivered in draw order: a window's seconds run from the delivery of the one before (or its own
+    draw, if later) to its own last group's close, less the seconds the worker waited on the trainer meanwhile."""
+    clock = Clock()
+    budget = check_budget_settings(N, M, pods_rollout_planner="auto", pods_rollout_planner_args={"train_ms": 2.5})
+    wb = WorkerBudget(budget, groups_per_step=2, dataset_size=6, clock=clock)
+    data = source(rows(6))
+    for _ in range(3):  # windows 0 (groups 0, 1), 1 (2, 3), 2 (4, 5), all drawn at t = 0
+        groups, metrics = wb.draw(data)
+        assert [count for _, _, count in groups] == [M, M] and metrics["pods/auto_warmup"] == 1.0
+    costs = wb.budget.how_many.costs
+    clock.now = 1.0
+    assert wb.close(0, sampled=3, trained=3) == {}  # window 0 still has group 1 open
+    clock.now = 2.0
+    assert wb.close(2, sampled=5, trained=3) == {} and wb.close(3, sampled=3, trained=3) == {}  # 1 waits for 0
+    wb.waited += 0.5  # the score loop waited 0.5 s on a full rollout buffer
+    clock.now = 4.0
+    metrics = wb.close(1, sampled=8, trained=3)  # delivers window 0 (0 -> 4, less 0.5) and window 1 (in no time)
+    assert list(costs.sampled) == [(11.0, 3.5), (8.0, 0.0)] and metrics == {
+        "pods/auto_window_sample_s": 0.0, "pods/auto_window_sampled": 8.0}
+    assert list(costs.trained) == []  # the worker sees no update: auto takes train_ms
+    clock.now = 5.5
+    wb.close(4, sampled=3, trained=3)
+    wb.close(5, sampled=0, trained=0)  # (nothing came back for it)
+    assert list(costs.sampled)[-1] == (3.0, 1.5) and not wb.windows and not wb.window_of
+    estimate = wb.budget.how_many.estimate()
+    assert estimate.per_trained == pytest.approx(2.5e-3) and not estimate.slope_known
+    plain = worker_budget(pods_rollout_planner="knapsack")  # no costs kept without auto
+    plain.draw(source(rows(6)))
+    assert plain.windows == {} and plain.close(0, sampled=3, trained=3) == {}
 
 
 def test_groups_are_recorded_a_window_at_a_time_and_greso_adapts_once_per_window():
@@ -229,6 +271,36 @@ def test_knapsack_groups_get_their_planned_count_by_top_ups_and_keep_m(tmp_path,
         assert len(samples) == M and metrics["pods/rounds"] == (1 if count == M else 2)
 
 
+def test_auto_runs_in_the_worker_on_its_own_sampling_seconds(tmp_path, monkeypatch, tiny_model_dir):
+    """auto in TRL's generate and score loops: each group gets its count in [m, n] by top-ups and keeps m; the
+    planner learns from the windows the worker delivered, and its pods/auto_* metrics reach the trainer."""
+    SCORED.clear()
+    loop = budget_loop(tmp_path, monkeypatch, tiny_model_dir, ["mixed", "flat"], pods_m=M, pods_groups_per_step=2,
+                       pods_rollout_planner="auto",
+                       pods_rollout_planner_args={"train_ms": 5.0, "warmup_steps": 0, "probe_gap": 1})
+    try:
+        assert loop.num_generations == M and loop.pods_n == N
+        rows_by_group = run_loops(loop, groups=12)
+    finally:
+        close_loop(loop)
+    metrics = pushed(loop)
+    planned = [m for m in metrics if "pods/auto_n_mean" in m]
+    assert planned and all(M <= m["pods/auto_n_mean"] <= m["pods/auto_n_max"] <= N for m in planned)
+    assert any("pods/auto_sample_ms" in m and m["pods/auto_train_ms"] == 5.0 for m in planned)
+    # the slope is unknown (every window so far sampled m per prompt): a probe plans a window at n
+    assert any(m["pods/auto_probe"] == 1.0 and m["pods/auto_n_mean"] == N for m in planned)
+    windows = [m for m in metrics if "pods/auto_window_sample_s" in m]
+    costs = loop.budget.budget.how_many.costs
+    assert windows and len(costs.sampled) >= len(windows) and all(seconds >= 0 for _, seconds in costs.sampled)
+    for group_id in range(12):
+        samples = rows_by_group[group_id]
+        count = int(samples[0].metrics["pods/rollouts_planned"])
+        assert M <= count <= N and samples[0].metrics["pods/rollouts_sampled"] == count == loop.sampled[group_id]
+        assert len(samples) == M
+    # every window the planner observed sampled its groups' counts: m each, or n each in a probe
+    assert all(total in (2 * M, 2 * N) for total, _ in costs.sampled)
+
+
 # ---- checkpoints: the callback and the trainer ------------------------------------------------------------------
 class FakeWorker:
     """What the callback reads of a PODSRolloutWorker (TRL's worker cannot be built without vLLM)."""
@@ -334,6 +406,14 @@ def test_a_resumed_loop_draws_from_the_prompt_the_saved_positions_name(tmp_path,
     (dict(pods_prompt_planner="greso", pods_groups_per_step=0), "pods_groups_per_step must be a positive integer"),
     (dict(pods_prompt_planner="greso", pods_ledger_success_threshold=float("inf")),
      "pods_ledger_success_threshold must be a finite number"),
+    (dict(pods_rollout_planner="auto"), "pods_rollout_planner='auto' in the asynchronous worker needs "
+                                        "pods_rollout_planner_args={'train_ms': MS}"),
+    (dict(pods_rollout_planner="auto", pods_rollout_planner_args={"sample_ms": 1.0}), "(its upd/kept column)"),
+    (dict(pods_rollout_planner="auto", pods_rollout_planner_args={"train_ms": -1.0}), "auto train_ms must be"),
+    (dict(pods_rollout_planner="auto", pods_pilot=4), "pods_rollout_planner and pods_pilot both decide"),
+    (dict(pods_rollout_planner="auto", pods_adaptive_budget=5.0, pods_rollout_planner_args={"train_ms": 1.0}),
+     "pods_rollout_planner='auto' chooses how many rollouts to spend from the measured costs: drop "
+     "pods_adaptive_budget"),
 ])
 def test_bad_planner_settings_fail_in_one_line_naming_the_worker_argument(tmp_path, tiny_model_dir, settings,
                                                                            message):
@@ -341,6 +421,17 @@ def test_bad_planner_settings_fail_in_one_line_naming_the_worker_argument(tmp_pa
     with pytest.raises(ValueError, match=re.escape(message)) as error:
         pods_worker_kwargs(str(tiny_model_dir), [value], _config(tmp_path), None, **settings)
     assert "\n" not in str(error.value)
+
+
+def test_auto_without_train_ms_is_refused_before_any_model_loads(tmp_path):
+    """The worker logs no update times: without train_ms, one line, before the tokenizer or the child."""
+    message = re.escape("pods_rollout_planner='auto' in the asynchronous worker needs pods_rollout_planner_args=")
+    with pytest.raises(ValueError, match=message):  # (the model is not there: nothing was read)
+        pods_worker_kwargs(str(tmp_path / "no-such-model"), [value], _config(tmp_path), None, pods_m=2,
+                           pods_rollout_planner="auto")
+    with pytest.raises(ValueError, match=message):
+        PODSRolloutWorker(pods_m=2, num_generations=8, reward_funcs=[value], pods_rollout_planner="auto",
+                          pods_rollout_planner_args={"efficiency": 0.5})
 
 
 def test_an_iterable_dataset_and_an_unknown_keyword_are_refused(tmp_path, tiny_model_dir):

@@ -95,6 +95,11 @@ FEATURES = {
     "Knapsack-RL's allocation (rollout_planner)": Feature(pods=dict(
         rollout_planner="knapsack", adaptive_budget=3.0, downsample_rule="max_variance",
         rollout_planner_args={"min_buffer_length": 1, "reward_buffer_length": 4}), config=dict(max_steps=4)),
+    # auto where sampling is all the cost (training free): no rollout beyond m pays (the signal per sampled rollout
+    # never rises past m), so m per prompt, GRPO with m (no probes: the costs are given, not measured).
+    "auto at GRPO's costs (rollout_planner)": Feature(pods=dict(
+        rollout_planner="auto", downsample_rule="max_variance",
+        rollout_planner_args={"sample_ms": 1.0, "train_ms": 0.0}), config=dict(max_steps=4)),
     # Prompts i = 0, 1 (mod 4) answer "no" twice in their pilot (all equal: another round), the others call the tool
     # twice (mixed: done). On 2 processes the first two prompts of each step are rank 0's: rank 1 pads its second
     # round with throw-away rows, and fresh environments for them.
@@ -300,6 +305,10 @@ def test_pods_on_its_kept_rows_is_grpo_with_m(name, tmp_path, model_dirs, contra
         assert [row["pods/rounds"] for row in rows] == [2.0] * 4, rows
         assert all(row["pods/prompts_committed"] == row["pods/prompts_sampled"] > 0 for row in rows), rows
         assert sum(row["pods/pilot_passed"] for row in rows) > 0, rows
+    if feature.pods.get("rollout_planner") == "auto":  # it chose m for every prompt, every step
+        rows = [row for row in pods.trainer.state.log_history if "pods/auto_n_max" in row]
+        chosen = [(row["pods/auto_n_max"], row["pods/rollouts_per_prompt_max"]) for row in rows]
+        assert chosen == [(M, M)] * 4, chosen
     if name == "tools, results past the completion budget":  # TRL ran the tools and rolled their results back
         assert all(bool(batch["tool_mask"].bool().all()) for batch in pods.recorder.batches)  # no tool tokens kept
         assert any(row.get("tools/call_frequency", 0) > 0 for row in pods.trainer.state.log_history)

@@ -93,7 +93,7 @@ def test_bad_recipe_one_line_exit_2(capsys):
 
 
 def check_schema(result, ns, m):
-    assert set(result) == {"machine", "settings", "rows"}
+    assert set(result) - {"auto"} == {"machine", "settings", "rows"}
     for key in ("cpu_model", "usable_cores", "torch", "transformers", "trl", "device"):
         assert key in result["machine"], key
     assert [r["n"] for r in result["rows"]] == ns and all(r["m"] == m for r in result["rows"])
@@ -124,12 +124,21 @@ def expected_ratio(result, row):
 def test_cost_cli_on_a_tiny_model(tmp_path, tiny_model_dir, capsys):
     out = tmp_path / "cost.json"
     code = cost.main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--n", "8",
-                      "--steps", "2", "--warmup", "1", "--out", str(out), "--oversample_prompts", "2"])
+                      "--steps", "2", "--warmup", "1", "--out", str(out), "--oversample_prompts", "2",
+                      "--auto_prompts", "6", "--auto_samples", "3"])
     assert code == 0
     text = capsys.readouterr().out
     assert "4 -> 4" in text and "8 -> 4" in text and "1.00x" in text and "interleaved" in text
     assert "8 -> 4 x2" in text and "its step takes" in text
     result = json.loads(out.read_text())
+    # auto on the plain rows' costs (N = 8, 16) and 6 training prompts x 3 samples of the starting model
+    auto = result["auto"]
+    assert auto["fit_totals"] == [8.0, 16.0] and (auto["m"], auto["max_n"], auto["prompts"], auto["k"]) == (4, 8, 6, 3)
+    assert auto["prompts_per_step"] == 2 and auto["batches"] == 3 and 4 <= auto["n_min"] <= auto["n_max"] <= 8
+    assert sum(auto["n_counts"].values()) == 6 and auto["vs_grpo"]["grpo"] == 1.0 and "8" in auto["vs_grpo"]
+    assert auto["costs_ms"]["train_per_rollout"] > 0 and "training prompts x 3 samples each" in auto["pass_rates"]
+    assert "auto (rollout_planner='auto') on these costs" in text and "auto would give each prompt n = " in text
+    assert "predicted signal per second vs GRPO (n = m): auto " in text and "8 -> 4 " in text
     # Each n with and without over-sampling: (4, 1), (4, 2), (8, 1), (8, 2).
     assert [(r["n"], r["oversample_prompts"]) for r in result["rows"]] == [(4, 1.0), (4, 2.0), (8, 1.0), (8, 2.0)]
     plain = [r for r in result["rows"] if r["oversample_prompts"] == 1.0]
@@ -179,3 +188,80 @@ def test_cost_measures_adaptive_rows_beside_plain_pods(tmp_path, tiny_model_dir,
     # pilot_generations is validated like the other flags: one line, exit 2, before anything is built
     assert cost.main(["--config", "cpu/smoke", "--n", "4", "--pilot_generations", "2"]) == 2
     assert "needs an n above m=4" in capsys.readouterr().err
+
+
+# ---- the auto planner's projection (pods_rl.auto_projection) --------------------------------------------------
+def test_the_sampling_fit_is_a_plus_b_n_and_needs_two_totals():
+    from pods_rl.auto_projection import fit_sampling_cost
+
+    assert fit_sampling_cost([64, 128, 256, 64], [1.2 + 0.01 * n for n in (64, 128, 256, 64)]) == \
+        pytest.approx((1.2, 0.01))
+    assert fit_sampling_cost([8, 16], [2.0, 1.0]) == (1.5, 0.0)  # a falling time: slope 0, as the planner clamps
+    with pytest.raises(ValueError, match="two or more totals N") as error:
+        fit_sampling_cost([64, 64], [1.0, 1.1])
+    assert "\n" not in str(error.value)
+
+
+def test_costs_from_rows_fit_the_plain_rows_only():
+    from pods_rl.auto_projection import costs_from_rows
+
+    def cost_row(n, generation, update=1.6, **extra):
+        return {"n": n, "sampled_per_step": 16 * n // 8, "kept_per_step": 16, **extra,
+                "seconds": {"generation": generation, "scoring": 0.01, "update": update}}
+
+    rows = [cost_row(8, 0.5), cost_row(16, 0.6), cost_row(32, 0.8, update=2.0),
+            cost_row(16, 9.0, oversample_prompts=2.0), cost_row(16, 9.0, pilot_generations=4)]
+    costs = costs_from_rows(rows)
+    assert costs["totals"] == [16.0, 32.0, 64.0]  # the over-sampled and adaptive rows left out
+    assert (costs["fixed_s"], costs["sample_s"]) == pytest.approx((0.41, 0.00625))  # pairwise slopes 1/160..1/160
+    assert costs["train_s"] == pytest.approx(0.1)  # the median of 1.6/16, 1.6/16, 2/16
+
+
+def outcomes(rates, k=8):
+    """(P, k) 0/1: prompt i succeeds in round(rates[i] * k) of its k samples."""
+    import numpy as np
+
+    return np.array([[1.0] * round(r * k) + [0.0] * (k - round(r * k)) for r in rates])
+
+
+def test_the_projection_is_the_planners_own_choice_and_ratio():
+    import torch
+
+    from pods_rl.auto_projection import project_auto
+    from pods_rl.budget.ledger import LedgerSettings, PromptLedger
+    from pods_rl.budget.planners.auto import AutoN, AutoSettings
+
+    correct = outcomes([0.0, 0.125, 0.5, 0.875, 1.0, 0.25, 0.75, 1.0])
+    costs = {"fixed_s": 0.05, "sample_s": 2e-4, "train_s": 4e-3}
+    projection = project_auto(correct, m=4, n=16, prompts_per_step=8, fixed_ns=[8, 16, 99], **costs)
+    planner = AutoN(AutoSettings(min_n=4, max_n=16, sample_ms=0.2, train_ms=4.0, fixed_ms=50.0))
+    ledger = PromptLedger(LedgerSettings())
+    ledger.record(torch.arange(8), torch.as_tensor(correct), step=0)
+    plan = planner.plan(torch.arange(8), ledger, n=16, m=4)
+    assert projection["n_counts"] == {str(int(v)): int((plan.rollouts == v).sum()) for v in plan.rollouts.unique()}
+    assert projection["vs_grpo"]["auto"] == pytest.approx(plan.metrics["pods/auto_signal_per_second_vs_m"])
+    assert set(projection["vs_grpo"]) == {"grpo", "auto", "8", "16"}  # n beyond the largest measured: left out
+    assert projection["vs_grpo"]["auto"] >= max(projection["vs_grpo"].values()) - 1e-12  # the optimum over counts
+    assert projection["frac_all_equal"] == pytest.approx(3 / 8) and projection["pass_rate"] == pytest.approx(0.5625)
+
+
+def test_the_projection_is_grpo_where_sampling_is_dear_and_n_where_it_is_free():
+    from pods_rl.auto_projection import project_auto
+
+    correct = outcomes([0.125, 0.25, 0.875, 0.9] * 4)  # near 0 and 1: where max-variance selection pays
+    dear = project_auto(correct, m=4, n=16, prompts_per_step=4, fixed_s=0.0, sample_s=1.0, train_s=1e-3)
+    assert dear["n_max"] == 4 and dear["vs_grpo"]["auto"] == 1.0 and dear["batches"] == 4
+    free = project_auto(correct, m=4, n=16, prompts_per_step=4, fixed_s=1.0, sample_s=0.0, train_s=1e-3,
+                        fixed_ns=[16])
+    assert free["n_min"] == 16 and free["frac_above_m"] == 1.0 and free["vs_grpo"]["auto"] > 1.0
+    assert free["vs_grpo"]["16"] == pytest.approx(free["vs_grpo"]["auto"])
+    partial = project_auto(correct[:6], m=4, n=16, prompts_per_step=4, fixed_s=0.0, sample_s=1.0, train_s=1e-3)
+    assert partial["batches"] == 1 and sum(partial["n_counts"].values()) == 4  # a trailing partial batch dropped
+
+
+def test_one_measured_total_skips_the_projection_in_one_line():
+    rows = [{"n": 8, "m": 8, "sampled_per_step": 16, "kept_per_step": 16,
+             "seconds": {"generation": 1.0, "scoring": 0.0, "update": 1.0}}]
+    auto = cost.auto_projection({"settings": {"m": 8}, "rows": rows}, [])
+    assert "two or more totals N" in auto["skipped"]
+    assert cost.format_auto(auto) == [f"auto (rollout_planner='auto'): not projected: {auto['skipped']}"]

@@ -1,4 +1,5 @@
-"""The GPU preset (benchmarks/gpu/): its plan against one 30-minute chance, the command of each device call, what a
+"""The GPU preset (benchmarks/gpu/): its plan against one 15-minute lease (two study calls on a GPU kind whose step
+costs are filed), the command of each device call, what a
 call carries (preflight), what comes back and how it is kept, the model's hash and accuracy gate, a call's stages
 against its deadline, its dry run from a tree without package metadata, and the wheels it carries. The steps run end
 to end on CPU at toy sizes with `h100.py answer --cpu` and `h100.py study --cpu` (benchmarks/gpu/README.md)."""
@@ -20,6 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "benchmarks" / "gpu"
+H200 = ROOT / "benchmarks" / "results" / "gpu-nvidia-h200"  # the first lease's call 1 is filed there
 
 
 @pytest.fixture
@@ -44,12 +46,16 @@ def _args(tmp_path, **kw):
 # ------------------------------------------------------------------------------------------------------------
 # The plan and the commands
 # ------------------------------------------------------------------------------------------------------------
-def test_the_plan_fits_one_15_minute_lease(gpu):
-    """Machine start, every call at its hard limit and the per-call overhead fit the 15 minutes a lease has; every
-    call ends inside 9 (the device stops a command at 10); call 1, the step costs, comes first, then one study call;
-    call 1's stages' estimates fit inside its limit less the margin it keeps to pack, and the study call leaves
-    time to runs."""
+def test_the_plan_fits_one_15_minute_lease(gpu, tmp_path):
+    """On a GPU kind with nothing filed: machine start, every call at its hard limit and the per-call overhead fit
+    the 15 minutes a lease has; every call ends inside 9 (the device stops a command at 10); call 1, the step costs,
+    comes first, then one study call; call 1's stages' estimates fit inside its limit less the margin it keeps to
+    pack, and the study call leaves time to runs."""
     P = gpu.plan
+    unfiled = tmp_path / "gpu-nvidia-h100-80gb-hbm3"  # a kind with no results folder, or an empty one
+    assert P.calls_for(None) is P.calls_for(unfiled) is P.CALLS and not P.step_costs_filed(unfiled)
+    unfiled.mkdir()
+    assert P.calls_for(unfiled) is P.CALLS and P.plan_text(unfiled) == P.plan_text()
     assert P.BUDGET_SECONDS == 15 * 60 and P.CALL_LIMIT_SECONDS == 9 * 60
     assert sum(seconds for _, seconds in P.timeline()) <= P.BUDGET_SECONDS
     assert all(c.estimate <= c.timeout <= P.CALL_LIMIT_SECONDS for c in P.CALLS)
@@ -62,27 +68,136 @@ def test_the_plan_fits_one_15_minute_lease(gpu):
     assert sum(seconds for _, seconds in P.timeline(one_more)) > P.BUDGET_SECONDS  # the plan is full: no 3rd call
     text = P.plan_text()
     assert "of 15" in text and "of 30" not in text
+    assert "total 14.8 min of 15" in text and "study call leaves about 3.7 min to runs" in text
+    assert "skipped" not in text and "`h100.py plan --gpu NAME` gives the whole lease to the study" in text
+
+
+def test_a_kind_with_filed_step_costs_gives_the_whole_lease_to_the_study(gpu):
+    """The H200's call 1 is filed (benchmarks/results/gpu-nvidia-h200/answer.json, its cost stage done): its lease
+    runs no call 1 but two study calls, the same command, inside the 15 minutes (every call under 9), and the plan
+    says what it skips and where each of call 1's stages is filed; the study gets over twice the minutes of runs
+    (one cost measurement a lease: the second call continues the first's study on the warm machine)."""
+    P = gpu.plan
+    assert P.step_costs_filed(H200) and P.calls_for(H200) is P.FILED_CALLS
+    calls = P.calls_for(H200)
+    assert [c.step for c in calls] == ["study", "study"]
+    assert all(c.estimate <= c.timeout <= P.CALL_LIMIT_SECONDS for c in calls)
+    assert sum(seconds for _, seconds in P.timeline(calls)) <= P.BUDGET_SECONDS
+    assert P.fitting_calls(P.BUDGET_SECONDS, calls) == 2
+    assert sum(seconds for _, seconds in P.timeline(calls + calls[-1:])) > P.BUDGET_SECONDS  # full: no 3rd call
+    assert len({P.command(c) for c in calls}) == 1 and P.command(calls[0]) == P.command(P.CALLS[1])
+    assert P.study_run_seconds(calls) > 2 * P.study_run_seconds(P.CALLS)
+    assert P.study_run_seconds(calls) >= 3 * sum(P.RUN_SECONDS.values())  # three paired seeds a lease
+    filed = P.filed_stages(H200)
+    assert filed["cost"] == filed["machine"] == "answer.json"
+    assert filed["cuda_tests"] == "answer.json (as selection_test)"
+    assert filed["selection_bench"] == "selection/bench_downsample.json" and filed["cost_big_short"] is None
+    text = P.plan_text(H200)
+    lines = text.splitlines()
+    assert [line.split()[:2] for line in lines[2:4]] == [["call", "1"], ["call", "2"]]
+    assert not any(" answer: " in line for line in lines[2:4]) and "total 14.8 min of 15" in text
+    assert "2 study calls leave about 8.0 min to runs" in text
+    skipped = next(line for line in lines if line.startswith("skipped: "))
+    assert skipped.startswith("skipped: call 1 (answer: the step costs, ~4.8 min), filed for this GPU kind in "
+                              "benchmarks/results/gpu-nvidia-h200/ (call 1 of 2026-11-28): ")
+    assert "machine, model, cost in answer.json" in skipped and "not measured by this lease either: cost_big_short" \
+        in skipped
+
+
+def test_step_costs_count_as_filed_only_from_a_gpu_call_1_whose_cost_stage_is_done(gpu, tmp_path):
+    P = gpu.plan
+
+    def record(**kw):
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        stages = [{"name": "machine", "status": "done"}, {"name": "cost", "status": kw.pop("cost", "done")}]
+        (folder / "answer.json").write_text(json.dumps({"step": "answer", "cpu_mode": False, "stages": stages,
+                                                        "started": "2026-12-01 10:00:00", **kw}))
+        return folder
+
+    assert P.step_costs_filed(record())
+    assert not P.step_costs_filed(record(cost="skipped")) and not P.step_costs_filed(record(cost="failed"))
+    assert not P.step_costs_filed(record(cpu_mode=True))  # the CPU mode's toy costs say nothing of a GPU
+    assert not P.step_costs_filed(record(step="study"))
+    folder = record()
+    (folder / "selection").mkdir()
+    (folder / "selection" / "bench_downsample.json").write_text("{}")
+    filed = P.filed_stages(folder)
+    assert filed["selection_bench"] == "selection/bench_downsample.json" and filed["big_model"] is None
+    assert "(call 1 of 2026-12-01)" in P.plan_text(folder)
+
+
+def test_plan_and_commands_take_the_gpu_kind(gpu, capsys):
+    """`h100.py plan --gpu NAME` finds the kind's results folder from the GPU's name, its folder's name or a part
+    only one folder has; a kind with no folder gets the plan of nothing filed and one line on stderr."""
+    h100 = gpu.h100
+    assert {h100.kind_folder(name) for name in ("NVIDIA H200", "gpu-nvidia-h200", "H200",
+                                                "one NVIDIA H200 GPU (about 139 GiB of GPU memory)")} == {H200}
+    assert h100.kind_folder("NVIDIA H100 80GB HBM3").name == "gpu-nvidia-h100-80gb-hbm3"
+    assert h100.kind_folder(None) is None
+    assert h100.main(["plan", "--gpu", "NVIDIA H200"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == gpu.plan.plan_text(H200)
+    assert h100.main(["commands", "--gpu", "H200"]) == 0
+    assert capsys.readouterr().out.splitlines() == [gpu.plan.command(gpu.plan.CALLS[1])] * 2
+    assert h100.main(["plan", "--gpu", "NVIDIA H100 80GB HBM3"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.rstrip("\n") == gpu.plan.plan_text()
+    assert "no results folder" in captured.err and "gpu-nvidia-h200" in captured.err
 
 
 def test_the_study_goes_on_phase_by_phase_paired_with_the_same_grpo_seeds(gpu, tmp_path):
-    """PODS 64 -> 16 until its seeds are paired, then adaptive PODS (pilot 16), then Knapsack-RL; each phase's
-    `pods study` names GRPO and its method, so GRPO's finished seeds are reused and only missing ones run."""
+    """PODS 64 -> 16 until its seeds are paired, then auto (PODS that picks its own n, up to the pairs' 64, keeping
+    their 16), then adaptive PODS (pilot 16), then Knapsack-RL; each phase's `pods study` names GRPO and its method,
+    so GRPO's finished seeds are reused and only missing ones run."""
     P = gpu.plan
+    assert P.PHASES == ("pods", "auto", "adaptive", "knapsack")
     study = {**P.STUDY, "seeds": 2}
     pairs = lambda *methods: [f"{m}-s{s}" for s in range(2) for m in methods]  # noqa: E731
     assert P.study_phase([], study) == "pods"
     assert P.study_phase(pairs("grpo-n16", "pods-mv-n64m16")[:-1], study) == "pods"  # a seed short
-    assert P.study_phase(pairs("grpo-n16", "pods-mv-n64m16"), study) == "adaptive"
-    adaptive = pairs("grpo-n16", "pods-mv-n64m16", "pods-mv-n64m16-pilot16")
+    assert P.study_phase(pairs("grpo-n16", "pods-mv-n64m16"), study) == "auto"
+    assert P.study_phase(pairs("grpo-n16", "pods-mv-n64m16", "pods-mv-n64m16-auto")[:-1], study) == "auto"
+    auto = pairs("grpo-n16", "pods-mv-n64m16", "pods-mv-n64m16-auto")
+    assert P.study_phase(auto, study) == "adaptive"
+    adaptive = [*auto, *pairs("pods-mv-n64m16-pilot16")]
     assert P.study_phase(adaptive, study) == "knapsack"
     assert P.study_phase([*adaptive, *pairs("pods-mv-n64m16-knapsack32")], study) is None
+    assert P.phase_method("auto", P.TINY_STUDY)[0] == "pods-mv-n8m4-auto"
     args = _args(tmp_path, cpu=False)
+    auto_argv = gpu.study_call.study_argv(args, tmp_path, 1e-4, tmp_path / "st", "runs", phase="auto")
+    assert "grpo-n16,pods-mv-n64m16-auto" in auto_argv and "auto=--rollout_planner auto" in auto_argv
+    assert not any("adaptive_budget" in a or "--pilot" == a for a in auto_argv)  # auto refuses a fixed budget
     knapsack = gpu.study_call.study_argv(args, tmp_path, 1e-4, tmp_path / "st", "runs", phase="knapsack")
     assert "grpo-n16,pods-mv-n64m16-knapsack32" in knapsack
     assert "knapsack32=--rollout_planner knapsack --adaptive_budget 32" in knapsack
     adaptive = gpu.study_call.study_argv(args, tmp_path, 1e-4, tmp_path / "st", "runs", phase="adaptive")
     assert "grpo-n16,pods-mv-n64m16-pilot16" in adaptive and adaptive[adaptive.index("--pilot") + 1] == "16"
     assert "knapsack" in P.plan_text() and "adaptive" in P.CALLS[-1].measures
+    assert P.CALLS[-1].measures.index("PODS 64 -> 16, then auto") < P.CALLS[-1].measures.index("adaptive")
+    assert ", auto (pods-mv-n64m16-auto, ~80 s a seed), adaptive (" in P.plan_text()
+
+
+def test_the_auto_phase_trains_the_auto_planner_at_the_pairs_n_and_m(gpu, tmp_path, capsys):
+    """`pods study --dry-run` of the auto phase: its `pods train` commands parse to rollout_planner="auto" with
+    num_generations 64 (the most a prompt gets) and downsample_to 16, no fixed budget, and the budget layer builds
+    the auto planner from them (its refusals run before any model loads)."""
+    import shlex
+
+    from pods_rl.budget.rollout_budget import RolloutBudget
+    from pods_rl.commands import study as study_cmd
+    from pods_rl.recipes import parse_args
+
+    model = gpu.study_call.committed_model("shipped")
+    argv = gpu.study_call.study_argv(_args(tmp_path, cpu=False), Path(model["dir"]), model["lr"], tmp_path / "st",
+                                     "runs", phase="auto")[4:]
+    assert study_cmd.main([*argv, "--use_cpu", "true", "--bf16", "false", "--dry-run"]) == 0
+    commands = capsys.readouterr().out.splitlines()
+    assert len(commands) == 16 and "/pods-mv-n64m16-auto-s0 " in commands[1]
+    run, config, _ = parse_args(shlex.split(commands[1])[2:])
+    assert (config.rollout_planner, config.num_generations, config.downsample_to) == ("auto", 64, 16)
+    assert config.adaptive_budget is None and config.pilot_generations is None
+    budget = RolloutBudget.from_config(config)
+    assert type(budget.how_many).__name__ == "AutoN" and (budget.n, budget.m) == (64, 16)
 
 
 def test_the_plan_subcommand_prints_it(gpu, capsys):
@@ -106,8 +221,10 @@ def test_each_call_is_one_command_that_returns_what_it_has(gpu):
 
 
 def test_the_readme_shows_the_plan_as_plan_py_computes_it(gpu):
+    """Both plans: a kind with nothing filed, and the H200's (its step costs filed: two study calls)."""
     readme = (GPU / "README.md").read_text()
     assert "```\n" + gpu.plan.plan_text() + "\n```" in readme
+    assert "```\n" + gpu.plan.plan_text(H200) + "\n```" in readme
 
 
 def test_commands_subcommand_prints_the_plans_commands(gpu, capsys):
@@ -344,7 +461,7 @@ def test_gpu_paths_cover_the_documented_paths(gpu):
     assert set(recorded) == set(gpu.plan.GPU_PATHS) and recorded["bf16"]["ran"] and not recorded["vllm_cuda"]["ran"]
 
 
-def test_auto_picks_the_model_with_fewer_finished_runs(gpu, tmp_path):
+def test_auto_picks_the_model_with_fewer_finished_runs(gpu, tmp_path, monkeypatch):
     """`study --model auto` continues the study the repository holds fewer finished runs of (shipped on a tie), so
     leases on later days grow both models' studies; an explicit --model is kept."""
     args = _args(tmp_path, model="auto", cpu=False)
@@ -362,6 +479,25 @@ def test_auto_picks_the_model_with_fewer_finished_runs(gpu, tmp_path):
     assert gpu.study_call.choose_model(_args(tmp_path, model="shipped"), info) == "shipped"
     strong = gpu.study_call.committed_model("strong")
     assert strong["lr"] == gpu.plan.STRONG_LR and 0.2 <= strong["start_accuracy"] <= 0.8
+    # A warm machine (the lease's second study call): the study its work folder holds goes on, even where `keep`
+    # filed the first call's runs in between (the strong one now has fewer); a finished one does not hold it.
+    here = args.work / f"study-{key}"
+    _run(here, "grpo-n16-s0")
+    _run(here, "pods-mv-n64m16-s0", finished=False)  # in flight at the first call's deadline: its checkpoint is here
+    assert gpu.study_call.choose_model(args, info) == "shipped"
+    every = [f"{m}-s{s}" for s in range(gpu.plan.STUDY["seeds"]) for m in ("grpo-n16", *(
+        gpu.plan.phase_method(p)[0] for p in gpu.plan.PHASES))]
+    monkeypatch.setattr(gpu.study_call, "finished_runs", lambda study_dir: every)
+    assert gpu.study_call.choose_model(args, info) == "strong"
+
+
+def test_a_study_call_records_the_lease_it_belongs_to(gpu, tmp_path):
+    """study-call.json says whether this kind's step costs are filed (no call 1: two study calls) and where."""
+    record = gpu.study_call.lease_record(_args(tmp_path, results=H200, cpu=False), {"gpu": "NVIDIA H200"})
+    assert record["step_costs_filed"] and record["calls"] == ["study", "study"]
+    assert record["results_dir"] == "gpu-nvidia-h200" and record["filed_stages"]["cost"] == "answer.json"
+    record = gpu.study_call.lease_record(_args(tmp_path, cpu=False), {"gpu": "NVIDIA H100 80GB HBM3"})
+    assert not record["step_costs_filed"] and record["calls"] == ["answer", "study"]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -411,6 +547,7 @@ def test_dry_run_from_a_git_archive_without_package_metadata(tmp_path):
     assert out.count("+ ") >= 12 and "build-tiny" in out and "--max_completion_length 128" in out
     assert "bench_downsample.py --device cuda" in out and "study on the strong model" in out
     assert "the study's phase: pods" in out and "--methods grpo-n16,pods-mv-n64m16-knapsack32" in out
+    assert "--methods grpo-n16,pods-mv-n64m16-auto --variant 'auto=--rollout_planner auto'" in out
     assert not work.exists()  # a dry run writes nothing
 
 

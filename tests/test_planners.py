@@ -304,7 +304,7 @@ def test_dapo_preset_trains_on_the_groups_dapo_keeps():
 def test_the_registry_lists_every_kind_and_builds_planners_by_name():
     registry = budget_registry()
     assert registry["which_prompts"] == ["greso", "pilot_commit"] == available_planners("which_prompts")
-    assert registry["how_many"] == ["knapsack", "reinforce_ada"]
+    assert registry["how_many"] == ["auto", "knapsack", "reinforce_ada"]
     assert "until_mixed" in registry["how_many_rounds"] and "max_variance" in registry["which_rollouts"]
     assert make_planner("greso", p_easy=0.3).settings.p_easy == 0.3
     with pytest.raises(ValueError, match=r"planner 'greso' has no setting 'p'; its settings are \['p_easy'"):

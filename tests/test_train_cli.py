@@ -34,6 +34,8 @@ def test_recipe_parsing_and_overrides():
     assert config.use_vllm and config.max_train_seconds == 10800
     _, config, _ = parse_args(["--config", "math/pods", "--bf16", "false"])
     assert (config.num_generations, config.downsample_to) == (32, 16)
+    _, config, _ = parse_args(["--config", "gsm8k/auto", "--bf16", "false"])
+    assert (config.num_generations, config.downsample_to, config.rollout_planner) == (64, 16, "auto")
     _, config, _ = parse_args([])  # the embedded default
     assert config.is_pods and config.use_cpu
     assert parse_task_args("data_dir=x/y,size=3") == {"data_dir": "x/y", "size": 3}

@@ -75,6 +75,21 @@ def test_knapsack_spends_its_budget_between_m_and_n(tmp_path, tiny_model_dir):
     assert logged(trainer, "pods/rollouts_per_prompt_min") and min(logged(trainer, "pods/rollouts_per_prompt_min")) >= M
 
 
+def test_auto_measures_its_costs_and_plans_between_m_and_n(tmp_path, tiny_model_dir):
+    """The phase clock feeds auto: after its warm-up it logs the measured costs, probes while it knows no slope,
+    and every plan lies in [m, n]; its cost window and probe counters go into the checkpoint's ledger file."""
+    trainer = trainer_for(tmp_path, tiny_model_dir, rollout_planner="auto", max_steps=6, save_strategy="steps",
+                          save_steps=6, rollout_planner_args={"warmup_steps": 1, "probe_gap": 2})
+    trainer.train()
+    sampled = logged(trainer, "pods/rollouts_sampled")
+    assert len(sampled) == 6 and all(B * M <= s <= B * N for s in sampled), sampled
+    assert logged(trainer, "pods/auto_warmup")[0] == 1.0 and logged(trainer, "pods/auto_probe")[1] == 1.0
+    assert sampled[1] == B * N  # the probe: every prompt at n
+    assert all(ms > 0 for ms in logged(trainer, "pods/auto_sample_ms") + logged(trainer, "pods/auto_train_ms"))
+    saved = torch.load(tmp_path / "out" / "checkpoint-6" / LEDGER_FILE, weights_only=True)["how_many"]
+    assert saved["plans"] == 6 and saved["probes"] >= 2 and len(saved["costs"]["sampled"]) == 6
+
+
 def test_the_ledger_resumes_exactly(tmp_path, tiny_model_dir):
     """4 steps straight, or 2 steps, a checkpoint, and 2 more from it: the same ledger, GRESO's state and plans (its
     second epoch skips prompts: what it skips depends on the ledger of the first)."""
@@ -183,6 +198,12 @@ def test_pilot_commit_resumes_exactly(tmp_path, tiny_model_dir):
     (dict(prompt_planner="knapsack", oversample_prompts=2.0),
      r"PODSTrainer runs \['greso', 'pilot_commit'\] for this question"),
     (dict(rollout_planner="knapsack", pilot_generations=2), "set one"),
+    (dict(rollout_planner="auto", pilot_generations=2), "rollout_planner and pilot_generations both decide"),
+    (dict(rollout_planner="auto", adaptive_budget=3.0), r"^rollout_planner='auto' .* drop adaptive_budget"),
+    (dict(rollout_planner="auto", downsample_to=N), "raise num_generations above downsample_to"),
+    (dict(rollout_planner="auto", rollout_planner_args={"max_n": 64}), r"max_n=64: .* auto .* set it in \[2, 4\]"),
+    (dict(rollout_planner="auto", rollout_planner_args={"probe_gap": -1}), "^auto probe_gap must be an integer"),
+    (dict(rollout_planner="auto", rollout_planner_args={"budget": 3}), "^planner 'auto' has no setting 'budget'"),
     (dict(rollout_planner="knapsack", downsample_to=N), "raise num_generations above downsample_to"),
     (dict(rollout_planner="knapsack", rollout_planner_args={"max_n": 64}), r"max_n=64: .* set it in \[2, 4\]"),
     (dict(prompt_planner="greso", oversample_prompts=2.0, prompt_planner_args='{"p_easy": 2}'), "p_easy"),

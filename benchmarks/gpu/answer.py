@@ -23,6 +23,7 @@ from session import (
     machine_stage,
     python,
     recipe_flags,
+    results_dir,
     sizes,
     start_accuracy,
     weights_sha256,
@@ -104,6 +105,7 @@ def answer(args) -> int:
     try:
         est = P.ANSWER_STAGES
         call.stage("machine", est["machine"], lambda: machine_stage(call))
+        filed_note(call)
         call.stage("cuda_tests", est["cuda_tests"], lambda: selection_test(call))
         call.stage("model", est["model"], lambda: shipped_model(args))
         call.stage("cost", est["cost"], lambda: answer_cost(call, cost_argv(args, SHIPPED, P.SHIPPED_LR,
@@ -126,6 +128,18 @@ def answer(args) -> int:
         call.save()
         pack()
     return 1 if call.failed else 0
+
+
+def filed_note(call: Session) -> None:
+    """One line (and ``already_filed`` in the record) when this GPU kind's step costs are filed in the repository
+    already: the lease's plan for it (``plan.calls_for``) runs the study instead; measured again here on purpose."""
+    if "machine" not in call.record:
+        return
+    folder = results_dir(call.args, call.record["machine"]["info"])
+    if P.step_costs_filed(folder):
+        call.record["already_filed"] = P.filed_stages(folder)
+        print(f"h100.py answer: this GPU kind's step costs are filed already ({folder.name}/{P.FILED_RECORD}): "
+              "measured again (`h100.py plan --gpu NAME` gives such a lease to the study)", flush=True)
 
 
 def build_big(call: Session, out: Path) -> dict:

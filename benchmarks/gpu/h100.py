@@ -1,6 +1,7 @@
 """The GPU preset: what one lent GPU can add to the PODS study in one 15-minute lease, with no hub and no internet.
 
     python benchmarks/gpu/h100.py plan                  # the calls, each one's limit and what it measures; the budget
+    python benchmarks/gpu/h100.py plan --gpu "NVIDIA H200"   # a lease on that kind: its step costs filed, two studies
     python benchmarks/gpu/h100.py commands              # each device call's whole command (benchmarks/gpu/README.md)
     python benchmarks/gpu/h100.py preflight             # what a call carries (the tree and .whl): fails above 60 MiB
     python benchmarks/gpu/h100.py answer --out $OUT     # call 1, on the GPU machine: the step costs (~5 min)
@@ -16,7 +17,10 @@ stage checks the time left before it starts (the call's ``timeout`` in ``plan.CA
 skipped, and recorded as skipped, when its estimate does not fit. Nothing between calls or leases needs the machine:
 the study's state travels in the repository (``keep`` files the study archive under ``benchmarks/results/<gpu>/``,
 merged with the one there; the next call, on any later day, carries it and skips the finished runs). The study's
-models are committed (the shipped and the strong tiny model): nothing is built on the machine for it.
+models are committed (the shipped and the strong tiny model): nothing is built on the machine for it. On a GPU kind
+whose call-1 step costs the repository already files (``plan.step_costs_filed``: its ``answer.json`` under
+``benchmarks/results/<gpu>/``), the lease runs no call 1: two study calls (``plan.calls_for``; ``--gpu`` names the
+kind to ``plan``, ``commands`` and ``all --dry-run``).
 """
 
 from __future__ import annotations
@@ -32,8 +36,36 @@ import plan as P  # noqa: E402
 from answer import answer, bench_argv, big_model_argv, big_sizes, cost_argv, selection_argv, shipped_model  # noqa: E402
 from carry import preflight  # noqa: E402
 from outbox import keep  # noqa: E402
-from session import REPO, RESULTS_ROOT, SHIPPED  # noqa: E402
+from session import REPO, RESULTS_ROOT, SHIPPED, machine_slug  # noqa: E402  (session's, from benchmarks/_machine)
 from study_call import dry_run_study, study  # noqa: E402
+
+
+def kind_folder(gpu: str | None, root: Path = RESULTS_ROOT) -> Path | None:
+    """The results folder of the GPU kind ``gpu`` names: its folder name (``gpu-nvidia-h200``), the GPU's name as
+    torch gives it (``NVIDIA H200``, slugged as ``_machine.machine_slug`` does), a part of either that only one
+    folder under ``root`` has (``H200``), or words holding one folder's GPU name whole (the device's ``status``:
+    "one NVIDIA H200 GPU (about 139 GiB of GPU memory)"); None when ``gpu`` is None."""
+    if not gpu:
+        return None
+    slug = machine_slug({"gpu": gpu.removeprefix("gpu-")})
+    if (root / slug).is_dir():
+        return root / slug
+    named = f"-{slug.removeprefix('gpu-')}-"
+    folders = [d for d in sorted(root.glob("gpu-*")) if d.is_dir()]
+    found = [d for d in folders if named in f"-{d.name}-"] or \
+        [d for d in folders if f"-{d.name.removeprefix('gpu-')}-" in named]
+    return found[0] if len(found) == 1 else root / slug
+
+
+def lease_folder(args) -> Path | None:
+    """The folder ``plan``, ``commands`` and the dry run read a kind's filed results from: ``--results``, or
+    ``--gpu``'s (``kind_folder``); a named folder that does not exist gets one line on stderr (the kinds filed)."""
+    folder = args.results or kind_folder(args.gpu, args.results_root)
+    if folder is not None and not folder.is_dir():
+        kinds = ", ".join(d.name for d in sorted(Path(args.results_root).glob("gpu-*")) if d.is_dir()) or "none"
+        print(f"h100.py: no results folder {folder} (GPU kinds filed: {kinds}): the plan of a kind with nothing "
+              "filed", file=sys.stderr)
+    return folder
 
 
 def dry_run(args) -> int:
@@ -48,9 +80,10 @@ def dry_run(args) -> int:
 
     print(f"dry run: pods_rl from {pods_rl.__file__} (version {pods_rl.__version__}), torch {torch.__version__}, "
           f"CUDA {'available' if torch.cuda.is_available() else 'not available here'}", flush=True)
-    print(P.plan_text())
+    folder = lease_folder(args)
+    print(P.plan_text(folder))
     codes = []
-    for i, call in enumerate(P.CALLS, 1):
+    for i, call in enumerate(P.calls_for(folder), 1):
         text = P.command(call)
         print(f"call {i} ({len(text)} characters): {text}")
         codes.append(0 if len(text) <= 2000 else 1)
@@ -68,8 +101,8 @@ def dry_run(args) -> int:
     if args.step in ("study", "all"):
         print("=== study (dry run)")
         codes.append(dry_run_study(args))
-    fits = sum(s for _, s in P.timeline()) <= P.BUDGET_SECONDS and all(c.timeout <= P.CALL_LIMIT_SECONDS
-                                                                         for c in P.CALLS)
+    fits = all(sum(s for _, s in P.timeline(calls)) <= P.BUDGET_SECONDS and all(
+        c.timeout <= P.CALL_LIMIT_SECONDS for c in calls) for calls in (P.CALLS, P.FILED_CALLS))
     codes.append(0 if fits else 1)
     print(f"dry run: {'ok' if not any(codes) else 'failed'}", flush=True)
     return 1 if any(codes) else 0
@@ -92,12 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="toy sizes on CPU: every stage through the same code")
     parser.add_argument("--dry-run", action="store_true", help="nothing run or written: plan, commands, imports")
     parser.add_argument("--carry", default=".whl", help="preflight: carried paths, comma-separated (default .whl)")
+    parser.add_argument("--gpu", default=None, help="plan, commands, all --dry-run: the lent GPU's kind (its name, "
+                        "e.g. 'NVIDIA H200', or its results folder's, gpu-nvidia-h200): where its step costs are "
+                        "filed, the lease runs the study twice instead of call 1")
     args = parser.parse_args(argv)
     if args.step == "plan":
-        print(P.plan_text())
+        print(P.plan_text(lease_folder(args)))
         return 0
     if args.step == "commands":
-        print("\n".join(P.command(c) for c in P.CALLS))
+        print("\n".join(P.command(c) for c in P.calls_for(lease_folder(args))))
         return 0
     if args.step == "preflight":
         ok, line = preflight(REPO, [c for c in args.carry.split(",") if c], P.CARRY_LIMIT_MIB)

@@ -93,14 +93,21 @@ def committed_model(kind: str, work: Path | None = None) -> dict:
 
 def choose_model(args, info: dict) -> str:
     """``--model auto``: of ``plan.STUDY_MODELS``, the one whose study in the repository (``study-<key>.tgz`` under
-    the machine's results folder) holds the fewest finished runs; the first on a tie."""
+    the machine's results folder) holds the fewest finished runs; the first on a tie. On a warm machine whose work
+    folder holds a study with runs still to do (the lease's earlier study call: ``plan.FILED_CALLS``), that study
+    goes on, whatever ``keep`` filed in between: its run in flight resumes from its checkpoint, its cost is not
+    measured again."""
     if args.model != "auto":
         return args.model
-    held = {}
+    held, here = {}, []
     for kind in P.STUDY_MODELS:
-        archive = results_dir(args, info) / f"study-{committed_model(kind)['key']}.tgz"
+        key = committed_model(kind)["key"]
+        archive = results_dir(args, info) / f"study-{key}.tgz"
         held[kind] = len(archived_runs(archive)) if archive.is_file() else 0
-    return min(P.STUDY_MODELS, key=lambda kind: held[kind])
+        study_dir = Path(args.work) / f"study-{key}"
+        if study_dir.is_dir() and P.study_phase(finished_runs(study_dir), sizes(args)[1]) is not None:
+            here.append(kind)
+    return min(here or P.STUDY_MODELS, key=lambda kind: held[kind])
 
 
 def ensure_model(call: Session) -> dict:
@@ -154,6 +161,11 @@ def study(args) -> int:
     s = sizes(args)[1]
     try:
         call.stage("machine", P.ANSWER_STAGES["machine"], lambda: machine_stage(call))
+        if "machine" in call.record:
+            call.record["lease"] = lease_record(args, call.record["machine"]["info"])
+            print(f"h100.py study: this lease's calls on this GPU kind: {', '.join(call.record['lease']['calls'])}"
+                  + (" (its step costs are filed: no call 1)" if call.record["lease"]["step_costs_filed"] else ""),
+                  flush=True)
         build = 5 if args.model != "built" or (call.work / "model" / "build_info.json").is_file() else \
             sizes(args)[2]["build_seconds"]
         model = call.stage("model", build, lambda: ensure_model(call))
@@ -186,6 +198,15 @@ def study(args) -> int:
     print(f"h100.py study: {done} of {total} runs finished; the same command continues (after `h100.py keep`)",
           flush=True)
     return 1 if call.failed else 0
+
+
+def lease_record(args, info: dict) -> dict:
+    """The lease's calls on this GPU kind (``plan.calls_for``): where its step costs are filed, call 1 is skipped and
+    the study gets two calls; the record says which and where each of call 1's stages is filed."""
+    folder = results_dir(args, info)
+    filed = P.step_costs_filed(folder)
+    return {"results_dir": folder.name, "step_costs_filed": filed, "calls": [c.step for c in P.calls_for(folder)],
+            "filed_stages": P.filed_stages(folder) if filed else None}
 
 
 def run_phases(call: Session, flags: tuple, study_dir: Path) -> str | None:

@@ -50,12 +50,13 @@ def score_sample(task, completion: str, answer: str, **extra) -> tuple[bool, boo
 def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, temperature: float = 0.9,
                    max_new_tokens: int = 512, limit: int | None = None, batch_size: int = 64, seed: int = 0,
                    tokenizer=None, task_args: dict | None = None, backend: str = "auto", num_examples: int = 3,
-                   name: str | None = None, trust_remote_code: bool = False) -> dict:
+                   name: str | None = None, trust_remote_code: bool = False, per_problem: bool = False) -> dict:
     """Evaluate one model on ``task``/``split`` with ``k`` samples per problem; return one result record.
 
     ``model_or_path``: a model / checkpoint / adapter directory, hub id, or loaded ``PreTrainedModel`` (pass
     ``tokenizer``). ``task``: a Task or registered name (built with ``task_args``). ``limit``: the first problems
-    only. ``name``: the record's "checkpoint". Without ``trust_remote_code`` a model with its own code is refused."""
+    only. ``name``: the record's "checkpoint". Without ``trust_remote_code`` a model with its own code is refused.
+    ``per_problem``: also ``"correct"``, the (P, k) 0/1 outcomes as lists (`pods cost`'s starting pass rates)."""
     if k < 1 or max_new_tokens < 1 or batch_size < 1:
         raise ValueError(f"k, max_new_tokens and batch_size must be >= 1, got {k}, {max_new_tokens}, {batch_size}")
     if temperature < 0:
@@ -97,7 +98,10 @@ def evaluate_model(model_or_path, task, split: str = "test", k: int = 5, tempera
     settings = {"task": getattr(task_obj, "name", str(task)), "task_args": dict(task_args or {}), "split": split,
                 "k": int(k), "temperature": float(temperature), "max_new_tokens": int(max_new_tokens), "limit": limit,
                 "seed": int(seed), "step": int(step), "train_seconds": float(train_seconds)}
-    return _record(name, model_path, settings, correct, formatted, lengths, started, chosen, examples)
+    record = _record(name, model_path, settings, correct, formatted, lengths, started, chosen, examples)
+    if per_problem:
+        record["correct"] = correct.astype(int).tolist()
+    return record
 
 
 def _record(name, model_path: Path | None, settings: dict, correct, formatted, lengths, started: float,

@@ -53,13 +53,17 @@ def test_cpu_mode_runs_every_stage_and_a_fresh_machine_resumes_the_study(tmp_pat
     assert all(r["per_step"] for r in kept["rows"])  # every step's phase times, for any other estimator
 
     first = call("study", "out2")
-    # the phases in turn: PODS 8 -> 4, then adaptive PODS (pilot 4) and Knapsack-RL, paired with GRPO's seed 0
-    assert [s["name"] for s in first["stages"]] == ["machine", "model", "cost", "gate", "runs pods", "runs adaptive",
-                                                    "runs knapsack", "report"]
-    assert [s["status"] for s in first["stages"]] == ["done"] * 8 and first["model"]["kind"] == "shipped"
-    runs = ["grpo-n4-s0", "pods-mv-n8m4-knapsack6-s0", "pods-mv-n8m4-pilot4-s0", "pods-mv-n8m4-s0"]
+    # the phases in turn: PODS 8 -> 4, then auto (up to 8 -> 4), adaptive PODS (pilot 4) and Knapsack-RL, paired
+    # with GRPO's seed 0
+    assert [s["name"] for s in first["stages"]] == ["machine", "model", "cost", "gate", "runs pods", "runs auto",
+                                                    "runs adaptive", "runs knapsack", "report"]
+    assert [s["status"] for s in first["stages"]] == ["done"] * 9 and first["model"]["kind"] == "shipped"
+    runs = ["grpo-n4-s0", "pods-mv-n8m4-auto-s0", "pods-mv-n8m4-knapsack6-s0", "pods-mv-n8m4-pilot4-s0",
+            "pods-mv-n8m4-s0"]
     assert first["study"]["finished_after"] == runs
-    assert first["runs adaptive"]["new_runs"] == 1  # GRPO's seed was there
+    assert first["runs auto"]["new_runs"] == first["runs adaptive"]["new_runs"] == 1  # GRPO's seed was there
+    assert first["lease"] == {"results_dir": "here", "step_costs_filed": False, "calls": ["answer", "study"],
+                              "filed_stages": None}  # the CPU mode's call 1 is no GPU's step costs
     key = first["model"]["key"]
     assert {"cost.json", "report.txt", "study.json"} <= set(_names(tmp_path / "out2" / f"study-{key}.tgz"))
     (results / "here").mkdir(parents=True)

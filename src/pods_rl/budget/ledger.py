@@ -134,13 +134,14 @@ class PromptLedger:
     def rows(self, ids, *, create: bool = False) -> torch.Tensor:
         """(P,) int64 rows of ``ids`` (P,) in the ledger; -1 for an id never seen, or a new row with ``create``."""
         ids = _as_ids(ids)
-        rows = torch.empty(len(ids), dtype=torch.long)
-        for i, key in enumerate(ids.tolist()):
-            row = self._rows.get(key, -1)
-            if row < 0 and create:
-                row = self._append(key)
-            rows[i] = row
-        return rows
+        get = self._rows.get
+        if not create:  # (a list, then one tensor: writing tensor items one by one is slow)
+            return torch.tensor([get(key, -1) for key in ids.tolist()], dtype=torch.long)
+        rows = []
+        for key in ids.tolist():  # one at a time: an id listed twice gets one row
+            row = get(key, -1)
+            rows.append(row if row >= 0 else self._append(key))
+        return torch.tensor(rows, dtype=torch.long)
 
     def _append(self, key: int) -> int:
         if self._size == len(self._data["ids"]):  # grow by doubling
@@ -202,13 +203,20 @@ class PromptLedger:
     def stats(self, ids) -> PromptStats:
         """The ledger's columns for ``ids`` (P,) as a ``PromptStats`` of (P,) tensors (``window`` (P, W))."""
         ids = _as_ids(ids)
+        columns = self.columns(ids, *(name for name in self._data if name != "ids"))
+        return PromptStats(ids=ids, **columns)
+
+    def columns(self, ids, *names: str) -> dict[str, torch.Tensor]:
+        """Only the named columns of ``PromptStats`` for ``ids`` (P,), and ``seen`` (P,) bool: a planner that reads
+        two columns per step does not copy all twelve."""
         rows = self.rows(ids)
         seen = rows >= 0
-        safe = rows.clamp(min=0)
-        empty = self._empty(1)
-        columns = {name: torch.where(seen.view(-1, *[1] * (col.dim() - 1)), col[safe], empty[name][0])
-                   for name, col in self._data.items() if name != "ids"}
-        return PromptStats(ids=ids, seen=seen, **columns)
+        out = {name: self._data[name][rows.clamp(min=0)] for name in names}
+        if not bool(seen.all()):  # never-seen prompts get an empty row's values
+            empty = self._empty(1)
+            for name, column in out.items():
+                column[~seen] = empty[name][0]
+        return {"seen": seen, **out}
 
     def evict(self, ids) -> None:
         """Mark ``ids`` (P,) evicted: planners never sample them again (Pilot-Commit's solved prompts)."""

@@ -64,7 +64,8 @@ def candidate_ids(inputs: list[dict], n: int) -> torch.Tensor:
 CONFIG_NAMES = {"prompt_planner": "prompt_planner", "prompt_planner_args": "prompt_planner_args",
                 "rollout_planner": "rollout_planner", "rollout_planner_args": "rollout_planner_args",
                 "m": "downsample_to", "n": "num_generations", "pilot": "pilot_generations",
-                "oversample_prompts": "oversample_prompts", "success_threshold": "ledger_success_threshold"}
+                "oversample_prompts": "oversample_prompts", "success_threshold": "ledger_success_threshold",
+                "adaptive_budget": "adaptive_budget"}
 # Why a Pilot-Commit setting is refused, by setting (None: allowed): the budget's own words; an engine passes its row.
 PLAIN_REASONS = {"buffer_max_off_steps": "the rollout budget commits a prompt in the step that piloted it",
                  "n_explore_effective": "the rollout budget trains on every pilot rollout of a committed prompt",
@@ -77,17 +78,20 @@ def _knobs(name: str | None, args: dict | None, n: int, m: int, names: Mapping[s
     if name == "pilot_commit":
         return check_pilot_commit(args, n, names=names, reasons=reasons)
     knobs, where = dict(args or {}), names["rollout_planner_args"]
-    if name == "knapsack":
+    if name in ("knapsack", "auto"):
         for key, default in (("min_n", m), ("max_n", n)):
             value = knobs.setdefault(key, default)
             if not (isinstance(value, int) and m <= value <= n):
-                raise ValueError(f"{where} {key}={value!r}: with PODS every prompt Knapsack-RL samples gets between "
-                                 f"{names['m']} (m={m}) and {names['n']} (n={n}) rollouts; set it in [{m}, {n}] or "
-                                 "drop it")
+                raise ValueError(f"{where} {key}={value!r}: with PODS every prompt {_TITLES[name]} samples gets "
+                                 f"between {names['m']} (m={m}) and {names['n']} (n={n}) rollouts; set it in "
+                                 f"[{m}, {n}] or drop it")
         for key in ("negative_n", "positive_n"):
             if knobs.get(key) is not None and not m <= knobs[key] <= n:
                 raise ValueError(f"{where} {key}={knobs[key]!r} must be in [{m}, {n}] (m..n) with PODS")
     return knobs
+
+
+_TITLES = {"knapsack": "Knapsack-RL", "auto": "auto"}
 
 
 def check_pilot_commit(args: dict | None, n: int, *, names: Mapping[str, str] | None = None,
@@ -187,6 +191,9 @@ class RolloutBudget:
         how_many = None if config.rollout_planner is None else make_planner(
             config.rollout_planner, **_knobs(config.rollout_planner, config.rollout_planner_args, n, m, names,
                                              reasons))
+        if config.rollout_planner == "auto" and config.adaptive_budget is not None:
+            raise ValueError(f"{names['rollout_planner']}='auto' chooses how many rollouts to spend from the measured "
+                             f"costs: drop {names['adaptive_budget']} (Knapsack-RL's fixed budget)")
         check_finite(names["success_threshold"], config.ledger_success_threshold)
         ledger = PromptLedger(LedgerSettings(success_threshold=config.ledger_success_threshold))
         return cls(ledger, which, how_many, n=n, m=m, seed=config.seed,
@@ -270,8 +277,23 @@ class RolloutBudget:
         more = torch.where(committed, self.which.settings.n_commit, 0)
         return more, committed, metrics
 
+    @property
+    def needs_costs(self) -> bool:
+        """True when the rollout planner decides from measured step costs (``auto``): the engine calls ``observe``."""
+        return bool(getattr(self.how_many, "needs_costs", False))
+
+    def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
+        """One optimizer step's rollouts sampled (0: none this step) and trained, and its sampling (generation +
+        scoring) and update seconds, for a planner that decides from costs (nothing otherwise)."""
+        if self.needs_costs:
+            self.how_many.observe(sampled=sampled, sample_seconds=sample_seconds, trained=trained,
+                                  update_seconds=update_seconds)
+
     def allocate(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """(S,) rollouts in [m, n] per prompt of ``ids`` (S,) within ``adaptive_budget`` (n) each; and metrics."""
+        if self.needs_costs:  # auto: no fixed budget, the counts with the most signal per measured second
+            plan = self.how_many.plan(ids, self.ledger, n=self.n, m=self.m)
+            return plan.rollouts.clamp(self.m, self.n), plan.metrics
         # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
         # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
         per_prompt = min(self.n, max(self.m, round(self.budget_per_prompt or self.n)))

@@ -14,7 +14,9 @@ Schedule: ``interleaved`` (all trainers in one process, stepping round-robin, so
 ``sequential`` (one setting after another, in alternating ``rounds``), or ``auto``. Each setting warms up until its
 step times are steady; its cost is the median step (``pods_rl.step_cost``), with quartile ranges. ``ratio`` = step
 seconds / those of n = m: PODS pays off when its progress per step exceeds it. ``--oversample_prompts`` and
-``--pilot_generations`` add rows measured with them. docs/guides/cost.md explains the table and estimator."""
+``--pilot_generations`` add rows measured with them. Then what ``rollout_planner="auto"`` would choose on the
+measured costs and the starting model's pass rates on ``--auto_prompts`` training prompts (``auto_projection``):
+its n per prompt and predicted signal per second against GRPO. docs/guides/cost.md explains the table and estimator."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pods_rl import step_cost, training_run
+from pods_rl.auto_projection import costs_from_rows, project_auto
 from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.machine import machine_info
 from pods_rl.recipes import parse_args
@@ -35,6 +38,8 @@ from pods_rl.runlog import read_metrics
 PHASES = ("generation", "scoring", "selection", "update", "step")
 DEFAULT_STEPS = 5
 DEFAULT_WARMUP = 1
+DEFAULT_AUTO_PROMPTS = 32  # training prompts whose starting pass rates the auto projection plans
+DEFAULT_AUTO_SAMPLES = 8  # samples of each
 ESTIMATOR = ("median step time (split into phases by the middle steps' shares); warm-up until steady; "
              "interleaved: ratio turn by turn (interquartile mean), else ratio of medians; range from the quartiles")
 
@@ -326,6 +331,76 @@ def _free_memory() -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------
+# What the auto planner would choose here
+# ------------------------------------------------------------------------------------------------------------
+PASS_RATE_SOURCE = ("the starting model's pass rates: {prompts} training prompts x {k} samples each, sampled here "
+                    "at the recipe's temperature and completion length (pods_rl.evaluation, split {split!r})")
+
+
+def starting_outcomes(recipe_argv: Sequence[str], prompts: int, samples: int) -> tuple[list[list[int]], dict]:
+    """(P, k) 0/1 correctness of the recipe's starting model on its first ``prompts`` training prompts, ``samples``
+    each (the task's grader, the recipe's temperature and max_completion_length), and what was evaluated."""
+    from pods_rl.evaluation import evaluate_model
+    from pods_rl.models import default_model_path
+    from pods_rl.tasks import parse_task_args
+
+    run, config, model_args = parse_args(list(recipe_argv))
+    limit = prompts if run.train_limit is None else min(prompts, run.train_limit)
+    record = evaluate_model(default_model_path(model_args.model_name_or_path), run.task, split=run.train_split,
+                            k=samples, temperature=config.temperature, max_new_tokens=config.max_completion_length,
+                            limit=limit, batch_size=run.eval_batch_size, seed=config.seed,
+                            task_args=parse_task_args(run.task_args), num_examples=0,
+                            trust_remote_code=bool(config.trust_remote_code), per_problem=True)
+    return record["correct"], {"split": run.train_split, "eval_seconds": record["eval_seconds"],
+                               "backend": record["backend"]}
+
+
+def auto_projection(result: dict, recipe_argv: Sequence[str], prompts: int = DEFAULT_AUTO_PROMPTS,
+                    samples: int = DEFAULT_AUTO_SAMPLES) -> dict:
+    """``result["auto"]``: the auto planner's counts and predicted signal per second against GRPO on ``measure``'s
+    costs (``auto_projection.costs_from_rows``) and the starting pass rates (``starting_outcomes``);
+    ``{"skipped": reason}`` when the rows cannot give the costs (one total N sampled)."""
+    plain = [r for r in result["rows"] if r.get("oversample_prompts", 1.0) == 1.0 and not r.get("pilot_generations")]
+    m, n = result["settings"]["m"], max(r["n"] for r in plain)
+    try:
+        costs = costs_from_rows(plain)
+    except ValueError as err:
+        return {"skipped": str(err)}
+    if n <= m:
+        return {"skipped": f"no n above m={m} measured: auto chooses between m and the largest n (pods cost --n)"}
+    correct, evaluated = starting_outcomes(recipe_argv, prompts, samples)
+    projection = project_auto(correct, m=m, n=n, prompts_per_step=max(1, plain[0]["kept_per_step"] // m),
+                              fixed_s=costs["fixed_s"], sample_s=costs["sample_s"], train_s=costs["train_s"],
+                              fixed_ns=[r["n"] for r in plain])
+    source = PASS_RATE_SOURCE.format(prompts=projection["prompts"], k=projection["k"], split=evaluated["split"])
+    return {**projection, "m": m, "max_n": n, "pass_rates": source, **evaluated,
+            "costs_ms": {"sample_fixed": 1e3 * costs["fixed_s"], "sample_per_rollout": 1e3 * costs["sample_s"],
+                         "train_per_rollout": 1e3 * costs["train_s"]},
+            "fit_totals": costs["totals"]}
+
+
+def format_auto(auto: dict) -> list[str]:
+    """The auto projection's lines under the table."""
+    if "skipped" in auto:
+        return [f"auto (rollout_planner='auto'): not projected: {auto['skipped']}"]
+    costs, m = auto["costs_ms"], auto["m"]
+    totals = ", ".join(f"{t:g}" for t in auto["fit_totals"])
+    versus = ", ".join(f"{'auto' if name == 'auto' else f'{name} -> {m}'} {ratio:.2f}x"
+                       for name, ratio in auto["vs_grpo"].items() if name != "grpo" and ratio is not None)
+    return [
+        f"auto (rollout_planner='auto') on these costs: sampling {costs['sample_fixed']:.1f} ms + "
+        f"{costs['sample_per_rollout']:.3f} ms per sampled rollout (a + b*N over N = {totals} rollouts per step), "
+        f"training {costs['train_per_rollout']:.3f} ms per kept rollout",
+        f"  pass rates: {auto['prompts']} training prompts x {auto['k']} samples of the starting model: mean "
+        f"{auto['pass_rate']:.2f}, {round(auto['frac_all_equal'] * auto['prompts'])} of {auto['prompts']} all-equal "
+        f"(as the planner plans once its ledger has seen each prompt {auto['k']} times)",
+        f"  auto would give each prompt n = {auto['n_min']}..{auto['n_max']} (mean {auto['n_mean']:.1f}; "
+        f"{100 * auto['frac_above_m']:.0f}% of prompts above m = {m}), in batches of {auto['prompts_per_step']}; "
+        f"predicted signal per second vs GRPO (n = m): {versus}",
+    ]
+
+
+# ------------------------------------------------------------------------------------------------------------
 # Table and CLI
 # ------------------------------------------------------------------------------------------------------------
 def _name(row: dict) -> str:
@@ -384,6 +459,8 @@ def format_table(result: dict) -> str:
                          f"{r['sampled_per_step']} rollouts per step for the same {r['kept_per_step']} kept; its step "
                          f"takes {r['oversample_step_ratio']:.2f}x the time of {r['n']} -> {r['m']} without "
                          f"(generation {_ratio(r, rows, 'generation')}, scoring {_ratio(r, rows, 'scoring')})")
+    if result.get("auto") is not None:
+        lines += format_auto(result["auto"])
     lines.append(f"device {machine['device']}; {machine['cpu_model']}, {machine['usable_cores']} cores, "
                  f"torch {machine['torch']}, transformers {machine['transformers']}, trl {machine['trl']}")
     return "\n".join(lines)
@@ -463,6 +540,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="interleaved: settings take steps in turn in one process (fair under machine "
                         "noise); sequential: one after the other (GPU memory per setting). auto: sequential on "
                         "CUDA or with vLLM (one engine at a time), else interleaved")
+    parser.add_argument("--auto_prompts", default=str(DEFAULT_AUTO_PROMPTS),
+                        help="after measuring, sample this many training prompts with the starting model for the "
+                        "auto planner's projection (its n per prompt and predicted signal per second vs GRPO); 0 "
+                        f"skips it (default {DEFAULT_AUTO_PROMPTS})")
+    parser.add_argument("--auto_samples", default=str(DEFAULT_AUTO_SAMPLES),
+                        help=f"samples per prompt for those pass rates (default {DEFAULT_AUTO_SAMPLES})")
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     one_line_parser_errors(parser)
     return parser
@@ -472,6 +555,8 @@ def _main(argv: list[str]) -> int:
     args, recipe_argv = build_parser().parse_known_args(argv)
     steps = _int_at_least("--steps", args.steps)
     warmup = _int_at_least("--warmup", args.warmup, low=0)
+    auto_prompts = _int_at_least("--auto_prompts", args.auto_prompts, low=0)
+    auto_samples = _int_at_least("--auto_samples", args.auto_samples)
     recipe_argv, pilot = _pop_pilot(recipe_argv)
     _, config, _ = parse_args(recipe_argv)  # the recipe as the user gave it: its m, and early errors
     m = config.downsample_to if args.m is None else _int_at_least("--m", args.m, low=2)
@@ -482,6 +567,8 @@ def _main(argv: list[str]) -> int:
                          f"(got --n {','.join(map(str, ns))}); add one, e.g. --n {max(2 * m, pilot)}")
     result = measure(recipe_argv, ns, m, steps=steps, warmup=warmup, schedule=args.schedule,
                      oversample=config.oversample_prompts, pilot=pilot)
+    if auto_prompts:
+        result["auto"] = auto_projection(result, recipe_argv, auto_prompts, auto_samples)
     print(format_table(result))
     if args.out:
         out = Path(args.out)

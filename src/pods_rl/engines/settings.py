@@ -40,6 +40,7 @@ SPELLINGS: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = {
     ("budget", "oversample_prompts"): ("oversample_prompts", None, None),
     ("budget", "success_threshold"): ("ledger_success_threshold", "pods_ledger_success_threshold",
                                       "sampler_kwargs.ledger_success_threshold"),
+    ("budget", "adaptive_budget"): ("adaptive_budget", "pods_adaptive_budget", "actor_rollout_ref.rollout.n"),
 }
 
 # Why each engine refuses a Pilot-Commit setting (None: it runs it); pods_rl.budget's check_pilot_commit words the
@@ -62,10 +63,11 @@ PILOT_COMMIT_REASONS: dict[str, dict[str, str | None]] = {
 
 # Which planners each engine runs, by question (the planners' kinds), and what its refusal says of the others.
 PLANNERS: dict[str, dict[str, tuple[str, ...]]] = {
-    "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack",)},
-    "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack",)},
-    # verl: GRESO in the agent loop manager, Knapsack-RL as __rollout_n__, Reinforce-Ada's rounds in the worker.
-    "verl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "reinforce_ada")},
+    "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto")},
+    "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto")},
+    # verl: GRESO in the agent loop manager, Knapsack-RL and auto as __rollout_n__, Reinforce-Ada's rounds and
+    # Pilot-Commit's pilot and commit in the agent loop worker.
+    "verl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto", "reinforce_ada")},
 }
 PLANNER_FIELDS = {"which_prompts": "prompt_planner", "how_many": "rollout_planner"}  # the planner rows, by kind
 REFUSALS = {

@@ -1,9 +1,11 @@
 """Rollout-budget planners from the follow-ups to PODS: ``greso`` and ``pilot_commit`` (which prompts),
-``knapsack`` and ``reinforce_ada`` (how many rollouts), presets (DAPO). Plain tensors on the prompt ledger, the
+``knapsack`` and ``reinforce_ada`` (how many rollouts), presets (DAPO); and pods-rl's own ``auto`` (how many, from
+the measured costs: ``auto``). Plain tensors on the prompt ledger, the
 papers' knobs under their own names, checked against the authors' code (benchmarks/budget_crosscheck.py;
 differences: docs/concepts/rollout-budgets.md). The planner shape and registry: ``base``.
 """
 
+from pods_rl.budget.planners.auto import AutoN, AutoSettings
 from pods_rl.budget.planners.base import (
     KINDS,
     Plan,
@@ -27,6 +29,8 @@ from pods_rl.budget.planners.reinforce_ada import ReinforceAda, ReinforceAdaSett
 __all__ = [
     "KINDS",
     "PRESETS",
+    "AutoN",
+    "AutoSettings",
     "GresoSettings",
     "GresoSkip",
     "KnapsackAllocation",

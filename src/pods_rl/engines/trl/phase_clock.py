@@ -21,6 +21,7 @@ class PhaseClock(TrainerCallback):
         self.trainer = trainer
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.step_start = None
+        self.listeners = []  # called with each step's {phase: seconds} (the auto planner's cost model)
 
     def _sync(self):
         if torch.cuda.is_available() and self.trainer.accelerator.device.type == "cuda":
@@ -67,5 +68,7 @@ class PhaseClock(TrainerCallback):
             metrics[f"time/{name}"].append(seconds)
         metrics["time/step"].append(step_seconds)
         self.last_step_seconds = step_seconds
+        for listener in self.listeners:
+            listener(dict(self.seconds))
         if self.trainer.accelerator.device.type == "cuda":
             metrics["memory/update_peak_gb"].append(torch.cuda.max_memory_allocated() / 2**30)

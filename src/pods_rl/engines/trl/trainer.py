@@ -201,6 +201,8 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         # First in line, so that its step ends before any callback that evaluates or saves at step end
         # (pods train's TrainingClock): those seconds are not part of the step.
         self.callback_handler.callbacks.insert(0, self.phase_clock)
+        if self._budget is not None and self._budget.needs_costs:  # auto decides from these phase seconds
+            self.phase_clock.listeners.append(self._observe_step_costs)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
         """``Trainer.evaluate``, after checking that the eval batch holds whole groups of ``num_generations_eval``."""

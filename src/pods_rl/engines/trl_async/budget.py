@@ -2,12 +2,21 @@
 
 ``BudgetLoop._repeat_iterator`` (where TRL's generate loop takes ``(group_id, row)`` pairs) draws prompts a window of
 ``pods_groups_per_step`` at a time through ``WorkerBudget.draw``: ``greso`` skips prompts the ledger saw all-equal;
-``knapsack`` samples m of each and the worker tops the group up to its count; ``pilot_commit`` pilots each prompt and
-commits each passing pilot alone (no buffer of B), under committed ids (0, 1, ...) since TRL counts trained groups by
-id. Group ids count groups started, so the trainer's resume point stays a prefix of trained groups; ``WorkerBudget``
-maps ids back to prompt positions. The child writes its state to ``pods_ledger_path`` (after each window, at most
-every ``SAVE_INTERVAL_S`` after recorded groups, at stop); ``PODSLedgerCallback`` carries it through checkpoints.
-More: docs/guides/async.md.
+``knapsack`` and ``auto`` sample m of each and the worker tops the group up to its count; ``pilot_commit`` pilots
+each prompt and commits each passing pilot alone (no buffer of B), under committed ids (0, 1, ...) since TRL counts
+trained groups by id. Group ids count groups started, so the trainer's resume point stays a prefix of trained groups;
+``WorkerBudget`` maps ids back to prompt positions. The child writes its state to ``pods_ledger_path`` (after each
+window, at most every ``SAVE_INTERVAL_S`` after recorded groups, at stop); ``PODSLedgerCallback`` carries it through
+checkpoints. More: docs/guides/async.md.
+
+``auto`` plans each window on costs the worker measures itself: a window's sampling seconds are those between the
+worker having delivered (closed every group of) the windows before it and having delivered it, less the seconds its
+score loop waited on a full rollout buffer (the trainer), against the rollouts its groups sampled (``WorkerBudget.
+close``). The worker never sees the trainer's update, so the seconds per trained rollout are
+``pods_rollout_planner_args={"train_ms": ...}`` (from `pods cost`), refused without.
+Sampling overlaps training here (the worker generates while the trainer steps), so on separate devices a step costs
+about the larger of the two, not their sum. The planner still prices the sum: exact where both share one device,
+elsewhere it overstates extra rollouts while the worker keeps ahead of the trainer, so it errs towards m (GRPO).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -72,6 +82,11 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
         check_pilot_commit(settings.get("pods_prompt_planner_args"), n, names=names, reasons=reasons, other=other,
                            environment=environment_factory is not None)
     check_rollout_planner(settings.get("pods_rollout_planner"), pilot=pilot is not None, n=n, m=m, names=names)
+    if settings.get("pods_rollout_planner") == "auto" and (settings.get("pods_rollout_planner_args") or {}).get(
+            "train_ms") is None:  # the issue's "a run that logs no phase times": the worker logs no update time
+        raise ValueError("pods_rollout_planner='auto' in the asynchronous worker needs pods_rollout_planner_args="
+                         "{'train_ms': MS}, the trainer's milliseconds per trained rollout: the worker samples in its "
+                         "own process and sees no update times; measure them with `pods cost` (its upd/kept column)")
     if settings.get("pods_rollout_planner") is not None:
         if environment_factory is not None:
             raise ValueError("pods_rollout_planner does not support environment_factory: the worker samples m of each "
@@ -98,15 +113,33 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
     return RolloutBudget.from_config(config, names=names, reasons=reasons)
 
 
+@dataclass
+class _Window:
+    """One drawn window's groups, for ``auto``'s cost: open groups, rollouts sampled and trained by the closed ones,
+    and (clock, seconds waited on the trainer so far) when it was drawn and when its last group closed."""
+
+    open: int
+    drawn: tuple[float, float]
+    sampled: int = 0
+    trained: int = 0
+    closed: tuple[float, float] | None = None
+
+
 class WorkerBudget:
     """The worker's planners, ledger and its groups' prompt positions; the loop hands it rows and scored groups.
 
     ``groups_per_step`` W: prompts planned together and recorded groups per GRESO adaptation; ``start_index``:
-    TRL's ``dataset_start_index``; prompt id = position % ``dataset_size``."""
+    TRL's ``dataset_start_index``; prompt id = position % ``dataset_size``; ``clock``: seconds (auto's costs)."""
 
     def __init__(self, budget: RolloutBudget, *, groups_per_step: int, dataset_size: int, start_index: int = 0,
-                 seed: int = 0):
+                 seed: int = 0, clock: Callable[[], float] = time.monotonic):
         self.budget, self.window, self.dataset_size = budget, groups_per_step, dataset_size
+        # auto's costs (module docstring): windows by draw index until delivered in order, the trainer's waits
+        self.clock, self.waited = clock, 0.0
+        self.windows: dict[int, _Window] = {}
+        self.window_of: dict[int, int] = {}  # group id -> its window, groups not yet closed
+        self.drawn_windows = self.delivered_windows = 0
+        self.delivered: tuple[float, float] | None = None  # (clock, waited) when the last window was delivered
         self.start_index = self.next_position = start_index
         self.positions: list[int] = []  # group id (this session) -> the absolute position of its prompt
         # Pilot-Commit: a group trains only when its pilot passes, under a committed id the trainer counts
@@ -164,7 +197,8 @@ class WorkerBudget:
             metrics.update({"pods/rollouts_planned_per_prompt": (float(counts.sum()), float(len(counts))),
                             "pods/rollouts_planned_min": float(counts.min()),
                             "pods/rollouts_planned_max": float(counts.max()),
-                            **{k: float(v) for k, v in planned.items() if k.startswith("pods/knapsack_")}})
+                            **{k: float(v) for k, v in planned.items()
+                               if k.startswith(("pods/knapsack_", "pods/auto_"))}})
         if self.commits:  # a pilot of n_explore; the commit rollouts come when it passes (``judge_pilot``)
             counts = torch.full((len(chosen),), which.settings.n_explore, dtype=torch.long)
         groups = []
@@ -173,7 +207,35 @@ class WorkerBudget:
                 self.unjudged[len(self.positions)] = position
             groups.append((len(self.positions), row, count))
             self.positions.append(position)
+        if self.budget.needs_costs and groups:
+            self.windows[self.drawn_windows] = _Window(open=len(groups), drawn=(self.clock(), self.waited))
+            self.window_of.update((group_id, self.drawn_windows) for group_id, _, _ in groups)
+            self.drawn_windows += 1
         return groups, metrics
+
+    def close(self, group_id: int, *, sampled: int, trained: int) -> dict[str, float]:
+        """A group is done (``sampled`` rollouts scored, ``trained`` kept); when that delivers its window and the
+        ones before it, each is fed to ``auto`` in draw order (``observe``: the module docstring's seconds; no update
+        seconds, which the worker never sees: auto uses ``train_ms``) and the metrics of the last are returned.
+        Nothing without ``auto``."""
+        window = self.windows.get(self.window_of.pop(group_id, -1))
+        if window is None:
+            return {}
+        window.open -= 1
+        window.sampled, window.trained = window.sampled + sampled, window.trained + trained
+        if window.open == 0:
+            window.closed = (self.clock(), self.waited)
+        metrics = {}
+        while self.delivered_windows in self.windows and self.windows[self.delivered_windows].closed is not None:
+            done = self.windows.pop(self.delivered_windows)
+            # In draw order: a window closed before the one ahead of it is delivered with it, in no extra time.
+            start = done.drawn if self.delivered is None or done.drawn[0] > self.delivered[0] else self.delivered
+            end = done.closed if done.closed[0] > start[0] else start
+            seconds = max(end[0] - start[0] - (end[1] - start[1]), 0.0)
+            self.budget.observe(sampled=done.sampled, sample_seconds=seconds, trained=0, update_seconds=0.0)
+            self.delivered, self.delivered_windows = end, self.delivered_windows + 1
+            metrics = {"pods/auto_window_sample_s": seconds, "pods/auto_window_sampled": float(done.sampled)}
+        return metrics
 
     @property
     def commits(self) -> bool:
@@ -315,6 +377,20 @@ class BudgetLoop:
                     self._planned[group_id] = count
                 for _ in range(self.num_generations):
                     yield group_id, row
+
+    def close_group(self, group_id: int, *, sampled: int, trained: int) -> None:
+        """A group's last rollouts are scored and its kept rows made: ``WorkerBudget.close`` (auto's costs)."""
+        if self.budget is not None:
+            metrics = self.budget.close(group_id, sampled=sampled, trained=trained)
+            if metrics:
+                self._push_metrics(metrics)
+
+    def _push_metrics(self, values: dict) -> None:
+        # TRL reports each wait on a full rollout buffer (the trainer) once it ends: auto's sampling seconds leave
+        # those out.
+        if self.budget is not None and "rollout/backpressure_s" in values:
+            self.budget.waited += float(values["rollout/backpressure_s"])
+        super()._push_metrics(values)
 
     def record_group(self, group_id: int, rewards: list[float]) -> None:
         """Note a scored group's deciding rewards in the ledger (pushing the metrics of a recording)."""

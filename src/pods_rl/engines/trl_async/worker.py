@@ -123,6 +123,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         if not group.completions:  # nothing came back for this prompt: nothing to score or train
             if self.budget is not None:
                 self.budget.unjudged.pop(group.group_id, None)  # (a resume need not draw it again)
+                self.close_group(group.group_id, sampled=0, trained=0)
             return []
         if not rounds:
             scored = await self.score_conversations(group)
@@ -158,7 +159,9 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
             group = dataclasses.replace(group, group_id=self._committed.pop(group.group_id))
         else:
             metrics["pods/rollouts_planned"] = float(self._planned.pop(group.group_id, len(scored)))
-        return await self.kept_rows(group, scored, metrics)
+        samples = await self.kept_rows(group, scored, metrics)
+        self.close_group(group.group_id, sampled=len(scored), trained=min(len(scored), self.pods.m))
+        return samples
 
     def judge_pilot(self, group_id: int, scored: list[ScoredConversation]) -> int:
         """Pilot-Commit's verdict on a scored pilot: ``n_commit`` rollouts to sample, or 0 (nothing trains)."""

@@ -1,0 +1,397 @@
+"""PODS that picks its own n: a cost-aware ``how_many`` planner (``rollout_planner="auto"``).
+
+Each step it gives prompt i between ``min_n`` (m) and ``max_n`` (n, ``num_generations``) rollouts, the allocation
+with the most expected learning signal per second of step:
+
+    maximize  sum_i L_i(n_i) / T(n),   T(n) = c0 + c_s * sum_i n_i + c_t * m * S     (S prompts trained, m each)
+
+- **signal** ``L_i(n) = g_i(m) + efficiency * (g_i(n) - g_i(m))``, where g_i(n) = E[V_{n,m}] is the expected reward
+  variance of the max-variance m-subset of n binary rewards (``expected_selected_variance``). With K ~ Bin(n, p),
+
+      E[V_{n,m}(p)] = (1/m^2) * sum_{t=1}^{floor(m/2)} (m - 2t + 1) * P(t <= K <= n - t),
+
+  which is p(1-p)(m-1)/m at n = m. p is uncertain: K is Beta-binomial under each prompt's Beta posterior, from the
+  ledger's recent outcomes (success = reward above the ledger's threshold) and a prior centred on the batch's pass
+  rate. ``efficiency`` is the free parameter that maps variance to learning (calibrated against the CPU studies:
+  docs/concepts/auto-n.md).
+- **cost** from the step's own phase clock (``RolloutCostModel``): sampling seconds (generation + scoring) fitted
+  as a + b * N over steps that sampled different totals N (Theil-Sen: medians of pairwise slopes, slow steps set
+  aside), so c_s = b is the *marginal* second of one more rollout and c0 = a; c_t = the median update seconds per
+  trained rollout. While the slope is unknown (every step sampled the same total) c_s is the average seconds per
+  rollout, an upper bound, so the planner stays at m; a bounded number of probe steps (every prompt at ``max_n``)
+  teach it the slope.
+
+The maximum is exact (Dinkelbach's iteration on the separable numerator over every integer n_i in [min_n, max_n]).
+Where sampling does not pay, it chooses m everywhere: GRPO with m rollouts. Shapes: P prompts, K candidate counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pods_rl.budget.ledger import PromptLedger
+from pods_rl.budget.planners.base import Plan, as_ids, check_int, check_number, make_plan, register_planner
+
+__all__ = ["AutoN", "AutoSettings", "CostEstimate", "RolloutCostModel", "allocate_for_signal", "beta_binomial_pmf",
+           "binomial_pmf", "expected_selected_variance", "selected_variance_table", "signal_table",
+           "success_posterior"]
+
+_OWNER = "auto"
+SLOW_STEP = 2.0  # step_cost's rule: a step over 2x the fitted time is an interruption, set aside
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The gain model: the expected reward variance that max-variance selection keeps.
+
+def binomial_pmf(p, n: int) -> torch.Tensor:
+    """(P,) success probabilities in [0, 1] -> (P, n+1) float64 P(K = k), K ~ Bin(n, p)."""
+    p = torch.as_tensor(p, dtype=torch.float64).reshape(-1, 1)
+    k = torch.arange(n + 1, dtype=torch.float64)
+    log_choose = math.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
+    return torch.exp(log_choose + torch.xlogy(k, p) + torch.xlogy(n - k, 1 - p))  # xlogy: 0 * log 0 = 0
+
+
+def beta_binomial_pmf(a, b, n: int) -> torch.Tensor:
+    """(P,) Beta(a, b) -> (P, n+1) float64 P(K = k), K ~ BetaBin(n, a, b), by Polya's urn one draw at a time (the
+    next draw succeeds with probability (a + successes) / (a + b + draws)): the readable reference."""
+    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1, 1)
+    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1, 1)
+    pmf = torch.ones(len(a), 1, dtype=torch.float64)  # (P, draws+1): no draw yet
+    for draws in range(n):
+        up = (a + torch.arange(draws + 1)) / (a + b + draws)  # (P, draws+1)
+        pmf = torch.nn.functional.pad(pmf * (1 - up), (0, 1)) + torch.nn.functional.pad(pmf * up, (1, 0))
+    return pmf
+
+
+def expected_selected_variance(pmf, m: int) -> torch.Tensor:
+    """(P, n+1) pmf of the successes K among n binary rewards -> (P,) E[V_{n,m}]: the expected (population) variance
+    of the max-variance m-subset. With j of its m rewards 1, V = j(m-j)/m^2 = (1/m^2) sum_{t<=min(j,m-j)} (m-2t+1), and
+    the best subset reaches min(j, m-j) >= t exactly when t <= K <= n-t."""
+    pmf = torch.as_tensor(pmf, dtype=torch.float64)
+    n = pmf.shape[1] - 1
+    if not 1 <= m <= n:
+        raise ValueError(f"m must be in [1, n] = [1, {n}], got {m}")
+    cdf = pmf.cumsum(dim=1)  # (P, n+1) P(K <= k)
+    t = torch.arange(1, m // 2 + 1)  # (T,)
+    inside = cdf[:, n - t] - cdf[:, t - 1]  # (P, T) P(t <= K <= n - t)
+    return (inside * (m - 2 * t + 1).double()).sum(dim=1) / m**2
+
+
+def _weighted_lower_tail(a: np.ndarray, b: np.ndarray, ns: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """(U,) Beta(a, b), (K,) counts, (J,) weights -> (U, K) sum_j weights[j] * P(K_n <= j), K_n ~ BetaBin(n, a, b).
+
+    Only the small tail is needed (j < m/2), so no full pmf: P(K_n = 0) = prod_{d<n} (b+d)/(a+b+d) is one cumulative
+    product over n, and P(K_n = k+1) / P(K_n = k) = (n-k)/(k+1) * (a+k)/(b+n-k-1)."""
+    a, b = a[:, None], b[:, None]  # (U, 1)
+    d = np.arange(int(ns.max()))
+    zero = np.concatenate([np.ones((len(a), 1)), np.cumprod((b + d) / (a + b + d), axis=1)], axis=1)  # (U, N+1)
+    pmf = zero[:, ns]  # (U, K) P(K_n = 0)
+    cdf = pmf.copy()
+    total = weights[0] * cdf
+    for k in range(len(weights) - 1):
+        pmf = pmf * ((ns - k) * (a + k) / ((k + 1) * (b + ns - k - 1)))
+        cdf += pmf
+        total += weights[k + 1] * cdf
+    return total
+
+
+def selected_variance_table(a, b, m: int, ns) -> np.ndarray:
+    """(U,) Beta(a, b), (K,) counts n >= m -> (U, K) float64 E[V_{n,m}] under the Beta-binomial: the batched form of
+    ``expected_selected_variance`` (tested equal), with P(t <= K <= n-t) = 1 - P(K <= t-1) - P(n-K <= t-1)."""
+    a, b, ns = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), np.asarray(ns, dtype=np.int64)
+    if m // 2 == 0:
+        return np.zeros((len(a), len(ns)))
+    weights = (m - 2 * np.arange(1, m // 2 + 1) + 1).astype(np.float64)  # (m/2,) weight of t = 1..m/2
+    return (weights.sum() - _weighted_lower_tail(a, b, ns, weights) - _weighted_lower_tail(b, a, ns, weights)) / m**2
+
+
+def signal_table(a, b, m: int, max_n: int, efficiency: float = 1.0, min_n: int | None = None) -> torch.Tensor:
+    """(P,) Beta posteriors -> (P, K) float64 learning signal L(n) for n = min_n..max_n (K = max_n - min_n + 1):
+    g(min_n) + efficiency * (g(n) - g(min_n)), g(n) = E[V_{n,m}] under the Beta-binomial. Prompts with equal (a, b)
+    are computed once."""
+    min_n = m if min_n is None else min_n
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    unique, inverse = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
+    gains = selected_variance_table(unique[:, 0], unique[:, 1], m, np.arange(min_n, max_n + 1))  # (U, K)
+    signal = gains[:, :1] + efficiency * (gains - gains[:, :1])
+    return torch.from_numpy(signal[inverse.reshape(-1)])
+
+
+def success_posterior(window: torch.Tensor, prior_strength: float):
+    """(P, W) the ledger's recent outcomes (1 success, 0 failure, -1 empty) -> (P,) Beta posterior (a, b) of each
+    prompt's success rate, with a Beta prior of ``prior_strength`` pseudo-outcomes centred on the batch's pass rate
+    (these candidates' recent outcomes; 1/2 when none has any)."""
+    recent = window
+    successes = (recent == 1).sum(dim=1).double()
+    failures = (recent == 0).sum(dim=1).double()
+    outcomes = float((successes + failures).sum())
+    pass_rate = float(successes.sum()) / outcomes if outcomes > 0 else 0.5
+    pass_rate = min(max(pass_rate, 1e-3), 1 - 1e-3)  # keep the prior proper
+    return (prior_strength * pass_rate + successes).numpy(), (prior_strength * (1 - pass_rate) + failures).numpy()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The optimizer: the most signal per second, exactly.
+
+def allocate_for_signal(signal: torch.Tensor, counts: torch.Tensor, *, sample_seconds: float,
+                        fixed_seconds: float) -> tuple[torch.Tensor, float]:
+    """Maximize sum_i signal[i, k_i] / (fixed_seconds + sample_seconds * sum_i counts[k_i]) over one k_i per prompt.
+
+    signal (P, K), counts (K,) ascending -> (P,) int64 chosen counts, and the ratio reached. Dinkelbach's iteration:
+    for a ratio lam, each prompt alone maximizes signal - lam * sample_seconds * count (ties: the smaller count); the
+    ratio of that choice is the next lam; it rises until it stops, at the exact maximum (finitely many choices)."""
+    signal = np.asarray(signal, dtype=np.float64)  # (P, K)
+    counts = np.asarray(counts, dtype=np.float64)  # (K,)
+    if sample_seconds < 0 or fixed_seconds < 0 or not math.isfinite(sample_seconds + fixed_seconds):
+        raise ValueError(f"costs must be finite and >= 0, got sample {sample_seconds!r}, fixed {fixed_seconds!r}")
+    rows = np.arange(signal.shape[0])
+
+    def ratio(choice):
+        total = fixed_seconds + sample_seconds * counts[choice].sum()
+        value = signal[rows, choice].sum()
+        return value / total if total > 0 else (math.inf if value > 0 else 0.0)
+
+    choice = np.zeros(signal.shape[0], dtype=np.int64)
+    lam = ratio(choice)
+    for _ in range(100):  # converges in a handful (superlinear); the bound only guards against float ties
+        if not math.isfinite(lam):  # nothing costs anything: the most signal
+            choice = signal.argmax(axis=1)
+            break
+        new = (signal - lam * sample_seconds * counts).argmax(axis=1)  # the first (smallest) count among ties
+        new_lam = ratio(new)
+        if new_lam <= lam * (1 + 1e-12):
+            break
+        choice, lam = new, new_lam
+    return torch.from_numpy(counts[choice].astype(np.int64)), float(lam)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The cost model: marginal seconds of a sampled rollout, seconds per trained one, from the phase clock.
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """Seconds: ``fixed`` (c0: sampling's intercept), ``per_sampled`` (c_s, marginal), ``per_trained`` (c_t);
+    ``slope_known``: c_s was fitted over different totals (else it is the average, an upper bound)."""
+
+    fixed: float
+    per_sampled: float
+    per_trained: float
+    slope_known: bool
+    observations: int
+
+
+def _theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(slope, intercept) of y ~ a + b x: the median of pairwise slopes over distinct x, the median residual."""
+    i, j = np.triu_indices(len(x), k=1)
+    apart = x[i] != x[j]
+    slope = float(np.median((y[j] - y[i])[apart] / (x[j] - x[i])[apart]))
+    return slope, float(np.median(y - slope * x))
+
+
+class RolloutCostModel:
+    """A running fit of a step's seconds from the phase clock: sampling (generation + scoring) as a + b * N over the
+    rollouts N it sampled, and update seconds per trained rollout; the last ``window`` steps."""
+
+    def __init__(self, window: int = 64, spread: float = 1.25):
+        self.sampled: deque[tuple[float, float]] = deque(maxlen=window)  # (N, sampling seconds) per sampling step
+        self.trained: deque[float] = deque(maxlen=window)  # update seconds per trained rollout, per optimizer step
+        self.spread = spread  # totals at least this far apart (max/min) tell the slope
+
+    def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
+        """One optimizer step's counts and phase seconds (``sampled`` 0: the step reused an earlier generation)."""
+        if sampled > 0 and math.isfinite(sample_seconds) and sample_seconds >= 0:
+            self.sampled.append((float(sampled), float(sample_seconds)))
+        if trained > 0 and math.isfinite(update_seconds) and update_seconds >= 0:
+            self.trained.append(float(update_seconds) / trained)
+
+    def slope_known(self) -> bool:
+        """Whether the window holds >= 2 sampling steps at each end of a spread of totals (max >= spread * min)."""
+        if len(self.sampled) < 4:
+            return False
+        totals = np.array([n for n, _ in self.sampled])
+        low, high = totals.min(), totals.max()
+        if high < self.spread * low:
+            return False
+        middle = (low + high) / 2
+        return int((totals < middle).sum()) >= 2 and int((totals >= middle).sum()) >= 2
+
+    def estimate(self) -> CostEstimate | None:
+        """The current ``CostEstimate``; None before any sampling step was observed (``per_trained`` NaN before any
+        update step was)."""
+        if not self.sampled:
+            return None
+        per_trained = np.asarray(self.trained) if self.trained else np.array([np.nan])
+        per_trained = float(np.median(per_trained[~(per_trained > SLOW_STEP * np.median(per_trained))]))
+        x, y = (np.array(column) for column in zip(*self.sampled))
+        if not self.slope_known():
+            usual = y / x <= SLOW_STEP * np.median(y / x)
+            return CostEstimate(0.0, float(np.median((y / x)[usual])), per_trained, False, len(x))
+        slope, intercept = _theil_sen(x, y)
+        usual = y <= SLOW_STEP * np.maximum(intercept + slope * x, 1e-12)  # interruptions set aside, then refit
+        if usual.sum() >= 4 and len(np.unique(x[usual])) >= 2:
+            slope, intercept = _theil_sen(x[usual], y[usual])
+        slope = max(slope, 0.0)
+        return CostEstimate(max(float(np.median(y[usual] - slope * x[usual])), 0.0), slope, per_trained, True,
+                            len(x))
+
+    def state_dict(self) -> dict:
+        """The window of observations."""
+        return {"sampled": [list(row) for row in self.sampled], "trained": list(self.trained)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict``."""
+        self.sampled.clear()
+        self.sampled.extend(tuple(row) for row in state.get("sampled", []))
+        self.trained.clear()
+        self.trained.extend(state.get("trained", []))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The planner.
+
+@dataclass(frozen=True)
+class AutoSettings:
+    """The planner's knobs. ``min_n``/``max_n`` (None: m and n, set by the engine); ``efficiency``: learning per unit
+    of extra selected variance (calibrated, docs/concepts/auto-n.md); ``prior_strength``: pseudo-outcomes of the
+    batch-pass-rate prior; ``warmup_steps`` plans at min_n before any cost is trusted; a probe (every prompt at
+    ``max_n``) comes at most every ``probe_gap`` steps while the slope is unknown, ``max_probes`` in a run;
+    ``cost_window`` steps are fitted; ``sample_ms``/``train_ms`` fix c_s/c_t instead of measuring them (ms per
+    rollout; both needed where no phase clock runs); ``fixed_ms`` fixes c0 with them."""
+
+    min_n: int | None = None
+    max_n: int | None = None
+    efficiency: float = 1.0
+    prior_strength: float = 2.0
+    warmup_steps: int = 2
+    probe_gap: int = 3
+    max_probes: int = 6
+    cost_window: int = 64
+    sample_ms: float | None = None
+    train_ms: float | None = None
+    fixed_ms: float | None = None
+
+    def __post_init__(self):
+        for name in ("min_n", "max_n"):
+            if getattr(self, name) is not None:
+                check_int(_OWNER, name, getattr(self, name), 1)
+        if self.min_n is not None and self.max_n is not None and self.max_n < self.min_n:
+            raise ValueError(f"{_OWNER} max_n={self.max_n} must be >= min_n={self.min_n}")
+        check_number(_OWNER, "efficiency", self.efficiency, 0.0, 100.0)
+        check_number(_OWNER, "prior_strength", self.prior_strength, 0.0, 1e6, low_open=True)
+        check_int(_OWNER, "warmup_steps", self.warmup_steps, 0)
+        check_int(_OWNER, "probe_gap", self.probe_gap, 1)
+        check_int(_OWNER, "max_probes", self.max_probes, 0)
+        check_int(_OWNER, "cost_window", self.cost_window, 4)
+        for name in ("sample_ms", "train_ms", "fixed_ms"):
+            if getattr(self, name) is not None:
+                check_number(_OWNER, name, getattr(self, name), 0.0, 1e9)
+        if self.fixed_ms is not None and self.sample_ms is None:
+            raise ValueError(f"{_OWNER} fixed_ms is the intercept of a fixed sampling cost: set sample_ms with it")
+
+    @property
+    def fixed_costs(self) -> bool:
+        """True when both per-rollout costs are given (nothing measured)."""
+        return self.sample_ms is not None and self.train_ms is not None
+
+
+@register_planner("auto")
+class AutoN:
+    """PODS that picks its own n (module docstring): each step, the counts with the most expected learning signal
+    per second, from the ledger's pass rates and the measured costs (``observe``, once per optimizer step)."""
+
+    kind = "how_many"
+    Settings = AutoSettings
+    needs_costs = True  # the engine feeds ``observe`` from its phase clock
+
+    def __init__(self, settings: AutoSettings | None = None):
+        self.settings = settings or AutoSettings()
+        self.costs = RolloutCostModel(window=self.settings.cost_window)
+        self.plans = 0  # plans made (steps that sampled)
+        self.probes = 0
+        self.last_probe = -10**9  # the plan index of the last probe
+
+    def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
+        """One optimizer step's rollouts sampled and trained and its phase seconds (``RolloutCostModel.observe``)."""
+        self.costs.observe(sampled=sampled, sample_seconds=sample_seconds, trained=trained,
+                           update_seconds=update_seconds)
+
+    def estimate(self) -> CostEstimate | None:
+        """The costs the next plan uses: the fixed ``*_ms`` knobs where set, else the measured fit."""
+        s, measured = self.settings, self.costs.estimate()
+        if s.fixed_costs:
+            return CostEstimate((s.fixed_ms or 0.0) / 1e3, s.sample_ms / 1e3, s.train_ms / 1e3, True, 0)
+        if measured is None:
+            return None
+        if s.sample_ms is not None:
+            measured = CostEstimate((s.fixed_ms or 0.0) / 1e3, s.sample_ms / 1e3, measured.per_trained, True,
+                                    measured.observations)
+        elif s.train_ms is not None:
+            measured = CostEstimate(measured.fixed, measured.per_sampled, s.train_ms / 1e3, measured.slope_known,
+                                    measured.observations)
+        return None if math.isnan(measured.per_trained) else measured
+
+    def plan(self, ids, ledger: PromptLedger, *, n: int, m: int | None = None,
+             generator: torch.Generator | None = None) -> Plan:
+        """Rollouts in [min_n, max_n] for ``ids`` (P,) (evicted: 0). ``n``: max_n's default, ``m``: min_n's (and the
+        rollouts each prompt trains on). ``extra``: ``success_rate`` (P,) posterior means; metrics ``pods/auto_*``."""
+        s = self.settings
+        check_int(_OWNER, "n", n, 1)
+        min_n, max_n = (s.min_n or m or n), (s.max_n or n)
+        m = min_n if m is None else m  # the rollouts each prompt trains on
+        if not 1 <= m <= min_n <= max_n:
+            raise ValueError(f"{_OWNER} needs 1 <= m <= min_n <= max_n, got m={m}, min_n={min_n}, max_n={max_n}")
+        ids = as_ids(ids)
+        stats = ledger.columns(ids, "window", "evicted")
+        live = ~stats["evicted"]
+        a, b = success_posterior(stats["window"], s.prior_strength)
+        estimate = self.estimate()
+        self.plans += 1
+        rollouts = torch.full((len(ids),), min_n, dtype=torch.long)
+        metrics = {"pods/auto_probe": 0.0}
+        signal = signal_table(a[live.numpy()], b[live.numpy()], m, max_n, s.efficiency, min_n) if bool(
+            live.any()) else torch.zeros(0, max_n - min_n + 1, dtype=torch.float64)
+        counts = torch.arange(min_n, max_n + 1)
+        warming = self.plans <= s.warmup_steps and not s.fixed_costs
+        if estimate is not None and not warming:
+            trained_seconds = estimate.per_trained * m * int(live.sum())
+            fixed = estimate.fixed + trained_seconds
+            chosen, ratio = allocate_for_signal(signal, counts, sample_seconds=estimate.per_sampled,
+                                                fixed_seconds=fixed)
+            rollouts[live] = chosen
+            base = float(signal[:, 0].sum()) / (fixed + estimate.per_sampled * min_n * int(live.sum()))
+            metrics.update({"pods/auto_sample_ms": 1e3 * estimate.per_sampled,
+                            "pods/auto_train_ms": 1e3 * estimate.per_trained,
+                            "pods/auto_fixed_ms": 1e3 * estimate.fixed,
+                            "pods/auto_slope_known": float(estimate.slope_known),
+                            "pods/auto_signal_per_second_vs_m": ratio / base if base > 0 else 1.0})
+            if (not estimate.slope_known and not s.fixed_costs and s.sample_ms is None and self.probes < s.max_probes
+                    and self.plans - self.last_probe >= s.probe_gap and max_n > min_n):
+                planned = estimate.per_sampled * float(rollouts[live].sum())
+                rollouts[live] = max_n  # a probe: the slope needs a step at another total
+                self.probes, self.last_probe = self.probes + 1, self.plans
+                metrics.update({"pods/auto_probe": 1.0, "pods/auto_probe_extra_s":
+                                estimate.per_sampled * float(rollouts[live].sum()) - planned})
+        rollouts[~live] = 0
+        chosen_live = rollouts[live].double()
+        metrics.update({"pods/auto_n_mean": float(chosen_live.mean()) if len(chosen_live) else float("nan"),
+                        "pods/auto_n_max": float(chosen_live.max()) if len(chosen_live) else float("nan"),
+                        "pods/auto_probes": float(self.probes),
+                        "pods/auto_warmup": float(warming or estimate is None)})
+        return make_plan(ids, rollouts, skipped=torch.zeros(len(ids), dtype=torch.bool), evicted=stats["evicted"],
+                         extra={"success_rate": torch.from_numpy(a / (a + b))}, metrics=metrics)
+
+    def state_dict(self) -> dict:
+        """The cost window and the probe counters (a resume plans as the run would have)."""
+        return {"costs": self.costs.state_dict(), "plans": self.plans, "probes": self.probes,
+                "last_probe": self.last_probe}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict``."""
+        self.costs.load_state_dict(state.get("costs", {}))
+        self.plans, self.probes = int(state.get("plans", 0)), int(state.get("probes", 0))
+        self.last_probe = int(state.get("last_probe", -10**9))
