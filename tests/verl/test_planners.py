@@ -91,6 +91,26 @@ def test_reinforce_ada_samples_rounds_until_its_rule_holds(tq_store):
         assert len(step["keys"]) == B * M  # PODS keeps m of each group, whatever its size
 
 
+def test_auto_gives_each_prompt_its_planned_count_from_the_costs_it_measures(tq_store):
+    trainer, manager, worker = planned_run(*_base(KW + "rollout_planner=auto",
+                                                  KW + "rollout_planner_args={max_n:8,warmup_steps:0,probe_gap:1}"))
+    run_steps(trainer, 4)
+    generated = sessions_by_uid(worker)
+    auto = trainer.replay_buffer.budget.how_many
+    totals = []
+    for decision in manager.decisions:
+        counts = decision["counts"]
+        assert bool(((counts >= M) & (counts <= 8)).all())
+        for uid, count in zip(decision["uids"], counts.tolist()):
+            assert generated[uid] == list(range(count))  # per-prompt counts equal the plan
+        totals.append(int(counts.sum()))
+    # Step 1 plans at m (no cost yet); step 2 probes at max_n (the slope is unknown); each step after the first
+    # hands the step before it to the cost model: rollouts dispatched, and the rows the buffer returned.
+    assert totals[:2] == [B * M, B * 8]
+    assert [row[0] for row in auto.costs.sampled] == totals[:3] and list(auto.costs.trained)
+    assert len(auto.costs.trained) == 3 and all(seconds >= 0 for _, seconds in auto.costs.sampled)
+
+
 PILOT = (KW + "prompt_planner=pilot_commit", KW + "prompt_planner_args={n_explore:2}")
 
 
@@ -130,6 +150,7 @@ def test_pilot_commit_commits_the_pilots_that_pass_and_replaces_the_others(tq_st
     {"rollout_planner": "reinforce_ada", "rollout_planner_args": {"max_rounds": 2}},
     {"prompt_planner": "greso", "rollout_planner": "knapsack", "refill_rounds": 2},
     {"prompt_planner": "pilot_commit", "prompt_planner_args": {"n_explore": 2}},
+    {"rollout_planner": "auto", "rollout_planner_args": {"max_n": 8}},
 ])
 def test_verl_args_with_a_planner_prints_a_run_verl_accepts(tq_store, tiny_model_dir, planners):
     """`pods verl-args --rollout_planner ...`'s overrides alone: verl composes and validates them, its trainer builds

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 
 import ray
 import torch
@@ -85,6 +86,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
             raise ValueError(_NO_BUFFER)
         self.decisions: list[dict] = []
         self._wave, self._offered = 0, {}
+        self._clock: list | None = None  # [step, its first dispatch (monotonic s), rollouts dispatched] for auto
 
     def generate_sequences(self, prompts: TensorDict) -> None:
         """Plan a training dispatch's rows (drop, count), dispatch the rest as verl does, refill what was dropped."""
@@ -94,6 +96,8 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
             return super().generate_sequences(prompts)
         ids, step = row_ids(prompts), int(_plain(prompts["global_steps"]))
         self.buffer.resume_ledger(step)  # a resumed run plans its first step from the checkpoint's ledger
+        if budget.needs_costs:
+            self._observe_costs(step)
         # The bound on replacing prompts: waves of this dispatch's refills, and rows offered this step (Pilot-Commit's
         # replacements come from the buffer, one wave each); past it, rows are admitted whole.
         offered = self._offered.get(step, 0)
@@ -114,9 +118,13 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         if budget.how_many is not None and bool(keep.any()):
             planned, allocated = budget.allocate(ids[keep])
             metrics.update(allocated)
-            counts[keep] = hold_total(planned, int(keep.sum()) * self.buffer.plan.n, budget.m, budget.n)
+            # auto spends what pays per measured second; Knapsack-RL's budget is the step's rows x rollout.n.
+            counts[keep] = planned if budget.needs_costs else hold_total(
+                planned, int(keep.sum()) * self.buffer.plan.n, budget.m, budget.n)
         counts = torch.where(keep, counts, 0)
         metrics.update(rollout_metrics(counts))
+        if self._clock is not None:
+            self._clock[2] += int(counts.sum())
         uids = list(_plain(prompts["uid"]))
         self.decisions.append({"step": step, "wave": self._wave, "uids": uids, "ids": ids, "kept": keep,
                                "counts": counts, "admitted": admit})
@@ -138,6 +146,20 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
             finally:
                 self._wave -= 1
         return None
+
+    def _observe_costs(self, step: int) -> None:
+        """At a step's first dispatch, the step before it for auto's cost model: rollouts dispatched, sampling
+        seconds (first dispatch to the end of the buffer's ``sample()``: generation and scoring), rows trained and
+        update seconds (the end of ``sample()`` to this dispatch: log-probs, update, and on some steps a save or a
+        validation, which the cost model sets aside as slow steps)."""
+        now = time.monotonic()
+        if self._clock is not None and self._clock[0] == step:
+            return
+        done = self.buffer.sampled_at
+        if self._clock is not None and done is not None and done[0] == self._clock[0]:
+            self.buffer.budget.observe(sampled=self._clock[2], sample_seconds=done[1] - self._clock[1],
+                                       trained=done[2], update_seconds=now - done[1])
+        self._clock = [step, now, 0]
 
 
 def _plain(value):

@@ -11,6 +11,8 @@ rollout.n`` rows), so every planner here keeps the step's rollouts at prompts x 
   as its pilot passes (as the asynchronous TRL worker does); a pilot that does not pass is recorded in the ledger by the
   buffer, evicted from TransferQueue and replaced through ``refill_fn``;
 - how many (Knapsack-RL): a count per row (``__rollout_n__``) in [m, ``max_n``], summing to rows x ``rollout.n``;
+  auto: a count per row in [m, ``max_n``] from the step costs the manager measures (its total varies by design; PODS
+  keeps m of each group, so mini-batches do not);
 - rounds (Reinforce-Ada): the agent loop worker samples rounds of ``rollout.n`` until the stop rule holds, at most
   ``max_rounds``; it needs each rollout's reward when it is sampled.
 """
@@ -112,17 +114,16 @@ def verl_budget(kwargs: Mapping, *, n: int, m: int, seed: int = 0, success_thres
         make_planner("reinforce_ada", **rounds)  # its knobs checked here, before Ray starts
         how_many, how_args = None, {}
     cap = n
-    if how_many is not None:  # Knapsack-RL: rollout.n is the budget per prompt, max_n the most one prompt gets
+    if how_many is not None:  # Knapsack-RL, auto: counts in [m, max_n] around rollout.n, the most one prompt gets
         cap = how_args.setdefault("max_n", 2 * n)
         if isinstance(cap, bool) or not isinstance(cap, int) or cap <= n:
-            raise ValueError(f"sampler_kwargs.rollout_planner_args.max_n={cap!r}: Knapsack-RL moves rollouts between "
-                             f"prompts around actor_rollout_ref.rollout.n={n} per prompt (the step's budget); set "
-                             "max_n "
-                             f"above {n}, or drop it ({2 * n})")
+            raise ValueError(f"sampler_kwargs.rollout_planner_args.max_n={cap!r}: {how_many} gives prompts between m "
+                             f"and max_n rollouts around actor_rollout_ref.rollout.n={n} per prompt; set max_n above "
+                             f"{n}, or drop it ({2 * n})")
         check_rollout_planner(how_many, pilot=False, n=cap, m=m, names=NAMES)
     settings = BudgetSettings(num_generations=cap, downsample_to=m, prompt_planner=which,
                               prompt_planner_args=which_args or None, rollout_planner=how_many,
                               rollout_planner_args=how_args or None, ledger_success_threshold=success_threshold,
-                              adaptive_budget=float(n) if how_many is not None else None, seed=seed)
+                              adaptive_budget=float(n) if how_many == "knapsack" else None, seed=seed)
     budget = RolloutBudget.from_config(settings, names=NAMES, reasons=PILOT_COMMIT_REASONS["verl"])
     return VerlBudget(budget=budget, rounds=rounds, n=n, refill_rounds=refill_rounds)
