@@ -14,6 +14,9 @@ runs in this process (verl's needs a model and an LLM server), called through an
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import time
 import uuid
 
 import numpy as np
@@ -113,14 +116,35 @@ def run_steps(trainer, steps, *, start: int = 1) -> list[dict]:
     import transfer_queue as tq
 
     out = []
+    worker = trainer.agent_loop_manager.agent_loop_workers[0].worker
     for step in range(start, start + steps):
         trainer.global_steps = step
+        generated, began = len(worker.generated), time.perf_counter()
         trainer.prepare_step()
+        dispatched = time.perf_counter()
         batch, metrics = trainer.replay_buffer.sample(global_steps=step, partition_id="train",
                                                       batch_size=trainer.config.data.train_batch_size)
         tq.kv_clear(keys=batch.keys, partition_id="train")
         out.append({**metrics, "keys": batch.keys})
+        _log_cost(trainer, step, metrics, dispatch=dispatched - began, sample=time.perf_counter() - dispatched,
+                  rollouts=len(worker.generated) - generated, trained=len(batch.keys))
     return out
+
+
+def _log_cost(trainer, step: int, metrics: dict, **measured) -> None:
+    """With PODS_VERL_COSTS=FILE, one JSON line per step for benchmarks/verl_planner_costs.py: the planners, the
+    step, its seconds (``dispatch``: planning, dispatch, the stand-in generation and the refills; ``sample``: the
+    buffer's sample(), selection and the ledger), the planners' own seconds, rollouts generated, prompts offered."""
+    path = os.environ.get("PODS_VERL_COSTS")
+    if not path:
+        return
+    planners = trainer.replay_buffer.pods.planners or {}
+    label = "+".join(str(planners[key]) for key in ("prompt_planner", "rollout_planner") if planners.get(key))
+    record = {"planners": label or "none", "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+              "step": step, **measured, "plan_seconds": metrics.get("pods/plan_seconds", 0.0),
+              "offered": metrics.get("pods/plan_prompts", 0.0)}
+    with open(path, "a") as handle:
+        handle.write(json.dumps(record) + "\n")
 
 
 def sessions_by_uid(worker: LaneWorker) -> dict[str, list[int]]:

@@ -24,6 +24,14 @@ def _base(*extra):
     return pods_overrides(M, N, *extra, train_batch_size=B)
 
 
+def test_without_a_planner_the_manager_dispatches_as_verl_does(tq_store):
+    trainer, manager, worker = planned_run(*_base())
+    steps = run_steps(trainer, 4)
+    assert manager.decisions == [] and trainer.replay_buffer.plan.planned is False
+    assert all(sessions == list(range(N)) for sessions in sessions_by_uid(worker).values())
+    assert len(sessions_by_uid(worker)) == 4 * B and all(len(step["keys"]) == B * M for step in steps)
+
+
 def test_greso_skipped_prompts_get_no_rollouts_and_the_batch_is_refilled(tq_store):
     trainer, manager, worker = planned_run(*_base(*GRESO))
     steps = run_steps(trainer, 4)

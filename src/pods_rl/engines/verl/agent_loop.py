@@ -104,7 +104,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         self._offered = {step: offered + len(ids)}
         admit = (self._wave >= self.buffer.plan.refill_rounds
                  or offered >= self.config.data.train_batch_size * (1 + self.buffer.plan.refill_rounds))
-        keep, metrics = torch.ones(len(ids), dtype=torch.bool), {}
+        keep, metrics, started = torch.ones(len(ids), dtype=torch.bool), {}, time.perf_counter()
         if budget.which is not None:
             if not admit:
                 generator = torch.Generator().manual_seed(hash((budget.seed, step, self._wave, offered)) & (2**63 - 1))
@@ -123,6 +123,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
                 planned, int(keep.sum()) * self.buffer.plan.n, budget.m, budget.n)
         counts = torch.where(keep, counts, 0)
         metrics.update(rollout_metrics(counts))
+        metrics["pods/plan_seconds"] = time.perf_counter() - started  # the planners' own time (summed over a step)
         if self._clock is not None:
             self._clock[2] += int(counts.sum())
         uids = list(_plain(prompts["uid"]))
@@ -176,7 +177,7 @@ def _plain(value):
 def _add(total: dict[str, float], metrics: dict[str, float]) -> None:
     """Sum counts over a step's dispatches; keep the last value of the rest."""
     for key, value in metrics.items():
-        summed = key.startswith(("pods/prompts_", "pods/plan_"))
+        summed = key.startswith(("pods/prompts_", "pods/plan_"))  # plan_prompts, plan_rollouts, plan_seconds
         total[key] = total.get(key, 0.0) + value if summed else value
 
 
