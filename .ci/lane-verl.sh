@@ -4,8 +4,9 @@
 #
 # What runs here: the PODS replay buffer loaded by verl's own trainer from a config, sampling rollout records
 # from TransferQueue on a local Ray cluster; verl's _compute_advantage and _balance_batch on what it returns;
-# the recipes against verl's config. What cannot: verl's FSDP workers (NCCL only), its vLLM/SGLang rollout
-# servers (GPU builds) and so fit(); see docs/guides/verl.md.
+# the recipes against verl's config; the rollout-budget planners through PODS's agent loop manager and worker, a
+# few steps of verl's own prepare_step / dispatch / refill / sample() each (the LLM a table). What cannot: verl's
+# FSDP workers (NCCL only), its vLLM/SGLang rollout servers (GPU builds) and so fit(); see docs/guides/verl.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
