@@ -158,8 +158,18 @@ def sessions_by_uid(worker: LaneWorker) -> dict[str, list[int]]:
 def budget_state(buffer) -> dict:
     """The buffer's ledger, by prompt (its rows' order follows TransferQueue's, which is not fixed), and the planners'
     state, as plain values (to compare two runs)."""
-    ledger = buffer.budget.ledger
+    ledger, budget = buffer.ledger, buffer.budget
     stats = ledger.stats(ledger.ids.sort().values)
     columns = {name: value.tolist() for name, value in vars(stats).items() if torch.is_tensor(value)}
-    return {"ledger": columns, "which": buffer.budget.which and buffer.budget.which.state_dict(),
-            "how_many": buffer.budget.how_many and buffer.budget.how_many.state_dict()}
+    planners = {} if budget is None else {name: _plain(planner.state_dict()) for name, planner in
+                                          (("which", budget.which), ("how_many", budget.how_many))
+                                          if planner is not None}  # (a planner may be falsy: Pilot-Commit's buffer)
+    return {"ledger": columns, **planners}
+
+
+def _plain(value):
+    if torch.is_tensor(value):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value

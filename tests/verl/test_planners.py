@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]
 N, M, B = 4, 2, 4
 GRESO = (KW + "prompt_planner=greso",
          KW + "prompt_planner_args={p_easy:0.05,p_hard:0.05,min_p:0.05,adapt_from_epoch:0}")
+PILOT = (KW + "prompt_planner=pilot_commit", KW + "prompt_planner_args={n_explore:2}")
 KNAPSACK = (KW + "rollout_planner=knapsack", KW + "rollout_planner_args={max_n:8,min_buffer_length:4}")
 
 
@@ -32,8 +33,9 @@ def test_without_a_planner_the_manager_dispatches_as_verl_does(tq_store):
     assert len(sessions_by_uid(worker)) == 4 * B and all(len(step["keys"]) == B * M for step in steps)
 
 
-def test_greso_skipped_prompts_get_no_rollouts_and_the_batch_is_refilled(tq_store):
-    trainer, manager, worker = planned_run(*_base(*GRESO))
+@pytest.mark.parametrize("mode", ["sync", "colocate_async"])
+def test_greso_skipped_prompts_get_no_rollouts_and_the_batch_is_refilled(tq_store, mode):
+    trainer, manager, worker = planned_run(*_base(*GRESO), f"trainer.v1.trainer_mode={mode}")
     steps = run_steps(trainer, 4)
     generated = sessions_by_uid(worker)
     skipped = 0
@@ -119,11 +121,9 @@ def test_auto_gives_each_prompt_its_planned_count_from_the_costs_it_measures(tq_
     assert len(auto.costs.trained) == 3 and all(seconds >= 0 for _, seconds in auto.costs.sampled)
 
 
-PILOT = (KW + "prompt_planner=pilot_commit", KW + "prompt_planner_args={n_explore:2}")
-
-
-def test_pilot_commit_commits_the_pilots_that_pass_and_replaces_the_others(tq_store):
-    trainer, manager, worker = planned_run(*_base(*PILOT))
+@pytest.mark.parametrize("mode", ["sync", "colocate_async"])
+def test_pilot_commit_commits_the_pilots_that_pass_and_replaces_the_others(tq_store, mode):
+    trainer, manager, worker = planned_run(*_base(*PILOT), f"trainer.v1.trainer_mode={mode}")
     steps = run_steps(trainer, 3)
     judge = make_planner("pilot_commit", n_explore=2, n_commit=2)
     generated, admitted = sessions_by_uid(worker), set()
@@ -182,8 +182,10 @@ def test_verl_args_with_a_planner_prints_a_run_verl_accepts(tq_store, tiny_model
     assert len(trainer.replay_buffer.ledger) == 2 * B
 
 
-def test_the_ledger_after_save_and_resume_equals_the_ledger_without(tq_store, tmp_path):
-    overrides = _base(*GRESO, *KNAPSACK, f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+@pytest.mark.parametrize("planners", [GRESO + KNAPSACK, PILOT, (KW + "rollout_planner=reinforce_ada",)],
+                         ids=["greso+knapsack", "pilot_commit", "reinforce_ada"])
+def test_the_ledger_after_save_and_resume_equals_the_ledger_without(tq_store, tmp_path, planners):
+    overrides = _base(*planners, f"trainer.default_local_dir={tmp_path / 'ckpt'}",
                       "trainer.checkpoint_callback_class=pods_rl.engines.verl.replay_buffer.PODSCheckpointCallback")
     straight, _, _ = planned_run(*overrides)
     run_steps(straight, 4)
