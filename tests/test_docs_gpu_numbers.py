@@ -66,6 +66,9 @@ def phrases() -> dict[str, str]:
         if name == "interleaved":
             out["big_per_rollout"] = (f"{grpo['generation_ms_per_sampled_rollout']:.1f} ms at n = 16, "
                                       f"{pods['generation_ms_per_sampled_rollout']:.1f} ms at n = 64")
+    big = sorted(load(f"cost-0.4b/cost_n64_{name}.json")["rows"][1]["step_ratio"] for name in ("sequential",
+                                                                                             "interleaved"))
+    out["big_range"] = f"cost {big[0]:.2f}-{big[1]:.2f}x a GRPO step (the means of 4 and 2 steps"
     rows = load("selection/bench_downsample.json")["results"]
     steady = [r for r in rows if (r["B"], r["n"]) != (64, 16)]  # the first case, B = 64, n = 16, stated apart
     out["selection"] = (f"{min(r['max_variance_s'] for r in steady) * 1e6:.0f}-"
@@ -95,6 +98,7 @@ PAGES = [
     ("docs/results/index.md", ["run_pods_ratio", "run_adaptive_ratio", "big_sequential", "big_interleaved",
                                "big_model"]),
     ("docs/results/projection.md", ["run_pods_ratio", "big_sequential", "big_interleaved", "median_pair"]),
+    ("docs/concepts/when-pods-pays.md", ["big_range"]),
 ]
 
 
