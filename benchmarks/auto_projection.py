@@ -22,10 +22,11 @@ fixed_ms)``) are fed:
   (seed 0), the step's costs scaled to that many prompts (the ratio per step is unchanged). What the planner knows
   of each prompt: ``ledger``: a Beta posterior from one group of 16 outcomes (``success_posterior``'s rule: a
   prior of 2 pseudo-outcomes at the batch's pass rate); ``known``: the prompt's p itself;
-- **efficiency** (kappa): the calibrated value (`auto_calibration/calibration.json`) and 1.0, the planner's
+- **efficiency** (kappa): the calibrated value (`auto_calibration/calibration.json`), the value fitted to the
+  pass rates' own model alone (the calibration's comparisons disagree between the models), and 1.0, the planner's
   uncalibrated default.
 
-    PYTHONPATH=src python benchmarks/auto_projection.py     # -> benchmarks/results/gpu-nvidia-h200/auto_projection/
+    PYTHONPATH=src python benchmarks/auto_projection.py   # -> results/gpu-nvidia-h200/auto_projection/
 """
 
 from __future__ import annotations
@@ -214,7 +215,10 @@ def main(argv=None) -> int:
     results = []
     for profile, costs in profiles.items():
         for dist_name, dist in dists.items():
-            for kappa_name, kappa in kappas.items():
+            if profile.startswith("cpu-") and dist["model"] not in profile:  # the CPU's costs: its own model only
+                continue
+            per_model = calibration["sensitivity"][f"model_{dist['model']}"]["kappa"]
+            for kappa_name, kappa in {**kappas, "this model's": per_model}.items():
                 for knowledge in ("ledger", "known"):
                     results.append({"costs": profile, "pass_rates": dist_name, "kappa": kappa_name,
                                     "efficiency": kappa, "knowledge": knowledge,
@@ -233,6 +237,7 @@ def main(argv=None) -> int:
            "seconds": time.time() - started}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "projection.json").write_text(json.dumps(out, indent=1) + "\n")
+    (args.out / "table.md").write_text(table(out))
     print(table(out))
     return 0
 
