@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from pods_rl import curves, stats
-from pods_rl.budget.planners.auto import selected_variance_table
+from pods_rl.budget.planners.auto import binomial_pmf, expected_selected_variance, selected_variance_table
 from pods_rl.machine import machine_info
 from pods_rl.runlog.packed import unpack_runs
 
@@ -235,6 +235,37 @@ def fit_kappa(points: list[tuple], weights: np.ndarray, grid=None) -> float:
     return float(grid[int(loss.argmin())])
 
 
+def split_gains(path: dict, m: int, n: int, draws: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+    """GRPO's path -> (T,) twice: E_D[(g(n) - g(m)) 1{p < 1/2}] / E_D[g(m)] and the same for p >= 1/2, the gain of
+    sampling more split between prompts below and above p = 1/2 (Monte Carlo over D, ``draws`` p's, seed 0)."""
+    below, above = [], []
+    for accuracy, concentration in zip(path["accuracy"], path["concentration"]):
+        p = np.random.default_rng(0).beta(accuracy * concentration, (1 - accuracy) * concentration, draws)
+        g_m = expected_selected_variance(binomial_pmf(p, m), m).numpy()
+        g_n = expected_selected_variance(binomial_pmf(p, n), m).numpy()
+        low = p < 0.5
+        below.append(float(((g_n - g_m) * low).mean() / g_m.mean()))
+        above.append(float(((g_n - g_m) * ~low).mean() / g_m.mean()))
+    return np.array(below), np.array(above)
+
+
+def fit_split(points: list[tuple], weights: dict, grid) -> tuple[float, float, float]:
+    """points: (key, path_steps, gain below (T,), gain above (T,), level_x (L,), measured (L,)) -> (kappa below,
+    kappa above, loss): the grid pair minimizing the weighted squared log error, r(t) = 1 + kb Gb(t) + ka Ga(t)."""
+    loss = np.zeros((len(grid), len(grid)))
+    for key, steps, below, above, xs, measured in points:
+        ok_measured = (measured > 0) & np.isfinite(measured)
+        log_measured = np.log(np.where(ok_measured, measured, 1.0))
+        for i, kb in enumerate(grid):
+            v = 1 + kb * below[None, :] + grid[:, None] * above[None, :]  # (K, T): every kappa above at once
+            predicted = np.array([predicted_level_ratio(steps, row, xs, 1.0) for row in v])  # (K, L)
+            ok = np.isfinite(predicted) & ok_measured[None, :]
+            residual = np.where(ok, log_measured - np.log(np.where(ok, predicted, 1.0)), 0.0)
+            loss[i] += (weights[key] * residual**2).sum(axis=1)
+    i, j = np.unravel_index(int(loss.argmin()), loss.shape)
+    return float(grid[i]), float(grid[j]), float(loss[i, j])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/pods-auto-calibration"),
@@ -305,6 +336,27 @@ def main(argv=None) -> int:
     train_point = {key: comparison(extracts[key[0]], key[1], next(c[3] for c in comparisons if c[0] == key[0]
                                                                    and c[2] == key[1]), "train") for key in fitted}
     sensitivity["mean_from_train_rows"] = fit_kappa(points_of(train_point, fitted), weights)
+    # Exploratory, two parameters: kappa for prompts below p = 1/2 and above it (point fit; leave-one-out range).
+    split_points = [(key, point[key]["path_steps"], *split_gains(point[key]["path"], point[key]["m"], point[key]["n"]),
+                     np.array(point[key]["level"]["baseline_x"]), measured(point[key])) for key in fitted]
+    below, above, split_loss = fit_split(split_points, weight, np.linspace(0.0, 3.0, 61))
+    single_loss = fit_split([(k, s, g + h, np.zeros_like(g), x, y) for k, s, g, h, x, y in split_points], weight,
+                            np.linspace(0.0, 3.0, 61))
+    left_out = [fit_split([q for q in split_points if q[0] != key], weight, np.linspace(0.0, 2.0, 41))[:2]
+                for key in fitted]
+    split_pred = {key: predicted_level_ratio(st, 1 + below * b + above * a, x, 1.0)
+                  for key, st, b, a, x, _ in split_points}
+    sensitivity["split_at_half"] = {
+        "kappa_below": below, "kappa_above": above, "loss": split_loss,
+        "loss_single_kappa": single_loss[2], "single_kappa_same_grid": single_loss[0],
+        "leave_one_comparison_out": {"kappa_below": [min(b for b, _ in left_out), max(b for b, _ in left_out)],
+                                     "kappa_above": [min(a for _, a in left_out), max(a for _, a in left_out)]},
+        "share_of_gain_below_half": {f"{k[0]}:{k[1]}": float(np.mean(b / np.maximum(b + a, 1e-12)))
+                                     for k, _, b, a, _, _ in split_points},
+        "predicted_geomean": {f"{k[0]}:{k[1]}": float(np.exp(np.mean(np.log(v)))) for k, v in split_pred.items()},
+        "note": "exploratory: two parameters fitted on the same 12 x 15 points, no bootstrap CI; D by Monte Carlo "
+                "(4000 draws)"}
+    print(f"split at 1/2: below {below:.2f}, above {above:.2f} ({time.time() - started:.0f}s)", file=sys.stderr)
     for model in ("shipped", "strong"):
         keys = [key for key in fitted if next(c[1] for c in comparisons if c[0] == key[0]) == model]
         w = np.concatenate([weight[key] for key in keys])
@@ -411,12 +463,17 @@ def _ci(ci) -> str:
 def markdown(result: dict) -> str:
     """The calibration table: the summary per comparison, then every level."""
     sens = result["sensitivity"]
+    split = sens["split_at_half"]
     lines = [f"kappa (efficiency) = **{result['kappa']:.2f}**{_ci(result['kappa_ci95'])} (95% CI, "
              f"{result['bootstrap']} bootstrap replicates resampling the comparisons and their seeds; the seeds "
              f"alone: {_ci(result['kappa_ci95_seeds_only'])}). Sensitivity: unweighted "
              f"{sens['unweighted']:.2f}; D's mean from the training rows {sens['mean_from_train_rows']:.2f}; "
              f"shipped model alone {sens['model_shipped']['kappa']:.2f}{_ci(sens['model_shipped']['ci95'])}, strong "
              f"model alone {sens['model_strong']['kappa']:.2f}{_ci(sens['model_strong']['ci95'])}.", "",
+             f"Exploratory, two parameters (kappa for prompts below / above p = 1/2): {split['kappa_below']:.2f} / "
+             f"{split['kappa_above']:.2f} (leave one comparison out: {split['leave_one_comparison_out']['kappa_below']}"
+             f" / {split['leave_one_comparison_out']['kappa_above']}); weighted loss {split['loss']:.0f} against "
+             f"{split['loss_single_kappa']:.0f} for one kappa.", "",
              "Learning per update, PODS n -> m against GRPO n = m: GRPO's updates to each accuracy level / the "
              "method's (> 1: PODS learns more per update). Predicted: x / int_0^x dt / (1 + kappa (V(t) - 1)) on "
              "GRPO's path, V = E[g(n)] / E[g(m)] under a Beta over prompts fitted to GRPO's held-out accuracy and "

@@ -23,8 +23,9 @@ fixed_ms)``) are fed:
   of each prompt: ``ledger``: a Beta posterior from one group of 16 outcomes (``success_posterior``'s rule: a
   prior of 2 pseudo-outcomes at the batch's pass rate); ``known``: the prompt's p itself;
 - **efficiency** (kappa): the calibrated value (`auto_calibration/calibration.json`), the value fitted to the
-  pass rates' own model alone (the calibration's comparisons disagree between the models), and 1.0, the planner's
-  uncalibrated default.
+  pass rates' own model alone (the calibration's comparisons disagree between the models), 1.0 (the planner's
+  uncalibrated default), and the calibration's exploratory two-parameter fit (one kappa for prompts whose
+  posterior mean is below 1/2, one above: not what the planner implements today).
 
     PYTHONPATH=src python benchmarks/auto_projection.py   # -> results/gpu-nvidia-h200/auto_projection/
 """
@@ -171,7 +172,12 @@ def project(costs: dict, alpha_pop: float, beta_pop: float, kappa: float, knowle
     a, b = posteriors(p, knowledge, rng)
     m, max_n = costs["m"], costs["max_n"]
     scale = PROMPTS / costs["prompts"]  # the step's prompts -> PROMPTS: its fixed seconds scale with it
-    signal = signal_table(a, b, m, max_n, kappa).numpy()  # (P, K) counts m..max_n
+    if isinstance(kappa, (tuple, list)):  # (below, above) p = 1/2, by each prompt's posterior mean
+        gains = signal_table(a, b, m, max_n, 1.0).numpy()  # (P, K) g(n) itself
+        per_prompt = np.where(a / (a + b) >= 0.5, kappa[1], kappa[0])[:, None]
+        signal = gains[:, :1] + per_prompt * (gains - gains[:, :1])
+    else:
+        signal = signal_table(a, b, m, max_n, kappa).numpy()  # (P, K) counts m..max_n
     counts = np.arange(m, max_n + 1)
     fixed = scale * costs["fixed"] + costs["per_trained"] * m * PROMPTS  # AutoN.plan's fixed seconds
     chosen, ratio = allocate_for_signal(signal, counts, sample_seconds=costs["per_sampled"], fixed_seconds=fixed)
@@ -199,7 +205,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     started = time.time()
     calibration = json.loads(args.calibration.read_text())
-    kappas = {"fitted": calibration["kappa"], "uncalibrated": 1.0}
+    split = calibration["sensitivity"]["split_at_half"]
+    kappas = {"fitted": calibration["kappa"], "uncalibrated": 1.0,
+              "split at p = 1/2 (exploratory)": [split["kappa_below"], split["kappa_above"]]}
     # The pass-rate Betas: GRPO's held-out accuracy and its Beta's concentration at the study's levels.
     dists = {}
     for model, study in (("shipped", "evidence/shipped"), ("strong", "evidence/strong")):
@@ -253,7 +261,9 @@ def table(out: dict) -> str:
               "| vs fixed max_n->m | fixed vs GRPO |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
               "| --- |"]
     for r in out["results"]:
-        lines.append(f"| {r['costs']} | {r['pass_rates']} | {r['efficiency']:.2f} | {r['knowledge']} | "
+        kappa = r["efficiency"]
+        kappa = f"{kappa[0]:.2f}/{kappa[1]:.2f}" if isinstance(kappa, list) else f"{kappa:.2f}"
+        lines.append(f"| {r['costs']} | {r['pass_rates']} | {kappa} | {r['knowledge']} | "
                      f"{r['n_mean']:.1f} | {r['fraction_at_m']:.2f} | {r['fraction_at_max_n']:.2f} | "
                      f"{r['step_ratio_auto_vs_grpo']:.3f} | {r['signal_per_second_vs_grpo']:.3f} | "
                      f"{r['signal_per_second_vs_fixed_max_n']:.3f} | {r['fixed_max_n_vs_grpo']:.3f} |")
