@@ -85,4 +85,4 @@ docs:
 		cp "$(DOCS_VENV)/docs-requirements.txt" "$(DOCS_STAMP)"; \
 	fi; \
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(DOCS_VENV)/bin/mkdocs build --strict --site-dir "$(SITE_DIR)"; \
-	echo "make: the site is in $(SITE_DIR)/: open $(SITE_DIR)/index.html (the search needs it served: python3 -m http.server -d $(SITE_DIR), then http://localhost:8000)"
+	echo "make: the site is in $(SITE_DIR)/: open $(SITE_DIR)/index.html (it reads from disk, search included)"

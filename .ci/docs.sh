@@ -7,3 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 timeout 1500 make docs SITE_DIR=.venv-docs/site
+# The built site's own checks (tests/test_docs_site.py: search from disk, relative 404 links, wrapping code), now that
+# .venv-docs holds the doc tools (in `make test` above they had nothing to build with).
+timeout 600 .venv/bin/python -m pytest -q tests/test_docs_site.py -p no:cacheprovider

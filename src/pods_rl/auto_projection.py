@@ -80,7 +80,7 @@ def project_auto(correct, *, m: int, n: int, prompts_per_step: int, fixed_s: flo
     for start in starts:
         ids = torch.arange(start, start + batch)
         rollouts = planner.plan(ids, ledger, n=n, m=m).rollouts  # (B,) in [m, n]
-        a, b = success_posterior(ledger.stats(ids), settings.prior_strength)
+        a, b = success_posterior(ledger.columns(ids, "window")["window"], settings.prior_strength)
         signal = signal_table(a, b, m, n, settings.efficiency).numpy()  # (B, n - m + 1): L(m) .. L(n)
         step = fixed_s + train_s * m * batch  # a step's seconds but the per-rollout sampling
         columns = {"grpo": np.full(batch, m), "auto": rollouts.numpy(),

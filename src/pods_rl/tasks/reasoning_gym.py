@@ -16,7 +16,7 @@ def _import_reasoning_gym():
         import reasoning_gym
     except ImportError as err:
         raise ValueError(
-            "reasoning_gym tasks need the reasoning-gym package: pip install 'pods-rl[gym]'"
+            'reasoning_gym tasks need the reasoning-gym package: pip install -e ".[gym]" in a clone of pods-rl'
         ) from err
     return reasoning_gym
 

