@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pods_rl.budget.planners.auto import _theil_sen, allocate_for_signal, signal_table
+from pods_rl.budget.planners.auto import allocate_for_signal, signal_table, theil_sen
 from pods_rl.machine import machine_info
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +91,7 @@ def fit_costs(points: list[tuple[float, float]], trained: list[tuple[float, floa
     """points: (rollouts sampled N, sampling seconds) per measurement; trained: (rollouts trained, update seconds) ->
     {fixed: c0, per_sampled: c_s, per_trained: c_t} (Theil-Sen on the points, the planner's own fit; slope >= 0)."""
     x, y = np.array([p[0] for p in points], dtype=float), np.array([p[1] for p in points], dtype=float)
-    slope, intercept = _theil_sen(x, y)
+    slope, intercept = theil_sen(x, y)
     slope = max(slope, 0.0)
     intercept = max(float(np.median(y - slope * x)), 0.0)
     per_trained = float(np.median([s / n for n, s in trained]))

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from pods_rl import step_cost
+from pods_rl.auto_projection import auto_projection
 from pods_rl.commands import cost
 
 
@@ -262,6 +263,6 @@ def test_the_projection_is_grpo_where_sampling_is_dear_and_n_where_it_is_free():
 def test_one_measured_total_skips_the_projection_in_one_line():
     rows = [{"n": 8, "m": 8, "sampled_per_step": 16, "kept_per_step": 16,
              "seconds": {"generation": 1.0, "scoring": 0.0, "update": 1.0}}]
-    auto = cost.auto_projection({"settings": {"m": 8}, "rows": rows}, [])
+    auto = auto_projection({"settings": {"m": 8}, "rows": rows}, [])
     assert "two or more totals N" in auto["skipped"]
     assert cost.format_auto(auto) == [f"auto (rollout_planner='auto'): not projected: {auto['skipped']}"]

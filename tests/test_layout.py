@@ -30,8 +30,9 @@ BUDGET_PACKAGE = "pods_rl.budget"
 # The engines: the only package that imports TRL, verl or vLLM; it stands on the library, the budget and the core.
 ENGINE_PACKAGE = "pods_rl.engines"
 # What puts an engine to work for a command: a recipe resolved into PODSConfig, generation with vLLM and a model's
-# evaluation for `pods eval`, a training run (build, fit) for `pods train` and `pods cost`.
-RUN = {"pods_rl.recipes", "pods_rl.generation", "pods_rl.evaluation", "pods_rl.training_run"}
+# evaluation for `pods eval`, a training run (build, fit) for `pods train` and `pods cost`, and auto's projection for
+# `pods cost` (it samples the recipe's starting model for its pass rates).
+RUN = {"pods_rl.recipes", "pods_rl.generation", "pods_rl.evaluation", "pods_rl.training_run", "pods_rl.auto_projection"}
 # The command modules that may import other command modules: the dispatcher, and `pods study`'s parts (each other,
 # and the `pods train` / `pods cost` they run in-process). Every other command stands on the layers below alone.
 COMMAND_IMPORTERS = {"pods_rl.commands.cli", "pods_rl.commands.study", "pods_rl.commands.study_plan",

@@ -1,14 +1,7 @@
-"""What ``rollout_planner="auto"`` would choose on measured costs and pass rates (`pods cost`'s projection).
-
-    costs = costs_from_rows(rows)     # a + b*N sampling fit and c_t, from `pods cost`'s measured rows
-    projection = project_auto(correct, m=8, n=32, prompts_per_step=16, fixed_s=costs["fixed_s"],
-                              sample_s=costs["sample_s"], train_s=costs["train_s"], fixed_ns=[16, 32])
-
-``correct`` (P, k) holds each of P prompts' k sampled outcomes (1 = correct). They go into a prompt ledger, and the
-planner itself (``AutoN``, its default knobs, the costs fixed) plans the prompts a step's batch at a time, as it
-would once its ledger had seen each prompt k times. The signal is the planner's own (``signal_table`` on
-``success_posterior``); its sum over the batches over their seconds, T = a + b * sum(n_i) + c_t * m * B per batch,
-is compared with the same at n = m for every prompt (GRPO) and at each fixed n (plain PODS n -> m).
+"""What ``rollout_planner="auto"`` would choose on measured costs and pass rates (`pods cost`'s projection):
+``costs_from_rows`` fits `pods cost`'s rows (a + b*N sampling, c_t); ``project_auto`` puts P prompts' k sampled
+outcomes in a ledger and lets ``AutoN`` itself plan them a batch at a time, its signal per second against GRPO's and
+each fixed n's.
 """
 
 from __future__ import annotations
@@ -19,9 +12,13 @@ import numpy as np
 import torch
 
 from pods_rl.budget.ledger import LedgerSettings, PromptLedger
-from pods_rl.budget.planners.auto import AutoN, AutoSettings, _theil_sen, signal_table, success_posterior
+from pods_rl.budget.planners.auto import AutoN, AutoSettings, signal_table, success_posterior, theil_sen
+from pods_rl.recipes import parse_args
 
-__all__ = ["costs_from_rows", "fit_sampling_cost", "project_auto"]
+__all__ = ["auto_projection", "costs_from_rows", "fit_sampling_cost", "project_auto", "starting_outcomes"]
+
+DEFAULT_AUTO_PROMPTS = 32  # training prompts whose starting pass rates `pods cost`'s auto projection plans
+DEFAULT_AUTO_SAMPLES = 8  # samples of each
 
 
 def fit_sampling_cost(sampled: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
@@ -32,7 +29,7 @@ def fit_sampling_cost(sampled: Sequence[float], seconds: Sequence[float]) -> tup
     if len(np.unique(x)) < 2:
         raise ValueError(f"the sampling cost a + b*N needs steps at two or more totals N, got {sorted(set(x))}: "
                          "measure two n's (pods cost --n with an n above m)")
-    slope, _ = _theil_sen(x, y)
+    slope, _ = theil_sen(x, y)
     slope = max(slope, 0.0)
     return max(float(np.median(y - slope * x)), 0.0), slope
 
@@ -104,3 +101,49 @@ def project_auto(correct, *, m: int, n: int, prompts_per_step: int, fixed_s: flo
         "vs_grpo": {name: value / base if value is not None and base else None for name, value in per_second.items()},
         "efficiency": settings.efficiency, "prior_strength": settings.prior_strength,
     }
+
+
+PASS_RATE_SOURCE = ("the starting model's pass rates: {prompts} training prompts x {k} samples each, sampled here "
+                    "at the recipe's temperature and completion length (pods_rl.evaluation, split {split!r})")
+
+
+def starting_outcomes(recipe_argv: Sequence[str], prompts: int, samples: int) -> tuple[list[list[int]], dict]:
+    """(P, k) 0/1 correctness of the recipe's starting model on its first ``prompts`` training prompts, ``samples``
+    each (the task's grader, the recipe's temperature and max_completion_length), and what was evaluated."""
+    from pods_rl.evaluation import evaluate_model
+    from pods_rl.models import default_model_path
+    from pods_rl.tasks import parse_task_args
+
+    run, config, model_args = parse_args(list(recipe_argv))
+    limit = prompts if run.train_limit is None else min(prompts, run.train_limit)
+    record = evaluate_model(default_model_path(model_args.model_name_or_path), run.task, split=run.train_split,
+                            k=samples, temperature=config.temperature, max_new_tokens=config.max_completion_length,
+                            limit=limit, batch_size=run.eval_batch_size, seed=config.seed,
+                            task_args=parse_task_args(run.task_args), num_examples=0,
+                            trust_remote_code=bool(config.trust_remote_code), per_problem=True)
+    return record["correct"], {"split": run.train_split, "eval_seconds": record["eval_seconds"],
+                               "backend": record["backend"]}
+
+
+def auto_projection(result: dict, recipe_argv: Sequence[str], prompts: int = DEFAULT_AUTO_PROMPTS,
+                    samples: int = DEFAULT_AUTO_SAMPLES) -> dict:
+    """``result["auto"]``: the auto planner's counts and predicted signal per second against GRPO on ``measure``'s
+    costs (``costs_from_rows``) and the starting pass rates (``starting_outcomes``);
+    ``{"skipped": reason}`` when the rows cannot give the costs (one total N sampled)."""
+    plain = [r for r in result["rows"] if r.get("oversample_prompts", 1.0) == 1.0 and not r.get("pilot_generations")]
+    m, n = result["settings"]["m"], max(r["n"] for r in plain)
+    try:
+        costs = costs_from_rows(plain)
+    except ValueError as err:
+        return {"skipped": str(err)}
+    if n <= m:
+        return {"skipped": f"no n above m={m} measured: auto chooses between m and the largest n (pods cost --n)"}
+    correct, evaluated = starting_outcomes(recipe_argv, prompts, samples)
+    projection = project_auto(correct, m=m, n=n, prompts_per_step=max(1, plain[0]["kept_per_step"] // m),
+                              fixed_s=costs["fixed_s"], sample_s=costs["sample_s"], train_s=costs["train_s"],
+                              fixed_ns=[r["n"] for r in plain])
+    source = PASS_RATE_SOURCE.format(prompts=projection["prompts"], k=projection["k"], split=evaluated["split"])
+    return {**projection, "m": m, "max_n": n, "pass_rates": source, **evaluated,
+            "costs_ms": {"sample_fixed": 1e3 * costs["fixed_s"], "sample_per_rollout": 1e3 * costs["sample_s"],
+                         "train_per_rollout": 1e3 * costs["train_s"]},
+            "fit_totals": costs["totals"]}

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pods_rl import step_cost, training_run
-from pods_rl.auto_projection import costs_from_rows, project_auto
+from pods_rl.auto_projection import DEFAULT_AUTO_PROMPTS, DEFAULT_AUTO_SAMPLES, auto_projection
 from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.machine import machine_info
 from pods_rl.recipes import parse_args
@@ -38,8 +38,6 @@ from pods_rl.runlog import read_metrics
 PHASES = ("generation", "scoring", "selection", "update", "step")
 DEFAULT_STEPS = 5
 DEFAULT_WARMUP = 1
-DEFAULT_AUTO_PROMPTS = 32  # training prompts whose starting pass rates the auto projection plans
-DEFAULT_AUTO_SAMPLES = 8  # samples of each
 ESTIMATOR = ("median step time (split into phases by the middle steps' shares); warm-up until steady; "
              "interleaved: ratio turn by turn (interquartile mean), else ratio of medians; range from the quartiles")
 
@@ -333,52 +331,6 @@ def _free_memory() -> None:
 # ------------------------------------------------------------------------------------------------------------
 # What the auto planner would choose here
 # ------------------------------------------------------------------------------------------------------------
-PASS_RATE_SOURCE = ("the starting model's pass rates: {prompts} training prompts x {k} samples each, sampled here "
-                    "at the recipe's temperature and completion length (pods_rl.evaluation, split {split!r})")
-
-
-def starting_outcomes(recipe_argv: Sequence[str], prompts: int, samples: int) -> tuple[list[list[int]], dict]:
-    """(P, k) 0/1 correctness of the recipe's starting model on its first ``prompts`` training prompts, ``samples``
-    each (the task's grader, the recipe's temperature and max_completion_length), and what was evaluated."""
-    from pods_rl.evaluation import evaluate_model
-    from pods_rl.models import default_model_path
-    from pods_rl.tasks import parse_task_args
-
-    run, config, model_args = parse_args(list(recipe_argv))
-    limit = prompts if run.train_limit is None else min(prompts, run.train_limit)
-    record = evaluate_model(default_model_path(model_args.model_name_or_path), run.task, split=run.train_split,
-                            k=samples, temperature=config.temperature, max_new_tokens=config.max_completion_length,
-                            limit=limit, batch_size=run.eval_batch_size, seed=config.seed,
-                            task_args=parse_task_args(run.task_args), num_examples=0,
-                            trust_remote_code=bool(config.trust_remote_code), per_problem=True)
-    return record["correct"], {"split": run.train_split, "eval_seconds": record["eval_seconds"],
-                               "backend": record["backend"]}
-
-
-def auto_projection(result: dict, recipe_argv: Sequence[str], prompts: int = DEFAULT_AUTO_PROMPTS,
-                    samples: int = DEFAULT_AUTO_SAMPLES) -> dict:
-    """``result["auto"]``: the auto planner's counts and predicted signal per second against GRPO on ``measure``'s
-    costs (``auto_projection.costs_from_rows``) and the starting pass rates (``starting_outcomes``);
-    ``{"skipped": reason}`` when the rows cannot give the costs (one total N sampled)."""
-    plain = [r for r in result["rows"] if r.get("oversample_prompts", 1.0) == 1.0 and not r.get("pilot_generations")]
-    m, n = result["settings"]["m"], max(r["n"] for r in plain)
-    try:
-        costs = costs_from_rows(plain)
-    except ValueError as err:
-        return {"skipped": str(err)}
-    if n <= m:
-        return {"skipped": f"no n above m={m} measured: auto chooses between m and the largest n (pods cost --n)"}
-    correct, evaluated = starting_outcomes(recipe_argv, prompts, samples)
-    projection = project_auto(correct, m=m, n=n, prompts_per_step=max(1, plain[0]["kept_per_step"] // m),
-                              fixed_s=costs["fixed_s"], sample_s=costs["sample_s"], train_s=costs["train_s"],
-                              fixed_ns=[r["n"] for r in plain])
-    source = PASS_RATE_SOURCE.format(prompts=projection["prompts"], k=projection["k"], split=evaluated["split"])
-    return {**projection, "m": m, "max_n": n, "pass_rates": source, **evaluated,
-            "costs_ms": {"sample_fixed": 1e3 * costs["fixed_s"], "sample_per_rollout": 1e3 * costs["sample_s"],
-                         "train_per_rollout": 1e3 * costs["train_s"]},
-            "fit_totals": costs["totals"]}
-
-
 def format_auto(auto: dict) -> list[str]:
     """The auto projection's lines under the table."""
     if "skipped" in auto:

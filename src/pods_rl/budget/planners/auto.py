@@ -1,28 +1,13 @@
 """PODS that picks its own n: a cost-aware ``how_many`` planner (``rollout_planner="auto"``).
 
-Each step it gives prompt i between ``min_n`` (m) and ``max_n`` (n, ``num_generations``) rollouts, the allocation
-with the most expected learning signal per second of step:
-
-    maximize  sum_i L_i(n_i) / T(n),   T(n) = c0 + c_s * sum_i n_i + c_t * m * S     (S prompts trained, m each)
-
-- **signal** ``L_i(n) = g_i(m) + efficiency * (g_i(n) - g_i(m))``, where g_i(n) = E[V_{n,m}] is the expected reward
-  variance of the max-variance m-subset of n binary rewards (``expected_selected_variance``). With K ~ Bin(n, p),
-
-      E[V_{n,m}(p)] = (1/m^2) * sum_{t=1}^{floor(m/2)} (m - 2t + 1) * P(t <= K <= n - t),
-
-  which is p(1-p)(m-1)/m at n = m. p is uncertain: K is Beta-binomial under each prompt's Beta posterior, from the
-  ledger's recent outcomes (success = reward above the ledger's threshold) and a prior centred on the batch's pass
-  rate. ``efficiency`` is the free parameter that maps variance to learning (calibrated against the CPU studies:
-  docs/concepts/auto-n.md).
-- **cost** from the step's own phase clock (``RolloutCostModel``): sampling seconds (generation + scoring) fitted
-  as a + b * N over steps that sampled different totals N (Theil-Sen: medians of pairwise slopes, slow steps set
-  aside), so c_s = b is the *marginal* second of one more rollout and c0 = a; c_t = the median update seconds per
-  trained rollout. While the slope is unknown (every step sampled the same total) c_s is the average seconds per
-  rollout, an upper bound, so the planner stays at m; a bounded number of probe steps (every prompt at ``max_n``)
-  teach it the slope.
-
-The maximum is exact (Dinkelbach's iteration on the separable numerator over every integer n_i in [min_n, max_n]).
-Where sampling does not pay, it chooses m everywhere: GRPO with m rollouts. Shapes: P prompts, K candidate counts.
+Each step it gives prompt i between ``min_n`` (m) and ``max_n`` (n) rollouts, maximizing sum_i L_i(n_i) / T(n) with
+T = c0 + c_s * sum_i n_i + c_t * m * S, exactly (Dinkelbach). L(n) = g(m) + efficiency * (g(n) - g(m)), g(n) =
+E[V_{n,m}] the expected reward variance of the max-variance m-subset of n binary rewards under each prompt's
+Beta-binomial (the ledger's recent outcomes); ``efficiency`` is calibrated on the CPU studies. c_s is the *marginal*
+second of a sampled rollout: sampling seconds fitted as a + b * N over steps at different totals N (Theil-Sen, slow
+steps set aside; bounded probes while the slope is unknown); c_t the median update seconds per trained rollout.
+Where sampling does not pay it chooses m everywhere: GRPO. The derivation, assumptions and limits:
+docs/concepts/auto-n.md. Shapes: P prompts, K candidate counts.
 """
 
 from __future__ import annotations
@@ -39,7 +24,7 @@ from pods_rl.budget.planners.base import Plan, as_ids, check_int, check_number, 
 
 __all__ = ["AutoN", "AutoSettings", "CostEstimate", "RolloutCostModel", "allocate_for_signal", "beta_binomial_pmf",
            "binomial_pmf", "expected_selected_variance", "selected_variance_table", "signal_table",
-           "success_posterior"]
+           "success_posterior", "theil_sen"]
 
 _OWNER = "auto"
 SLOW_STEP = 2.0  # step_cost's rule: a step over 2x the fitted time is an interruption, set aside
@@ -69,9 +54,8 @@ def beta_binomial_pmf(a, b, n: int) -> torch.Tensor:
 
 
 def expected_selected_variance(pmf, m: int) -> torch.Tensor:
-    """(P, n+1) pmf of the successes K among n binary rewards -> (P,) E[V_{n,m}]: the expected (population) variance
-    of the max-variance m-subset. With j of its m rewards 1, V = j(m-j)/m^2 = (1/m^2) sum_{t<=min(j,m-j)} (m-2t+1), and
-    the best subset reaches min(j, m-j) >= t exactly when t <= K <= n-t."""
+    """(P, n+1) pmf of the successes K among n binary rewards -> (P,) E[V_{n,m}], the expected (population) variance
+    of the max-variance m-subset: (1/m^2) sum_{t=1}^{m/2} (m-2t+1) P(t <= K <= n-t) (docs/concepts/auto-n.md)."""
     pmf = torch.as_tensor(pmf, dtype=torch.float64)
     n = pmf.shape[1] - 1
     if not 1 <= m <= n:
@@ -83,10 +67,8 @@ def expected_selected_variance(pmf, m: int) -> torch.Tensor:
 
 
 def _weighted_lower_tail(a: np.ndarray, b: np.ndarray, ns: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """(U,) Beta(a, b), (K,) counts, (J,) weights -> (U, K) sum_j weights[j] * P(K_n <= j), K_n ~ BetaBin(n, a, b).
-
-    Only the small tail is needed (j < m/2), so no full pmf: P(K_n = 0) = prod_{d<n} (b+d)/(a+b+d) is one cumulative
-    product over n, and P(K_n = k+1) / P(K_n = k) = (n-k)/(k+1) * (a+k)/(b+n-k-1)."""
+    """(U,) Beta(a, b), (K,) counts, (J,) weights -> (U, K) sum_j weights[j] * P(K_n <= j), K_n ~ BetaBin(n, a, b):
+    only the small tail (j < m/2), from P(K_n = 0) = prod_{d<n} (b+d)/(a+b+d) by the pmf's ratio in k."""
     a, b = a[:, None], b[:, None]  # (U, 1)
     d = np.arange(int(ns.max()))
     zero = np.concatenate([np.ones((len(a), 1)), np.cumprod((b + d) / (a + b + d), axis=1)], axis=1)  # (U, N+1)
@@ -140,11 +122,9 @@ def success_posterior(window: torch.Tensor, prior_strength: float):
 
 def allocate_for_signal(signal: torch.Tensor, counts: torch.Tensor, *, sample_seconds: float,
                         fixed_seconds: float) -> tuple[torch.Tensor, float]:
-    """Maximize sum_i signal[i, k_i] / (fixed_seconds + sample_seconds * sum_i counts[k_i]) over one k_i per prompt.
-
-    signal (P, K), counts (K,) ascending -> (P,) int64 chosen counts, and the ratio reached. Dinkelbach's iteration:
-    for a ratio lam, each prompt alone maximizes signal - lam * sample_seconds * count (ties: the smaller count); the
-    ratio of that choice is the next lam; it rises until it stops, at the exact maximum (finitely many choices)."""
+    """signal (P, K), counts (K,) ascending -> (P,) int64 counts maximizing sum_i signal[i, k_i] / (fixed_seconds +
+    sample_seconds * sum_i counts[k_i]), and that ratio. Dinkelbach: for a ratio lam each prompt alone maximizes
+    signal - lam * sample_seconds * count (ties: the smaller); that choice's ratio is the next lam, to the maximum."""
     signal = np.asarray(signal, dtype=np.float64)  # (P, K)
     counts = np.asarray(counts, dtype=np.float64)  # (K,)
     if sample_seconds < 0 or fixed_seconds < 0 or not math.isfinite(sample_seconds + fixed_seconds):
@@ -185,7 +165,7 @@ class CostEstimate:
     observations: int
 
 
-def _theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """(slope, intercept) of y ~ a + b x: the median of pairwise slopes over distinct x, the median residual."""
     i, j = np.triu_indices(len(x), k=1)
     apart = x[i] != x[j]
@@ -231,10 +211,10 @@ class RolloutCostModel:
         if not self.slope_known():
             usual = y / x <= SLOW_STEP * np.median(y / x)
             return CostEstimate(0.0, float(np.median((y / x)[usual])), per_trained, False, len(x))
-        slope, intercept = _theil_sen(x, y)
+        slope, intercept = theil_sen(x, y)
         usual = y <= SLOW_STEP * np.maximum(intercept + slope * x, 1e-12)  # interruptions set aside, then refit
         if usual.sum() >= 4 and len(np.unique(x[usual])) >= 2:
-            slope, intercept = _theil_sen(x[usual], y[usual])
+            slope, intercept = theil_sen(x[usual], y[usual])
         slope = max(slope, 0.0)
         return CostEstimate(max(float(np.median(y[usual] - slope * x[usual])), 0.0), slope, per_trained, True,
                             len(x))
@@ -256,12 +236,8 @@ class RolloutCostModel:
 
 @dataclass(frozen=True)
 class AutoSettings:
-    """The planner's knobs. ``min_n``/``max_n`` (None: m and n, set by the engine); ``efficiency``: learning per unit
-    of extra selected variance (calibrated, docs/concepts/auto-n.md); ``prior_strength``: pseudo-outcomes of the
-    batch-pass-rate prior; ``warmup_steps`` plans at min_n before any cost is trusted; a probe (every prompt at
-    ``max_n``) comes at most every ``probe_gap`` steps while the slope is unknown, ``max_probes`` in a run;
-    ``cost_window`` steps are fitted; ``sample_ms``/``train_ms`` fix c_s/c_t instead of measuring them (ms per
-    rollout; both needed where no phase clock runs); ``fixed_ms`` fixes c0 with them."""
+    """The planner's knobs (docs/concepts/auto-n.md, "Settings"): the range ``min_n``..``max_n`` (None: m, n);
+    ``efficiency``; the prior; the cost model's schedule; ``*_ms`` fix c_s, c_t, c0 instead of measuring them."""
 
     min_n: int | None = None
     max_n: int | None = None

@@ -9,14 +9,10 @@ trained groups by id. Group ids count groups started, so the trainer's resume po
 window, at most every ``SAVE_INTERVAL_S`` after recorded groups, at stop); ``PODSLedgerCallback`` carries it through
 checkpoints. More: docs/guides/async.md.
 
-``auto`` plans each window on costs the worker measures itself: a window's sampling seconds are those between the
-worker having delivered (closed every group of) the windows before it and having delivered it, less the seconds its
-score loop waited on a full rollout buffer (the trainer), against the rollouts its groups sampled (``WorkerBudget.
-close``). The worker never sees the trainer's update, so the seconds per trained rollout are
-``pods_rollout_planner_args={"train_ms": ...}`` (from `pods cost`), refused without.
-Sampling overlaps training here (the worker generates while the trainer steps), so on separate devices a step costs
-about the larger of the two, not their sum. The planner still prices the sum: exact where both share one device,
-elsewhere it overstates extra rollouts while the worker keeps ahead of the trainer, so it errs towards m (GRPO).
+``auto`` plans each window on the sampling seconds the worker measures (``WorkerBudget.close``: between deliveries,
+less its waits on the trainer); the seconds per trained rollout are ``pods_rollout_planner_args={"train_ms": ...}``,
+refused without. Sampling overlaps training here, so on separate devices a step costs about the larger of the two;
+the planner prices their sum (exact on one shared device, elsewhere erring towards m: GRPO).
 """
 
 from __future__ import annotations

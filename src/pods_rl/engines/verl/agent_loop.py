@@ -7,14 +7,9 @@ prints both). verl's TaskRunner builds the trainer (and so the buffer) and then 
 one process: the manager plans from the buffer's ``RolloutBudget`` (the planners and the ledger ``PODSTrainer`` runs),
 and the buffer records every sampled group into that ledger by the rows' dataset ``index``.
 
-- which prompts (GRESO): skipped rows never reach a worker; their pending uids are cleared from TransferQueue and
-  verl's dataloader is asked for as many more (the trainer's ``refill_fn``), at most ``refill_rounds`` waves deep,
-  the last admitted whole;
-- how many (Knapsack-RL): each row gets ``__rollout_n__`` (verl's agent loop reads it), summing to rows x rollout.n;
-- rounds (Reinforce-Ada): the worker's ``_run_prompt`` samples rounds of rollout.n with continuing session ids until
-  ``ReinforceAda.plan_round`` says stop;
-- Pilot-Commit: the worker pilots a prompt (``n_explore``) and commits it (``n_commit`` more) when
-  ``PilotCommit.after_pilot`` passes it; a dropped pilot is marked for the buffer, which records it and replaces it.
+GRESO's skipped rows never reach a worker (refilled through ``refill_fn``, ``refill_rounds`` waves at most);
+Knapsack-RL and auto set ``__rollout_n__`` per row; Reinforce-Ada's rounds and Pilot-Commit's pilot and commit run in
+the worker's ``_run_prompt`` (docs/guides/verl.md, "Rollout budgets").
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""The rollout-budget planners on verl, as settings: which ``sampler_kwargs`` name them, what they mean in verl's units,
-and what verl cannot meet (pure checks; needs no verl, so that ``pods verl-args`` refuses before anything runs).
-
-verl's units: ``rollout.n`` is the rollouts per prompt that mini-batches are counted in (``ppo_mini_batch_size x
-rollout.n`` rows), so every planner here keeps the step's rollouts at prompts x ``rollout.n`` where it can:
-
-- which prompts (GRESO; Pilot-Commit's evicted prompts): the agent loop manager drops skipped rows before generation
-  and asks verl's dataloader for as many more (``refill_fn``), at most ``refill_rounds`` waves deep and
-  train_batch_size x (1 + ``refill_rounds``) rows a step; past that, rows are admitted whole;
-- Pilot-Commit: the worker pilots each prompt with ``n_explore`` rollouts and commits it to ``n_commit`` more as soon
-  as its pilot passes (as the asynchronous TRL worker does); a pilot that does not pass is recorded in the ledger by the
-  buffer, evicted from TransferQueue and replaced through ``refill_fn``;
-- how many (Knapsack-RL): a count per row (``__rollout_n__``) in [m, ``max_n``], summing to rows x ``rollout.n``;
-  auto: a count per row in [m, ``max_n``] from the step costs the manager measures (its total varies by design; PODS
-  keeps m of each group, so mini-batches do not);
-- rounds (Reinforce-Ada): the agent loop worker samples rounds of ``rollout.n`` until the stop rule holds, at most
-  ``max_rounds``; it needs each rollout's reward when it is sampled.
+"""The rollout-budget planners on verl, as settings: which ``sampler_kwargs`` name them, what they mean in verl's units
+(``rollout.n``: mini-batches count ``ppo_mini_batch_size x rollout.n`` rows, so a planner keeps the step's rollouts
+at prompts x ``rollout.n`` where it can), and what verl cannot meet: pure checks, no verl, so that ``pods verl-args``
+refuses before anything runs. How each planner is carried (drops and refills, counts per row, rounds in the worker,
+Pilot-Commit's commits): ``agent_loop`` and docs/guides/verl.md, "Rollout budgets".
 """
 
 from __future__ import annotations
