@@ -323,3 +323,12 @@ class CGRPO:
         self.calibration_rollouts = state["calibration_rollouts"]
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
+
+
+def check_width(knobs: dict, n: int, names: dict) -> None:
+    """The run's n must be max(budget_grid) of C-GRPO's knobs ``knobs`` (its group width); else one line."""
+    k_max = CGRPOSettings(budget_grid=knobs.get("budget_grid", CGRPOSettings.budget_grid)).k_max
+    if n != k_max:
+        raise ValueError(f"{names['rollout_planner']}='cgrpo' samples each prompt up to max(budget_grid) = {k_max} "
+                         f"rollouts: set {names['n']} to {k_max} (n={n}), or budget_grid in "
+                         f"{names['rollout_planner_args']} to end at {n}")

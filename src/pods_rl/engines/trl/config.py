@@ -239,6 +239,9 @@ class PODSConfig(GRPOConfig):
         check_planners("trl", {"which_prompts": self.prompt_planner, "how_many": self.rollout_planner},
                        available_planners)
         check_planner_settings(self, names=spelled("trl", "budget"), reasons=PILOT_COMMIT_REASONS["trl"])
+        from pods_rl.engines.trl.cgrpo import check_cgrpo_config
+
+        check_cgrpo_config(self)
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:
