@@ -215,3 +215,20 @@ def test_bad_calibration_input_fails_before_the_model_loads(tmp_path, kwargs, me
     with pytest.raises(ValueError, match=message) as err:
         PODSTrainer(**arguments)
     assert "\n" not in str(err.value)
+
+
+def test_the_crosscheck_runs_our_side_of_a_case():
+    """benchmarks/budget_crosscheck.py --cgrpo: our side of its random cases (theirs needs trl-cgrpo's environment)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "budget_crosscheck.py"
+    spec = importlib.util.spec_from_file_location("budget_crosscheck_cgrpo", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rng = random.Random(0)
+    for _ in range(5):
+        case = script._cgrpo_case(rng)
+        ours = script._cgrpo_ours(case)
+        assert len(ours["stops"]) == len(case["steps"]) and ours["calibrations"][0]["step"] == 0
+        assert all(k in case["budget_grid"] for stops in ours["stops"] for k in stops)
