@@ -232,3 +232,40 @@ def test_the_crosscheck_runs_our_side_of_a_case():
         ours = script._cgrpo_ours(case)
         assert len(ours["stops"]) == len(case["steps"]) and ours["calibrations"][0]["step"] == 0
         assert all(k in case["budget_grid"] for stops in ours["stops"] for k in stops)
+
+
+def test_cgrpo_runs_from_pods_train(tmp_path, tiny_model_dir):
+    """`pods train --rollout_planner cgrpo`: the task's answer extractor, calibration prompts from the test split past
+    the evaluation's 8, n = 8 on the grid 2, 4, 8 down-sampled to m = 4."""
+    from pods_rl import runlog
+    from pods_rl.commands.train import main as train_main
+
+    run_dir = tmp_path / "run"
+    code = train_main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir",
+                       str(run_dir), "--max_steps", "1", "--max_completion_length", "8", "--eval_before_after", "false",
+                       "--rollout_planner", "cgrpo",
+                       "--rollout_planner_args", '{"budget_grid": [2, 4, 8], "num_calibration_samples": 3}'])
+    assert code == 0
+    rows = runlog.read_metrics(run_dir)
+    assert [r["pods/cgrpo_calibration_rollouts"] for r in rows if "pods/cgrpo_calibration_rollouts" in r] == [24.0]
+    assert len([r for r in rows if "pods/cgrpo_mean_k" in r]) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    ('{"budget_grid": [2, 4, 8], "calibration_split": "train", "num_calibration_samples": 4}',
+     "shares 4 of its 4 prompts with the training set"),
+    ('{"budget_grid": [2, 4, 8], "calibration_split": "dev"}', "has no split 'dev' to calibrate C-GRPO on"),
+    ('{"budget_grid": [2, 4, 8]}', "has no answer extractor"),
+])
+def test_pods_train_refuses_bad_calibration_in_one_line(tmp_path, tiny_model_dir, capsys, monkeypatch, args, message):
+    from pods_rl.commands.train import main as train_main
+    from pods_rl.tasks.arithmetic import ArithmeticTask
+
+    if "answer extractor" in message:
+        monkeypatch.setattr(ArithmeticTask, "answer_extractor", lambda self: None)
+    code = train_main(["--config", "cpu/smoke", "--model_name_or_path", str(tmp_path / "no-model"), "--output_dir",
+                       str(tmp_path / "run"), "--eval_before_after", "false", "--rollout_planner", "cgrpo",
+                       "--rollout_planner_args", args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert __import__("re").search(message, err), err

@@ -19,8 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from pods_rl.budget.ledger import prompt_key
-from pods_rl.budget.planners.cgrpo import CGRPO, encode_answers
+from pods_rl.budget.planners.cgrpo import CGRPO, calibration_rows, encode_answers
 from pods_rl.tasks.extraction import completion_text
 
 # The loss types whose normalizer counts tokens through the completion mask: padding rows drop out exactly. The
@@ -54,34 +53,7 @@ def check_calibration(planner: CGRPO, calibration_dataset, answer_extractor: Cal
     if s.score != "aps":
         raise ValueError(f"rollout_planner='cgrpo' with score={s.score!r} needs a verifier per completion, which "
                          "PODSTrainer does not take yet: use score='aps' with an answer_extractor")
-    if answer_extractor is None:
-        raise ValueError("rollout_planner='cgrpo' (score='aps') compares the answers of a prompt's completions: pass "
-                         "answer_extractor=fn(text) -> answer or None (pods train: a task with an answer extractor)")
-    if calibration_dataset is None:
-        raise ValueError("rollout_planner='cgrpo' calibrates its thresholds on held-out prompts: pass "
-                         "calibration_dataset= (prompts with a gold answer column, none of them in train_dataset)")
-    if isinstance(calibration_dataset, list):
-        rows = [dict(row) for row in calibration_dataset]
-    elif hasattr(calibration_dataset, "column_names") and hasattr(calibration_dataset, "__len__"):
-        rows = [calibration_dataset[i] for i in range(len(calibration_dataset))]
-    else:
-        raise ValueError("calibration_dataset must be a map-style datasets.Dataset or a list of dicts, got "
-                         f"{type(calibration_dataset).__name__}")
-    if not rows:
-        raise ValueError("calibration_dataset is empty: C-GRPO needs held-out prompts to calibrate on")
-    for column in ("prompt", s.calibration_answer_column):
-        if any(column not in row for row in rows):
-            raise ValueError(f"calibration_dataset has no {column!r} column"
-                             + (" (set calibration_answer_column in rollout_planner_args)" if column != "prompt"
-                                else ""))
-    if train_dataset is not None and hasattr(train_dataset, "column_names") and "prompt" in train_dataset.column_names:
-        training = {prompt_key(prompt) for prompt in train_dataset["prompt"]}
-        overlap = [i for i, row in enumerate(rows) if prompt_key(row["prompt"]) in training]
-        if overlap:
-            raise ValueError(f"calibration_dataset shares {len(overlap)} of its {len(rows)} prompts with the training "
-                             f"set (the first: row {overlap[0]}): the conformal thresholds need held-out prompts; "
-                             "drop those rows from one of them")
-    return rows
+    return calibration_rows(s, calibration_dataset, answer_extractor, train_dataset)
 
 
 class CGRPORun:
