@@ -56,7 +56,7 @@ PILOT_COMMIT_REASONS: dict[str, dict[str, str | None]] = {
 # Which planners each engine runs, by question (the planners' kinds), and what its refusal says of the others.
 PLANNERS: dict[str, dict[str, tuple[str, ...]]] = {
     "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto", "cgrpo")},
-    "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto")},
+    "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto", "cgrpo")},
 }
 PLANNER_FIELDS = {"which_prompts": "prompt_planner", "how_many": "rollout_planner"}  # the planner rows, by kind
 REFUSALS = {
