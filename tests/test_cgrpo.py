@@ -269,3 +269,14 @@ def test_pods_train_refuses_bad_calibration_in_one_line(tmp_path, tiny_model_dir
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert __import__("re").search(message, err), err
+
+
+def test_the_tasks_answer_extractor_reads_the_final_answer():
+    from pods_rl.tasks import get_task
+    from pods_rl.tasks.extraction import final_answer
+
+    assert final_answer("<think>2+2</think><answer> 4 </answer>") == "4"
+    assert final_answer("<answer>x = 1,234.</answer>") == "1234"  # the block's lone number
+    assert final_answer("<answer>17, not 18</answer>") == "17, not 18"
+    assert final_answer([{"role": "assistant", "content": "so 12"}]) == "12" and final_answer("") is None
+    assert get_task("arithmetic").answer_extractor() is final_answer
