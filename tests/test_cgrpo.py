@@ -280,3 +280,25 @@ def test_the_tasks_answer_extractor_reads_the_final_answer():
     assert final_answer("<answer>17, not 18</answer>") == "17, not 18"
     assert final_answer([{"role": "assistant", "content": "so 12"}]) == "12" and final_answer("") is None
     assert get_task("arithmetic").answer_extractor() is final_answer
+
+
+def test_the_budget_saves_and_restores_the_thresholds_and_the_stream(tmp_path):
+    """RolloutBudget (the engines' hold of the planners) seeds C-GRPO with the run's seed and keeps its state in the
+    checkpoint's pods_ledger.pt: a resumed run calibrates on schedule and draws what it would have drawn."""
+    from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget
+
+    settings = BudgetSettings(num_generations=8, downsample_to=4, rollout_planner="cgrpo",
+                              rollout_planner_args={"budget_grid": [2, 4, 8], "recalibrate_every": 5}, seed=3)
+    budget = RolloutBudget.from_config(settings)
+    assert budget.how_many.rng.random() == random.Random(3).random()
+    budget.how_many.seed_with(3)
+    codes, gold = encode_answers(ANSWERS, 8, GOLD)
+    budget.how_many.calibrate(codes, gold, step=0)
+    first, _ = budget.plan(torch.arange(5), 5, step=0, rank=0)
+    assert first.tolist() == [2] * 5  # budget_grid[0] each, not clamped to m
+    budget.save(tmp_path)
+    resumed = RolloutBudget.from_config(settings)
+    assert resumed.load(tmp_path)
+    a, b = budget.how_many, resumed.how_many
+    assert torch.equal(a.qhats, b.qhats) and a.delta == b.delta and not b.calibration_due(4) and b.calibration_due(5)
+    assert a.rng.random() == b.rng.random()
