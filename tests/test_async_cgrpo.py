@@ -85,6 +85,7 @@ def test_groups_climb_the_grid_and_stop_at_a_singleton_set(tmp_path, monkeypatch
     (dict(pods_answer_extractor=answer_of), "pass pods_calibration_dataset="),
     (dict(pods_calibration_dataset=CALIBRATION, pods_answer_extractor=answer_of,
           pods_rollout_planner_args={"budget_grid": [2, 4, 8], "score": "pass_rate"}), "needs a verifier"),
+    (dict(pods_calibration_dataset=CALIBRATION, pods_answer_extractor=lambda text: text), "must pickle"),
 ])
 def test_the_worker_refuses_bad_calibration_in_one_line(settings, message):
     settings = {"pods_rollout_planner": "cgrpo", "pods_rollout_planner_args": {"budget_grid": [2, 4, 8]}, **settings}

@@ -12,6 +12,7 @@ the calibration's rollouts are pushed as ``pods/cgrpo_calibration_rollouts``. ``
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections.abc import Callable
 
 import torch
@@ -31,11 +32,17 @@ def check_worker_cgrpo(planner: CGRPO, dataset, *, environment_factory=None, **s
         raise ValueError(f"pods_rollout_planner='cgrpo' with score={planner.settings.score!r} needs a verifier per "
                          "completion, which the worker does not take: use score='aps' with pods_answer_extractor")
     try:
-        return calibration_rows(planner.settings, settings.get("pods_calibration_dataset"),
+        rows = calibration_rows(planner.settings, settings.get("pods_calibration_dataset"),
                                 settings.get("pods_answer_extractor"), dataset)
     except ValueError as err:  # the worker's spelling of the two keywords
         raise ValueError(str(err).replace("calibration_dataset", "pods_calibration_dataset").replace(
             "answer_extractor=", "pods_answer_extractor=")) from None
+    try:  # the worker's child receives it pickled: a lambda or a local function would fail at its start
+        pickle.dumps(settings["pods_answer_extractor"])
+    except Exception as err:  # noqa: BLE001 - pickling raises several types; each means the same here
+        raise ValueError(f"pods_answer_extractor must pickle (the worker's child receives it): define it at a "
+                         f"module's top level ({type(err).__name__}: {err})") from None
+    return rows
 
 
 class WorkerCGRPO:
