@@ -7,10 +7,13 @@ inputs. Where a decision lives inside a long trainer loop, the few lines that ma
 with the file it comes from. Nothing of theirs is copied into pods-rl.
 
     python benchmarks/budget_crosscheck.py --greso PATH --knapsack PATH --reinforce-ada PATH \
-        --reinforce-ada-tinker PATH --pilot-commit PATH [--trials 200] [--seed 0]
+        --reinforce-ada-tinker PATH --pilot-commit PATH --cgrpo PYTHON [--trials 200] [--seed 0]
 
 Repositories: Infini-AI-Lab/GRESO, liziniu/KnapsackRL, RLHFlow/Reinforce-Ada, RLHFlow/Reinforce-Ada-Tinker,
-databricks/pilot-commit. Prints one line per check (agreeing / compared, and the known differences documented in
+databricks/pilot-commit. C-GRPO is a package, ``trl-cgrpo`` 0.2.0, whose trainer needs its own TRL (1.12-1.14):
+``--cgrpo`` names the Python of an environment that has it (``python3 -m venv V && V/bin/pip install torch
+trl-cgrpo==0.2.0``), and benchmarks/cgrpo_reference.py runs its trainer's own methods there on the same answers.
+Prints one line per check (agreeing / compared, and the known differences documented in
 docs/concepts/rollout-budgets.md, counted apart); exits 1 if an undocumented difference shows up.
 """
 
@@ -20,6 +23,7 @@ import argparse
 import ast
 import contextlib
 import io
+import json
 import math
 import random
 import subprocess
@@ -38,6 +42,8 @@ torch.set_num_threads(1)  # tiny tensors: a thread pool only adds overhead
 
 from pods_rl.budget.ledger import LedgerSettings, PromptLedger  # noqa: E402
 from pods_rl.budget.planners import (  # noqa: E402
+    CGRPO,
+    CGRPOSettings,
     GresoSettings,
     GresoSkip,
     KnapsackSettings,
@@ -45,6 +51,7 @@ from pods_rl.budget.planners import (  # noqa: E402
     PilotCommitSettings,
     ReinforceAda,
     ReinforceAdaSettings,
+    encode_answers,
     estimate_success_rate,
     knapsack_allocation,
 )
@@ -438,10 +445,95 @@ def pilot_commit(repo: str, trials: int, rng: random.Random, tally: Tally) -> No
         tally.add("Pilot-Commit commit order and flush (8 steps)", bool(commits))
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# C-GRPO: trl-cgrpo 0.2.0's CGRPOTrainer (calibrate, _resolved, _generate_single_turn) and conformal.py, run as they
+# are in the environment given, by benchmarks/cgrpo_reference.py.
+
+
+def cgrpo(python: str, trials: int, rng: random.Random, tally: Tally) -> None:
+    cases = [_cgrpo_case(rng) for _ in range(trials)]
+    reference = Path(__file__).resolve().parent / "cgrpo_reference.py"
+    done = subprocess.run([python, str(reference)], input=json.dumps(cases), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{python} {reference} failed (an environment with trl-cgrpo==0.2.0?):\n{done.stderr[-2000:]}")
+    for case, theirs in zip(cases, json.loads(done.stdout), strict=True):
+        ours = _cgrpo_ours(case)
+        thresholds = all(a["qhats"] == b["qhats"] and a["delta"] == b["delta"] and a["step"] == b["step"]
+                         and a["rollouts"] == b["rollouts"] and a["solve_rate"] == b["solve_rate"]
+                         for a, b in zip(ours["calibrations"], theirs["calibrations"], strict=True))
+        thresholds &= len(ours["calibrations"]) == len(theirs["calibrations"])
+        score = case["score"]
+        tally.add(f"C-GRPO thresholds and delta, score={score} (exact)", thresholds)
+        tally.add(f"C-GRPO stops: rollouts per prompt, score={score}", ours["stops"] == theirs["stops"])
+        tally.add("C-GRPO random stream after the run (same draws, same order)",
+                  ours["next_draw"] == theirs["next_draw"])
+
+
+def _cgrpo_case(rng: random.Random) -> dict:
+    """A run of a few steps: knobs, calibration answers for each calibration, each step's prompts' answers."""
+    grid = rng.sample([1, 2, 3, 4, 6, 8, 12, 16], rng.randint(1, 5))
+    k_max = max(grid)
+    score = rng.choice(["aps", "aps", "aps", "first_success", "pass_rate"])
+    vocab = ["1", "0"] if score != "aps" else ["7", "3", "11", "42", "", "-5"][:rng.randint(2, 6)]
+
+    def answers(count):  # each prompt its own mix: some agree at once, some never
+        rows = []
+        for _ in range(count):
+            favourite, weight = rng.choice(vocab), rng.choice([0.0, 0.5, 0.8, 1.0])
+            rows.append([favourite if rng.random() < weight else rng.choice(vocab) for _ in range(k_max)])
+        return rows
+
+    N, steps = rng.randint(1, 24), rng.randint(1, 5)
+    return {"budget_grid": grid, "score": score, "seed": rng.randint(0, 10**6),
+            "delta": rng.choice([None, None, 0.1, 0.3, 0.5]), "delta_margin": rng.choice([0.05, 0.0, 0.2]),
+            "split_delta": rng.random() < 0.3, "recalibrate_every": rng.choice([0, 1, 2]),
+            "num_calibration_samples": rng.choice([None, rng.randint(1, N)]),
+            "calibration_batch_size": rng.choice([None, 1, 3]),
+            "calibration_gold": [rng.choice(vocab + ["99"]) for _ in range(N)],
+            "calibrations": [answers(N) for _ in range(steps)],
+            "steps": [answers(rng.randint(1, 6)) for _ in range(steps)]}
+
+
+def _cgrpo_ours(case: dict) -> dict:
+    """The same run with pods-rl's planner: calibrate when due, then rounds up the grid until all stop."""
+    settings = CGRPOSettings(**{key: case[key] for key in ("budget_grid", "delta", "delta_margin", "split_delta",
+                                                           "score", "recalibrate_every", "num_calibration_samples",
+                                                           "calibration_batch_size")})
+    planner, k_max = CGRPO(settings, seed=case["seed"]), settings.k_max
+    calibrations, stops = [], []
+
+    def outcomes(rows):  # answer codes, or passes for the execution scores
+        if settings.score == "aps":
+            return encode_answers(rows, k_max)[0]
+        return torch.tensor([[a == "1" for a in row] for row in rows])
+
+    for step, batch in enumerate(case["steps"]):
+        if planner.calibration_due(step):
+            N = planner.calibration_size(len(case["calibration_gold"]))
+            rows, gold = case["calibrations"][len(calibrations)][:N], case["calibration_gold"][:N]
+            codes, gold_codes = encode_answers(rows, k_max, gold)
+            metrics = planner.calibrate(codes if settings.score == "aps" else outcomes(rows), gold_codes, step=step)
+            calibrations.append({"step": step, "delta": planner.delta, "qhats": planner.qhats.tolist(),
+                                 "rollouts": metrics["pods/cgrpo_calibration_rollouts"],
+                                 "solve_rate": metrics.get("pods/cgrpo_calibration_solve_rate")})
+        full = outcomes(batch)  # (P, k_max); a prompt's outcomes past its count are hidden from the planner
+        counts = planner.plan(torch.arange(len(batch)), PromptLedger(), n=k_max).rollouts
+        last = counts.clone()
+        while True:
+            seen = torch.where(torch.arange(k_max) < counts.unsqueeze(1), full, -1 if settings.score == "aps" else 0)
+            more = planner.next_round(seen, counts, last > 0)
+            if not more.any():
+                break
+            counts, last = counts + more, more
+        stops.append(counts.tolist())
+    return {"calibrations": calibrations, "stops": stops, "next_draw": planner.rng.random()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for flag in ("greso", "knapsack", "reinforce-ada", "reinforce-ada-tinker", "pilot-commit"):
         parser.add_argument(f"--{flag}", help="the authors' repository: a checkout or a bare git directory")
+    parser.add_argument("--cgrpo", metavar="PYTHON", help="the Python of an environment with trl-cgrpo==0.2.0")
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -451,14 +543,15 @@ def main(argv=None) -> int:
               (args.knapsack, lambda: knapsack(args.knapsack, args.trials, rng, tally)),
               (args.reinforce_ada, lambda: reinforce_ada(args.reinforce_ada, args.reinforce_ada_tinker, args.trials,
                                                          rng, tally)),
-              (args.pilot_commit, lambda: pilot_commit(args.pilot_commit, args.trials, rng, tally))]
+              (args.pilot_commit, lambda: pilot_commit(args.pilot_commit, args.trials, rng, tally)),
+              (args.cgrpo, lambda: cgrpo(args.cgrpo, args.trials, rng, tally))]
     for repo, check in checks:
         if repo:
             start = time.perf_counter()
             check()
             print(f"[{repo}: {time.perf_counter() - start:.1f} s]", file=sys.stderr)
     if not tally.rows:
-        parser.error("give at least one repository")
+        parser.error("give at least one repository (or --cgrpo PYTHON)")
     return 0 if tally.report() else 1
 
 

@@ -114,9 +114,10 @@ def test_both_trl_engines_refuse_through_the_table():
     from pods_rl.engines.trl.config import PODSConfig
     from pods_rl.engines.trl_async.budget import check_budget_settings
 
-    with pytest.raises(ValueError, match=r"^rollout_planner='greso': PODSTrainer runs \['knapsack', 'auto'\]"):
+    with pytest.raises(ValueError,
+                       match=r"^rollout_planner='greso': PODSTrainer runs \['knapsack', 'auto', 'cgrpo'\]"):
         PODSConfig(output_dir="unused", per_device_train_batch_size=4, num_generations=4, downsample_to=2,
                    rollout_planner="greso", report_to=[])
-    with pytest.raises(ValueError,
-                       match=r"^pods_rollout_planner='greso': the asynchronous worker runs \['knapsack', 'auto'\]"):
+    with pytest.raises(ValueError, match=r"^pods_rollout_planner='greso': the asynchronous worker runs "
+                                         r"\['knapsack', 'auto', 'cgrpo'\]"):
         check_budget_settings(4, 2, pods_rollout_planner="greso")

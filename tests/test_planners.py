@@ -304,7 +304,7 @@ def test_dapo_preset_trains_on_the_groups_dapo_keeps():
 def test_the_registry_lists_every_kind_and_builds_planners_by_name():
     registry = budget_registry()
     assert registry["which_prompts"] == ["greso", "pilot_commit"] == available_planners("which_prompts")
-    assert registry["how_many"] == ["auto", "knapsack", "reinforce_ada"]
+    assert registry["how_many"] == ["auto", "cgrpo", "knapsack", "reinforce_ada"]
     assert "until_mixed" in registry["how_many_rounds"] and "max_variance" in registry["which_rollouts"]
     assert make_planner("greso", p_easy=0.3).settings.p_easy == 0.3
     with pytest.raises(ValueError, match=r"planner 'greso' has no setting 'p'; its settings are \['p_easy'"):
@@ -333,11 +333,11 @@ def test_bad_settings_are_one_line_naming_the_knob(name, knobs, message):
         make_planner(name, **knobs)
 
 
-@pytest.mark.parametrize("name", ["greso", "knapsack", "reinforce_ada", "pilot_commit"])
+@pytest.mark.parametrize("name", ["greso", "knapsack", "reinforce_ada", "pilot_commit", "cgrpo"])
 def test_every_planner_returns_the_same_plan_shape(name):
     planner = make_planner(name)
     ledger = greso_ledger()
-    n = {"reinforce_ada": 32, "pilot_commit": 32}.get(name, 8)
+    n = {"reinforce_ada": 32, "pilot_commit": 32, "cgrpo": 32}.get(name, 8)
     plan = planner.plan(torch.arange(9), ledger, n=n, generator=torch.Generator().manual_seed(1))
     for mask in (plan.rollouts, plan.skipped, plan.deferred, plan.evicted):
         assert mask.shape == (9,)

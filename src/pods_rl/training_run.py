@@ -119,7 +119,7 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     """``build`` once the run directory is ours, stage by stage: what the run directory allows, the data, the
     model's checks, the resume plan (nothing written yet), the model, the run's records, the trainer."""
     explicit = _check_run_dir(run_dir, config, resume, output_dir_given)
-    task, train_dataset, data = _load_data(run, config)
+    task, train_dataset, data, trainer_inputs = _load_data(run, config)
     _check_model(config, model_args)
     flat, changes, data_change = _plan_resume(run, config, model_args, run_dir, resume, data)
     if resume:  # a corrupt file in the checkpoint to resume is named now, not deep inside a loader
@@ -131,7 +131,7 @@ def _build_locked(run, config, model_args, stop, run_dir: Path, resume: bool, ou
     model, tokenizer = load_for_training(model_args, trust_remote_code=bool(config.trust_remote_code))
     train_seconds = _record_run(run_dir, config, flat, resume, explicit, main_process, data, data_change, changes)
     return _build_trainer(run, config, model_args, task, train_dataset, model, tokenizer, stop, run_dir,
-                          train_seconds, changes)
+                          train_seconds, changes, trainer_inputs)
 
 
 def _check_run_dir(run_dir: Path, config, resume: bool, output_dir_given: bool):
@@ -146,7 +146,8 @@ def _check_run_dir(run_dir: Path, config, resume: bool, output_dir_given: bool):
 
 
 def _load_data(run: RunArguments, config):
-    """The task, its training split (rows bounded while they load) and the data's fingerprint; a broken or missing
+    """The task, its training split (rows bounded while they load), the data's fingerprint and the trainer's inputs
+    of a planner's (C-GRPO's calibration set and answer extractor); a broken or missing
     held-out split fails here too, before the model loads."""
     task = get_task(run.task, **parse_task_args(run.task_args))
     if run.max_row_bytes is not None:
@@ -163,7 +164,39 @@ def _load_data(run: RunArguments, config):
                   f"evaluation uses {held_out}, not the {run.eval_num_problems} of --eval_num_problems")
     if config.reward_weights is None:
         config.reward_weights = list(task.reward_weights)
-    return task, train_dataset, data
+    return task, train_dataset, data, _cgrpo_inputs(run, config, task, train_dataset)
+
+
+def _cgrpo_inputs(run: RunArguments, config, task, train_dataset) -> dict:
+    """With ``--rollout_planner cgrpo``: PODSTrainer's ``calibration_dataset`` (the rows of ``calibration_split``,
+    default the evaluation split past the problems evaluation uses) and ``answer_extractor`` (the task's), checked
+    before the model loads; {} otherwise."""
+    if config.rollout_planner != "cgrpo":
+        return {}
+    from pods_rl.budget.planners import make_planner
+    from pods_rl.budget.planners.cgrpo import calibration_rows
+
+    extractor = task.answer_extractor()
+    if extractor is None:
+        raise ValueError(f"--rollout_planner cgrpo compares the final answers of a prompt's completions, but task "
+                         f"{run.task!r} has no answer extractor (its answers do not compare as strings): choose "
+                         "another planner, or a task whose answer_extractor() returns one")
+    settings = make_planner("cgrpo", **(config.rollout_planner_args or {})).settings
+    split = settings.calibration_split or run.eval_split
+    if split not in task.splits:
+        raise ValueError(f"task {run.task!r} has no split {split!r} to calibrate C-GRPO on; set calibration_split in "
+                         f"--rollout_planner_args to one of {list(task.splits)}")
+    skip = run.eval_num_problems if split == run.eval_split else 0  # the problems an evaluation uses stay unseen
+    wanted = settings.num_calibration_samples
+    held_out = task.load(split, limit=None if wanted is None else skip + wanted)
+    end = len(held_out)
+    if end <= skip:
+        raise ValueError(f"split {split!r} of task {run.task!r} has no rows past the {skip} evaluation problems to "
+                         "calibrate C-GRPO on: lower --eval_num_problems, or set calibration_split in "
+                         "--rollout_planner_args")
+    calibration = held_out.select(range(skip, end))
+    calibration_rows(settings, calibration, extractor, train_dataset)  # the overlap with training, in one line
+    return {"calibration_dataset": calibration, "answer_extractor": extractor}
 
 
 def _check_model(config, model_args) -> None:
@@ -235,9 +268,9 @@ def _record_run(run_dir: Path, config, flat: dict, resume: bool, explicit, main_
 
 
 def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, model, tokenizer, stop,
-                   run_dir: Path, train_seconds: float, changes: dict):
+                   run_dir: Path, train_seconds: float, changes: dict, trainer_inputs: dict | None = None):
     """The clock (evaluations, time-based saves and stop), the stop on signals, the divergence guard and the
-    trainer. Returns (trainer, clock, eval_fn)."""
+    trainer (``trainer_inputs``: its keywords of a planner's, C-GRPO's). Returns (trainer, clock, eval_fn)."""
     from transformers.trainer_callback import PrinterCallback
 
     from pods_rl.engines.trl.config import peft_config
@@ -267,7 +300,8 @@ def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, m
         callbacks.append(runlog.ApplyOptimizerSettings())
     callbacks.append(DivergenceGuard())  # last: its on_log sees the row the clock wrote; its checks precede saves
     trainer = PODSTrainer(model=model, reward_funcs=task.reward_funcs(), args=config, train_dataset=train_dataset,
-                          processing_class=tokenizer, peft_config=peft_config(model_args), callbacks=callbacks)
+                          processing_class=tokenizer, peft_config=peft_config(model_args), callbacks=callbacks,
+                          **(trainer_inputs or {}))
     clock.is_main_process = trainer.accelerator.is_main_process
     clock.run_figure = run.run_figure  # read by fit
     if clock.progress:

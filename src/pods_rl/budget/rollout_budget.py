@@ -78,6 +78,10 @@ def _knobs(name: str | None, args: dict | None, n: int, m: int, names: Mapping[s
     if name == "pilot_commit":
         return check_pilot_commit(args, n, names=names, reasons=reasons)
     knobs, where = dict(args or {}), names["rollout_planner_args"]
+    if name == "cgrpo":  # n is the group width: the largest budget of the grid
+        from pods_rl.budget.planners.cgrpo import check_width
+
+        check_width(knobs, n, names)
     if name in ("knapsack", "auto"):
         for key, default in (("min_n", m), ("max_n", n)):
             value = knobs.setdefault(key, default)
@@ -157,7 +161,8 @@ def check_rollout_planner(planner: str | None, *, pilot: bool, n: int, m: int,
     if planner is not None and pilot:
         raise ValueError(f"{names['rollout_planner']} and {names['pilot']} both decide how many rollouts a prompt "
                          "gets: set one")
-    if planner is not None and m >= n:
+    # (C-GRPO stops each prompt at its own budget: with m = n it is C-GRPO itself, groups of n with padding)
+    if planner is not None and m >= n and planner != "cgrpo":
         raise ValueError(f"{names['rollout_planner']} spends between {names['m']} (m={m}) and {names['n']} (n={n}) "
                          f"rollouts per prompt: with m = n every prompt gets n; raise {names['n']} above {names['m']}")
 
@@ -194,6 +199,8 @@ class RolloutBudget:
         if config.rollout_planner == "auto" and config.adaptive_budget is not None:
             raise ValueError(f"{names['rollout_planner']}='auto' chooses how many rollouts to spend from the measured "
                              f"costs: drop {names['adaptive_budget']} (Knapsack-RL's fixed budget)")
+        if hasattr(how_many, "seed_with"):  # a planner with a random stream of its own (C-GRPO's): the run's seed
+            how_many.seed_with(config.seed)
         check_finite(names["success_threshold"], config.ledger_success_threshold)
         ledger = PromptLedger(LedgerSettings(success_threshold=config.ledger_success_threshold))
         return cls(ledger, which, how_many, n=n, m=m, seed=config.seed,
@@ -294,6 +301,9 @@ class RolloutBudget:
         if self.needs_costs:  # auto: no fixed budget, the counts with the most signal per measured second
             plan = self.how_many.plan(ids, self.ledger, n=self.n, m=self.m)
             return plan.rollouts.clamp(self.m, self.n), plan.metrics
+        if getattr(self.how_many, "samples_in_rounds", False):  # its first round; the engine runs the others
+            plan = self.how_many.plan(ids, self.ledger, n=self.n)
+            return plan.rollouts, plan.metrics
         # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
         # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
         per_prompt = min(self.n, max(self.m, round(self.budget_per_prompt or self.n)))

@@ -63,8 +63,8 @@ PILOT_COMMIT_REASONS: dict[str, dict[str, str | None]] = {
 
 # Which planners each engine runs, by question (the planners' kinds), and what its refusal says of the others.
 PLANNERS: dict[str, dict[str, tuple[str, ...]]] = {
-    "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto")},
-    "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto")},
+    "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto", "cgrpo")},
+    "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto", "cgrpo")},
     # verl: GRESO in the agent loop manager, Knapsack-RL and auto as __rollout_n__, Reinforce-Ada's rounds and
     # Pilot-Commit's pilot and commit in the agent loop worker.
     "verl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto", "reinforce_ada")},

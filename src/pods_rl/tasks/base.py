@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pods_rl.tasks import rewards
+from pods_rl.tasks.extraction import final_answer
 
 # The paper's instruct-style system prompt (R1-style reasoning then answer tags).
 SYSTEM_PROMPT = (
@@ -185,6 +186,11 @@ class Task:
         return with_weights([correctness, rewards.format_reward, rewards.tag_count_reward], self.reward_weights)
 
     reward_funcs.attaches_weights = True
+
+    def answer_extractor(self) -> Callable[[str], str | None] | None:
+        """``fn(completion text) -> its final answer or None``, compared as strings to other completions' and to the
+        gold ``answer`` (C-GRPO's prediction sets); None for a task whose answers strings cannot compare."""
+        return final_answer
 
     def score(self, completion, answer: str, **extra) -> dict:
         """Evaluation scores of one completion (str or chat messages): ``{"correct": bool, "format": bool}``."""

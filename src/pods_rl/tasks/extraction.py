@@ -77,6 +77,14 @@ def _has_exactly_one_number(text: str) -> bool:
     return next(matches, None) is not None and next(matches, None) is None
 
 
+def final_answer(text) -> str | None:
+    """The one answer a completion (str or chat messages) states, for comparing completions with each other (C-GRPO's
+    prediction sets): the last of ``candidate_answers`` (an ``<answer>`` block's lone number, else the block; without
+    one the last number), None if it states none."""
+    candidates = candidate_answers(completion_text(text))
+    return candidates[-1] if candidates else None
+
+
 def candidate_answers(text: str) -> list[str]:
     """Answer candidates from a completion, in the order tried (any one matching counts).
 

@@ -85,6 +85,10 @@ class ReasoningGymTask(Task):
         ]
         return datasets.Dataset.from_list(rows)
 
+    def answer_extractor(self):
+        """None: reasoning-gym's scorers judge answers that equal strings cannot (orderings, sets, formats)."""
+        return None
+
     def is_correct(
         self, completion: str, answer: str, rg_split: str | None = None, rg_index: int | None = None, **extra
     ) -> bool:

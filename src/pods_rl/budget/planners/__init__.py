@@ -1,6 +1,6 @@
 """Rollout-budget planners from the follow-ups to PODS: ``greso`` and ``pilot_commit`` (which prompts),
-``knapsack`` and ``reinforce_ada`` (how many rollouts), presets (DAPO); and pods-rl's own ``auto`` (how many, from
-the measured costs: ``auto``). Plain tensors on the prompt ledger, the
+``knapsack``, ``reinforce_ada`` and ``cgrpo`` (how many rollouts), presets (DAPO); and pods-rl's own ``auto`` (how
+many, from the measured costs). Plain tensors on the prompt ledger, the
 papers' knobs under their own names, checked against the authors' code (benchmarks/budget_crosscheck.py;
 differences: docs/concepts/rollout-budgets.md). The planner shape and registry: ``base``.
 """
@@ -15,6 +15,7 @@ from pods_rl.budget.planners.base import (
     make_planner,
     register_planner,
 )
+from pods_rl.budget.planners.cgrpo import CGRPO, CGRPOSettings, encode_answers
 from pods_rl.budget.planners.greso import GresoSettings, GresoSkip, greso_skip_probability
 from pods_rl.budget.planners.knapsack import (
     KnapsackAllocation,
@@ -27,6 +28,7 @@ from pods_rl.budget.planners.presets import PRESETS, available_presets, dapo_kee
 from pods_rl.budget.planners.reinforce_ada import ReinforceAda, ReinforceAdaSettings
 
 __all__ = [
+    "CGRPO",
     "KINDS",
     "PRESETS",
     "AutoN",
@@ -40,10 +42,12 @@ __all__ = [
     "Plan",
     "ReinforceAda",
     "ReinforceAdaSettings",
+    "CGRPOSettings",
     "available_planners",
     "available_presets",
     "budget_registry",
     "dapo_keep_groups",
+    "encode_answers",
     "estimate_success_rate",
     "greso_skip_probability",
     "knapsack_allocation",

@@ -137,9 +137,11 @@ class PODSConfig(GRPOConfig):
         metadata={"help": "How many rollouts each sampled prompt gets (a planner of pods_rl.budget.planners): knapsack "
                   "(Knapsack-RL: a budget of adaptive_budget rollouts per prompt on average, default "
                   "num_generations, spent where groups are likeliest mixed; each prompt gets downsample_to .. "
-                  "num_generations, then PODS keeps m) or auto (the counts with the most expected learning signal "
+                  "num_generations, then PODS keeps m), auto (the counts with the most expected learning signal "
                   "per measured second: GRPO with m where sampling does not pay, more rollouts where it does; "
-                  "docs: PODS that picks its own n)."},
+                  "docs: PODS that picks its own n) or cgrpo (C-GRPO: rounds up budget_grid until a prompt's "
+                  "conformal prediction set is a singleton, num_generations = max(budget_grid); PODSTrainer needs "
+                  "calibration_dataset= and answer_extractor=)."},
     )
     rollout_planner_args: dict | str | None = field(
         default=None,
@@ -239,6 +241,9 @@ class PODSConfig(GRPOConfig):
         check_planners("trl", {"which_prompts": self.prompt_planner, "how_many": self.rollout_planner},
                        available_planners)
         check_planner_settings(self, names=spelled("trl", "budget"), reasons=PILOT_COMMIT_REASONS["trl"])
+        from pods_rl.engines.trl.cgrpo import check_cgrpo_config
+
+        check_cgrpo_config(self)
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:

@@ -83,6 +83,9 @@ class RoundsHost:
     phase: Callable[[str], AbstractContextManager]  # the phase clock's block for a phase name
     log: Callable[[dict[str, float]], None]  # into the train metrics
     note_reward_variance: Callable[[torch.Tensor], None]  # once per step, on the finished groups (N, F)
+    # A planner's own rounds (C-GRPO's budget grid): (the round's completions, its slots, counts (P,), the round's
+    # rollouts (P,)) -> (P,) rollouts of the next round; None without one
+    next_round: Callable | None = None
 
 
 class Rounds:
@@ -113,6 +116,9 @@ class Rounds:
                 if args.is_adaptive:
                     book.more = plan_round(book.rewards, book.counts, self.m, n, self._round_size, args.adaptive_rule,
                                            budget=self._budget(num_sampled)) * planned
+                elif host.next_round is not None:
+                    book.more = host.next_round(scored.generated.completions[:len(slots)], slots, book.counts,
+                                                book.more)
                 elif trainable is None and host.commit is not None:  # Pilot-Commit's commit round
                     book.more, trainable = host.commit(ids, book.rewards, book.counts)
                 else:  # the planners' one round (Pilot-Commit's two)

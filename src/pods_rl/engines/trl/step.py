@@ -43,6 +43,7 @@ from pods_rl.engines.trl.adapter import (
     take_extra_logs,
     tool_names,
 )
+from pods_rl.engines.trl.cgrpo import mask_padding, padded_kept_rows
 from pods_rl.engines.trl.config import TRL_RANGE  # importing it checks the TRL version first
 from pods_rl.engines.trl.rounds import Rounds, RoundsHost
 from pods_rl.engines.trl.rows import (
@@ -71,6 +72,7 @@ class KeptRollouts:
     tool_calls: list[int] | None = None  # (B*m,) with tools: each kept rollout's tool calls and failed calls, as
     tool_failures: list[int] | None = None  # TRL's tool loop counted them
     rows: list[int] | None = None  # (B*m,) the kept rows' indices among the P*n sampled
+    padded: list[bool] | None = None  # (B*m,) C-GRPO: rows that pad a group that stopped below m
 
 
 PREPARE = "prepare"
@@ -90,6 +92,7 @@ class PODSStep:
     # object.__new__) behaves as plain GRPO.
     _pods_call: str | KeptRollouts | None = None
     _budget = None  # the planners and the prompt ledger (budget.RolloutBudget), None without planners
+    _cgrpo = None  # C-GRPO's calibration and stop rule (cgrpo.CGRPORun), None without it
     _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
     _selects = False
     phase_clock = None
@@ -120,6 +123,8 @@ class PODSStep:
         kept = self._select_kept(inputs, prompts, sampled, raised)  # kept.rows (B*m,)
         # 5. TRL's own step on the kept rows: log-probs, advantages grouped by m, metrics
         output = self._train_on_kept(inputs, prompts, sampled, kept)
+        if self._cgrpo is not None:  # C-GRPO's padding rows out of the loss (a collective)
+            self._log_train_metrics(self._cgrpo_step_metrics(output, sampled, kept))
         if self.args.advantage_baseline == "sampled":  # 6. advantages baselined on every sampled rollout instead
             self._use_sampled_baseline(output, sampled, kept.rows, len(inputs))
         return output
@@ -138,6 +143,9 @@ class PODSStep:
         if self._budget is None:
             return None, None
         ids = candidate_ids(inputs, self.num_generations)  # (P,)
+        if self._cgrpo is not None:  # thresholds with the current policy before the step that needs them
+            self._calibrate_cgrpo()
+            self._cgrpo.start_step(len(ids), self.num_generations)
         first, metrics = self._budget.plan(ids, self._kept_groups_per_process, step=self.state.global_step,
                                            rank=self.accelerator.process_index, pilot=self.args.pilot_generations)
         self._log_train_metrics(metrics)
@@ -166,11 +174,14 @@ class PODSStep:
                                                                num_sampled, n),
                                generator=self._selection_generator, gather=self._gather)
             self._log_train_metrics(selection.metrics)
-            kept_rows = selection.kept_rows  # (B*m,)
+            kept_rows, padded = selection.kept_rows, None  # (B*m,)
+            if self._cgrpo is not None:  # a group that stopped below m trains with padding rows
+                kept_rows, padded = padded_kept_rows(selection.kept, selection.groups, n)
             generated = select_rows(sampled.generated, kept_rows, len(inputs))
             kept = KeptRollouts(generated=with_dataset_images(generated, prompts, kept_rows),
                                 rewards_per_func=self._gather(local_rewards_per_func[kept_rows]),
-                                rescore_for_metrics=self._any_process(sampled.user_metrics), rows=kept_rows)
+                                rescore_for_metrics=self._any_process(sampled.user_metrics), rows=kept_rows,
+                                padded=padded)
             if raised is not None:
                 kept.tool_calls, kept.tool_failures = tool_calls_and_failures(
                     generated.completions, tool_names(self, kept_rows), self.max_tool_calling_iterations,
@@ -249,7 +260,8 @@ class PODSStep:
                               gather=self._gather,
                               deciding_rewards=functools.partial(self._deciding_rewards, weights=weights),
                               commit=self._commit if commits else None, phase=self._phase,
-                              log=self._log_train_metrics, note_reward_variance=self._note_reward_variance)
+                              log=self._log_train_metrics, note_reward_variance=self._note_reward_variance,
+                              next_round=None if self._cgrpo is None else self._cgrpo.next_round)
             rounds = Rounds(self.args, self.num_generations, self.downsample_to, self.accelerator.process_index, host)
             return rounds.sample(inputs, first, ids)
 
@@ -271,6 +283,29 @@ class PODSStep:
         extra_logs = take_extra_logs(self, len(rows))
         put_back_metrics(self, logged, owned=True)
         return Scored(generated, rewards_per_func, extra_logs, any(not name.startswith("pods/") for name in logged))
+
+    def _calibrate_cgrpo(self) -> None:
+        """C-GRPO's thresholds, when due: its calibration prompts sampled by the current policy through TRL's own
+        ``_generate`` (timed as generation; its rollouts logged as pods/cgrpo_calibration_rollouts)."""
+        if not self._cgrpo.planner.calibration_due(self.state.global_step):
+            return
+
+        def generate(rows: list[dict], k_max: int) -> list:
+            prompts = self._rollout_prompts(rows)
+            with answering(self, ROUND), grouped_by(self, k_max), generation_metrics_dropped(self):
+                return Generated(*self._generate(prompts)).completions
+
+        self._log_train_metrics(self._cgrpo.calibrate(
+            generate, step=self.state.global_step, rank=self.accelerator.process_index,
+            processes=self.accelerator.num_processes, per_device_rows=self.args.per_device_train_batch_size,
+            gather=self._gather))
+
+    def _cgrpo_step_metrics(self, output: dict, sampled: Sampled, kept: KeptRollouts) -> dict[str, float]:
+        """Mask C-GRPO's padding rows in TRL's batch; its budgets this step, every process's (collectives)."""
+        padding = mask_padding(output, kept.padded, self._gather)
+        counts = self._gather(sampled.counts.reshape(-1)).cpu()  # (P * processes,)
+        return {**self._cgrpo.planner.round_metrics(counts), "pods/cgrpo_padding_rows": padding,
+                "pods/cgrpo_calibration_rollouts_total": float(self._cgrpo.planner.calibration_rollouts)}
 
     def _commit(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor):
         """Pilot-Commit's commit round: (P,) rollouts more per candidate of ``ids`` (P,), and which may train."""

@@ -41,6 +41,7 @@ from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
 from pods_rl import tiny
 from pods_rl.budget.rollout_budget import RolloutBudget
+from pods_rl.engines.trl.cgrpo import CGRPORun, check_calibration, uses_cgrpo
 from pods_rl.engines.trl.config import PODSConfig, eval_batch_problem, quiet_checkpointing_deprecations
 from pods_rl.engines.trl.phase_clock import PhaseClock
 from pods_rl.engines.trl.step import PODSStep
@@ -84,6 +85,23 @@ def _colocated_engine_sized_for(config: PODSConfig):
         yield
     finally:
         grpo_trainer.VLLMGeneration = built
+
+
+def _cgrpo_arguments(config: PODSConfig, args: tuple, kwargs: dict) -> tuple[list[dict], object] | None:
+    """``calibration_dataset`` and ``answer_extractor`` taken out of ``kwargs`` (GRPOTrainer knows neither) and,
+    with rollout_planner="cgrpo", checked in one line each: (calibration rows, extractor), else None."""
+    calibration_dataset = kwargs.pop("calibration_dataset", None)
+    answer_extractor = kwargs.pop("answer_extractor", None)
+    if not uses_cgrpo(config):
+        if calibration_dataset is not None or answer_extractor is not None:
+            raise ValueError("calibration_dataset and answer_extractor are C-GRPO's: set rollout_planner='cgrpo', or "
+                             "drop them")
+        return None
+    train_dataset = kwargs.get("train_dataset") if "train_dataset" in kwargs else (args[3] if len(args) > 3 else None)
+    planner = RolloutBudget.from_config(config).how_many
+    rows = check_calibration(planner, calibration_dataset, answer_extractor, train_dataset,
+                             environment=bool(kwargs.get("environment_factory") or kwargs.get("tools")))
+    return rows, answer_extractor
 
 
 def _has_train_dataset(args: tuple, kwargs: dict) -> bool:
@@ -154,6 +172,8 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                 kwargs["reward_funcs"] = reward_funcs
             else:
                 args = (*args[:1], reward_funcs, *args[2:])
+        # C-GRPO's calibration prompts and answer extractor (keywords of PODSTrainer's own), checked before any load
+        calibration = _cgrpo_arguments(config, args, kwargs)
         if config.has_planner and not _has_train_dataset(args, kwargs) and kwargs.get("environment_factory"):
             raise ValueError("prompt_planner / rollout_planner tell prompts apart by their text, but the environment "
                              "owns the data here (train_dataset=None: every row is the same placeholder); pass a "
@@ -195,6 +215,8 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             self._adaptive_reward_index = self.reward_func_names.index(config.adaptive_reward)
         self._selects = config.selects
         self._budget = RolloutBudget.from_config(config)  # the planners and the prompt ledger, None without planners
+        if calibration is not None:
+            self._cgrpo = CGRPORun(self._budget.how_many, *calibration)
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
         self.phase_clock = PhaseClock(self)

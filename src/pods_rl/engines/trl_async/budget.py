@@ -32,6 +32,7 @@ from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
 from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_pilot_commit, check_rollout_planner
 from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
+from pods_rl.engines.trl_async.cgrpo import CGRPO_KEYS, check_worker_cgrpo
 
 __all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
 
@@ -40,7 +41,8 @@ logger = logging.getLogger("pods_rl")
 # The worker's budget keywords (PODSRolloutLoop pops them before TRL's __init__); pods_seed, pods_adaptive_reward
 # and pods_adaptive_budget are shared with selection and the adaptive rounds.
 BUDGET_KEYS = ("pods_prompt_planner", "pods_prompt_planner_args", "pods_rollout_planner", "pods_rollout_planner_args",
-               "pods_ledger_success_threshold", "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume")
+               "pods_ledger_success_threshold", "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume",
+               *CGRPO_KEYS)
 SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after recorded groups
 
 
@@ -105,8 +107,13 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{key} must be a positive integer (groups per training step), got {value!r}")
     config = budget_config(n, m, **{k: v for k, v in settings.items() if k not in (
-        "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward")})
-    return RolloutBudget.from_config(config, names=names, reasons=reasons)
+        "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward", *CGRPO_KEYS)})
+    budget = RolloutBudget.from_config(config, names=names, reasons=reasons)
+    if settings.get("pods_rollout_planner") == "cgrpo":  # its calibration prompts and answer extractor
+        check_worker_cgrpo(budget.how_many, dataset, environment_factory=environment_factory, **settings)
+    elif any(settings.get(key) is not None for key in CGRPO_KEYS):
+        raise ValueError(f"{' and '.join(CGRPO_KEYS)} are C-GRPO's: set pods_rollout_planner='cgrpo', or drop them")
+    return budget
 
 
 @dataclass

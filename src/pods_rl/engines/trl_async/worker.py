@@ -37,6 +37,7 @@ from pods_rl.engines.trl_async.budget import (
     PODSLedgerCallback,
     check_budget_settings,
 )
+from pods_rl.engines.trl_async.cgrpo import WorkerCGRPO, check_worker_cgrpo
 from pods_rl.engines.trl_async.scoring import (
     ScoredConversation,
     conversations_at,
@@ -83,9 +84,15 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
             pods_seed=pods_seed, **planners)
         super().__init__(**kwargs)
         self.deciding_key = "reward" if pods_adaptive_reward is None else f"rewards/{pods_adaptive_reward}"
+        self.cgrpo = None
         if self.adaptive is not None:
             self.adaptive.check_reward(self.reward_func_names, ADAPTIVE_NAMES)
             self.init_top_ups(n, self.adaptive.pilot)
+        elif budget is not None and getattr(budget.how_many, "samples_in_rounds", False):  # C-GRPO: up its grid
+            planner = budget.how_many
+            self.init_top_ups(n, planner.settings.budget_grid[0])
+            self.cgrpo = WorkerCGRPO(planner, check_worker_cgrpo(planner, kwargs.get("dataset"), **planners),
+                                     planners["pods_answer_extractor"])
         elif budget is not None and budget.how_many is not None:
             self.init_top_ups(n, pods_m)  # Knapsack-RL: m from TRL's generate loop, the rest topped up
         elif budget is not None and budget.commits:
@@ -140,6 +147,8 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
             more = self.judge_pilot(group.group_id, scored)
             if not more:
                 return []
+        elif self.cgrpo is not None:
+            more = await self.cgrpo.more(self, group)
         else:
             more = self.plan_top_up(scored, group.group_id)
         if more:  # all equal so far / short of its count: sample more in the background, score them when they arrive
@@ -365,6 +374,8 @@ def _rollouts_a_group_starts(n: int, m: int, budget, **pods: Any) -> int:
     """Rollouts TRL's generate loop samples per group before top-ups: n, the pilot k, m (Knapsack), or n_explore."""
     if budget is not None and budget.commits:
         return budget.which.settings.n_explore
+    if budget is not None and getattr(budget.how_many, "samples_in_rounds", False):  # C-GRPO: its first budget
+        return budget.how_many.settings.budget_grid[0]
     return pods.get("pods_pilot") or (m if pods.get("pods_rollout_planner") else n)
 
 
