@@ -42,8 +42,7 @@ def binomial_pmf(p, n: int) -> torch.Tensor:
 
 
 def beta_binomial_pmf(a, b, n: int) -> torch.Tensor:
-    """(P,) Beta(a, b) -> (P, n+1) float64 P(K = k), K ~ BetaBin(n, a, b), by Polya's urn one draw at a time (the
-    next draw succeeds with probability (a + successes) / (a + b + draws)): the readable reference."""
+    """(P,) Beta(a, b) -> (P, n+1) float64 P(K = k), K ~ BetaBin(n, a, b), by Polya's urn (the readable reference)."""
     a = torch.as_tensor(a, dtype=torch.float64).reshape(-1, 1)
     b = torch.as_tensor(b, dtype=torch.float64).reshape(-1, 1)
     pmf = torch.ones(len(a), 1, dtype=torch.float64)  # (P, draws+1): no draw yet
@@ -83,8 +82,7 @@ def _weighted_lower_tail(a: np.ndarray, b: np.ndarray, ns: np.ndarray, weights: 
 
 
 def selected_variance_table(a, b, m: int, ns) -> np.ndarray:
-    """(U,) Beta(a, b), (K,) counts n >= m -> (U, K) float64 E[V_{n,m}] under the Beta-binomial: the batched form of
-    ``expected_selected_variance`` (tested equal), with P(t <= K <= n-t) = 1 - P(K <= t-1) - P(n-K <= t-1)."""
+    """(U,) Beta(a, b), (K,) counts n >= m -> (U, K) E[V_{n,m}]: ``expected_selected_variance``, batched."""
     a, b, ns = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), np.asarray(ns, dtype=np.int64)
     if m // 2 == 0:
         return np.zeros((len(a), len(ns)))
@@ -155,8 +153,8 @@ def allocate_for_signal(signal: torch.Tensor, counts: torch.Tensor, *, sample_se
 
 @dataclass(frozen=True)
 class CostEstimate:
-    """Seconds: ``fixed`` (c0: sampling's intercept), ``per_sampled`` (c_s, marginal), ``per_trained`` (c_t);
-    ``slope_known``: c_s was fitted over different totals (else it is the average, an upper bound)."""
+    """Seconds: ``fixed`` c0, ``per_sampled`` c_s (marginal; the average, an upper bound, unless ``slope_known``),
+    ``per_trained`` c_t."""
 
     fixed: float
     per_sampled: float
@@ -201,8 +199,7 @@ class RolloutCostModel:
         return int((totals < middle).sum()) >= 2 and int((totals >= middle).sum()) >= 2
 
     def estimate(self) -> CostEstimate | None:
-        """The current ``CostEstimate``; None before any sampling step was observed (``per_trained`` NaN before any
-        update step was)."""
+        """The current ``CostEstimate``; None before a sampling step (``per_trained`` NaN before an update step)."""
         if not self.sampled:
             return None
         per_trained = np.asarray(self.trained) if self.trained else np.array([np.nan])
@@ -277,8 +274,7 @@ class AutoSettings:
 
 @register_planner("auto")
 class AutoN:
-    """PODS that picks its own n (module docstring): each step, the counts with the most expected learning signal
-    per second, from the ledger's pass rates and the measured costs (``observe``, once per optimizer step)."""
+    """PODS that picks its own n (module docstring); ``observe`` feeds it each optimizer step's costs."""
 
     kind = "how_many"
     Settings = AutoSettings

@@ -1,16 +1,8 @@
-"""C-GRPO: conformal per-prompt rollout budgets (Fayyazi et al.; code: the ``trl-cgrpo`` 0.2.0 package, its
-``conformal.py`` and ``CGRPOTrainer.calibrate`` / ``_resolved`` / ``_generate_single_turn``).
-
-Each prompt is sampled in increments along ``budget_grid`` (default 2, 4, 8, 16, 32) and stops at the first budget k
-whose split-conformal prediction set over its k answers is a complete singleton: one answer whose share of the k
-reaches ``qhat_k``. One threshold per budget is calibrated on held-out prompts with their gold answers, each sampled
-max(budget_grid) times by the current policy, before the first step and every ``recalibrate_every`` steps.
-
-Shapes: answers (P, n) int64 codes, equal codes = equal answers within a row, -1 = no answer (a failed extraction, or
-not drawn); gold (P,) the gold answer's code in its row's coding (-1: never drawn or empty); passes (P, n) bool for
-the execution scores. ``encode_answers`` turns strings into codes. The randomized APS score and the tie-breaks draw
-from a ``random.Random(seed)`` in the released code's order (one draw per distinct answer each time a distribution is
-built, one more for a found gold answer), so the same answers and seed give the same thresholds and stops
+"""C-GRPO: conformal per-prompt rollout budgets (Fayyazi et al.; code: ``trl-cgrpo`` 0.2.0). Each prompt is sampled
+along ``budget_grid`` (2, 4, 8, 16, 32) until the split-conformal prediction set over its answers is a singleton (one
+answer's share reaches ``qhat_k``); the thresholds are calibrated on held-out prompts before the first step and every
+``recalibrate_every`` steps. Shapes: answers (P, n) int64 codes (-1: none), gold (P,). Random draws follow the
+released code's order, so the same answers and seed give the same thresholds and stops
 (benchmarks/budget_crosscheck.py; differences: docs/concepts/rollout-budgets.md).
 """
 

@@ -1,15 +1,7 @@
-"""C-GRPO in ``PODSTrainer`` (``rollout_planner="cgrpo"``): what the planner (``pods_rl.budget.planners.cgrpo``,
-plain tensors) needs of the trainer, apart from the step.
-
-- ``check_cgrpo_config`` / ``check_calibration``: the one-line refusals, before any model loads.
-- ``CGRPORun``: the calibration (held-out prompts, each sampled max(budget_grid) times by the current policy through
-  GRPOTrainer's own ``_generate``, their answers against the gold ones; before the first step and every
-  ``recalibrate_every`` steps) and the stop rule after each round (``next_round``: the round's completions -> answers
-  -> the planner's next budget per prompt).
-
-A prompt that stops at k < m trains as a group of m whose m - k padding rows (copies with NaN rewards: advantage 0)
-are masked out of the loss and its normalizer (``mask_padding``), as trl-cgrpo pads; one that stops above m is
-down-sampled to m by PODS's rule.
+"""C-GRPO in ``PODSTrainer`` (``rollout_planner="cgrpo"``): the one-line refusals (``check_cgrpo_config``,
+``check_calibration``); ``CGRPORun``, the calibration through GRPOTrainer's own ``_generate`` and the stop rule after
+each round. A prompt that stops at k < m trains with m - k padding rows masked out of the loss (``mask_padding``), as
+trl-cgrpo pads; one that stops above m is down-sampled to m by PODS's rule.
 """
 
 from __future__ import annotations

@@ -194,11 +194,16 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         quiet_checkpointing_deprecations()
         with engine_setup, _colocated_engine_sized_for(config):
             super().__init__(*args, **kwargs)
+        self._set_up_pods(config, _has_train_dataset(args, kwargs), calibration)
+
+    def _set_up_pods(self, config: PODSConfig, has_train_dataset: bool, calibration) -> None:
+        """What PODSTrainer adds once GRPOTrainer is built: m and the rule, the placeholder data of environments that
+        own theirs, the deciding reward, the planners and ledger, the phase clock."""
         # Evaluation samples what a GRPO run with m samples (PODSConfig validated the eval batch in these terms).
         self.num_generations_eval = config.eval_generations
         self.downsample_to = config.downsample_to
         self.downsample_rule = config.downsample_rule
-        if config.selects and self.environment_factories is not None and not _has_train_dataset(args, kwargs):
+        if config.selects and self.environment_factories is not None and not has_train_dataset:
             # The environment owns the data (its reset returns the prompt): TRL drives the loop with a placeholder
             # dataset of one generation round's prompts, counted for GRPO (generation_batch_size // n, which is 0
             # when a round keeps fewer rows than n); PODS's sampler takes a round of B * oversample_prompts

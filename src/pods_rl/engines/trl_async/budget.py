@@ -129,10 +129,8 @@ class _Window:
 
 
 class WorkerBudget:
-    """The worker's planners, ledger and its groups' prompt positions; the loop hands it rows and scored groups.
-
-    ``groups_per_step`` W: prompts planned together and recorded groups per GRESO adaptation; ``start_index``:
-    TRL's ``dataset_start_index``; prompt id = position % ``dataset_size``; ``clock``: seconds (auto's costs)."""
+    """The worker's planners, ledger and groups' prompt positions (id = position % ``dataset_size``); W =
+    ``groups_per_step`` prompts planned together; ``start_index``: TRL's; ``clock``: seconds, for auto."""
 
     def __init__(self, budget: RolloutBudget, *, groups_per_step: int, dataset_size: int, start_index: int = 0,
                  seed: int = 0, clock: Callable[[], float] = time.monotonic):

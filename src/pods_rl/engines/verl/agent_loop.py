@@ -67,10 +67,8 @@ def hold_total(counts: torch.Tensor, total: int, low: int, high: int) -> torch.T
 
 
 class PODSAgentLoopManager(AgentLoopManagerTQ):
-    """verl's TransferQueue agent loop manager, planning each training dispatch with the PODS buffer's planners.
-
-    ``decisions``: one dict per training dispatch, in order: ``step``, ``wave``, ``uids`` and ``ids`` (P,) offered,
-    ``kept`` (P,) bool, ``counts`` (P,) rollouts asked of each row's first round (0: dropped)."""
+    """verl's TransferQueue agent loop manager, planning each training dispatch with the PODS buffer's planners;
+    ``decisions``: per dispatch, ``step``, ``wave``, ``uids``, ``ids`` (P,), ``kept`` (P,), ``counts`` (P,)."""
 
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
@@ -144,10 +142,8 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         return None
 
     def _observe_costs(self, step: int) -> None:
-        """At a step's first dispatch, the step before it for auto's cost model: rollouts dispatched, sampling
-        seconds (first dispatch to the end of the buffer's ``sample()``: generation and scoring), rows trained and
-        update seconds (the end of ``sample()`` to this dispatch: log-probs, update, and on some steps a save or a
-        validation, which the cost model sets aside as slow steps)."""
+        """At a step's first dispatch, the step before it for auto: sampling = first dispatch to the end of the
+        buffer's ``sample()``, update = from there to now (a save or validation there is set aside as a slow step)."""
         now = time.monotonic()
         if self._clock is not None and self._clock[0] == step:
             return
