@@ -11,12 +11,12 @@ to put it.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
-import tarfile
+import sys
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a hook is loaded by path: its sibling, pinned_npm
+from pinned_npm import PinnedFile  # noqa: E402
 
 VERSION = "11.17.2"  # mkdocs-material 9.8 loads mermaid@11 when the page has none
 TARBALL = f"https://registry.npmjs.org/mermaid/-/mermaid-{VERSION}.tgz"
@@ -35,43 +35,20 @@ def cached_path(repo_root: Path) -> Path:
     return repo_root / "build" / "docs-assets" / f"mermaid-{VERSION}.min.js"
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def pinned() -> PinnedFile:
+    """This hook's file, as pinned by the module's constants (read at call time: the tests swap them)."""
+    return PinnedFile(TARBALL, TARBALL_SHA512, MEMBER, FILE_SHA256, MermaidUnavailable,
+                      f"the docs' diagrams need mermaid {VERSION}'s mermaid.min.js")
 
 
 def extract(tarball: bytes) -> bytes:
-    """mermaid.min.js from the npm tarball's bytes, after checking the tarball against the registry's sha512."""
-    digest = base64.b64encode(hashlib.sha512(tarball).digest()).decode()
-    if digest != TARBALL_SHA512:
-        raise MermaidUnavailable(f"{TARBALL} does not match the registry's sha512 for mermaid {VERSION}")
-    with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as archive:
-        member = archive.extractfile(MEMBER)
-        if member is None:
-            raise MermaidUnavailable(f"{TARBALL} has no {MEMBER}")
-        data = member.read()
-    if _sha256(data) != FILE_SHA256:
-        raise MermaidUnavailable(f"{MEMBER} of mermaid {VERSION} is not the file this build pins (sha256)")
-    return data
+    """mermaid.min.js from the npm tarball's bytes, both checked (``pinned_npm``)."""
+    return pinned().extract(tarball)
 
 
 def ensure(path: Path, fetch=lambda url: urllib.request.urlopen(url, timeout=60).read()) -> Path:
-    """``path`` holding the pinned mermaid.min.js: the cached file if its sha256 matches, else fetched, checked and
-    written there. Raises ``MermaidUnavailable`` with the one line to act on."""
-    if path.is_file() and _sha256(path.read_bytes()) == FILE_SHA256:
-        return path
-    try:
-        data = extract(fetch(TARBALL))
-    except MermaidUnavailable:
-        raise
-    except Exception as err:  # offline, a proxy, a registry error: say what to do instead
-        raise MermaidUnavailable(
-            f"the docs' diagrams need mermaid {VERSION}'s mermaid.min.js and it could not be fetched from {TARBALL} "
-            f"({err}); put that file ({MEMBER} of the tarball, sha256 {FILE_SHA256}) at {path}") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_bytes(data)
-    partial.replace(path)
-    return path
+    """``path`` holding the pinned file (``PinnedFile.ensure``); ``MermaidUnavailable``: the one line to act on."""
+    return pinned().ensure(path, fetch)
 
 
 def on_config(config):
