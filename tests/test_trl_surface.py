@@ -221,7 +221,7 @@ def test_the_step_reaches_trls_private_state_only_through_the_adapter():
 
     engine = Path(pods_trainer.__file__).parent
     own = set().union(*(defined_names(path) for path in engine.glob("*.py")))
-    own |= assigned_on_self(pods_trainer.PODSTrainer.__init__)
+    own |= assigned_on_self(pods_trainer.PODSTrainer.__init__) | assigned_on_self(pods_trainer.PODSTrainer._set_up_pods)
     used = {module: private_names_used(engine / f"{module}.py") - own for module in ("step", "rounds", "rows")}
     assert not any(used.values()), f"GRPOTrainer's private names used outside engines/trl/adapter.py: {used}"
     assert private_names_used(engine / "adapter.py") - own == set(ADAPTER_PRIVATE_NAMES)

@@ -19,7 +19,7 @@ from pathlib import Path
 @dataclass(frozen=True)
 class PinnedFile:
     """``member`` of the npm ``tarball`` (its sha512, as the registry publishes it), pinned by the file's sha256;
-    ``error`` is the hook's exception class, ``needed_for`` what the docs need it for (in the offline error)."""
+    ``error`` is the hook's exception class, ``needed_for`` the offline error's words before the tarball's address."""
 
     tarball: str
     tarball_sha512: str
@@ -31,7 +31,7 @@ class PinnedFile:
     def extract(self, tarball: bytes) -> bytes:
         """The file from the tarball's bytes, both checked."""
         if base64.b64encode(hashlib.sha512(tarball).digest()).decode() != self.tarball_sha512:
-            raise self.error(f"{self.tarball} does not match the registry's sha512 ({self.needed_for})")
+            raise self.error(f"{self.tarball} does not match the registry's sha512 for {self.member}")
         with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as archive:
             member = archive.extractfile(self.member)
             if member is None:
@@ -51,8 +51,8 @@ class PinnedFile:
         except self.error:
             raise
         except Exception as err:  # offline, a proxy, a registry error: say what to do instead
-            raise self.error(f"{self.needed_for} and it could not be fetched from {self.tarball} ({err}); put that "
-                             f"file ({self.member} of the tarball, sha256 {self.file_sha256}) at {path}") from None
+            raise self.error(f"{self.needed_for} {self.tarball} ({err}); put that file ({self.member} of the tarball, "
+                             f"sha256 {self.file_sha256}) at {path}") from None
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial")
         partial.write_bytes(data)

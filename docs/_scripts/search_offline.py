@@ -40,7 +40,7 @@ def cached_path(repo_root: Path) -> Path:
 def pinned() -> PinnedFile:
     """This hook's file, as pinned by the module's constants (read at call time: the tests swap them)."""
     return PinnedFile(TARBALL, TARBALL_SHA512, MEMBER, FILE_SHA256, ShimUnavailable,
-                      f"the docs' offline search needs iframe-worker {VERSION}'s shim")
+                      f"the docs' offline search needs iframe-worker {VERSION}'s shim and it could not be fetched from")
 
 
 def extract(tarball: bytes) -> bytes:

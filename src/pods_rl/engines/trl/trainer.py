@@ -87,11 +87,10 @@ def _colocated_engine_sized_for(config: PODSConfig):
         grpo_trainer.VLLMGeneration = built
 
 
-def _cgrpo_arguments(config: PODSConfig, args: tuple, kwargs: dict) -> tuple[list[dict], object] | None:
-    """``calibration_dataset`` and ``answer_extractor`` taken out of ``kwargs`` (GRPOTrainer knows neither) and,
-    with rollout_planner="cgrpo", checked in one line each: (calibration rows, extractor), else None."""
-    calibration_dataset = kwargs.pop("calibration_dataset", None)
-    answer_extractor = kwargs.pop("answer_extractor", None)
+def _cgrpo_arguments(config: PODSConfig, args: tuple, kwargs: dict, calibration_dataset,
+                     answer_extractor) -> tuple[list[dict], object] | None:
+    """PODSTrainer's own ``calibration_dataset`` and ``answer_extractor`` (GRPOTrainer knows neither), with
+    rollout_planner="cgrpo" checked in one line each: (calibration rows, extractor), else None."""
     if not uses_cgrpo(config):
         if calibration_dataset is not None or answer_extractor is not None:
             raise ValueError("calibration_dataset and answer_extractor are C-GRPO's: set rollout_planner='cgrpo', or "
@@ -143,7 +142,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
     timing. The TRL internals it relies on are listed in this module's docstring."""
 
     # Long because it wraps GRPOTrainer.__init__: argument fixes before it, PODS state after, in the order they apply.
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, calibration_dataset=None, answer_extractor=None, **kwargs):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         if config is None:  # as GRPOTrainer: a default config named after the model (plain GRPO until m is set)
             from trl.trainer.utils import get_config_model_id
@@ -173,7 +172,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             else:
                 args = (*args[:1], reward_funcs, *args[2:])
         # C-GRPO's calibration prompts and answer extractor (keywords of PODSTrainer's own), checked before any load
-        calibration = _cgrpo_arguments(config, args, kwargs)
+        calibration = _cgrpo_arguments(config, args, kwargs, calibration_dataset, answer_extractor)
         if config.has_planner and not _has_train_dataset(args, kwargs) and kwargs.get("environment_factory"):
             raise ValueError("prompt_planner / rollout_planner tell prompts apart by their text, but the environment "
                              "owns the data here (train_dataset=None: every row is the same placeholder); pass a "
