@@ -73,6 +73,19 @@ def test_each_cpu_row_is_its_study(name, machine, folder, method):
     assert "2-core" in machine and "AMD EPYC" in study(folder)["machine"]["cpu_model"]
 
 
+def test_the_auto_row_is_its_study():
+    """auto's row (issue #67's CPU study, on another VM: a 2-core Intel Xeon) is its study's numbers, seeds and set."""
+    folder, method = "../cpu-2core-intel-xeon/auto/strong", "pods-mv-n64m16-auto"
+    data = study(folder)
+    entry = data["study"]["methods"][method]
+    step = ratio({"value": entry["step_ratio"], "ci95": entry["step_ratio_ci95"]})
+    plan = data["plan"]
+    row = table_rows()[(f"[auto](docs/concepts/auto-n.md), {plan['seeds']} seeds",
+                        f"2-core Xeon CPU, strong tiny, {plan['eval_problems']} x {plan['eval_k']}")]
+    assert row == [step, levels(method, "steps", folder), levels(method, "time", folder)]
+    assert "Xeon" in data["machine"]["cpu_model"] and data["machine"]["logical_cores"] == 2
+
+
 def h200_mean_step_ratio(run: str) -> float:
     """A 40-s training run's mean logged step over GRPO's (answer.json's `seconds_per_update.step`)."""
     answer = json.loads((H200 / "answer.json").read_text())
