@@ -42,10 +42,11 @@ def test_the_doc_tools_are_the_docs_extra_and_not_the_project(monkeypatch):
     assert "make docs" in (ROOT / ".ci" / "docs.sh").read_text()
 
 
-def tarball(member: bytes) -> bytes:
+def tarball(member: bytes, name: str = "package/dist/mermaid.min.js") -> bytes:
+    """An npm-like tarball holding ``member``'s bytes at ``name``."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        info = tarfile.TarInfo("package/dist/mermaid.min.js")
+        info = tarfile.TarInfo(name)
         info.size = len(member)
         archive.addfile(info, io.BytesIO(member))
     return buffer.getvalue()

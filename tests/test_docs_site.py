@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import os
 import re
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
 
-from tests.test_docs_build import load
+from tests.test_docs_build import load, tarball
 
 ROOT = Path(__file__).resolve().parent.parent
 MKDOCS = ROOT / ".venv-docs" / "bin" / "mkdocs"
@@ -38,12 +36,7 @@ def test_mkdocs_yml_turns_on_what_reading_from_disk_needs():
 
 
 def shim_tarball(member: bytes) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        info = tarfile.TarInfo("package/shim/index.js")
-        info.size = len(member)
-        archive.addfile(info, io.BytesIO(member))
-    return buffer.getvalue()
+    return tarball(member, "package/shim/index.js")
 
 
 def test_the_search_worker_shim_is_served_from_the_site_pinned_and_checked(tmp_path, monkeypatch):
