@@ -1,7 +1,8 @@
 # Two commands on a fresh machine with Python 3.10+ and pip:
 #
 #     make train      the embedded default: `pods train` (more arguments: make train ARGS="--max_train_seconds 60")
-#     make test       the test suite: `python -m pytest -q` (a part of it: make test ARGS="tests/test_downsample.py")
+#     make test       the test suite: `python -m pytest -q -n auto`, one worker per core up to TEST_WORKERS (4), a
+#                     test file per worker at a time (a part of it: make test ARGS="tests/test_downsample.py")
 #
 # Each creates or reuses the project's virtual environment .venv and, when pyproject.toml (or the torch choice) changed
 # since the last install, installs torch and the project with its dev extras into it, then runs.
@@ -27,6 +28,7 @@ else
 TORCH_INDEX ?=
 endif
 ARGS ?=
+TEST_WORKERS ?= 4
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pods-installed
@@ -36,7 +38,7 @@ train: install
 	$(BIN)/pods train $(ARGS)
 
 test: install
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 # The stamp holds what was installed: pyproject.toml's hash and the torch choice. Anything else -> install again.
 install:

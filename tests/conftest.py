@@ -9,6 +9,11 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 # The tests use TRL's experimental features on purpose (rollout_func, environment_factory, the asynchronous
 # trainer): TRL's notice that they are experimental, once per use, tells them nothing.
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+# Under pytest-xdist (`make test`: one worker per core) each worker gets its share of the cores: torch's default of
+# a thread per core in every worker oversubscribes them, and its spinning threads then make steps several times slower.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 from pathlib import Path  # noqa: E402
 

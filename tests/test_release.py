@@ -43,7 +43,9 @@ def test_make_runs_the_two_commands_in_the_project_environment():
         assert result.returncode == 0, result.stderr
         return result.stdout
 
-    assert ".venv/bin/python -m pytest -q tests/test_release.py" in dry_run("test", "ARGS=tests/test_release.py")
+    # The suite runs in one worker per core (pytest-xdist), at most TEST_WORKERS, a test file per worker at a time.
+    test = dry_run("test", "ARGS=tests/test_release.py", "TEST_WORKERS=3")
+    assert ".venv/bin/python -m pytest -q -n auto --maxprocesses 3 --dist loadfile tests/test_release.py" in test
     train = dry_run("train", "ARGS=--max_train_seconds 5", "TORCH_SPEC=torch==2.9.1", "TORCH_INDEX=https://example.org/t")
     assert ".venv/bin/pods train --max_train_seconds 5" in train
     # The install step (run only when the stamp differs) takes the torch the user chose.
