@@ -414,3 +414,31 @@ def test_the_rollout_budgets_wall_clock_is_quoted_from_its_json(relative):
     for folder, (_, names) in BUDGETS.items():
         verdicts = {m: study(folder)["study"]["methods"][m]["to_levels"]["time"]["verdict"] for m in names}
         assert "faster" not in verdicts.values(), f"the pages say no method is faster in wall clock ({folder})"
+
+
+# --- the auto study (issue #67; another VM: a 2-core Intel Xeon) ----------------------------------------------------
+
+AUTO = {"../cpu-2core-intel-xeon/auto/shipped": ("grpo-n8", "pods-mv-n16m8", "pods-mv-n32m8-auto"),
+        "../cpu-2core-intel-xeon/auto/strong": ("grpo-n16", "pods-mv-n32m16", "pods-mv-n64m16-auto")}
+
+
+@pytest.mark.parametrize("folder", sorted(AUTO))
+def test_the_auto_study_is_quoted_from_its_json(folder):
+    """The study's README table (seeds, rollouts, learning per update, wall clock of auto and fixed PODS) and the
+    concepts page's wall-clock numbers are its study.json's; the study's verdicts are the ones the pages give."""
+    data, (_, fixed, auto) = study(folder), AUTO[folder]
+    seeds = data["plan"]["seeds"]
+    readme = page("benchmarks/results/cpu-2core-intel-xeon/auto/README.md").replace("**", "")
+    rollouts = data["study"]["methods"][auto]["rollouts_per_update"]
+    auto_cells = [f"| {seeds} |", ratio({"value": rollouts["ratio_to_baseline"], "ci95": rollouts["ci95"]}),
+                  levels(auto, "steps", folder), levels(auto, "time", folder)]
+    fixed_rollouts = data["study"]["methods"][fixed]["rollouts_per_update"]["ratio_to_baseline"]
+    fixed_cells = [f"| {seeds} |", f"{fixed_rollouts:.2f}x", levels(fixed, "steps", folder),
+                   levels(fixed, "time", folder)]
+    for cells in (auto_cells, fixed_cells):
+        row = " | ".join(cells[1:])
+        assert f"{cells[0]} {row} |" in readme, f"the auto study's README has no row {cells} ({folder})"
+    concepts = page("docs/concepts/auto-n.md").replace("**", "")
+    assert levels(auto, "time", folder) in concepts and levels(fixed, "time", folder) in concepts, folder
+    verdict = data["study"]["methods"][auto]["to_levels"]["time"]["verdict"]
+    assert verdict == ("undecided" if folder.endswith("shipped") else "slower"), (folder, verdict)
