@@ -366,7 +366,9 @@ BUDGETS = {"budgets/shipped": ("grpo-n8", ["pods-mv-n16m8-knap12", "pods-mv-n8m8
            "budgets/strong-followups": ("grpo-n16", ["pods-mv-n16m16-pcstay", "pods-mv-n32m16-pc",
                                                      "pods-mv-n64m16-ra"]),
            "budgets/dapo": ("grpo-n8", ["pods-mv-n8m8-dapo"]),
-           "budgets/dapo-strong": ("grpo-n16", ["pods-mv-n16m16-dapo"])}
+           "budgets/dapo-strong": ("grpo-n16", ["pods-mv-n16m16-dapo"]),
+           # C-GRPO, on another VM (a 2-core Intel Xeon) against its own GRPO baseline
+           "../cpu-2core-intel-xeon/cgrpo/shipped": ("grpo-n8", ["pods-mv-n32m8-cgrpo"])}
 
 
 @pytest.mark.parametrize("folder", sorted(BUDGETS))
