@@ -302,3 +302,35 @@ def test_the_budget_saves_and_restores_the_thresholds_and_the_stream(tmp_path):
     a, b = budget.how_many, resumed.how_many
     assert torch.equal(a.qhats, b.qhats) and a.delta == b.delta and not b.calibration_due(4) and b.calibration_due(5)
     assert a.rng.random() == b.rng.random()
+
+
+@pytest.mark.slow
+def test_cgrpo_on_two_processes_calibrates_on_every_prompt_once_and_agrees(tmp_path, tiny_model_dir):
+    """`pods train --rollout_planner cgrpo` under `accelerate launch`, 2 CPU ranks: 5 calibration prompts (rank 1's
+    share padded with prompt 0, which must not count), calibrations at steps 0 and 2, rounds up the grid whose sizes
+    the ranks agree on (a disagreement is a collective mismatch: gloo aborts or a rank waits); the checkpoint holds
+    the thresholds and delta the run logged, which every rank took from rank 0."""
+    from tests import multiproc
+
+    run_dir = tmp_path / "run"
+    args = '{"budget_grid": [2, 4, 8], "num_calibration_samples": 5, "recalibrate_every": 2}'
+    command = multiproc.launch_command(
+        "train", "--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(run_dir),
+        "--max_steps", "3", "--max_completion_length", "8", "--eval_before_after", "false", "--save_strategy", "steps",
+        "--save_steps", "3", "--rollout_planner", "cgrpo", "--rollout_planner_args", args)
+    proc = multiproc.start(command, multiproc.launch_env())
+    _, err = multiproc.end(proc, timeout=400)
+    assert proc.returncode == 0, err[-4000:]
+    rows = multiproc.metrics_rows(run_dir)
+    calibrations = [r for r in rows if "pods/cgrpo_calibration_rollouts" in r]
+    # Every calibration prompt sampled k_max = 8 times across the two ranks, the padding row left out; before the
+    # updates of global steps 0 and 2 (logged in the rows of steps 1 and 3).
+    assert [(r["step"], r["pods/cgrpo_calibration_rollouts"]) for r in calibrations] == [(1, 40.0), (3, 40.0)]
+    steps = [r for r in rows if "pods/cgrpo_mean_k" in r]
+    assert len(steps) == 3 and all(2 <= r["pods/cgrpo_mean_k"] <= 8 for r in steps)
+    assert steps[-1]["pods/cgrpo_calibration_rollouts_total"] == 80.0
+    state = torch.load(run_dir / "checkpoint-3" / "pods_ledger.pt", weights_only=False)["how_many"]
+    last = calibrations[-1]
+    assert state["last_calibration_step"] == 2 and state["calibration_rollouts"] == 80
+    assert state["delta"] == pytest.approx(last["pods/cgrpo_delta"])
+    assert [float(q) for q in state["qhats"]] == pytest.approx([last[f"pods/cgrpo_qhat_{k}"] for k in (2, 4, 8)])
