@@ -368,7 +368,8 @@ BUDGETS = {"budgets/shipped": ("grpo-n8", ["pods-mv-n16m8-knap12", "pods-mv-n8m8
            "budgets/dapo": ("grpo-n8", ["pods-mv-n8m8-dapo"]),
            "budgets/dapo-strong": ("grpo-n16", ["pods-mv-n16m16-dapo"]),
            # C-GRPO, on another VM (a 2-core Intel Xeon) against its own GRPO baseline
-           "../cpu-2core-intel-xeon/cgrpo/shipped": ("grpo-n8", ["pods-mv-n32m8-cgrpo"])}
+           "../cpu-2core-intel-xeon/cgrpo/shipped": ("grpo-n8", ["pods-mv-n32m8-cgrpo"]),
+           "../cpu-2core-intel-xeon/cgrpo/strong": ("grpo-n16", ["pods-mv-n32m16-cgrpo"])}
 
 
 @pytest.mark.parametrize("folder", sorted(BUDGETS))
