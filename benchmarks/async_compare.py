@@ -197,10 +197,13 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """Atomically (a temporary file renamed over the target)."""
+    """Atomically (a temporary file renamed over the target); paths under the repository relative to it."""
+    from pods_rl.commands.study_paths import portable
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+    tmp.write_text(json.dumps(portable(obj, REPO), indent=1,
+                              default=lambda v: v.item() if hasattr(v, "item") else str(v)))
     os.replace(tmp, path)
 
 
@@ -831,6 +834,9 @@ def report(opts) -> dict | None:
               "accuracy": accuracy, "eval_noise": noise, "timings": timings, "probes": probes,
               "verdict_rule": VERDICT_RULE,
               "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    from pods_rl.commands.study_paths import portable
+
+    result = portable(result, REPO)  # report.md as report.json: paths under the repository relative to it
     write_json(opts.out / "report.json", result)
     figure_error = None
     try:

@@ -436,7 +436,10 @@ def main(argv: list[str] | None = None) -> int:
         "generation": generation,
         "update": update,
     }
-    (out_dir / f"{stem}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    from pods_rl.commands.study_paths import portable
+
+    repo = Path(__file__).resolve().parents[1]  # the model's path (the shipped one: in src/) relative to the checkout
+    (out_dir / f"{stem}.json").write_text(json.dumps(portable(payload, repo), indent=2) + "\n")
     plot(generation, update, out_dir / f"{stem}.png",
          f"{Path(model).name}: {args.prompts} prompts, {device} ({info['gpu'] or info['cpu_model']}, "
          f"{torch.get_num_threads()} threads)")

@@ -174,6 +174,6 @@ def test_a_committed_studys_report_is_computed_again_from_its_archive(tmp_path, 
         assert without_paths(report[key]) == without_paths(committed[key]), key
     run_dirs = {s["run_dir"] for s in report["study"]["comparisons"]["time/peak"]["labels"]["grpo-n16"]["seeds"]}
     first, seeds = committed["plan"]["first_seed"], committed["plan"]["seeds"]
-    assert run_dirs == {f"{out}/study/runs/grpo-n16-s{seed}" for seed in range(first, first + seeds)}
+    assert run_dirs == {f"study/runs/grpo-n16-s{seed}" for seed in range(first, first + seeds)}  # relative to the study
     assert (out / "report.txt").read_text() == (committed_dir / "report.txt").read_text()
     assert not packed.run_folders(out)  # read where it is: nothing unpacked beside it

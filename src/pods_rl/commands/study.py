@@ -29,6 +29,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from pods_rl.commands.study_paths import portable
 from pods_rl.commands.study_plan import STUDY_FLAGS, Method, Plan, make_plan
 from pods_rl.commands.study_runner import Run, Runner, redirected, slot_envs
 from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
@@ -136,8 +137,9 @@ def _log_invocation(plan: Plan, stage: str, records: list[dict], command: str | 
     if not records:
         return
     with open(plan.out / "commands.jsonl", "a") as f:
-        f.write(json.dumps({"command": command, "stage": stage, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-                            "runs": {r["name"]: {"status": r["status"], "command": r["command"]} for r in records}})
+        f.write(json.dumps(portable({"command": command, "stage": stage, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                     "runs": {r["name"]: {"status": r["status"], "command": r["command"]}
+                                              for r in records}}))
                 + "\n")
 
 
@@ -232,10 +234,11 @@ def check_plan_file(plan: Plan, study_lr: float | None = None) -> None:
     """Record the study's settings in ``OUT/plan.json`` (and, once known, the learning rate of its study runs), or
     refuse settings that differ from those of the runs already in ``OUT``: their results would not compare."""
     path = plan.out / "plan.json"
-    settings = json.loads(json.dumps(plan.settings()))
+    settings = portable(json.loads(json.dumps(plan.settings())))
     if study_lr is not None:
         settings["study_lr"] = study_lr
-    old = json.loads(path.read_text()).get("settings", {}) if path.is_file() else {}
+    # an older plan.json may name the checkout's folder in full: the same settings once written relative to it
+    old = portable(json.loads(path.read_text()).get("settings", {})) if path.is_file() else {}
     changed = {k: (old[k], v) for k, v in settings.items() if k in old and old[k] != v}
     if changed:
         listed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -509,23 +510,25 @@ def _f(value) -> str:
 def write_report(out: Path, plan_info: dict | None = None, command: str | None = None) -> dict:
     """Compute the report from ``out/{sweep,study}/runs`` (or ``out/runs.tar.xz``) and ``out/cost.json``; write
     ``out/study.json``, ``out/report.txt`` and the figures; print the table. ``plan_info``: baseline, labels..."""
+    from pods_rl.commands.study_paths import portable
     from pods_rl.machine import machine_info
-    from pods_rl.runlog.packed import relocate, runs_root
+    from pods_rl.runlog.packed import runs_root
 
     out = Path(out)
-    plan_info = plan_info or {}
+    plan_info = portable(plan_info or {})
     cost = json.loads((out / "cost.json").read_text()) if (out / "cost.json").is_file() else None
-    with runs_root(out) as root:  # out, or its archive unpacked (its runs then named where they would unpack)
+    with runs_root(out) as root:  # out, or its archive unpacked
+        root = Path(os.path.abspath(root))  # so that every run folder below is named relative to it
         runs = root / "study" / "runs"
-        report = {"command": command, "plan": plan_info, "machine": machine_info(),
-                  "cost": cost_summary(cost), "sweep": sweep_report(root / "sweep" / "runs")}
+        report = {"command": portable(command), "plan": plan_info, "machine": machine_info(),
+                  "cost": cost_summary(cost), "sweep": portable(sweep_report(root / "sweep" / "runs"), root)}
         baseline = plan_info.get("baseline") or _guess_baseline(runs)
         lr = _run_learning_rate(runs, baseline)
         if lr is not None:  # the rate the study's runs trained with (a report alone does not know it otherwise)
             report["plan"] = plan_info = {**plan_info, "lr": lr}
         study = study_report(runs, out, baseline, plan_info.get("labels"), report["cost"], plan_info.get("title", ""),
                              plan_info.get("bootstrap", 2000)) if baseline else None
-        report["study"] = relocate(study, root, out)
+        report["study"] = portable(study, root)  # its run folders relative to the study's folder
     report["headline"] = headline(report["study"]) if report["study"] else None
     text = format_report(report)
     print(text)

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from pods_rl.commands.study_paths import portable
 from pods_rl.runlog import list_checkpoints, read_metrics, run_finished, run_stopped
 
 
@@ -298,11 +299,13 @@ class Runner:
         status = "done" if finished else "stopped" if stopped else "failed"
         if stopped:
             self.stop.set()
-        record = {"name": run_dir.name, "method": run.method, "seed": run.seed, "lr": run.lr,
-                  "run_dir": str(run_dir), "status": status, "wall_seconds": round(time.monotonic() - start, 1),
-                  "returncode": returncode, "resumed": resume, "log": str(log_path),
-                  "device": self.envs[slot].get("CUDA_VISIBLE_DEVICES", "cpu"), "machine": run_machine(self.device),
-                  "command": shlex.join(["pods", "train", *argv])}
+        # paths under the current folder relative to it (still usable from it): the record names no machine's folder
+        record = portable({"name": run_dir.name, "method": run.method, "seed": run.seed, "lr": run.lr,
+                           "run_dir": str(run_dir), "status": status,
+                           "wall_seconds": round(time.monotonic() - start, 1), "returncode": returncode,
+                           "resumed": resume, "log": str(log_path),
+                           "device": self.envs[slot].get("CUDA_VISIBLE_DEVICES", "cpu"),
+                           "machine": run_machine(self.device), "command": shlex.join(["pods", "train", *argv])})
         if finished:
             (run_dir / "study_run.json").write_text(json.dumps(record, indent=1) + "\n")
             if not self.keep_weights:
