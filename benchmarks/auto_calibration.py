@@ -40,6 +40,7 @@ import json
 import math
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -268,7 +269,7 @@ def fit_split(points: list[tuple], weights: dict, grid) -> tuple[float, float, f
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work", type=Path, default=Path("/tmp/pods-auto-calibration"),
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "pods-auto-calibration",
                         help="scratch folder for the unpacked runs and the extract cache (outside the repository)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--boot", type=int, default=1000, help="bootstrap replicates (seeds resampled per study)")

@@ -37,6 +37,7 @@ import importlib.util
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -198,7 +199,7 @@ def project(costs: dict, alpha_pop: float, beta_pop: float, kappa: float, knowle
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work", type=Path, default=Path("/tmp/pods-auto-calibration"),
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "pods-auto-calibration",
                         help="scratch folder for the CPU studies' unpacked runs (auto_calibration.py's)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--calibration", type=Path, default=CALIBRATION)

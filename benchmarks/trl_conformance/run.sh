@@ -9,9 +9,9 @@
 #
 # Environment (defaults):
 #   TRL_GIT_DIR  required: a git dir of huggingface/trl; its HEAD's tests/ and scripts/generate_zen_dataset.py are
-#                used (never committed here). The `fetch` tool's snapshot: /work/.mirror/huggingface+trl/repo;
+#                used (never committed here). The `fetch` tool's snapshot (the git directory it names);
 #                or `git clone https://github.com/huggingface/trl && TRL_GIT_DIR=trl/.git`.
-#   WORKDIR      /tmp/pods_trl_conformance: the stand-ins (built once by build_standins.py), the copied tests,
+#   WORKDIR      ${TMPDIR:-/tmp}/pods_trl_conformance: the stand-ins (built once by build_standins.py), the copied tests,
 #                the swapping conftest and a snapshot of src/ are put there; pytest runs from it.
 #   PYTHON       <repo>/.venv/bin/python
 #   TIMEOUT      180 (pytest-timeout, seconds per test)
@@ -28,7 +28,7 @@ OUTFILE=""
 if [[ $# -gt 0 && "$1" != "--" ]]; then OUTFILE="$(realpath -m "$1")"; shift; fi
 if [[ $# -gt 0 && "$1" == "--" ]]; then shift; fi
 : "${TRL_GIT_DIR:?set TRL_GIT_DIR to a git dir of huggingface/trl (see README.md)}"
-WORKDIR="${WORKDIR:-/tmp/pods_trl_conformance}"
+WORKDIR="${WORKDIR:-${TMPDIR:-/tmp}/pods_trl_conformance}"
 PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
 TIMEOUT="${TIMEOUT:-180}"
 SELECTION="${SELECTION:-$HERE/selected_tests.txt}"

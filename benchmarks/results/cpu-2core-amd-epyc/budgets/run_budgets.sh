@@ -2,10 +2,10 @@
 # The rollout-budget study (PLAN.md beside this file): GRPO, PODS 16 -> 8, adaptive PODS, GRPO + GRESO and
 # Knapsack-RL on the shipped model, seeds 64 onwards, interleaved. Resumable: the same command continues.
 # SRC: a snapshot of the code the study runs (so that commits made while it runs do not reach its later runs):
-#   git archive <commit> src | tar -x -C /work/study-budgets-src
+#   git archive <commit> src | tar -x -C <snapshot>
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-if [ -n "${SRC:-}" ]; then export PYTHONPATH="$SRC/src"; fi
+export PYTHONPATH="${SRC:-$PWD}/src"  # SRC: a folder holding src/ (default: this checkout)
 OUT=${OUT:-benchmarks/results/cpu-2core-amd-epyc/budgets/study}
 exec .venv/bin/pods study \
   --methods grpo-n8,pods-mv-n16m8,pods-mv-n32m8-pilot8c,pods-mv-n8m8-greso,pods-mv-n16m8-knap12 \

@@ -4,7 +4,7 @@
 # same command continues. SRC: a snapshot of the code the study runs (git archive <commit> src | tar -x -C DIR).
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-if [ -n "${SRC:-}" ]; then export PYTHONPATH="$SRC/src"; fi
+export PYTHONPATH="${SRC:-$PWD}/src"  # SRC: a folder holding src/ (default: this checkout)
 OUT=${OUT:-benchmarks/results/cpu-2core-amd-epyc/budgets/cgrpo-study}
 exec .venv/bin/pods study \
   --methods grpo-n8,pods-mv-n32m8-cgrpo \

@@ -2,13 +2,13 @@
 # The rollout-budget study, part 9 (PLAN.md beside this file): GRPO and C-GRPO composed with PODS on the strong model
 # (evidence/strong/model), seeds 64 onwards, interleaved. Not run yet (written with the planner; the machine was
 # busy). Resumable: the same command continues.
-# SRC: a snapshot of the code the study runs:  git archive <commit> src | tar -x -C /work/study-budgets-src
+# SRC: a snapshot of the code the study runs:  git archive <commit> src | tar -x -C <snapshot>
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-if [ -n "${SRC:-}" ]; then export PYTHONPATH="$SRC/src"; fi
+export PYTHONPATH="${SRC:-$PWD}/src"  # SRC: a folder holding src/ (default: this checkout)
 OUT=${OUT:-benchmarks/results/cpu-2core-amd-epyc/budgets/cgrpo-strong-study}
 exec .venv/bin/pods study --config tiny \
-  --model_name_or_path "$PWD/benchmarks/results/cpu-2core-amd-epyc/evidence/strong/model" \
+  --model_name_or_path "benchmarks/results/cpu-2core-amd-epyc/evidence/strong/model" \
   --methods grpo-n16,pods-mv-n32m16-cgrpo \
   --variant "cgrpo=--rollout_planner cgrpo --rollout_planner_args {\\\"num_calibration_samples\\\":64}" \
   --m 16 --prompts-per-step 8 --learning_rate 1e-4 --first-seed 64 \

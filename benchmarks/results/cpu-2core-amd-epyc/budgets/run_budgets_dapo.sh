@@ -2,10 +2,10 @@
 # The rollout-budget study, part 6 (PLAN.md beside this file): GRPO and DAPO's dynamic sampling (the `dapo` preset:
 # 3x the prompts, every rollout kept, the most varied groups train) on the shipped model, seeds 64 onwards,
 # interleaved. Resumable: the same command continues.
-# SRC: a snapshot of the code the study runs:  git archive <commit> src | tar -x -C /work/study-budgets-src
+# SRC: a snapshot of the code the study runs:  git archive <commit> src | tar -x -C <snapshot>
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-if [ -n "${SRC:-}" ]; then export PYTHONPATH="$SRC/src"; fi
+export PYTHONPATH="${SRC:-$PWD}/src"  # SRC: a folder holding src/ (default: this checkout)
 OUT=${OUT:-benchmarks/results/cpu-2core-amd-epyc/budgets/dapo-study}
 exec .venv/bin/pods study \
   --methods grpo-n8,pods-mv-n8m8-dapo \

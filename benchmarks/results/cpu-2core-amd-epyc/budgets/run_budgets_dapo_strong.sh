@@ -2,13 +2,13 @@
 # The rollout-budget study, part 7 (PLAN.md beside this file): GRPO and DAPO's dynamic sampling (the `dapo` preset:
 # 3x the prompts, every rollout kept, the most varied groups train) on the strong model (evidence/strong/model),
 # seeds 64 onwards, interleaved. Resumable: the same command continues.
-# SRC: a snapshot of the code the study runs:  git archive <commit> src | tar -x -C /work/study-budgets-src
+# SRC: a snapshot of the code the study runs:  git archive <commit> src | tar -x -C <snapshot>
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-if [ -n "${SRC:-}" ]; then export PYTHONPATH="$SRC/src"; fi
+export PYTHONPATH="${SRC:-$PWD}/src"  # SRC: a folder holding src/ (default: this checkout)
 OUT=${OUT:-benchmarks/results/cpu-2core-amd-epyc/budgets/dapo-strong-study}
 exec .venv/bin/pods study --config tiny \
-  --model_name_or_path "$PWD/benchmarks/results/cpu-2core-amd-epyc/evidence/strong/model" \
+  --model_name_or_path "benchmarks/results/cpu-2core-amd-epyc/evidence/strong/model" \
   --methods grpo-n16,pods-mv-n16m16-dapo \
   --variant "dapo=--oversample_prompts 3" \
   --m 16 --prompts-per-step 8 --learning_rate 1e-4 --first-seed 64 \

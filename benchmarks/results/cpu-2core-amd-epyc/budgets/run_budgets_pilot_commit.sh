@@ -4,7 +4,7 @@
 # the same folder. Resumable: the same command continues.
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-if [ -n "${SRC:-}" ]; then export PYTHONPATH="$SRC/src"; fi
+export PYTHONPATH="${SRC:-$PWD}/src"  # SRC: a folder holding src/ (default: this checkout)
 OUT=${OUT:-benchmarks/results/cpu-2core-amd-epyc/budgets/pilot-commit-study}
 exec .venv/bin/pods study \
   --methods grpo-n8,pods-mv-n8m8-pc,pods-mv-n16m8-pc4,pods-mv-n8m8-pcstay \

@@ -3,7 +3,7 @@
 # the shipped model, seeds 64 onwards, interleaved, on a quiet machine. Resumable: the same command continues.
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-if [ -n "${SRC:-}" ]; then export PYTHONPATH="$SRC/src"; fi
+export PYTHONPATH="${SRC:-$PWD}/src"  # SRC: a folder holding src/ (default: this checkout)
 OUT=${OUT:-benchmarks/results/cpu-2core-amd-epyc/budgets/pilot-commit-quiet-study}
 exec .venv/bin/pods study \
   --methods grpo-n8,pods-mv-n8m8-pcstay \

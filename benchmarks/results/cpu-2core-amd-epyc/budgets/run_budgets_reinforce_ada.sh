@@ -4,7 +4,7 @@
 # command continues. SRC: a snapshot of the code the study runs (git archive <commit> src | tar -x -C DIR).
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-if [ -n "${SRC:-}" ]; then export PYTHONPATH="$SRC/src"; fi
+export PYTHONPATH="${SRC:-$PWD}/src"  # SRC: a folder holding src/ (default: this checkout)
 OUT=${OUT:-benchmarks/results/cpu-2core-amd-epyc/budgets/reinforce-ada-study}
 ra="--pilot_generations 8 --adaptive_rule reinforce_ada --downsample_rule reinforce_ada --advantage_baseline sampled \
 --adaptive_reward correctness_reward"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The rollout-budget study, part 2 (PLAN.md beside this file): GRPO, adaptive PODS, GRPO + GRESO and Knapsack-RL on
 # the strong model (evidence/strong/model), seeds 64 onwards, interleaved. Resumable: the same command continues.
-# SRC: a snapshot of the code the study runs:  git archive <commit> src | tar -x -C /work/study-budgets-src
+# SRC: a snapshot of the code the study runs:  git archive <commit> src | tar -x -C <snapshot>
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-if [ -n "${SRC:-}" ]; then export PYTHONPATH="$SRC/src"; fi
+export PYTHONPATH="${SRC:-$PWD}/src"  # SRC: a folder holding src/ (default: this checkout)
 OUT=${OUT:-benchmarks/results/cpu-2core-amd-epyc/budgets/strong-study}
 exec .venv/bin/pods study --config tiny \
-  --model_name_or_path "$PWD/benchmarks/results/cpu-2core-amd-epyc/evidence/strong/model" \
+  --model_name_or_path "benchmarks/results/cpu-2core-amd-epyc/evidence/strong/model" \
   --methods grpo-n16,pods-mv-n64m16-pilot16c,pods-mv-n16m16-greso,pods-mv-n32m16-knap24 \
   --variant "pilot16c=--pilot_generations 16 --adaptive_reward correctness_reward" \
   --variant "greso=--prompt_planner greso --oversample_prompts 2 --adaptive_reward correctness_reward" \

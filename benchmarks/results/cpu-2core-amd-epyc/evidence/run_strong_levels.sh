@@ -2,14 +2,19 @@
 # The evidence study (#42), part 3 (PLAN.md): the strong model, GRPO vs adaptive PODS on fresh seeds 32 onwards,
 # SEEDS seeds per method (a stage: 8, 16, 24, 32). Resumable: the same command continues (`pods study` skips
 # finished runs; a run stopped by --max-minutes resumes from its checkpoint). Before the first run:
-#   git archive <the commit that adds part 3> src | tar -x -C /work/study-levels-src
-#   mkdir -p /work/evidence/strong-levels && cp strong/cost.json /work/evidence/strong-levels/
-cd /work/main
+#   git archive <the commit that adds part 3> src | tar -x -C <snapshot>   (then SRC=<snapshot>)
+#   mkdir -p "$OUT" && cp strong/cost.json "$OUT"/   (OUT: the study's folder, default rerun/strong-levels here)
+set -euo pipefail
+ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+cd "$ROOT"
 HERE=benchmarks/results/cpu-2core-amd-epyc/evidence
-export PYTHONPATH=/work/study-levels-src/src
-exec .venv/bin/pods study --config tiny --model_name_or_path "$PWD/$HERE/strong/model" \
+# SRC: the code the study runs, a folder holding src/ (default: this checkout); a snapshot keeps the commits made
+# while the study runs out of its later runs:  git archive <commit> src | tar -x -C <snapshot>; SRC=<snapshot>
+export PYTHONPATH="${SRC:-$ROOT}/src"
+OUT=${OUT:-$HERE/rerun/strong-levels}
+exec .venv/bin/pods study --config tiny --model_name_or_path "$HERE/strong/model" \
   --methods grpo-n16,pods-mv-n64m16-pilot16c \
   --variant "pilot16c=--pilot_generations 16 --adaptive_reward correctness_reward" \
   --m 16 --prompts-per-step 8 --learning_rate 1e-4 --first-seed 32 \
   --seeds "${SEEDS:-8}" --updates 300 --eval-every 25 --eval-problems 500 --eval-k 8 --jobs "${JOBS:-2}" --drop-weights \
-  --progress-every 300 --max-minutes "${MAX_MINUTES:-150}" --out /work/evidence/strong-levels
+  --progress-every 300 --max-minutes "${MAX_MINUTES:-150}" --out "$OUT"
