@@ -9,4 +9,9 @@ cd "$(dirname "$0")/.."
 timeout 1500 make docs SITE_DIR=.venv-docs/site
 # The built site's own checks (tests/test_docs_site.py: search from disk, relative 404 links, wrapping code), now that
 # .venv-docs holds the doc tools (in `make test` above they had nothing to build with).
-timeout 600 .venv/bin/python -m pytest -q tests/test_docs_site.py -p no:cacheprovider
+# Its browser checks (search from disk, the 404 page served at any depth) need Chromium: Debian's, installed here if
+# absent, and required (PODS_REQUIRE_CHROMIUM=1: a missing browser fails instead of skipping).
+if ! command -v chromium >/dev/null; then
+    timeout 300 apt-get update -qq && timeout 600 apt-get install -y -qq chromium >/dev/null
+fi
+PODS_REQUIRE_CHROMIUM=1 timeout 600 .venv/bin/python -m pytest -q tests/test_docs_site.py -p no:cacheprovider
