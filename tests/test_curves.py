@@ -201,8 +201,9 @@ def test_mean_of_curves_is_exact_on_the_union_grid():
 
 def test_level_time_ratio_recovers_a_known_time_scale():
     """A method whose every seed's curve is the baseline's run twice as fast (x halved, on its own grid) gets
-    there in half the time at every level: the ratio is 2 exactly. A method that never reaches the upper levels
-    scores 0 there (geometric mean 0); a baseline that does not rise has no levels (None)."""
+    there in half the time at every level: the ratio is 2 exactly. A method that never reaches the upper levels is
+    censored there, not 0: each missed level counts as reached at its curve's end, and the geometric mean is an
+    upper bound; a baseline that does not rise has no levels (None)."""
     xs = np.array([0.0, 25.0, 50.0, 75.0, 100.0])
     base = [(xs, np.array([0.5, 0.6, 0.66, 0.69, 0.7]) + shift) for shift in (0.0, 0.01, -0.01)]
     fast = [(x / 2, v) for x, v in base]
@@ -211,9 +212,17 @@ def test_level_time_ratio_recovers_a_known_time_scale():
     assert result["per_level"] == pytest.approx([2.0] * 15) and len(result["levels"]) == 15
     assert (result["levels"][0] == pytest.approx(0.5 + 0.2 * 0.2)
         and result["levels"][-1] == pytest.approx(0.5 + 0.9 * 0.2))
-    stuck = [(x, np.minimum(v, 0.6)) for x, v in base]  # never above 0.6 + 0.01: misses the upper levels
-    assert curves.level_time_ratio(base, stuck)["ratio"] == 0.0
-    assert math.inf in curves.level_time_ratio(base, stuck)["method_x"]
+    assert not result["censored"] and result["levels_reached"] == 15 and result["seeds_not_reached"] == [0] * 15
+    stuck = [(x, np.minimum(v, 0.6)) for x, v in base]  # never above 0.6: misses the upper levels
+    bounded = curves.level_time_ratio(base, stuck)
+    missed = np.array(bounded["per_level_censored"])
+    assert bounded["censored"] and 0 < bounded["levels_reached"] == (~missed).sum() < 15
+    assert np.array(bounded["levels"])[missed].min() > 0.6 and math.inf in bounded["method_x"]
+    # a missed level: the baseline's x over the method's end (100), a positive bound, never 0
+    assert np.array(bounded["per_level"])[missed] == pytest.approx(np.array(bounded["baseline_x"])[missed] / 100.0)
+    assert bounded["ratio"] == pytest.approx(math.exp(np.mean(np.log(bounded["per_level"])))) and bounded["ratio"] > 0
+    assert bounded["seeds_not_reached"] == [0] * bounded["levels_reached_by_all_seeds"] + [3] * (
+        15 - bounded["levels_reached_by_all_seeds"])
     flat = [(xs, np.full(5, 0.5))]
     assert curves.level_time_ratio(flat, fast)["ratio"] is None
 
@@ -235,3 +244,57 @@ def test_paired_bootstrap_cancels_what_a_seed_shares():
     assert broken["ratio"] == pytest.approx(1.5) and broken["ci95"][1] - broken["ci95"][0] > 0.1
     with pytest.raises(ValueError, match="no seed was run by both"):
         curves.paired_level_time_ratio({0: base[0]}, {1: method[1]})
+
+
+def test_a_level_one_seed_of_four_never_reaches_is_said_so_not_printed_as_zero():
+    """Four paired seeds, the method twice as fast on each, but seed 3 stops at 0.65, below the top three levels
+    (0.66 to 0.68). The seed-mean still reaches every level, so the point is measured (2x on the lower levels);
+    the report says the top level was not reached in 1 of 4 seeds. Bootstrap replicates that draw seed 3 often
+    miss a level: their ratios are upper bounds, so the interval's lower end is marked as one (≤) and the verdict
+    is read with it at 0. Nothing prints 0.00x."""
+    from pods_rl.commands.study_report import _fmt_level
+
+    xs = np.array([0.0, 25.0, 50.0, 75.0, 100.0])
+    values = np.array([0.5, 0.6, 0.66, 0.69, 0.7])
+    base = {s: (xs, values) for s in range(4)}
+    method = {s: (xs / 2, np.minimum(values, 0.65) if s == 3 else values) for s in range(4)}
+    level = curves.paired_level_time_ratio(base, method, n_boot=400)
+    assert not level["censored"] and level["levels_reached"] == 15
+    assert level["seeds_not_reached"] == [0] * 12 + [1] * 3 and level["levels_reached_by_all_seeds"] == 12
+    assert 0 < level["replicates_censored"] < 400 and level["ci95_upper_bounds"][0]
+    assert level["ci95"][0] > 0  # the bound, not the 0 a missed level used to count as
+    text = _fmt_level(level)
+    assert "12 of 15 levels reached by all 4 seeds, the top one not reached in 1 of 4" in text, text
+    assert f"{level['replicates_censored']} of 400 bootstrap replicates miss a level" in text
+    assert "[≤" in text and "0.00x" not in text and "[0.00," not in text
+    # a method that misses the upper levels in every seed: a bound (<), slower, both ends bounds
+    stuck = {s: (xs / 2, np.minimum(values, 0.6)) for s in range(4)}
+    bounded = curves.paired_level_time_ratio(base, stuck, n_boot=200)
+    assert bounded["censored"] and bounded["ci95_upper_bounds"] == [True, True]
+    assert curves.format_level_ratio(bounded).startswith(f"< {bounded['ratio']:.2f}x [≤")
+    assert f"the seed-mean reaches {bounded['levels_reached']} of 15 levels" in _fmt_level(bounded)
+
+
+def test_censoring_never_buys_a_verdict():
+    """The verdict reads the widest interval censoring allows: a censored replicate anywhere in [0, its bound].
+    The method runs each seed twice as fast, but seed 1 stops at 0.66, below the top two levels (0.67, 0.68):
+    replicates drawing seed 1 twice (a quarter) miss them, bounded at GRPO's x / the method's end (1.17 and 1.33),
+    so the bounds alone put the whole interval above 1 ('faster'); with those replicates possibly at 0 the
+    interval reaches 0, and the verdict is 'undecided'."""
+    xs = np.array([0.0, 25.0, 50.0, 75.0, 100.0])
+    values = np.array([0.5, 0.6, 0.66, 0.69, 0.7])
+    base = {s: (xs, values) for s in range(2)}
+    method = {0: (xs / 2, values), 1: (xs / 2, np.minimum(values, 0.66))}
+    level = curves.paired_level_time_ratio(base, method, n_boot=400)
+    assert not level["censored"] and level["ratio"] > 1  # the seed-mean of both reaches every level
+    assert 50 < level["replicates_censored"] < 150 and level["ci95_upper_bounds"][0]
+    assert level["ci95"][0] > 1 and curves.interval_verdict(level["ci95"]) == "faster"
+    assert level["verdict"] == "undecided"
+
+
+def test_compare_says_how_many_seeds_never_reached_the_target():
+    """`pods compare`: a target one side's seeds never reach is counted per label and said under the table."""
+    never = stats.compare_runs(_runs(), baseline="GRPO", target=0.45, x="steps", n_boot=0, interpolate=True)
+    assert never["labels"]["GRPO"]["seeds_not_reached"] == 2 and never["labels"]["PODS"]["seeds_not_reached"] == 0
+    table = stats.format_compare_table(never)
+    assert "GRPO: target not reached in 2 of 2 seeds" in table and "PODS: target not reached" not in table

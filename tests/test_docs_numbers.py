@@ -129,9 +129,12 @@ def test_the_strong_models_study_is_quoted_from_its_json(relative, labels):
 
 
 def levels(method: str, x: str = "time", folder: str = "evidence/strong-levels") -> str:
-    """A method's time (x="time") or updates (x="steps") to every accuracy level against GRPO, as the docs print it."""
+    """A method's time (x="time") or updates (x="steps") to every accuracy level against GRPO, as the docs print it:
+    ``< 0.24x`` when its seed-mean misses a level (an upper bound), ``≤`` before a CI end censoring leaves a bound."""
     entry = study(folder)["study"]["methods"][method]["to_levels"][x]
-    return ratio({"value": entry["ratio"], "ci95": entry["ci95"]})
+    bounds = entry.get("ci95_upper_bounds") or [False, False]
+    low, high = ("≤" * bound + f"{end:.2f}" for end, bound in zip(entry["ci95"], bounds))
+    return f"{'< ' * bool(entry.get('censored'))}{entry['ratio']:.2f}x [{low}, {high}]"
 
 
 PARTS_3_4 = {"evidence/strong-levels": "pods-mv-n64m16-pilot16c", "evidence/shipped-levels": "pods-mv-n32m8-pilot8c"}
@@ -389,8 +392,35 @@ def test_the_rollout_budgets_page_is_its_study(folder):
         cells = [f"{levels(method, 'time', folder)}, {time['verdict']}", levels(method, "steps", folder),
                  f"{entry['step_ratio']:.2f} [{low:.2f}, {high:.2f}]", f"{rollouts:.2f}x",
                  f"{area['difference']:+.3f} [{area['difference_ci95'][0]:+.3f}, {area['difference_ci95'][1]:+.3f}]"]
-        row = [r for r in rows if all(cell in r for cell in cells)]
+        # each number in its own column (a cell may go on in words, e.g. how many levels were reached)
+        row = [r for r in rows if all(cell.startswith(want) for cell, want in zip(r.split(" | ")[1:], cells))]
         assert len(row) == 1, f"rollout-budgets.md has no single row for {method} ({folder}) with {cells}"
+        if time.get("censored"):  # a bound says how many levels it measured
+            assert f"{time['levels_reached']} of {len(time['levels'])} levels reached" in row[0], (method, folder)
+
+
+def test_the_cgrpo_readme_quotes_its_bounds():
+    """The C-GRPO study's README gives both models' wall clock to every level as the bounds their study.json holds
+    (the seed-mean misses the top levels), never a ratio of 0."""
+    text = page("benchmarks/results/cpu-2core-intel-xeon/cgrpo/README.md").replace("**", "")
+    for model, method in (("shipped", "pods-mv-n32m8-cgrpo"), ("strong", "pods-mv-n32m16-cgrpo")):
+        folder = f"../cpu-2core-intel-xeon/cgrpo/{model}"
+        assert study(folder)["study"]["methods"][method]["to_levels"]["time"]["censored"], folder
+        assert levels(method, "time", folder) in text, (folder, levels(method, "time", folder))
+    assert "0.00x" not in text
+
+
+# A ratio (x) of 0.00, or an interval from 0.00: what a level never reached used to print (issue #76)
+ZERO_RATIO = re.compile(r"(?<![\d.+-])0\.00x|\[0\.00,")
+
+
+def test_no_page_prints_a_never_reached_level_as_a_zero_ratio():
+    """A level a method never reached is a bound (< x, ≤ on a CI end), not a ratio of 0: no page of the site and
+    not the README prints 0.00x or an interval starting at 0.00."""
+    pages = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [f"{p.relative_to(ROOT)}: {m.group(0)!r}" for p in pages for m in ZERO_RATIO.finditer(p.read_text("utf-8"))]
+    assert not found, "a page prints a zero ratio; quote the censored statistic (pods_rl.curves.format_level_ratio) " \
+        f"instead: {found}"
 
 
 QUOTED = {"docs/concepts/rollout-budgets.md": {"budgets/shipped": ["pods-mv-n16m8-knap12"],

@@ -167,6 +167,9 @@ def curve_comparison(curves_by_label: dict[str, list[tuple]], baseline: str,
 # first evaluation). Below 20% the crossing lies in the first segment, set by one evaluation; above 90% both
 # curves are flat, where a crossing moves with one evaluation's noise (the censoring of "time to peak").
 LEVEL_FRACTIONS = tuple(round(0.2 + 0.05 * i, 2) for i in range(15))  # 0.20, 0.25, ..., 0.90
+# What a report's headline keeps of a level result (reports from before censoring was recorded lack the last six).
+LEVEL_SUMMARY = ("ratio", "ci95", "verdict", "seeds", "fractions", "censored", "ci95_upper_bounds", "levels_reached",
+                 "levels_reached_by_all_seeds", "seeds_not_reached", "replicates_censored")
 
 
 def mean_of_curves(curves: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
@@ -178,10 +181,13 @@ def mean_of_curves(curves: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def level_time_ratio(baseline_curves: Sequence[tuple], method_curves: Sequence[tuple],
-                     fractions: Sequence[float] = LEVEL_FRACTIONS) -> dict:
-    """Geometric mean over levels of baseline x / method x to reach each level, on seed-mean curves.
+                     fractions: Sequence[float] = LEVEL_FRACTIONS, count_seeds: bool = True) -> dict:
+    """Geometric mean over levels (L,) of baseline x / method x to reach each, on seed-mean curves (> 1: sooner).
 
-    Levels (L,) are start + f x (peak - start) of the baseline's mean curve; ratio > 1: the method is sooner.
+    Levels are start + f x (peak - start) of the baseline's mean curve, which reaches each. A level the method's
+    mean never reaches is censored, not 0: its ratio is below baseline x / ``method_end`` (the mean's end), the bound
+    ``per_level`` holds (``per_level_censored``); the geometric mean is then an upper bound (``censored``).
+    ``seeds_not_reached`` (L,) counts the seeds whose own curve misses each level (not with ``count_seeds=False``).
     """
     grid_b, mean_b = mean_of_curves(baseline_curves)
     grid_m, mean_m = mean_of_curves(method_curves)
@@ -189,37 +195,88 @@ def level_time_ratio(baseline_curves: Sequence[tuple], method_curves: Sequence[t
     levels = start + np.asarray(fractions, dtype=float) * (peak - start)  # (L,)
     base_x = np.array([interpolated_crossing(grid_b, mean_b, a) for a in levels])  # (L,)
     method_x = np.array([interpolated_crossing(grid_m, mean_m, a) for a in levels])  # (L,)
+    method_end = float(grid_m[-1])
+    censored = ~np.isfinite(method_x)  # (L,)
     ratio = None
     if peak > start:
         with np.errstate(divide="ignore", invalid="ignore"):
-            # the baseline reaches every level (each <= its peak); method_x inf (never) gives 0, 0 (at once) inf
-            per_level = np.where(method_x > 0, base_x / method_x, math.inf)
+            # a censored level counts as reached at the method's end (at the earliest); 0 (at once) gives inf
+            reached_x = np.where(censored, method_end, method_x)
+            per_level = np.where(reached_x > 0, base_x / reached_x, math.inf)
             log_mean = float(np.mean(np.log(per_level)))
         ratio = None if math.isnan(log_mean) else math.exp(log_mean)
     else:
         per_level = np.full(len(levels), np.nan)
-    return {"ratio": ratio, "levels": levels.tolist(), "baseline_x": base_x.tolist(), "method_x": method_x.tolist(),
-            "per_level": per_level.tolist()}
+    return {"ratio": ratio, "censored": bool(ratio is not None and censored.any()),
+            "levels_reached": int((~censored).sum()), "levels": levels.tolist(), "baseline_x": base_x.tolist(),
+            "method_x": method_x.tolist(), "method_end": method_end, "per_level": per_level.tolist(),
+            "per_level_censored": censored.tolist(), "num_seeds": len(method_curves),
+            **(_seeds_reaching(method_curves, levels) if count_seeds else {})}
+
+
+def _seeds_reaching(curves: Sequence[tuple], levels: np.ndarray) -> dict:
+    """{seeds_not_reached (L,), levels_reached_by_all_seeds}: each seed's own curve, over its whole run."""
+    missed = np.array([[not math.isfinite(interpolated_crossing(xs, values, a)) for a in levels]
+                       for xs, values in curves])  # (S, L)
+    return {"seeds_not_reached": missed.sum(axis=0).astype(int).tolist(),
+            "levels_reached_by_all_seeds": int((~missed.any(axis=0)).sum())}
 
 
 def paired_level_time_ratio(baseline_by_seed: dict, method_by_seed: dict,
                             fractions: Sequence[float] = LEVEL_FRACTIONS, n_boot: int = 2000, seed: int = 0) -> dict:
-    """``level_time_ratio`` on the seeds both sides ran, with a seed-paired bootstrap 95% CI.
+    """``level_time_ratio`` on the seeds both sides ran (ValueError if none), with a seed-paired bootstrap 95% CI.
 
-    Pairing cancels what a seed shares between methods; ValueError when no seed is shared.
+    A censored replicate's ratio lies in [0, its bound]; a percentile end (one replicate) rises with each, so the
+    true end lies between the end with them at 0 and at their bounds (``ci95``); ``ci95_upper_bounds`` marks ends
+    the two differ on. The verdict reads [low at 0, high at the bounds]: censoring never buys a verdict.
     """
     seeds = sorted(set(baseline_by_seed) & set(method_by_seed))
     if not seeds:
         raise ValueError("no seed was run by both the baseline and the method: a paired comparison needs shared seeds")
     point = level_time_ratio([baseline_by_seed[s] for s in seeds], [method_by_seed[s] for s in seeds], fractions)
-    ci = None
+    ci = widest = None
+    censored_replicates = 0
     if n_boot > 0 and len(seeds) >= 2:
         rng = np.random.default_rng(seed)
         draws = [resample(seeds, rng) for _ in range(n_boot)]
-        ci = percentile_interval([level_time_ratio([baseline_by_seed[s] for s in drawn],
-                                                   [method_by_seed[s] for s in drawn], fractions)["ratio"]
-                                  for drawn in draws])
+        replicates = [level_time_ratio([baseline_by_seed[s] for s in drawn], [method_by_seed[s] for s in drawn],
+                                       fractions, count_seeds=False) for drawn in draws]
+        censored_replicates = sum(r["censored"] for r in replicates)
+        ci = percentile_interval([r["ratio"] for r in replicates])
+        at_zero = percentile_interval([0.0 if r["censored"] else r["ratio"] for r in replicates])
+        widest = (at_zero[0], ci[1]) if ci and at_zero else None
     ci95 = [_finite_or_none(ci[0]), _finite_or_none(ci[1])] if ci else None
+    upper_bounds = [bool(at_zero[i] != ci[i]) for i in (0, 1)] if ci else None
     unpaired = sorted(set(baseline_by_seed) ^ set(method_by_seed))
-    return {**point, "ci95": ci95, "verdict": interval_verdict(ci95), "seeds": seeds, "unpaired": unpaired,
-            "fractions": [float(f) for f in fractions]}
+    return {**point, "ci95": ci95, "ci95_upper_bounds": upper_bounds,
+            "replicates": n_boot if ci else 0, "replicates_censored": censored_replicates,
+            "verdict": interval_verdict([_finite_or_none(w) for w in widest] if widest else None), "seeds": seeds,
+            "unpaired": unpaired, "fractions": [float(f) for f in fractions]}
+
+
+def format_level_ratio(level: dict) -> str:
+    """A ``paired_level_time_ratio`` result as pages print it: ``0.97x [0.91, 1.03]``, ``< 0.20x [≤0.15, ≤0.24]``."""
+    mark = "< " if level.get("censored") else ""
+    text = f"{mark}{level['ratio']:.2f}x"
+    ci = level.get("ci95")
+    if not ci:
+        return text + " [—]"
+    bounds = level.get("ci95_upper_bounds") or [False, False]
+    ends = ["inf" if v is None else ("≤" if bound else "") + f"{v:.2f}" for v, bound in zip(ci, bounds)]
+    return f"{text} [{ends[0]}, {ends[1]}]"
+
+
+def level_reach_note(level: dict) -> str:
+    """What a ``paired_level_time_ratio`` result left unmeasured, in words ("" if nothing)."""
+    total, seeds = len(level["levels"]), level.get("num_seeds", len(level.get("seeds", ())))
+    parts = []
+    if level.get("censored"):
+        parts.append(f"the seed-mean reaches {level['levels_reached']} of {total} levels, the rest bounded at its "
+                     "end")
+    missed = level.get("seeds_not_reached")
+    if missed and any(missed):  # a seed reaching a level reached every level below it: the top one is missed most
+        parts.append(f"{level['levels_reached_by_all_seeds']} of {total} levels reached by all {seeds} seeds, the "
+                     f"top one not reached in {missed[-1]} of {seeds}")
+    if level.get("replicates_censored"):
+        parts.append(f"{level['replicates_censored']} of {level['replicates']} bootstrap replicates miss a level")
+    return "; ".join(parts)

@@ -273,7 +273,8 @@ def compare_runs(runs: Sequence, baseline: str | None = None, target: float | No
 
     ``baseline`` defaults to the first "GRPO" label; ``target`` to the baseline's peak (see the module docstring).
     Returns a JSON-ready dict: metric, x, baseline, target, target_source, crossing, bootstrap, labels: {label:
-    {num_seeds, time_to_target | steps_to_target (null: not reached), speedup, speedup_kind, speedup_ci95, seeds}}.
+    {num_seeds, seeds_not_reached, time_to_target | steps_to_target (null: not reached), speedup, speedup_kind,
+    speedup_ci95, seeds}}.
     """
     _check_x(x)
     if target is not None and target_gain_fraction is not None:
@@ -322,7 +323,8 @@ def compare_runs(runs: Sequence, baseline: str | None = None, target: float | No
             seeds.append({"run_dir": str(run.run_dir), "seed": run.seed, "source": run.source,
                           to_key: _finite_or_none(t), "reached": math.isfinite(t),
                           "peak": float(values.max()), last_key: float(xs[-1])})
-        entry = {"num_seeds": len(label_runs), to_key: _finite_or_none(label_time),
+        entry = {"num_seeds": len(label_runs), "seeds_not_reached": sum(not s["reached"] for s in seeds),
+                 to_key: _finite_or_none(label_time),
                  "reached": math.isfinite(label_time), "peak_mean": float(np.max(mean_curve(label_runs, x)[1])),
                  last_key: label_end, "seeds": seeds}
         if label == baseline:
@@ -383,6 +385,9 @@ def format_compare_table(result: dict) -> str:
         ci_text = "—" if not ci else "[" + ", ".join("inf" if c is None else f"{c:.2f}" for c in ci) + "]"
         lines.append(f"{label[:36]:<36} {e['num_seeds']:>5} {e['peak_mean']:>6.3f} "
                      f"{show(e[to_key]):>15} {per_seed[:24]:<24} {sp_text:>9} {ci_text:>15}")
+    for label, e in result["labels"].items():
+        if e.get("seeds_not_reached"):  # the mean curve can reach a target some seeds never do, or miss it
+            lines.append(f"{label}: target not reached in {e['seeds_not_reached']} of {e['num_seeds']} seeds")
     unit = "min" if x == "time" else "steps"
     lines.append(f"per-seed in {unit}; — = seed never reached the target; >x / <x = lower / upper bound "
                  "(one side never reached it)")

@@ -270,7 +270,7 @@ def headline(study: dict) -> dict:
         for x, key in (("time", "wall_clock_speedup_levels"), ("steps", "learning_per_update_levels")):
             level = (e.get("to_levels") or {}).get(x)
             if level:  # a report computed before the levels statistic was added has none
-                numbers[name][key] = {k: level[k] for k in ("ratio", "ci95", "verdict", "seeds", "fractions")}
+                numbers[name][key] = {k: level[k] for k in curves.LEVEL_SUMMARY if k in level}
     return numbers
 
 
@@ -463,9 +463,11 @@ def _noise_and_projection_lines(study: dict) -> list[str]:
 
 
 def _fmt_level(level: dict | None) -> str:
-    """A ``curves.paired_level_time_ratio`` result as ``0.97x [0.91, 1.03] equal (16 seeds)``."""
-    return "—" if not level or level["ratio"] is None else (
-        f"{level['ratio']:.2f}x {fmt_ci(level['ci95'])} {level['verdict']} ({len(level['seeds'])} seeds)")
+    """A ``curves.paired_level_time_ratio`` result as ``0.97x [0.91, 1.03] equal (16 seeds)``, censoring noted."""
+    if not level or level["ratio"] is None:
+        return "—"
+    note = "; " + curves.level_reach_note(level) if curves.level_reach_note(level) else ""
+    return f"{curves.format_level_ratio(level)} {level['verdict']} ({len(level['seeds'])} seeds{note})"
 
 
 def _fmt_diff(row: dict) -> str:
