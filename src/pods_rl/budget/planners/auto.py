@@ -3,9 +3,11 @@
 Each step it gives prompt i between ``min_n`` (m) and ``max_n`` (n) rollouts, maximizing sum_i L_i(n_i) / T(n) with
 T = c0 + c_s * sum_i n_i + c_t * m * S, exactly (Dinkelbach). L(n) = g(m) + efficiency * (g(n) - g(m)), g(n) =
 E[V_{n,m}] the expected reward variance of the max-variance m-subset of n binary rewards under each prompt's
-Beta-binomial (the ledger's recent outcomes); ``efficiency`` is calibrated on the CPU studies. c_s is the *marginal*
-second of a sampled rollout: sampling seconds fitted as a + b * N over steps at different totals N (Theil-Sen, slow
-steps set aside; bounded probes while the slope is unknown); c_t the median update seconds per trained rollout.
+Beta-binomial (the ledger's recent outcomes, faded by their age into the batch's pass rate now); ``efficiency`` is
+calibrated on the CPU studies, and the choice is made at its lower bound ``efficiency_low`` (more than m only on a
+confident gain). c_s is the *marginal* second of a sampled rollout: sampling seconds fitted as a + b * N, the slope
+from steps close in time at different totals N (slow steps set aside; bounded probes while the slope is unknown,
+none where no slope could change the choice); c_t the median update seconds per trained rollout.
 Where sampling does not pay it chooses m everywhere: GRPO. The derivation, assumptions and limits:
 docs/concepts/auto-n.md. Shapes: P prompts, K candidate counts.
 """
