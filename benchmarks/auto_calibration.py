@@ -58,6 +58,9 @@ OUT = RESULTS / "auto_calibration"
 STUDIES = [("study", "shipped"), ("study600", "shipped"), ("study_cli", "shipped"), ("adaptive", "shipped"),
            ("adaptive_quiet", "shipped"), ("evidence/shipped", "shipped"), ("budgets/shipped", "shipped"),
            ("study_strong", "strong"), ("adaptive_strong", "strong"), ("evidence/strong", "strong")]
+# Filed since the calibration (with --since): the 2-core Intel Xeon auto study's GRPO and fixed PODS runs (its auto
+# runs do not match PLAIN: left out). The C-GRPO studies beside it hold GRPO and C-GRPO only: no plain comparison.
+SINCE = [("../cpu-2core-intel-xeon/auto/shipped", "shipped"), ("../cpu-2core-intel-xeon/auto/strong", "strong")]
 PLAIN = re.compile(r"^pods-(mv|random)-n(\d+)m(\d+)$")
 WINDOW = 15.0  # updates either side of a step whose logged statistics estimate D there
 KAPPA_GRID = np.linspace(0.0, 6.0, 1201)  # kappa's search: every 0.005
@@ -274,12 +277,17 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--boot", type=int, default=1000, help="bootstrap replicates (seeds resampled per study)")
     parser.add_argument("--kappa-file", type=Path, default=None, help="also write {efficiency, ci, note} here")
+    parser.add_argument("--since", action="store_true", help="also the studies filed since the calibration "
+                        "(SINCE); default --out then auto_calibration/since/")
     args = parser.parse_args(argv)
+    studies = STUDIES + SINCE if args.since else STUDIES
+    if args.since and args.out == OUT:
+        args.out = OUT / "since"
     started = time.time()
 
     comparisons = []  # (study, model, method, seeds)
     extracts = {}
-    for study, model in STUDIES:
+    for study, model in studies:
         data = extract(study, model, args.work)
         extracts[study] = data
         for method in sorted(data["methods"]):
@@ -426,7 +434,7 @@ def main(argv=None) -> int:
                     "samplers the model does not describe; pods_vs_grpo/ (time-based evaluations, an early pilot); "
                     "evidence/interim-* and stage* (subsets of evidence/shipped)",
         "machine": machine_info(), "command": " ".join(["python", *sys.argv]),
-        "studies": [s for s, _ in STUDIES], "summary": summary, "rows": rows,
+        "studies": [s for s, _ in studies], "summary": summary, "rows": rows,
         "seconds": time.time() - started,
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -153,10 +153,83 @@ def test_it_learns_a_launch_bound_slope_and_samples_more_but_not_on_a_linear_mac
 
 
 def test_probes_are_bounded_and_logged():
+    # one probe and its neighbours on both sides tell the slope: no second probe (max_probes is an upper bound)
     planner, ledger = planner_after({"a": 0.0, "b": 1.0, "t": 1e-3}, steps=40, max_probes=2, probe_gap=3)
-    assert planner.probes == 2
+    assert planner.probes == 1 and planner.estimate().slope_known
     plans = [planner.plan(torch.arange(16), ledger, n=32, m=8) for _ in range(5)]
-    assert all(p.metrics["pods/auto_probe"] == 0.0 and p.metrics["pods/auto_probes"] == 2.0 for p in plans)
+    assert all(p.metrics["pods/auto_probe"] == 0.0 and p.metrics["pods/auto_probes"] == 1.0 for p in plans)
+    never, _ = planner_after({"a": 0.0, "b": 1.0, "t": 1e-3}, steps=40, max_probes=0)
+    assert never.probes == 0 and not never.estimate().slope_known
+
+
+def test_a_probe_doubles_the_total_not_every_prompt_at_max_n():
+    planner, ledger = planner_after({"a": 0.0, "b": 1e-3, "t": 1e-3}, steps=0)
+    planner.observe(sampled=128, sample_seconds=0.128, trained=128, update_seconds=0.128)
+    plan = planner.plan(torch.arange(16), ledger, n=32, m=8)
+    assert plan.metrics["pods/auto_probe"] == 1.0 and plan.rollouts.tolist() == [16] * 16
+
+
+def test_no_probe_where_no_slope_could_change_the_choice():
+    """Every prompt certain (p = 1/2 over thousands of outcomes) and efficiency 0: more rollouts add nothing even
+    when free, so the probe is not paid."""
+    ledger = PromptLedger(LedgerSettings(success_threshold=0.5, window=4096))
+    ledger.record(torch.arange(16), (torch.arange(4096) % 2).double().expand(16, -1), step=0)
+    planner = make_planner("auto", min_n=8, max_n=32, warmup_steps=0, efficiency=0.0)
+    planner.observe(sampled=128, sample_seconds=0.128, trained=128, update_seconds=0.128)
+    plan = planner.plan(torch.arange(16), ledger, n=32, m=8)
+    assert plan.metrics["pods/auto_probe"] == 0.0 and planner.probes == 0 and plan.rollouts.tolist() == [8] * 16
+
+
+def test_old_outcomes_fade_into_the_batch_pass_rate_now():
+    """Prompt 0 failed 16 of 16 at step 0; at step 64 the batch passes 90%. With a half-life of 16 updates its
+    outcomes count 0.5 ** 4 = 1/16: the posterior mean is (2 * 0.9 + 0) / (2 + 1), not 0.9 / 18 as unaged."""
+    from pods_rl.budget.planners.auto import ledger_now, success_posterior
+
+    ledger = PromptLedger(LedgerSettings(success_threshold=0.5))
+    ledger.record(torch.tensor([0]), torch.zeros(1, 16), step=0)
+    ledger.record(torch.arange(1, 11), (torch.arange(10)[:, None] < 9).double().expand(-1, 16), step=64)
+    now, rate = ledger_now(ledger)
+    assert (now, rate) == (64, pytest.approx(0.9))
+    stats = ledger.columns(torch.tensor([0]), "window", "last_step")
+    a, b = success_posterior(stats["window"], 2.0, age=now - stats["last_step"], half_life=16.0, pass_rate_now=rate)
+    assert a[0] / (a[0] + b[0]) == pytest.approx(2 * 0.9 / 3) and a[0] + b[0] == pytest.approx(3.0)
+    a, b = success_posterior(stats["window"], 2.0)  # unaged: its own outcomes only, as they were
+    assert a[0] / (a[0] + b[0]) == pytest.approx(2 * 0.001 / 18)
+    # the planner reads the same: the aged prompt's success rate
+    plan = make_planner("auto", min_n=8, max_n=32, sample_ms=1.0, train_ms=1.0).plan(torch.tensor([0]), ledger, n=32)
+    assert plan.extra["success_rate"][0].item() == pytest.approx(0.6)
+
+
+def test_a_prompt_near_one_half_at_a_high_cost_ratio_gets_m_unless_the_gain_is_sure():
+    """p near 1/2 gains little from n > m. At c_s/c_t = 0.3 the expected efficiency (0.435) buys it more rollouts
+    with an intercept of 50 ms; at the interval's lower end (0.20, the default decision) it gets m."""
+    ledger = PromptLedger(LedgerSettings(success_threshold=0.5))
+    ledger.record(torch.arange(8), (torch.arange(16) % 2).double().expand(8, -1), step=0)  # 8 of 16 each
+    costs = dict(sample_ms=0.3, train_ms=1.0, fixed_ms=50.0)
+    sure = make_planner("auto", min_n=8, max_n=32, **costs).plan(torch.arange(8), ledger, n=32, m=8).rollouts
+    expected = make_planner("auto", min_n=8, max_n=32, efficiency_low=None, **costs).plan(
+        torch.arange(8), ledger, n=32, m=8).rollouts
+    assert sure.tolist() == [8] * 8 and int(expected.max()) > 8, (sure, expected)
+
+
+def test_the_cost_fit_reads_the_slope_under_a_rising_load():
+    """Sampling seconds a + b * N + drift * step: the load rises 8 ms per step (about 2% of a step at m); the
+    probes (4x the total) are early, as the planner's are, the later steps at m. The slope from close steps is
+    within 20% of b; fitted across the window it reads the drift as a smaller slope (the CPU study's bias)."""
+    from pods_rl.budget.planners.auto import theil_sen
+
+    a, b, drift = 0.2, 0.0016, 0.008
+    model = RolloutCostModel(window=64)
+    totals, seconds = [], []
+    for step in range(64):
+        N = 512 if step in (3, 6) else 128
+        totals.append(N)
+        seconds.append(a + b * N + drift * step)
+        model.observe(sampled=N, sample_seconds=seconds[-1], trained=128, update_seconds=0.4)
+    estimate = model.estimate()
+    assert estimate.slope_known and estimate.per_sampled == pytest.approx(b, rel=0.2)
+    across, _ = theil_sen(np.array(totals, dtype=float), np.array(seconds))
+    assert abs(across - b) > 0.2 * b, across  # the old fit: drift read as slope
 
 
 def test_the_cost_model_sets_slow_steps_aside():
@@ -187,6 +260,9 @@ def test_its_state_round_trips():
     ({"max_n": 4, "min_n": 8}, r"^auto max_n=4 must be >= min_n=8$"),
     ({"fixed_ms": 3.0}, r"^auto fixed_ms is the intercept of a fixed sampling cost: set sample_ms with it$"),
     ({"budget": 3}, r"^planner 'auto' has no setting 'budget'"),
+    ({"efficiency_low": "low"}, r"^auto efficiency_low must be a number in \[0.0, 100.0\], got 'low'$"),
+    ({"age_half_life": 0.0}, r"^auto age_half_life must be a number in \(0.0, 1000000000.0\], got 0.0$"),
+    ({"cost_pair_gap": 0}, r"^auto cost_pair_gap must be an integer >= 1, got 0$"),
 ])
 def test_bad_knobs_are_one_line(knobs, message):
     with pytest.raises(ValueError, match=message):

@@ -48,10 +48,11 @@ def costs_from_rows(rows: Sequence[dict]) -> dict:
 
 def project_auto(correct, *, m: int, n: int, prompts_per_step: int, fixed_s: float, sample_s: float,
                  train_s: float, fixed_ns: Sequence[int] = (), efficiency: float | None = None,
-                 prior_strength: float | None = None) -> dict:
+                 prior_strength: float | None = None, **knobs) -> dict:
     """The auto planner's counts for the prompts of ``correct`` (P, k) 0/1, planned ``prompts_per_step`` (B) at a
     time (a trailing partial batch is dropped when there is a full one), on fixed costs in seconds: sampling
-    ``fixed_s`` + ``sample_s`` per rollout, ``train_s`` per trained rollout (m per prompt).
+    ``fixed_s`` + ``sample_s`` per rollout, ``train_s`` per trained rollout (m per prompt); ``knobs``: more
+    ``AutoSettings`` (e.g. ``efficiency_low``). The signal is counted at ``efficiency``, the expected one.
 
     Returns ``n_mean``, ``n_min``, ``n_max``, ``n_counts`` {n: prompts}, ``frac_above_m``, ``pass_rate`` (mean),
     ``frac_all_equal`` (prompts whose k outcomes are all equal), ``signal_per_second`` {"grpo", "auto", "<n>"...}
@@ -62,7 +63,8 @@ def project_auto(correct, *, m: int, n: int, prompts_per_step: int, fixed_s: flo
     if not 1 <= m < n or prompts_per_step < 1:
         raise ValueError(f"the projection needs 1 <= m < n and a batch of prompts, got m={m}, n={n}, "
                          f"prompts_per_step={prompts_per_step}")
-    knobs = {k: v for k, v in (("efficiency", efficiency), ("prior_strength", prior_strength)) if v is not None}
+    knobs = {**knobs, **{k: v for k, v in (("efficiency", efficiency), ("prior_strength", prior_strength))
+                         if v is not None}}
     settings = AutoSettings(min_n=m, max_n=n, sample_ms=1e3 * sample_s, train_ms=1e3 * train_s,
                             fixed_ms=1e3 * fixed_s, **knobs)
     planner, ledger = AutoN(settings), PromptLedger(LedgerSettings(success_threshold=0.5))  # 0/1: success = 1

@@ -118,7 +118,7 @@ def test_auto_gives_each_prompt_its_planned_count_from_the_costs_it_measures(tq_
     # hands the step before it to the cost model: rollouts dispatched, and the rows the buffer returned.
     assert totals[:2] == [B * M, B * 8]
     assert [row[0] for row in auto.costs.sampled] == totals[:3] and list(auto.costs.trained)
-    assert len(auto.costs.trained) == 3 and all(seconds >= 0 for _, seconds in auto.costs.sampled)
+    assert len(auto.costs.trained) == 3 and all(seconds >= 0 for _, seconds, _ in auto.costs.sampled)
 
 
 @pytest.mark.parametrize("mode", ["sync", "colocate_async"])

@@ -5,6 +5,7 @@
     pods study --config gsm8k/pods --model_name_or_path ./qwen --n 64 --seeds 4 --updates 200 --out st
     pods study --config my.yaml --lrs 1e-4,2e-4,5e-4 --seeds 8 --jobs 2 --out st   # sweep GRPO's lr first
     pods study --n 32 --pilot 8 --out st              # + adaptive rollouts (pilot 8, up to 32) and its control
+    pods study ... --price_at h200_cost.json          # + time priced at another machine's step costs
 
 Any other `pods train` flag sets the recipe. The stages, each skipped when its results are in ``--out``:
 ``cost`` (`pods cost` for every n: ``OUT/cost.json``), ``sweep`` (with ``--lrs``: GRPO's learning rate, best
@@ -156,7 +157,7 @@ def report_info(plan: Plan, lr: float | None) -> dict:
 
 
 def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float | None = None,
-              progress_every: float = 60.0, command: str | None = None) -> dict | None:
+              progress_every: float = 60.0, command: str | None = None, priced=None) -> dict | None:
     """Run the stages of ``plan`` (each skipping what is already done) and return the report (None if the
     report stage did not run). Stops in-flight runs gracefully once ``max_minutes`` have passed."""
     plan.out.mkdir(parents=True, exist_ok=True)
@@ -194,7 +195,7 @@ def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float |
         return None
     from pods_rl.commands.study_report import write_report
 
-    return write_report(plan.out, report_info(plan, lr), command)
+    return write_report(plan.out, report_info(plan, lr), command, priced=priced)
 
 
 @contextmanager
@@ -303,6 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--in-process", action="store_true", help="run `pods train` (and `pods cost`) in this process, one run "
         "after another: saves each run's start-up (seconds of imports) in small studies")
     add("--bootstrap", type=int, default=2000, help="bootstrap replicates per confidence interval (default 2000)")
+    add("--price_at", default=None, metavar="COSTS", help="also price every method's time at another machine's "
+        "step costs: a `pods cost` JSON file or c0_ms,sample_ms,train_ms; each step costs c0 + c_s x rollouts "
+        "sampled + c_t x rollouts trained, time to each accuracy level on that axis labelled 'priced'; auto methods "
+        "plan with the same costs")
     add("--smoke", action="store_true", help="the whole pipeline at toy sizes on this CPU (well under a minute)")
     add("--dry-run", action="store_true", help="print the plan's `pods train` commands and exit")
     one_line_parser_errors(parser)
@@ -332,11 +337,38 @@ def _main(argv: list[str]) -> int:
     if unknown:
         raise ValueError(f"--stage {args.stage!r}: unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
     plan = make_plan(args, recipe_argv)
+    priced = None
+    if args.price_at is not None:  # checked before any run starts
+        plan, priced = _priced_plan(plan, args.price_at)
     if args.dry_run:
         lrs = plan.lrs and sweep_runs(plan)
         for run in [*(lrs or []), *study_runs(plan, plan.lr if plan.lr is not None else float("nan"))]:
             print(shlex.join(["pods", "train", *run.argv]))
         return 0
     command = shlex.join(["pods", "study", *argv])
-    run_study(plan, stages, max_minutes=args.max_minutes, progress_every=args.progress_every, command=command)
+    run_study(plan, stages, max_minutes=args.max_minutes, progress_every=args.progress_every, command=command,
+              priced=priced)
     return 0
+
+
+def _priced_plan(plan: Plan, spec: str):
+    """``--price_at``: the costs (one line on bad ones), a warning where they were measured on another model or
+    task, the runs already in ``OUT`` checked for the counts pricing needs, and auto methods given the costs."""
+    import dataclasses
+
+    from pods_rl.commands import study_priced
+    from pods_rl.commands.study_report import load_groups
+
+    costs = study_priced.parse_priced_costs(spec)
+    warning = study_priced.cost_file_mismatch(costs, plan.recipe_argv)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    if plan.out.is_dir():  # the runs already there (packed or not) must tell what pricing needs
+        from pods_rl.runlog.packed import runs_root
+
+        with runs_root(plan.out) as root:
+            if (root / "study" / "runs").is_dir():
+                study_priced.check_runs_logged(load_groups(root / "study" / "runs"))
+    print(study_priced.describe(costs), flush=True)
+    methods = [dataclasses.replace(m, extra=study_priced.priced_planner_argv(m.extra, costs)) for m in plan.methods]
+    return dataclasses.replace(plan, methods=methods), costs

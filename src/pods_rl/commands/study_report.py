@@ -120,7 +120,8 @@ def _ratio_entry(values: list, base: list, n_boot: int) -> dict:
 
 # Long because every number shares the groups, the comparisons and the bootstrap settings; its parts are below.
 def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[str, str] | None = None,
-                 cost: dict | None = None, title: str = "", n_boot: int = 2000, figures: bool = True) -> dict | None:
+                 cost: dict | None = None, title: str = "", n_boot: int = 2000, figures: bool = True,
+                 priced=None) -> dict | None:
     """The three numbers, break-even, noise, controls, projection and figures for the finished study runs.
 
     Args:
@@ -128,6 +129,7 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
         baseline: the method the others are compared against (GRPO n = m).
         labels: {method: human label} for the figures. cost: the `pods cost` JSON, if measured.
         n_boot: bootstrap replicates per confidence interval (0: no intervals).
+        priced: a ``study_priced.PricedCosts``: also time priced at another machine's costs (``result["priced"]``).
     Returns None unless the baseline and one other method have finished runs.
     """
     groups, machines = same_machine_pairs(load_groups(runs_dir), baseline)
@@ -187,6 +189,10 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
     if machines:
         result["machines"] = machines
 
+    if priced is not None:
+        from pods_rl.commands.study_priced import priced_report
+
+        result["priced"] = priced_report(groups, baseline, priced, n_boot=n_boot)
     result["selection_vs_random"] = _selection_vs_random(groups, runs, n_boot)
     result["projection"] = _projection(methods, baseline, cost)
     result["figures"] = _figures(runs, out, labels, title) if figures else []
@@ -338,6 +344,10 @@ def format_report(report: dict) -> str:
     lines += _numbers_lines(study, others)
     lines += _curve_lines(study, others)
     lines += _noise_and_projection_lines(study)
+    if study.get("priced"):
+        from pods_rl.commands.study_priced import priced_lines
+
+        lines += priced_lines(study["priced"], {name: e["label"] for name, e in study["methods"].items()})
     return "\n".join(lines + machine_lines(study))
 
 
@@ -509,9 +519,10 @@ def _f(value) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
 
-def write_report(out: Path, plan_info: dict | None = None, command: str | None = None) -> dict:
+def write_report(out: Path, plan_info: dict | None = None, command: str | None = None, priced=None) -> dict:
     """Compute the report from ``out/{sweep,study}/runs`` (or ``out/runs.tar.xz``) and ``out/cost.json``; write
-    ``out/study.json``, ``out/report.txt`` and the figures; print the table. ``plan_info``: baseline, labels..."""
+    ``out/study.json``, ``out/report.txt`` and the figures; print the table. ``plan_info``: baseline, labels...;
+    ``priced``: ``study_priced.PricedCosts`` to price time at too."""
     from pods_rl.commands.study_paths import portable
     from pods_rl.machine import machine_info
     from pods_rl.runlog.packed import runs_root
@@ -529,7 +540,7 @@ def write_report(out: Path, plan_info: dict | None = None, command: str | None =
         if lr is not None:  # the rate the study's runs trained with (a report alone does not know it otherwise)
             report["plan"] = plan_info = {**plan_info, "lr": lr}
         study = study_report(runs, out, baseline, plan_info.get("labels"), report["cost"], plan_info.get("title", ""),
-                             plan_info.get("bootstrap", 2000)) if baseline else None
+                             plan_info.get("bootstrap", 2000), priced=priced) if baseline else None
         report["study"] = portable(study, root)  # its run folders relative to the study's folder
     report["headline"] = headline(report["study"]) if report["study"] else None
     text = format_report(report)

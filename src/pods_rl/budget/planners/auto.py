@@ -3,9 +3,11 @@
 Each step it gives prompt i between ``min_n`` (m) and ``max_n`` (n) rollouts, maximizing sum_i L_i(n_i) / T(n) with
 T = c0 + c_s * sum_i n_i + c_t * m * S, exactly (Dinkelbach). L(n) = g(m) + efficiency * (g(n) - g(m)), g(n) =
 E[V_{n,m}] the expected reward variance of the max-variance m-subset of n binary rewards under each prompt's
-Beta-binomial (the ledger's recent outcomes); ``efficiency`` is calibrated on the CPU studies. c_s is the *marginal*
-second of a sampled rollout: sampling seconds fitted as a + b * N over steps at different totals N (Theil-Sen, slow
-steps set aside; bounded probes while the slope is unknown); c_t the median update seconds per trained rollout.
+Beta-binomial (the ledger's recent outcomes, faded by their age into the batch's pass rate now); ``efficiency`` is
+calibrated on the CPU studies, and the choice is made at its lower bound ``efficiency_low`` (more than m only on a
+confident gain). c_s is the *marginal* second of a sampled rollout: sampling seconds fitted as a + b * N, the slope
+from steps close in time at different totals N (slow steps set aside; bounded probes while the slope is unknown,
+none where no slope could change the choice); c_t the median update seconds per trained rollout.
 Where sampling does not pay it chooses m everywhere: GRPO. The derivation, assumptions and limits:
 docs/concepts/auto-n.md. Shapes: P prompts, K candidate counts.
 """
@@ -24,7 +26,7 @@ from pods_rl.budget.planners.base import Plan, as_ids, check_int, check_number, 
 
 __all__ = ["AutoN", "AutoSettings", "CostEstimate", "RolloutCostModel", "allocate_for_signal", "beta_binomial_pmf",
            "binomial_pmf", "expected_selected_variance", "selected_variance_table", "signal_table",
-           "success_posterior", "theil_sen"]
+           "ledger_now", "local_slope", "success_posterior", "theil_sen"]
 
 _OWNER = "auto"
 SLOW_STEP = 2.0  # step_cost's rule: a step over 2x the fitted time is an interruption, set aside
@@ -102,17 +104,35 @@ def signal_table(a, b, m: int, max_n: int, efficiency: float = 1.0, min_n: int |
     return torch.from_numpy(signal[inverse.reshape(-1)])
 
 
-def success_posterior(window: torch.Tensor, prior_strength: float):
+def success_posterior(window: torch.Tensor, prior_strength: float, age=None, half_life: float | None = None,
+                      pass_rate_now: float | None = None):
     """(P, W) the ledger's recent outcomes (1 success, 0 failure, -1 empty) -> (P,) Beta posterior (a, b) of each
-    prompt's success rate, with a Beta prior of ``prior_strength`` pseudo-outcomes centred on the batch's pass rate
-    (these candidates' recent outcomes; 1/2 when none has any)."""
+    prompt's success rate, with a Beta prior of ``prior_strength`` pseudo-outcomes centred on ``pass_rate_now`` (None:
+    these candidates' recent outcomes, weighted as below; 1/2 when none has any). With ``age`` (P,) updates since each
+    prompt's outcomes were seen and ``half_life`` (updates), each outcome counts 0.5 ** (age / half_life): an old
+    pass rate fades into the batch's current one instead of being credited as if it were now."""
     recent = window
-    successes = (recent == 1).sum(dim=1).double()
-    failures = (recent == 0).sum(dim=1).double()
+    weight = torch.ones(len(window), dtype=torch.float64)
+    if age is not None and half_life is not None:
+        weight = 0.5 ** (torch.as_tensor(age, dtype=torch.float64).clamp(min=0) / half_life)
+    successes = (recent == 1).sum(dim=1).double() * weight
+    failures = (recent == 0).sum(dim=1).double() * weight
     outcomes = float((successes + failures).sum())
-    pass_rate = float(successes.sum()) / outcomes if outcomes > 0 else 0.5
+    pass_rate = pass_rate_now if pass_rate_now is not None else (
+        float(successes.sum()) / outcomes if outcomes > 0 else 0.5)
     pass_rate = min(max(pass_rate, 1e-3), 1 - 1e-3)  # keep the prior proper
     return (prior_strength * pass_rate + successes).numpy(), (prior_strength * (1 - pass_rate) + failures).numpy()
+
+
+def ledger_now(ledger: PromptLedger) -> tuple[int, float | None]:
+    """The ledger's latest step and the pass rate of the groups recorded at it (None before any): "now" for aging."""
+    stats = ledger.columns(ledger.ids, "last_step", "last_group_rollouts", "last_group_successes")
+    if len(stats["last_step"]) == 0:
+        return -1, None
+    now = int(stats["last_step"].max())
+    latest = (stats["last_step"] == now) & (stats["last_group_rollouts"] > 0)
+    rollouts = int(stats["last_group_rollouts"][latest].sum())
+    return now, (int(stats["last_group_successes"][latest].sum()) / rollouts if rollouts else None)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -171,32 +191,55 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, float(np.median(y - slope * x))
 
 
+def local_pairs(x: np.ndarray, t: np.ndarray, gap: int, spread: float) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) totals x and step indices t -> the index pairs (i, j), i < j, at most ``gap`` steps apart whose totals
+    differ by ``spread`` (max/min) or more: a probe against its neighbours."""
+    i, j = np.triu_indices(len(x), k=1)
+    close = (np.abs(t[j] - t[i]) <= gap) & (np.maximum(x[i], x[j]) >= spread * np.minimum(x[i], x[j]))
+    return i[close], j[close]
+
+
+def local_slope(x: np.ndarray, y: np.ndarray, t: np.ndarray, gap: int, spread: float) -> float | None:
+    """(N,) totals, seconds, step indices -> the upper quartile of the slopes over ``local_pairs`` (None without
+    one). Close pairs: the load that moves between distant steps cancels between close ones, where a slope fitted
+    across the window reads the drift as part of the intercept. The upper quartile: where close pairs disagree
+    (timing noise), the dearer reading, so that noise does not buy rollouts (docs/concepts/auto-n.md, "The gain
+    and cost models, second version")."""
+    i, j = local_pairs(x, t, gap, spread)
+    return float(np.quantile((y[j] - y[i]) / (x[j] - x[i]), 0.75)) if len(i) else None
+
+
 class RolloutCostModel:
     """A running fit of a step's seconds from the phase clock: sampling (generation + scoring) as a + b * N over the
-    rollouts N it sampled, and update seconds per trained rollout; the last ``window`` steps."""
+    rollouts N it sampled, and update seconds per trained rollout; the last ``window`` steps. The slope b comes only
+    from steps at most ``pair_gap`` sampling steps apart; the intercept a from the latest ``recent`` steps."""
 
-    def __init__(self, window: int = 64, spread: float = 1.25):
-        self.sampled: deque[tuple[float, float]] = deque(maxlen=window)  # (N, sampling seconds) per sampling step
+    def __init__(self, window: int = 64, spread: float = 1.25, pair_gap: int = 4, recent: int = 16):
+        self.sampled: deque[tuple[float, float, int]] = deque(maxlen=window)  # (N, seconds, index) per sampling step
         self.trained: deque[float] = deque(maxlen=window)  # update seconds per trained rollout, per optimizer step
         self.spread = spread  # totals at least this far apart (max/min) tell the slope
+        self.pair_gap, self.recent = pair_gap, recent
+        self.count = 0  # sampling steps observed (the index of the next)
 
     def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
         """One optimizer step's counts and phase seconds (``sampled`` 0: the step reused an earlier generation)."""
         if sampled > 0 and math.isfinite(sample_seconds) and sample_seconds >= 0:
-            self.sampled.append((float(sampled), float(sample_seconds)))
+            self.sampled.append((float(sampled), float(sample_seconds), self.count))
+            self.count += 1
         if trained > 0 and math.isfinite(update_seconds) and update_seconds >= 0:
             self.trained.append(float(update_seconds) / trained)
 
+    def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        x, y, t = (np.array(column, dtype=np.float64) for column in zip(*self.sampled))
+        return x, y, t
+
     def slope_known(self) -> bool:
-        """Whether the window holds >= 2 sampling steps at each end of a spread of totals (max >= spread * min)."""
+        """Whether the window holds >= 4 sampling steps and >= 2 pairs of them close in time (``pair_gap``) whose
+        totals differ by ``spread`` or more."""
         if len(self.sampled) < 4:
             return False
-        totals = np.array([n for n, _ in self.sampled])
-        low, high = totals.min(), totals.max()
-        if high < self.spread * low:
-            return False
-        middle = (low + high) / 2
-        return int((totals < middle).sum()) >= 2 and int((totals >= middle).sum()) >= 2
+        x, _, t = self._columns()
+        return len(local_pairs(x, t, self.pair_gap, self.spread)[0]) >= 2
 
     def estimate(self) -> CostEstimate | None:
         """The current ``CostEstimate``; None before a sampling step (``per_trained`` NaN before an update step)."""
@@ -204,26 +247,35 @@ class RolloutCostModel:
             return None
         per_trained = np.asarray(self.trained) if self.trained else np.array([np.nan])
         per_trained = float(np.median(per_trained[~(per_trained > SLOW_STEP * np.median(per_trained))]))
-        x, y = (np.array(column) for column in zip(*self.sampled))
+        x, y, t = self._columns()
+        usual = y / x <= SLOW_STEP * np.median(y / x)
+        unknown = CostEstimate(0.0, float(np.median((y / x)[usual])), per_trained, False, len(x))
         if not self.slope_known():
-            usual = y / x <= SLOW_STEP * np.median(y / x)
-            return CostEstimate(0.0, float(np.median((y / x)[usual])), per_trained, False, len(x))
-        slope, intercept = theil_sen(x, y)
+            return unknown
+        slope = local_slope(x, y, t, self.pair_gap, self.spread)
+        latest = t >= t.max() - self.recent + 1
+        intercept = float(np.median((y - slope * x)[latest]))
         usual = y <= SLOW_STEP * np.maximum(intercept + slope * x, 1e-12)  # interruptions set aside, then refit
-        if usual.sum() >= 4 and len(np.unique(x[usual])) >= 2:
-            slope, intercept = theil_sen(x[usual], y[usual])
-        slope = max(slope, 0.0)
-        return CostEstimate(max(float(np.median(y[usual] - slope * x[usual])), 0.0), slope, per_trained, True,
+        refit = local_slope(x[usual], y[usual], t[usual], self.pair_gap, self.spread)
+        slope = refit if refit is not None else slope
+        if slope <= 0:  # a rollout costs something: a slope <= 0 is noise, not a free rollout; the average bounds it
+            return unknown
+        keep = usual & latest if (usual & latest).any() else usual
+        return CostEstimate(max(float(np.median(y[keep] - slope * x[keep])), 0.0), slope, per_trained, True,
                             len(x))
 
     def state_dict(self) -> dict:
         """The window of observations."""
-        return {"sampled": [list(row) for row in self.sampled], "trained": list(self.trained)}
+        return {"sampled": [list(row) for row in self.sampled], "trained": list(self.trained), "count": self.count}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict``."""
+        """Restore ``state_dict`` (a window saved before step indices were kept: one step apart, in order)."""
+        rows = state.get("sampled", [])
+        self.count = int(state.get("count", len(rows)))
         self.sampled.clear()
-        self.sampled.extend(tuple(row) for row in state.get("sampled", []))
+        start = self.count - len(rows)
+        self.sampled.extend((float(row[0]), float(row[1]), int(row[2]) if len(row) > 2 else start + k)
+                            for k, row in enumerate(rows))
         self.trained.clear()
         self.trained.extend(state.get("trained", []))
 
@@ -234,16 +286,21 @@ class RolloutCostModel:
 @dataclass(frozen=True)
 class AutoSettings:
     """The planner's knobs (docs/concepts/auto-n.md, "Settings"): the range ``min_n``..``max_n`` (None: m, n);
-    ``efficiency``; the prior; the cost model's schedule; ``*_ms`` fix c_s, c_t, c0 instead of measuring them."""
+    ``efficiency`` (its lower end ``efficiency_low`` decides: n > m only on a confident gain); outcomes fading by
+    ``age_half_life`` updates; the prior; the cost model's schedule; ``*_ms`` fix c_s, c_t, c0 instead of measuring
+    them."""
 
     min_n: int | None = None
     max_n: int | None = None
     efficiency: float = 0.435  # fitted to the CPU studies: benchmarks/results/cpu-2core-amd-epyc/auto_calibration
+    efficiency_low: float | None = 0.20  # the calibration's lower 95% bound: more than m only on a confident gain
+    age_half_life: float | None = 16.0  # updates after which a ledger outcome counts half (None: never fades)
     prior_strength: float = 2.0
     warmup_steps: int = 2
     probe_gap: int = 3
     max_probes: int = 6
     cost_window: int = 64
+    cost_pair_gap: int = 4
     sample_ms: float | None = None
     train_ms: float | None = None
     fixed_ms: float | None = None
@@ -255,16 +312,26 @@ class AutoSettings:
         if self.min_n is not None and self.max_n is not None and self.max_n < self.min_n:
             raise ValueError(f"{_OWNER} max_n={self.max_n} must be >= min_n={self.min_n}")
         check_number(_OWNER, "efficiency", self.efficiency, 0.0, 100.0)
+        if self.efficiency_low is not None:
+            check_number(_OWNER, "efficiency_low", self.efficiency_low, 0.0, 100.0)
+        if self.age_half_life is not None:
+            check_number(_OWNER, "age_half_life", self.age_half_life, 0.0, 1e9, low_open=True)
         check_number(_OWNER, "prior_strength", self.prior_strength, 0.0, 1e6, low_open=True)
         check_int(_OWNER, "warmup_steps", self.warmup_steps, 0)
         check_int(_OWNER, "probe_gap", self.probe_gap, 1)
         check_int(_OWNER, "max_probes", self.max_probes, 0)
         check_int(_OWNER, "cost_window", self.cost_window, 4)
+        check_int(_OWNER, "cost_pair_gap", self.cost_pair_gap, 1)
         for name in ("sample_ms", "train_ms", "fixed_ms"):
             if getattr(self, name) is not None:
                 check_number(_OWNER, name, getattr(self, name), 0.0, 1e9)
         if self.fixed_ms is not None and self.sample_ms is None:
             raise ValueError(f"{_OWNER} fixed_ms is the intercept of a fixed sampling cost: set sample_ms with it")
+
+    @property
+    def decision_efficiency(self) -> float:
+        """The efficiency the allocation decides with: the interval's lower end where set (``efficiency_low``)."""
+        return self.efficiency if self.efficiency_low is None else min(self.efficiency, self.efficiency_low)
 
     @property
     def fixed_costs(self) -> bool:
@@ -282,7 +349,7 @@ class AutoN:
 
     def __init__(self, settings: AutoSettings | None = None):
         self.settings = settings or AutoSettings()
-        self.costs = RolloutCostModel(window=self.settings.cost_window)
+        self.costs = RolloutCostModel(window=self.settings.cost_window, pair_gap=self.settings.cost_pair_gap)
         self.plans = 0  # plans made (steps that sampled)
         self.probes = 0
         self.last_probe = -10**9  # the plan index of the last probe
@@ -318,15 +385,19 @@ class AutoN:
         if not 1 <= m <= min_n <= max_n:
             raise ValueError(f"{_OWNER} needs 1 <= m <= min_n <= max_n, got m={m}, min_n={min_n}, max_n={max_n}")
         ids = as_ids(ids)
-        stats = ledger.columns(ids, "window", "evicted")
+        stats = ledger.columns(ids, "window", "evicted", "last_step")
         live = ~stats["evicted"]
-        a, b = success_posterior(stats["window"], s.prior_strength)
+        now, pass_rate_now = ledger_now(ledger) if s.age_half_life is not None else (0, None)
+        a, b = success_posterior(stats["window"], s.prior_strength, age=now - stats["last_step"],
+                                 half_life=s.age_half_life, pass_rate_now=pass_rate_now)
         estimate = self.estimate()
         self.plans += 1
         rollouts = torch.full((len(ids),), min_n, dtype=torch.long)
         metrics = {"pods/auto_probe": 0.0}
-        signal = signal_table(a[live.numpy()], b[live.numpy()], m, max_n, s.efficiency, min_n) if bool(
-            live.any()) else torch.zeros(0, max_n - min_n + 1, dtype=torch.float64)
+        gains = signal_table(a[live.numpy()], b[live.numpy()], m, max_n, 1.0, min_n) if bool(
+            live.any()) else torch.zeros(0, max_n - min_n + 1, dtype=torch.float64)  # (L, K) g(n) itself
+        signal = gains[:, :1] + s.decision_efficiency * (gains - gains[:, :1])  # what it decides on
+        expected = gains[:, :1] + s.efficiency * (gains - gains[:, :1])  # what it reports
         counts = torch.arange(min_n, max_n + 1)
         warming = self.plans <= s.warmup_steps and not s.fixed_costs
         if estimate is not None and not warming:
@@ -335,16 +406,21 @@ class AutoN:
             chosen, ratio = allocate_for_signal(signal, counts, sample_seconds=estimate.per_sampled,
                                                 fixed_seconds=fixed)
             rollouts[live] = chosen
-            base = float(signal[:, 0].sum()) / (fixed + estimate.per_sampled * min_n * int(live.sum()))
+            ratio = float(expected[torch.arange(len(chosen)), chosen - min_n].sum()) / (
+                fixed + estimate.per_sampled * float(chosen.sum())) if len(chosen) else 0.0
+            base = float(expected[:, 0].sum()) / (fixed + estimate.per_sampled * min_n * int(live.sum()))
             metrics.update({"pods/auto_sample_ms": 1e3 * estimate.per_sampled,
                             "pods/auto_train_ms": 1e3 * estimate.per_trained,
                             "pods/auto_fixed_ms": 1e3 * estimate.fixed,
                             "pods/auto_slope_known": float(estimate.slope_known),
                             "pods/auto_signal_per_second_vs_m": ratio / base if base > 0 else 1.0})
             if (not estimate.slope_known and not s.fixed_costs and s.sample_ms is None and self.probes < s.max_probes
-                    and self.plans - self.last_probe >= s.probe_gap and max_n > min_n):
+                    and self.plans - self.last_probe >= s.probe_gap and max_n > min_n
+                    and self._probe_could_matter(signal, counts, fixed)):
                 planned = estimate.per_sampled * float(rollouts[live].sum())
-                rollouts[live] = max_n  # a probe: the slope needs a step at another total
+                # a probe: the slope needs a step at another total, twice this one's (the cost model's spread is
+                # 1.25x); every prompt at max_n would pay for rollouts the slope does not need
+                rollouts[live] = torch.clamp(2 * rollouts[live], max=max_n)
                 self.probes, self.last_probe = self.probes + 1, self.plans
                 metrics.update({"pods/auto_probe": 1.0, "pods/auto_probe_extra_s":
                                 estimate.per_sampled * float(rollouts[live].sum()) - planned})
@@ -356,6 +432,13 @@ class AutoN:
                         "pods/auto_warmup": float(warming or estimate is None)})
         return make_plan(ids, rollouts, skipped=torch.zeros(len(ids), dtype=torch.bool), evicted=stats["evicted"],
                          extra={"success_rate": torch.from_numpy(a / (a + b))}, metrics=metrics)
+
+    @staticmethod
+    def _probe_could_matter(signal: torch.Tensor, counts: torch.Tensor, fixed_seconds: float) -> bool:
+        """Whether any slope could change the choice: with the marginal rollout free (the slope's lowest value) some
+        prompt gets more than min_n. Where even then every prompt gets min_n, a probe would teach nothing."""
+        chosen, _ = allocate_for_signal(signal, counts, sample_seconds=0.0, fixed_seconds=max(fixed_seconds, 1e-12))
+        return bool((chosen > counts[0]).any())
 
     def state_dict(self) -> dict:
         """The cost window and the probe counters (a resume plans as the run would have)."""
