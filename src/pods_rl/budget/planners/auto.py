@@ -8,8 +8,8 @@ calibrated on the CPU studies, and the choice is made at its lower bound ``effic
 confident gain). c_s is the *marginal* second of a sampled rollout: sampling seconds fitted as a + b * N, the slope
 from steps close in time at different totals N (slow steps set aside; bounded probes while the slope is unknown,
 none where no slope could change the choice); c_t the median update seconds per trained rollout.
-Where sampling does not pay it chooses m everywhere: GRPO. The derivation, assumptions and limits:
-docs/concepts/auto-n.md. Shapes: P prompts, K candidate counts.
+Where its models predict that sampling does not pay it chooses m everywhere: GRPO. The derivation, assumptions and
+limits: docs/concepts/auto-n.md. Shapes: P prompts, K candidate counts.
 """
 
 from __future__ import annotations

@@ -135,11 +135,11 @@ class PODSConfig(GRPOConfig):
     rollout_planner: str | None = field(
         default=None,
         metadata={"help": "How many rollouts each sampled prompt gets (a planner of pods_rl.budget.planners): knapsack "
-                  "(Knapsack-RL: a budget of adaptive_budget rollouts per prompt on average, default "
-                  "num_generations, spent where groups are likeliest mixed; each prompt gets downsample_to .. "
-                  "num_generations, then PODS keeps m), auto (the counts with the most expected learning signal "
-                  "per measured second: GRPO with m where sampling does not pay, more rollouts where it does; "
-                  "docs: PODS that picks its own n) or cgrpo (C-GRPO: rounds up budget_grid until a prompt's "
+                  "(Knapsack-RL: a budget of adaptive_budget rollouts per prompt on average, default num_generations, "
+                  "spent where groups are likeliest mixed; each prompt gets downsample_to .. num_generations, then "
+                  "PODS keeps m), auto (the counts with the most expected learning signal per measured second: m "
+                  "where its cost and gain models predict that sampling does not pay, more where they predict it "
+                  "does; docs: PODS that picks its own n) or cgrpo (C-GRPO: rounds up budget_grid until a prompt's "
                   "conformal prediction set is a singleton, num_generations = max(budget_grid); PODSTrainer needs "
                   "calibration_dataset= and answer_extractor=)."},
     )
