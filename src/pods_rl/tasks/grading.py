@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from collections.abc import Sequence
 from fractions import Fraction
 from functools import lru_cache
@@ -282,6 +283,35 @@ def _math_verify_match_unbounded(candidate: str, gold: str) -> bool:
     if not pred:
         return False
     return bool(math_verify.verify(gold_parsed, pred, timeout_seconds=None))
+
+
+# One of each kind math_verify loads a parser for on its first use: LaTeX (antlr), a plain expression, a set, an
+# equation. Graded once per process, so that the first real item does not pay for the loading inside its limit.
+_WARM_UP_ITEMS = ((r"\frac{1}{2}", "0.5"), ("$x + 1$", "1 + x"), (r"\{1, 2\}", r"\{2, 1\}"), ("x = 3", "3"))
+_warm_up_lock = threading.Lock()
+_warmed_up = False
+
+
+def warm_up() -> bool:
+    """Load what ``math_verify`` loads lazily on its first use (sympy, latex2sympy's antlr parser, its expression
+    parser) by grading a few answers, unbounded in time: call it before any time limit starts, or the first graded
+    item of a process pays for the loading and may be cut short on a busy machine. Idempotent and thread-safe; after
+    the first call it returns at once. Returns whether this call did the loading."""
+    global _warmed_up
+    if _warmed_up:
+        return False
+    with _warm_up_lock:
+        if _warmed_up:
+            return False
+        try:
+            for candidate, gold in _WARM_UP_ITEMS:
+                math_verify_any([candidate], gold)
+        except Exception as err:  # noqa: BLE001 - a broken math_verify shows later as "not correct", per item
+            logger.warning("Warming up the grader raised %s: %s; its first items may be cut short",
+                           type(err).__name__, err)
+        _warmed_up = True  # also after a failure: a broken install is not retried on every item
+        return True
+
 
 def triage(text: str, gold: str) -> tuple[bool | None, list[str], bool]:
     """The cheap part of grading ``text`` against ``gold``, without sympy: ``(verdict, undecided, rejected)``;
