@@ -201,8 +201,9 @@ def _attempt(text: str, gold: str, undecided: list[str], timeout_s: float) -> tu
 
 def _cut_may_be_the_machines(undecided: list[str]) -> bool:
     """Whether a timeout on ``undecided`` is worth one more try. Once loaded, math_verify decides a short answer that
-    passed the size estimate (no tower, no giant factorial) in milliseconds, so a limit of seconds cut on one is more
-    likely the machine's (other processes on the cores, swapping, a garbage collection) than the expression's; a long
+    passed the size estimate (no tower, no giant factorial) in well under a second, so a limit of seconds cut on one
+    is more likely the machine's (other processes on the cores, swapping, a garbage collection, sympy code loaded on
+    first use that the warm-up did not reach) than the expression's; a long
     one may be pathological and is cut at once. A short pathological one is retried once too: it costs at most twice
     its limit, still bounded, and the retry gets only what is left of the caller's budget."""
     return sum(len(c) for c in undecided) <= RETRY_MAX_CHARS
