@@ -297,10 +297,8 @@ _warmed_up = False
 
 
 def warm_up() -> bool:
-    """Load what ``math_verify`` loads lazily on its first use (sympy, latex2sympy's antlr parser, its expression
-    parser) by grading a few answers, unbounded in time: call it before any time limit starts, or the first graded
-    item of a process pays for the loading and may be cut short on a busy machine. Idempotent and thread-safe; after
-    the first call it returns at once. Returns whether this call did the loading."""
+    """Load what ``math_verify`` loads on first use by grading ``_WARM_UP_ITEMS``, unbounded: call it before any time
+    limit starts. Idempotent and thread-safe (at once after the first call); returns whether this call loaded."""
     global _warmed_up
     if _warmed_up:
         return False

@@ -7,10 +7,9 @@ Grading never hangs or crashes a run on adversarial output (``9^{9^{9^9}}``, hug
 cheapest defence first: linear scans (``extraction``); a fast exact / numeric comparison and never handing sympy
 over-long or explosive candidates (``grading``); a wall-clock limit per item (``time_limits``: SIGALRM, or a
 killable worker off the main thread); and a budget per ``correctness_reward`` call. Items cut short score 0 and
-are counted (``GRADING_METRIC`` through TRL's ``log_metric``). The grader's one-time loading is paid when the reward
-is built and again (at once when done) before each call's budget starts, and a short item cut by its limit is
-retried once (``RETRY_METRIC``): a busy machine does not turn right answers into 0. This module holds the reward
-functions and re-exports the others' public names."""
+are counted (``GRADING_METRIC`` through TRL's ``log_metric``); the grader loads outside every limit and a short item
+cut by its limit is retried once (``RETRY_METRIC``). This module holds the reward functions and re-exports the others'
+public names."""
 
 from __future__ import annotations
 
@@ -110,9 +109,8 @@ def make_correctness_reward(
     ``is_correct(text, answer, **extra)`` defaults to ``answers_match``; ``extra_columns``: the dataset columns it
     needs. Each item is bounded by the smaller of ``timeout_s`` and what is left of ``batch_timeout_s`` (``math.inf``:
     no budget); once spent, items the fast path cannot decide score 0 ungraded. Items cut short score 0, logged in one
-    warning and reported as ``GRADING_METRIC`` through ``log_metric`` when the caller passes it (TRL does); the default
-    grader's short items cut by their limit are graded once more (``grade_item``), counted as ``RETRY_METRIC``. The
-    default grader is warmed up here (``warm_up_grading``), and again before each call's budget (cheap once done)."""
+    warning and reported as ``GRADING_METRIC`` through ``log_metric`` when the caller passes it (TRL does), the default
+    grader's second tries (``grade_item``) as ``RETRY_METRIC``; it is warmed up here and before each call's budget."""
     if not timeout_s or timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     if not batch_timeout_s or batch_timeout_s <= 0:
@@ -123,18 +121,12 @@ def make_correctness_reward(
     def correctness_reward(prompts, completions, answer, **kwargs) -> list[float]:
         """1.0 per completion (B,) whose final answer matches its gold ``answer`` (B,), else 0.0."""
         if len(answer) != len(completions):
-            raise ValueError(
-                f"correctness_reward got {len(completions)} completions but {len(answer)} answers"
-            )
+            raise ValueError(f"correctness_reward got {len(completions)} completions but {len(answer)} answers")
         missing = [col for col in extra_columns if col not in kwargs]
         if missing:
-            raise ValueError(
-                f"correctness_reward needs dataset column(s) {missing}; keep them in the dataset"
-            )
+            raise ValueError(f"correctness_reward needs dataset column(s) {missing}; keep them in the dataset")
         if is_correct is None:
-            # In the process and thread that grade (TRL's async worker calls from a thread of its own process):
-            # at once when done, else the loading is paid here, before the budget starts.
-            warm_up_grading()
+            warm_up_grading()  # in the process and thread that grade (TRL's async worker: another), before the budget
         deadline = time.monotonic() + batch_timeout_s  # noqa: F811 (a local, not the module)
         scores, cut_reasons, retries = [], [], 0
         for i, (completion, gold) in enumerate(zip(completions, answer)):
@@ -159,8 +151,7 @@ def make_correctness_reward(
                 "%.2f s, per-call budget %.2f s)", len(cut_reasons), len(completions), counts, timeout_s,
                 batch_timeout_s,
             )
-        log_metric = kwargs.get("log_metric")
-        if callable(log_metric):
+        if callable(log_metric := kwargs.get("log_metric")):
             log_metric(GRADING_METRIC, float(len(cut_reasons)))
             if is_correct is None:
                 log_metric(RETRY_METRIC, float(retries))

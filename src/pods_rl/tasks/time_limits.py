@@ -1,9 +1,5 @@
 """Grading within a wall-clock limit: a ``SIGALRM`` timer in the main thread, a killable worker subprocess
 off it. A timed-out item scores 0 and logs a warning; nothing a model writes can hang or crash a run.
-
-The grader's one-time loading (``grading.warm_up``) is paid before any limit starts, in this process and in the
-worker, and a short item cut by its limit is graded once more (``grade_item``): on a busy machine a limit can cut
-what the expression did not cause.
 """
 
 from __future__ import annotations
@@ -134,9 +130,8 @@ _worker = _GradingWorker()
 
 
 def warm_up_grading() -> None:
-    """Pay the grader's one-time loading now, outside any time limit, where this thread's grading will run: in this
-    process (``grading.warm_up``) in the main thread, in the grading worker (started and waited for) off it.
-    Idempotent: cheap after the first call (in each process, and for each worker the last timeout replaced)."""
+    """Pay the grader's one-time loading now, outside any limit, where this thread grades: in this process (main
+    thread), else in the grading worker (started and waited for). Cheap once done."""
     if _signals_usable():
         grading.warm_up()
         return
@@ -179,8 +174,7 @@ def call_with_time_limit(fn: Callable, *args, timeout_s: float = DEFAULT_TIMEOUT
 
 
 class Graded(NamedTuple):
-    """One item's grading: ``correct``; ``cut``, why it was cut short (a ``CUT_REASONS`` key) or None;
-    ``retried``, whether a first attempt was cut by its limit and the item graded once more."""
+    """One item's grading: ``correct``, ``cut`` (a ``CUT_REASONS`` key, or None), ``retried`` (graded twice)."""
 
     correct: bool
     cut: str | None
@@ -199,20 +193,19 @@ def _attempt(text: str, gold: str, undecided: list[str], timeout_s: float) -> tu
         return False, "timeout"
 
 
+# Once loaded, math_verify decides a short answer that passed the size estimate (no tower, no giant factorial) in well
+# under a second, so a limit of seconds cut on one is more likely the machine's (other processes on the cores,
+# swapping, a garbage collection, sympy code loaded on first use that the warm-up did not reach) than the expression's;
+# a long one may be pathological and is cut at once. A short pathological one is retried once too: it costs at most
+# twice its limit, still bounded, and the retry gets only what is left of the caller's budget.
 def _cut_may_be_the_machines(undecided: list[str]) -> bool:
-    """Whether a timeout on ``undecided`` is worth one more try. Once loaded, math_verify decides a short answer that
-    passed the size estimate (no tower, no giant factorial) in well under a second, so a limit of seconds cut on one
-    is more likely the machine's (other processes on the cores, swapping, a garbage collection, sympy code loaded on
-    first use that the warm-up did not reach) than the expression's; a long
-    one may be pathological and is cut at once. A short pathological one is retried once too: it costs at most twice
-    its limit, still bounded, and the retry gets only what is left of the caller's budget."""
+    """Whether a timeout on ``undecided`` is worth one more try (see above)."""
     return sum(len(c) for c in undecided) <= RETRY_MAX_CHARS
 
 
 def grade_item(text: str, gold: str, timeout_s: float, budget_end: float = float("inf")) -> Graded:
-    """``text``'s answer graded against ``gold`` (see ``grade_with_limits``), math_verify bounded by ``timeout_s``
-    seconds per attempt; an attempt cut by the limit on a short answer is retried once, within ``timeout_s`` and
-    before ``budget_end`` (a ``time.monotonic()`` time: the caller's budget)."""
+    """``text`` graded against ``gold`` (see ``grade_with_limits``), ``timeout_s`` per attempt; a short answer cut by
+    its limit is tried once more, before ``budget_end`` (``time.monotonic()``: the caller's budget)."""
     try:
         verdict, undecided, rejected = triage(text, gold)
     except Exception as err:  # noqa: BLE001 - a grader bug must not kill a training run
@@ -236,9 +229,8 @@ def grade_item(text: str, gold: str, timeout_s: float, budget_end: float = float
 
 def grade_with_limits(text: str, gold: str, timeout_s: float) -> tuple[bool, str | None]:
     """Whether ``text``'s answer equals ``gold``, and why the grading was cut short (else None):
-    ``"explosive"`` (numbers too large to compute), ``"timeout"`` (sympy took over ``timeout_s`` s, twice for a
-    short answer: see ``grade_item``), or ``"budget"`` (sympy was needed but ``timeout_s <= 0``: no time left).
-    A cut item is not correct."""
+    ``"explosive"`` (numbers too large to compute), ``"timeout"`` (sympy took over ``timeout_s`` s; see ``grade_item``),
+    or ``"budget"`` (sympy was needed but ``timeout_s <= 0``: no time left). A cut item is not correct."""
     graded = grade_item(text, gold, timeout_s)
     return graded.correct, graded.cut
 
