@@ -282,6 +282,48 @@ def test_the_tasks_answer_extractor_reads_the_final_answer():
     assert get_task("arithmetic").answer_extractor() is final_answer
 
 
+def test_with_a_response_template_the_stop_rule_reads_the_content_as_the_reward_does():
+    """A tokenizer with a response template makes TRL split each completion into ``reasoning_content`` and
+    ``content``. pods-rl's stop rule and calibration read the content, as the correctness reward does; trl-cgrpo
+    0.2.0 reads the raw decoded text (reasoning included). An answer stated only in the reasoning stops a prompt
+    there, not here (docs/concepts/rollout-budgets.md, C-GRPO: where it differs)."""
+    import asyncio
+    import types
+
+    from pods_rl.engines.trl.cgrpo import CGRPORun
+    from pods_rl.engines.trl_async.cgrpo import WorkerCGRPO
+    from pods_rl.tasks.extraction import final_answer
+    from pods_rl.tasks.rewards import make_correctness_reward
+
+    def reply(reasoning, content):
+        return [{"role": "assistant", "reasoning_content": reasoning, "content": content}]
+
+    in_reasoning = [reply("2 + 5 = 7, so the answer is 7", "I am not sure."), reply("it is 7", "")]
+    in_content = [reply("2 + 5 = 7", "The answer is 7."), reply("it is 7", "7")]
+    raw = "<think>\n2 + 5 = 7, so the answer is 7\n</think>\n\nI am not sure."  # what trl-cgrpo decodes and reads
+    assert final_answer(raw) == "7" and [final_answer(c) for c in in_reasoning] == ["I am not sure.", None]
+    assert make_correctness_reward()(["p"] * 2, in_reasoning, answer=["7"] * 2) == [0.0, 0.0]  # the reward agrees
+
+    def planner():
+        made = CGRPO(CGRPOSettings(budget_grid=[2, 4]), seed=0)
+        made.qhats = torch.tensor([0.6, 0.6], dtype=torch.float64)  # two agreeing answers of two stop a prompt
+        made.last_calibration_step = 0
+        return made
+
+    def trainer_round(completions):
+        run = CGRPORun(planner(), [], final_answer)
+        run.start_step(1, 4)
+        return run.next_round(completions, [0, 1], torch.tensor([2]), torch.tensor([2])).tolist()
+
+    def worker_round(completions):
+        worker = WorkerCGRPO(planner(), [], final_answer)
+        return asyncio.run(worker.more(types.SimpleNamespace(model_version=0),
+                                       types.SimpleNamespace(completions=completions)))
+
+    assert trainer_round(in_content) == [0] and worker_round(in_content) == 0  # stated in the content: stops at 2
+    assert trainer_round(in_reasoning) == [2] and worker_round(in_reasoning) == 2  # only in the reasoning: goes on
+
+
 def test_the_budget_saves_and_restores_the_thresholds_and_the_stream(tmp_path):
     """RolloutBudget (the engines' hold of the planners) seeds C-GRPO with the run's seed and keeps its state in the
     checkpoint's pods_ledger.pt: a resumed run calibrates on schedule and draws what it would have drawn."""

@@ -1,6 +1,7 @@
 """Verifiable rewards: extraction, correctness, format, tag count, and time bounds on adversarial output."""
 
 import logging
+import os
 import re
 import threading
 import time
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pods_rl.tasks import rewards
+from pods_rl.tasks import rewards, time_limits
 from pods_rl.tasks.rewards import (
     answers_match,
     call_with_time_limit,
@@ -64,22 +65,22 @@ def test_extractors():
 # correctness
 
 
-@pytest.mark.parametrize(
-    "completion, gold",
-    [
-        (GOOD, "18"),
-        ("<think>..</think><answer>$18</answer>", "18"),
-        ("<think>..</think><answer>1,018</answer>", "1018"),
-        ("<think>..</think><answer>18.0</answer>", "18"),
-        ("<think>..</think><answer>\\frac{1}{2}</answer>", "0.5"),
-        ("<answer>3/4</answer>", "0.75"),
-        ("<answer>\\dfrac{\\sqrt{2}}{2}</answer>", "\\frac{\\sqrt2}{2}"),
-        ("<answer>x = 3</answer>", "3"),
-        ("The answer is \\boxed{\\frac{3}{4}}.", "\\frac34"),
-        ("no tags at all, but the result is 72", "72"),
-        ("9 * 2 = $<<9*2=18>>18 every day.\n#### 18", "18"),
-    ],
-)
+CORRECT = [  # (completion, gold): each scores 1 (also in a fresh process on busy cores: test_grading_under_load.py)
+    (GOOD, "18"),
+    ("<think>..</think><answer>$18</answer>", "18"),
+    ("<think>..</think><answer>1,018</answer>", "1018"),
+    ("<think>..</think><answer>18.0</answer>", "18"),
+    ("<think>..</think><answer>\\frac{1}{2}</answer>", "0.5"),
+    ("<answer>3/4</answer>", "0.75"),
+    ("<answer>\\dfrac{\\sqrt{2}}{2}</answer>", "\\frac{\\sqrt2}{2}"),
+    ("<answer>x = 3</answer>", "3"),
+    ("The answer is \\boxed{\\frac{3}{4}}.", "\\frac34"),
+    ("no tags at all, but the result is 72", "72"),
+    ("9 * 2 = $<<9*2=18>>18 every day.\n#### 18", "18"),
+]
+
+
+@pytest.mark.parametrize("completion, gold", CORRECT)
 def test_correct_answers_score_one(completion, gold):
     assert answers_match(completion, gold)
     assert make_correctness_reward()(["p"], [completion], answer=[gold]) == [1.0]
@@ -294,7 +295,7 @@ def test_batch_of_256_adversarial_completions_is_graded_within_10_s(caplog):
     elapsed = time.perf_counter() - started
     assert elapsed < 10.0, f"grading 256 adversarial completions took {elapsed:.1f} s"
     assert scores == [0.0] * 256 + [s for _, _, s in NORMAL]
-    assert logged == {rewards.GRADING_METRIC: 256.0}
+    assert logged == {rewards.GRADING_METRIC: 256.0, rewards.RETRY_METRIC: 0.0}  # explosive: cut without a try
     summaries = [r.getMessage() for r in caplog.records if "cut short" in r.getMessage()]
     assert len(summaries) == 1 and "256 of 262" in summaries[0]  # one line per call, not one per item
 
@@ -315,11 +316,93 @@ def test_batch_budget_bounds_slow_grading_that_passes_the_checks(caplog):
     assert elapsed < 3.0, f"a 0.5 s budget took {elapsed:.1f} s"
     # The last item needs sympy and comes after the budget is spent: it is cut short like the slow ones.
     assert scores == [0.0] * len(slow) + [1.0, 0.0, 0.0]
-    assert logged == {rewards.GRADING_METRIC: len(slow) + 1.0}
+    assert logged[rewards.GRADING_METRIC] == len(slow) + 1.0
+    # The short slow items are retried once, within what is left of the budget: a few at most before it is spent.
+    assert logged[rewards.RETRY_METRIC] <= 3.0
     assert "timed out" in caplog.text and "time budget was spent" in caplog.text
     # A fresh call has a fresh budget.
     assert reward(["p"], [completions[-1]], answer=[golds[-1]], log_metric=logged.__setitem__) == [1.0]
-    assert logged == {rewards.GRADING_METRIC: 0.0}
+    assert logged == {rewards.GRADING_METRIC: 0.0, rewards.RETRY_METRIC: 0.0}
+
+
+# ---------------------------------------------------------------------------------------------------
+# the grader's loading outside every limit, and one more try for a short item a limit cut
+
+
+def test_building_the_reward_loads_the_grader_outside_every_limit():
+    """In a fresh process math_verify is loaded (lazily, on its first use) by ``make_correctness_reward``, not by
+    the first item; a second warm-up does nothing."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pods_rl.tasks import grading, rewards\n"
+            "assert 'math_verify' not in sys.modules\n"
+            "rewards.make_correctness_reward()\n"
+            "assert 'math_verify' in sys.modules and grading._parse_gold.cache_info().currsize > 0\n"
+            "assert grading.warm_up() is False\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def fake_attempts(monkeypatch, outcomes):
+    """``time_limits._attempt`` answering ``outcomes`` in turn, recording the limits it was given."""
+    from pods_rl.tasks import time_limits
+
+    limits = []
+
+    def attempt(text, gold, undecided, timeout_s):
+        limits.append(timeout_s)
+        return outcomes[len(limits) - 1]
+
+    monkeypatch.setattr(time_limits, "_attempt", attempt)
+    return limits
+
+
+def test_a_short_answer_cut_by_its_limit_is_graded_once_more(monkeypatch):
+    limits = fake_attempts(monkeypatch, [(False, "timeout"), (True, None)])
+    assert rewards.grade_item("<answer>\\frac{1}{2}</answer>", "0.5", 2.0) == (True, None, True)
+    assert limits == [2.0, 2.0]
+    limits = fake_attempts(monkeypatch, [(False, "timeout"), (False, "timeout")])
+    assert rewards.grade_item("<answer>\\frac{1}{2}</answer>", "0.5", 2.0) == (False, "timeout", True)
+    assert len(limits) == 2  # once more, not again and again
+
+
+def test_no_second_try_for_long_answers_explosive_ones_or_a_spent_budget(monkeypatch):
+    long = "<answer>" + "+".join(["x"] * (time_limits.RETRY_MAX_CHARS // 2 + 1)) + "</answer>"
+    limits = fake_attempts(monkeypatch, [(False, "timeout"), (True, None)])
+    assert rewards.grade_item(long, "1", 2.0) == (False, "timeout", False) and len(limits) == 1
+    limits = fake_attempts(monkeypatch, [(False, "timeout"), (True, None)])
+    assert rewards.grade_item("<answer>9^{9^{9^9}}</answer>", "1", 2.0) == (False, "explosive", False)
+    assert limits == []  # never reaches math_verify
+    limits = fake_attempts(monkeypatch, [(False, "timeout"), (True, None)])
+    spent = time.monotonic() - 1.0
+    assert rewards.grade_item("<answer>\\frac{1}{2}</answer>", "0.5", 2.0, budget_end=spent) == (
+        False, "timeout", False)
+    assert len(limits) == 1
+
+
+def test_the_retry_gets_no_more_than_the_budget_left(monkeypatch):
+    limits = fake_attempts(monkeypatch, [(False, "timeout"), (True, None)])
+    graded = rewards.grade_item("<answer>\\frac{1}{2}</answer>", "0.5", 2.0, budget_end=time.monotonic() + 0.5)
+    assert graded == (True, None, True) and limits[0] == 2.0 and 0 < limits[1] <= 0.5
+
+
+def test_a_short_pathological_answer_is_still_cut_in_bounded_time():
+    """Retried once (it is short), cut again, scored 0: about twice its limit, never more."""
+    started = time.perf_counter()
+    graded = rewards.grade_item("<answer>(x+1)^{5000}</answer>", "42", 0.3)
+    assert graded == (False, "timeout", True)
+    assert time.perf_counter() - started < 2 * 0.3 + 3.0  # slack for a loaded 2-core machine
+
+
+def test_the_retries_are_counted_per_call(monkeypatch):
+    fake_attempts(monkeypatch, [(False, "timeout"), (True, None), (False, "timeout"), (False, "timeout")])
+    logged = {}
+    scores = make_correctness_reward()(["p"] * 3, [GOOD, "<answer>\\frac{1}{2}</answer>", "<answer>x^2</answer>"],
+                                       answer=["18", "0.5", "y"], log_metric=logged.__setitem__)
+    assert scores == [1.0, 1.0, 0.0]
+    assert logged == {rewards.GRADING_METRIC: 1.0, rewards.RETRY_METRIC: 2.0}
 
 
 def test_batch_budget_applies_to_custom_graders():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from collections.abc import Sequence
 from fractions import Fraction
 from functools import lru_cache
@@ -282,6 +283,37 @@ def _math_verify_match_unbounded(candidate: str, gold: str) -> bool:
     if not pred:
         return False
     return bool(math_verify.verify(gold_parsed, pred, timeout_seconds=None))
+
+
+# One of each kind math_verify (and sympy under it) loads code for on its first use: LaTeX (antlr), a plain
+# expression, a set, an equation, a root, a polynomial to simplify (the last alone took 2.7 s at a load of 15 on 2
+# cores when first, 3 ms after), a tuple, an interval, trigonometry. Graded once per process, so that no real item
+# pays for the loading inside its limit (what it misses, the one retry of a short item covers).
+_WARM_UP_ITEMS = ((r"\frac{1}{2}", "0.5"), ("$x + 1$", "1 + x"), (r"$\{1, 2\}$", r"\{2, 1\}"), ("x = 3", "3"),
+                  (r"\sqrt{8}", r"2\sqrt{2}"), ("x^2+2x+1", "(x+1)^2"), ("$(1, 2)$", "(1,2)"), ("$[0, 1]$", "[0,1]"),
+                  (r"\sin^2 x + \cos^2 x", "1"))  # (each graded True: what it loads is what a match needs)
+_warm_up_lock = threading.Lock()
+_warmed_up = False
+
+
+def warm_up() -> bool:
+    """Load what ``math_verify`` loads on first use by grading ``_WARM_UP_ITEMS``, unbounded: call it before any time
+    limit starts. Idempotent and thread-safe (at once after the first call); returns whether this call loaded."""
+    global _warmed_up
+    if _warmed_up:
+        return False
+    with _warm_up_lock:
+        if _warmed_up:
+            return False
+        try:
+            for candidate, gold in _WARM_UP_ITEMS:
+                math_verify_any([candidate], gold)
+        except Exception as err:  # noqa: BLE001 - a broken math_verify shows later as "not correct", per item
+            logger.warning("Warming up the grader raised %s: %s; its first items may be cut short",
+                           type(err).__name__, err)
+        _warmed_up = True  # also after a failure: a broken install is not retried on every item
+        return True
+
 
 def triage(text: str, gold: str) -> tuple[bool | None, list[str], bool]:
     """The cheap part of grading ``text`` against ``gold``, without sympy: ``(verdict, undecided, rejected)``;

@@ -7,8 +7,9 @@ Grading never hangs or crashes a run on adversarial output (``9^{9^{9^9}}``, hug
 cheapest defence first: linear scans (``extraction``); a fast exact / numeric comparison and never handing sympy
 over-long or explosive candidates (``grading``); a wall-clock limit per item (``time_limits``: SIGALRM, or a
 killable worker off the main thread); and a budget per ``correctness_reward`` call. Items cut short score 0 and
-are counted (``GRADING_METRIC`` through TRL's ``log_metric``). This module holds the reward functions and
-re-exports the others' public names."""
+are counted (``GRADING_METRIC`` through TRL's ``log_metric``); the grader loads outside every limit and a short item
+cut by its limit is retried once (``RETRY_METRIC``). This module holds the reward functions and re-exports the others'
+public names."""
 
 from __future__ import annotations
 
@@ -44,14 +45,17 @@ from pods_rl.tasks.time_limits import (  # noqa: F401  (re-exported: they lived 
     GradingTimeout,
     answers_match,
     call_with_time_limit,
+    grade_item,
     grade_with_limits,
     run_limited,
+    warm_up_grading,
 )
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_TIMEOUT_S = 5.0  # wall-clock budget of one correctness_reward call (a batch) for slow grading
 GRADING_METRIC = "pods/grading_timeouts"  # items per call whose grading was cut short (they score 0)
+RETRY_METRIC = "pods/grading_retries"  # items per call graded once more after their limit cut a short answer
 
 
 _THINK_TO_ANSWER_RE = re.compile(r"</think>\s*<answer>")
@@ -105,30 +109,32 @@ def make_correctness_reward(
     ``is_correct(text, answer, **extra)`` defaults to ``answers_match``; ``extra_columns``: the dataset columns it
     needs. Each item is bounded by the smaller of ``timeout_s`` and what is left of ``batch_timeout_s`` (``math.inf``:
     no budget); once spent, items the fast path cannot decide score 0 ungraded. Items cut short score 0, logged in one
-    warning and reported as ``GRADING_METRIC`` through ``log_metric`` when the caller passes it (TRL does)."""
+    warning and reported as ``GRADING_METRIC`` through ``log_metric`` when the caller passes it (TRL does), the default
+    grader's second tries (``grade_item``) as ``RETRY_METRIC``; it is warmed up here and before each call's budget."""
     if not timeout_s or timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     if not batch_timeout_s or batch_timeout_s <= 0:
         raise ValueError(f"batch_timeout_s must be > 0 seconds, got {batch_timeout_s!r}")
+    if is_correct is None:
+        warm_up_grading()  # the loading is paid here, not by the first items' limits
 
     def correctness_reward(prompts, completions, answer, **kwargs) -> list[float]:
         """1.0 per completion (B,) whose final answer matches its gold ``answer`` (B,), else 0.0."""
         if len(answer) != len(completions):
-            raise ValueError(
-                f"correctness_reward got {len(completions)} completions but {len(answer)} answers"
-            )
+            raise ValueError(f"correctness_reward got {len(completions)} completions but {len(answer)} answers")
         missing = [col for col in extra_columns if col not in kwargs]
         if missing:
-            raise ValueError(
-                f"correctness_reward needs dataset column(s) {missing}; keep them in the dataset"
-            )
+            raise ValueError(f"correctness_reward needs dataset column(s) {missing}; keep them in the dataset")
+        if is_correct is None:
+            warm_up_grading()  # in the process and thread that grade (TRL's async worker: another), before the budget
         deadline = time.monotonic() + batch_timeout_s  # noqa: F811 (a local, not the module)
-        scores, cut_reasons = [], []
+        scores, cut_reasons, retries = [], [], 0
         for i, (completion, gold) in enumerate(zip(completions, answer)):
             text = completion_text(completion)
             limit = min(timeout_s, deadline - time.monotonic())
             if is_correct is None:
-                ok, cut = grade_with_limits(text, str(gold), limit)
+                ok, cut, retried = grade_item(text, str(gold), limit, budget_end=deadline)
+                retries += retried
             elif limit <= 0:
                 ok, cut = False, "budget"
             else:
@@ -145,9 +151,10 @@ def make_correctness_reward(
                 "%.2f s, per-call budget %.2f s)", len(cut_reasons), len(completions), counts, timeout_s,
                 batch_timeout_s,
             )
-        log_metric = kwargs.get("log_metric")
-        if callable(log_metric):
+        if callable(log_metric := kwargs.get("log_metric")):
             log_metric(GRADING_METRIC, float(len(cut_reasons)))
+            if is_correct is None:
+                log_metric(RETRY_METRIC, float(retries))
         return scores
 
     return correctness_reward
@@ -159,6 +166,7 @@ __all__ = [
     "GRADING_METRIC",
     "MAX_VALUE_DIGITS",
     "MAX_PARSE_CHARS",
+    "RETRY_METRIC",
     "GradingTimeout",
     "answers_match",
     "call_with_time_limit",
@@ -174,4 +182,5 @@ __all__ = [
     "tag_count_reward",
     "tag_count_score",
     "too_explosive",
+    "warm_up_grading",
 ]

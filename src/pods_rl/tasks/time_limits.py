@@ -11,15 +11,20 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from pods_rl import deadline
+from pods_rl.tasks import grading
 from pods_rl.tasks.extraction import completion_text
 from pods_rl.tasks.grading import answers_match_unbounded, math_verify_any, triage
 
 logger = logging.getLogger("pods_rl.tasks.rewards")  # one logger for the reward modules
 
 DEFAULT_TIMEOUT_S = 2.0  # per-item wall-clock bound on grading
+RETRY_MAX_CHARS = 64  # a timed-out item whose undecided candidates total at most this many characters is retried once
+WORKER_START_S = 120.0  # the wait for a (re)started worker's imports and warm-up: before any item's limit
 
 
 class GradingTimeout(deadline.Expired):
@@ -41,12 +46,9 @@ def _grading_limit(timeout_s: float):
 
 
 def worker_main() -> None:  # pragma: no cover - runs in the child process
-    """Grading worker: ``[text, gold]`` JSON lines on stdin, ``1``/``0`` lines on stdout. It imports sympy
-    first (the parent waits generously), or the first item would pay for the import, time out and be killed."""
-    try:
-        math_verify_any(["x + 1"], "1 + x")
-    except Exception:  # noqa: BLE001 - grading will say "not correct" later if math_verify is broken
-        pass
+    """Grading worker: ``[text, gold]`` JSON lines on stdin, ``1``/``0`` lines on stdout. It warms up the grader
+    first (the parent waits generously), or the first item would pay for the loading, time out and be killed."""
+    grading.warm_up()
     for line in sys.stdin:
         try:
             text, gold = json.loads(line)
@@ -103,19 +105,40 @@ class _GradingWorker:
             raise GradingTimeout("grading worker died")
         return verdict.strip() == "1"
 
+    def _ready(self) -> None:
+        """A running worker past its imports and warm-up (started, and waited for, if need be). Lock held."""
+        if self._process is None or self._process.poll() is not None:
+            self._start()
+        if not self._warm:
+            # The worker's imports and warm-up come before its first answer; don't count them against an item.
+            self._ask("0", "0", timeout_s=WORKER_START_S)
+            self._warm = True
+
+    def warm_up(self) -> None:
+        """Start the worker and wait for its warm-up, so that no item's limit pays for it."""
+        with self._lock:
+            self._ready()
+
     def grade(self, text: str, gold: str, timeout_s: float) -> bool:
         """Whether ``text`` matches ``gold``, decided in the worker within ``timeout_s`` seconds."""
         with self._lock:
-            if self._process is None or self._process.poll() is not None:
-                self._start()
-            if not self._warm:
-                # The worker's imports (sympy) come before its first answer; don't count them against an item.
-                self._ask("0", "0", timeout_s=120)
-                self._warm = True
+            self._ready()
             return self._ask(text, gold, timeout_s)
 
 
 _worker = _GradingWorker()
+
+
+def warm_up_grading() -> None:
+    """Pay the grader's one-time loading now, outside any limit, where this thread grades: in this process (main
+    thread), else in the grading worker (started and waited for). Cheap once done."""
+    if _signals_usable():
+        grading.warm_up()
+        return
+    try:
+        _worker.warm_up()
+    except GradingTimeout:  # a worker that cannot start: each item will say so by scoring 0, as before
+        logger.warning("The grading worker did not start within %.0f s; its items score 0", WORKER_START_S)
 
 
 def run_limited(fn: Callable, args: tuple, kwargs: dict, timeout_s: float) -> tuple[object, str | None]:
@@ -150,30 +173,66 @@ def call_with_time_limit(fn: Callable, *args, timeout_s: float = DEFAULT_TIMEOUT
     return default if failure else value
 
 
-def grade_with_limits(text: str, gold: str, timeout_s: float) -> tuple[bool, str | None]:
-    """Whether ``text``'s answer equals ``gold``, and why the grading was cut short (else None):
-    ``"explosive"`` (numbers too large to compute), ``"timeout"`` (sympy took over ``timeout_s`` s), or
-    ``"budget"`` (sympy was needed but ``timeout_s <= 0``: no time left). A cut item is not correct."""
+class Graded(NamedTuple):
+    """One item's grading: ``correct``, ``cut`` (a ``CUT_REASONS`` key, or None), ``retried`` (graded twice)."""
+
+    correct: bool
+    cut: str | None
+    retried: bool
+
+
+def _attempt(text: str, gold: str, undecided: list[str], timeout_s: float) -> tuple[bool, str | None]:
+    """math_verify on ``undecided`` within ``timeout_s``: in this process (main thread) or in the worker."""
+    if _signals_usable():
+        grading.warm_up()  # before the limit starts; at once after the first time
+        ok, failure = run_limited(math_verify_any, (undecided, gold), {}, timeout_s)
+        return bool(ok) and failure is None, failure
+    try:  # off the main thread: the sympy work goes to the killable worker process (warmed before the limit)
+        return _worker.grade(text, gold, timeout_s), None
+    except GradingTimeout:
+        return False, "timeout"
+
+
+# Once loaded, math_verify decides a short answer that passed the size estimate (no tower, no giant factorial) in well
+# under a second, so a limit of seconds cut on one is more likely the machine's (other processes on the cores,
+# swapping, a garbage collection, sympy code loaded on first use that the warm-up did not reach) than the expression's;
+# a long one may be pathological and is cut at once. A short pathological one is retried once too: it costs at most
+# twice its limit, still bounded, and the retry gets only what is left of the caller's budget.
+def _cut_may_be_the_machines(undecided: list[str]) -> bool:
+    """Whether a timeout on ``undecided`` is worth one more try (see above)."""
+    return sum(len(c) for c in undecided) <= RETRY_MAX_CHARS
+
+
+def grade_item(text: str, gold: str, timeout_s: float, budget_end: float = float("inf")) -> Graded:
+    """``text`` graded against ``gold`` (see ``grade_with_limits``), ``timeout_s`` per attempt; a short answer cut by
+    its limit is tried once more, before ``budget_end`` (``time.monotonic()``: the caller's budget)."""
     try:
         verdict, undecided, rejected = triage(text, gold)
     except Exception as err:  # noqa: BLE001 - a grader bug must not kill a training run
         logger.warning("Grading raised %s: %s; scoring 0", type(err).__name__, err)
-        return False, None
+        return Graded(False, None, False)
     if verdict is not None:
-        return verdict, ("explosive" if rejected and not verdict else None)
+        return Graded(verdict, "explosive" if rejected and not verdict else None, False)
     if timeout_s <= 0:
-        return False, "budget"
-    if _signals_usable():
-        ok, failure = run_limited(math_verify_any, (undecided, gold), {}, timeout_s)
-        ok = bool(ok) and failure is None
-    else:  # off the main thread: the sympy work goes to the killable worker process
-        try:
-            ok, failure = _worker.grade(text, gold, timeout_s), None
-        except GradingTimeout:
-            ok, failure = False, "timeout"
+        return Graded(False, "budget", False)
+    ok, failure = _attempt(text, gold, undecided, timeout_s)
+    retried = False
+    if failure == "timeout" and _cut_may_be_the_machines(undecided):
+        retry_s = min(timeout_s, budget_end - time.monotonic())
+        if retry_s > 0:  # (off the main thread, the replacement worker's start is waited for outside retry_s)
+            retried = True
+            ok, failure = _attempt(text, gold, undecided, retry_s)
     if failure == "error":
         failure = None  # logged as a grader bug, not counted as cut short
-    return ok, (failure or ("explosive" if rejected and not ok else None))
+    return Graded(ok, failure or ("explosive" if rejected and not ok else None), retried)
+
+
+def grade_with_limits(text: str, gold: str, timeout_s: float) -> tuple[bool, str | None]:
+    """Whether ``text``'s answer equals ``gold``, and why the grading was cut short (else None):
+    ``"explosive"`` (numbers too large to compute), ``"timeout"`` (sympy took over ``timeout_s`` s; see ``grade_item``),
+    or ``"budget"`` (sympy was needed but ``timeout_s <= 0``: no time left). A cut item is not correct."""
+    graded = grade_item(text, gold, timeout_s)
+    return graded.correct, graded.cut
 
 
 CUT_REASONS = {
