@@ -9,6 +9,10 @@ import os
 # A fixed KV cache per engine (GiB; vLLM's CPU setting). Without it vLLM sizes the cache as a fraction of RAM minus
 # this process's resident memory, which grows with every engine a pytest process builds.
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# vLLM's CPU build compiles every new engine configuration with Inductor (C++ kernels, tens of seconds each on 2
+# cores); its own CPU CI sets this to trace with dynamo and run the graph eagerly. The lane's engines and the servers
+# it starts (they inherit this environment) are tiny: what they check is the weights and log-probs, not the kernels.
+os.environ.setdefault("VLLM_CPU_CI_ENV", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -83,6 +83,16 @@ def vllm_server(vllm_model_dir, tmp_path_factory):
         yield url, str(vllm_model_dir), log_path
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The trainer on one thread while it runs (as docs/guides/async.md's script does): the server's threads use the
+    other core; with both on every core they fight for the two."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def greedy(url: str, model: str, prompt_ids: list[int]) -> tuple[list[int], list[float]]:
     """The server's greedy completion of ``prompt_ids`` (8 tokens) and its log-probs."""
     response = requests.post(f"{url}/v1/completions", timeout=60, json={
