@@ -252,7 +252,7 @@ def test_a_level_one_seed_of_four_never_reaches_is_said_so_not_printed_as_zero()
     the report says the top level was not reached in 1 of 4 seeds. Bootstrap replicates that draw seed 3 often
     miss a level: their ratios are upper bounds, so the interval's lower end is marked as one (≤) and the verdict
     is read with it at 0. Nothing prints 0.00x."""
-    from pods_rl.commands.study_report import _fmt_level
+    from pods_rl.curves import format_level
 
     xs = np.array([0.0, 25.0, 50.0, 75.0, 100.0])
     values = np.array([0.5, 0.6, 0.66, 0.69, 0.7])
@@ -263,7 +263,7 @@ def test_a_level_one_seed_of_four_never_reaches_is_said_so_not_printed_as_zero()
     assert level["seeds_not_reached"] == [0] * 12 + [1] * 3 and level["levels_reached_by_all_seeds"] == 12
     assert 0 < level["replicates_censored"] < 400 and level["ci95_upper_bounds"][0]
     assert level["ci95"][0] > 0  # the bound, not the 0 a missed level used to count as
-    text = _fmt_level(level)
+    text = format_level(level)
     assert "12 of 15 levels reached by all 4 seeds, the top one not reached in 1 of 4" in text, text
     assert f"{level['replicates_censored']} of 400 bootstrap replicates miss a level" in text
     assert "[≤" in text and "0.00x" not in text and "[0.00," not in text
@@ -272,7 +272,7 @@ def test_a_level_one_seed_of_four_never_reaches_is_said_so_not_printed_as_zero()
     bounded = curves.paired_level_time_ratio(base, stuck, n_boot=200)
     assert bounded["censored"] and bounded["ci95_upper_bounds"] == [True, True]
     assert curves.format_level_ratio(bounded).startswith(f"< {bounded['ratio']:.2f}x [≤")
-    assert f"the seed-mean reaches {bounded['levels_reached']} of 15 levels" in _fmt_level(bounded)
+    assert f"the seed-mean reaches {bounded['levels_reached']} of 15 levels" in format_level(bounded)
 
 
 def test_censoring_never_buys_a_verdict():

@@ -280,3 +280,26 @@ def level_reach_note(level: dict) -> str:
     if level.get("replicates_censored"):
         parts.append(f"{level['replicates_censored']} of {level['replicates']} bootstrap replicates miss a level")
     return "; ".join(parts)
+
+
+def format_level(level: dict | None) -> str:
+    """A ``curves.paired_level_time_ratio`` result as ``0.97x [0.91, 1.03] equal (16 seeds)``, censoring noted."""
+    if not level or level["ratio"] is None:
+        return "—"
+    note = "; " + level_reach_note(level) if level_reach_note(level) else ""
+    return f"{format_level_ratio(level)} {level['verdict']} ({len(level['seeds'])} seeds{note})"
+
+
+def format_difference(row: dict) -> str:
+    """A ``curves.compare_values`` row as ``difference [CI] verdict`` in accuracy (three decimals, signed)."""
+    if row["difference"] is None:
+        return "—"
+    ci = row["difference_ci95"]
+    return f"{row['difference']:+.3f} " + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "[—]") + f" {row['verdict']}"
+
+
+def format_area_ratio(row: dict) -> str:
+    """A ``curves.compare_values`` row's ratio as ``0.998x [0.990, 1.004]``."""
+    ci = row["ratio_ci95"]
+    return "—" if row["ratio"] is None else f"{row['ratio']:.3f}x " + (
+        f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "[—]")

@@ -1,11 +1,7 @@
-"""Priced time for `pods study --price_at COSTS`: what each method's training would take on ANOTHER machine.
+"""Priced time for `pods study --price_at COSTS`: each method's training timed at ANOTHER machine's step costs.
 
-A run's learning is measured here; its seconds are priced at the other machine's step costs: each optimizer step
-costs c0 + c_s x rollouts sampled + c_t x rollouts trained (``fixed_ms``, ``sample_ms``, ``train_ms``), from `pods
-cost`'s JSON (fitted as ``pods_rl.auto_projection.costs_from_rows`` does) or given as ``c0_ms,sample_ms,train_ms``.
-The time to each accuracy level on that axis stands beside the measured one, always labelled "priced". An auto
-method gets the same costs as its ``sample_ms``, ``train_ms`` and ``fixed_ms`` knobs, so that it chooses as it
-would on that machine. Shapes: R logged training rows, E evaluations.
+The learning is measured here; a step costs c0 + c_s x rollouts sampled + c_t x rollouts trained there, from `pods
+cost`'s JSON or ``c0_ms,sample_ms,train_ms``; auto methods plan at the same costs. Shapes: R logged rows, E evals.
 """
 
 from __future__ import annotations
@@ -29,8 +25,7 @@ LABEL = "priced"
 
 @dataclasses.dataclass(frozen=True)
 class PricedCosts:
-    """Milliseconds per optimizer step: ``fixed_ms`` c0, ``sample_ms`` c_s per sampled rollout, ``train_ms`` c_t per
-    trained rollout; ``source`` what they came from; ``recipe_argv`` the `pods cost` recipe (None: given numbers)."""
+    """Milliseconds: c0 a step, c_s a sampled rollout, c_t a trained one; where they came from, and its recipe."""
 
     fixed_ms: float
     sample_ms: float
@@ -45,8 +40,7 @@ class PricedCosts:
 
 
 def parse_priced_costs(spec: str | None) -> PricedCosts:
-    """``--price_at``'s value: a `pods cost` JSON file, or ``c0_ms,sample_ms,train_ms``; one line of ValueError
-    naming the problem and the fix when costs are missing, negative or not numbers."""
+    """``--price_at``'s value (a `pods cost` JSON, or ``c0_ms,sample_ms,train_ms``); bad costs: a one-line error."""
     fix = f"give {FLAG} a `pods cost` JSON file or three numbers c0_ms,sample_ms,train_ms (e.g. 202,0.056,0.526)"
     if spec is None or not str(spec).strip():
         raise ValueError(f"{FLAG} is empty: {fix}")
@@ -100,8 +94,7 @@ def _flag(argv, name: str) -> str | None:
 
 
 def cost_file_mismatch(costs: PricedCosts, recipe_argv) -> str | None:
-    """A warning line when the cost file was measured on another model or task than the study's recipe (as the two
-    command lines name them: ``--config``, ``--model_name_or_path``, ``--task``), else None."""
+    """A warning line where the cost file's ``--config``, ``--model_name_or_path`` or ``--task`` is not the study's."""
     if costs.recipe_argv is None:
         return None
     differ = []
@@ -116,8 +109,7 @@ def cost_file_mismatch(costs: PricedCosts, recipe_argv) -> str | None:
 
 
 def priced_planner_argv(extra, costs: PricedCosts) -> tuple[str, ...]:
-    """A method's extra `pods train` flags; for ``--rollout_planner auto``, its ``--rollout_planner_args`` with the
-    priced costs as ``fixed_ms``, ``sample_ms``, ``train_ms`` (merged into any it has)."""
+    """A method's extra `pods train` flags, an auto method's ``--rollout_planner_args`` given the priced costs."""
     extra = list(extra)
     if _flag(extra, "--rollout_planner") != "auto":
         return tuple(extra)
@@ -173,8 +165,8 @@ def step_counts(run: stats.RunData) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def priced_times(run: stats.RunData, costs: PricedCosts) -> np.ndarray:
-    """(E,) priced seconds of training up to each of the run's evaluations: the sum over its steps of
-    c0 + c_s x sampled + c_t x trained, each logged row's mean standing for the steps since the row before."""
+    """(E,) priced seconds up to each evaluation: sum over steps of c0 + c_s x sampled + c_t x trained."""
+    # each logged row's mean stands for the steps since the row before
     steps, sampled, trained = step_counts(run)
     span = np.diff(np.concatenate([[0.0], steps]))  # (R,) steps each row stands for
     cumulative = np.concatenate([[0.0], np.cumsum(span * costs.step_ms(sampled, trained) / 1e3)])  # (R+1,)

@@ -425,7 +425,8 @@ def _numbers_lines(study: dict, others: dict) -> list[str]:
         lines.append(f"  to every accuracy level from {f[0]:.0%} to {f[-1]:.0%} of {study['baseline']}'s gain "
                      f"({len(f)} levels, seed-mean curves; geometric mean of the baseline's x / the method's; "
                      "CI: bootstrap paired by seed): " + "; ".join(
-                         f"{label}: (3) {_fmt_level(v['time'])}, (1) {_fmt_level(v['steps'])}" for label, v in leveled))
+                         f"{label}: (3) {curves.format_level(v['time'])}, (1) {curves.format_level(v['steps'])}"
+                         for label, v in leveled))
     sampled = [(e["label"], e["rollouts_per_update"], e.get("selection_metrics", {}).get("pods/rounds"))
                for e in study["methods"].values() if (e.get("rollouts_per_update") or {}).get("mean", (None,))[0]]
     if sampled:
@@ -472,29 +473,6 @@ def _noise_and_projection_lines(study: dict) -> list[str]:
     return lines
 
 
-def _fmt_level(level: dict | None) -> str:
-    """A ``curves.paired_level_time_ratio`` result as ``0.97x [0.91, 1.03] equal (16 seeds)``, censoring noted."""
-    if not level or level["ratio"] is None:
-        return "—"
-    note = "; " + curves.level_reach_note(level) if curves.level_reach_note(level) else ""
-    return f"{curves.format_level_ratio(level)} {level['verdict']} ({len(level['seeds'])} seeds{note})"
-
-
-def _fmt_diff(row: dict) -> str:
-    """A ``curves.compare_values`` row as ``difference [CI] verdict`` in accuracy (three decimals, signed)."""
-    if row["difference"] is None:
-        return "—"
-    ci = row["difference_ci95"]
-    return f"{row['difference']:+.3f} " + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "[—]") + f" {row['verdict']}"
-
-
-def _fmt_area_ratio(row: dict) -> str:
-    """A ``curves.compare_values`` row's ratio as ``0.998x [0.990, 1.004]``."""
-    ci = row["ratio_ci95"]
-    return "—" if row["ratio"] is None else f"{row['ratio']:.3f}x " + (
-        f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "[—]")
-
-
 def _curve_lines(study: dict, others: dict) -> list[str]:
     """The accuracy at equal updates and training time, the area under accuracy vs time, the verdict rule."""
     base = study["methods"][study["baseline"]]
@@ -505,13 +483,13 @@ def _curve_lines(study: dict, others: dict) -> list[str]:
             f"{row['x']:.0f}{unit}: {row['mean']:.3f}" for row in base[f"accuracy_at_equal_{key}"]) + " (baseline)")
         for e in others.values():
             lines.append(f"  {e['label'][:34]:<34} {key:<7} " + " | ".join(
-                f"{row['x']:.0f}{unit}: {_fmt_diff(row)}" for row in e[f"accuracy_at_equal_{key}"]))
+                f"{row['x']:.0f}{unit}: {curves.format_difference(row)}" for row in e[f"accuracy_at_equal_{key}"]))
     start, end = study["curves"]["time"]["span"]
     area = base["area_vs_time"]
     lines.append(f"area under accuracy vs training time over {start:.0f}-{end:.0f} s, divided by the span (the mean "
                  f"accuracy over it): {base['label']} {area['mean']:.3f}; " + "; ".join(
-                     f"{e['label']} {e['area_vs_time']['mean']:.3f}: {_fmt_diff(e['area_vs_time'])}, "
-                     f"ratio {_fmt_area_ratio(e['area_vs_time'])}" for e in others.values()))
+                     f"{e['label']} {e['area_vs_time']['mean']:.3f}: {curves.format_difference(e['area_vs_time'])}, "
+                     f"ratio {curves.format_area_ratio(e['area_vs_time'])}" for e in others.values()))
     return lines + [f"{study['verdict_rule']}; break-even as above"]
 
 

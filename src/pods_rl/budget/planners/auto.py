@@ -106,11 +106,9 @@ def signal_table(a, b, m: int, max_n: int, efficiency: float = 1.0, min_n: int |
 
 def success_posterior(window: torch.Tensor, prior_strength: float, age=None, half_life: float | None = None,
                       pass_rate_now: float | None = None):
-    """(P, W) the ledger's recent outcomes (1 success, 0 failure, -1 empty) -> (P,) Beta posterior (a, b) of each
-    prompt's success rate, with a Beta prior of ``prior_strength`` pseudo-outcomes centred on ``pass_rate_now`` (None:
-    these candidates' recent outcomes, weighted as below; 1/2 when none has any). With ``age`` (P,) updates since each
-    prompt's outcomes were seen and ``half_life`` (updates), each outcome counts 0.5 ** (age / half_life): an old
-    pass rate fades into the batch's current one instead of being credited as if it were now."""
+    """(P, W) recent outcomes (1, 0, -1 empty) -> (P,) Beta posterior (a, b): a prior of ``prior_strength`` at
+    ``pass_rate_now`` (None: these outcomes' rate; 1/2 without any); each outcome weighs 0.5 ** (``age`` (P,) /
+    ``half_life``), so an old pass rate fades into the batch's current one."""
     recent = window
     weight = torch.ones(len(window), dtype=torch.float64)
     if age is not None and half_life is not None:
@@ -192,19 +190,16 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def local_pairs(x: np.ndarray, t: np.ndarray, gap: int, spread: float) -> tuple[np.ndarray, np.ndarray]:
-    """(N,) totals x and step indices t -> the index pairs (i, j), i < j, at most ``gap`` steps apart whose totals
-    differ by ``spread`` (max/min) or more: a probe against its neighbours."""
+    """(N,) totals x, step indices t -> pairs (i, j), i < j, <= ``gap`` steps apart, totals >= ``spread`` apart."""
     i, j = np.triu_indices(len(x), k=1)
     close = (np.abs(t[j] - t[i]) <= gap) & (np.maximum(x[i], x[j]) >= spread * np.minimum(x[i], x[j]))
     return i[close], j[close]
 
 
 def local_slope(x: np.ndarray, y: np.ndarray, t: np.ndarray, gap: int, spread: float) -> float | None:
-    """(N,) totals, seconds, step indices -> the upper quartile of the slopes over ``local_pairs`` (None without
-    one). Close pairs: the load that moves between distant steps cancels between close ones, where a slope fitted
-    across the window reads the drift as part of the intercept. The upper quartile: where close pairs disagree
-    (timing noise), the dearer reading, so that noise does not buy rollouts (docs/concepts/auto-n.md, "The gain
-    and cost models, second version")."""
+    """(N,) totals, seconds, step indices -> the upper quartile of the slopes over ``local_pairs`` (None: none)."""
+    # Close pairs: a load that drifts between distant steps cancels between close ones. The upper quartile: where
+    # they disagree (timing noise), the dearer reading, so that noise does not buy rollouts.
     i, j = local_pairs(x, t, gap, spread)
     return float(np.quantile((y[j] - y[i]) / (x[j] - x[i]), 0.75)) if len(i) else None
 
@@ -285,9 +280,7 @@ class RolloutCostModel:
 
 @dataclass(frozen=True)
 class AutoSettings:
-    """The planner's knobs (docs/concepts/auto-n.md, "Settings"): the range ``min_n``..``max_n`` (None: m, n);
-    ``efficiency`` (its lower end ``efficiency_low`` decides: n > m only on a confident gain); outcomes fading by
-    ``age_half_life`` updates; the prior; the cost model's schedule; ``*_ms`` fix c_s, c_t, c0 instead of measuring
+    """The planner's knobs (docs/concepts/auto-n.md, "Settings"); ``*_ms`` fix c_s, c_t, c0 instead of measuring
     them."""
 
     min_n: int | None = None
