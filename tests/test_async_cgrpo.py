@@ -1,4 +1,4 @@
-"""C-GRPO in TRL's asynchronous worker (pods_rl.engines.trl_async.cgrpo): groups start at budget_grid[0], are topped
+"""C-GRPO in TRL's asynchronous worker (pods_rl.budget.cgrpo_run): groups start at budget_grid[0], are topped
 up the grid until their prediction set is a singleton, keep m of k (all k below m); the calibration runs in the worker's
 event loop before the first group is judged, its rollouts pushed as metrics; the refusals are one line. Generation is
 answered from a script (tests.test_async_pods.ScriptedLoop, no server)."""
