@@ -234,11 +234,21 @@ def test_the_crosscheck_runs_our_side_of_a_case():
         assert all(k in case["budget_grid"] for stops in ours["stops"] for k in stops)
 
 
-def test_cgrpo_runs_from_pods_train(tmp_path, tiny_model_dir):
+def test_cgrpo_runs_from_pods_train(tmp_path, tiny_model_dir, monkeypatch):
     """`pods train --rollout_planner cgrpo`: the task's answer extractor, calibration prompts from the test split past
-    the evaluation's 8, n = 8 on the grid 2, 4, 8 down-sampled to m = 4."""
+    the evaluation's 8, n = 8 on the grid 2, 4, 8 down-sampled to m = 4; its calibration rows checked once."""
     from pods_rl import runlog
+    from pods_rl.budget import cgrpo_run
     from pods_rl.commands.train import main as train_main
+
+    checked = []  # the calibration sets whose rows were checked (the overlap with training read each time)
+
+    class Counted(cgrpo_run.CalibrationSet):
+        def __init__(self, *args):
+            super().__init__(*args)
+            checked.append(self)
+
+    monkeypatch.setattr(cgrpo_run, "CalibrationSet", Counted)
 
     run_dir = tmp_path / "run"
     code = train_main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir",
@@ -249,6 +259,7 @@ def test_cgrpo_runs_from_pods_train(tmp_path, tiny_model_dir):
     rows = runlog.read_metrics(run_dir)
     assert [r["pods/cgrpo_calibration_rollouts"] for r in rows if "pods/cgrpo_calibration_rollouts" in r] == [24.0]
     assert len([r for r in rows if "pods/cgrpo_mean_k" in r]) == 1
+    assert len(checked) == 1 and len(checked[0].rows) == 3
 
 
 @pytest.mark.parametrize("args, message", [
