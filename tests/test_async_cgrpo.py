@@ -1,4 +1,4 @@
-"""C-GRPO in TRL's asynchronous worker (pods_rl.engines.trl_async.cgrpo): groups start at budget_grid[0], are topped
+"""C-GRPO in TRL's asynchronous worker (pods_rl.budget.cgrpo_run): groups start at budget_grid[0], are topped
 up the grid until their prediction set is a singleton, keep m of k (all k below m); the calibration runs in the worker's
 event loop before the first group is judged, its rollouts pushed as metrics; the refusals are one line. Generation is
 answered from a script (tests.test_async_pods.ScriptedLoop, no server)."""
@@ -94,3 +94,43 @@ def test_the_worker_refuses_bad_calibration_in_one_line(settings, message):
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="are C-GRPO's"):
         check_budget_settings(8, 3, pods_rollout_planner="knapsack", pods_answer_extractor=answer_of)
+
+
+@pytest.mark.parametrize("inputs, expected", [
+    (dict(answer_extractor=None), "{rollout_planner}='cgrpo' (score='aps') compares the answers of a prompt's "
+                                  "completions: pass {answer_extractor}=fn(text)"),
+    (dict(calibration_dataset=None), "{rollout_planner}='cgrpo' calibrates its thresholds on held-out prompts: pass "
+                                     "{calibration_dataset}= "),
+    (dict(calibration_dataset=[{"prompt": "held out"}]), "{calibration_dataset} has no 'answer' column (set "
+                                                         "calibration_answer_column in {rollout_planner_args})"),
+    (dict(calibration_dataset=[{"prompt": "seen", "answer": "1"}]), "{calibration_dataset} shares 1 of its 1 prompts "
+                                                                    "with the training set"),
+    (dict(planner="knapsack"), "{calibration_dataset} and {answer_extractor} are C-GRPO's: set "
+                               "{rollout_planner}='cgrpo', or drop them"),
+], ids=["extractor", "calibration_set", "column", "overlap", "not_cgrpo"])
+def test_both_engines_refuse_calibration_in_the_same_words_each_in_its_spelling(tmp_path, inputs, expected):
+    """One source (pods_rl.budget.cgrpo_run) words the refusals; each engine's entry point names its own settings,
+    and none of the other engine's."""
+    import re
+
+    from pods_rl.engines.settings import spelled
+    from pods_rl.engines.trl.trainer import PODSTrainer
+    from tests.test_cgrpo import config, reward
+
+    inputs = {"calibration_dataset": CALIBRATION, "answer_extractor": answer_of, "planner": "cgrpo", **inputs}
+    train = Dataset.from_dict({"prompt": ["seen", "also seen"]})
+    planner = inputs.pop("planner")
+    args = {"budget_grid": [2, 4]} if planner == "cgrpo" else None
+    messages = {}
+    with pytest.raises(ValueError) as trl:  # the model does not exist: the refusal comes first
+        PODSTrainer(model=str(tmp_path / "no-model"), reward_funcs=[reward], train_dataset=train,
+                    args=config(tmp_path, rollout_planner=planner, rollout_planner_args=args), **inputs)
+    messages["trl"] = str(trl.value)
+    with pytest.raises(ValueError) as worker:
+        check_budget_settings(4, 2, dataset=train, pods_rollout_planner=planner, pods_rollout_planner_args=args,
+                              **{f"pods_{key}": value for key, value in inputs.items()})
+    messages["trl_async"] = str(worker.value)
+    for engine, other in (("trl", "trl_async"), ("trl_async", "trl")):
+        assert messages[engine].startswith(expected.format(**spelled(engine, "budget"))), messages[engine]
+        for name in set(spelled(other, "budget").values()) - set(spelled(engine, "budget").values()):
+            assert not re.search(rf"(?<![\w.]){re.escape(name)}\b", messages[engine]), (name, messages[engine])

@@ -176,7 +176,7 @@ def test_cgrpo_runs_in_pods_trainer_down_sampled_or_padded(tmp_path, tiny_model_
 
 
 def test_padding_rows_leave_the_loss_and_its_normalizer():
-    from pods_rl.engines.trl.cgrpo import mask_padding, padded_kept_rows
+    from pods_rl.engines.trl.rows import mask_padding, padded_kept_rows
 
     kept = torch.tensor([[0, 1, -1, -1], [0, 1, 2, 3], [-1, -1, -1, -1]])
     rows, padded = padded_kept_rows(kept, torch.tensor([0, 1]), n=4)
@@ -234,11 +234,21 @@ def test_the_crosscheck_runs_our_side_of_a_case():
         assert all(k in case["budget_grid"] for stops in ours["stops"] for k in stops)
 
 
-def test_cgrpo_runs_from_pods_train(tmp_path, tiny_model_dir):
+def test_cgrpo_runs_from_pods_train(tmp_path, tiny_model_dir, monkeypatch):
     """`pods train --rollout_planner cgrpo`: the task's answer extractor, calibration prompts from the test split past
-    the evaluation's 8, n = 8 on the grid 2, 4, 8 down-sampled to m = 4."""
+    the evaluation's 8, n = 8 on the grid 2, 4, 8 down-sampled to m = 4; its calibration rows checked once."""
     from pods_rl import runlog
+    from pods_rl.budget import cgrpo_run
     from pods_rl.commands.train import main as train_main
+
+    checked = []  # the calibration sets whose rows were checked (the overlap with training read each time)
+
+    class Counted(cgrpo_run.CalibrationSet):
+        def __init__(self, *args):
+            super().__init__(*args)
+            checked.append(self)
+
+    monkeypatch.setattr(cgrpo_run, "CalibrationSet", Counted)
 
     run_dir = tmp_path / "run"
     code = train_main(["--config", "cpu/smoke", "--model_name_or_path", str(tiny_model_dir), "--output_dir",
@@ -249,6 +259,7 @@ def test_cgrpo_runs_from_pods_train(tmp_path, tiny_model_dir):
     rows = runlog.read_metrics(run_dir)
     assert [r["pods/cgrpo_calibration_rollouts"] for r in rows if "pods/cgrpo_calibration_rollouts" in r] == [24.0]
     assert len([r for r in rows if "pods/cgrpo_mean_k" in r]) == 1
+    assert len(checked) == 1 and len(checked[0].rows) == 3
 
 
 @pytest.mark.parametrize("args, message", [
@@ -287,12 +298,8 @@ def test_with_a_response_template_the_stop_rule_reads_the_content_as_the_reward_
     ``content``. pods-rl's stop rule and calibration read the content, as the correctness reward does; trl-cgrpo
     0.2.0 reads the raw decoded text (reasoning included). An answer stated only in the reasoning stops a prompt
     there, not here (docs/concepts/rollout-budgets.md, C-GRPO: where it differs)."""
-    import asyncio
-    import types
-
-    from pods_rl.engines.trl.cgrpo import CGRPORun
-    from pods_rl.engines.trl_async.cgrpo import WorkerCGRPO
-    from pods_rl.tasks.extraction import final_answer
+    from pods_rl.budget.cgrpo_run import CalibrationSet, CGRPORun
+    from pods_rl.tasks.extraction import completion_text, final_answer
     from pods_rl.tasks.rewards import make_correctness_reward
 
     def reply(reasoning, content):
@@ -310,15 +317,16 @@ def test_with_a_response_template_the_stop_rule_reads_the_content_as_the_reward_
         made.last_calibration_step = 0
         return made
 
-    def trainer_round(completions):
-        run = CGRPORun(planner(), [], final_answer)
-        run.start_step(1, 4)
-        return run.next_round(completions, [0, 1], torch.tensor([2]), torch.tensor([2])).tolist()
+    def run():  # as both engines build it: the completion's text as their rewards read it
+        return CGRPORun(planner(), CalibrationSet([], final_answer), completion_text)
 
-    def worker_round(completions):
-        worker = WorkerCGRPO(planner(), [], final_answer)
-        return asyncio.run(worker.more(types.SimpleNamespace(model_version=0),
-                                       types.SimpleNamespace(completions=completions)))
+    def trainer_round(completions):  # PODSTrainer's rounds: a step's prompts, their slots
+        made = run()
+        made.start_step(1, 4)
+        return made.next_round(completions, [0, 1], torch.tensor([2]), torch.tensor([2])).tolist()
+
+    def worker_round(completions):  # the asynchronous worker's: one group judged alone
+        return run().group_more(completions)
 
     assert trainer_round(in_content) == [0] and worker_round(in_content) == 0  # stated in the content: stops at 2
     assert trainer_round(in_reasoning) == [2] and worker_round(in_reasoning) == 2  # only in the reasoning: goes on

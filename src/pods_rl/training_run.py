@@ -168,13 +168,13 @@ def _load_data(run: RunArguments, config):
 
 
 def _cgrpo_inputs(run: RunArguments, config, task, train_dataset) -> dict:
-    """With ``--rollout_planner cgrpo``: PODSTrainer's ``calibration_dataset`` (the rows of ``calibration_split``,
-    default the evaluation split past the problems evaluation uses) and ``answer_extractor`` (the task's), checked
-    before the model loads; {} otherwise."""
+    """With ``--rollout_planner cgrpo``: PODSTrainer's ``calibration_dataset``, checked here once, before the model
+    loads (the rows of ``calibration_split``, default the evaluation split past the problems evaluation uses, with
+    the task's answer extractor); {} otherwise."""
     if config.rollout_planner != "cgrpo":
         return {}
+    from pods_rl.budget.cgrpo_run import check_cgrpo_inputs
     from pods_rl.budget.planners import make_planner
-    from pods_rl.budget.planners.cgrpo import calibration_rows
 
     extractor = task.answer_extractor()
     if extractor is None:
@@ -194,9 +194,8 @@ def _cgrpo_inputs(run: RunArguments, config, task, train_dataset) -> dict:
         raise ValueError(f"split {split!r} of task {run.task!r} has no rows past the {skip} evaluation problems to "
                          "calibrate C-GRPO on: lower --eval_num_problems, or set calibration_split in "
                          "--rollout_planner_args")
-    calibration = held_out.select(range(skip, end))
-    calibration_rows(settings, calibration, extractor, train_dataset)  # the overlap with training, in one line
-    return {"calibration_dataset": calibration, "answer_extractor": extractor}
+    checked = check_cgrpo_inputs(settings, held_out.select(range(skip, end)), extractor, train_dataset)
+    return {"calibration_dataset": checked}  # a CalibrationSet: PODSTrainer checks its rows no more
 
 
 def _check_model(config, model_args) -> None:

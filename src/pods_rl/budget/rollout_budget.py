@@ -65,7 +65,8 @@ CONFIG_NAMES = {"prompt_planner": "prompt_planner", "prompt_planner_args": "prom
                 "rollout_planner": "rollout_planner", "rollout_planner_args": "rollout_planner_args",
                 "m": "downsample_to", "n": "num_generations", "pilot": "pilot_generations",
                 "oversample_prompts": "oversample_prompts", "success_threshold": "ledger_success_threshold",
-                "adaptive_budget": "adaptive_budget"}
+                "adaptive_budget": "adaptive_budget", "calibration_dataset": "calibration_dataset",
+                "answer_extractor": "answer_extractor"}
 # Why a Pilot-Commit setting is refused, by setting (None: allowed): the budget's own words; an engine passes its row.
 PLAIN_REASONS = {"buffer_max_off_steps": "the rollout budget commits a prompt in the step that piloted it",
                  "n_explore_effective": "the rollout budget trains on every pilot rollout of a committed prompt",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pods_rl.budget.ledger import PromptLedger, prompt_key
+from pods_rl.budget.ledger import PromptLedger
 from pods_rl.budget.planners.base import (
     Plan,
     as_ids,
@@ -26,8 +26,8 @@ from pods_rl.budget.planners.base import (
     register_planner,
 )
 
-__all__ = ["CGRPO", "CGRPOSettings", "aps_scores", "calibration_rows", "check_width", "conformal_quantile",
-           "encode_answers", "execution_scores", "select_delta_auto"]
+__all__ = ["CGRPO", "CGRPOSettings", "aps_scores", "check_width", "conformal_quantile", "encode_answers",
+           "execution_scores", "select_delta_auto"]
 
 _OWNER = "C-GRPO"
 SCORES = ("aps", "first_success", "pass_rate")
@@ -326,36 +326,3 @@ def check_width(knobs: dict, n: int, names: dict) -> None:
                          f"rollouts: set {names['n']} to {k_max} (n={n}), or budget_grid in "
                          f"{names['rollout_planner_args']} to end at {n}")
 
-
-def calibration_rows(settings: CGRPOSettings, calibration_dataset, answer_extractor, train_dataset) -> list[dict]:
-    """The calibration prompts as rows, once checked, one line each: an answer extractor (``score="aps"``), a
-    map-style dataset (or list of dicts) with ``prompt`` and the gold answer column, no prompt of ``train_dataset``."""
-    s = settings
-    if answer_extractor is None and s.score == "aps":
-        raise ValueError("rollout_planner='cgrpo' (score='aps') compares the answers of a prompt's completions: pass "
-                         "answer_extractor=fn(text) -> answer or None (pods train: a task with an answer extractor)")
-    if calibration_dataset is None:
-        raise ValueError("rollout_planner='cgrpo' calibrates its thresholds on held-out prompts: pass "
-                         "calibration_dataset= (prompts with a gold answer column, none of them in train_dataset)")
-    if isinstance(calibration_dataset, list):
-        rows = [dict(row) for row in calibration_dataset]
-    elif hasattr(calibration_dataset, "column_names") and hasattr(calibration_dataset, "__len__"):
-        rows = [calibration_dataset[i] for i in range(len(calibration_dataset))]
-    else:
-        raise ValueError("calibration_dataset must be a map-style datasets.Dataset or a list of dicts, got "
-                         f"{type(calibration_dataset).__name__}")
-    if not rows:
-        raise ValueError("calibration_dataset is empty: C-GRPO needs held-out prompts to calibrate on")
-    for column in ("prompt", s.calibration_answer_column) if s.score == "aps" else ("prompt",):
-        if any(column not in row for row in rows):
-            raise ValueError(f"calibration_dataset has no {column!r} column"
-                             + (" (set calibration_answer_column in rollout_planner_args)" if column != "prompt"
-                                else ""))
-    if train_dataset is not None and hasattr(train_dataset, "column_names") and "prompt" in train_dataset.column_names:
-        training = {prompt_key(prompt) for prompt in train_dataset["prompt"]}
-        overlap = [i for i, row in enumerate(rows) if prompt_key(row["prompt"]) in training]
-        if overlap:
-            raise ValueError(f"calibration_dataset shares {len(overlap)} of its {len(rows)} prompts with the training "
-                             f"set (the first: row {overlap[0]}): the conformal thresholds need held-out prompts; "
-                             "drop those rows from one of them")
-    return rows

@@ -58,6 +58,9 @@ from pods_rl.selection import TIEBREAKS, SelectionSettings, sampled_prompts
 
 # How PODSConfig's users spell the selection settings (SelectionSettings' errors name them so).
 CONFIG_NAMES = spelled("trl", "selection")
+# The losses C-GRPO's padding rows drop out of exactly: their normalizer counts tokens through the completion mask.
+# The per-sequence ones would be diluted by them (trl-cgrpo refuses the same).
+CGRPO_LOSS_TYPES = ("dapo", "bnpo", "cispo", "vespo")
 
 
 @dataclass
@@ -241,9 +244,10 @@ class PODSConfig(GRPOConfig):
         check_planners("trl", {"which_prompts": self.prompt_planner, "how_many": self.rollout_planner},
                        available_planners)
         check_planner_settings(self, names=spelled("trl", "budget"), reasons=PILOT_COMMIT_REASONS["trl"])
-        from pods_rl.engines.trl.cgrpo import check_cgrpo_config
-
-        check_cgrpo_config(self)
+        if self.rollout_planner == "cgrpo" and self.loss_type not in CGRPO_LOSS_TYPES:
+            raise ValueError(f"rollout_planner='cgrpo' pads prompts that stop early with masked rows, which only the "
+                             "token-normalized losses exclude exactly: set loss_type to one of "
+                             f"{list(CGRPO_LOSS_TYPES)} (got {self.loss_type!r})")
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:

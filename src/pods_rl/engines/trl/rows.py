@@ -5,6 +5,7 @@ rows. No trainer here: ``adapter.py`` holds its state."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -135,3 +136,31 @@ def tool_calls_and_failures(completions: list, tool_names: list[set], max_iterat
                 if call.get("type") != "function" or function.get("name") not in tool_names[i]:
                     failures[i] += 1
     return calls, failures
+
+
+# ---- C-GRPO's padding rows: a prompt that stops at k < m trains with m - k of them masked out of the loss, as
+# trl-cgrpo pads (one that stops above m is down-sampled to m by PODS's rule) --------------------------------------
+
+
+def padded_kept_rows(kept: torch.Tensor, groups: torch.Tensor, n: int) -> tuple[list[int], list[bool]]:
+    """Selection's kept rollouts (P, m) (-1: a prompt with fewer than m) of the kept ``groups`` (B,) -> B*m rows
+    p*n + j, a short group filled with its unused slots (copies with NaN rewards), and which rows are padding."""
+    kept = kept[groups]  # (B, m)
+    m = kept.shape[1]
+    columns = torch.where(kept >= 0, kept, torch.arange(m).expand_as(kept))
+    rows = groups.unsqueeze(1) * n + columns  # (B, m)
+    return rows.flatten().tolist(), (kept < 0).flatten().tolist()
+
+
+def mask_padding(output: dict, padded: list[bool], gather: Callable[[torch.Tensor], torch.Tensor]) -> float:
+    """Take the padding rows (B*m,) out of TRL's batch ``output``: their completion tokens out of the loss mask and of
+    ``num_items_in_batch`` (every process's). A collective. Returns the padding rows' share of the kept rows."""
+    mask = output["completion_mask"]
+    padding = torch.tensor(padded, dtype=torch.bool, device=mask.device)
+    loss_mask = mask if output.get("tool_mask") is None else mask * output["tool_mask"]
+    tokens = loss_mask[padding].sum().reshape(1).to(output["num_items_in_batch"].dtype) if len(padded) else \
+        torch.zeros(1, dtype=output["num_items_in_batch"].dtype, device=mask.device)
+    mask[padding] = 0
+    output["num_items_in_batch"] = output["num_items_in_batch"] - gather(tokens).sum().to(
+        output["num_items_in_batch"].device)
+    return float(padding.double().mean()) if len(padded) else 0.0

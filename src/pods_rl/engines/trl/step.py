@@ -43,7 +43,6 @@ from pods_rl.engines.trl.adapter import (
     take_extra_logs,
     tool_names,
 )
-from pods_rl.engines.trl.cgrpo import mask_padding, padded_kept_rows
 from pods_rl.engines.trl.config import TRL_RANGE  # importing it checks the TRL version first
 from pods_rl.engines.trl.rounds import Rounds, RoundsHost
 from pods_rl.engines.trl.rows import (
@@ -51,6 +50,8 @@ from pods_rl.engines.trl.rows import (
     Sampled,
     Scored,
     keep_extra_logs,
+    mask_padding,
+    padded_kept_rows,
     select_rows,
     tool_calls_and_failures,
     with_dataset_images,
@@ -92,7 +93,7 @@ class PODSStep:
     # object.__new__) behaves as plain GRPO.
     _pods_call: str | KeptRollouts | None = None
     _budget = None  # the planners and the prompt ledger (budget.RolloutBudget), None without planners
-    _cgrpo = None  # C-GRPO's calibration and stop rule (cgrpo.CGRPORun), None without it
+    _cgrpo = None  # C-GRPO's calibration and stop rule (budget.cgrpo_run.CGRPORun), None without it
     _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
     _selects = False
     phase_clock = None
@@ -290,9 +291,9 @@ class PODSStep:
         if not self._cgrpo.planner.calibration_due(self.state.global_step):
             return
 
-        def generate(rows: list[dict], k_max: int) -> list:
-            prompts = self._rollout_prompts(rows)
-            with answering(self, ROUND), grouped_by(self, k_max), generation_metrics_dropped(self):
+        def generate(rows: list[dict], k: int) -> list:  # each row's k completions in turn
+            prompts = self._rollout_prompts([dict(row) for row in rows for _ in range(k)])
+            with answering(self, ROUND), grouped_by(self, k), generation_metrics_dropped(self):
                 return Generated(*self._generate(prompts)).completions
 
         self._log_train_metrics(self._cgrpo.calibrate(

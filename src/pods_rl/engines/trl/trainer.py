@@ -40,8 +40,8 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
 from pods_rl import tiny
+from pods_rl.budget.cgrpo_run import CGRPORun, check_cgrpo_inputs
 from pods_rl.budget.rollout_budget import RolloutBudget
-from pods_rl.engines.trl.cgrpo import CGRPORun, check_calibration, uses_cgrpo
 from pods_rl.engines.trl.config import PODSConfig, eval_batch_problem, quiet_checkpointing_deprecations
 from pods_rl.engines.trl.phase_clock import PhaseClock
 from pods_rl.engines.trl.step import PODSStep
@@ -51,6 +51,7 @@ from pods_rl.reward_guard import (
     reward_weights_of,
 )
 from pods_rl.runlog.integrity import reading_checkpoint
+from pods_rl.tasks.extraction import completion_text
 
 __all__ = ["PODSConfig", "PODSTrainer", "card_example_prompt", "rollouts_per_generation"]
 
@@ -87,26 +88,9 @@ def _colocated_engine_sized_for(config: PODSConfig):
         grpo_trainer.VLLMGeneration = built
 
 
-def _cgrpo_arguments(config: PODSConfig, args: tuple, kwargs: dict, calibration_dataset,
-                     answer_extractor) -> tuple[list[dict], object] | None:
-    """PODSTrainer's own ``calibration_dataset`` and ``answer_extractor`` (GRPOTrainer knows neither), with
-    rollout_planner="cgrpo" checked in one line each: (calibration rows, extractor), else None."""
-    if not uses_cgrpo(config):
-        if calibration_dataset is not None or answer_extractor is not None:
-            raise ValueError("calibration_dataset and answer_extractor are C-GRPO's: set rollout_planner='cgrpo', or "
-                             "drop them")
-        return None
-    train_dataset = kwargs.get("train_dataset") if "train_dataset" in kwargs else (args[3] if len(args) > 3 else None)
-    planner = RolloutBudget.from_config(config).how_many
-    rows = check_calibration(planner, calibration_dataset, answer_extractor, train_dataset,
-                             environment=bool(kwargs.get("environment_factory") or kwargs.get("tools")))
-    return rows, answer_extractor
-
-
-def _has_train_dataset(args: tuple, kwargs: dict) -> bool:
-    """Whether ``GRPOTrainer(model, reward_funcs, args, train_dataset, ...)`` was given a training dataset."""
-    return (kwargs.get("train_dataset") if "train_dataset" in kwargs else (args[3] if len(args) > 3 else None)) \
-        is not None
+def _train_dataset(args: tuple, kwargs: dict):
+    """The training dataset ``GRPOTrainer(model, reward_funcs, args, train_dataset, ...)`` was given, or None."""
+    return kwargs.get("train_dataset") if "train_dataset" in kwargs else (args[3] if len(args) > 3 else None)
 
 
 # The prompt of each row of GRPOTrainer's placeholder dataset (train_dataset=None with an environment_factory: the
@@ -171,9 +155,13 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                 kwargs["reward_funcs"] = reward_funcs
             else:
                 args = (*args[:1], reward_funcs, *args[2:])
+        budget = RolloutBudget.from_config(config)  # the planners and the prompt ledger, None without planners
         # C-GRPO's calibration prompts and answer extractor (keywords of PODSTrainer's own), checked before any load
-        calibration = _cgrpo_arguments(config, args, kwargs, calibration_dataset, answer_extractor)
-        if config.has_planner and not _has_train_dataset(args, kwargs) and kwargs.get("environment_factory"):
+        calibration = check_cgrpo_inputs(
+            budget.how_many.settings if config.rollout_planner == "cgrpo" else None, calibration_dataset,
+            answer_extractor, _train_dataset(args, kwargs),
+            environment=bool(kwargs.get("environment_factory") or kwargs.get("tools")))
+        if config.has_planner and _train_dataset(args, kwargs) is None and kwargs.get("environment_factory"):
             raise ValueError("prompt_planner / rollout_planner tell prompts apart by their text, but the environment "
                              "owns the data here (train_dataset=None: every row is the same placeholder); pass a "
                              "train_dataset, or drop the planners.")
@@ -193,11 +181,13 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         quiet_checkpointing_deprecations()
         with engine_setup, _colocated_engine_sized_for(config):
             super().__init__(*args, **kwargs)
-        self._set_up_pods(config, _has_train_dataset(args, kwargs), calibration)
+        self._set_up_pods(config, _train_dataset(args, kwargs) is not None, budget, calibration)
 
-    def _set_up_pods(self, config: PODSConfig, has_train_dataset: bool, calibration) -> None:
+    def _set_up_pods(self, config: PODSConfig, has_train_dataset: bool, budget: RolloutBudget | None,
+                     calibration) -> None:
         """What PODSTrainer adds once GRPOTrainer is built: m and the rule, the placeholder data of environments that
-        own theirs, the deciding reward, the planners and ledger, the phase clock."""
+        own theirs, the deciding reward, the planners and ledger (``budget``; C-GRPO's checked ``calibration``), the
+        phase clock."""
         # Evaluation samples what a GRPO run with m samples (PODSConfig validated the eval batch in these terms).
         self.num_generations_eval = config.eval_generations
         self.downsample_to = config.downsample_to
@@ -218,9 +208,9 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                                  "reward.")
             self._adaptive_reward_index = self.reward_func_names.index(config.adaptive_reward)
         self._selects = config.selects
-        self._budget = RolloutBudget.from_config(config)  # the planners and the prompt ledger, None without planners
+        self._budget = budget
         if calibration is not None:
-            self._cgrpo = CGRPORun(self._budget.how_many, *calibration)
+            self._cgrpo = CGRPORun(budget.how_many, calibration, completion_text)
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
         self.phase_clock = PhaseClock(self)

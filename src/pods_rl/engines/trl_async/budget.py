@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import shutil
 import time
 from collections.abc import Callable
@@ -28,16 +29,18 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from pods_rl.budget.cgrpo_run import CalibrationSet, check_cgrpo_inputs
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
 from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_pilot_commit, check_rollout_planner
 from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
-from pods_rl.engines.trl_async.cgrpo import CGRPO_KEYS, check_worker_cgrpo
 
-__all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
+__all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings",
+           "checked_budget"]
 
 logger = logging.getLogger("pods_rl")
 
+CGRPO_KEYS = ("pods_calibration_dataset", "pods_answer_extractor")  # the worker's keywords of C-GRPO's inputs
 # The worker's budget keywords (PODSRolloutLoop pops them before TRL's __init__); pods_seed, pods_adaptive_reward
 # and pods_adaptive_budget are shared with selection and the adaptive rounds.
 BUDGET_KEYS = ("pods_prompt_planner", "pods_prompt_planner_args", "pods_rollout_planner", "pods_rollout_planner_args",
@@ -57,10 +60,14 @@ def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_plann
         num_generations=n, downsample_to=m, seed=0 if pods_seed is None else int(pods_seed))
 
 
-def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environment_factory=None,
-                          dataset=None, reward_names=None, **settings) -> RolloutBudget | None:
-    """Refuse planner settings the worker cannot carry out; return their budget (None without a planner).
+def check_budget_settings(n: int, m: int, **settings) -> RolloutBudget | None:
+    """Refuse planner settings the worker cannot carry out; return their budget (None without planners)."""
+    return checked_budget(n, m, **settings)[0]
 
+
+def checked_budget(n: int, m: int, *, pilot: int | None = None, environment_factory=None, dataset=None,
+                   reward_names=None, **settings) -> tuple[RolloutBudget | None, CalibrationSet | None]:
+    """``check_budget_settings``, also returning C-GRPO's checked calibration set (None without C-GRPO).
     ``settings``: ``BUDGET_KEYS`` plus ``pods_adaptive_budget``, ``pods_adaptive_reward``, ``pods_seed``."""
     unknown = sorted(set(settings) - {*BUDGET_KEYS, "pods_adaptive_budget", "pods_adaptive_reward", "pods_seed"})
     if unknown:
@@ -72,7 +79,7 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
     check_planners("trl_async", {"which_prompts": settings.get("pods_prompt_planner"),
                                  "how_many": settings.get("pods_rollout_planner")}, available_planners)
     if settings.get("pods_prompt_planner") is None and settings.get("pods_rollout_planner") is None:
-        return None
+        return None, None
     names, reasons = spelled("trl_async", "budget"), PILOT_COMMIT_REASONS["trl_async"]
     if settings.get("pods_prompt_planner") == "pilot_commit":
         other = "rollout_planner" if settings.get("pods_rollout_planner") is not None else \
@@ -109,11 +116,21 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
     config = budget_config(n, m, **{k: v for k, v in settings.items() if k not in (
         "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward", *CGRPO_KEYS)})
     budget = RolloutBudget.from_config(config, names=names, reasons=reasons)
-    if settings.get("pods_rollout_planner") == "cgrpo":  # its calibration prompts and answer extractor
-        check_worker_cgrpo(budget.how_many, dataset, environment_factory=environment_factory, **settings)
-    elif any(settings.get(key) is not None for key in CGRPO_KEYS):
-        raise ValueError(f"{' and '.join(CGRPO_KEYS)} are C-GRPO's: set pods_rollout_planner='cgrpo', or drop them")
-    return budget
+    cgrpo = budget.how_many.settings if settings.get("pods_rollout_planner") == "cgrpo" else None
+    return budget, _calibration(cgrpo, settings, dataset, environment=environment_factory is not None, names=names)
+
+
+def _calibration(cgrpo, settings: dict, dataset, *, environment: bool, names: dict) -> CalibrationSet | None:
+    """C-GRPO's calibration set checked in the worker's spelling (``cgrpo``: its settings, or None); it must pickle."""
+    calibration = check_cgrpo_inputs(cgrpo, settings.get(CGRPO_KEYS[0]), settings.get(CGRPO_KEYS[1]), dataset,
+                                     environment=environment, names=names)
+    if calibration is not None:
+        try:  # the worker's child receives it pickled: a lambda or a local function would fail at its start
+            pickle.dumps(calibration.answer_extractor)
+        except Exception as err:  # noqa: BLE001 - pickling raises several types; each means the same here
+            raise ValueError(f"pods_answer_extractor must pickle (the worker's child receives it): define it at a "
+                             f"module's top level ({type(err).__name__}: {err})") from None
+    return calibration
 
 
 @dataclass

@@ -29,15 +29,15 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 )
 
 from pods_rl.adaptive import group_is_mixed, plan_round
+from pods_rl.budget.cgrpo_run import CGRPORun
 from pods_rl.budget.ledger import LEDGER_FILE
 from pods_rl.downsample import rule_takes_features
 from pods_rl.engines.trl_async.budget import (
     BUDGET_KEYS,
     BudgetLoop,
     PODSLedgerCallback,
-    check_budget_settings,
+    checked_budget,
 )
-from pods_rl.engines.trl_async.cgrpo import WorkerCGRPO, check_worker_cgrpo
 from pods_rl.engines.trl_async.scoring import (
     ScoredConversation,
     conversations_at,
@@ -55,6 +55,7 @@ from pods_rl.engines.trl_async.settings import (
 )
 from pods_rl.rollouts import rollout_features
 from pods_rl.selection import select
+from pods_rl.tasks.extraction import completion_text
 
 __all__ = ["PODSLedgerCallback", "PODSRolloutLoop", "PODSRolloutWorker", "pods_rollout_worker", "pods_worker_kwargs",
            "pods_settings"]
@@ -79,7 +80,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         self.adaptive = adaptive_settings(pods_pilot, n, pods_m, pods_adaptive_rule, pods_round_size,
                                           pods_adaptive_budget, pods_adaptive_reward,
                                           environment_factory=kwargs.get("environment_factory"))
-        budget = check_budget_settings(n, pods_m, pilot=pods_pilot, environment_factory=kwargs.get(
+        budget, calibration = checked_budget(n, pods_m, pilot=pods_pilot, environment_factory=kwargs.get(
             "environment_factory"), dataset=kwargs.get("dataset"), pods_adaptive_budget=pods_adaptive_budget,
             pods_seed=pods_seed, **planners)
         super().__init__(**kwargs)
@@ -88,11 +89,9 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         if self.adaptive is not None:
             self.adaptive.check_reward(self.reward_func_names, ADAPTIVE_NAMES)
             self.init_top_ups(n, self.adaptive.pilot)
-        elif budget is not None and getattr(budget.how_many, "samples_in_rounds", False):  # C-GRPO: up its grid
-            planner = budget.how_many
-            self.init_top_ups(n, planner.settings.budget_grid[0])
-            self.cgrpo = WorkerCGRPO(planner, check_worker_cgrpo(planner, kwargs.get("dataset"), **planners),
-                                     planners["pods_answer_extractor"])
+        elif calibration is not None:  # C-GRPO: up its grid
+            self.init_top_ups(n, budget.how_many.settings.budget_grid[0])
+            self.cgrpo = CGRPORun(budget.how_many, calibration, completion_text)
         elif budget is not None and budget.how_many is not None:
             self.init_top_ups(n, pods_m)  # Knapsack-RL: m from TRL's generate loop, the rest topped up
         elif budget is not None and budget.commits:
@@ -104,6 +103,20 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
                          dataset_start_index=kwargs.get("dataset_start_index", 0), seed=pods_seed,
                          ledger_path=planners.get("pods_ledger_path"),
                          ledger_resume=planners.get("pods_ledger_resume"), logger=logger)
+
+    async def _calibrate_cgrpo(self) -> dict[str, float]:
+        """C-GRPO's thresholds: each calibration prompt sampled k_max times with the server's current weights (in
+        this event loop, beside the groups' rollouts); its rollouts pushed as pods/cgrpo_calibration_rollouts."""
+        rows, valid = self.cgrpo.share()
+        k = self.cgrpo.planner.settings.k_max
+        tool_dict = {tool.__name__: tool for tool in self._standalone_tools}
+
+        async def one(prompt):
+            async with self._top_up_slots:
+                return await self._generate_one(prompt, tool_dict=tool_dict, tools=self.tools, group_id=-1)
+
+        replies = await asyncio.gather(*(one(row["prompt"]) for row in rows for _ in range(k)))
+        return self.cgrpo.fit(rows, [reply[0] for reply in replies], valid, step=self.model_version)
 
     def init_pods(self, m: int, rule: str = "max_variance", tiebreak: str = "index", seed: int | None = None,
                   rule_module: str | None = None, n: int | None = None, advantage_baseline: str = "kept") -> None:
@@ -148,7 +161,9 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
             if not more:
                 return []
         elif self.cgrpo is not None:
-            more = await self.cgrpo.more(self, group)
+            if self.cgrpo.planner.calibration_due(self.model_version):  # before the first group it judges
+                self._push_metrics(await self._calibrate_cgrpo())
+            more = self.cgrpo.group_more(group.completions)
         else:
             more = self.plan_top_up(scored, group.group_id)
         if more:  # all equal so far / short of its count: sample more in the background, score them when they arrive
