@@ -214,3 +214,31 @@ def test_resume_requests_are_checked_before_loading(bad_inputs, capsys):
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and expected.format(run=run_dir) in lines[0], lines
     assert sorted(p.name for p in run_dir.iterdir()) == before  # a refused resume changes nothing
+
+
+def test_the_error_line_is_one_write_with_its_newline(monkeypatch):
+    """Ranks share the launcher's stderr, unbuffered (PYTHONUNBUFFERED): the line and its newline in one write, so
+    that no other process's log line can land inside it (seen: torch's "Sending process ... SIGTERM" inside the
+    printed resume command, which then did not parse)."""
+    import io
+    import sys
+
+    from pods_rl.errors import CommandFailed, run_guarded
+
+    class Unbuffered(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.writes = []
+
+        def write(self, text):
+            self.writes.append(text)
+            return super().write(text)
+
+    err = Unbuffered()
+    monkeypatch.setattr(sys, "stderr", err)
+
+    def body(argv):
+        raise CommandFailed("rank 1 (pid 7) was killed; resume with: pods train --output_dir run")
+
+    assert run_guarded("pods train", body, []) == 1
+    assert err.writes == ["pods train: error: rank 1 (pid 7) was killed; resume with: pods train --output_dir run\n"]

@@ -126,5 +126,8 @@ def run_guarded(prog: str, body: Callable[[list[str]], int | None], argv: Sequen
         if debug:
             raise
         line, code = error_line(prog, err)
-        print(line, file=sys.stderr)
+        # One write with its newline: on an unbuffered stderr that a launcher shares between ranks, print's two
+        # writes (text, then newline) let another process's log line land inside this one.
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
         return code
