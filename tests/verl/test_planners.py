@@ -114,9 +114,10 @@ def test_auto_gives_each_prompt_its_planned_count_from_the_costs_it_measures(tq_
         for uid, count in zip(decision["uids"], counts.tolist()):
             assert generated[uid] == list(range(count))  # per-prompt counts equal the plan
         totals.append(int(counts.sum()))
-    # Step 1 plans at m (no cost yet); step 2 probes at max_n (the slope is unknown); each step after the first
-    # hands the step before it to the cost model: rollouts dispatched, and the rows the buffer returned.
-    assert totals[:2] == [B * M, B * 8]
+    # Step 1 plans at m (no cost yet); step 2 probes at twice the total, each prompt's count doubled up to max_n (the
+    # slope is unknown); each step after the first hands the step before it to the cost model: rollouts dispatched,
+    # and the rows the buffer returned.
+    assert totals[:2] == [B * M, B * min(2 * M, 8)]
     assert [row[0] for row in auto.costs.sampled] == totals[:3] and list(auto.costs.trained)
     assert len(auto.costs.trained) == 3 and all(seconds >= 0 for _, seconds, _ in auto.costs.sampled)
 
