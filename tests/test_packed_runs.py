@@ -115,11 +115,14 @@ def test_runs_root_prefers_run_files_and_cleans_up(tmp_path):
         assert root == study
 
 
-def test_relocate_names_runs_where_they_would_unpack(tmp_path):
+def test_a_report_names_runs_relative_to_where_they_unpacked(tmp_path):
+    """The report's run folders, read from an unpacked archive, are named relative to its root (what replaced
+    naming them where they would unpack); a longer name that only starts with the root is left alone."""
+    from pods_rl.commands.study_paths import portable
+
     report = {"seeds": [{"run_dir": f"{tmp_path}/study/runs/a", "seed": 0}], "label": f"{tmp_path}x", "n": 1}
-    moved = packed.relocate(report, tmp_path, "out")
-    assert moved == {"seeds": [{"run_dir": "out/study/runs/a", "seed": 0}], "label": f"{tmp_path}x", "n": 1}
-    assert packed.relocate(report, "same", "same") is report
+    moved = portable(report, tmp_path)
+    assert moved == {"seeds": [{"run_dir": "study/runs/a", "seed": 0}], "label": f"{tmp_path}x", "n": 1}
 
 
 def test_the_script_packs_without_pods_installed(tmp_path):

@@ -170,20 +170,6 @@ def runs_root(study_dir: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def relocate(value, source: str | os.PathLike, dest: str | os.PathLike):
-    """``value`` (JSON-like) with every string path under ``source`` moved under ``dest``."""
-    source, dest = str(source), str(dest)
-    if source == dest:
-        return value
-    if isinstance(value, str):
-        return dest + value[len(source):] if value == source or value.startswith(source + os.sep) else value
-    if isinstance(value, dict):
-        return {key: relocate(item, source, dest) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(relocate(item, source, dest) for item in value)
-    return value
-
-
 def check_archive(study_dir: str | os.PathLike) -> str:
     """Unpack and pack ``study_dir/runs.tar.xz`` again: the bytes must match. A one-line summary, or ValueError."""
     archive = Path(study_dir) / ARCHIVE
