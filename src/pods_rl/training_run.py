@@ -398,8 +398,29 @@ def _fit(trainer, clock, eval_fn) -> dict:
     summary.update(train_seconds=round(clock.train_seconds, 1), steps=trainer.state.global_step)
 
     if trainer.accelerator.is_main_process:
-        _finish(run_dir, summary, figure=getattr(clock, "run_figure", True))
+        _finish(run_dir, summary, figure=getattr(clock, "run_figure", True), auto=_auto_choices(trainer, run_dir))
     return summary
+
+
+def _auto_choices(trainer, run_dir: Path) -> dict | None:
+    """What ``rollout_planner="auto"`` chose in this run and would choose at the H200's costs (``auto_summary``);
+    None for a run without auto's rows. Never costs the run: a failure is a warning."""
+    from pods_rl.auto_summary import H200_COSTS_MS, auto_choices, auto_line, would_choose
+
+    try:
+        config, budget = trainer.args, getattr(trainer, "_budget", None)
+        m, n = config.downsample_to, config.num_generations
+        rows = runlog.read_metrics(run_dir)
+        choices = auto_choices(rows, m=m)
+        if choices is None:
+            return None
+        batch = next((int(r["pods/plan_prompts"]) for r in reversed(rows) if r.get("pods/plan_prompts")), 0)
+        at_h200 = None if budget is None else would_choose(budget.ledger, m=m, n=n, prompts_per_step=batch,
+                                                           costs_ms=H200_COSTS_MS)
+        return {**choices, "at_h200_n_mean": at_h200, "line": auto_line(choices, m=m, n=n, at_h200=at_h200)}
+    except Exception as err:  # noqa: BLE001 - a summary line must never cost the run
+        logger.warning("could not summarize auto's choices: %s", err)
+        return None
 
 
 def _abandoned(trainer, clock, stop) -> dict:
@@ -462,8 +483,11 @@ def _make_eval_fn(run: RunArguments, config, task, tokenizer):
     return eval_fn
 
 
-def _finish(run_dir: Path, summary: dict, figure: bool = True) -> None:
-    """Write summary.json and (if ``figure``) the accuracy-vs-time figure; print the result."""
+def _finish(run_dir: Path, summary: dict, figure: bool = True, auto: dict | None = None) -> None:
+    """Write summary.json and (if ``figure``) the accuracy-vs-time figure; print the result, and last the line of
+    what auto chose (``auto``, for a run with ``rollout_planner="auto"``)."""
+    if auto is not None:
+        summary["auto"] = auto
     runlog.write_summary(run_dir, summary)
     try:
         if figure:
@@ -476,4 +500,5 @@ def _finish(run_dir: Path, summary: dict, figure: bool = True) -> None:
     if before is not None and after is not None:
         print(f"held-out accuracy: before {100 * before:.1f}%  after {100 * after:.1f}%  "
               f"({100 * (after - before):+.1f} points)")
-
+    if auto is not None:
+        print(auto["line"])

@@ -30,11 +30,15 @@ else
 fi
 if [ "$part" = measured ]; then
   methods="$fixed,$autom"
+elif [ -n "${FRESH:-}" ]; then  # FRESH=1: a priced part that runs its own baseline and fixed runs (their learning
+  # does not depend on the costs, their wall clock is not read), for a part run beside other work; METHODS may
+  # leave out the 4m runs (fixed=grpo-n16,pods-mv-n32m16, say)
+  methods="${METHODS:-$fixed},$autom"
 else  # the baseline and fixed runs are the measured part's, copied (a study holds regular files, not links): only
   # auto runs here, given this part's costs
   methods="$fixed,$autom"
   measured="$here/$model/measured/study/runs"
-  [ -d "$measured" ] || { echo "run_auto_v2.sh: run PART=measured first (no $measured)" >&2; exit 2; }
+  [ -d "$measured" ] || { echo "run_auto_v2.sh: run PART=measured first (no $measured), or FRESH=1" >&2; exit 2; }
   mkdir -p "$out/study/runs"
   for run in "$measured"/*/; do
     name=$(basename "$run")
