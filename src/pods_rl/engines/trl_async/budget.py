@@ -32,7 +32,8 @@ from transformers import TrainerCallback
 from pods_rl.budget.cgrpo_run import CalibrationSet, check_cgrpo_inputs
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
-from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_pilot_commit, check_rollout_planner
+from pods_rl.budget.planners.base import needs_of
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_rollout_planner
 from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
 
 __all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings",
@@ -51,9 +52,10 @@ SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after re
 
 def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_planner_args=None,
                   pods_rollout_planner=None, pods_rollout_planner_args=None, pods_ledger_success_threshold=0.5,
-                  pods_adaptive_budget=None, pods_seed=None) -> BudgetSettings:
-    """The worker's budget keywords as ``BudgetSettings``."""
+                  pods_adaptive_budget=None, pods_seed=None, pilot: int | None = None) -> BudgetSettings:
+    """The worker's budget keywords as ``BudgetSettings`` (``pilot``: pods_pilot)."""
     return BudgetSettings(
+        pilot_generations=pilot,
         prompt_planner=pods_prompt_planner, prompt_planner_args=pods_prompt_planner_args,
         rollout_planner=pods_rollout_planner, rollout_planner_args=pods_rollout_planner_args,
         ledger_success_threshold=pods_ledger_success_threshold, adaptive_budget=pods_adaptive_budget,
@@ -72,26 +74,19 @@ def checked_budget(n: int, m: int, *, pilot: int | None = None, environment_fact
     unknown = sorted(set(settings) - {*BUDGET_KEYS, "pods_adaptive_budget", "pods_adaptive_reward", "pods_seed"})
     if unknown:
         raise TypeError(f"unexpected keyword argument {unknown[0]!r} for the PODS worker")
-    if settings.get("pods_rollout_planner") == "reinforce_ada":  # it decides one group at a time: the round rule
-        raise ValueError("pods_rollout_planner='reinforce_ada': in the asynchronous worker Reinforce-Ada runs as its "
-                         "round rule, its keep and its baseline: pods_pilot=K, pods_adaptive_rule='reinforce_ada', "
-                         "pods_rule='reinforce_ada', pods_advantage_baseline='sampled'")
     check_planners("trl_async", {"which_prompts": settings.get("pods_prompt_planner"),
                                  "how_many": settings.get("pods_rollout_planner")}, available_planners)
     if settings.get("pods_prompt_planner") is None and settings.get("pods_rollout_planner") is None:
         return None, None
     names, reasons = spelled("trl_async", "budget"), PILOT_COMMIT_REASONS["trl_async"]
-    if settings.get("pods_prompt_planner") == "pilot_commit":
-        other = "rollout_planner" if settings.get("pods_rollout_planner") is not None else \
-            "pilot" if pilot is not None else None
-        check_pilot_commit(settings.get("pods_prompt_planner_args"), n, names=names, reasons=reasons, other=other,
-                           environment=environment_factory is not None)
     check_rollout_planner(settings.get("pods_rollout_planner"), pilot=pilot is not None, n=n, m=m, names=names)
-    if settings.get("pods_rollout_planner") == "auto" and (settings.get("pods_rollout_planner_args") or {}).get(
+    how_many = settings.get("pods_rollout_planner")
+    if "costs" in needs_of(how_many) and (settings.get("pods_rollout_planner_args") or {}).get(
             "train_ms") is None:  # the issue's "a run that logs no phase times": the worker logs no update time
-        raise ValueError("pods_rollout_planner='auto' in the asynchronous worker needs pods_rollout_planner_args="
-                         "{'train_ms': MS}, the trainer's milliseconds per trained rollout: the worker samples in its "
-                         "own process and sees no update times; measure them with `pods cost` (its upd/kept column)")
+        raise ValueError(f"pods_rollout_planner={how_many!r} in the asynchronous worker needs "
+                         "pods_rollout_planner_args={'train_ms': MS}, the trainer's milliseconds per trained rollout: "
+                         "the worker samples in its own process and sees no update times; measure them with `pods "
+                         "cost` (its upd/kept column)")
     if settings.get("pods_rollout_planner") is not None:
         if environment_factory is not None:
             raise ValueError("pods_rollout_planner does not support environment_factory: the worker samples m of each "
@@ -113,10 +108,11 @@ def checked_budget(n: int, m: int, *, pilot: int | None = None, environment_fact
         value = settings.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{key} must be a positive integer (groups per training step), got {value!r}")
-    config = budget_config(n, m, **{k: v for k, v in settings.items() if k not in (
+    config = budget_config(n, m, pilot=pilot, **{k: v for k, v in settings.items() if k not in (
         "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward", *CGRPO_KEYS)})
-    budget = RolloutBudget.from_config(config, names=names, reasons=reasons)
-    cgrpo = budget.how_many.settings if settings.get("pods_rollout_planner") == "cgrpo" else None
+    budget = RolloutBudget.from_config(config, names=names, reasons=reasons,
+                                       environment=environment_factory is not None)
+    cgrpo = budget.how_many.settings if "calibration" in budget.needs else None
     return budget, _calibration(cgrpo, settings, dataset, environment=environment_factory is not None, names=names)
 
 
@@ -225,7 +221,7 @@ class WorkerBudget:
                 self.unjudged[len(self.positions)] = position
             groups.append((len(self.positions), row, count))
             self.positions.append(position)
-        if self.budget.needs_costs and groups:
+        if "costs" in self.budget.needs and groups:
             self.windows[self.drawn_windows] = _Window(open=len(groups), drawn=(self.clock(), self.waited))
             self.window_of.update((group_id, self.drawn_windows) for group_id, _, _ in groups)
             self.drawn_windows += 1
