@@ -31,6 +31,7 @@ from pods_rl.budget.planners import make_planner
 from pods_rl.budget.planners.base import (
     CONFIG_NAMES,
     Layout,
+    Plan,
     check_plan,
     member,
     needs_of,
@@ -112,9 +113,8 @@ class RolloutBudget:
     def from_config(cls, config, *, names: Mapping[str, str] | None = None,
                     reasons: Mapping[str, str | None] | None = None,
                     environment: bool = False) -> RolloutBudget | None:
-        """The budget ``config`` (a ``PODSConfig`` or ``BudgetSettings``) asks for, or None without planners; errors
-        spell settings as ``names`` does (default ``CONFIG_NAMES``), Pilot-Commit's give ``reasons``;
-        ``environment``: the run has environments."""
+        """The budget ``config`` (``PODSConfig``, ``BudgetSettings``) asks for (None: no planners); errors spell as
+        ``names`` (default ``CONFIG_NAMES``), Pilot-Commit's give ``reasons``; ``environment``: environments set."""
         config, names = BudgetSettings.of(config), CONFIG_NAMES if names is None else names
         if config.prompt_planner is None and config.rollout_planner is None:
             return None
@@ -146,8 +146,7 @@ class RolloutBudget:
         P, metrics = len(ids), {}
         chosen = torch.zeros(P, dtype=torch.bool)
         if self.which is not None:
-            plan = self.which.plan(ids, self.ledger, n=self.n, generator=generator)
-            check_plan(type(self.which).__name__, plan, P, 0, self.n)
+            plan = self.screen(ids, generator)
             metrics.update(plan.metrics)
             # Pilot-Commit pilots every candidate it has not evicted; GRESO samples the first B it keeps.
             survivors = torch.nonzero(plan.rollouts > 0).flatten()[:None if self.commits else num_groups]
@@ -161,18 +160,28 @@ class RolloutBudget:
         else:
             chosen[:] = True
         first = torch.zeros(P, dtype=torch.long)
-        if self.how_many is not None:
-            counts, allocated = self.allocate(ids[chosen])
-            metrics.update({k: v for k, v in allocated.items() if k not in metrics})
-            first[chosen] = counts
-        elif self.commits:
-            first[chosen] = self.which.settings.n_explore
-        else:
-            first[chosen] = pilot or self.n
+        counts, allocated = self.first_counts(ids[chosen], pilot=pilot)
+        metrics.update({k: v for k, v in allocated.items() if k not in metrics})
+        first[chosen] = counts
         # The plan's rollouts are what is sampled: the chosen candidates' (a which-planner's own counts cover every
         # candidate it did not skip).
         metrics.update(rollout_metrics(first))
         return first, metrics
+
+    def screen(self, ids: torch.Tensor, generator: torch.Generator | None) -> Plan:
+        """The prompt planner's ``Plan`` for the candidates ``ids`` (P,) (0 rollouts: skipped now), checked."""
+        plan = self.which.plan(ids, self.ledger, n=self.n, generator=generator)
+        check_plan(type(self.which).__name__, plan, len(ids), 0, self.n)
+        return plan
+
+    def first_counts(self, ids: torch.Tensor, *, pilot: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """(S,) first-round rollouts of the sampled ``ids`` (S,) (how_many's, which's first round, pilot or n)."""
+        if self.how_many is not None:
+            return self.allocate(ids)
+        count = pilot or self.n
+        if self.which is not None:
+            count = member(self.which, "first_round")(count)
+        return torch.full((len(ids),), count, dtype=torch.long), {}
 
     @property
     def commits(self) -> bool:

@@ -98,9 +98,8 @@ def spelled(engine: str, group: str) -> dict[str, str]:
 
 
 def check_planners(engine: str, planners: dict[str, str | None], available) -> None:
-    """Refuse, in one line, a planner ``engine`` does not run: not one of its kind, or needing what ``OFFERS`` does
-    not list for ``engine`` (naming the need and the engines that offer it). ``planners``: {kind: name or None};
-    ``available(kind)``: the registered planners of that kind."""
+    """Refuse in one line a planner of ``planners`` ({kind: name or None}) not of ``available(kind)`` or needing what
+    ``engine`` does not offer (naming the need and the engines that offer it)."""
     for kind, name in planners.items():
         if name is None:
             continue

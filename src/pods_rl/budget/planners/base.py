@@ -43,23 +43,19 @@ CONFIG_NAMES = {"prompt_planner": "prompt_planner", "prompt_planner_args": "prom
 
 @dataclass(frozen=True)
 class Layout:
-    """What a run fixes around a planner (``Planner.complete``'s input): n, m, the engine's spellings ``names``,
-    Pilot-Commit's refusal ``reasons``; ``adaptive_budget``; ``other``: the ``names`` key of another setting that
-    decides counts (None: none); ``environment``: environments are set."""
+    """What a run fixes around a planner (``Planner.complete``'s input), in the engine's spelling ``names``."""
 
     n: int
     m: int
     names: Mapping[str, str] = field(default_factory=lambda: CONFIG_NAMES)
-    reasons: Mapping[str, str | None] | None = None
+    reasons: Mapping[str, str | None] | None = None  # why an engine refuses a Pilot-Commit setting
     adaptive_budget: float | None = None
-    other: str | None = None
-    environment: bool = False
+    other: str | None = None  # the ``names`` key of another setting that decides counts
+    environment: bool = False  # environments are set
 
 
 class Planner:
-    """The base of a planner: ``kind``, a ``Settings`` dataclass and ``plan`` (Plan's docstring) are its own; ``needs``
-    (keys of ``NEEDS``) is what an engine must offer it; the hooks below have defaults. A plain class with ``kind``,
-    ``Settings`` and ``plan`` works too (``member`` supplies the defaults)."""
+    """A planner's base: its own ``kind``, ``Settings`` and ``plan``; ``needs`` (of ``NEEDS``); hooks with defaults."""
 
     kind: str = ""
     needs: frozenset[str] = frozenset()
@@ -68,6 +64,10 @@ class Planner:
     def complete(cls, args: Mapping | None, layout: Layout) -> dict:
         """The user's knobs ``args`` completed with what ``layout`` fixes (one ValueError line per conflict)."""
         return dict(args or {})
+
+    def first_round(self, n: int) -> int:
+        """Rollouts of a sampled prompt's first round where no rollout planner counts them (n: the run's)."""
+        return n
 
     def use_seed(self, seed: int) -> None:
         """Take the run's seed (for a random stream of its own)."""
@@ -100,8 +100,7 @@ def needs_of(planner) -> frozenset[str]:
 
 
 def between_m_and_n(knobs: dict, layout: Layout, title: str) -> dict:
-    """``min_n``/``max_n`` default to m/n and must lie in [m, n] (and ``negative_n``/``positive_n``), with m < n:
-    with PODS a counting planner gives each prompt it samples between m and n rollouts."""
+    """``knobs`` with ``min_n``/``max_n`` (default m/n), ``negative_n``/``positive_n`` checked in [m, n], m < n."""
     m, n, names, where = layout.m, layout.n, layout.names, layout.names["rollout_planner_args"]
     if m >= n:
         raise ValueError(f"{names['rollout_planner']} spends between {names['m']} (m={m}) and {names['n']} (n={n}) "
@@ -118,8 +117,7 @@ def between_m_and_n(knobs: dict, layout: Layout, title: str) -> dict:
 
 
 def check_plan(name: str, plan, count: int, low: int, high: int) -> None:
-    """A planner's ``Plan`` for ``count`` prompts must hold (count,) tensors, rollouts in [low, high]; else one line
-    naming the planner ``name`` and the rule."""
+    """``plan`` must hold (count,) tensors, rollouts in [low, high]; else one line naming the planner ``name``."""
     if not isinstance(plan, Plan):
         raise ValueError(f"planner {name!r} must return a Plan (make_plan builds one), got {type(plan).__name__}")
     for key in ("ids", "rollouts", "skipped", "deferred", "evicted"):

@@ -88,6 +88,10 @@ class PilotCommit(Planner):
     Settings = PilotCommitSettings
     needs = frozenset({"pilot"})  # an engine judges each pilot (after_pilot) before its commit round
 
+    def first_round(self, n: int) -> int:
+        """The pilot: ``n_explore``."""
+        return self.settings.n_explore
+
     @classmethod
     def complete(cls, args, layout: Layout) -> dict:
         """``check_pilot_commit`` in the layout's spelling."""

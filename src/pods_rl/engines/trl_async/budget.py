@@ -23,13 +23,13 @@ import pickle
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 
 from pods_rl.budget.cgrpo_run import CalibrationSet, check_cgrpo_inputs
+from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
 from pods_rl.budget.planners.base import needs_of
@@ -129,18 +129,6 @@ def _calibration(cgrpo, settings: dict, dataset, *, environment: bool, names: di
     return calibration
 
 
-@dataclass
-class _Window:
-    """One drawn window's groups, for ``auto``'s cost: open groups, rollouts sampled and trained by the closed ones,
-    and (clock, seconds waited on the trainer so far) when it was drawn and when its last group closed."""
-
-    open: int
-    drawn: tuple[float, float]
-    sampled: int = 0
-    trained: int = 0
-    closed: tuple[float, float] | None = None
-
-
 class WorkerBudget:
     """The worker's planners, ledger and groups' prompt positions (id = position % ``dataset_size``); W =
     ``groups_per_step`` prompts planned together; ``start_index``: TRL's; ``clock``: seconds, for auto."""
@@ -148,12 +136,7 @@ class WorkerBudget:
     def __init__(self, budget: RolloutBudget, *, groups_per_step: int, dataset_size: int, start_index: int = 0,
                  seed: int = 0, clock: Callable[[], float] = time.monotonic):
         self.budget, self.window, self.dataset_size = budget, groups_per_step, dataset_size
-        # auto's costs (module docstring): windows by draw index until delivered in order, the trainer's waits
-        self.clock, self.waited = clock, 0.0
-        self.windows: dict[int, _Window] = {}
-        self.window_of: dict[int, int] = {}  # group id -> its window, groups not yet closed
-        self.drawn_windows = self.delivered_windows = 0
-        self.delivered: tuple[float, float] | None = None  # (clock, waited) when the last window was delivered
+        self.costs = CostMeter(budget, clock)  # auto's costs (module docstring): windows, the trainer's waits
         self.start_index = self.next_position = start_index
         self.positions: list[int] = []  # group id (this session) -> the absolute position of its prompt
         # Pilot-Commit: a group trains only when its pilot passes, under a committed id the trainer counts
@@ -169,7 +152,7 @@ class WorkerBudget:
     # Long because skipping, GRESO's counters and Knapsack-RL's counts share the window's locals.
     def draw(self, next_row: Callable[[], dict]) -> tuple[list[tuple[int, dict, int]], dict]:
         """The next window's ``(group_id, row, rollouts)`` (skipped prompts replaced) and the planners' metrics."""
-        which, n = self.budget.which, self.budget.n
+        which, own = self.budget.which, {}  # own: the prompt planner's metrics beyond the counters (GRESO's p's)
         chosen: list[tuple[int, dict]] = []  # (position, row)
         drawn = skipped = easy = hard = readmitted = run = 0
         while len(chosen) < self.window:
@@ -181,7 +164,9 @@ class WorkerBudget:
             keep, is_easy, is_hard = [True] * len(rows), [False] * len(rows), [False] * len(rows)
             if which is not None:
                 ids = torch.tensor([self.prompt_id(position) for position, _ in rows], dtype=torch.long)
-                plan = which.plan(ids, self.budget.ledger, n=n, generator=self.generator)
+                plan = self.budget.screen(ids, self.generator)
+                own = {k: v for k, v in plan.metrics.items()
+                       if not k.startswith(("pods/plan_", "pods/rollouts_per_prompt", "pods/prompts_"))}
                 keep = plan.sampled.tolist()
                 no = torch.zeros(len(rows), dtype=torch.bool)  # (Pilot-Commit skips the evicted: neither)
                 is_easy, is_hard = plan.extra.get("easy", no).tolist(), plan.extra.get("hard", no).tolist()
@@ -202,54 +187,28 @@ class WorkerBudget:
                 metrics["pods/prompts_skipped_evicted_total"] = float(skipped)
             else:
                 metrics.update({"pods/prompts_skipped_easy_total": float(easy),
-                                "pods/prompts_skipped_hard_total": float(hard),
-                                "pods/greso_p_easy": float(which.p_easy), "pods/greso_p_hard": float(which.p_hard)})
+                                "pods/prompts_skipped_hard_total": float(hard), **own})
         ids = torch.tensor([self.prompt_id(position) for position, _ in chosen], dtype=torch.long)
-        counts = torch.full((len(chosen),), n, dtype=torch.long)
+        counts, planned = self.budget.first_counts(ids)  # (Pilot-Commit: its pilot; the commit when it passes)
         if self.budget.how_many is not None:
-            counts, planned = self.budget.allocate(ids)
             metrics.update({"pods/rollouts_planned_per_prompt": (float(counts.sum()), float(len(counts))),
                             "pods/rollouts_planned_min": float(counts.min()),
                             "pods/rollouts_planned_max": float(counts.max()),
                             **{k: float(v) for k, v in planned.items()
                                if k.startswith(("pods/knapsack_", "pods/auto_"))}})
-        if self.commits:  # a pilot of n_explore; the commit rollouts come when it passes (``judge_pilot``)
-            counts = torch.full((len(chosen),), which.settings.n_explore, dtype=torch.long)
         groups = []
         for (position, row), count in zip(chosen, counts.tolist(), strict=True):
             if self.commits:
                 self.unjudged[len(self.positions)] = position
             groups.append((len(self.positions), row, count))
             self.positions.append(position)
-        if "costs" in self.budget.needs and groups:
-            self.windows[self.drawn_windows] = _Window(open=len(groups), drawn=(self.clock(), self.waited))
-            self.window_of.update((group_id, self.drawn_windows) for group_id, _, _ in groups)
-            self.drawn_windows += 1
+        self.costs.open(group_id for group_id, _, _ in groups)
         return groups, metrics
 
     def close(self, group_id: int, *, sampled: int, trained: int) -> dict[str, float]:
-        """A group is done (``sampled`` rollouts scored, ``trained`` kept); when that delivers its window and the
-        ones before it, each is fed to ``auto`` in draw order (``observe``: the module docstring's seconds; no update
-        seconds, which the worker never sees: auto uses ``train_ms``) and the metrics of the last are returned.
-        Nothing without ``auto``."""
-        window = self.windows.get(self.window_of.pop(group_id, -1))
-        if window is None:
-            return {}
-        window.open -= 1
-        window.sampled, window.trained = window.sampled + sampled, window.trained + trained
-        if window.open == 0:
-            window.closed = (self.clock(), self.waited)
-        metrics = {}
-        while self.delivered_windows in self.windows and self.windows[self.delivered_windows].closed is not None:
-            done = self.windows.pop(self.delivered_windows)
-            # In draw order: a window closed before the one ahead of it is delivered with it, in no extra time.
-            start = done.drawn if self.delivered is None or done.drawn[0] > self.delivered[0] else self.delivered
-            end = done.closed if done.closed[0] > start[0] else start
-            seconds = max(end[0] - start[0] - (end[1] - start[1]), 0.0)
-            self.budget.observe(sampled=done.sampled, sample_seconds=seconds, trained=0, update_seconds=0.0)
-            self.delivered, self.delivered_windows = end, self.delivered_windows + 1
-            metrics = {"pods/auto_window_sample_s": seconds, "pods/auto_window_sampled": float(done.sampled)}
-        return metrics
+        """A group is done: ``CostMeter.close`` (auto's costs; no update seconds, which the worker never sees: auto
+        uses ``train_ms``)."""
+        return self.costs.close(group_id, sampled=sampled, trained=trained)
 
     @property
     def commits(self) -> bool:
@@ -403,7 +362,7 @@ class BudgetLoop:
         # TRL reports each wait on a full rollout buffer (the trainer) once it ends: auto's sampling seconds leave
         # those out.
         if self.budget is not None and "rollout/backpressure_s" in values:
-            self.budget.waited += float(values["rollout/backpressure_s"])
+            self.budget.costs.wait(float(values["rollout/backpressure_s"]))
         super()._push_metrics(values)
 
     def record_group(self, group_id: int, rewards: list[float]) -> None:
