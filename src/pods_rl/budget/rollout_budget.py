@@ -183,6 +183,17 @@ class RolloutBudget:
             count = member(self.which, "first_round")(count)
         return torch.full((len(ids),), count, dtype=torch.long), {}
 
+    def judge_one(self, prompt: int, rewards, *, step: int) -> Plan:
+        """Pilot-Commit's verdict on one prompt's pilot (``rewards`` (k,), NaN: unscored), in the ledger; a pilot that
+        passes is committed at once, alone (an engine judging each prompt as it is scored)."""
+        verdict = self.which.after_pilot(torch.tensor([prompt]), torch.tensor([rewards], dtype=torch.float64), None,
+                                         self.ledger, step=step)
+        if bool(verdict.extra["passed"][0]):
+            taken = self.which.commit(len(self.which)).ids.tolist()
+            if taken != [prompt]:  # every earlier pass was committed when judged: nothing else can wait there
+                raise RuntimeError(f"Pilot-Commit's buffer held {taken} where prompt {prompt} was committed")
+        return verdict
+
     @property
     def commits(self) -> bool:
         """True when the prompt planner samples in two rounds, a pilot and then a commit (Pilot-Commit)."""

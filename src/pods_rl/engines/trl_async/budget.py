@@ -218,15 +218,10 @@ class WorkerBudget:
     def judge_pilot(self, group_id: int, rewards: list[float], *, step: int) -> tuple[int | None, dict[str, float]]:
         """Pilot-Commit's verdict on a pilot's deciding rewards (NaN: unscored): the committed id its rows carry to
         the trainer (None: nothing trains; a passing pilot is committed at once, alone) and the verdict's counters."""
-        which, prompt = self.budget.which, self.prompt_id(self.positions[group_id])
-        verdict = which.after_pilot(torch.tensor([prompt]), torch.tensor([rewards], dtype=torch.float64), None,
-                                    self.budget.ledger, step=step)
+        verdict = self.budget.judge_one(self.prompt_id(self.positions[group_id]), rewards, step=step)
         self.unjudged.pop(group_id, None)
         committed = None
         if bool(verdict.extra["passed"][0]):
-            taken = which.commit(len(which)).ids.tolist()
-            if taken != [prompt]:  # every earlier pass was committed when judged: nothing else can wait there
-                raise RuntimeError(f"Pilot-Commit's buffer held {taken} where the worker committed prompt {prompt}")
             committed = len(self.committed)
             self.committed.append(self.positions[group_id])
         metrics = {"pods/pilot_judged_total": 1.0, "pods/pilot_passed_total": float(committed is not None),
