@@ -127,3 +127,18 @@ def test_both_trl_engines_refuse_through_the_table():
     with pytest.raises(ValueError, match=r"^pods_rollout_planner='greso': the asynchronous worker runs "
                                          r"\['auto', 'cgrpo', 'knapsack'\]"):
         check_budget_settings(4, 2, pods_rollout_planner="greso")
+
+
+def test_a_missing_need_names_the_planner_the_need_the_engines_offering_it_and_the_engines_own_way():
+    from pods_rl.engines.trl.config import PODSConfig
+
+    with pytest.raises(ValueError) as excinfo:
+        PODSConfig(output_dir="unused", per_device_train_batch_size=4, num_generations=4, downsample_to=2,
+                   rollout_planner="reinforce_ada", report_to=[])
+    message = str(excinfo.value)
+    assert message.startswith("rollout_planner='reinforce_ada': PODSTrainer runs Reinforce-Ada as its round rule")
+    assert "adaptive_rule='reinforce_ada'" in message and "needs reward_rounds" in message and "\n" not in message
+    assert "offered by PODS's agent loop manager on verl" in message
+    with pytest.raises(ValueError, match=r"^sampler_kwargs.rollout_planner='cgrpo': .*it needs answer_rounds.*"
+                                         r"offered by PODSTrainer, the asynchronous worker\)$"):
+        check_planners("verl", {"which_prompts": None, "how_many": "cgrpo"}, available_planners)

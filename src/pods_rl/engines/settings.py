@@ -85,7 +85,10 @@ REFUSALS = {
 }
 TITLES = {"trl": "PODSTrainer", "trl_async": "the asynchronous worker", "verl": "PODS's agent loop manager on verl"}
 # What an engine says instead of its plain refusal of a need it does not offer, by (engine, need).
-HINTS = {("trl_async", "reward_rounds"): ("in the asynchronous worker Reinforce-Ada runs as its round rule, its keep "
+HINTS = {("trl", "reward_rounds"): ("PODSTrainer runs Reinforce-Ada as its round rule, its keep and its baseline: "
+                                    "pilot_generations=K, adaptive_rule='reinforce_ada', downsample_rule="
+                                    "'reinforce_ada', advantage_baseline='sampled', scale_rewards='none'"),
+         ("trl_async", "reward_rounds"): ("in the asynchronous worker Reinforce-Ada runs as its round rule, its keep "
                                           "and its baseline: pods_pilot=K, pods_adaptive_rule='reinforce_ada', "
                                           "pods_rule='reinforce_ada', pods_advantage_baseline='sampled'")}
 
