@@ -144,7 +144,7 @@ def test_auto_observes_each_windows_sampling_seconds_in_draw_order_less_the_trai
     assert wb.close(0, sampled=3, trained=3) == {}  # window 0 still has group 1 open
     clock.now = 2.0
     assert wb.close(2, sampled=5, trained=3) == {} and wb.close(3, sampled=3, trained=3) == {}  # 1 waits for 0
-    wb.waited += 0.5  # the score loop waited 0.5 s on a full rollout buffer
+    wb.costs.wait(0.5)  # the score loop waited 0.5 s on a full rollout buffer
     clock.now = 4.0
     metrics = wb.close(1, sampled=8, trained=3)  # delivers window 0 (0 -> 4, less 0.5) and window 1 (in no time)
     assert [row[:2] for row in costs.sampled] == [(11.0, 3.5), (8.0, 0.0)] and metrics == {
@@ -153,12 +153,12 @@ def test_auto_observes_each_windows_sampling_seconds_in_draw_order_less_the_trai
     clock.now = 5.5
     wb.close(4, sampled=3, trained=3)
     wb.close(5, sampled=0, trained=0)  # (nothing came back for it)
-    assert list(costs.sampled)[-1][:2] == (3.0, 1.5) and not wb.windows and not wb.window_of
+    assert list(costs.sampled)[-1][:2] == (3.0, 1.5) and not wb.costs.windows and not wb.costs.window_of
     estimate = wb.budget.how_many.estimate()
     assert estimate.per_trained == pytest.approx(2.5e-3) and not estimate.slope_known
     plain = worker_budget(pods_rollout_planner="knapsack")  # no costs kept without auto
     plain.draw(source(rows(6)))
-    assert plain.windows == {} and plain.close(0, sampled=3, trained=3) == {}
+    assert plain.costs.windows == {} and plain.close(0, sampled=3, trained=3) == {}
 
 
 def test_groups_are_recorded_a_window_at_a_time_and_greso_adapts_once_per_window():

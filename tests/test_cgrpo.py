@@ -341,7 +341,7 @@ def test_the_budget_saves_and_restores_the_thresholds_and_the_stream(tmp_path):
                               rollout_planner_args={"budget_grid": [2, 4, 8], "recalibrate_every": 5}, seed=3)
     budget = RolloutBudget.from_config(settings)
     assert budget.how_many.rng.random() == random.Random(3).random()
-    budget.how_many.seed_with(3)
+    budget.how_many.use_seed(3)
     codes, gold = encode_answers(ANSWERS, 8, GOLD)
     budget.how_many.calibrate(codes, gold, step=0)
     first, _ = budget.plan(torch.arange(5), 5, step=0, rank=0)

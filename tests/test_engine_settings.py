@@ -12,7 +12,7 @@ from pods_rl.budget import rollout_budget
 from pods_rl.budget.planners import available_planners
 from pods_rl.budget.rollout_budget import check_pilot_commit
 from pods_rl.engines import settings
-from pods_rl.engines.settings import PILOT_COMMIT_REASONS, PLANNERS, SPELLINGS, check_planners, spelled
+from pods_rl.engines.settings import OFFERS, PILOT_COMMIT_REASONS, SPELLINGS, check_planners, spelled
 
 
 def test_each_engine_reads_its_column():
@@ -105,9 +105,15 @@ def test_an_engine_refuses_a_planner_it_does_not_run_in_its_own_words(engine, fi
         check_planners(engine, {"which_prompts": "knapsack", "how_many": None}, available_planners)
     assert str(excinfo.value).startswith(f"{field}='knapsack': ") and "\n" not in str(excinfo.value)
     assert "['greso', 'pilot_commit']" in str(excinfo.value)
-    # a planner an engine learns to run is one entry of the table
-    monkeypatch.setitem(PLANNERS, engine, {**PLANNERS[engine], "which_prompts": ("greso", "pilot_commit", "knapsack")})
-    check_planners(engine, {"which_prompts": "knapsack", "how_many": None}, available_planners)
+    # a planner needing what an engine does not offer is refused naming the need and who offers it; an engine that
+    # learns to offer it is one entry of the table
+    with pytest.raises(ValueError) as excinfo:
+        check_planners(engine, {"which_prompts": None, "how_many": "reinforce_ada"}, available_planners)
+    message = str(excinfo.value)
+    assert message.startswith(f"{field.replace('prompt', 'rollout')}='reinforce_ada': ") and "\n" not in message
+    assert "reward_rounds" in message and "PODS's agent loop manager on verl" in message, message
+    monkeypatch.setitem(OFFERS, engine, OFFERS[engine] | {"reward_rounds"})
+    check_planners(engine, {"which_prompts": None, "how_many": "reinforce_ada"}, available_planners)
 
 
 def test_both_trl_engines_refuse_through_the_table():
@@ -115,9 +121,24 @@ def test_both_trl_engines_refuse_through_the_table():
     from pods_rl.engines.trl_async.budget import check_budget_settings
 
     with pytest.raises(ValueError,
-                       match=r"^rollout_planner='greso': PODSTrainer runs \['knapsack', 'auto', 'cgrpo'\]"):
+                       match=r"^rollout_planner='greso': PODSTrainer runs \['auto', 'cgrpo', 'knapsack'\]"):
         PODSConfig(output_dir="unused", per_device_train_batch_size=4, num_generations=4, downsample_to=2,
                    rollout_planner="greso", report_to=[])
     with pytest.raises(ValueError, match=r"^pods_rollout_planner='greso': the asynchronous worker runs "
-                                         r"\['knapsack', 'auto', 'cgrpo'\]"):
+                                         r"\['auto', 'cgrpo', 'knapsack'\]"):
         check_budget_settings(4, 2, pods_rollout_planner="greso")
+
+
+def test_a_missing_need_names_the_planner_the_need_the_engines_offering_it_and_the_engines_own_way():
+    from pods_rl.engines.trl.config import PODSConfig
+
+    with pytest.raises(ValueError) as excinfo:
+        PODSConfig(output_dir="unused", per_device_train_batch_size=4, num_generations=4, downsample_to=2,
+                   rollout_planner="reinforce_ada", report_to=[])
+    message = str(excinfo.value)
+    assert message.startswith("rollout_planner='reinforce_ada': PODSTrainer runs Reinforce-Ada as its round rule")
+    assert "adaptive_rule='reinforce_ada'" in message and "needs reward_rounds" in message and "\n" not in message
+    assert "offered by PODS's agent loop manager on verl" in message
+    with pytest.raises(ValueError, match=r"^sampler_kwargs.rollout_planner='cgrpo': .*it needs answer_rounds.*"
+                                         r"offered by PODSTrainer, the asynchronous worker\)$"):
+        check_planners("verl", {"which_prompts": None, "how_many": "cgrpo"}, available_planners)

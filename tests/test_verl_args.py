@@ -148,7 +148,7 @@ def test_planner_overrides(planners, expected):
     ({"rollout_planner": "knapsack", "rollout_planner_args": {"max_n": 8}}, ["max_n=8", "above 8"]),
     ({"rollout_planner": "knapsack", "rollout_planner_args": {"min_n": 1}}, ["min_n=1", "[4, 16]"]),
     ({"rollout_planner": "reinforce_ada", "rollout_planner_args": {"final_keep_per_prompt": 2}}, ["drop them"]),
-    ({"rollout_planner": "dapo"}, ["sampler_kwargs.rollout_planner='dapo'", "'knapsack', 'auto', 'reinforce_ada'"]),
+    ({"rollout_planner": "dapo"}, ["sampler_kwargs.rollout_planner='dapo'", "'auto', 'knapsack', 'reinforce_ada'"]),
     ({"rollout_planner": "auto", "rollout_planner_args": {"max_n": 6}}, ["max_n=6", "above 8"]),
     ({"prompt_planner": "greso", "prompt_planner_args": {"p_easy": 2}}, ["GRESO p_easy"]),
     ({"prompt_planner": "greso", "refill": 2}, ["unknown planner settings ['refill']"]),

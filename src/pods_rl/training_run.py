@@ -171,17 +171,18 @@ def _cgrpo_inputs(run: RunArguments, config, task, train_dataset) -> dict:
     """With ``--rollout_planner cgrpo``: PODSTrainer's ``calibration_dataset``, checked here once, before the model
     loads (the rows of ``calibration_split``, default the evaluation split past the problems evaluation uses, with
     the task's answer extractor); {} otherwise."""
-    if config.rollout_planner != "cgrpo":
-        return {}
     from pods_rl.budget.cgrpo_run import check_cgrpo_inputs
-    from pods_rl.budget.planners import make_planner
+    from pods_rl.budget.planners import make_planner, needs_of
+
+    if "calibration" not in needs_of(config.rollout_planner):
+        return {}
 
     extractor = task.answer_extractor()
     if extractor is None:
         raise ValueError(f"--rollout_planner cgrpo compares the final answers of a prompt's completions, but task "
                          f"{run.task!r} has no answer extractor (its answers do not compare as strings): choose "
                          "another planner, or a task whose answer_extractor() returns one")
-    settings = make_planner("cgrpo", **(config.rollout_planner_args or {})).settings
+    settings = make_planner(config.rollout_planner, **(config.rollout_planner_args or {})).settings
     split = settings.calibration_split or run.eval_split
     if split not in task.splits:
         raise ValueError(f"task {run.task!r} has no split {split!r} to calibrate C-GRPO on; set calibration_split in "

@@ -28,10 +28,20 @@ from pods_rl.budget.ledger import (
     save_atomically,
 )
 from pods_rl.budget.planners import make_planner
-from pods_rl.budget.planners.base import Adapting, Committing, rollout_metrics
+from pods_rl.budget.planners.base import (
+    CONFIG_NAMES,
+    Layout,
+    Plan,
+    check_plan,
+    member,
+    needs_of,
+    planner_class,
+    rollout_metrics,
+)
+from pods_rl.budget.planners.pilot_commit import PLAIN_REASONS, check_pilot_commit
 
-__all__ = ["BudgetSettings", "RolloutBudget", "candidate_ids", "check_pilot_commit", "check_planner_settings",
-           "check_rollout_planner"]
+__all__ = ["CONFIG_NAMES", "PLAIN_REASONS", "BudgetSettings", "RolloutBudget", "candidate_ids", "check_pilot_commit",
+           "check_planner_settings", "check_rollout_planner"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,93 +57,17 @@ class BudgetSettings:
     ledger_success_threshold: float = 0.5
     adaptive_budget: float | None = None
     seed: int = 0
+    pilot_generations: int | None = None  # the adaptive pilot (another setting that decides counts)
 
     @classmethod
     def of(cls, config) -> BudgetSettings:
         """The budget settings of ``config`` (a ``PODSConfig``, or anything with these fields)."""
-        return cls(**{field.name: getattr(config, field.name) for field in dataclasses.fields(cls)})
+        return cls(**{field.name: getattr(config, field.name, field.default) for field in dataclasses.fields(cls)})
 
 
 def candidate_ids(inputs: list[dict], n: int) -> torch.Tensor:
     """(P,) the ledger ids of the P prompts of ``inputs`` (each prompt's row repeated n times)."""
     return torch.tensor([prompt_key(inputs[p]["prompt"]) for p in range(0, len(inputs), n)], dtype=torch.long)
-
-
-# How the budget's errors spell the settings without an engine's ``names=``: PODSConfig's way. (This package sits
-# below the engines' table, pods_rl.engines.settings: an engine passes spelled(engine, "budget").)
-CONFIG_NAMES = {"prompt_planner": "prompt_planner", "prompt_planner_args": "prompt_planner_args",
-                "rollout_planner": "rollout_planner", "rollout_planner_args": "rollout_planner_args",
-                "m": "downsample_to", "n": "num_generations", "pilot": "pilot_generations",
-                "oversample_prompts": "oversample_prompts", "success_threshold": "ledger_success_threshold",
-                "adaptive_budget": "adaptive_budget", "calibration_dataset": "calibration_dataset",
-                "answer_extractor": "answer_extractor"}
-# Why a Pilot-Commit setting is refused, by setting (None: allowed): the budget's own words; an engine passes its row.
-PLAIN_REASONS = {"buffer_max_off_steps": "the rollout budget commits a prompt in the step that piloted it",
-                 "n_explore_effective": "the rollout budget trains on every pilot rollout of a committed prompt",
-                 "environment": None}
-
-
-def _knobs(name: str | None, args: dict | None, n: int, m: int, names: Mapping[str, str],
-           reasons: Mapping[str, str | None] | None) -> dict:
-    """The user's planner settings plus what PODS's layout fixes (Knapsack-RL's ``min_n`` = m, ``max_n`` = n)."""
-    if name == "pilot_commit":
-        return check_pilot_commit(args, n, names=names, reasons=reasons)
-    knobs, where = dict(args or {}), names["rollout_planner_args"]
-    if name == "cgrpo":  # n is the group width: the largest budget of the grid
-        from pods_rl.budget.planners.cgrpo import check_width
-
-        check_width(knobs, n, names)
-    if name in ("knapsack", "auto"):
-        for key, default in (("min_n", m), ("max_n", n)):
-            value = knobs.setdefault(key, default)
-            if not (isinstance(value, int) and m <= value <= n):
-                raise ValueError(f"{where} {key}={value!r}: with PODS every prompt {_TITLES[name]} samples gets "
-                                 f"between {names['m']} (m={m}) and {names['n']} (n={n}) rollouts; set it in "
-                                 f"[{m}, {n}] or drop it")
-        for key in ("negative_n", "positive_n"):
-            if knobs.get(key) is not None and not m <= knobs[key] <= n:
-                raise ValueError(f"{where} {key}={knobs[key]!r} must be in [{m}, {n}] (m..n) with PODS")
-    return knobs
-
-
-_TITLES = {"knapsack": "Knapsack-RL", "auto": "auto"}
-
-
-def check_pilot_commit(args: dict | None, n: int, *, names: Mapping[str, str] | None = None,
-                       reasons: Mapping[str, str | None] | None = None, other: str | None = None,
-                       environment: bool = False) -> dict:
-    """Pilot-Commit's knobs ``args`` completed for a budget that commits a prompt in the step that piloted it, as one
-    group of n (n_explore + n_commit = n, default 1:3; buffer_max_off_steps 0); else one ValueError line.
-
-    ``names``: the engine's spellings; ``reasons``: why it refuses each (default ``PLAIN_REASONS``); ``other``: the
-    ``names`` key of a setting that also decides how many rollouts a prompt gets; ``environment``: environments set."""
-    names, reasons = CONFIG_NAMES if names is None else names, {**PLAIN_REASONS, **(reasons or {})}
-    planner, where = f"{names['prompt_planner']}='pilot_commit'", names["prompt_planner_args"]
-    if other is not None:
-        raise ValueError(f"{planner} decides how many rollouts a prompt gets itself (n_explore, then n_commit for the "
-                         f"prompts it commits): drop {names[other]}")
-    if environment and reasons["environment"] is not None:
-        raise ValueError(f"{planner} does not support environment_factory: {reasons['environment']}")
-    knobs = dict(args or {})
-    explore, commit = knobs.get("n_explore"), knobs.get("n_commit")
-    if explore is None and commit is None:
-        explore = max(1, n // 4)
-    if explore is None and isinstance(commit, int):
-        explore = n - commit
-    if commit is None and isinstance(explore, int):
-        commit = n - explore
-    if isinstance(explore, int) and isinstance(commit, int) and (explore + commit != n or min(explore, commit) < 1):
-        raise ValueError(f"{where} n_explore={explore} + n_commit={commit} must make {names['n']} (n={n}), each at "
-                         "least 1: a committed prompt trains on its pilot and commit rollouts as one group of n; set "
-                         "one of them, or neither (n_explore = n // 4, the paper's 1:3 split)")
-    knobs.update(n_explore=explore, n_commit=commit)
-    if knobs.get("n_explore_effective") not in (None, explore):
-        raise ValueError(f"{where} n_explore_effective={knobs['n_explore_effective']!r}: "
-                         f"{reasons['n_explore_effective']}; drop it, and keep m of the n with {names['m']} instead")
-    if knobs.setdefault("buffer_max_off_steps", 0) != 0:
-        raise ValueError(f"{where} buffer_max_off_steps={knobs['buffer_max_off_steps']!r}: "
-                         f"{reasons['buffer_max_off_steps']}: set it to 0 or drop it")
-    return knobs
 
 
 def check_planner_settings(config, *, names: Mapping[str, str] | None = None,
@@ -145,27 +79,19 @@ def check_planner_settings(config, *, names: Mapping[str, str] | None = None,
         raise ValueError(f"{names['prompt_planner']}={config.prompt_planner!r} skips prompts before sampling and "
                          f"replaces them with other candidates: set {names['oversample_prompts']} above 1 (e.g. 2), "
                          "or nothing can replace them")
-    if config.prompt_planner == "pilot_commit":
-        other = "rollout_planner" if config.rollout_planner is not None else "pilot" if config.is_adaptive else None
-        check_pilot_commit(config.prompt_planner_args, config.num_generations, names=names, reasons=reasons,
-                           other=other)
     check_rollout_planner(config.rollout_planner, pilot=config.is_adaptive, n=config.num_generations,
                           m=config.downsample_to, names=names)
-    RolloutBudget.from_config(config, names=names, reasons=reasons)  # the planners' own knobs, by their Settings
+    RolloutBudget.from_config(config, names=names, reasons=reasons)  # each planner's layout and knobs
 
 
 def check_rollout_planner(planner: str | None, *, pilot: bool, n: int, m: int,
                           names: Mapping[str, str] | None = None) -> None:
-    """Refuse a rollout planner beside the adaptive pilot (both decide how many rollouts), or at m = n (nothing to
-    spend); ``pilot``: whether the adaptive pilot is set."""
+    """Refuse a rollout planner beside the adaptive pilot (both decide how many rollouts); ``pilot``: whether the
+    adaptive pilot is set. (Each planner checks n and m itself: ``Planner.complete``.)"""
     names = CONFIG_NAMES if names is None else names
     if planner is not None and pilot:
         raise ValueError(f"{names['rollout_planner']} and {names['pilot']} both decide how many rollouts a prompt "
                          "gets: set one")
-    # (C-GRPO stops each prompt at its own budget: with m = n it is C-GRPO itself, groups of n with padding)
-    if planner is not None and m >= n and planner != "cgrpo":
-        raise ValueError(f"{names['rollout_planner']} spends between {names['m']} (m={m}) and {names['n']} (n={n}) "
-                         f"rollouts per prompt: with m = n every prompt gets n; raise {names['n']} above {names['m']}")
 
 
 def _generator(seed: int, step: int, rank: int, *salt: int) -> torch.Generator:
@@ -181,27 +107,32 @@ class RolloutBudget:
         self.ledger, self.which, self.how_many = ledger, which, how_many
         self.n, self.m, self.seed = n, m, seed
         self.budget_per_prompt = budget_per_prompt
+        self.needs = needs_of(which) | needs_of(how_many)  # what the engine must offer (engines.settings.OFFERS)
 
     @classmethod
     def from_config(cls, config, *, names: Mapping[str, str] | None = None,
-                    reasons: Mapping[str, str | None] | None = None) -> RolloutBudget | None:
-        """The budget ``config`` (a ``PODSConfig`` or ``BudgetSettings``) asks for, or None without planners; errors
-        spell settings as ``names`` does (default ``CONFIG_NAMES``), Pilot-Commit's give ``reasons``."""
+                    reasons: Mapping[str, str | None] | None = None,
+                    environment: bool = False) -> RolloutBudget | None:
+        """The budget ``config`` (``PODSConfig``, ``BudgetSettings``) asks for (None: no planners); errors spell as
+        ``names`` (default ``CONFIG_NAMES``), Pilot-Commit's give ``reasons``; ``environment``: environments set."""
         config, names = BudgetSettings.of(config), CONFIG_NAMES if names is None else names
         if config.prompt_planner is None and config.rollout_planner is None:
             return None
         n, m = config.num_generations, config.downsample_to
-        # (`is not None`, not truth: a planner with a buffer, Pilot-Commit's, is falsy while the buffer is empty)
-        which = None if config.prompt_planner is None else make_planner(
-            config.prompt_planner, **_knobs(config.prompt_planner, config.prompt_planner_args, n, m, names, reasons))
-        how_many = None if config.rollout_planner is None else make_planner(
-            config.rollout_planner, **_knobs(config.rollout_planner, config.rollout_planner_args, n, m, names,
-                                             reasons))
-        if config.rollout_planner == "auto" and config.adaptive_budget is not None:
-            raise ValueError(f"{names['rollout_planner']}='auto' chooses how many rollouts to spend from the measured "
-                             f"costs: drop {names['adaptive_budget']} (Knapsack-RL's fixed budget)")
-        if hasattr(how_many, "seed_with"):  # a planner with a random stream of its own (C-GRPO's): the run's seed
-            how_many.seed_with(config.seed)
+        planners = []
+        for name, args, other in ((config.prompt_planner, config.prompt_planner_args, "rollout_planner"
+                                   if config.rollout_planner is not None else "pilot"
+                                   if config.pilot_generations is not None else None),
+                                  (config.rollout_planner, config.rollout_planner_args, None)):
+            if name is None:
+                planners.append(None)
+                continue
+            layout = Layout(n=n, m=m, names=names, reasons=reasons, adaptive_budget=config.adaptive_budget,
+                            other=other, environment=environment)
+            planner = make_planner(name, **member(planner_class(name), "complete")(args, layout))
+            member(planner, "use_seed")(config.seed)  # a random stream of its own (C-GRPO's): the run's seed
+            planners.append(planner)
+        which, how_many = planners
         check_finite(names["success_threshold"], config.ledger_success_threshold)
         ledger = PromptLedger(LedgerSettings(success_threshold=config.ledger_success_threshold))
         return cls(ledger, which, how_many, n=n, m=m, seed=config.seed,
@@ -215,7 +146,7 @@ class RolloutBudget:
         P, metrics = len(ids), {}
         chosen = torch.zeros(P, dtype=torch.bool)
         if self.which is not None:
-            plan = self.which.plan(ids, self.ledger, n=self.n, generator=generator)
+            plan = self.screen(ids, generator)
             metrics.update(plan.metrics)
             # Pilot-Commit pilots every candidate it has not evicted; GRESO samples the first B it keeps.
             survivors = torch.nonzero(plan.rollouts > 0).flatten()[:None if self.commits else num_groups]
@@ -229,23 +160,44 @@ class RolloutBudget:
         else:
             chosen[:] = True
         first = torch.zeros(P, dtype=torch.long)
-        if self.how_many is not None:
-            counts, allocated = self.allocate(ids[chosen])
-            metrics.update({k: v for k, v in allocated.items() if k not in metrics})
-            first[chosen] = counts
-        elif self.commits:
-            first[chosen] = self.which.settings.n_explore
-        else:
-            first[chosen] = pilot or self.n
+        counts, allocated = self.first_counts(ids[chosen], pilot=pilot)
+        metrics.update({k: v for k, v in allocated.items() if k not in metrics})
+        first[chosen] = counts
         # The plan's rollouts are what is sampled: the chosen candidates' (a which-planner's own counts cover every
         # candidate it did not skip).
         metrics.update(rollout_metrics(first))
         return first, metrics
 
+    def screen(self, ids: torch.Tensor, generator: torch.Generator | None) -> Plan:
+        """The prompt planner's ``Plan`` for the candidates ``ids`` (P,) (0 rollouts: skipped now), checked."""
+        plan = self.which.plan(ids, self.ledger, n=self.n, generator=generator)
+        check_plan(type(self.which).__name__, plan, len(ids), 0, self.n)
+        return plan
+
+    def first_counts(self, ids: torch.Tensor, *, pilot: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """(S,) first-round rollouts of the sampled ``ids`` (S,) (how_many's, which's first round, pilot or n)."""
+        if self.how_many is not None:
+            return self.allocate(ids)
+        count = pilot or self.n
+        if self.which is not None:
+            count = member(self.which, "first_round")(count)
+        return torch.full((len(ids),), count, dtype=torch.long), {}
+
+    def judge_one(self, prompt: int, rewards, *, step: int) -> Plan:
+        """Pilot-Commit's verdict on one prompt's pilot (``rewards`` (k,), NaN: unscored), in the ledger; a pilot that
+        passes is committed at once, alone (an engine judging each prompt as it is scored)."""
+        verdict = self.which.after_pilot(torch.tensor([prompt]), torch.tensor([rewards], dtype=torch.float64), None,
+                                         self.ledger, step=step)
+        if bool(verdict.extra["passed"][0]):
+            taken = self.which.commit(len(self.which)).ids.tolist()
+            if taken != [prompt]:  # every earlier pass was committed when judged: nothing else can wait there
+                raise RuntimeError(f"Pilot-Commit's buffer held {taken} where prompt {prompt} was committed")
+        return verdict
+
     @property
     def commits(self) -> bool:
         """True when the prompt planner samples in two rounds, a pilot and then a commit (Pilot-Commit)."""
-        return isinstance(self.which, Committing)
+        return "pilot" in needs_of(self.which)
 
     def commit(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, num_groups: int, *, step: int,
                rank: int = 0, gather=None, device=None) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
@@ -285,32 +237,31 @@ class RolloutBudget:
         more = torch.where(committed, self.which.settings.n_commit, 0)
         return more, committed, metrics
 
-    @property
-    def needs_costs(self) -> bool:
-        """True when the rollout planner decides from measured step costs (``auto``): the engine calls ``observe``."""
-        return bool(getattr(self.how_many, "needs_costs", False))
-
     def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
         """One optimizer step's rollouts sampled (0: none this step) and trained, and its sampling (generation +
         scoring) and update seconds, for a planner that decides from costs (nothing otherwise)."""
-        if self.needs_costs:
+        if "costs" in self.needs:
             self.how_many.observe(sampled=sampled, sample_seconds=sample_seconds, trained=trained,
                                   update_seconds=update_seconds)
 
     def allocate(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """(S,) rollouts in [m, n] per prompt of ``ids`` (S,) within ``adaptive_budget`` (n) each; and metrics."""
-        if self.needs_costs:  # auto: no fixed budget, the counts with the most signal per measured second
+        needs, name = needs_of(self.how_many), type(self.how_many).__name__
+        if "costs" in needs:  # auto: no fixed budget, the counts with the most signal per measured second
             plan = self.how_many.plan(ids, self.ledger, n=self.n, m=self.m)
-            return plan.rollouts.clamp(self.m, self.n), plan.metrics
-        if getattr(self.how_many, "samples_in_rounds", False):  # its first round; the engine runs the others
+            check_plan(name, plan, len(ids), self.m, self.n)
+            return plan.rollouts, plan.metrics
+        if needs & {"answer_rounds", "reward_rounds"}:  # its first round; the engine runs the others
             plan = self.how_many.plan(ids, self.ledger, n=self.n)
+            check_plan(name, plan, len(ids), 1, self.n)
             return plan.rollouts, plan.metrics
         # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
         # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
         per_prompt = min(self.n, max(self.m, round(self.budget_per_prompt or self.n)))
         budget = round((self.budget_per_prompt or self.n) * len(ids))
         plan = self.how_many.plan(ids, self.ledger, n=per_prompt, total_budget=budget)
-        return plan.rollouts.clamp(self.m, self.n), plan.metrics
+        check_plan(name, plan, len(ids), self.m, self.n)
+        return plan.rollouts, plan.metrics
 
     def record(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, *, step: int, epoch: int,
                gather=None, device=None) -> dict[str, float]:
@@ -318,15 +269,15 @@ class RolloutBudget:
         counts = torch.where(counts > 0, counts, -1)
         summary = self.ledger.record(ids, rewards, counts, step=step, gather=gather, gather_device=device)
         metrics = dict(summary.metrics)
-        if isinstance(self.which, Adapting):
-            metrics.update(self.which.update(summary, epoch=epoch))
+        if self.which is not None:
+            metrics.update(member(self.which, "update")(summary, epoch=epoch))
         return metrics
 
     def state_dict(self) -> dict:
         """The ledger's and the planners' state."""
         return {"ledger": self.ledger.state_dict(),
-                "which": self.which.state_dict() if self.which is not None else None,
-                "how_many": self.how_many.state_dict() if self.how_many is not None else None}
+                "which": member(self.which, "state_dict")() if self.which is not None else None,
+                "how_many": member(self.how_many, "state_dict")() if self.how_many is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore ``state_dict``."""
@@ -334,7 +285,7 @@ class RolloutBudget:
         for name in ("which", "how_many"):
             planner = getattr(self, name)
             if planner is not None and state.get(name) is not None:
-                planner.load_state_dict(state[name])
+                member(planner, "load_state_dict")(state[name])
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write the state into ``directory`` (a checkpoint) as ``LEDGER_FILE``, by rename: never half written."""

@@ -110,8 +110,10 @@ def cost_file_mismatch(costs: PricedCosts, recipe_argv) -> str | None:
 
 def priced_planner_argv(extra, costs: PricedCosts) -> tuple[str, ...]:
     """A method's extra `pods train` flags, an auto method's ``--rollout_planner_args`` given the priced costs."""
+    from pods_rl.budget.planners import needs_of
+
     extra = list(extra)
-    if _flag(extra, "--rollout_planner") != "auto":
+    if "costs" not in needs_of(_flag(extra, "--rollout_planner")):  # auto: it plans from these costs
         return tuple(extra)
     given = _flag(extra, "--rollout_planner_args")
     try:

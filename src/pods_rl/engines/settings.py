@@ -2,10 +2,12 @@
 
 A setting the plain code knows by one name (``SelectionSettings``' ``m``) is spelled differently per engine:
 PODSConfig's fields (``trl``), the worker's ``pods_*`` keywords (``trl_async``), verl's ``sampler_kwargs``; errors
-name the user's spelling. A new setting is one row of ``SPELLINGS``, a planner an engine runs one of ``PLANNERS``.
+name the user's spelling. A new setting is one row of ``SPELLINGS``; what an engine offers planners, its ``OFFERS``.
 """
 
 from __future__ import annotations
+
+from pods_rl.budget.planners.base import NEEDS, needs_of
 
 ENGINES = ("trl", "trl_async", "verl")
 
@@ -64,13 +66,13 @@ PILOT_COMMIT_REASONS: dict[str, dict[str, str | None]] = {
              "environment": None},
 }
 
-# Which planners each engine runs, by question (the planners' kinds), and what its refusal says of the others.
-PLANNERS: dict[str, dict[str, tuple[str, ...]]] = {
-    "trl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto", "cgrpo")},
-    "trl_async": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto", "cgrpo")},
-    # verl: GRESO in the agent loop manager, Knapsack-RL and auto as __rollout_n__, Reinforce-Ada's rounds and
-    # Pilot-Commit's pilot and commit in the agent loop worker.
-    "verl": {"which_prompts": ("greso", "pilot_commit"), "how_many": ("knapsack", "auto", "reinforce_ada")},
+# What each engine offers the planners (the needs of pods_rl.budget.planners.base.NEEDS): a planner runs on every
+# engine that offers all it needs (Planner.needs), one check before any model loads (check_planners).
+OFFERS: dict[str, frozenset[str]] = {
+    "trl": frozenset({"costs", "pilot", "answer_rounds", "calibration"}),
+    "trl_async": frozenset({"costs", "pilot", "answer_rounds", "calibration"}),
+    # verl: Reinforce-Ada's rounds and Pilot-Commit's pilot and commit in the agent loop worker
+    "verl": frozenset({"costs", "pilot", "reward_rounds"}),
 }
 PLANNER_FIELDS = {"which_prompts": "prompt_planner", "how_many": "rollout_planner"}  # the planner rows, by kind
 REFUSALS = {
@@ -81,6 +83,14 @@ REFUSALS = {
     "verl": ("PODS's agent loop manager runs {supported} for this question on verl (registered: {known}); the others "
              "run in PODSTrainer (docs: PODS on verl, Rollout budgets)"),
 }
+TITLES = {"trl": "PODSTrainer", "trl_async": "the asynchronous worker", "verl": "PODS's agent loop manager on verl"}
+# What an engine says instead of its plain refusal of a need it does not offer, by (engine, need).
+HINTS = {("trl", "reward_rounds"): ("PODSTrainer runs Reinforce-Ada as its round rule, its keep and its baseline: "
+                                    "pilot_generations=K, adaptive_rule='reinforce_ada', downsample_rule="
+                                    "'reinforce_ada', advantage_baseline='sampled', scale_rewards='none'"),
+         ("trl_async", "reward_rounds"): ("in the asynchronous worker Reinforce-Ada runs as its round rule, its keep "
+                                          "and its baseline: pods_pilot=K, pods_adaptive_rule='reinforce_ada', "
+                                          "pods_rule='reinforce_ada', pods_advantage_baseline='sampled'")}
 
 
 def spelled(engine: str, group: str) -> dict[str, str]:
@@ -91,11 +101,20 @@ def spelled(engine: str, group: str) -> dict[str, str]:
 
 
 def check_planners(engine: str, planners: dict[str, str | None], available) -> None:
-    """Refuse, in one line, a planner ``engine`` does not run. ``planners``: {kind: the planner's name or None};
-    ``available(kind)``: the registered planners of that kind (named in the refusal)."""
+    """Refuse in one line a planner of ``planners`` ({kind: name or None}) not of ``available(kind)`` or needing what
+    ``engine`` does not offer (naming the need and the engines that offer it)."""
     for kind, name in planners.items():
-        supported = list(PLANNERS[engine][kind])
-        if name is not None and name not in supported:
-            field = spelled(engine, "budget")[PLANNER_FIELDS[kind]]
+        if name is None:
+            continue
+        field = spelled(engine, "budget")[PLANNER_FIELDS[kind]]
+        if name not in available(kind):
+            supported = [p for p in available(kind) if needs_of(p) <= OFFERS[engine]]
             refusal = REFUSALS[engine].format(supported=supported, known=available(kind))
             raise ValueError(f"{field}={name!r}: {refusal}")
+        missing = sorted(needs_of(name) - OFFERS[engine])
+        if missing:
+            need = missing[0]
+            offering = [TITLES[e] for e in ENGINES if need in OFFERS[e]] or ["no engine yet"]
+            hint = HINTS.get((engine, need), f"{TITLES[engine]} does not offer what it needs")
+            raise ValueError(f"{field}={name!r}: {hint} (it needs {need}: {NEEDS[need]}; offered by "
+                             f"{', '.join(offering)})")

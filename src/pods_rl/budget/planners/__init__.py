@@ -8,11 +8,15 @@ differences: docs/concepts/rollout-budgets.md). The planner shape and registry: 
 from pods_rl.budget.planners.auto import AutoN, AutoSettings
 from pods_rl.budget.planners.base import (
     KINDS,
+    NEEDS,
     Plan,
+    Planner,
     available_planners,
     budget_registry,
     make_plan,
     make_planner,
+    needs_of,
+    planner_class,
     register_planner,
 )
 from pods_rl.budget.planners.cgrpo import CGRPO, CGRPOSettings, encode_answers
@@ -30,6 +34,7 @@ from pods_rl.budget.planners.reinforce_ada import ReinforceAda, ReinforceAdaSett
 __all__ = [
     "CGRPO",
     "KINDS",
+    "NEEDS",
     "PRESETS",
     "AutoN",
     "AutoSettings",
@@ -40,6 +45,7 @@ __all__ = [
     "PilotCommit",
     "PilotCommitSettings",
     "Plan",
+    "Planner",
     "ReinforceAda",
     "ReinforceAdaSettings",
     "CGRPOSettings",
@@ -53,7 +59,9 @@ __all__ = [
     "knapsack_allocation",
     "make_plan",
     "make_planner",
+    "needs_of",
     "pilot_keep",
+    "planner_class",
     "preset",
     "register_planner",
 ]

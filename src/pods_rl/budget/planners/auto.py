@@ -22,7 +22,17 @@ import numpy as np
 import torch
 
 from pods_rl.budget.ledger import PromptLedger
-from pods_rl.budget.planners.base import Plan, as_ids, check_int, check_number, make_plan, register_planner
+from pods_rl.budget.planners.base import (
+    Layout,
+    Plan,
+    Planner,
+    as_ids,
+    between_m_and_n,
+    check_int,
+    check_number,
+    make_plan,
+    register_planner,
+)
 
 __all__ = ["AutoN", "AutoSettings", "CostEstimate", "RolloutCostModel", "allocate_for_signal", "beta_binomial_pmf",
            "binomial_pmf", "expected_selected_variance", "selected_variance_table", "signal_table",
@@ -333,12 +343,12 @@ class AutoSettings:
 
 
 @register_planner("auto")
-class AutoN:
+class AutoN(Planner):
     """PODS that picks its own n (module docstring); ``observe`` feeds it each optimizer step's costs."""
 
     kind = "how_many"
     Settings = AutoSettings
-    needs_costs = True  # the engine feeds ``observe`` from its phase clock
+    needs = frozenset({"costs"})  # the engine feeds ``observe`` each step's costs
 
     def __init__(self, settings: AutoSettings | None = None):
         self.settings = settings or AutoSettings()
@@ -346,6 +356,15 @@ class AutoN:
         self.plans = 0  # plans made (steps that sampled)
         self.probes = 0
         self.last_probe = -10**9  # the plan index of the last probe
+
+    @classmethod
+    def complete(cls, args, layout: Layout) -> dict:
+        """``min_n``/``max_n`` default to m/n, in [m, n]; no fixed budget (it spends what pays per second)."""
+        knobs = between_m_and_n(dict(args or {}), layout, "auto")
+        if layout.adaptive_budget is not None:
+            raise ValueError(f"{layout.names['rollout_planner']}='auto' chooses how many rollouts to spend from the "
+                             f"measured costs: drop {layout.names['adaptive_budget']} (Knapsack-RL's fixed budget)")
+        return knobs
 
     def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
         """One optimizer step's rollouts sampled and trained and its phase seconds (``RolloutCostModel.observe``)."""

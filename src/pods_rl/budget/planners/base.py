@@ -4,7 +4,8 @@ A step asks three questions, one registry kind each: **which prompts** (``"which
 Pilot-Commit), **how many rollouts** (``"how_many"`` planners: Knapsack-RL, Reinforce-Ada; or an adaptive round
 rule) and **which rollouts** to train on (a down-sampling rule). A planner is a class with ``kind``, a frozen
 ``Settings`` dataclass of the paper's knobs under their own names (one ``ValueError`` line per bad knob), and
-``plan(ids, ledger, *, n, generator=None) -> Plan``; ``budget_registry`` lists all three kinds.
+``plan(ids, ledger, *, n, generator=None) -> Plan``, best a ``Planner`` subclass declaring its ``needs``;
+``budget_registry`` lists all three kinds.
 """
 
 from __future__ import annotations
@@ -13,58 +14,121 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 import torch
 
 from pods_rl.registry import Registry
 
-__all__ = ["KINDS", "Adapting", "Committing", "HowMany", "Plan", "WhichPrompts", "available_planners",
-           "budget_registry", "check_choice", "check_int", "check_number", "make_plan", "make_planner",
-           "register_planner", "rollout_metrics"]
+__all__ = ["CONFIG_NAMES", "KINDS", "NEEDS", "Layout", "Plan", "Planner", "available_planners", "between_m_and_n",
+           "budget_registry", "check_choice", "check_int", "check_number", "check_plan", "make_plan", "make_planner",
+           "member", "needs_of", "planner_class", "register_planner", "rollout_metrics"]
 
 KINDS = ("which_prompts", "how_many")
 
 
-# The three questions an engine asks of its planners, as types (an engine tests them with isinstance).
-@runtime_checkable
-class WhichPrompts(Protocol):
-    """A planner of kind ``which_prompts``: which of the candidates get rollouts this step."""
-
-    kind: str
-
-    def plan(self, ids, ledger, *, n: int, generator=None) -> Plan:
-        """The candidates ``ids`` (P,) -> a ``Plan`` (0 rollouts: not sampled now)."""
-        ...
-
-
-@runtime_checkable
-class HowMany(Protocol):
-    """A planner of kind ``how_many``: how many rollouts each sampled prompt gets."""
-
-    kind: str
-
-    def plan(self, ids, ledger, *, n: int, **budget) -> Plan:
-        """The prompts ``ids`` (P,) -> a ``Plan`` of their rollouts."""
-        ...
+# What a planner may need of an engine (``Planner.needs``); engines list theirs in pods_rl.engines.settings.OFFERS.
+NEEDS = {"costs": "each step's measured sampling and update seconds (observe)",
+         "pilot": "a pilot round judged before a commit round (after_pilot, commit)",
+         "answer_rounds": "rounds of a prompt until its completions' answers settle (next_round)",
+         "calibration": "held-out prompts with gold answers, sampled before it plans (calibrate)",
+         "reward_rounds": "rounds of a prompt until its rewards meet a stop rule (plan_round)"}
+# How the budget's errors spell the settings without an engine's ``names=``: PODSConfig's way.
+CONFIG_NAMES = {"prompt_planner": "prompt_planner", "prompt_planner_args": "prompt_planner_args",
+                "rollout_planner": "rollout_planner", "rollout_planner_args": "rollout_planner_args",
+                "m": "downsample_to", "n": "num_generations", "pilot": "pilot_generations",
+                "oversample_prompts": "oversample_prompts", "success_threshold": "ledger_success_threshold",
+                "adaptive_budget": "adaptive_budget", "calibration_dataset": "calibration_dataset",
+                "answer_extractor": "answer_extractor"}
 
 
-@runtime_checkable
-class Committing(Protocol):
-    """A ``which_prompts`` planner that samples in two rounds: a pilot, then a commit for the pilots that pass."""
+@dataclass(frozen=True)
+class Layout:
+    """What a run fixes around a planner (``Planner.complete``'s input), in the engine's spelling ``names``."""
 
-    def after_pilot(self, ids, rewards, counts, ledger, *, step: int, evict: bool = True) -> Plan:
-        """Judge the pilots (rewards (P, n), NaN past counts) -> the ``Plan`` of the commit round."""
-        ...
+    n: int
+    m: int
+    names: Mapping[str, str] = field(default_factory=lambda: CONFIG_NAMES)
+    reasons: Mapping[str, str | None] | None = None  # why an engine refuses a Pilot-Commit setting
+    adaptive_budget: float | None = None
+    other: str | None = None  # the ``names`` key of another setting that decides counts
+    environment: bool = False  # environments are set
 
 
-@runtime_checkable
-class Adapting(Protocol):
-    """A planner that adapts to each step's recorded groups (GRESO's skip probabilities)."""
+class Planner:
+    """A planner's base: its own ``kind``, ``Settings`` and ``plan``; ``needs`` (of ``NEEDS``); hooks with defaults."""
 
-    def update(self, summaries, *, epoch: int) -> dict[str, float]:
-        """Adapt to the recorded groups; return its ``pods/*`` metrics."""
-        ...
+    kind: str = ""
+    needs: frozenset[str] = frozenset()
+
+    @classmethod
+    def complete(cls, args: Mapping | None, layout: Layout) -> dict:
+        """The user's knobs ``args`` completed with what ``layout`` fixes (one ValueError line per conflict)."""
+        return dict(args or {})
+
+    def first_round(self, n: int) -> int:
+        """Rollouts of a sampled prompt's first round where no rollout planner counts them (n: the run's)."""
+        return n
+
+    def use_seed(self, seed: int) -> None:
+        """Take the run's seed (for a random stream of its own)."""
+
+    def update(self, summary, *, epoch: int) -> dict[str, float]:
+        """Adapt to the step's recorded groups (a ``GroupSummary``); its ``pods/*`` metrics."""
+        return {}
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of it."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict``."""
+
+
+_DEFAULTS = Planner()
+
+
+def member(planner, name: str):
+    """``planner``'s (a class or instance) attribute ``name``, or ``Planner``'s default where a plain class lacks it."""
+    return getattr(planner, name) if hasattr(planner, name) else getattr(_DEFAULTS, name)
+
+
+def needs_of(planner) -> frozenset[str]:
+    """What ``planner`` (a class, an instance, a registered name or None) needs of an engine."""
+    if isinstance(planner, str):
+        planner = _PLANNERS[planner] if planner in _PLANNERS else None
+    return frozenset() if planner is None else frozenset(member(planner, "needs"))
+
+
+def between_m_and_n(knobs: dict, layout: Layout, title: str) -> dict:
+    """``knobs`` with ``min_n``/``max_n`` (default m/n), ``negative_n``/``positive_n`` checked in [m, n], m < n."""
+    m, n, names, where = layout.m, layout.n, layout.names, layout.names["rollout_planner_args"]
+    if m >= n:
+        raise ValueError(f"{names['rollout_planner']} spends between {names['m']} (m={m}) and {names['n']} (n={n}) "
+                         f"rollouts per prompt: with m = n every prompt gets n; raise {names['n']} above {names['m']}")
+    for key, default in (("min_n", m), ("max_n", n)):
+        value = knobs.setdefault(key, default)
+        if not (isinstance(value, int) and m <= value <= n):
+            raise ValueError(f"{where} {key}={value!r}: with PODS every prompt {title} samples gets between "
+                             f"{names['m']} (m={m}) and {names['n']} (n={n}) rollouts; set it in [{m}, {n}] or drop it")
+    for key in ("negative_n", "positive_n"):
+        if knobs.get(key) is not None and not m <= knobs[key] <= n:
+            raise ValueError(f"{where} {key}={knobs[key]!r} must be in [{m}, {n}] (m..n) with PODS")
+    return knobs
+
+
+def check_plan(name: str, plan, count: int, low: int, high: int) -> None:
+    """``plan`` must hold (count,) tensors, rollouts in [low, high]; else one line naming the planner ``name``."""
+    if not isinstance(plan, Plan):
+        raise ValueError(f"planner {name!r} must return a Plan (make_plan builds one), got {type(plan).__name__}")
+    for key in ("ids", "rollouts", "skipped", "deferred", "evicted"):
+        value = getattr(plan, key)
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != (count,):
+            raise ValueError(f"planner {name!r}: Plan.{key} must be a ({count},) tensor, one per prompt, got "
+                             f"{tuple(getattr(value, 'shape', ())) if isinstance(value, torch.Tensor) else value!r}")
+    bad = (plan.rollouts < low) | (plan.rollouts > high)
+    if plan.rollouts.is_floating_point() or bool(bad.any()):
+        raise ValueError(f"planner {name!r}: Plan.rollouts must be integers in [{low}, {high}] here, got "
+                         f"{plan.rollouts.tolist()}")
 
 
 @dataclass(frozen=True)
@@ -128,6 +192,9 @@ def _check_planner(name: str, planner_cls: type) -> None:
             getattr(planner_cls, "plan", None)):
         raise ValueError(f"planner {name!r} must have a Settings dataclass and a plan(ids, ledger, *, n, "
                          "generator) method")
+    unknown = sorted(set(member(planner_cls, "needs")) - set(NEEDS))
+    if unknown:
+        raise ValueError(f"planner {name!r} needs {unknown[0]!r}, which no engine offers: needs are {list(NEEDS)}")
 
 
 _PLANNERS = Registry("planner", check=_check_planner)
@@ -146,12 +213,17 @@ def available_planners(kind: str | None = None) -> list[str]:
     return sorted(name for name, cls in _PLANNERS.items() if kind is None or cls.kind == kind)
 
 
+def planner_class(name: str) -> type:
+    """The class registered as ``name``; an unknown name is one ``ValueError`` line listing what exists."""
+    if name not in _PLANNERS:
+        raise ValueError(f"unknown planner {name!r}; available planners: {available_planners()}")
+    return _PLANNERS[name]
+
+
 def make_planner(name: str, **knobs):
     """The planner registered as ``name``, built with its ``Settings(**knobs)``; an unknown name or knob is one
     ``ValueError`` line listing what exists."""
-    if name not in _PLANNERS:
-        raise ValueError(f"unknown planner {name!r}; available planners: {available_planners()}")
-    cls = _PLANNERS[name]
+    cls = planner_class(name)
     known = [f.name for f in dataclasses.fields(cls.Settings)]
     unknown = sorted(set(knobs) - set(known))
     if unknown:

@@ -17,7 +17,9 @@ import torch
 
 from pods_rl.budget.ledger import PromptLedger
 from pods_rl.budget.planners.base import (
+    Layout,
     Plan,
+    Planner,
     as_ids,
     check_choice,
     check_int,
@@ -174,13 +176,13 @@ def select_delta_auto(scores_at_k_max: torch.Tensor, margin: float = 0.05, low: 
 
 
 @register_planner("cgrpo")
-class CGRPO:
+class CGRPO(Planner):
     """C-GRPO. Per step: ``calibration_due`` -> ``calibrate``; ``plan`` (budget_grid[0] each), then ``next_round``
     after each round until all zeros. State: the thresholds, delta, the last calibration's step, the random stream."""
 
     kind = "how_many"
     Settings = CGRPOSettings
-    samples_in_rounds = True  # an engine runs its rounds (next_round), not one allocation
+    needs = frozenset({"answer_rounds", "calibration"})  # an engine runs its rounds (next_round) and calibration
 
     def __init__(self, settings: CGRPOSettings | None = None, seed: int = 0):
         self.settings = settings or CGRPOSettings()
@@ -190,7 +192,14 @@ class CGRPO:
         self.last_calibration_step: int | None = None
         self.calibration_rollouts = 0  # every calibration's rollouts so far
 
-    def seed_with(self, seed: int) -> None:
+    @classmethod
+    def complete(cls, args, layout: Layout) -> dict:
+        """n is the group width: the largest budget of the grid."""
+        knobs = dict(args or {})
+        check_width(knobs, layout.n, layout.names)
+        return knobs
+
+    def use_seed(self, seed: int) -> None:
         """Restart the random stream from ``seed`` (the run's), as the released trainer seeds it."""
         self.rng = random.Random(seed)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from pods_rl.budget.ledger import GroupSummary, PromptLedger, PromptStats
-from pods_rl.budget.planners.base import Plan, as_ids, check_int, check_number, make_plan, register_planner
+from pods_rl.budget.planners.base import Plan, Planner, as_ids, check_int, check_number, make_plan, register_planner
 
 __all__ = ["GresoSettings", "GresoSkip", "greso_skip_probability"]
 
@@ -66,7 +66,7 @@ def _batch_share(flags: torch.Tensor) -> float:
 
 
 @register_planner("greso")
-class GresoSkip:
+class GresoSkip(Planner):
     """GRESO's skip as a ``which_prompts`` planner: ``plan`` before sampling (the engine draws more candidates until
     its batch is full), ``update`` after the step's groups are recorded; ``state_dict`` holds the probabilities."""
 

@@ -19,8 +19,11 @@ import torch
 
 from pods_rl.budget.ledger import PromptLedger, PromptStats
 from pods_rl.budget.planners.base import (
+    Layout,
     Plan,
+    Planner,
     as_ids,
+    between_m_and_n,
     check_choice,
     check_int,
     check_number,
@@ -181,7 +184,7 @@ def knapsack_allocation(success_rate, estimated, n: int, total_budget: int | Non
 
 
 @register_planner("knapsack")
-class KnapsackAllocation:
+class KnapsackAllocation(Planner):
     """Knapsack-RL's allocation as a ``how_many`` planner; stateless (the ledger holds the past), deterministic."""
 
     kind = "how_many"
@@ -189,6 +192,11 @@ class KnapsackAllocation:
 
     def __init__(self, settings: KnapsackSettings | None = None):
         self.settings = settings or KnapsackSettings()
+
+    @classmethod
+    def complete(cls, args, layout: Layout) -> dict:
+        """``min_n``/``max_n`` default to m/n, all counts in [m, n]."""
+        return between_m_and_n(dict(args or {}), layout, "Knapsack-RL")
 
     def plan(self, ids, ledger: PromptLedger, *, n: int, total_budget: int | None = None,
              generator: torch.Generator | None = None) -> Plan:

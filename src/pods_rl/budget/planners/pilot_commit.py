@@ -12,6 +12,7 @@ r >= ``exclude_threshold_upper`` *evicts* it for good. ``commit(k)`` takes k by 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,10 @@ import torch
 
 from pods_rl.budget.ledger import PromptLedger
 from pods_rl.budget.planners.base import (
+    CONFIG_NAMES,
+    Layout,
     Plan,
+    Planner,
     as_ids,
     check_choice,
     check_int,
@@ -28,10 +32,16 @@ from pods_rl.budget.planners.base import (
     register_planner,
 )
 
-__all__ = ["PilotCommit", "PilotCommitSettings", "pilot_keep"]
+__all__ = ["PLAIN_REASONS", "PilotCommit", "PilotCommitSettings", "check_pilot_commit", "pilot_keep"]
 
 _OWNER = "Pilot-Commit"
 SAMPLING = ("max_variance", "random", "most_recent", "least_recent")
+
+
+# Why a Pilot-Commit setting is refused, by setting (None: allowed): the budget's own words; an engine passes its row.
+PLAIN_REASONS = {"buffer_max_off_steps": "the rollout budget commits a prompt in the step that piloted it",
+                 "n_explore_effective": "the rollout budget trains on every pilot rollout of a committed prompt",
+                 "environment": None}
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,7 @@ class PilotCommitSettings:
 
 
 @register_planner("pilot_commit")
-class PilotCommit:
+class PilotCommit(Planner):
     """Pilot-Commit as a ``which_prompts`` planner; its state is the buffer of passed pilots, in the order added.
 
     Per round: ``plan`` and ``commit(k)``, sample and record both, ``after_pilot`` on the pilots; after the step,
@@ -76,6 +86,17 @@ class PilotCommit:
 
     kind = "which_prompts"
     Settings = PilotCommitSettings
+    needs = frozenset({"pilot"})  # an engine judges each pilot (after_pilot) before its commit round
+
+    def first_round(self, n: int) -> int:
+        """The pilot: ``n_explore``."""
+        return self.settings.n_explore
+
+    @classmethod
+    def complete(cls, args, layout: Layout) -> dict:
+        """``check_pilot_commit`` in the layout's spelling."""
+        return check_pilot_commit(args, layout.n, names=layout.names, reasons=layout.reasons, other=layout.other,
+                                  environment=layout.environment)
 
     def __init__(self, settings: PilotCommitSettings | None = None):
         self.settings = settings or PilotCommitSettings()
@@ -204,3 +225,40 @@ def pilot_keep(successes, m: int, *, generator: torch.Generator | None = None) -
         pick_zeros = zeros[torch.randperm(len(zeros), generator=generator)[: m - need_ones]]
         kept[p] = torch.cat([pick_ones, pick_zeros]).sort().values
     return kept
+
+
+def check_pilot_commit(args: dict | None, n: int, *, names: Mapping[str, str] | None = None,
+                       reasons: Mapping[str, str | None] | None = None, other: str | None = None,
+                       environment: bool = False) -> dict:
+    """Pilot-Commit's knobs ``args`` completed for a budget that commits a prompt in the step that piloted it, as one
+    group of n (n_explore + n_commit = n, default 1:3; buffer_max_off_steps 0); else one ValueError line.
+
+    ``names``: the engine's spellings; ``reasons``: why it refuses each (default ``PLAIN_REASONS``); ``other``: the
+    ``names`` key of a setting that also decides how many rollouts a prompt gets; ``environment``: environments set."""
+    names, reasons = CONFIG_NAMES if names is None else names, {**PLAIN_REASONS, **(reasons or {})}
+    planner, where = f"{names['prompt_planner']}='pilot_commit'", names["prompt_planner_args"]
+    if other is not None:
+        raise ValueError(f"{planner} decides how many rollouts a prompt gets itself (n_explore, then n_commit for the "
+                         f"prompts it commits): drop {names[other]}")
+    if environment and reasons["environment"] is not None:
+        raise ValueError(f"{planner} does not support environment_factory: {reasons['environment']}")
+    knobs = dict(args or {})
+    explore, commit = knobs.get("n_explore"), knobs.get("n_commit")
+    if explore is None and commit is None:
+        explore = max(1, n // 4)
+    if explore is None and isinstance(commit, int):
+        explore = n - commit
+    if commit is None and isinstance(explore, int):
+        commit = n - explore
+    if isinstance(explore, int) and isinstance(commit, int) and (explore + commit != n or min(explore, commit) < 1):
+        raise ValueError(f"{where} n_explore={explore} + n_commit={commit} must make {names['n']} (n={n}), each at "
+                         "least 1: a committed prompt trains on its pilot and commit rollouts as one group of n; set "
+                         "one of them, or neither (n_explore = n // 4, the paper's 1:3 split)")
+    knobs.update(n_explore=explore, n_commit=commit)
+    if knobs.get("n_explore_effective") not in (None, explore):
+        raise ValueError(f"{where} n_explore_effective={knobs['n_explore_effective']!r}: "
+                         f"{reasons['n_explore_effective']}; drop it, and keep m of the n with {names['m']} instead")
+    if knobs.setdefault("buffer_max_off_steps", 0) != 0:
+        raise ValueError(f"{where} buffer_max_off_steps={knobs['buffer_max_off_steps']!r}: "
+                         f"{reasons['buffer_max_off_steps']}: set it to 0 or drop it")
+    return knobs

@@ -16,6 +16,7 @@ import torch
 from pods_rl.budget.ledger import PromptLedger
 from pods_rl.budget.planners.base import (
     Plan,
+    Planner,
     as_ids,
     check_choice,
     check_int,
@@ -62,11 +63,12 @@ class ReinforceAdaSettings:
 
 
 @register_planner("reinforce_ada")
-class ReinforceAda:
+class ReinforceAda(Planner):
     """Reinforce-Ada, stateless. Per step: ``plan``, ``plan_round`` until all zeros, ``keep``, ``advantages``."""
 
     kind = "how_many"
     Settings = ReinforceAdaSettings
+    needs = frozenset({"reward_rounds"})  # an engine samples its rounds (plan_round)
 
     def __init__(self, settings: ReinforceAdaSettings | None = None):
         self.settings = settings or ReinforceAdaSettings()

@@ -239,14 +239,15 @@ class PODSConfig(GRPOConfig):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} must be a dict or a JSON object, got {getattr(self, name)!r}")
         from pods_rl.budget.planners import available_planners  # (the planners: plain tensor code)
+        from pods_rl.budget.planners.base import needs_of
         from pods_rl.budget.rollout_budget import check_planner_settings
 
         check_planners("trl", {"which_prompts": self.prompt_planner, "how_many": self.rollout_planner},
                        available_planners)
         check_planner_settings(self, names=spelled("trl", "budget"), reasons=PILOT_COMMIT_REASONS["trl"])
-        if self.rollout_planner == "cgrpo" and self.loss_type not in CGRPO_LOSS_TYPES:
-            raise ValueError(f"rollout_planner='cgrpo' pads prompts that stop early with masked rows, which only the "
-                             "token-normalized losses exclude exactly: set loss_type to one of "
+        if "answer_rounds" in needs_of(self.rollout_planner) and self.loss_type not in CGRPO_LOSS_TYPES:
+            raise ValueError(f"rollout_planner={self.rollout_planner!r} pads prompts that stop early with masked "
+                             "rows, which only the token-normalized losses exclude exactly: set loss_type to one of "
                              f"{list(CGRPO_LOSS_TYPES)} (got {self.loss_type!r})")
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)

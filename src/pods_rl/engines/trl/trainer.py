@@ -158,8 +158,8 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         budget = RolloutBudget.from_config(config)  # the planners and the prompt ledger, None without planners
         # C-GRPO's calibration prompts and answer extractor (keywords of PODSTrainer's own), checked before any load
         calibration = check_cgrpo_inputs(
-            budget.how_many.settings if config.rollout_planner == "cgrpo" else None, calibration_dataset,
-            answer_extractor, _train_dataset(args, kwargs),
+            budget.how_many.settings if budget is not None and "calibration" in budget.needs else None,
+            calibration_dataset, answer_extractor, _train_dataset(args, kwargs),
             environment=bool(kwargs.get("environment_factory") or kwargs.get("tools")))
         if config.has_planner and _train_dataset(args, kwargs) is None and kwargs.get("environment_factory"):
             raise ValueError("prompt_planner / rollout_planner tell prompts apart by their text, but the environment "
@@ -217,7 +217,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         # First in line, so that its step ends before any callback that evaluates or saves at step end
         # (pods train's TrainingClock): those seconds are not part of the step.
         self.callback_handler.callbacks.insert(0, self.phase_clock)
-        if self._budget is not None and self._budget.needs_costs:  # auto decides from these phase seconds
+        if self._budget is not None and "costs" in self._budget.needs:  # auto decides from these phase seconds
             self.phase_clock.listeners.append(self._observe_step_costs)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):

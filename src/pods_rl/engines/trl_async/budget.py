@@ -23,16 +23,17 @@ import pickle
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 
 from pods_rl.budget.cgrpo_run import CalibrationSet, check_cgrpo_inputs
+from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
-from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_pilot_commit, check_rollout_planner
+from pods_rl.budget.planners.base import needs_of
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_rollout_planner
 from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
 
 __all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings",
@@ -51,9 +52,10 @@ SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after re
 
 def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_planner_args=None,
                   pods_rollout_planner=None, pods_rollout_planner_args=None, pods_ledger_success_threshold=0.5,
-                  pods_adaptive_budget=None, pods_seed=None) -> BudgetSettings:
-    """The worker's budget keywords as ``BudgetSettings``."""
+                  pods_adaptive_budget=None, pods_seed=None, pilot: int | None = None) -> BudgetSettings:
+    """The worker's budget keywords as ``BudgetSettings`` (``pilot``: pods_pilot)."""
     return BudgetSettings(
+        pilot_generations=pilot,
         prompt_planner=pods_prompt_planner, prompt_planner_args=pods_prompt_planner_args,
         rollout_planner=pods_rollout_planner, rollout_planner_args=pods_rollout_planner_args,
         ledger_success_threshold=pods_ledger_success_threshold, adaptive_budget=pods_adaptive_budget,
@@ -72,26 +74,19 @@ def checked_budget(n: int, m: int, *, pilot: int | None = None, environment_fact
     unknown = sorted(set(settings) - {*BUDGET_KEYS, "pods_adaptive_budget", "pods_adaptive_reward", "pods_seed"})
     if unknown:
         raise TypeError(f"unexpected keyword argument {unknown[0]!r} for the PODS worker")
-    if settings.get("pods_rollout_planner") == "reinforce_ada":  # it decides one group at a time: the round rule
-        raise ValueError("pods_rollout_planner='reinforce_ada': in the asynchronous worker Reinforce-Ada runs as its "
-                         "round rule, its keep and its baseline: pods_pilot=K, pods_adaptive_rule='reinforce_ada', "
-                         "pods_rule='reinforce_ada', pods_advantage_baseline='sampled'")
     check_planners("trl_async", {"which_prompts": settings.get("pods_prompt_planner"),
                                  "how_many": settings.get("pods_rollout_planner")}, available_planners)
     if settings.get("pods_prompt_planner") is None and settings.get("pods_rollout_planner") is None:
         return None, None
     names, reasons = spelled("trl_async", "budget"), PILOT_COMMIT_REASONS["trl_async"]
-    if settings.get("pods_prompt_planner") == "pilot_commit":
-        other = "rollout_planner" if settings.get("pods_rollout_planner") is not None else \
-            "pilot" if pilot is not None else None
-        check_pilot_commit(settings.get("pods_prompt_planner_args"), n, names=names, reasons=reasons, other=other,
-                           environment=environment_factory is not None)
     check_rollout_planner(settings.get("pods_rollout_planner"), pilot=pilot is not None, n=n, m=m, names=names)
-    if settings.get("pods_rollout_planner") == "auto" and (settings.get("pods_rollout_planner_args") or {}).get(
+    how_many = settings.get("pods_rollout_planner")
+    if "costs" in needs_of(how_many) and (settings.get("pods_rollout_planner_args") or {}).get(
             "train_ms") is None:  # the issue's "a run that logs no phase times": the worker logs no update time
-        raise ValueError("pods_rollout_planner='auto' in the asynchronous worker needs pods_rollout_planner_args="
-                         "{'train_ms': MS}, the trainer's milliseconds per trained rollout: the worker samples in its "
-                         "own process and sees no update times; measure them with `pods cost` (its upd/kept column)")
+        raise ValueError(f"pods_rollout_planner={how_many!r} in the asynchronous worker needs "
+                         "pods_rollout_planner_args={'train_ms': MS}, the trainer's milliseconds per trained rollout: "
+                         "the worker samples in its own process and sees no update times; measure them with `pods "
+                         "cost` (its upd/kept column)")
     if settings.get("pods_rollout_planner") is not None:
         if environment_factory is not None:
             raise ValueError("pods_rollout_planner does not support environment_factory: the worker samples m of each "
@@ -113,10 +108,11 @@ def checked_budget(n: int, m: int, *, pilot: int | None = None, environment_fact
         value = settings.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{key} must be a positive integer (groups per training step), got {value!r}")
-    config = budget_config(n, m, **{k: v for k, v in settings.items() if k not in (
+    config = budget_config(n, m, pilot=pilot, **{k: v for k, v in settings.items() if k not in (
         "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward", *CGRPO_KEYS)})
-    budget = RolloutBudget.from_config(config, names=names, reasons=reasons)
-    cgrpo = budget.how_many.settings if settings.get("pods_rollout_planner") == "cgrpo" else None
+    budget = RolloutBudget.from_config(config, names=names, reasons=reasons,
+                                       environment=environment_factory is not None)
+    cgrpo = budget.how_many.settings if "calibration" in budget.needs else None
     return budget, _calibration(cgrpo, settings, dataset, environment=environment_factory is not None, names=names)
 
 
@@ -133,18 +129,6 @@ def _calibration(cgrpo, settings: dict, dataset, *, environment: bool, names: di
     return calibration
 
 
-@dataclass
-class _Window:
-    """One drawn window's groups, for ``auto``'s cost: open groups, rollouts sampled and trained by the closed ones,
-    and (clock, seconds waited on the trainer so far) when it was drawn and when its last group closed."""
-
-    open: int
-    drawn: tuple[float, float]
-    sampled: int = 0
-    trained: int = 0
-    closed: tuple[float, float] | None = None
-
-
 class WorkerBudget:
     """The worker's planners, ledger and groups' prompt positions (id = position % ``dataset_size``); W =
     ``groups_per_step`` prompts planned together; ``start_index``: TRL's; ``clock``: seconds, for auto."""
@@ -152,12 +136,7 @@ class WorkerBudget:
     def __init__(self, budget: RolloutBudget, *, groups_per_step: int, dataset_size: int, start_index: int = 0,
                  seed: int = 0, clock: Callable[[], float] = time.monotonic):
         self.budget, self.window, self.dataset_size = budget, groups_per_step, dataset_size
-        # auto's costs (module docstring): windows by draw index until delivered in order, the trainer's waits
-        self.clock, self.waited = clock, 0.0
-        self.windows: dict[int, _Window] = {}
-        self.window_of: dict[int, int] = {}  # group id -> its window, groups not yet closed
-        self.drawn_windows = self.delivered_windows = 0
-        self.delivered: tuple[float, float] | None = None  # (clock, waited) when the last window was delivered
+        self.costs = CostMeter(budget, clock)  # auto's costs (module docstring): windows, the trainer's waits
         self.start_index = self.next_position = start_index
         self.positions: list[int] = []  # group id (this session) -> the absolute position of its prompt
         # Pilot-Commit: a group trains only when its pilot passes, under a committed id the trainer counts
@@ -173,7 +152,7 @@ class WorkerBudget:
     # Long because skipping, GRESO's counters and Knapsack-RL's counts share the window's locals.
     def draw(self, next_row: Callable[[], dict]) -> tuple[list[tuple[int, dict, int]], dict]:
         """The next window's ``(group_id, row, rollouts)`` (skipped prompts replaced) and the planners' metrics."""
-        which, n = self.budget.which, self.budget.n
+        which, own = self.budget.which, {}  # own: the prompt planner's metrics beyond the counters (GRESO's p's)
         chosen: list[tuple[int, dict]] = []  # (position, row)
         drawn = skipped = easy = hard = readmitted = run = 0
         while len(chosen) < self.window:
@@ -185,7 +164,9 @@ class WorkerBudget:
             keep, is_easy, is_hard = [True] * len(rows), [False] * len(rows), [False] * len(rows)
             if which is not None:
                 ids = torch.tensor([self.prompt_id(position) for position, _ in rows], dtype=torch.long)
-                plan = which.plan(ids, self.budget.ledger, n=n, generator=self.generator)
+                plan = self.budget.screen(ids, self.generator)
+                own = {k: v for k, v in plan.metrics.items()
+                       if not k.startswith(("pods/plan_", "pods/rollouts_per_prompt", "pods/prompts_"))}
                 keep = plan.sampled.tolist()
                 no = torch.zeros(len(rows), dtype=torch.bool)  # (Pilot-Commit skips the evicted: neither)
                 is_easy, is_hard = plan.extra.get("easy", no).tolist(), plan.extra.get("hard", no).tolist()
@@ -206,54 +187,28 @@ class WorkerBudget:
                 metrics["pods/prompts_skipped_evicted_total"] = float(skipped)
             else:
                 metrics.update({"pods/prompts_skipped_easy_total": float(easy),
-                                "pods/prompts_skipped_hard_total": float(hard),
-                                "pods/greso_p_easy": float(which.p_easy), "pods/greso_p_hard": float(which.p_hard)})
+                                "pods/prompts_skipped_hard_total": float(hard), **own})
         ids = torch.tensor([self.prompt_id(position) for position, _ in chosen], dtype=torch.long)
-        counts = torch.full((len(chosen),), n, dtype=torch.long)
+        counts, planned = self.budget.first_counts(ids)  # (Pilot-Commit: its pilot; the commit when it passes)
         if self.budget.how_many is not None:
-            counts, planned = self.budget.allocate(ids)
             metrics.update({"pods/rollouts_planned_per_prompt": (float(counts.sum()), float(len(counts))),
                             "pods/rollouts_planned_min": float(counts.min()),
                             "pods/rollouts_planned_max": float(counts.max()),
                             **{k: float(v) for k, v in planned.items()
                                if k.startswith(("pods/knapsack_", "pods/auto_"))}})
-        if self.commits:  # a pilot of n_explore; the commit rollouts come when it passes (``judge_pilot``)
-            counts = torch.full((len(chosen),), which.settings.n_explore, dtype=torch.long)
         groups = []
         for (position, row), count in zip(chosen, counts.tolist(), strict=True):
             if self.commits:
                 self.unjudged[len(self.positions)] = position
             groups.append((len(self.positions), row, count))
             self.positions.append(position)
-        if self.budget.needs_costs and groups:
-            self.windows[self.drawn_windows] = _Window(open=len(groups), drawn=(self.clock(), self.waited))
-            self.window_of.update((group_id, self.drawn_windows) for group_id, _, _ in groups)
-            self.drawn_windows += 1
+        self.costs.open(group_id for group_id, _, _ in groups)
         return groups, metrics
 
     def close(self, group_id: int, *, sampled: int, trained: int) -> dict[str, float]:
-        """A group is done (``sampled`` rollouts scored, ``trained`` kept); when that delivers its window and the
-        ones before it, each is fed to ``auto`` in draw order (``observe``: the module docstring's seconds; no update
-        seconds, which the worker never sees: auto uses ``train_ms``) and the metrics of the last are returned.
-        Nothing without ``auto``."""
-        window = self.windows.get(self.window_of.pop(group_id, -1))
-        if window is None:
-            return {}
-        window.open -= 1
-        window.sampled, window.trained = window.sampled + sampled, window.trained + trained
-        if window.open == 0:
-            window.closed = (self.clock(), self.waited)
-        metrics = {}
-        while self.delivered_windows in self.windows and self.windows[self.delivered_windows].closed is not None:
-            done = self.windows.pop(self.delivered_windows)
-            # In draw order: a window closed before the one ahead of it is delivered with it, in no extra time.
-            start = done.drawn if self.delivered is None or done.drawn[0] > self.delivered[0] else self.delivered
-            end = done.closed if done.closed[0] > start[0] else start
-            seconds = max(end[0] - start[0] - (end[1] - start[1]), 0.0)
-            self.budget.observe(sampled=done.sampled, sample_seconds=seconds, trained=0, update_seconds=0.0)
-            self.delivered, self.delivered_windows = end, self.delivered_windows + 1
-            metrics = {"pods/auto_window_sample_s": seconds, "pods/auto_window_sampled": float(done.sampled)}
-        return metrics
+        """A group is done: ``CostMeter.close`` (auto's costs; no update seconds, which the worker never sees: auto
+        uses ``train_ms``)."""
+        return self.costs.close(group_id, sampled=sampled, trained=trained)
 
     @property
     def commits(self) -> bool:
@@ -263,15 +218,10 @@ class WorkerBudget:
     def judge_pilot(self, group_id: int, rewards: list[float], *, step: int) -> tuple[int | None, dict[str, float]]:
         """Pilot-Commit's verdict on a pilot's deciding rewards (NaN: unscored): the committed id its rows carry to
         the trainer (None: nothing trains; a passing pilot is committed at once, alone) and the verdict's counters."""
-        which, prompt = self.budget.which, self.prompt_id(self.positions[group_id])
-        verdict = which.after_pilot(torch.tensor([prompt]), torch.tensor([rewards], dtype=torch.float64), None,
-                                    self.budget.ledger, step=step)
+        verdict = self.budget.judge_one(self.prompt_id(self.positions[group_id]), rewards, step=step)
         self.unjudged.pop(group_id, None)
         committed = None
         if bool(verdict.extra["passed"][0]):
-            taken = which.commit(len(which)).ids.tolist()
-            if taken != [prompt]:  # every earlier pass was committed when judged: nothing else can wait there
-                raise RuntimeError(f"Pilot-Commit's buffer held {taken} where the worker committed prompt {prompt}")
             committed = len(self.committed)
             self.committed.append(self.positions[group_id])
         metrics = {"pods/pilot_judged_total": 1.0, "pods/pilot_passed_total": float(committed is not None),
@@ -407,7 +357,7 @@ class BudgetLoop:
         # TRL reports each wait on a full rollout buffer (the trainer) once it ends: auto's sampling seconds leave
         # those out.
         if self.budget is not None and "rollout/backpressure_s" in values:
-            self.budget.waited += float(values["rollout/backpressure_s"])
+            self.budget.costs.wait(float(values["rollout/backpressure_s"]))
         super()._push_metrics(values)
 
     def record_group(self, group_id: int, rewards: list[float]) -> None:

@@ -389,7 +389,7 @@ def _rollouts_a_group_starts(n: int, m: int, budget, **pods: Any) -> int:
     """Rollouts TRL's generate loop samples per group before top-ups: n, the pilot k, m (Knapsack), or n_explore."""
     if budget is not None and budget.commits:
         return budget.which.settings.n_explore
-    if budget is not None and getattr(budget.how_many, "samples_in_rounds", False):  # C-GRPO: its first budget
+    if budget is not None and "answer_rounds" in budget.needs:  # C-GRPO: its first budget
         return budget.how_many.settings.budget_grid[0]
     return pods.get("pods_pilot") or (m if pods.get("pods_rollout_planner") else n)
 

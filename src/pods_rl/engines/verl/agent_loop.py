@@ -89,7 +89,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
             return super().generate_sequences(prompts)
         ids, step = row_ids(prompts), int(_plain(prompts["global_steps"]))
         self.buffer.resume_ledger(step)  # a resumed run plans its first step from the checkpoint's ledger
-        if budget.needs_costs:
+        if "costs" in budget.needs:
             self._observe_costs(step)
         # The bound on replacing prompts: waves of this dispatch's refills, and rows offered this step (Pilot-Commit's
         # replacements come from the buffer, one wave each); past it, rows are admitted whole.
@@ -112,7 +112,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
             planned, allocated = budget.allocate(ids[keep])
             metrics.update(allocated)
             # auto spends what pays per measured second; Knapsack-RL's budget is the step's rows x rollout.n.
-            counts[keep] = planned if budget.needs_costs else hold_total(
+            counts[keep] = planned if "costs" in budget.needs else hold_total(
                 planned, int(keep.sum()) * self.buffer.plan.n, budget.m, budget.n)
         counts = torch.where(keep, counts, 0)
         metrics.update(rollout_metrics(counts))
