@@ -8,7 +8,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from pods_rl import downsample, register_rule
-from pods_rl.engines.trl.step import KeptRollouts
 from pods_rl.engines.trl.trainer import PODSConfig, PODSTrainer
 
 
@@ -169,9 +168,7 @@ def _score_one_batch(trainer, n):
     original_generate = trainer._generate
 
     def varied_lengths(prompts):  # a random tiny model rarely stops early: cut completions to varied lengths
-        generated = original_generate(prompts)
-        if isinstance(trainer._pods_call, KeptRollouts):  # TRL's call on the kept rows: already cut
-            return generated
+        generated = original_generate(prompts)  # (TRL's step on the kept rows is answered past this wrapper)
         ids = [row[: 1 + (7 * i) % len(row)] for i, row in enumerate(generated[1])]
         texts = trainer.processing_class.batch_decode(ids, skip_special_tokens=True)
         return (generated[0], ids, generated[2], [[{"role": "assistant", "content": t}] for t in texts],

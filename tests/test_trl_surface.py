@@ -162,6 +162,33 @@ def test_generate_and_score_completions_prepares_prompts_before_generate():
         "prompt there")
 
 
+# ---- where TRL has no hook: the adapter's two ways into TRL's step (docs/guides/trl.md, "What TRL would need") ----
+def grpo_methods_with(text: str) -> dict[str, int]:
+    """{GRPOTrainer method: how often its source holds ``text``} for GRPOTrainer's own methods that hold it."""
+    sources = {name: inspect.getsource(value) for name, value in vars(GRPOTrainer).items() if inspect.isfunction(value)}
+    return {name: source.count(text) for name, source in sources.items() if text in source}
+
+
+def test_trl_prepares_the_prompts_only_inline_in_its_step():
+    """adapter.trl_prepared_prompts stops TRL's step at `_generate` because no GRPOTrainer method prepares the prompts
+    alone. A TRL that moves the preparation into a method of its own fails here: call that method there instead."""
+    for text in ("pool_cursor", "self._sync_tool_dicts = []", ".reset("):
+        assert set(grpo_methods_with(text)) == {"_generate_and_score_completions"}, (
+            f"GRPOTrainer now does {text!r} in {sorted(grpo_methods_with(text))}: if a method prepares the prompts "
+            "alone, pods_rl.engines.trl.adapter.trl_prepared_prompts should call it instead of stopping TRL's step")
+
+
+def test_trl_builds_its_batch_only_on_rollouts_it_generates_once():
+    """adapter.trl_step_on answers `_generate` and `_calculate_rewards` (each called once) because TRL builds its batch
+    (padding, log-probs, advantages) only in the method that generates. A TRL that builds it from given rollouts in a
+    method of its own fails here: call that method instead of answering the two calls."""
+    assert grpo_methods_with("self._generate(prompts)") == {"_generate_and_score_completions": 1}
+    assert grpo_methods_with("self._calculate_rewards(") == {"_generate_and_score_completions": 1}
+    assert set(grpo_methods_with('"advantages": advantages')) == {"_generate_and_score_completions"}, (
+        "GRPOTrainer now builds its batch's advantages in another method: pods_rl.engines.trl.adapter.trl_step_on "
+        "should call it on the kept rows instead of answering _generate / _calculate_rewards")
+
+
 def test_eval_batch_check_message_we_reword():
     with pytest.raises(ValueError, match="used for evaluation"):
         GRPOConfig(output_dir="unused", per_device_train_batch_size=2, num_generations=2, report_to="none",

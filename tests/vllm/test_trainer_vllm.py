@@ -201,9 +201,9 @@ def test_adaptive_rounds_through_vllm(tmp_path, vllm_model_dir, release_engines)
     calls, generate = [], trainer._generate
 
     def recording_generate(prompts, *args, **kwargs):
-        # an adaptive round (not TRL's prompt preparation or its call on the kept rows)
-        if trainer._pods_call == trainer_module.ROUND:
-            calls.append((trainer.state.global_step, len(prompts)))
+        # an adaptive round: TRL's prompt preparation and its step on the kept rows are answered past this wrapper
+        # (pods_rl.engines.trl.adapter.trl_step_on)
+        calls.append((trainer.state.global_step, len(prompts)))
         return generate(prompts, *args, **kwargs)
 
     trainer._generate = recording_generate

@@ -12,6 +12,7 @@ from importlib.metadata import version
 import torch
 from packaging.version import Version
 
+from pods_rl.engines.trl.config import TRL_RANGE
 from pods_rl.engines.trl.rows import Generated
 
 # TRL 1.15 keeps the generation config's EOS ids beside the tokenizer's (GRPOTrainer.eos_token_ids) and counts a
@@ -20,17 +21,46 @@ from pods_rl.engines.trl.rows import Generated
 TRL_KEEPS_EOS_TOKEN_IDS = Version(version("trl")) >= Version("1.15")
 
 
-# ---- the step's swaps around TRL's own calls ---------------------------------------------------------------------
+# ---- TRL's step entered on rows PODS chose: where TRL has no hook (docs/guides/trl.md, "What TRL would need") ------
 
-@contextmanager
-def answering(trainer, call):
-    """``call`` (PODSStep's PREPARE, ROUND or KeptRollouts) is what the block's ``_generate`` / ``_calculate_rewards``
-    are for: TRL's method calls them without saying why, so one attribute, set only here, says it."""
-    trainer._pods_call = call
+def trl_step_on(trainer, trl_step: Callable[[list[dict]], dict], inputs: list[dict], generate: Callable,
+                calculate_rewards: Callable | None = None) -> dict:
+    """``trl_step`` (GRPOTrainer's ``_generate_and_score_completions``) on ``inputs``, its ``_generate`` and
+    ``_calculate_rewards`` calls answered by the callables given: TRL's batch, built on rollouts PODS already has."""
+    # Instance attributes for the call, which is how TRL's `self._generate(...)` reaches them; a wrapper already set
+    # on the instance (tests set them) is put back after.
+    answers = {"_generate": generate, "_calculate_rewards": calculate_rewards}
+    answers = {name: answer for name, answer in answers.items() if answer is not None}
+    before = {name: vars(trainer)[name] for name in answers if name in vars(trainer)}
+    vars(trainer).update(answers)
     try:
-        yield
+        return trl_step(inputs)
     finally:
-        trainer._pods_call = None
+        for name in answers:
+            vars(trainer).pop(name, None)
+        vars(trainer).update(before)
+
+
+class _PromptsPrepared(BaseException):  # noqa: N818 - a signal, not an error: passes TRL's `except Exception`
+    def __init__(self, prompts: list):
+        super().__init__("prompts prepared")
+        self.prompts = prompts
+
+
+def trl_prepared_prompts(trainer, trl_step: Callable[[list[dict]], dict], inputs: list[dict]) -> list:
+    """The prompts ``trl_step`` (GRPOTrainer's ``_generate_and_score_completions``) hands ``_generate`` for ``inputs``
+    (environments drawn and reset, tool dicts, images); nothing generated or scored."""
+    # The one place TRL offers no hook: it prepares the prompts inline, with no method of its own, so its step is
+    # stopped at `_generate` by a BaseException (which TRL's `except Exception` lets through), caught only here.
+    def stop(prompts: list):
+        raise _PromptsPrepared(prompts)
+
+    try:
+        trl_step_on(trainer, trl_step, inputs, generate=stop)
+    except _PromptsPrepared as prepared:
+        return prepared.prompts
+    raise RuntimeError("GRPOTrainer._generate_and_score_completions returned without calling _generate: this TRL "
+                       f"is not one pods-rl supports (trl{TRL_RANGE}).")
 
 
 @contextmanager

@@ -81,8 +81,6 @@ class RoundsHost:
     deciding_rewards: Callable[[torch.Tensor], torch.Tensor]  # (rows, F) -> (rows,) the reward that decides "mixed"
     commit: Callable | None  # Pilot-Commit's commit: (ids, rewards, counts) -> (more, trainable); None without it
     phase: Callable[[str], AbstractContextManager]  # the phase clock's block for a phase name
-    log: Callable[[dict[str, float]], None]  # into the train metrics
-    note_reward_variance: Callable[[torch.Tensor], None]  # once per step, on the finished groups (N, F)
     # A planner's own rounds (C-GRPO's budget grid): (the round's completions, its slots, counts (P,), the round's
     # rollouts (P,)) -> (P,) rollouts of the next round; None without one
     next_round: Callable | None = None
@@ -95,9 +93,10 @@ class Rounds:
         self.args, self.n, self.m, self.rank, self.host = args, n, m, rank, host
 
     def sample(self, inputs: list[dict], first: torch.Tensor | None = None,
-               ids: torch.Tensor | None = None) -> Sampled:
+               ids: torch.Tensor | None = None) -> tuple[Sampled, dict[str, float]]:
         """The first round (the planners' ``first`` (P,), else ``pilot_generations`` each), then rounds for the prompts
-        ``adaptive_rule`` or Pilot-Commit's commit (of ``ids`` (P,)) keeps open. Short processes pad their rounds."""
+        ``adaptive_rule`` or Pilot-Commit's commit (of ``ids`` (P,)) keeps open: this process's rows, and metrics."""
+        # Short processes pad their rounds (_agreed_round_rows).
         args, n, host = self.args, self.n, self.host
         num_sampled = len(inputs) // n  # P
         book = RoundBook(num_sampled, n, args.pilot_generations if first is None else first)
@@ -109,10 +108,10 @@ class Rounds:
             scored = host.sample_round(slots, round_rows - len(slots), self._agreed_run_length(book.more, round_rows))
             user_metrics |= scored.user_metrics
             with host.phase("selection"):
-                local = scored.rewards_per_func[self.rank * round_rows: self.rank * round_rows + len(slots)].cpu()
+                local = scored.gathered_rewards[self.rank * round_rows: self.rank * round_rows + len(slots)].cpu()
                 book.record(scored.generated, slots, local, host.deciding_rewards(local),  # local: (rows, F)
                             {c: v[:len(slots)] for c, v in scored.extra_logs.items()},
-                            scored.rewards_per_func.shape[0])
+                            scored.gathered_rewards.shape[0])
                 if args.is_adaptive:
                     book.more = plan_round(book.rewards, book.counts, self.m, n, self._round_size, args.adaptive_rule,
                                            budget=self._budget(num_sampled)) * planned
@@ -126,13 +125,11 @@ class Rounds:
         with host.phase("selection"):
             generated, extra_logs = book.arranged()
             write_extra_fields(inputs, generated.extra_fields)
-            rewards_per_func = host.gather(book.per_func)  # (P*n*processes, F)
             equal = book.pilot_all_equal[planned]  # (sampled prompts,) all-equal after the first round
             total, count = host.gather(torch.tensor([[equal.sum().item(), float(len(equal))]])).sum(0).tolist()
-            host.log({"pods/rollouts_sampled": float(book.rows_generated), "pods/rounds": float(len(book.outputs)),
-                      "pods/frac_zero_std_pilot": total / count if count else float("nan")})
-        host.note_reward_variance(rewards_per_func)  # once per step, on the finished groups
-        return Sampled(generated, rewards_per_func, book.counts, extra_logs, user_metrics, trainable)
+        metrics = {"pods/rollouts_sampled": float(book.rows_generated), "pods/rounds": float(len(book.outputs)),
+                   "pods/frac_zero_std_pilot": total / count if count else float("nan")}
+        return Sampled(generated, book.per_func, book.counts, extra_logs, user_metrics, trainable), metrics
 
     @property
     def _round_size(self) -> int:

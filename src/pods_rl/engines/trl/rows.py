@@ -30,10 +30,10 @@ class Generated(NamedTuple):
 
 @dataclass(eq=False)
 class Sampled:
-    """A process's sampled P*n rows (prompt p's from p*n; past ``counts[p]``, copies selection never sees)."""
+    """This process's sampled P*n rows (prompt p's from p*n; past ``counts[p]``, copies selection never sees)."""
 
     generated: Generated  # GRPOTrainer._generate's tuple, P*n rows
-    rewards_per_func: torch.Tensor  # (P*n*processes, F) gathered, NaN on the copies
+    rewards_per_func: torch.Tensor  # (P*n, F) this process's, NaN on the copies
     counts: torch.Tensor  # (P,) n for every prompt without pilot_generations, else m..n
     extra_logs: dict[str, list]  # the reward functions' log_extra columns, a value per row
     user_metrics: bool  # a reward function called log_metric (with a name of its own, not pods/*)
@@ -44,7 +44,7 @@ class Scored(NamedTuple):
     """One ``_generate`` + ``_calculate_rewards`` over some rows, what TRL buffered per rollout taken out."""
 
     generated: Generated
-    rewards_per_func: torch.Tensor  # (rows*processes, F) gathered
+    gathered_rewards: torch.Tensor  # (rows*processes, F) every process's rewards per function, as TRL returns them
     extra_logs: dict[str, list]  # the reward functions' log_extra columns, a value per row
     user_metrics: bool  # a reward function called log_metric (with a name of its own, not pods/*)
 

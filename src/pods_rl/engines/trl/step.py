@@ -25,7 +25,6 @@ from pods_rl.budget.rollout_budget import candidate_ids
 from pods_rl.downsample import rule_takes_features
 from pods_rl.engines.trl.adapter import (
     add_extra_logs,
-    answering,
     batch_rollout_state,
     completions_column,
     count_tool_exceptions,
@@ -42,8 +41,9 @@ from pods_rl.engines.trl.adapter import (
     stop_ids,
     take_extra_logs,
     tool_names,
+    trl_prepared_prompts,
+    trl_step_on,
 )
-from pods_rl.engines.trl.config import TRL_RANGE  # importing it checks the TRL version first
 from pods_rl.engines.trl.rounds import Rounds, RoundsHost
 from pods_rl.engines.trl.rows import (
     Generated,
@@ -65,7 +65,7 @@ logger = logging.getLogger("pods_rl.trainer")
 
 @dataclass(eq=False)
 class KeptRollouts:
-    """What TRL's call on the kept rows is answered with (``_generate``'s tuple, the gathered rewards)."""
+    """What TRL's step on the kept rows is answered with (``_generate``'s tuple, every process's kept rewards)."""
 
     generated: Generated
     rewards_per_func: torch.Tensor  # (B*m*processes, F)
@@ -76,22 +76,12 @@ class KeptRollouts:
     padded: list[bool] | None = None  # (B*m,) C-GRPO: rows that pad a group that stopped below m
 
 
-PREPARE = "prepare"
-ROUND = "round"
-
-
 class PODSStep:
     """The PODS step, mixed into ``PODSTrainer(PODSStep, GRPOTrainer)``: ``super()`` here is GRPOTrainer. Reads
     ``num_generations`` (n), ``downsample_to`` (m), ``args`` (a ``PODSConfig``), set by ``PODSTrainer.__init__``."""
 
-    # The step's one mode (set by adapter.answering): what a `_generate` / `_calculate_rewards` call is for.
-    #   None           TRL's own call (evaluation; GRPO at m = n): generate and score, timed
-    #   PREPARE        TRL is preparing the prompts (`_rollout_prompts`): `_generate` answers with PromptsPrepared
-    #   ROUND          an adaptive round: generate and score; the reward variance is noted once per step instead
-    #   KeptRollouts   TRL's call on the kept rows: both are answered from it
     # Class-level defaults, so that a trainer built without __init__ (TRL's tests build GRPOTrainers with
     # object.__new__) behaves as plain GRPO.
-    _pods_call: str | KeptRollouts | None = None
     _budget = None  # the planners and the prompt ledger (budget.RolloutBudget), None without planners
     _cgrpo = None  # C-GRPO's calibration and stop rule (budget.cgrpo_run.CGRPORun), None without it
     _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
@@ -166,7 +156,7 @@ class PODSStep:
         n = self.num_generations
         num_sampled = len(inputs) // n  # P
         with self._phase("selection"):
-            local_rewards_per_func = self._local_rows(sampled.rewards_per_func, len(inputs))  # (P*n, F)
+            local_rewards_per_func = sampled.rewards_per_func  # (P*n, F)
             counts = sampled.counts if sampled.trainable is None else torch.where(sampled.trainable, sampled.counts, 0)
             selection = select(local_rewards_per_func.view(num_sampled, n, -1), self.reward_weights.cpu(),
                                self._kept_groups_per_process, self.args.selection_settings, counts=counts,
@@ -192,14 +182,25 @@ class PODSStep:
     def _train_on_kept(self, inputs: list[dict], prompts: list, sampled: Sampled, kept: KeptRollouts) -> dict:
         """GRPOTrainer's own ``_generate_and_score_completions`` on the kept rows (their prompts, log_extra values)."""
         add_extra_logs(self, keep_extra_logs(sampled.extra_logs, kept.rows))
-        with answering(self, kept), grouped_by(self, self.downsample_to), kept_environments(self, kept.rows):
-            return super()._generate_and_score_completions(_kept_inputs(inputs, prompts, kept.rows))
+
+        def generate(prompts: list) -> Generated:  # what TRL's `_generate` logs, for the kept rows (GRPO with m's)
+            log_generation_metrics(self, kept.generated, kept.tool_calls, kept.tool_failures)
+            return kept.generated
+
+        def calculate_rewards(inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
+            if kept.rescore_for_metrics:
+                self._rescore_for_metrics(inputs, prompts, completions, completion_ids_list)
+            return kept.rewards_per_func
+
+        with grouped_by(self, self.downsample_to), kept_environments(self, kept.rows):
+            return trl_step_on(self, super()._generate_and_score_completions, _kept_inputs(inputs, prompts, kept.rows),
+                               generate, calculate_rewards)
 
     def _use_sampled_baseline(self, output: dict, sampled: Sampled, kept_rows: list[int], num_rows: int) -> None:
         """``advantage_baseline="sampled"``: TRL's advantages of the kept rows replaced, in the batch and the
         completions table, by ones baselined on every sampled rollout."""
         n = self.num_generations
-        rewards_per_func = self._local_rows(sampled.rewards_per_func, num_rows).view(num_rows // n, n, -1)  # (P, n, F)
+        rewards_per_func = sampled.rewards_per_func.view(num_rows // n, n, -1)  # (P, n, F)
         totals = reward_totals(rewards_per_func, self.reward_weights)  # (P, n) TRL's sum; NaN: unscorable
         counts = sampled.counts  # (P,)
         padding = torch.arange(totals.shape[1], device=totals.device) >= counts.to(totals.device).unsqueeze(1)
@@ -233,8 +234,8 @@ class PODSStep:
 
     def _record_in_ledger(self, ids: torch.Tensor, sampled: Sampled, num_sampled: int, n: int) -> None:
         """Every process's scored groups into the prompt ledger (one collective), by their deciding reward."""
-        local = self._local_rows(sampled.rewards_per_func, num_sampled * n)  # (P*n, F)
-        deciding = self._deciding_rewards(local, self.reward_weights.cpu().double()).view(num_sampled, n)
+        deciding = self._deciding_rewards(sampled.rewards_per_func, self.reward_weights.cpu().double())
+        deciding = deciding.view(num_sampled, n)
         self._log_train_metrics(self._budget.record(
             ids, deciding, sampled.counts, step=self.state.global_step, epoch=int(self.state.epoch or 0),
             gather=gather, device=self.accelerator.device))
@@ -245,11 +246,18 @@ class PODSStep:
         (adaptive, or the planners' ``first`` (P,) per prompt). What TRL buffers per rollout (generation metrics,
         ``log_extra``, ``log_metric``) is taken out, for the kept rows to get theirs back."""
         if self.args.is_adaptive or first is not None:
-            return self._sample_in_rounds(inputs, prompts, first, ids)
-        scored = self._generate_and_score(inputs, prompts)
-        self._log_train_metrics({"pods/rollouts_sampled": float(scored.rewards_per_func.shape[0]), "pods/rounds": 1.0})
-        counts = torch.full((num_sampled,), self.num_generations, dtype=torch.long)
-        return Sampled(scored.generated, scored.rewards_per_func, counts, scored.extra_logs, scored.user_metrics)
+            sampled = self._sample_in_rounds(inputs, prompts, first, ids)
+            with self._phase("selection"):
+                every_process = self._gather(sampled.rewards_per_func)  # (P*n*processes, F)
+        else:
+            scored = self._generate_and_score(inputs, prompts)
+            every_process = scored.gathered_rewards  # (P*n*processes, F)
+            self._log_train_metrics({"pods/rollouts_sampled": float(every_process.shape[0]), "pods/rounds": 1.0})
+            counts = torch.full((num_sampled,), self.num_generations, dtype=torch.long)
+            sampled = Sampled(scored.generated, self._local_rows(every_process, len(inputs)), counts,
+                              scored.extra_logs, scored.user_metrics)
+        self._note_reward_variance(every_process)  # once per step, on every process's whole groups
+        return sampled
 
     def _sample_in_rounds(self, inputs: list[dict], prompts: list, first: torch.Tensor | None,
                           ids: torch.Tensor | None) -> Sampled:
@@ -261,16 +269,17 @@ class PODSStep:
                               gather=self._gather,
                               deciding_rewards=functools.partial(self._deciding_rewards, weights=weights),
                               commit=self._commit if commits else None, phase=self._phase,
-                              log=self._log_train_metrics, note_reward_variance=self._note_reward_variance,
                               next_round=None if self._cgrpo is None else self._cgrpo.next_round)
             rounds = Rounds(self.args, self.num_generations, self.downsample_to, self.accelerator.process_index, host)
-            return rounds.sample(inputs, first, ids)
+            sampled, metrics = rounds.sample(inputs, first, ids)
+        self._log_train_metrics(metrics)
+        return sampled
 
     def _sample_round(self, batch: dict, inputs: list[dict], prompts: list, slots: list[int], padding: int,
                       run_length: int) -> Scored:
         """One round: ``slots``' rows + ``padding`` throw-away rows in their rollout state, grouped by run_length."""
         with round_rollout_state(self, batch, slots, padding, inputs, prompts, self._rollout_prompts) as (rows, texts):
-            with answering(self, ROUND), grouped_by(self, run_length):
+            with grouped_by(self, run_length):
                 return self._generate_and_score(rows, texts)
 
     def _generate_and_score(self, rows: list[dict], prompts: list) -> Scored:
@@ -279,11 +288,11 @@ class PODSStep:
             generated = Generated(*self._generate(prompts))  # (rows) rollouts
         write_extra_fields(rows, generated.extra_fields)  # rollout_func extras are reward inputs (as in TRL)
         with metrics_logged(self) as logged:
-            rewards_per_func = self._calculate_rewards(rows, prompts, generated.completions,
+            gathered_rewards = self._calculate_rewards(rows, prompts, generated.completions,
                                                        generated.completion_ids)  # (rows*processes, F)
         extra_logs = take_extra_logs(self, len(rows))
         put_back_metrics(self, logged, owned=True)
-        return Scored(generated, rewards_per_func, extra_logs, any(not name.startswith("pods/") for name in logged))
+        return Scored(generated, gathered_rewards, extra_logs, any(not name.startswith("pods/") for name in logged))
 
     def _calibrate_cgrpo(self) -> None:
         """C-GRPO's thresholds, when due: its calibration prompts sampled by the current policy through TRL's own
@@ -293,7 +302,7 @@ class PODSStep:
 
         def generate(rows: list[dict], k: int) -> list:  # each row's k completions in turn
             prompts = self._rollout_prompts([dict(row) for row in rows for _ in range(k)])
-            with answering(self, ROUND), grouped_by(self, k), generation_metrics_dropped(self):
+            with grouped_by(self, k), generation_metrics_dropped(self):
                 return Generated(*self._generate(prompts)).completions
 
         self._log_train_metrics(self._cgrpo.calibrate(
@@ -323,19 +332,8 @@ class PODSStep:
         return rewards_per_func[:, self._adaptive_reward_index].double()
 
     def _rollout_prompts(self, inputs: list[dict]) -> list:
-        """The prompts GRPOTrainer hands to ``_generate`` for ``inputs``, prepared by TRL's own code (environments
-        drawn and reset, tool dicts, images); nothing is generated or scored."""
-        # Why TRL's method is stopped part-way: it prepares the prompts inline, with no method of its own to call,
-        # and a copy would drift from TRL. `_generate` is its first call after that, so there (and only there) it
-        # raises PromptsPrepared, caught only here: a BaseException, which TRL's `except Exception` lets through.
-        try:
-            with answering(self, PREPARE):
-                super()._generate_and_score_completions(inputs)
-        except PromptsPrepared as prepared:
-            return prepared.prompts
-        raise RuntimeError("GRPOTrainer._generate_and_score_completions returned without calling _generate: this TRL "
-                           f"is not one pods-rl supports (trl{TRL_RANGE}).")
-
+        """The prompts GRPOTrainer hands ``_generate`` for ``inputs`` (TRL's code: adapter.trl_prepared_prompts)."""
+        return trl_prepared_prompts(self, super()._generate_and_score_completions, inputs)
 
     def _rollout_features(self, generated: tuple, rewards_per_func: torch.Tensor, num_prompts: int, n: int):
         """What selection may look at besides the rewards, each (P, n) (``pods_rl.rollouts.rollout_features``);
@@ -349,28 +347,16 @@ class PODSStep:
                                 tool_mask=generated.tool_mask,
                                 rewards_per_func=rewards_per_func if takes_features else None)
 
-    # ---- the two GRPOTrainer calls the step answers (see _pods_call) ------------------------------------------
+    # ---- GRPOTrainer's two calls, timed (TRL's step on the kept rows has them answered: adapter.trl_step_on) ------
 
     def _generate(self, prompts: list):
-        if self._pods_call == PREPARE:
-            raise PromptsPrepared(prompts)
-        if isinstance(self._pods_call, KeptRollouts):
-            # TRL's `_generate` logs the lengths, clipped ratio and tool use of what it generates: for the kept
-            # rows, as GRPO with m would have (the sampling's were dropped: generation_metrics_dropped).
-            kept = self._pods_call
-            log_generation_metrics(self, kept.generated, kept.tool_calls, kept.tool_failures)
-            return kept.generated
         with self._phase("generation"):
             return super()._generate(prompts)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        if isinstance(self._pods_call, KeptRollouts):
-            if self._pods_call.rescore_for_metrics:
-                self._rescore_for_metrics(inputs, prompts, completions, completion_ids_list)
-            return self._pods_call.rewards_per_func
         with self._phase("scoring"):
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self.model.training and self._pods_call != ROUND:  # (adaptive rounds note it once, on whole groups)
+        if self.model.training and not self._selects:  # TRL's own step (GRPO); PODS's notes it once per step
             self._note_reward_variance(rewards_per_func)  # (N, F), gathered over processes
         return rewards_per_func
 
@@ -419,16 +405,6 @@ def _no_variance_cause(scored: torch.Tensor, temperature: float | None, n: int) 
                 "easy or too hard for this model")
     return ("each prompt is either always solved or never solved by this model: use problems nearer its level, or "
             "more completions per prompt (--num_generations)")
-
-
-class PromptsPrepared(BaseException):  # noqa: N818 - a signal, not an error: passes TRL's `except Exception`
-    """Raised by ``PODSStep._generate`` while TRL prepares the prompts (``_rollout_prompts``)."""
-
-    def __init__(self, prompts: list):
-        super().__init__("prompts prepared")
-        self.prompts = prompts
-
-
 
 
 def _kept_inputs(inputs: list[dict], prompts: list, rows: list[int]) -> list[dict]:

@@ -4,8 +4,8 @@ The TRL surface this package relies on, written only here (``tests/test_trl_surf
 ``TRL_RANGE``); the step is ``step.py`` (TRL's state through ``adapter.py``), the config ``config.py``:
 
   overridden   _generate_and_score_completions (the step: TRL's body runs on the kept rows); _generate -> 8-tuple (read
-               by name, rows.Generated) and _calculate_rewards -> (N, F), timed and answered from KeptRollouts in that
-               call (_generate raises PromptsPrepared while TRL prepares the prompts); get_train_dataloader /
+               by name, rows.Generated) and _calculate_rewards -> (N, F), timed; answered per call (instance attributes)
+               in TRL's body on the kept rows and to stop it at _generate (adapter.py, trl_*); get_train_dataloader /
                _get_train_sampler (n rollouts per prompt, via Trainer._get_dataloader); create_model_card, save_model;
                evaluate; _save_checkpoint; transformers' _load_from_checkpoint, _load_optimizer_and_scheduler,
                _load_scaler, _load_rng_state (errors become runlog.CheckpointUnreadable)
