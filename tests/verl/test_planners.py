@@ -162,7 +162,7 @@ def test_pilot_commit_commits_the_pilots_that_pass_and_replaces_the_others(tq_st
 ])
 def test_verl_args_with_a_planner_prints_a_run_verl_accepts(tq_store, tiny_model_dir, planners):
     """`pods verl-args --rollout_planner ...`'s overrides alone: verl composes and validates them, its trainer builds
-    the buffer with the planners, the manager finds it, and a step generates and trains B groups of m."""
+    the buffer with the planners, the manager is handed it, and a step generates and trains B groups of m."""
     from test_batch_settings import MICRO
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
