@@ -27,7 +27,6 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ, _settle_session_tasks
 from verl.utils import tensordict_utils as tu
 
-from pods_rl.budget.planners import make_planner
 from pods_rl.budget.planners.base import rollout_metrics
 from pods_rl.engines.verl.replay_buffer import PODSReplayBuffer
 
@@ -159,9 +158,9 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
             self._wave -= 1
 
     def _dispatch(self, rows: TensorDict) -> None:
-        """verl's dispatch of training ``rows``, each marked with Reinforce-Ada's knobs when it samples in rounds."""
+        """verl's dispatch of training ``rows``, handed the run's Reinforce-Ada when they sample in rounds."""
         if self.buffer.plan.rounds is not None:
-            tu.assign_non_tensor_data(rows, "__pods_rounds__", dict(self.buffer.plan.rounds))
+            tu.assign_non_tensor_data(rows, "__pods_rounds__", self.buffer.plan.rounds)
         super().generate_sequences(rows)
 
     def _pilot_and_commit(self, rows: TensorDict, ids: torch.Tensor, step: int) -> list[str]:
@@ -250,12 +249,12 @@ class PODSAgentLoopWorkerBase(AgentLoopWorkerTQ.__ray_actor_class__):
         self.init_pods()
 
     def init_pods(self) -> None:
-        """PODS's state: the rewards of the rows it samples (by uid, session), those rows' uids, the round rules."""
+        """PODS's state: the rewards of the rows it samples (by uid, session) and those rows' uids."""
         self.pods_rewards: dict[tuple[str, int], float | None] = {}
         self.pods_uids: set[str] = set()
-        self.pods_rounds: dict[tuple, object] = {}
 
     async def _run_prompt(self, prompt: dict, sampling_params: dict, trajectory: dict, trace: bool = False) -> None:
+        # The run's Reinforce-Ada (its stop rule) or None; a pilot; a commit's first session.
         rounds, pilot = prompt.pop("__pods_rounds__", None), bool(prompt.pop("__pods_pilot__", False))
         first = int(prompt.pop("__pods_first_session__", 0))
         if trajectory["validate"] or (rounds is None and not pilot and not first):
@@ -265,12 +264,11 @@ class PODSAgentLoopWorkerBase(AgentLoopWorkerTQ.__ray_actor_class__):
         await tq.async_kv_put(key=uid, partition_id="train", tag={"status": "running"})
         tag = {"status": "finished"}
         try:
-            planner = None if rounds is None else self._rounds_planner(rounds)
-            more = planner.settings.round_repeat if planner else int(_plain(prompt.pop("__rollout_n__")))
+            more = rounds.settings.round_repeat if rounds is not None else int(_plain(prompt.pop("__rollout_n__")))
             prompt.pop("__rollout_n__", None)  # the rounds decide the count
             if not prompt.pop("__do_sample__", True):
                 raise ValueError("a planner's rounds sample; a greedy (__do_sample__=False) row cannot have rounds")
-            rewards = torch.full((1, planner.settings.cap if planner else first + more), float("nan"),
+            rewards = torch.full((1, rounds.settings.cap if rounds is not None else first + more), float("nan"),
                                  dtype=torch.float64)
             count = first
             while more > 0:
@@ -286,11 +284,11 @@ class PODSAgentLoopWorkerBase(AgentLoopWorkerTQ.__ray_actor_class__):
                     break
                 for session in range(count, count + more):
                     reward = self.pods_rewards.pop((uid, session), None)
-                    if reward is None and (planner or pilot):
+                    if reward is None and (rounds is not None or pilot):
                         raise ValueError(_NO_REWARD)
                     rewards[0, session] = float("nan") if reward is None else float(reward)
                 count += more
-                more = 0 if planner is None else int(planner.plan_round(rewards, torch.tensor([count]))[0])
+                more = 0 if rounds is None else int(rounds.plan_round(rewards, torch.tensor([count]))[0])
             if pilot and tag["status"] == "finished":  # running until the manager commits or drops it
                 tag = {"status": "running", "pods_pilot": rewards[0, :count].tolist()}
         except Exception as err:
@@ -301,13 +299,6 @@ class PODSAgentLoopWorkerBase(AgentLoopWorkerTQ.__ray_actor_class__):
             for key in [key for key in self.pods_rewards if key[0] == uid]:
                 del self.pods_rewards[key]
         await tq.async_kv_put(key=uid, partition_id="train", tag=tag)
-
-    def _rounds_planner(self, knobs: dict):
-        """Reinforce-Ada's stop rule for the knobs the manager hands (a pure rule: one per worker and knobs)."""
-        key = tuple(sorted(knobs.items()))
-        if key not in self.pods_rounds:
-            self.pods_rounds[key] = make_planner("reinforce_ada", **knobs)
-        return self.pods_rounds[key]
 
     async def _agent_loop_postprocess(self, output, validate, **kwargs) -> None:
         await super()._agent_loop_postprocess(output, validate, **kwargs)
