@@ -152,6 +152,22 @@ def test_pilot_commit_commits_the_pilots_that_pass_and_replaces_the_others(tq_st
     assert steps[0]["pods/pilots_dropped"] > 0
 
 
+def test_each_pilot_is_judged_once_by_the_runs_planner(tq_store):
+    trainer, manager, worker = planned_run(*_base(*PILOT))
+    planner, judged = trainer.replay_buffer.budget.which, []
+    after_pilot = planner.after_pilot
+
+    def counted(ids, *args, **kwargs):
+        judged.extend(torch.as_tensor(ids).tolist())
+        return after_pilot(ids, *args, **kwargs)
+
+    planner.after_pilot = counted
+    run_steps(trainer, 3)
+    piloted = [index for decision in manager.decisions if not decision["admitted"]
+               for index, kept in zip(decision["ids"].tolist(), decision["kept"].tolist()) if kept]
+    assert sorted(judged) == sorted(piloted) and len(piloted) > 3 * B  # every pilot, once; some were replaced
+
+
 @pytest.mark.parametrize("planners", [
     {"prompt_planner": "greso", "prompt_planner_args": {"p_easy": 0.3}},
     {"rollout_planner": "knapsack", "rollout_planner_args": {"max_n": 8, "min_buffer_length": 4}},
