@@ -23,7 +23,7 @@ import numpy as np
 import ray
 import torch
 
-from pods_rl.engines.verl.agent_loop import PODSAgentLoopManager, PODSAgentLoopWorkerBase, worker_plan
+from pods_rl.engines.verl.agent_loop import PODSAgentLoopManager, PODSAgentLoopWorkerBase
 
 MANAGER = ("+actor_rollout_ref.rollout.agent.agent_loop_manager_class="
            "pods_rl.engines.verl.agent_loop.PODSAgentLoopManager")
@@ -44,8 +44,7 @@ class LaneWorker(PODSAgentLoopWorkerBase):
         self.reward_loop_worker_handles, self.teacher_client, self.distillation_enabled = None, None, False
         self.processor, self.tokenizer, self.hf_model_type = None, None, None
         self.background_tasks = set()
-        self.pods_plan = worker_plan(config)
-        self.pods_rewards = {}
+        self.init_pods()
         self.generated: list[tuple[int, str, int, int]] = []
 
     async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
@@ -103,7 +102,7 @@ def planned_run(*overrides: str, dataset: int = 8, position: int = 0):
     extra = [o for o in ("data.gen_batch_size=1", MANAGER) if o.split("=")[0] not in given]
     trainer = make_trainer(*overrides, *extra)
     trainer._fetch_one_gen_batch = Rows(trainer, dataset, position)
-    manager = PODSAgentLoopManager(config=trainer.config, llm_client=None)
+    manager = PODSAgentLoopManager(config=trainer.config, llm_client=None, pods_buffer=trainer.replay_buffer)
     worker = LaneWorker(trainer.config)
     manager.agent_loop_workers = [InProcess(worker)]
     trainer.agent_loop_manager = manager  # as verl's fit() does

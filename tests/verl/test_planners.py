@@ -10,7 +10,6 @@ from planner_lane import KW, budget_state, planned_run, reward, run_steps, sessi
 from verl_lane import pods_overrides, verl_config
 
 from pods_rl.budget.planners import make_planner
-from pods_rl.engines.verl import replay_buffer as pods_verl
 
 pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]
 
@@ -50,7 +49,7 @@ def test_greso_skipped_prompts_get_no_rollouts_and_the_batch_is_refilled(tq_stor
         assert len(groups) == B and len(step["keys"]) == B * M
     offered = sum(len(d["ids"]) for d in manager.decisions if d["step"] == 3)
     assert steps[2]["pods/prompts_skipped"] == offered - B  # the manager's metrics reach the step's
-    assert set(pods_verl._LIVE.values()) >= {trainer.replay_buffer}
+    assert manager.buffer is trainer.replay_buffer  # the manager plans from the buffer it was handed
 
 
 def test_greso_refills_are_bounded(tq_store):
@@ -153,6 +152,22 @@ def test_pilot_commit_commits_the_pilots_that_pass_and_replaces_the_others(tq_st
     assert steps[0]["pods/pilots_dropped"] > 0
 
 
+def test_each_pilot_is_judged_once_by_the_runs_planner(tq_store):
+    trainer, manager, worker = planned_run(*_base(*PILOT))
+    planner, judged = trainer.replay_buffer.budget.which, []
+    after_pilot = planner.after_pilot
+
+    def counted(ids, *args, **kwargs):
+        judged.extend(torch.as_tensor(ids).tolist())
+        return after_pilot(ids, *args, **kwargs)
+
+    planner.after_pilot = counted
+    run_steps(trainer, 3)
+    piloted = [index for decision in manager.decisions if not decision["admitted"]
+               for index, kept in zip(decision["ids"].tolist(), decision["kept"].tolist()) if kept]
+    assert sorted(judged) == sorted(piloted) and len(piloted) > 3 * B  # every pilot, once; some were replaced
+
+
 @pytest.mark.parametrize("planners", [
     {"prompt_planner": "greso", "prompt_planner_args": {"p_easy": 0.3}},
     {"rollout_planner": "knapsack", "rollout_planner_args": {"max_n": 8, "min_buffer_length": 4}},
@@ -163,7 +178,7 @@ def test_pilot_commit_commits_the_pilots_that_pass_and_replaces_the_others(tq_st
 ])
 def test_verl_args_with_a_planner_prints_a_run_verl_accepts(tq_store, tiny_model_dir, planners):
     """`pods verl-args --rollout_planner ...`'s overrides alone: verl composes and validates them, its trainer builds
-    the buffer with the planners, the manager finds it, and a step generates and trains B groups of m."""
+    the buffer with the planners, the manager is handed it, and a step generates and trains B groups of m."""
     from test_batch_settings import MICRO
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -249,4 +264,31 @@ def test_planners_without_the_manager_and_a_manager_without_the_buffer_are_refus
     assert "agent_loop_manager_class=pods_rl.engines.verl.agent_loop.PODSAgentLoopManager" in str(excinfo.value)
     with pytest.raises(ValueError) as excinfo:
         PODSAgentLoopManager(config=verl_config(*_base()), llm_client=None)
+    assert "no PODS buffer was built from this config" in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_verls_task_runner_hands_the_manager_its_trainers_buffer(monkeypatch):
+    """The one wiring verl leaves to PODS (``agent_loop.task_runner_buffer``): verl's own
+    ``TaskRunnerV1.init_agent_loop_manager`` creates PODS's manager, which is handed the trainer's PODS buffer; a
+    trainer without one is refused in one line."""
+    from planner_lane import MANAGER
+    from verl.trainer.main_ppo import TaskRunnerV1
+    from verl_lane import make_trainer
+
+    from pods_rl.engines.verl.agent_loop import PODSAgentLoopManager
+
+    async def no_workers(self):  # verl's workers need an LLM server
+        self.agent_loop_workers = []
+
+    monkeypatch.setattr(PODSAgentLoopManager, "_init_agent_loop_workers", no_workers)
+    runner = TaskRunnerV1.__ray_actor_class__()
+    runner.trainer = make_trainer(*_base(*GRESO), "data.gen_batch_size=1", MANAGER)
+    runner.config = runner.trainer.config
+    runner.trainer.get_llm_client = runner.trainer.get_reward_handles = lambda: None  # no servers, no reward workers
+    runner.init_agent_loop_manager()
+    assert type(runner.agent_loop_manager) is PODSAgentLoopManager
+    assert runner.agent_loop_manager.buffer is runner.trainer.replay_buffer
+    runner.trainer.replay_buffer = None
+    with pytest.raises(ValueError) as excinfo:
+        runner.init_agent_loop_manager()
     assert "no PODS buffer was built from this config" in str(excinfo.value) and "\n" not in str(excinfo.value)

@@ -3,20 +3,21 @@ agent loop worker that samples in rounds.
 
 Load with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=pods_rl.engines.verl.agent_loop.
 PODSAgentLoopManager`` beside the PODS replay buffer, whose ``sampler_kwargs`` name the planners (``pods verl-args``
-prints both). verl's TaskRunner builds the trainer (and so the buffer) and then the manager from one config object, in
-one process: the manager plans from the buffer's ``RolloutBudget`` (the planners and the ledger ``PODSTrainer`` runs),
-and the buffer records every sampled group into that ledger by the rows' dataset ``index``.
+prints both). The manager is handed the trainer's buffer (``create``, ``task_runner_buffer``) and plans from its
+``RolloutBudget`` (the planners and the ledger ``PODSTrainer`` runs); the buffer records every sampled group into that
+ledger by the rows' dataset ``index``.
 
 GRESO's skipped rows never reach a worker (refilled through ``refill_fn``, ``refill_rounds`` waves at most);
-Knapsack-RL and auto set ``__rollout_n__`` per row; Reinforce-Ada's rounds and Pilot-Commit's pilot and commit run in
-the worker's ``_run_prompt`` (docs/guides/verl.md, "Rollout budgets").
+Knapsack-RL and auto set ``__rollout_n__`` per row; Reinforce-Ada's rounds run in the worker's ``_run_prompt``;
+Pilot-Commit's pilots are sampled by the worker and judged once, by the buffer's planner, before their commits are
+dispatched (docs/guides/verl.md, "Rollout budgets").
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
+import sys
 import time
 
 import ray
@@ -24,19 +25,19 @@ import torch
 import transfer_queue as tq
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ, _settle_session_tasks
+from verl.utils import tensordict_utils as tu
 
-from pods_rl.budget.ledger import PromptLedger
-from pods_rl.budget.planners import make_planner
 from pods_rl.budget.planners.base import rollout_metrics
-from pods_rl.engines.verl.replay_buffer import live_buffer
+from pods_rl.engines.verl.replay_buffer import PODSReplayBuffer
 
-__all__ = ["PODSAgentLoopManager", "PODSAgentLoopWorker", "hold_total", "row_ids", "worker_plan"]
+__all__ = ["PODSAgentLoopManager", "PODSAgentLoopWorker", "hold_total", "row_ids", "task_runner_buffer"]
 
 logger = logging.getLogger("pods_rl")
 
-_NO_BUFFER = ("PODSAgentLoopManager plans from the PODS replay buffer's ledger, but no PODS buffer was built from this "
-              "config in this process: set trainer.v1.sampler.custom_sampler to pods_rl.engines.verl.replay_buffer's "
-              "PODSReplayBuffer (`pods verl-args` prints both)")
+_NO_BUFFER = ("PODSAgentLoopManager plans from the PODS replay buffer's ledger, but none was handed to it (no PODS "
+              "buffer was built from this config by verl's trainer): set trainer.v1.sampler.custom_sampler to "
+              "pods_rl.engines.verl.replay_buffer's PODSReplayBuffer (`pods verl-args` prints both)")
+_POLL_SECONDS = 0.05  # how often the manager looks for its pilots' rewards in TransferQueue
 _NO_REWARD = ("a planner's rounds need each rollout's reward when it is sampled, but this one has none (a colocated "
               "reward model scores later): set reward.reward_model.enable_resource_pool=True or use a rule-based "
               "reward")
@@ -67,32 +68,41 @@ def hold_total(counts: torch.Tensor, total: int, low: int, high: int) -> torch.T
 
 
 class PODSAgentLoopManager(AgentLoopManagerTQ):
-    """verl's TransferQueue agent loop manager, planning each training dispatch with the PODS buffer's planners;
-    ``decisions``: per dispatch, ``step``, ``wave``, ``uids``, ``ids`` (P,), ``kept`` (P,), ``counts`` (P,)."""
+    """verl's TransferQueue agent loop manager, planning with the PODS buffer it is handed; ``decisions``: per dispatch,
+    ``step``, ``wave``, ``uids``, ``ids`` (P,), ``kept`` (P,), ``counts`` (P,)."""
 
-    def __init__(self, config, *args, **kwargs):
+    def __init__(self, config, *args, pods_buffer: PODSReplayBuffer | None = None, **kwargs):
         super().__init__(config, *args, **kwargs)
         # After verl's __init__, which sets its own worker class; create() starts the workers after this returns.
         self.agent_loop_workers_class = PODSAgentLoopWorker
-        self.buffer = live_buffer(config)
-        if self.buffer is None:
+        if pods_buffer is None:
             raise ValueError(_NO_BUFFER)
+        self.buffer = pods_buffer
         self.decisions: list[dict] = []
         self._wave, self._offered = 0, {}
         self._clock: list | None = None  # [step, its first dispatch (monotonic s), rollouts dispatched] for auto
+
+    @classmethod
+    def create(cls, *args, pods_buffer: PODSReplayBuffer | None = None, **kwargs):
+        """verl's ``create`` (called by ``TaskRunnerV1.init_agent_loop_manager``), handed its trainer's PODS buffer."""
+        if pods_buffer is None:
+            pods_buffer = task_runner_buffer(kwargs["config"] if "config" in kwargs else args[0])
+        return super().create(*args, pods_buffer=pods_buffer, **kwargs)
 
     def generate_sequences(self, prompts: TensorDict) -> None:
         """Plan a training dispatch's rows (drop, count), dispatch the rest as verl does, refill what was dropped."""
         validate = "validate" in prompts.keys() and bool(_plain(prompts["validate"]))
         budget = self.buffer.budget
-        if validate or budget is None or len(prompts) == 0:
+        if validate or len(prompts) == 0:
             return super().generate_sequences(prompts)
+        if budget is None:
+            return self._dispatch(prompts)
         ids, step = row_ids(prompts), int(_plain(prompts["global_steps"]))
         self.buffer.resume_ledger(step)  # a resumed run plans its first step from the checkpoint's ledger
         if "costs" in budget.needs:
             self._observe_costs(step)
-        # The bound on replacing prompts: waves of this dispatch's refills, and rows offered this step (Pilot-Commit's
-        # replacements come from the buffer, one wave each); past it, rows are admitted whole.
+        # The bound on replacing prompts (skipped rows, dropped pilots): waves of this dispatch's refills, and rows
+        # offered this step; past it, rows are admitted whole.
         offered = self._offered.get(step, 0)
         self._offered = {step: offered + len(ids)}
         admit = (self._wave >= self.buffer.plan.refill_rounds
@@ -106,7 +116,8 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
                 metrics.update(plan.metrics)
             else:  # the replacements ran out: admit the rows whole (the planner's readmit, bounded)
                 metrics["pods/prompts_readmitted"] = float(len(ids))
-        counts = torch.full((len(ids),), budget.which.settings.n_explore if budget.commits else self.buffer.plan.n,
+        pilot = budget.commits and not admit
+        counts = torch.full((len(ids),), budget.which.settings.n_explore if pilot else self.buffer.plan.n,
                             dtype=torch.long)
         if budget.how_many is not None and bool(keep.any()):
             planned, allocated = budget.allocate(ids[keep])
@@ -123,23 +134,67 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         self.decisions.append({"step": step, "wave": self._wave, "uids": uids, "ids": ids, "kept": keep,
                                "counts": counts, "admitted": admit})
         _add(self.buffer.plan_metrics, metrics)
-        dropped = [uid for uid, k in zip(uids, keep.tolist()) if not k]
-        if dropped:  # registered as pending by the trainer: cleared, or the buffer would wait for them
-            tq.kv_clear(keys=dropped, partition_id="train")
+        # Skipped rows and dropped pilots, registered by the trainer: cleared, or the buffer would wait for them.
+        cleared = [uid for uid, k in zip(uids, keep.tolist()) if not k]
         if bool(keep.any()):
             kept = prompts[keep]
-            if budget.how_many is not None:
+            if budget.how_many is not None or budget.commits:
                 kept["__rollout_n__"] = counts[keep]
-            if budget.commits:  # the worker commits these whether or not their pilots pass
-                kept["__pods_admit__"] = torch.full((int(keep.sum()),), admit)
-            super().generate_sequences(kept)
-        if dropped:
-            self._wave += 1
-            try:
-                self.buffer.refill_fn(len(dropped))
-            finally:
-                self._wave -= 1
+            if pilot:
+                cleared += self._pilot_and_commit(kept, ids[keep], step)
+            else:
+                self._dispatch(kept)
+        if cleared:
+            self._clear_and_refill(cleared)
         return None
+
+    def _clear_and_refill(self, keys: list[str]) -> None:
+        """Clear ``keys`` (uids, a dropped pilot's sessions) from TransferQueue; refill a row per uid, a wave deeper."""
+        tq.kv_clear(keys=keys, partition_id="train")
+        self._wave += 1
+        try:
+            self.buffer.refill_fn(len({key.split("_")[0] for key in keys}))
+        finally:
+            self._wave -= 1
+
+    def _dispatch(self, rows: TensorDict) -> None:
+        """verl's dispatch of training ``rows``, handed the run's Reinforce-Ada when they sample in rounds."""
+        if self.buffer.plan.rounds is not None:
+            tu.assign_non_tensor_data(rows, "__pods_rounds__", self.buffer.plan.rounds)
+        super().generate_sequences(rows)
+
+    def _pilot_and_commit(self, rows: TensorDict, ids: torch.Tensor, step: int) -> list[str]:
+        """Pilot-Commit: the workers sample ``rows``' pilots (``__rollout_n__`` each), the buffer's planner judges them
+        once, the passed are committed to ``n_commit`` more rollouts; returns the dropped pilots' keys."""
+        tu.assign_non_tensor_data(rows, "__pods_pilot__", True)
+        self._dispatch(rows)
+        uids = list(_plain(rows["uid"]))
+        tags, keys = self._pilots_scored(uids)
+        scored = [p for p, uid in enumerate(uids) if "pods_pilot" in tags[uid]]  # (a failed one is verl's to refill)
+        if not scored:
+            return []
+        rewards = torch.tensor([tags[uids[p]]["pods_pilot"] for p in scored], dtype=torch.float64)
+        passed = self.buffer.judge_pilots(ids[scored], rewards, step)
+        commits = [p for p, ok in zip(scored, passed.tolist()) if ok]
+        if commits:
+            commit = rows[torch.isin(torch.arange(len(uids)), torch.tensor(commits))]
+            del commit["__pods_pilot__"]
+            settings = self.buffer.budget.which.settings
+            commit["__rollout_n__"] = torch.full((len(commits),), settings.n_commit, dtype=torch.long)
+            tu.assign_non_tensor_data(commit, "__pods_first_session__", settings.n_explore)
+            self._dispatch(commit)
+        dropped = {uids[p] for p, ok in zip(scored, passed.tolist()) if not ok}
+        return [key for key in keys if key.split("_")[0] in dropped]
+
+    def _pilots_scored(self, uids: list[str]) -> tuple[dict[str, dict], list[str]]:
+        """Each pilot's tag once its worker has scored (or failed) it, and every TransferQueue key of ``uids``."""
+        while True:
+            listing = (tq.kv_list("train") or {}).get("train", {})
+            tags = {uid: listing.get(uid) or {} for uid in uids}
+            if all("pods_pilot" in tag or tag.get("status") == "failure" for tag in tags.values()):
+                wanted = set(uids)
+                return tags, [key for key in listing if key.split("_")[0] in wanted]
+            time.sleep(_POLL_SECONDS)
 
     def _observe_costs(self, step: int) -> None:
         """At a step's first dispatch, the step before it for auto: sampling = first dispatch to the end of the
@@ -172,37 +227,50 @@ def _add(total: dict[str, float], metrics: dict[str, float]) -> None:
         total[key] = total.get(key, 0.0) + value if summed else value
 
 
+def task_runner_buffer(config) -> PODSReplayBuffer | None:
+    """The PODS buffer of the trainer whose ``TaskRunnerV1`` creates the manager from ``config`` (its caller's
+    ``self.trainer``: verl 0.9 hands a manager nothing of the trainer's), or None; pinned by a verl-lane test."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        trainer = getattr(frame.f_locals.get("self"), "trainer", None)
+        if trainer is not None and getattr(trainer, "config", None) is config:
+            buffer = getattr(trainer, "replay_buffer", None)
+            return buffer if isinstance(buffer, PODSReplayBuffer) else None
+        frame = frame.f_back
+    return None
+
+
 class PODSAgentLoopWorkerBase(AgentLoopWorkerTQ.__ray_actor_class__):
-    """verl's TransferQueue agent loop worker, sampling a training prompt in rounds when the PODS buffer's
-    ``sampler_kwargs`` name a planner that does (Reinforce-Ada's rounds, Pilot-Commit's pilot and commit); otherwise
-    verl's worker unchanged."""
+    """verl's TransferQueue agent loop worker; rows the manager marks are sampled in rounds (``__pods_rounds__``), as a
+    pilot with its rewards in its tag (``__pods_pilot__``) or as a commit after it (``__pods_first_session__``)."""
 
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
-        self.pods_plan = worker_plan(config)
-        self.pods_rewards: dict[tuple[str, int], float | None] = {}
+        self.init_pods()
 
-    @property
-    def pods_rounds(self) -> bool:
-        """True when training prompts are sampled in rounds."""
-        plan = self.pods_plan
-        return plan is not None and (plan.rounds is not None or (plan.budget is not None and plan.budget.commits))
+    def init_pods(self) -> None:
+        """PODS's state: the rewards of the rows it samples (by uid, session) and those rows' uids."""
+        self.pods_rewards: dict[tuple[str, int], float | None] = {}
+        self.pods_uids: set[str] = set()
 
     async def _run_prompt(self, prompt: dict, sampling_params: dict, trajectory: dict, trace: bool = False) -> None:
-        if not self.pods_rounds or trajectory["validate"]:
-            prompt.pop("__pods_admit__", None)
+        # The run's Reinforce-Ada (its stop rule) or None; a pilot; a commit's first session.
+        rounds, pilot = prompt.pop("__pods_rounds__", None), bool(prompt.pop("__pods_pilot__", False))
+        first = int(prompt.pop("__pods_first_session__", 0))
+        if trajectory["validate"] or (rounds is None and not pilot and not first):
             return await super()._run_prompt(prompt, sampling_params, trajectory, trace)
         uid = prompt["uid"]
+        self.pods_uids.add(uid)
         await tq.async_kv_put(key=uid, partition_id="train", tag={"status": "running"})
         tag = {"status": "finished"}
         try:
+            more = rounds.settings.round_repeat if rounds is not None else int(_plain(prompt.pop("__rollout_n__")))
             prompt.pop("__rollout_n__", None)  # the rounds decide the count
-            admit = bool(_plain(prompt.pop("__pods_admit__", False)))
             if not prompt.pop("__do_sample__", True):
                 raise ValueError("a planner's rounds sample; a greedy (__do_sample__=False) row cannot have rounds")
-            cap, more = self._first_round()
-            rewards = torch.full((1, cap), float("nan"), dtype=torch.float64)
-            count = 0
+            rewards = torch.full((1, rounds.settings.cap if rounds is not None else first + more), float("nan"),
+                                 dtype=torch.float64)
+            count = first
             while more > 0:
                 tasks = [asyncio.create_task(self._run_agent_loop(dict(sampling_params), trajectory=trajectory,
                                                                   trace=trace, session_id=count + i, **prompt))
@@ -216,71 +284,27 @@ class PODSAgentLoopWorkerBase(AgentLoopWorkerTQ.__ray_actor_class__):
                     break
                 for session in range(count, count + more):
                     reward = self.pods_rewards.pop((uid, session), None)
-                    if reward is None:
+                    if reward is None and (rounds is not None or pilot):
                         raise ValueError(_NO_REWARD)
-                    rewards[0, session] = float(reward)
+                    rewards[0, session] = float("nan") if reward is None else float(reward)
                 count += more
-                more, dropped = self._next_round(int(_plain(prompt["index"])), rewards, count, admit)
-                if dropped:  # the buffer records it, evicts it and asks the dataloader for another
-                    tag = {"status": "failure", "pods_pilot": "dropped"}
+                more = 0 if rounds is None else int(rounds.plan_round(rewards, torch.tensor([count]))[0])
+            if pilot and tag["status"] == "finished":  # running until the manager commits or drops it
+                tag = {"status": "running", "pods_pilot": rewards[0, :count].tolist()}
         except Exception as err:
             logger.exception("Error in _run_prompt: %s", err)
             tag = {"status": "failure"}
         finally:
+            self.pods_uids.discard(uid)
             for key in [key for key in self.pods_rewards if key[0] == uid]:
                 del self.pods_rewards[key]
         await tq.async_kv_put(key=uid, partition_id="train", tag=tag)
 
-    def _first_round(self) -> tuple[int, int]:
-        """(the most rollouts a prompt can get, the first round's)."""
-        budget = self.pods_plan.budget
-        if budget is not None and budget.commits:
-            settings = budget.which.settings
-            return settings.n_explore + settings.n_commit, settings.n_explore
-        rounds = self._rounds_planner()
-        return rounds.settings.cap, rounds.settings.round_repeat
-
-    def _next_round(self, index: int, rewards: torch.Tensor, count: int, admit: bool) -> tuple[int, bool]:
-        """(rollouts of the next round (0: done), whether the group is dropped) after ``count`` scored rollouts
-        ``rewards`` (1, cap)."""
-        budget = self.pods_plan.budget
-        if budget is not None and budget.commits:
-            settings = budget.which.settings
-            if count > settings.n_explore:
-                return 0, False
-            # The planner's own verdict, on a fresh planner and ledger: nothing of the run's state lives here.
-            judge = make_planner("pilot_commit", **dataclasses.asdict(settings))
-            verdict = judge.after_pilot(torch.tensor([index]), rewards[:, :count], None,
-                                        PromptLedger(budget.ledger.settings), step=0, evict=False)
-            passed = bool(verdict.extra["passed"][0]) or admit
-            return (settings.n_commit, False) if passed else (0, True)
-        return int(self._rounds_planner().plan_round(rewards, torch.tensor([count]))[0]), False
-
-    def _rounds_planner(self):
-        if not hasattr(self, "_rounds"):
-            self._rounds = make_planner("reinforce_ada", **self.pods_plan.rounds)
-        return self._rounds
-
     async def _agent_loop_postprocess(self, output, validate, **kwargs) -> None:
         await super()._agent_loop_postprocess(output, validate, **kwargs)
-        if self.pods_rounds and not validate:  # the session's reward, for the round's rule
+        if not validate and kwargs["uid"] in self.pods_uids:  # the session's reward: a round's rule, a pilot's verdict
             last = output[-1] if isinstance(output, list) else output
             self.pods_rewards[(kwargs["uid"], int(kwargs["session_id"]))] = last.reward_score
-
-
-def worker_plan(config):
-    """The planners the PODS buffer's ``sampler_kwargs`` of ``config`` name (a ``VerlBudget``), or None without the
-    PODS buffer (built as the buffer builds them: the worker runs in a process of its own)."""
-    from omegaconf import OmegaConf
-
-    from pods_rl.engines.verl.batch_settings import SAMPLER_NAME
-    from pods_rl.engines.verl.replay_buffer import PODSSettings, planners_of
-
-    sampler = OmegaConf.select(config, "trainer.v1.sampler.custom_sampler.name", default=None)
-    if sampler != SAMPLER_NAME:
-        return None
-    settings = PODSSettings.from_sampler_kwargs(config.trainer.v1.sampler.sampler_kwargs, config)
-    return planners_of(settings, config, config.trainer.v1.trainer_mode)
 
 
 PODSAgentLoopWorker = ray.remote(PODSAgentLoopWorkerBase)

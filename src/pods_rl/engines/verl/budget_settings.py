@@ -32,11 +32,11 @@ _NO_SAMPLING_REWARDS = ("{what}, which needs each rollout's reward when it is sa
 @dataclass(frozen=True)
 class VerlBudget:
     """The planners a verl run asked for: ``budget`` (which prompts and counts, run by the agent loop manager; None
-    without), ``rounds`` (Reinforce-Ada's knobs for the worker; None without), ``n`` (rollout.n),
+    without), ``rounds`` (the run's Reinforce-Ada, whose stop rule the worker applies; None without), ``n`` (rollout.n),
     ``refill_rounds`` (refills per dispatch before the rest is admitted)."""
 
     budget: RolloutBudget | None
-    rounds: dict[str, Any] | None
+    rounds: Any | None
     n: int
     refill_rounds: int = 4
 
@@ -92,14 +92,13 @@ def verl_budget(kwargs: Mapping, *, n: int, m: int, seed: int = 0, success_thres
         if colocated_reward_model:
             raise ValueError(_NO_SAMPLING_REWARDS.format(what="sampler_kwargs.rollout_planner='reinforce_ada' samples "
                                                               "rounds until its stop rule holds"))
-        rounds = rounds_knobs(how_args, n, m)
         if how_args.get("round_repeat", n) != n or how_args.get("final_keep_per_prompt", m) != m:
             raise ValueError(f"sampler_kwargs.rollout_planner_args: on verl Reinforce-Ada's round_repeat is "
                              f"actor_rollout_ref.rollout.n ({n}) and final_keep_per_prompt is sampler_kwargs.m ({m}); "
                              "drop them")
         from pods_rl.budget.planners import make_planner
 
-        make_planner("reinforce_ada", **rounds)  # its knobs checked here, before Ray starts
+        rounds = make_planner("reinforce_ada", **rounds_knobs(how_args, n, m))  # its knobs checked before Ray starts
         how_many, how_args = None, {}
     cap = n
     if how_many is not None:  # Knapsack-RL, auto: counts in [m, max_n] around rollout.n, the most one prompt gets

@@ -38,7 +38,6 @@ _require_supported_verl(_installed_verl())  # before the imports below, which re
 import logging  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
-import weakref  # noqa: E402
 from collections.abc import Mapping  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
@@ -205,8 +204,7 @@ class PODSReplayBuffer(ReplayBuffer):
         config = getattr(getattr(refill_fn, "__self__", None), "config", None)
         self.pods = PODSSettings.from_sampler_kwargs(sampler_kwargs, config)
         # The rollout-budget planners (docs/guides/verl.md, "Rollout budgets"), checked first: their refusals say more
-        # than the selection's. PODS's agent loop manager finds this buffer by its trainer's config (verl's TaskRunner
-        # hands both the same object) and plans from its ledger.
+        # than the selection's. PODS's agent loop manager is handed this buffer and plans from its ledger.
         self.plan = planners_of(self.pods, config, trainer_mode)
         if config is not None:
             check_trainer_config(config, self.pods)
@@ -227,10 +225,7 @@ class PODSReplayBuffer(ReplayBuffer):
             self.ledger = PromptLedger(LedgerSettings(success_threshold=self.pods.ledger_success_threshold))
         else:
             self.ledger = None
-        if config is not None:
-            _LIVE[id(config)] = self
         self._ledger_resumed, self._global_steps = False, 0
-        self._judged: set[str] = set()  # Pilot-Commit's dropped pilots already recorded
         self.sampled_at: tuple[int, float, int] | None = None  # (step, monotonic s, rows) of the last training sample
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
@@ -302,52 +297,36 @@ class PODSReplayBuffer(ReplayBuffer):
             return self.budget.record(ids, table, counts, step=self._global_steps, epoch=self._epoch())
         return self.ledger.record(ids, table, counts, step=self._global_steps).metrics
 
-    def _terminal_eviction_reasons(self, global_steps: int, partition_id: str):
-        """verl's reasons to evict finished groups, plus Pilot-Commit's dropped pilots (the worker marks them), each
-        recorded in the ledger and judged (a solved prompt is evicted for good) once, before verl clears and refills
-        them as it does failed groups."""
-        stale, dapo, failed, counts = super()._terminal_eviction_reasons(global_steps, partition_id)
-        if partition_id == "val" or self.budget is None or not self.budget.commits:
-            return stale, dapo, failed, counts
-        listing = (tq.kv_list(partition_id) or {}).get(partition_id, {})
-        dropped = {uid for uid in self.failure_keys[partition_id]
-                   if listing.get(uid, {}).get("pods_pilot") == "dropped"}
-        fresh = dropped - self._judged
-        if fresh:
-            self._judge_pilots(partition_id, fresh)
-            self._judged |= fresh
-        return stale, dapo, failed | dropped, counts
-
-    def _judge_pilots(self, partition_id: str, uids: set[str]) -> None:
-        """Record the pilots of ``uids`` and let Pilot-Commit evict the solved ones from the ledger."""
-        keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in uids]
-        if not keys:
-            return
-        final_keys = _final_keys(keys)
-        rewards, indices = _session_rewards(partition_id, list(final_keys.values()), with_index=True)
-        ids, table, counts = _groups(list(final_keys), rewards, indices)
-        self.budget.record(ids, table, counts, step=self._global_steps, epoch=self._epoch())
-        verdict = self.budget.which.after_pilot(ids, table, counts, self.ledger, step=self._global_steps, evict=True)
-        self.budget.which.flush(self._global_steps + 1)  # buffer_max_off_steps = 0: no pilot waits
+    def judge_pilots(self, ids: torch.Tensor, rewards: torch.Tensor, step: int) -> torch.Tensor:
+        """(P,) bool, passed: Pilot-Commit's one verdict on pilots ``ids`` (P,), ``rewards`` (P, n_explore), by the
+        run's planner and ledger; the dropped pilots are recorded, the solved prompts evicted."""
+        firsts = [p for p, i in enumerate(ids.tolist()) if i not in ids[:p].tolist()]
+        if len(firsts) < len(ids):  # a prompt piloted twice in one dispatch (the dataloader wrapped): one at a time
+            passed = torch.zeros(len(ids), dtype=torch.bool)
+            rest = [p for p in range(len(ids)) if p not in firsts]
+            passed[firsts] = self.judge_pilots(ids[firsts], rewards[firsts], step)
+            passed[rest] = self.judge_pilots(ids[rest], rewards[rest], step)
+            return passed
+        which = self.budget.which
+        verdict = which.after_pilot(ids, rewards, None, self.ledger, step=step, evict=False)
+        passed = verdict.extra["passed"]
+        if not bool(passed.all()):  # a committed pilot is recorded with its whole group, when it is sampled
+            counts = torch.full((int((~passed).sum()),), rewards.shape[1], dtype=torch.long)
+            self.budget.record(ids[~passed], rewards[~passed], counts, step=step, epoch=self._epoch(step))
+        if bool(verdict.evicted.any()):
+            self.ledger.evict(ids[verdict.evicted])
+        which.flush(step + 1)  # buffer_max_off_steps = 0: the passed pilots are committed now, none waits
         metrics = {**{k: v for k, v in verdict.metrics.items() if k.startswith("pods/pilot_")},
-                   "pods/pilots_dropped": float(len(ids)), "pods/prompts_evicted": float(verdict.evicted.sum())}
+                   "pods/pilots_dropped": float((~passed).sum()), "pods/prompts_evicted": float(verdict.evicted.sum())}
         for key, value in metrics.items():
             self.plan_metrics[key] = self.plan_metrics.get(key, 0.0) + value
+        return passed
 
-    def _epoch(self) -> int:
-        """The epoch of the step being sampled, as verl's fit() counts it (0 before the dataloader exists)."""
+    def _epoch(self, step: int | None = None) -> int:
+        """The epoch of ``step`` (default: the one sampled) as verl's fit() counts it (0 before its dataloader)."""
         per_epoch = getattr(self._trainer, "steps_per_epoch", None)
-        return (max(self._global_steps, 1) - 1) // per_epoch if per_epoch else 0
-
-
-# The live PODS buffers of this process by id(their trainer's config): verl's TaskRunner builds the trainer (and so
-# the buffer) and then the agent loop manager from the same config object, in the same process.
-_LIVE: weakref.WeakValueDictionary[int, PODSReplayBuffer] = weakref.WeakValueDictionary()
-
-
-def live_buffer(config) -> PODSReplayBuffer | None:
-    """The PODS replay buffer built from ``config`` in this process, or None."""
-    return _LIVE.get(id(config))
+        step = self._global_steps if step is None else step
+        return (max(step, 1) - 1) // per_epoch if per_epoch else 0
 
 
 def planners_of(settings: PODSSettings, config: DictConfig | None, trainer_mode: str) -> VerlBudget:
