@@ -6,8 +6,6 @@ Importing this module registers it as ``near_half``; every engine then runs it b
 (docs/guides/writing-a-planner.md; tests/test_writing_a_planner.py runs it).
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch
