@@ -1,6 +1,7 @@
 """verl's manager plans what TRL's step plans (issue #75; tests/test_planner_conformance.py holds TRL's step and the
 asynchronous worker to the same): at every dispatch of a few verl steps, TRL's ``RolloutBudget.plan``, from the
-ledger as the manager saw it and the same settings, gives the same counts and skips the same prompts. The one
+ledger as the manager saw it and the same settings, gives the same counts and skips the same prompts, and the
+buffer keeps the rows of each group that TRL's ``select`` keeps from the same rewards. The one
 difference by design: verl holds a step's rollouts at rows x ``rollout.n`` (its mini-batches count rows;
 docs/guides/verl.md, "Rollout budgets"), moving rollouts between prompts within [m, ``max_n``] (``hold_total``)."""
 
@@ -10,12 +11,14 @@ import copy
 from pathlib import Path
 
 import pytest
-from planner_lane import KW, planned_run, run_steps
+import torch
+from planner_lane import KW, planned_run, reward, run_steps, sessions_by_uid
 from verl_lane import pods_overrides
 
 from pods_rl.budget.planners import base
 from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget
 from pods_rl.engines.verl.agent_loop import hold_total
+from pods_rl.selection import SelectionSettings, select
 
 pytestmark = [pytest.mark.verl, pytest.mark.timeout(240)]
 
@@ -59,11 +62,33 @@ def trl_budget(key, name, args) -> RolloutBudget:
         adaptive_budget=float(N) if name == "knapsack" else None, **{key: name, f"{key}_args": dict(args)}))
 
 
+def kept_by_buffer(steps) -> dict[str, list[int]]:
+    """{uid: the sessions the PODS buffer kept} over the steps' trained keys ({uid}_{session}_{index})."""
+    kept: dict[str, list[int]] = {}
+    for step in steps:
+        for key in step["keys"]:
+            uid, session, _ = key.rsplit("_", 2)
+            kept.setdefault(uid, []).append(int(session))
+    return {uid: sorted(sessions) for uid, sessions in kept.items()}
+
+
+def kept_by_step(steps, generated: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The same groups' kept sessions as TRL's step keeps them: ``select`` (as ``PODSStep._select_kept`` calls it) on
+    each group's lane rewards, as many as verl generated for it."""
+    out = {}
+    for uid, index in {key.rsplit("_", 2)[0]: int(key.rsplit("_", 2)[2]) for s in steps for key in s["keys"]}.items():
+        sessions = generated[uid]
+        rewards = torch.tensor([[reward(index, session) for session in sessions]], dtype=torch.float64)
+        selection = select(rewards.unsqueeze(2), torch.ones(1, dtype=torch.float64), 1, SelectionSettings(m=M))
+        out[uid] = sorted(sessions[i] for i in selection.kept[0].tolist() if i >= 0)
+    return out
+
+
 @pytest.mark.parametrize("name", ["knapsack", "greso", pytest.param("near_half", marks=NAME_LISTS)])
-def test_the_manager_plans_what_trls_step_plans(tq_store, monkeypatch, name):
+def test_the_manager_plans_and_the_buffer_keeps_what_trls_step_does(tq_store, monkeypatch, name):
     monkeypatch.setattr(base, "_PLANNERS", base._PLANNERS.copy())  # a planner the example registers goes with it
     key, planner, args = CASES[name]
-    trainer, manager, _ = planned_run(*pods_overrides(M, N, *overrides(key, planner, args), train_batch_size=B))
+    trainer, manager, worker = planned_run(*pods_overrides(M, N, *overrides(key, planner, args), train_batch_size=B))
     budget, seen = trainer.replay_buffer.budget, []
     dispatch = manager.generate_sequences
 
@@ -72,7 +97,8 @@ def test_the_manager_plans_what_trls_step_plans(tq_store, monkeypatch, name):
         return dispatch(prompts)
 
     monkeypatch.setattr(manager, "generate_sequences", recorded)
-    run_steps(trainer, 4)
+    steps = run_steps(trainer, 4)
+    assert kept_by_buffer(steps) == kept_by_step(steps, sessions_by_uid(worker))
     planned = [d for d in manager.decisions if not d["admitted"]]
     assert len(seen) >= len(manager.decisions) and planned
     differs = False
