@@ -276,7 +276,8 @@ def test_the_results_index_gives_every_transformers_the_results_ran():
 # Pages that run pods or Python in the project's environment (verl and asynchronous GRPO make their own).
 RUNS_PYTHON = ["docs/get-started.md", "docs/guides/eval-plot.md", "docs/guides/multi-gpu.md", "docs/guides/study.md",
                "docs/guides/trl.md", "docs/guides/vllm.md", "docs/guides/writing-a-rule.md",
-               "docs/guides/writing-a-task.md", "docs/guides/stopping.md", "docs/concepts/adaptive.md",
+               "docs/guides/writing-a-task.md", "docs/guides/writing-a-planner.md", "docs/guides/stopping.md",
+               "docs/concepts/adaptive.md",
                "docs/concepts/pods.md", "docs/concepts/rollout-budgets.md", "README.md"]
 
 
