@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pods_rl.budget.planners import make_plan, register_planner
+from pods_rl.budget.planners import Planner, make_plan, register_planner
 
 
 @dataclass(frozen=True)
@@ -30,19 +30,24 @@ class NearHalfSettings:
 
 # overwrite=True: the module may be imported twice in one process (by its name and by its file path), which is fine.
 @register_planner("near_half", overwrite=True)
-class NearHalf:
+class NearHalf(Planner):
     """A ``how_many`` planner: rollouts per prompt from its recent pass rate; stateless (the ledger holds the past)."""
 
     kind = "how_many"  # the question it answers: how many rollouts each prompt gets
     Settings = NearHalfSettings
+
+    @classmethod
+    def complete(cls, args, layout):
+        """min_n and max_n default to the run's m and n (``layout``): an engine refuses counts outside [m, n]."""
+        return {"min_n": layout.m, "max_n": layout.n, **(args or {})}
 
     def __init__(self, settings: NearHalfSettings | None = None):
         self.settings = settings or NearHalfSettings()
 
     def plan(self, ids: torch.Tensor, ledger, *, n: int, generator=None, **budget):
         """``ids`` (P,) prompt ids -> a ``Plan`` whose ``rollouts`` (P,) are each prompt's count. ``n``: what an
-        unseen prompt gets; ``budget``: what else an engine passes (e.g. ``total_budget``), unused here. The engine
-        clamps the counts to [m, n] (its kept and sampled rollouts per prompt)."""
+        unseen prompt gets; ``budget``: what else an engine passes (e.g. ``total_budget``), unused here. Counts
+        outside [m, n] (the kept and the most sampled rollouts per prompt) are refused in one line."""
         s = self.settings
         stats = ledger.stats(ids)
         rate = stats.recent_success_rate(s.window)  # (P,) float64, 0 where nothing is recorded
@@ -50,10 +55,3 @@ class NearHalf:
         counts = s.min_n + torch.round(spread * (s.max_n - s.min_n)).long()  # (P,)
         counts = torch.where(stats.seen, counts, n)
         return make_plan(ids, counts, metrics={"pods/near_half_rate_mean": float(rate.mean()) if len(ids) else 0.0})
-
-    def state_dict(self) -> dict:
-        """Nothing: checkpoints save the ledger, and this planner keeps no state of its own."""
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Nothing to restore."""

@@ -23,27 +23,6 @@ EXAMPLE, GUIDE = ROOT / "examples" / "near_half_planner.py", ROOT / "docs" / "gu
 N, M, B = 4, 2, 2  # rollouts sampled per prompt (at most), kept per prompt, kept groups per step
 
 
-def refused_by_name_lists(*engines: str) -> bool:
-    """True while pods_rl.engines.settings lists, per engine, the planner names it runs (issue #75 removes those
-    lists: then an engine runs any registered planner whose needs it offers)."""
-    try:
-        from pods_rl.engines.settings import check_planners
-    except ImportError:
-        return False
-    try:
-        for engine in engines:
-            check_planners(engine, {"which_prompts": None, "how_many": "near_half"}, lambda kind: [])
-    except ValueError:
-        return True
-    return False
-
-
-# Loud, not silent: an engine refuses a user's planner by name until #75's planner interface lands; the mark then
-# switches itself off (its condition is False) and the test must pass as written.
-NAME_LISTS = pytest.mark.xfail(refused_by_name_lists("trl", "trl_async"), raises=ValueError, strict=True,
-                               reason="pods_rl.engines.settings.PLANNERS names the planners each engine runs (#75)")
-
-
 @pytest.fixture
 def near_half(monkeypatch):
     """The example module imported (registering ``near_half``) into a copy of the planner registry, and every plan
@@ -87,16 +66,15 @@ def solved_by_parity(prompts, completions, **kwargs):
     return out
 
 
-@NAME_LISTS
 def test_podstrainer_runs_the_users_planner_by_name(tmp_path, tiny_model_dir, near_half):
-    """Two passes over 4 prompts: each step samples what the planner counted (clamped to [m, n]); the second pass,
+    """Two passes over 4 prompts: each step samples what the planner counted (in [m, n]); the second pass,
     which the ledger knows, gives the always-solved prompts m and no prompt more than n."""
     _, plans = near_half
     args = PODSConfig(output_dir=str(tmp_path / "out"), use_cpu=True, seed=1, learning_rate=1e-2, max_steps=4,
                       max_completion_length=4, num_generations=N, downsample_to=M, per_device_train_batch_size=B * M,
                       logging_steps=1, report_to="none", save_strategy="no", beta=0.0, bf16=False,
                       dataloader_num_workers=0, shuffle_dataset=False, rollout_planner="near_half",
-                      rollout_planner_args={"min_n": 1, "max_n": 8, "window": 4})
+                      rollout_planner_args={"min_n": M, "max_n": N, "window": 4})
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}+{i}="}] for i in range(4)]})
     trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
                           reward_funcs=[solved_by_parity], args=args, train_dataset=dataset,
@@ -104,15 +82,14 @@ def test_podstrainer_runs_the_users_planner_by_name(tmp_path, tiny_model_dir, ne
     trainer.train()
     sampled = [row["pods/rollouts_sampled"] for row in trainer.state.log_history if "pods/rollouts_sampled" in row]
     assert len(plans) == len(sampled) == 4
-    assert sampled == [float(rollouts.clamp(M, N).sum()) for _, rollouts in plans]
+    assert sampled == [float(rollouts.sum()) for _, rollouts in plans]
     assert [r.tolist() for _, r in plans[:2]] == [[N, N], [N, N]]  # the first pass: nothing recorded, n each
     evens = {prompt_key([{"role": "user", "content": f"{i}+{i}="}]) for i in (0, 2)}
-    for ids, rollouts in plans[2:]:  # the second: an always-solved (even) prompt gets min_n (then clamped to m)
-        assert [int(c) for i, c in zip(ids.tolist(), rollouts.tolist(), strict=True) if i in evens] == [1]
+    for ids, rollouts in plans[2:]:  # the second: an always-solved (even) prompt gets min_n = m
+        assert [int(c) for i, c in zip(ids.tolist(), rollouts.tolist(), strict=True) if i in evens] == [M]
 
 
 # ---- TRL's asynchronous worker -----------------------------------------------------------------------------------
-@NAME_LISTS
 def test_the_async_worker_runs_the_users_planner_by_name(tmp_path, monkeypatch, tiny_model_dir, near_half):
     """The module named by pods_rule_module (imported where the worker's child builds its loop), the planner by
     pods_rollout_planner: each group gets its planned count by top-ups, scored once each, and keeps m."""
@@ -124,7 +101,7 @@ def test_the_async_worker_runs_the_users_planner_by_name(tmp_path, monkeypatch, 
     SCORED.clear()
     loop = budget_loop(tmp_path, monkeypatch, tiny_model_dir, ["mixed", "flat"], pods_m=M, pods_groups_per_step=2,
                        pods_rule_module="examples.near_half_planner", pods_rollout_planner="near_half",
-                       pods_rollout_planner_args={"min_n": 1, "max_n": 8, "window": 8})
+                       pods_rollout_planner_args={"min_n": 2, "max_n": 8, "window": 8})
     # The worker draws windows ahead of its records (how far is a race): a ledger that knows both prompts already
     # (their scripted outcomes: "mixed" 6 of 8, "flat" 0 of 8) makes every window's plan the same.
     loop.budget.budget.ledger.record(torch.tensor([0, 1]), torch.tensor([[0.0, 1, 0, 1, 1, 1, 1, 1], [0.0] * 8]),
@@ -133,8 +110,8 @@ def test_the_async_worker_runs_the_users_planner_by_name(tmp_path, monkeypatch, 
         rows_by_group = run_loops(loop, groups=6)
     finally:
         close_loop(loop)
-    assert plans and all(rollouts.tolist() == [6, 1] for _, rollouts in plans)  # 1 + round(7 x 4 x 3/4 x 1/4); 1
-    planned = [count for _, rollouts in plans for count in rollouts.clamp(M, 8).tolist()]  # [6, 2, 6, 2, ...]
+    assert plans and all(rollouts.tolist() == [6, 2] for _, rollouts in plans)  # 2 + round(6 x 4 x 3/4 x 1/4); 2
+    planned = [count for _, rollouts in plans for count in rollouts.tolist()]  # [6, 2, 6, 2, ...]
     for group_id in range(6):
         samples = rows_by_group[group_id]
         count = int(samples[0].metrics["pods/rollouts_planned"])

@@ -27,24 +27,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "near_half_planner.
 ALWAYS_SKIP = {"p_easy": 0.0, "p_hard": 0.0, "min_p": 0.0, "min_readmit": 0.0, "adapt_from_epoch": 99}
 # name -> (the planner's setting, name, args); verl's rollout.n is N, and a how_many planner's counts lie in [m, MAX_N]
 CASES = {"knapsack": ("rollout_planner", "knapsack", {"max_n": MAX_N, "min_buffer_length": 4}),
-         "near_half": ("rollout_planner", "near_half", {"min_n": 1, "max_n": MAX_N, "window": 8}),
+         "near_half": ("rollout_planner", "near_half", {"min_n": 2, "max_n": MAX_N, "window": 8}),
          "greso": ("prompt_planner", "greso", ALWAYS_SKIP)}
-
-
-def refused_by_name_lists() -> bool:
-    """True while pods_rl.engines.settings lists the planner names verl runs (issue #75 removes those lists)."""
-    try:
-        from pods_rl.engines.settings import check_planners
-        check_planners("verl", {"which_prompts": None, "how_many": "near_half"}, lambda kind: [])
-    except ImportError:
-        return False
-    except ValueError:
-        return True
-    return False
-
-
-NAME_LISTS = pytest.mark.xfail(refused_by_name_lists(), raises=ValueError, strict=True,
-                               reason="pods_rl.engines.settings.PLANNERS names the planners verl runs (#75)")
 
 
 def overrides(key, name, args) -> list[str]:
@@ -84,7 +68,7 @@ def kept_by_step(steps, generated: dict[str, list[int]]) -> dict[str, list[int]]
     return out
 
 
-@pytest.mark.parametrize("name", ["knapsack", "greso", pytest.param("near_half", marks=NAME_LISTS)])
+@pytest.mark.parametrize("name", ["knapsack", "greso", "near_half"])
 def test_the_manager_plans_and_the_buffer_keeps_what_trls_step_does(tq_store, monkeypatch, name):
     monkeypatch.setattr(base, "_PLANNERS", base._PLANNERS.copy())  # a planner the example registers goes with it
     key, planner, args = CASES[name]

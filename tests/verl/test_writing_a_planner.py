@@ -19,21 +19,6 @@ N, M, B = 4, 2, 4
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "near_half_planner.py"
 
 
-def refused_by_name_lists() -> bool:
-    """True while pods_rl.engines.settings lists the planner names verl runs (issue #75 removes those lists)."""
-    try:
-        from pods_rl.engines.settings import check_planners
-    except ImportError:
-        return False
-    try:
-        check_planners("verl", {"which_prompts": None, "how_many": "near_half"}, lambda kind: [])
-    except ValueError:
-        return True
-    return False
-
-
-@pytest.mark.xfail(refused_by_name_lists(), raises=ValueError, strict=True,
-                   reason="pods_rl.engines.settings.PLANNERS names the planners verl runs (#75)")
 def test_verl_runs_the_users_planner_from_its_file(tq_store, monkeypatch):
     """Each dispatch gives every row the planner's count (held at rows x rollout.n within [m, max_n]) and verl
     generates exactly that many; once the ledger knows the lane's prompts, the half-solved ones (index % 4 = 2) get
@@ -41,7 +26,7 @@ def test_verl_runs_the_users_planner_from_its_file(tq_store, monkeypatch):
     monkeypatch.setattr(base, "_PLANNERS", base._PLANNERS.copy())  # what the module registers goes with the test
     trainer, manager, worker = planned_run(*pods_overrides(
         M, N, KW + f"rule_module={EXAMPLE}", KW + "rollout_planner=near_half",
-        KW + "rollout_planner_args={min_n:1,max_n:8,window:8}", train_batch_size=B))
+        KW + "rollout_planner_args={min_n:2,max_n:8,window:8}", train_batch_size=B))
     planner = trainer.replay_buffer.budget.how_many
     assert type(planner).__name__ == "NearHalf" and planner.settings.max_n == 8
     run_steps(trainer, 4)
