@@ -166,7 +166,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
 
     def _pilot_and_commit(self, rows: TensorDict, ids: torch.Tensor, step: int) -> list[str]:
         """Pilot-Commit: the workers sample ``rows``' pilots (``__rollout_n__`` each), the buffer's planner judges them
-        once, the passed are committed to ``n_commit`` more rollouts; returns the dropped pilots' keys."""
+        once, the passed are committed to the rest of their group; returns the dropped pilots' keys."""
         tu.assign_non_tensor_data(rows, "__pods_pilot__", True)
         self._dispatch(rows)
         uids = list(_plain(rows["uid"]))
@@ -180,9 +180,9 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         if commits:
             commit = rows[torch.isin(torch.arange(len(uids)), torch.tensor(commits))]
             del commit["__pods_pilot__"]
-            settings = self.buffer.budget.which.settings
-            commit["__rollout_n__"] = torch.full((len(commits),), settings.n_commit, dtype=torch.long)
-            tu.assign_non_tensor_data(commit, "__pods_first_session__", settings.n_explore)
+            piloted = int(commit["__rollout_n__"][0])  # the group (rollout.n) is the pilot and its commit
+            commit["__rollout_n__"] = torch.full((len(commits),), self.buffer.plan.n - piloted, dtype=torch.long)
+            tu.assign_non_tensor_data(commit, "__pods_first_session__", piloted)
             self._dispatch(commit)
         dropped = {uids[p] for p, ok in zip(scored, passed.tolist()) if not ok}
         return [key for key in keys if key.split("_")[0] in dropped]
