@@ -16,7 +16,7 @@ from pods_rl.budget.planners.base import Layout, available_planners, make_planne
 from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget
 from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
 
-__all__ = ["MANAGER_CLASS", "PLANNER_KEYS", "VerlBudget", "rounds_knobs", "verl_budget"]
+__all__ = ["MANAGER_CLASS", "PLANNER_KEYS", "VerlBudget", "verl_budget"]
 
 # verl loads the manager by this name (actor_rollout_ref.rollout.agent.agent_loop_manager_class).
 MANAGER_CLASS = "pods_rl.engines.verl.agent_loop.PODSAgentLoopManager"
@@ -44,12 +44,6 @@ class VerlBudget:
     def planned(self) -> bool:
         """True when any planner is set (then the manager, and the ledger, are needed)."""
         return self.budget is not None or self.rounds is not None
-
-
-def rounds_knobs(args: Mapping | None, n: int, m: int) -> dict:
-    """A rounds planner's knobs on verl (Reinforce-Ada's names): rounds of rollout.n = ``n``, m kept, the user's
-    ``args`` (default 4 rounds). Its ``complete`` would take them from a Layout's round size: budget/ has none yet."""
-    return {"max_rounds": 4, **dict(args or {}), "round_repeat": n, "final_keep_per_prompt": m}
 
 
 def _args(kwargs: Mapping, key: str) -> dict:
@@ -96,7 +90,9 @@ def verl_budget(kwargs: Mapping, *, n: int, m: int, seed: int = 0, success_thres
             raise ValueError(f"sampler_kwargs.rollout_planner_args: on verl Reinforce-Ada's round_repeat is "
                              f"actor_rollout_ref.rollout.n ({n}) and final_keep_per_prompt is sampler_kwargs.m ({m}); "
                              "drop them")
-        rounds = make_planner(how_many, **rounds_knobs(how_args, n, m))  # its knobs checked before Ray starts
+        # Rounds of rollout.n, m kept (Reinforce-Ada's names: budget/'s Layout has no round size for complete() yet);
+        # default 4 rounds. Its knobs are checked before Ray starts.
+        rounds = make_planner(how_many, **{"max_rounds": 4, **how_args, "round_repeat": n, "final_keep_per_prompt": m})
         how_many, how_args = None, {}
     cap = n
     if how_many is not None:  # counts in [m, max_n] around rollout.n: max_n is the Layout's n, the most one prompt gets
