@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from planner_lane import KW, planned_run, run_steps, sessions_by_uid
 from verl_lane import pods_overrides
 
@@ -42,3 +43,36 @@ def test_verl_runs_the_users_planner_from_its_file(tq_store, monkeypatch):
     half = [count for kind, count in later if kind == 2]
     settled = [count for kind, count in later if kind in (0, 1)]
     assert half and settled and min(half) > max(settled)
+
+
+def test_verl_needs_no_max_n_setting_of_a_users_planner(monkeypatch):
+    """verl's ``max_n`` is the Layout's n (the most one prompt gets, default 2 x rollout.n): a planner without such a
+    setting runs, its counts checked in [m, max_n]; one with it gets the value (the example above)."""
+    from dataclasses import dataclass
+
+    from pods_rl.budget.planners import Planner, make_plan, register_planner
+    from pods_rl.engines.verl.budget_settings import verl_budget
+
+    monkeypatch.setattr(base, "_PLANNERS", base._PLANNERS.copy())
+
+    @dataclass(frozen=True)
+    class EveryoneSettings:
+        extra: int = 1
+
+    @register_planner("everyone")
+    class Everyone(Planner):
+        kind, Settings = "how_many", EveryoneSettings
+
+        def __init__(self, settings=None):
+            self.settings = settings or EveryoneSettings()
+
+        def plan(self, ids, ledger, *, n, generator=None, **budget):
+            return make_plan(ids, torch.full((len(ids),), n + self.settings.extra))
+
+    for args, cap in (({}, 2 * N), ({"max_n": 8, "extra": 2}, 8)):
+        budget = verl_budget({"rollout_planner": "everyone", "rollout_planner_args": args}, n=N, m=M).budget
+        assert budget.n == cap and not hasattr(budget.how_many.settings, "max_n")
+        counts, _ = budget.first_counts(torch.arange(3))
+        assert counts.tolist() == [N + budget.how_many.settings.extra] * 3
+    with pytest.raises(ValueError, match=r"max_n=4: everyone .* set max_n above 4"):
+        verl_budget({"rollout_planner": "everyone", "rollout_planner_args": {"max_n": 4}}, n=N, m=M)

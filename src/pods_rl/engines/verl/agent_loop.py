@@ -27,6 +27,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ, _settle_session_tasks
 from verl.utils import tensordict_utils as tu
 
+from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.planners.base import rollout_metrics
 from pods_rl.engines.verl.replay_buffer import PODSReplayBuffer
 
@@ -78,6 +79,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         if pods_buffer is None:
             raise ValueError(_NO_BUFFER)
         self.buffer = pods_buffer
+        self.costs = CostMeter(pods_buffer.budget) if pods_buffer.budget is not None else None
         self.decisions: list[dict] = []
         self._wave, self._offered = 0, {}
         self._clock: list | None = None  # [step, its first dispatch (monotonic s), rollouts dispatched] for auto
@@ -99,7 +101,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
             return self._dispatch(prompts)
         ids, step = row_ids(prompts), int(_plain(prompts["global_steps"]))
         self.buffer.resume_ledger(step)  # a resumed run plans its first step from the checkpoint's ledger
-        if "costs" in budget.needs:
+        if self.costs.active:
             self._observe_costs(step)
         # The bound on replacing prompts (skipped rows, dropped pilots): waves of this dispatch's refills, and rows
         # offered this step; past it, rows are admitted whole.
@@ -110,22 +112,21 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         keep, metrics, started = torch.ones(len(ids), dtype=torch.bool), {}, time.perf_counter()
         if budget.which is not None:
             if not admit:
-                generator = torch.Generator().manual_seed(hash((budget.seed, step, self._wave, offered)) & (2**63 - 1))
-                plan = budget.which.plan(ids, budget.ledger, n=budget.n, generator=generator)
+                plan = budget.screen(ids, torch.Generator().manual_seed(hash((budget.seed, step, self._wave, offered))
+                                                                        & (2**63 - 1)))
                 keep = plan.rollouts > 0
                 metrics.update(plan.metrics)
             else:  # the replacements ran out: admit the rows whole (the planner's readmit, bounded)
                 metrics["pods/prompts_readmitted"] = float(len(ids))
         pilot = budget.commits and not admit
-        counts = torch.full((len(ids),), budget.which.settings.n_explore if pilot else self.buffer.plan.n,
-                            dtype=torch.long)
-        if budget.how_many is not None and bool(keep.any()):
-            planned, allocated = budget.allocate(ids[keep])
+        counts = torch.zeros(len(ids), dtype=torch.long)
+        if bool(keep.any()):  # an admitted row gets a whole group, not a pilot
+            planned, allocated = budget.first_counts(ids[keep]) if not budget.commits or pilot else (
+                torch.full((int(keep.sum()),), budget.n, dtype=torch.long), {})
             metrics.update(allocated)
             # auto spends what pays per measured second; Knapsack-RL's budget is the step's rows x rollout.n.
-            counts[keep] = planned if "costs" in budget.needs else hold_total(
+            counts[keep] = planned if budget.how_many is None or "costs" in budget.needs else hold_total(
                 planned, int(keep.sum()) * self.buffer.plan.n, budget.m, budget.n)
-        counts = torch.where(keep, counts, 0)
         metrics.update(rollout_metrics(counts))
         metrics["pods/plan_seconds"] = time.perf_counter() - started  # the planners' own time (summed over a step)
         if self._clock is not None:
@@ -165,7 +166,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
 
     def _pilot_and_commit(self, rows: TensorDict, ids: torch.Tensor, step: int) -> list[str]:
         """Pilot-Commit: the workers sample ``rows``' pilots (``__rollout_n__`` each), the buffer's planner judges them
-        once, the passed are committed to ``n_commit`` more rollouts; returns the dropped pilots' keys."""
+        once, the passed are committed to the rest of their group; returns the dropped pilots' keys."""
         tu.assign_non_tensor_data(rows, "__pods_pilot__", True)
         self._dispatch(rows)
         uids = list(_plain(rows["uid"]))
@@ -179,9 +180,9 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         if commits:
             commit = rows[torch.isin(torch.arange(len(uids)), torch.tensor(commits))]
             del commit["__pods_pilot__"]
-            settings = self.buffer.budget.which.settings
-            commit["__rollout_n__"] = torch.full((len(commits),), settings.n_commit, dtype=torch.long)
-            tu.assign_non_tensor_data(commit, "__pods_first_session__", settings.n_explore)
+            piloted = int(commit["__rollout_n__"][0])  # the group (rollout.n) is the pilot and its commit
+            commit["__rollout_n__"] = torch.full((len(commits),), self.buffer.plan.n - piloted, dtype=torch.long)
+            tu.assign_non_tensor_data(commit, "__pods_first_session__", piloted)
             self._dispatch(commit)
         dropped = {uids[p] for p, ok in zip(scored, passed.tolist()) if not ok}
         return [key for key in keys if key.split("_")[0] in dropped]
@@ -199,13 +200,13 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
     def _observe_costs(self, step: int) -> None:
         """At a step's first dispatch, the step before it for auto: sampling = first dispatch to the end of the
         buffer's ``sample()``, update = from there to now (a save or validation there is set aside as a slow step)."""
-        now = time.monotonic()
+        now = self.costs.clock()
         if self._clock is not None and self._clock[0] == step:
             return
         done = self.buffer.sampled_at
         if self._clock is not None and done is not None and done[0] == self._clock[0]:
-            self.buffer.budget.observe(sampled=self._clock[2], sample_seconds=done[1] - self._clock[1],
-                                       trained=done[2], update_seconds=now - done[1])
+            self.costs.step(sampled=self._clock[2], sample_seconds=done[1] - self._clock[1], trained=done[2],
+                            update_seconds=now - done[1])
         self._clock = [step, now, 0]
 
 

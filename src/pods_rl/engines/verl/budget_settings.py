@@ -7,21 +7,21 @@ Pilot-Commit's commits): ``agent_loop`` and docs/guides/verl.md, "Rollout budget
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pods_rl.budget.planners import available_planners
-from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_pilot_commit, check_rollout_planner
+from pods_rl.budget.planners.base import Layout, available_planners, make_planner, member, needs_of, planner_class
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget
 from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
 
-__all__ = ["MANAGER_CLASS", "PLANNER_KEYS", "ROUNDS_PLANNERS", "VerlBudget", "rounds_knobs", "verl_budget"]
+__all__ = ["MANAGER_CLASS", "PLANNER_KEYS", "VerlBudget", "verl_budget"]
 
 # verl loads the manager by this name (actor_rollout_ref.rollout.agent.agent_loop_manager_class).
 MANAGER_CLASS = "pods_rl.engines.verl.agent_loop.PODSAgentLoopManager"
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
 PLANNER_KEYS = ("prompt_planner", "prompt_planner_args", "rollout_planner", "rollout_planner_args", "refill_rounds")
-ROUNDS_PLANNERS = ("reinforce_ada",)  # how-many planners that sample in rounds (in the worker); the rest give counts
 # How verl's users spell the budget's settings (the budget's checks name them so).
 NAMES = spelled("verl", "budget")
 _NO_SAMPLING_REWARDS = ("{what}, which needs each rollout's reward when it is sampled, but a colocated reward model "
@@ -44,11 +44,6 @@ class VerlBudget:
     def planned(self) -> bool:
         """True when any planner is set (then the manager, and the ledger, are needed)."""
         return self.budget is not None or self.rounds is not None
-
-
-def rounds_knobs(args: Mapping | None, n: int, m: int) -> dict:
-    """Reinforce-Ada's knobs on verl: rounds of rollout.n = ``n``, m kept, the user's ``args`` (default 4 rounds)."""
-    return {"max_rounds": 4, **dict(args or {}), "round_repeat": n, "final_keep_per_prompt": m}
 
 
 def _args(kwargs: Mapping, key: str) -> dict:
@@ -81,36 +76,37 @@ def verl_budget(kwargs: Mapping, *, n: int, m: int, seed: int = 0, success_thres
         raise ValueError(f"sampler_kwargs.prompt_planner={which!r} replaces each skipped prompt with one more from "
                          "verl's dataloader, which fetches data.gen_batch_size rows at a time: set "
                          "data.gen_batch_size=1")
-    if which == "pilot_commit":  # one group of rollout.n: n_explore piloted, n_commit more once it passes
-        if colocated_reward_model:
-            raise ValueError(_NO_SAMPLING_REWARDS.format(what="sampler_kwargs.prompt_planner='pilot_commit' judges "
-                                                                   "each pilot before its commit"))
-        which_args = check_pilot_commit(which_args, n, names=NAMES, reasons=PILOT_COMMIT_REASONS["verl"],
-                                        other="rollout_planner" if how_many is not None else None)
+    which_needs, how_needs, reasons = needs_of(which), needs_of(how_many), PILOT_COMMIT_REASONS["verl"]
+    if colocated_reward_model and (which_needs | how_needs) & {"pilot", "reward_rounds"}:
+        what = (f"sampler_kwargs.prompt_planner={which!r} judges each pilot before its commit" if "pilot" in which_needs
+                else f"sampler_kwargs.rollout_planner={how_many!r} samples rounds until its stop rule holds")
+        raise ValueError(_NO_SAMPLING_REWARDS.format(what=what))
     rounds = None
-    if how_many in ROUNDS_PLANNERS:
-        if colocated_reward_model:
-            raise ValueError(_NO_SAMPLING_REWARDS.format(what="sampler_kwargs.rollout_planner='reinforce_ada' samples "
-                                                              "rounds until its stop rule holds"))
+    if "reward_rounds" in how_needs:  # its rounds run in the worker; the manager gives each row rollout.n first
+        if which is not None:  # the prompt planner's layout has a rollout planner, though the manager holds none
+            member(planner_class(which), "complete")(which_args, Layout(n=n, m=m, names=NAMES, reasons=reasons,
+                                                                        other="rollout_planner"))
         if how_args.get("round_repeat", n) != n or how_args.get("final_keep_per_prompt", m) != m:
             raise ValueError(f"sampler_kwargs.rollout_planner_args: on verl Reinforce-Ada's round_repeat is "
                              f"actor_rollout_ref.rollout.n ({n}) and final_keep_per_prompt is sampler_kwargs.m ({m}); "
                              "drop them")
-        from pods_rl.budget.planners import make_planner
-
-        rounds = make_planner("reinforce_ada", **rounds_knobs(how_args, n, m))  # its knobs checked before Ray starts
+        # Rounds of rollout.n, m kept (Reinforce-Ada's names: budget/'s Layout has no round size for complete() yet);
+        # default 4 rounds. Its knobs are checked before Ray starts.
+        rounds = make_planner(how_many, **{"max_rounds": 4, **how_args, "round_repeat": n, "final_keep_per_prompt": m})
         how_many, how_args = None, {}
     cap = n
-    if how_many is not None:  # Knapsack-RL, auto: counts in [m, max_n] around rollout.n, the most one prompt gets
-        cap = how_args.setdefault("max_n", 2 * n)
+    if how_many is not None:  # counts in [m, max_n] around rollout.n: max_n is the Layout's n, the most one prompt gets
+        knobs = {field.name for field in dataclasses.fields(planner_class(how_many).Settings)}
+        cap = how_args.get("max_n", 2 * n) if "max_n" in knobs else how_args.pop("max_n", 2 * n)
         if isinstance(cap, bool) or not isinstance(cap, int) or cap <= n:
             raise ValueError(f"sampler_kwargs.rollout_planner_args.max_n={cap!r}: {how_many} gives prompts between m "
                              f"and max_n rollouts around actor_rollout_ref.rollout.n={n} per prompt; set max_n above "
                              f"{n}, or drop it ({2 * n})")
-        check_rollout_planner(how_many, pilot=False, n=cap, m=m, names=NAMES)
+    # A fixed budget (rows x rollout.n) for every counting planner but one that spends what pays per measured second.
     settings = BudgetSettings(num_generations=cap, downsample_to=m, prompt_planner=which,
                               prompt_planner_args=which_args or None, rollout_planner=how_many,
                               rollout_planner_args=how_args or None, ledger_success_threshold=success_threshold,
-                              adaptive_budget=float(n) if how_many == "knapsack" else None, seed=seed)
-    budget = RolloutBudget.from_config(settings, names=NAMES, reasons=PILOT_COMMIT_REASONS["verl"])
+                              adaptive_budget=float(n) if how_many is not None and "costs" not in how_needs else None,
+                              seed=seed)
+    budget = RolloutBudget.from_config(settings, names=NAMES, reasons=reasons)
     return VerlBudget(budget=budget, rounds=rounds, n=n, refill_rounds=refill_rounds)

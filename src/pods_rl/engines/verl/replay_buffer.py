@@ -298,28 +298,20 @@ class PODSReplayBuffer(ReplayBuffer):
         return self.ledger.record(ids, table, counts, step=self._global_steps).metrics
 
     def judge_pilots(self, ids: torch.Tensor, rewards: torch.Tensor, step: int) -> torch.Tensor:
-        """(P,) bool, passed: Pilot-Commit's one verdict on pilots ``ids`` (P,), ``rewards`` (P, n_explore), by the
-        run's planner and ledger; the dropped pilots are recorded, the solved prompts evicted."""
-        firsts = [p for p, i in enumerate(ids.tolist()) if i not in ids[:p].tolist()]
-        if len(firsts) < len(ids):  # a prompt piloted twice in one dispatch (the dataloader wrapped): one at a time
-            passed = torch.zeros(len(ids), dtype=torch.bool)
-            rest = [p for p in range(len(ids)) if p not in firsts]
-            passed[firsts] = self.judge_pilots(ids[firsts], rewards[firsts], step)
-            passed[rest] = self.judge_pilots(ids[rest], rewards[rest], step)
-            return passed
-        which = self.budget.which
-        verdict = which.after_pilot(ids, rewards, None, self.ledger, step=step, evict=False)
-        passed = verdict.extra["passed"]
-        if not bool(passed.all()):  # a committed pilot is recorded with its whole group, when it is sampled
-            counts = torch.full((int((~passed).sum()),), rewards.shape[1], dtype=torch.long)
-            self.budget.record(ids[~passed], rewards[~passed], counts, step=step, epoch=self._epoch(step))
-        if bool(verdict.evicted.any()):
-            self.ledger.evict(ids[verdict.evicted])
-        which.flush(step + 1)  # buffer_max_off_steps = 0: the passed pilots are committed now, none waits
-        metrics = {**{k: v for k, v in verdict.metrics.items() if k.startswith("pods/pilot_")},
-                   "pods/pilots_dropped": float((~passed).sum()), "pods/prompts_evicted": float(verdict.evicted.sum())}
-        for key, value in metrics.items():
-            self.plan_metrics[key] = self.plan_metrics.get(key, 0.0) + value
+        """(P,) bool, passed: Pilot-Commit's one verdict on each pilot of ``ids`` (P,), ``rewards`` (P, n_explore), in
+        order (``RolloutBudget.judge_one``: the passed committed, the solved evicted); the dropped are recorded."""
+        self.budget.which.flush(step + 1)  # buffer_max_off_steps = 0: nothing an earlier step passed waits (a resume)
+        passed = torch.zeros(len(ids), dtype=torch.bool)
+        for p, prompt in enumerate(ids.tolist()):
+            verdict = self.budget.judge_one(prompt, rewards[p].tolist(), step=step)
+            passed[p] = bool(verdict.extra["passed"][0])
+            if not passed[p]:  # a committed pilot is recorded with its whole group, when it is sampled
+                self.budget.record(ids[p:p + 1], rewards[p:p + 1], torch.tensor([rewards.shape[1]]), step=step,
+                                   epoch=self._epoch(step))
+            metrics = {k: v for k, v in verdict.metrics.items() if k.startswith("pods/pilot_")}
+            metrics.update({"pods/pilots_dropped": float(~passed[p]), "pods/prompts_evicted": float(verdict.evicted)})
+            for key, value in metrics.items():
+                self.plan_metrics[key] = self.plan_metrics.get(key, 0.0) + value
         return passed
 
     def _epoch(self, step: int | None = None) -> int:
@@ -492,3 +484,4 @@ def _sessions_by_prompt(keys: list[str], tags: list[dict], rewards: dict[str, fl
         table["truncated"][g, :len(names)] = torch.tensor(
             [response_length is not None and last[s][1] >= response_length for s in names])
     return sessions, table
+
