@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.ledger import (
     LEDGER_FILE,
     LedgerSettings,
@@ -103,11 +105,12 @@ class RolloutBudget:
     """The ledger and the step's planners (``prompt_planner``: which prompts, ``rollout_planner``: how many)."""
 
     def __init__(self, ledger: PromptLedger, which=None, how_many=None, *, n: int, m: int, seed: int,
-                 budget_per_prompt: float | None = None):
+                 budget_per_prompt: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.ledger, self.which, self.how_many = ledger, which, how_many
         self.n, self.m, self.seed = n, m, seed
         self.budget_per_prompt = budget_per_prompt
         self.needs = needs_of(which) | needs_of(how_many)  # what the engine must offer (engines.settings.OFFERS)
+        self.costs = CostMeter(self, clock)  # what sampling and training cost, as each engine measures it
 
     @classmethod
     def from_config(cls, config, *, names: Mapping[str, str] | None = None,

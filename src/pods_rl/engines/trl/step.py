@@ -87,7 +87,6 @@ class PODSStep:
     _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
     _selects = False
     phase_clock = None
-    _rollouts_sampled = 0  # rollouts this process sampled in the current optimizer step (the auto planner's N)
     _no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
     _warned_no_variance = False
     # Generation rounds in a row without any reward variance before the terminal hears of it (once per run).
@@ -107,8 +106,8 @@ class PODSStep:
         ids, first = self._plan_rollouts(inputs)  # (P,), (P,)
         # 3. generate and score n per prompt (or in rounds)
         sampled = self._sample_rollouts(inputs, prompts, num_sampled, first, ids)  # P*n rollouts, rewards, logs
-        self._rollouts_sampled += int(sampled.counts.sum())
         if self._budget is not None:
+            self._budget.costs.sampled(int(sampled.counts.sum()))  # the auto planner's N (the phase clock's step)
             self._record_in_ledger(ids, sampled, num_sampled, n)
         # 4. select: m of each group's n, B of the P groups
         kept = self._select_kept(inputs, prompts, sampled, raised)  # kept.rows (B*m,)
@@ -141,14 +140,6 @@ class PODSStep:
                                            rank=self.accelerator.process_index, pilot=self.args.pilot_generations)
         self._log_train_metrics(metrics)
         return ids, first
-
-    def _observe_step_costs(self, seconds: dict[str, float]) -> None:
-        """The phase clock's seconds of the step just ended, for the auto planner: N sampled rollouts against
-        generation + scoring, the kept rollouts trained in an optimizer step against the update."""
-        trained = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
-        self._budget.observe(sampled=self._rollouts_sampled, sample_seconds=seconds["generation"] + seconds["scoring"],
-                             trained=trained, update_seconds=seconds["update"])
-        self._rollouts_sampled = 0
 
     def _select_kept(self, inputs: list[dict], prompts: list, sampled: Sampled,
                      raised: list[int] | None) -> KeptRollouts:

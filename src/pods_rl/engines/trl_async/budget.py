@@ -29,7 +29,6 @@ import torch
 from transformers import TrainerCallback
 
 from pods_rl.budget.cgrpo_run import CalibrationSet, check_cgrpo_inputs
-from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
 from pods_rl.budget.planners.base import needs_of
@@ -136,7 +135,8 @@ class WorkerBudget:
     def __init__(self, budget: RolloutBudget, *, groups_per_step: int, dataset_size: int, start_index: int = 0,
                  seed: int = 0, clock: Callable[[], float] = time.monotonic):
         self.budget, self.window, self.dataset_size = budget, groups_per_step, dataset_size
-        self.costs = CostMeter(budget, clock)  # auto's costs (module docstring): windows, the trainer's waits
+        self.costs = budget.costs  # auto's costs (module docstring): windows, the trainer's waits
+        self.costs.clock = clock
         self.start_index = self.next_position = start_index
         self.positions: list[int] = []  # group id (this session) -> the absolute position of its prompt
         # Pilot-Commit: a group trains only when its pilot passes, under a committed id the trainer counts
