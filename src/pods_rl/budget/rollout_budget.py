@@ -186,16 +186,70 @@ class RolloutBudget:
             count = member(self.which, "first_round")(count)
         return torch.full((len(ids),), count, dtype=torch.long), {}
 
-    def judge_one(self, prompt: int, rewards, *, step: int) -> Plan:
-        """Pilot-Commit's verdict on one prompt's pilot (``rewards`` (k,), NaN: unscored), in the ledger; a pilot that
-        passes is committed at once, alone (an engine judging each prompt as it is scored)."""
+    # Long because skipping, GRESO's counters and Knapsack-RL's counts share the window's locals.
+    def draw(self, candidates: Callable[[int], torch.Tensor], want: int, generator: torch.Generator | None, *,
+             patience: int) -> tuple[list[int], torch.Tensor, dict]:
+        """A window planned prompt by prompt (an engine sampling while it trains): ``candidates(k)`` the next k ids
+        (k,), screened by the prompt planner, a skipped one replaced by the next (after ``patience`` skipped in a row,
+        admitted anyway: never stalls), until ``want`` are chosen. Returns their indices among all drawn, (want,)
+        first-round rollouts (Pilot-Commit: its pilot) and metrics."""
+        which, own = self.which, {}  # own: the prompt planner's metrics beyond the counters (GRESO's p's)
+        chosen: list[int] = []  # their indices among the drawn
+        ids_chosen: list[int] = []
+        drawn = skipped = easy = hard = readmitted = run = 0
+        while len(chosen) < want:
+            ids = candidates(want - len(chosen))
+            no = [False] * len(ids)
+            keep, is_easy, is_hard = [True] * len(ids), no, no
+            if which is not None:
+                plan = self.screen(ids, generator)
+                own = {k: v for k, v in plan.metrics.items()
+                       if not k.startswith(("pods/plan_", "pods/rollouts_per_prompt", "pods/prompts_"))}
+                keep = plan.sampled.tolist()
+                none = torch.zeros(len(ids), dtype=torch.bool)  # (Pilot-Commit skips the evicted: neither)
+                is_easy, is_hard = plan.extra.get("easy", none).tolist(), plan.extra.get("hard", none).tolist()
+            for prompt, kept, was_easy, was_hard in zip(ids.tolist(), keep, is_easy, is_hard, strict=True):
+                drawn += 1
+                if not kept and run < patience:
+                    run, skipped, easy, hard = run + 1, skipped + 1, easy + was_easy, hard + was_hard
+                    continue
+                run, readmitted = 0, readmitted + (not kept)
+                chosen.append(drawn - 1)
+                ids_chosen.append(prompt)
+        metrics: dict = {}
+        if which is not None:
+            metrics = {"pods/prompts_drawn_total": float(drawn), "pods/prompts_skipped_total": float(skipped),
+                       "pods/prompts_readmitted_total": float(readmitted),
+                       "pods/prompts_skipped_frac": (float(skipped), float(drawn))}
+            if self.commits:  # what Pilot-Commit skips at the draw: the prompts it evicted
+                metrics["pods/prompts_skipped_evicted_total"] = float(skipped)
+            else:
+                metrics.update({"pods/prompts_skipped_easy_total": float(easy),
+                                "pods/prompts_skipped_hard_total": float(hard), **own})
+        counts, planned = self.first_counts(torch.tensor(ids_chosen, dtype=torch.long))
+        if self.how_many is not None:
+            metrics.update({"pods/rollouts_planned_per_prompt": (float(counts.sum()), float(len(counts))),
+                            "pods/rollouts_planned_min": float(counts.min()),
+                            "pods/rollouts_planned_max": float(counts.max()),
+                            **{k: float(v) for k, v in planned.items()
+                               if k.startswith(("pods/knapsack_", "pods/auto_"))}})
+        return chosen, counts, metrics
+
+    def judge_one(self, prompt: int, rewards, *, step: int) -> tuple[bool, dict[str, float]]:
+        """Pilot-Commit's verdict on one prompt's pilot (``rewards`` (k,), NaN: unscored), in the ledger: whether it
+        passed (then committed at once, alone: an engine judging each prompt as it is scored) and its counters."""
         verdict = self.which.after_pilot(torch.tensor([prompt]), torch.tensor([rewards], dtype=torch.float64), None,
                                          self.ledger, step=step)
-        if bool(verdict.extra["passed"][0]):
+        passed = bool(verdict.extra["passed"][0])
+        if passed:
             taken = self.which.commit(len(self.which)).ids.tolist()
             if taken != [prompt]:  # every earlier pass was committed when judged: nothing else can wait there
                 raise RuntimeError(f"Pilot-Commit's buffer held {taken} where prompt {prompt} was committed")
-        return verdict
+        return passed, {"pods/pilot_judged_total": 1.0, "pods/pilot_passed_total": float(passed),
+                        "pods/pilot_too_easy_total": float(verdict.skipped[0]),
+                        "pods/pilot_too_hard_total": float(verdict.deferred[0]),
+                        "pods/prompts_evicted_total": float(verdict.evicted[0]),
+                        "pods/pilot_success_rate": float(verdict.extra["success_rate"][0])}
 
     @property
     def commits(self) -> bool:
