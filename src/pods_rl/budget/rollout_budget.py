@@ -111,6 +111,7 @@ class RolloutBudget:
         self.budget_per_prompt = budget_per_prompt
         self.needs = needs_of(which) | needs_of(how_many)  # what the engine must offer (engines.settings.OFFERS)
         self.costs = CostMeter(self, clock)  # what sampling and training cost, as each engine measures it
+        self.cgrpo = None  # C-GRPO's run (cgrpo_run.CGRPORun), set by an engine with its checked calibration
 
     @classmethod
     def from_config(cls, config, *, names: Mapping[str, str] | None = None,
@@ -162,6 +163,8 @@ class RolloutBudget:
             metrics["pods/prompts_readmitted"] = float(max(missing, 0))
         else:
             chosen[:] = True
+        if self.cgrpo is not None:
+            self.cgrpo.start_step(P, self.n)
         first = torch.zeros(P, dtype=torch.long)
         counts, allocated = self.first_counts(ids[chosen], pilot=pilot)
         metrics.update({k: v for k, v in allocated.items() if k not in metrics})
@@ -293,6 +296,18 @@ class RolloutBudget:
                         "pods/prompts_filled": float(max(missing, 0))})
         more = torch.where(committed, self.which.settings.n_commit, 0)
         return more, committed, metrics
+
+    def next_round(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, last: torch.Tensor,
+                   completions: list, slots: list[int], num_groups: int, *, first: bool, step: int, rank: int = 0,
+                   gather=None, device=None) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+        """After a round of a step's rounds (``last`` (P,) its rollouts, their ``completions`` in ``slots``; ``first``:
+        the first round): (P,) rollouts of the next, (P,) bool which may train (None: every sampled one) and metrics:
+        C-GRPO's next budgets, Pilot-Commit's commit after its pilot (``commit``), else none."""
+        if self.cgrpo is not None:
+            return self.cgrpo.next_round(completions, slots, counts, last), None, {}
+        if first and self.commits:
+            return self.commit(ids, rewards, counts, num_groups, step=step, rank=rank, gather=gather, device=device)
+        return torch.zeros_like(last), None, {}
 
     def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
         """One optimizer step's rollouts sampled (0: none this step) and trained, and its sampling (generation +

@@ -135,7 +135,6 @@ class PODSStep:
         ids = candidate_ids(inputs, self.num_generations)  # (P,)
         if self._cgrpo is not None:  # thresholds with the current policy before the step that needs them
             self._calibrate_cgrpo()
-            self._cgrpo.start_step(len(ids), self.num_generations)
         first, metrics = self._budget.plan(ids, self._kept_groups_per_process, step=self.state.global_step,
                                            rank=self.accelerator.process_index, pilot=self.args.pilot_generations)
         self._log_train_metrics(metrics)
@@ -254,13 +253,11 @@ class PODSStep:
                           ids: torch.Tensor | None) -> Sampled:
         """The rounds (``rounds.Rounds``), given what they need of the step; vLLM sleeps once per step."""
         weights = self.reward_weights.cpu().double()
-        commits = self._budget is not None and self._budget.commits
         with one_sleep_per_step(self), batch_rollout_state(self) as batch:
             host = RoundsHost(sample_round=functools.partial(self._sample_round, batch, inputs, prompts),
                               gather=self._gather,
                               deciding_rewards=functools.partial(self._deciding_rewards, weights=weights),
-                              commit=self._commit if commits else None, phase=self._phase,
-                              next_round=None if self._cgrpo is None else self._cgrpo.next_round)
+                              phase=self._phase, next_round=None if self._budget is None else self._next_round)
             rounds = Rounds(self.args, self.num_generations, self.downsample_to, self.accelerator.process_index, host)
             sampled, metrics = rounds.sample(inputs, first, ids)
         self._log_train_metrics(metrics)
@@ -308,10 +305,10 @@ class PODSStep:
         return {**self._cgrpo.planner.round_metrics(counts), "pods/cgrpo_padding_rows": padding,
                 "pods/cgrpo_calibration_rollouts_total": float(self._cgrpo.planner.calibration_rollouts)}
 
-    def _commit(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor):
-        """Pilot-Commit's commit round: (P,) rollouts more per candidate of ``ids`` (P,), and which may train."""
-        more, trainable, metrics = self._budget.commit(
-            ids, rewards, counts, self._kept_groups_per_process, step=self.state.global_step,
+    def _next_round(self, *args, first: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The planners' next round after one of the rounds (``RolloutBudget.next_round``), its metrics logged."""
+        more, trainable, metrics = self._budget.next_round(
+            *args, self._kept_groups_per_process, first=first, step=self.state.global_step,
             rank=self.accelerator.process_index, gather=gather, device=self.accelerator.device)
         self._log_train_metrics(metrics)
         return more, trainable

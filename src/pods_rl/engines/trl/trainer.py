@@ -211,7 +211,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         self._selects = config.selects
         self._budget = budget
         if calibration is not None:
-            self._cgrpo = CGRPORun(budget.how_many, calibration, completion_text)
+            self._cgrpo = budget.cgrpo = CGRPORun(budget.how_many, calibration, completion_text)
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
         self.phase_clock = PhaseClock(self)
