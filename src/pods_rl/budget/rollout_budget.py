@@ -1,11 +1,13 @@
-"""The rollout budget an engine runs: which of a step's candidate prompts get rollouts and how many, from the ledger.
+"""The planning loop every engine drives: which candidate prompts get rollouts and how many, from the ledger.
 
-Engine-neutral; ``PODSTrainer``'s step calls it around sampling::
+Engine-neutral; an engine samples what it is told and says what it cost::
 
     budget = RolloutBudget.from_config(config)            # None when no planner is set
-    first, metrics = budget.plan(ids, num_groups, ...)    # (P,) rollouts of each candidate's first round
-    ... generate and score them ...
+    first, metrics = budget.plan(ids, num_groups, ...)    # (P,) a step's first round (draw: a window, prompt by prompt)
+    ... generate and score them; after each round ...
+    more, trainable, metrics = budget.next_round(...)     # C-GRPO's budgets, Pilot-Commit's commit (judge_one: one)
     metrics = budget.record(ids, rewards, counts, ...)    # every rank records every rank's groups
+    budget.costs.sampled(...) / .phases(...) / .close(...)  # what it cost (costs.CostMeter), for auto
     budget.save(checkpoint_dir) / budget.load(checkpoint_dir)
 """
 

@@ -204,10 +204,9 @@ class WorkerBudget:
         if not self.pending:
             return {}
         pending, self.pending = self.pending, []
-        width = max(len(rewards) for _, _, rewards, _ in pending)
-        rewards = torch.full((len(pending), max(width, 1)), float("nan"), dtype=torch.float64)
-        for g, (_, _, values, _) in enumerate(pending):
-            rewards[g, :len(values)] = torch.tensor(values, dtype=torch.float64)
+        rewards = torch.nn.utils.rnn.pad_sequence(  # (G, the most rollouts of one, at least 1), NaN past each's
+            [torch.tensor(values or [float("nan")], dtype=torch.float64) for _, _, values, _ in pending],
+            batch_first=True, padding_value=float("nan"))
         ids = torch.tensor([prompt for prompt, _, _, _ in pending], dtype=torch.long)
         counts = torch.tensor([len(values) for _, _, values, _ in pending], dtype=torch.long)
         epoch = max(position for _, position, _, _ in pending) // self.dataset_size
