@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from pods_rl.budget.ledger import prompt_key
+from pods_rl.budget.planners.base import CONFIG_NAMES
 from pods_rl.budget.planners.cgrpo import CGRPO, CGRPOSettings, encode_answers
-from pods_rl.budget.rollout_budget import CONFIG_NAMES
 
 __all__ = ["CGRPORun", "CalibrationSet", "check_cgrpo_inputs"]
 

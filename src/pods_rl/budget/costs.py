@@ -1,9 +1,9 @@
 """A cost-aware planner's seconds (``needs`` "costs") in one place: ``CostMeter`` feeds ``RolloutBudget.observe``."""
 
-# An engine reports what it sees: a step's phase seconds (``step``: TRL's phase clock), or groups sampled in windows
-# while training overlaps (``open``, ``close``, ``wait``: the asynchronous worker). Windows are delivered in draw
-# order: a window's sampling seconds run from the delivery of the one before (or its own draw, if later) to its last
-# group's close, less the seconds waited on the trainer meanwhile.
+# An engine reports what it sees: rollouts sampled (``sampled``) and a step's phase seconds (``phases``: TRL's phase
+# clock), or groups sampled in windows while training overlaps (``open``, ``close``, ``wait``: the asynchronous
+# worker). Windows are delivered in draw order: a window's sampling seconds run from the delivery of the one before
+# (or its own draw, if later) to its last group's close, less the seconds waited on the trainer meanwhile.
 
 from __future__ import annotations
 
@@ -35,6 +35,18 @@ class CostMeter:
         self.window_of: dict[int, int] = {}  # group id -> its window, groups not yet closed
         self.drawn_windows = self.delivered_windows = 0
         self.delivered: tuple[float, float] | None = None  # (clock, waited) when the last window was delivered
+        self.rollouts = 0  # rollouts sampled since the last ``phases``
+
+    def sampled(self, rollouts: int) -> None:
+        """``rollouts`` more sampled in the current optimizer step."""
+        self.rollouts += rollouts
+
+    def phases(self, seconds: dict[str, float], *, trained: int) -> None:
+        """An optimizer step's phase seconds (TRL's phase clock): the rollouts sampled since the last against
+        generation + scoring, ``trained`` kept rollouts against the update."""
+        sampled, self.rollouts = self.rollouts, 0
+        self.step(sampled=sampled, sample_seconds=seconds["generation"] + seconds["scoring"], trained=trained,
+                  update_seconds=seconds["update"])
 
     def step(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
         """A step's rollouts sampled and trained and its sampling and update seconds."""

@@ -1,11 +1,13 @@
-"""The rollout budget an engine runs: which of a step's candidate prompts get rollouts and how many, from the ledger.
+"""The planning loop every engine drives: which candidate prompts get rollouts and how many, from the ledger.
 
-Engine-neutral; ``PODSTrainer``'s step calls it around sampling::
+Engine-neutral; an engine samples what it is told and says what it cost::
 
     budget = RolloutBudget.from_config(config)            # None when no planner is set
-    first, metrics = budget.plan(ids, num_groups, ...)    # (P,) rollouts of each candidate's first round
-    ... generate and score them ...
+    first, metrics = budget.plan(ids, num_groups, ...)    # (P,) a step's first round (draw: a window, prompt by prompt)
+    ... generate and score them; after each round ...
+    more, trainable, metrics = budget.next_round(...)     # C-GRPO's budgets, Pilot-Commit's commit (judge_one: one)
     metrics = budget.record(ids, rewards, counts, ...)    # every rank records every rank's groups
+    budget.costs.sampled(...) / .phases(...) / .close(...)  # what it cost (costs.CostMeter), for auto
     budget.save(checkpoint_dir) / budget.load(checkpoint_dir)
 """
 
@@ -13,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.ledger import (
     LEDGER_FILE,
     LedgerSettings,
@@ -103,11 +107,13 @@ class RolloutBudget:
     """The ledger and the step's planners (``prompt_planner``: which prompts, ``rollout_planner``: how many)."""
 
     def __init__(self, ledger: PromptLedger, which=None, how_many=None, *, n: int, m: int, seed: int,
-                 budget_per_prompt: float | None = None):
+                 budget_per_prompt: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.ledger, self.which, self.how_many = ledger, which, how_many
         self.n, self.m, self.seed = n, m, seed
         self.budget_per_prompt = budget_per_prompt
         self.needs = needs_of(which) | needs_of(how_many)  # what the engine must offer (engines.settings.OFFERS)
+        self.costs = CostMeter(self, clock)  # what sampling and training cost, as each engine measures it
+        self.cgrpo = None  # C-GRPO's run (cgrpo_run.CGRPORun), set by an engine with its checked calibration
 
     @classmethod
     def from_config(cls, config, *, names: Mapping[str, str] | None = None,
@@ -159,6 +165,8 @@ class RolloutBudget:
             metrics["pods/prompts_readmitted"] = float(max(missing, 0))
         else:
             chosen[:] = True
+        if self.cgrpo is not None:
+            self.cgrpo.start_step(P, self.n)
         first = torch.zeros(P, dtype=torch.long)
         counts, allocated = self.first_counts(ids[chosen], pilot=pilot)
         metrics.update({k: v for k, v in allocated.items() if k not in metrics})
@@ -183,16 +191,70 @@ class RolloutBudget:
             count = member(self.which, "first_round")(count)
         return torch.full((len(ids),), count, dtype=torch.long), {}
 
-    def judge_one(self, prompt: int, rewards, *, step: int) -> Plan:
-        """Pilot-Commit's verdict on one prompt's pilot (``rewards`` (k,), NaN: unscored), in the ledger; a pilot that
-        passes is committed at once, alone (an engine judging each prompt as it is scored)."""
+    # Long because skipping, GRESO's counters and Knapsack-RL's counts share the window's locals.
+    def draw(self, candidates: Callable[[int], torch.Tensor], want: int, generator: torch.Generator | None, *,
+             patience: int) -> tuple[list[int], torch.Tensor, dict]:
+        """A window planned prompt by prompt (an engine sampling while it trains): ``candidates(k)`` the next k ids
+        (k,), screened by the prompt planner, a skipped one replaced by the next (after ``patience`` skipped in a row,
+        admitted anyway: never stalls), until ``want`` are chosen. Returns their indices among all drawn, (want,)
+        first-round rollouts (Pilot-Commit: its pilot) and metrics."""
+        which, own = self.which, {}  # own: the prompt planner's metrics beyond the counters (GRESO's p's)
+        chosen: list[int] = []  # their indices among the drawn
+        ids_chosen: list[int] = []
+        drawn = skipped = easy = hard = readmitted = run = 0
+        while len(chosen) < want:
+            ids = candidates(want - len(chosen))
+            no = [False] * len(ids)
+            keep, is_easy, is_hard = [True] * len(ids), no, no
+            if which is not None:
+                plan = self.screen(ids, generator)
+                own = {k: v for k, v in plan.metrics.items()
+                       if not k.startswith(("pods/plan_", "pods/rollouts_per_prompt", "pods/prompts_"))}
+                keep = plan.sampled.tolist()
+                none = torch.zeros(len(ids), dtype=torch.bool)  # (Pilot-Commit skips the evicted: neither)
+                is_easy, is_hard = plan.extra.get("easy", none).tolist(), plan.extra.get("hard", none).tolist()
+            for prompt, kept, was_easy, was_hard in zip(ids.tolist(), keep, is_easy, is_hard, strict=True):
+                drawn += 1
+                if not kept and run < patience:
+                    run, skipped, easy, hard = run + 1, skipped + 1, easy + was_easy, hard + was_hard
+                    continue
+                run, readmitted = 0, readmitted + (not kept)
+                chosen.append(drawn - 1)
+                ids_chosen.append(prompt)
+        metrics: dict = {}
+        if which is not None:
+            metrics = {"pods/prompts_drawn_total": float(drawn), "pods/prompts_skipped_total": float(skipped),
+                       "pods/prompts_readmitted_total": float(readmitted),
+                       "pods/prompts_skipped_frac": (float(skipped), float(drawn))}
+            if self.commits:  # what Pilot-Commit skips at the draw: the prompts it evicted
+                metrics["pods/prompts_skipped_evicted_total"] = float(skipped)
+            else:
+                metrics.update({"pods/prompts_skipped_easy_total": float(easy),
+                                "pods/prompts_skipped_hard_total": float(hard), **own})
+        counts, planned = self.first_counts(torch.tensor(ids_chosen, dtype=torch.long))
+        if self.how_many is not None:
+            metrics.update({"pods/rollouts_planned_per_prompt": (float(counts.sum()), float(len(counts))),
+                            "pods/rollouts_planned_min": float(counts.min()),
+                            "pods/rollouts_planned_max": float(counts.max()),
+                            **{k: float(v) for k, v in planned.items()
+                               if k.startswith(("pods/knapsack_", "pods/auto_"))}})
+        return chosen, counts, metrics
+
+    def judge_one(self, prompt: int, rewards, *, step: int) -> tuple[bool, dict[str, float]]:
+        """Pilot-Commit's verdict on one prompt's pilot (``rewards`` (k,), NaN: unscored), in the ledger: whether it
+        passed (then committed at once, alone: an engine judging each prompt as it is scored) and its counters."""
         verdict = self.which.after_pilot(torch.tensor([prompt]), torch.tensor([rewards], dtype=torch.float64), None,
                                          self.ledger, step=step)
-        if bool(verdict.extra["passed"][0]):
+        passed = bool(verdict.extra["passed"][0])
+        if passed:
             taken = self.which.commit(len(self.which)).ids.tolist()
             if taken != [prompt]:  # every earlier pass was committed when judged: nothing else can wait there
                 raise RuntimeError(f"Pilot-Commit's buffer held {taken} where prompt {prompt} was committed")
-        return verdict
+        return passed, {"pods/pilot_judged_total": 1.0, "pods/pilot_passed_total": float(passed),
+                        "pods/pilot_too_easy_total": float(verdict.skipped[0]),
+                        "pods/pilot_too_hard_total": float(verdict.deferred[0]),
+                        "pods/prompts_evicted_total": float(verdict.evicted[0]),
+                        "pods/pilot_success_rate": float(verdict.extra["success_rate"][0])}
 
     @property
     def commits(self) -> bool:
@@ -236,6 +298,18 @@ class RolloutBudget:
                         "pods/prompts_filled": float(max(missing, 0))})
         more = torch.where(committed, self.which.settings.n_commit, 0)
         return more, committed, metrics
+
+    def next_round(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, last: torch.Tensor,
+                   completions: list, slots: list[int], num_groups: int, *, first: bool, step: int, rank: int = 0,
+                   gather=None, device=None) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+        """After a round of a step's rounds (``last`` (P,) its rollouts, their ``completions`` in ``slots``; ``first``:
+        the first round): (P,) rollouts of the next, (P,) bool which may train (None: every sampled one) and metrics:
+        C-GRPO's next budgets, Pilot-Commit's commit after its pilot (``commit``), else none."""
+        if self.cgrpo is not None:
+            return self.cgrpo.next_round(completions, slots, counts, last), None, {}
+        if first and self.commits:
+            return self.commit(ids, rewards, counts, num_groups, step=step, rank=rank, gather=gather, device=device)
+        return torch.zeros_like(last), None, {}
 
     def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
         """One optimizer step's rollouts sampled (0: none this step) and trained, and its sampling (generation +

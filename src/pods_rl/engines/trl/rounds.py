@@ -79,10 +79,9 @@ class RoundsHost:
     sample_round: Callable[[list[int], int, int], Scored]  # (slots, padding rows, run length) -> the round scored
     gather: Callable[[torch.Tensor], torch.Tensor]  # concatenated over processes along dim 0 (a collective)
     deciding_rewards: Callable[[torch.Tensor], torch.Tensor]  # (rows, F) -> (rows,) the reward that decides "mixed"
-    commit: Callable | None  # Pilot-Commit's commit: (ids, rewards, counts) -> (more, trainable); None without it
     phase: Callable[[str], AbstractContextManager]  # the phase clock's block for a phase name
-    # A planner's own rounds (C-GRPO's budget grid): (the round's completions, its slots, counts (P,), the round's
-    # rollouts (P,)) -> (P,) rollouts of the next round; None without one
+    # The planners' next round (RolloutBudget.next_round): (ids, rewards, counts, the round's rollouts (P,), its
+    # completions, its slots, first=) -> ((P,) rollouts of the next round, which may train or None); None: no planner
     next_round: Callable | None = None
 
 
@@ -95,7 +94,7 @@ class Rounds:
     def sample(self, inputs: list[dict], first: torch.Tensor | None = None,
                ids: torch.Tensor | None = None) -> tuple[Sampled, dict[str, float]]:
         """The first round (the planners' ``first`` (P,), else ``pilot_generations`` each), then rounds for the prompts
-        ``adaptive_rule`` or Pilot-Commit's commit (of ``ids`` (P,)) keeps open: this process's rows, and metrics."""
+        ``adaptive_rule`` or the planners (of ``ids`` (P,)) keep open: this process's rows, and metrics."""
         # Short processes pad their rounds (_agreed_round_rows).
         args, n, host = self.args, self.n, self.host
         num_sampled = len(inputs) // n  # P
@@ -115,12 +114,12 @@ class Rounds:
                 if args.is_adaptive:
                     book.more = plan_round(book.rewards, book.counts, self.m, n, self._round_size, args.adaptive_rule,
                                            budget=self._budget(num_sampled)) * planned
-                elif host.next_round is not None:
-                    book.more = host.next_round(scored.generated.completions[:len(slots)], slots, book.counts,
-                                                book.more)
-                elif trainable is None and host.commit is not None:  # Pilot-Commit's commit round
-                    book.more, trainable = host.commit(ids, book.rewards, book.counts)
-                else:  # the planners' one round (Pilot-Commit's two)
+                elif host.next_round is not None:  # C-GRPO's budgets, Pilot-Commit's commit, else none
+                    book.more, judged = host.next_round(ids, book.rewards, book.counts, book.more,
+                                                        scored.generated.completions[:len(slots)], slots,
+                                                        first=len(book.outputs) == 1)
+                    trainable = trainable if judged is None else judged
+                else:
                     book.more = torch.zeros_like(book.more)
         with host.phase("selection"):
             generated, extra_logs = book.arranged()

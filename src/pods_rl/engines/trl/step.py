@@ -87,7 +87,6 @@ class PODSStep:
     _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
     _selects = False
     phase_clock = None
-    _rollouts_sampled = 0  # rollouts this process sampled in the current optimizer step (the auto planner's N)
     _no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
     _warned_no_variance = False
     # Generation rounds in a row without any reward variance before the terminal hears of it (once per run).
@@ -107,8 +106,8 @@ class PODSStep:
         ids, first = self._plan_rollouts(inputs)  # (P,), (P,)
         # 3. generate and score n per prompt (or in rounds)
         sampled = self._sample_rollouts(inputs, prompts, num_sampled, first, ids)  # P*n rollouts, rewards, logs
-        self._rollouts_sampled += int(sampled.counts.sum())
         if self._budget is not None:
+            self._budget.costs.sampled(int(sampled.counts.sum()))  # the auto planner's N (the phase clock's step)
             self._record_in_ledger(ids, sampled, num_sampled, n)
         # 4. select: m of each group's n, B of the P groups
         kept = self._select_kept(inputs, prompts, sampled, raised)  # kept.rows (B*m,)
@@ -136,19 +135,10 @@ class PODSStep:
         ids = candidate_ids(inputs, self.num_generations)  # (P,)
         if self._cgrpo is not None:  # thresholds with the current policy before the step that needs them
             self._calibrate_cgrpo()
-            self._cgrpo.start_step(len(ids), self.num_generations)
         first, metrics = self._budget.plan(ids, self._kept_groups_per_process, step=self.state.global_step,
                                            rank=self.accelerator.process_index, pilot=self.args.pilot_generations)
         self._log_train_metrics(metrics)
         return ids, first
-
-    def _observe_step_costs(self, seconds: dict[str, float]) -> None:
-        """The phase clock's seconds of the step just ended, for the auto planner: N sampled rollouts against
-        generation + scoring, the kept rollouts trained in an optimizer step against the update."""
-        trained = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
-        self._budget.observe(sampled=self._rollouts_sampled, sample_seconds=seconds["generation"] + seconds["scoring"],
-                             trained=trained, update_seconds=seconds["update"])
-        self._rollouts_sampled = 0
 
     def _select_kept(self, inputs: list[dict], prompts: list, sampled: Sampled,
                      raised: list[int] | None) -> KeptRollouts:
@@ -263,13 +253,11 @@ class PODSStep:
                           ids: torch.Tensor | None) -> Sampled:
         """The rounds (``rounds.Rounds``), given what they need of the step; vLLM sleeps once per step."""
         weights = self.reward_weights.cpu().double()
-        commits = self._budget is not None and self._budget.commits
         with one_sleep_per_step(self), batch_rollout_state(self) as batch:
             host = RoundsHost(sample_round=functools.partial(self._sample_round, batch, inputs, prompts),
                               gather=self._gather,
                               deciding_rewards=functools.partial(self._deciding_rewards, weights=weights),
-                              commit=self._commit if commits else None, phase=self._phase,
-                              next_round=None if self._cgrpo is None else self._cgrpo.next_round)
+                              phase=self._phase, next_round=None if self._budget is None else self._next_round)
             rounds = Rounds(self.args, self.num_generations, self.downsample_to, self.accelerator.process_index, host)
             sampled, metrics = rounds.sample(inputs, first, ids)
         self._log_train_metrics(metrics)
@@ -317,10 +305,10 @@ class PODSStep:
         return {**self._cgrpo.planner.round_metrics(counts), "pods/cgrpo_padding_rows": padding,
                 "pods/cgrpo_calibration_rollouts_total": float(self._cgrpo.planner.calibration_rollouts)}
 
-    def _commit(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor):
-        """Pilot-Commit's commit round: (P,) rollouts more per candidate of ``ids`` (P,), and which may train."""
-        more, trainable, metrics = self._budget.commit(
-            ids, rewards, counts, self._kept_groups_per_process, step=self.state.global_step,
+    def _next_round(self, *args, first: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The planners' next round after one of the rounds (``RolloutBudget.next_round``), its metrics logged."""
+        more, trainable, metrics = self._budget.next_round(
+            *args, self._kept_groups_per_process, first=first, step=self.state.global_step,
             rank=self.accelerator.process_index, gather=gather, device=self.accelerator.device)
         self._log_train_metrics(metrics)
         return more, trainable

@@ -26,6 +26,7 @@ The TRL surface this package relies on, written only here (``tests/test_trl_surf
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -210,7 +211,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         self._selects = config.selects
         self._budget = budget
         if calibration is not None:
-            self._cgrpo = CGRPORun(budget.how_many, calibration, completion_text)
+            self._cgrpo = budget.cgrpo = CGRPORun(budget.how_many, calibration, completion_text)
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
         self.phase_clock = PhaseClock(self)
@@ -218,7 +219,8 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         # (pods train's TrainingClock): those seconds are not part of the step.
         self.callback_handler.callbacks.insert(0, self.phase_clock)
         if self._budget is not None and "costs" in self._budget.needs:  # auto decides from these phase seconds
-            self.phase_clock.listeners.append(self._observe_step_costs)
+            trained = config.per_device_train_batch_size * config.gradient_accumulation_steps  # per optimizer step
+            self.phase_clock.listeners.append(functools.partial(self._budget.costs.phases, trained=trained))
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
         """``Trainer.evaluate``, after checking that the eval batch holds whole groups of ``num_generations_eval``."""

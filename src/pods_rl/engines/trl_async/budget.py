@@ -29,7 +29,6 @@ import torch
 from transformers import TrainerCallback
 
 from pods_rl.budget.cgrpo_run import CalibrationSet, check_cgrpo_inputs
-from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
 from pods_rl.budget.planners.base import needs_of
@@ -136,7 +135,8 @@ class WorkerBudget:
     def __init__(self, budget: RolloutBudget, *, groups_per_step: int, dataset_size: int, start_index: int = 0,
                  seed: int = 0, clock: Callable[[], float] = time.monotonic):
         self.budget, self.window, self.dataset_size = budget, groups_per_step, dataset_size
-        self.costs = CostMeter(budget, clock)  # auto's costs (module docstring): windows, the trainer's waits
+        self.costs = budget.costs  # auto's costs (module docstring): windows, the trainer's waits
+        self.costs.clock = clock
         self.start_index = self.next_position = start_index
         self.positions: list[int] = []  # group id (this session) -> the absolute position of its prompt
         # Pilot-Commit: a group trains only when its pilot passes, under a committed id the trainer counts
@@ -149,55 +149,20 @@ class WorkerBudget:
         """The ledger id of the prompt at ``position``: its dataset index."""
         return position % self.dataset_size
 
-    # Long because skipping, GRESO's counters and Knapsack-RL's counts share the window's locals.
     def draw(self, next_row: Callable[[], dict]) -> tuple[list[tuple[int, dict, int]], dict]:
-        """The next window's ``(group_id, row, rollouts)`` (skipped prompts replaced) and the planners' metrics."""
-        which, own = self.budget.which, {}  # own: the prompt planner's metrics beyond the counters (GRESO's p's)
-        chosen: list[tuple[int, dict]] = []  # (position, row)
-        drawn = skipped = easy = hard = readmitted = run = 0
-        while len(chosen) < self.window:
-            rows = []
-            for _ in range(self.window - len(chosen)):
-                rows.append((self.next_position, next_row()))
-                self.next_position += 1
-            drawn += len(rows)
-            keep, is_easy, is_hard = [True] * len(rows), [False] * len(rows), [False] * len(rows)
-            if which is not None:
-                ids = torch.tensor([self.prompt_id(position) for position, _ in rows], dtype=torch.long)
-                plan = self.budget.screen(ids, self.generator)
-                own = {k: v for k, v in plan.metrics.items()
-                       if not k.startswith(("pods/plan_", "pods/rollouts_per_prompt", "pods/prompts_"))}
-                keep = plan.sampled.tolist()
-                no = torch.zeros(len(rows), dtype=torch.bool)  # (Pilot-Commit skips the evicted: neither)
-                is_easy, is_hard = plan.extra.get("easy", no).tolist(), plan.extra.get("hard", no).tolist()
-            for candidate, kept, was_easy, was_hard in zip(rows, keep, is_easy, is_hard, strict=True):
-                # Skipped: the next row takes its place. After a whole pass skipped in a row, admit it anyway (as
-                # GRESO's trainer's batch fill), so that the worker never stalls on a dataset it has all seen equal.
-                if not kept and run < self.dataset_size:
-                    run, skipped, easy, hard = run + 1, skipped + 1, easy + was_easy, hard + was_hard
-                    continue
-                run, readmitted = 0, readmitted + (not kept)
-                chosen.append(candidate)
-        metrics: dict = {}
-        if which is not None:
-            metrics = {"pods/prompts_drawn_total": float(drawn), "pods/prompts_skipped_total": float(skipped),
-                       "pods/prompts_readmitted_total": float(readmitted),
-                       "pods/prompts_skipped_frac": (float(skipped), float(drawn))}
-            if self.commits:  # what Pilot-Commit skips at the draw: the prompts it evicted
-                metrics["pods/prompts_skipped_evicted_total"] = float(skipped)
-            else:
-                metrics.update({"pods/prompts_skipped_easy_total": float(easy),
-                                "pods/prompts_skipped_hard_total": float(hard), **own})
-        ids = torch.tensor([self.prompt_id(position) for position, _ in chosen], dtype=torch.long)
-        counts, planned = self.budget.first_counts(ids)  # (Pilot-Commit: its pilot; the commit when it passes)
-        if self.budget.how_many is not None:
-            metrics.update({"pods/rollouts_planned_per_prompt": (float(counts.sum()), float(len(counts))),
-                            "pods/rollouts_planned_min": float(counts.min()),
-                            "pods/rollouts_planned_max": float(counts.max()),
-                            **{k: float(v) for k, v in planned.items()
-                               if k.startswith(("pods/knapsack_", "pods/auto_"))}})
+        """The next window's ``(group_id, row, rollouts)`` (skipped prompts replaced: ``RolloutBudget.draw``) and the
+        planners' metrics."""
+        rows: list[tuple[int, dict]] = []  # (position, row), every one drawn
+
+        def candidates(k: int) -> torch.Tensor:
+            rows.extend((self.next_position + i, next_row()) for i in range(k))
+            self.next_position += k
+            return torch.tensor([self.prompt_id(position) for position, _ in rows[-k:]], dtype=torch.long)
+
+        chosen, counts, metrics = self.budget.draw(candidates, self.window, self.generator,
+                                                   patience=self.dataset_size)
         groups = []
-        for (position, row), count in zip(chosen, counts.tolist(), strict=True):
+        for (position, row), count in zip([rows[i] for i in chosen], counts.tolist(), strict=True):
             if self.commits:
                 self.unjudged[len(self.positions)] = position
             groups.append((len(self.positions), row, count))
@@ -218,17 +183,12 @@ class WorkerBudget:
     def judge_pilot(self, group_id: int, rewards: list[float], *, step: int) -> tuple[int | None, dict[str, float]]:
         """Pilot-Commit's verdict on a pilot's deciding rewards (NaN: unscored): the committed id its rows carry to
         the trainer (None: nothing trains; a passing pilot is committed at once, alone) and the verdict's counters."""
-        verdict = self.budget.judge_one(self.prompt_id(self.positions[group_id]), rewards, step=step)
+        passed, metrics = self.budget.judge_one(self.prompt_id(self.positions[group_id]), rewards, step=step)
         self.unjudged.pop(group_id, None)
         committed = None
-        if bool(verdict.extra["passed"][0]):
+        if passed:
             committed = len(self.committed)
             self.committed.append(self.positions[group_id])
-        metrics = {"pods/pilot_judged_total": 1.0, "pods/pilot_passed_total": float(committed is not None),
-                   "pods/pilot_too_easy_total": float(verdict.skipped[0]),
-                   "pods/pilot_too_hard_total": float(verdict.deferred[0]),
-                   "pods/prompts_evicted_total": float(verdict.evicted[0]),
-                   "pods/pilot_success_rate": float(verdict.extra["success_rate"][0])}
         return committed, metrics
 
     def record(self, group_id: int, rewards: list[float], *, step: int) -> dict[str, float]:
@@ -244,10 +204,9 @@ class WorkerBudget:
         if not self.pending:
             return {}
         pending, self.pending = self.pending, []
-        width = max(len(rewards) for _, _, rewards, _ in pending)
-        rewards = torch.full((len(pending), max(width, 1)), float("nan"), dtype=torch.float64)
-        for g, (_, _, values, _) in enumerate(pending):
-            rewards[g, :len(values)] = torch.tensor(values, dtype=torch.float64)
+        rewards = torch.nn.utils.rnn.pad_sequence(  # (G, the most rollouts of one, at least 1), NaN past each's
+            [torch.tensor(values or [float("nan")], dtype=torch.float64) for _, _, values, _ in pending],
+            batch_first=True, padding_value=float("nan"))
         ids = torch.tensor([prompt for prompt, _, _, _ in pending], dtype=torch.long)
         counts = torch.tensor([len(values) for _, _, values, _ in pending], dtype=torch.long)
         epoch = max(position for _, position, _, _ in pending) // self.dataset_size

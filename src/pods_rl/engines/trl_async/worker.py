@@ -91,7 +91,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
             self.init_top_ups(n, self.adaptive.pilot)
         elif calibration is not None:  # C-GRPO: up its grid
             self.init_top_ups(n, budget.how_many.settings.budget_grid[0])
-            self.cgrpo = CGRPORun(budget.how_many, calibration, completion_text)
+            self.cgrpo = budget.cgrpo = CGRPORun(budget.how_many, calibration, completion_text)
         elif budget is not None and budget.how_many is not None:
             self.init_top_ups(n, pods_m)  # Knapsack-RL: m from TRL's generate loop, the rest topped up
         elif budget is not None and budget.commits:
