@@ -303,13 +303,13 @@ class PODSReplayBuffer(ReplayBuffer):
         self.budget.which.flush(step + 1)  # buffer_max_off_steps = 0: nothing an earlier step passed waits (a resume)
         passed = torch.zeros(len(ids), dtype=torch.bool)
         for p, prompt in enumerate(ids.tolist()):
-            verdict = self.budget.judge_one(prompt, rewards[p].tolist(), step=step)
-            passed[p] = bool(verdict.extra["passed"][0])
+            passed[p], judged = self.budget.judge_one(prompt, rewards[p].tolist(), step=step)
             if not passed[p]:  # a committed pilot is recorded with its whole group, when it is sampled
                 self.budget.record(ids[p:p + 1], rewards[p:p + 1], torch.tensor([rewards.shape[1]]), step=step,
                                    epoch=self._epoch(step))
-            metrics = {k: v for k, v in verdict.metrics.items() if k.startswith("pods/pilot_")}
-            metrics.update({"pods/pilots_dropped": float(~passed[p]), "pods/prompts_evicted": float(verdict.evicted)})
+            # the step's counts under their per-step names (the counters' "_total" is the async worker's running sum)
+            metrics = {key.removesuffix("_total"): value for key, value in judged.items() if key.endswith("_total")}
+            metrics["pods/pilots_dropped"] = float(~passed[p])
             for key, value in metrics.items():
                 self.plan_metrics[key] = self.plan_metrics.get(key, 0.0) + value
         return passed
