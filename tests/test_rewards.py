@@ -410,12 +410,14 @@ def test_batch_budget_applies_to_custom_graders():
         time.sleep(0.05)
         return True
 
-    reward = make_correctness_reward(slow_is_correct, timeout_s=1.0, batch_timeout_s=0.12)
+    reward = make_correctness_reward(slow_is_correct, timeout_s=1.0, batch_timeout_s=0.3)
     logged = {}
     started = time.perf_counter()
     scores = reward(["p"] * 40, ["x"] * 40, answer=["1"] * 40, log_metric=logged.__setitem__)
-    assert time.perf_counter() - started < 1.5
-    assert 2 <= sum(scores) <= 3 and scores[-1] == 0.0  # the items graded within the budget count
+    assert time.perf_counter() - started < 2.0
+    # the items graded within the budget count: at most 0.3 / 0.05 of them, at least one however busy the machine
+    # (a 0.12-s budget graded 1 item, not 2-3, when two studies and the suite shared two cores)
+    assert 1 <= sum(scores) <= 7 and scores[-1] == 0.0
     assert logged[rewards.GRADING_METRIC] == 40 - sum(scores)
 
 
