@@ -45,7 +45,7 @@ from pods_rl.budget.planners.base import (
 from pods_rl.budget.planners.pilot_commit import PLAIN_REASONS, check_pilot_commit
 
 __all__ = ["CONFIG_NAMES", "PLAIN_REASONS", "BudgetSettings", "RolloutBudget", "candidate_ids", "check_pilot_commit",
-           "check_planner_settings", "check_rollout_planner"]
+           "check_planner_settings", "check_rollout_planner", "step_generator"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,7 @@ def check_rollout_planner(planner: str | None, *, pilot: bool, n: int, m: int,
                          "gets: set one")
 
 
-def _generator(seed: int, step: int, rank: int, *salt: int) -> torch.Generator:
+def step_generator(seed: int, step: int, rank: int, *salt: int) -> torch.Generator:
     """A generator seeded by integers (seed, step, rank, salt): the same draws in every process and on a resume."""
     return torch.Generator().manual_seed(hash((seed, step, rank, *salt)) & (2**63 - 1))
 
@@ -148,7 +148,7 @@ class RolloutBudget:
              pilot: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """(P,) first-round rollouts per candidate (0: not sampled) and metrics: ``which``'s first B survivors,
         counted by ``how_many``, else n or the pilot k."""
-        generator = _generator(self.seed, step, rank)
+        generator = step_generator(self.seed, step, rank)
         P, metrics = len(ids), {}
         chosen = torch.zeros(P, dtype=torch.bool)
         if self.which is not None:
@@ -282,7 +282,7 @@ class RolloutBudget:
             solved = solved[solved >= 0]
         if len(solved):
             self.ledger.evict(solved)
-        chosen = self.which.commit(num_groups, generator=_generator(self.seed, step, rank, 1))
+        chosen = self.which.commit(num_groups, generator=step_generator(self.seed, step, rank, 1))
         self.which.flush(step + 1)  # buffer_max_off_steps = 0: what is not committed now is not kept
         committed = first & torch.isin(ids, chosen.ids)
         std = torch.full((len(ids),), -1.0, dtype=torch.float64)

@@ -29,6 +29,7 @@ from verl.utils import tensordict_utils as tu
 
 from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.planners.base import rollout_metrics
+from pods_rl.budget.rollout_budget import step_generator
 from pods_rl.engines.verl.replay_buffer import PODSReplayBuffer
 
 __all__ = ["PODSAgentLoopManager", "PODSAgentLoopWorker", "hold_total", "row_ids", "task_runner_buffer"]
@@ -112,8 +113,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         keep, metrics, started = torch.ones(len(ids), dtype=torch.bool), {}, time.perf_counter()
         if budget.which is not None:
             if not admit:
-                plan = budget.screen(ids, torch.Generator().manual_seed(hash((budget.seed, step, self._wave, offered))
-                                                                        & (2**63 - 1)))
+                plan = budget.screen(ids, step_generator(budget.seed, step, self._wave, offered))
                 keep = plan.rollouts > 0
                 metrics.update(plan.metrics)
             else:  # the replacements ran out: admit the rows whole (the planner's readmit, bounded)
