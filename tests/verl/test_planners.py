@@ -121,6 +121,27 @@ def test_auto_gives_each_prompt_its_planned_count_from_the_costs_it_measures(tq_
     assert len(auto.costs.trained) == 3 and all(seconds >= 0 for _, seconds, _ in auto.costs.sampled)
 
 
+def test_the_cost_meter_hands_auto_each_step_at_the_next_steps_first_dispatch():
+    """verl's costs through ``CostMeter.dispatched``/``trained``: sampling from a step's first dispatch to its batch,
+    update from there to the next step's first dispatch; a refill dispatch adds its rollouts to its step."""
+    from types import SimpleNamespace
+
+    from pods_rl.budget.costs import CostMeter
+
+    seen = []
+    times = iter([1.0, 2.0, 5.0, 6.0, 9.0])
+    meter = CostMeter(SimpleNamespace(needs={"costs"}, observe=lambda **kw: seen.append(kw)), clock=lambda: next(times))
+    meter.dispatched(1)  # at 1 s
+    meter.sampled(8)
+    meter.dispatched(1)  # a refill at 2 s: the same step
+    meter.sampled(4)
+    meter.trained(1, 16)  # the buffer hands step 1's 16 rows at 5 s
+    meter.dispatched(2)  # at 6 s: step 1 is observed
+    meter.sampled(6)
+    meter.dispatched(3)  # at 9 s: step 2 was never handed to the trainer, so nothing
+    assert seen == [{"sampled": 12, "sample_seconds": 4.0, "trained": 16, "update_seconds": 1.0}]
+
+
 @pytest.mark.parametrize("mode", ["sync", "colocate_async"])
 def test_pilot_commit_commits_the_pilots_that_pass_and_replaces_the_others(tq_store, mode):
     trainer, manager, worker = planned_run(*_base(*PILOT), f"trainer.v1.trainer_mode={mode}")

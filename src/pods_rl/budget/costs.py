@@ -1,7 +1,8 @@
 """A cost-aware planner's seconds (``needs`` "costs") in one place: ``CostMeter`` feeds ``RolloutBudget.observe``."""
 
 # An engine reports what it sees: rollouts sampled (``sampled``) and a step's phase seconds (``phases``: TRL's phase
-# clock), or groups sampled in windows while training overlaps (``open``, ``close``, ``wait``: the asynchronous
+# clock), or a step's dispatches and the batch handed to the trainer (``dispatched``, ``trained``: verl, which has no
+# phase clock), or groups sampled in windows while training overlaps (``open``, ``close``, ``wait``: the asynchronous
 # worker). Windows are delivered in draw order: a window's sampling seconds run from the delivery of the one before
 # (or its own draw, if later) to its last group's close, less the seconds waited on the trainer meanwhile.
 
@@ -35,7 +36,9 @@ class CostMeter:
         self.window_of: dict[int, int] = {}  # group id -> its window, groups not yet closed
         self.drawn_windows = self.delivered_windows = 0
         self.delivered: tuple[float, float] | None = None  # (clock, waited) when the last window was delivered
-        self.rollouts = 0  # rollouts sampled since the last ``phases``
+        self.rollouts = 0  # rollouts sampled since the last ``phases`` (or the last step's first dispatch)
+        self.first_dispatch: tuple[int, float] | None = None  # (step, clock) of the current step's first dispatch
+        self.handed: tuple[int, float, int] | None = None  # (step, clock, rows) of the last batch handed to training
 
     def sampled(self, rollouts: int) -> None:
         """``rollouts`` more sampled in the current optimizer step."""
@@ -47,6 +50,22 @@ class CostMeter:
         sampled, self.rollouts = self.rollouts, 0
         self.step(sampled=sampled, sample_seconds=seconds["generation"] + seconds["scoring"], trained=trained,
                   update_seconds=seconds["update"])
+
+    def dispatched(self, step: int) -> None:
+        """Rollouts are dispatched for optimizer ``step`` now (then ``sampled``). At a step's first dispatch the step
+        before it is observed: sampling from its first dispatch to its batch (``trained``), update from there to now
+        (a save or validation there is set aside as a slow step)."""
+        now = self.clock()
+        if not self.active or (self.first_dispatch is not None and self.first_dispatch[0] == step):
+            return
+        sampled, self.rollouts, done, last = self.rollouts, 0, self.handed, self.first_dispatch
+        if last is not None and done is not None and done[0] == last[0]:
+            self.step(sampled=sampled, sample_seconds=done[1] - last[1], trained=done[2], update_seconds=now - done[1])
+        self.first_dispatch = (step, now)
+
+    def trained(self, step: int, rows: int) -> None:
+        """Optimizer ``step``'s batch of ``rows`` kept rollouts is handed to the trainer now: its sampling ends."""
+        self.handed = (step, self.clock(), rows)
 
     def step(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
         """A step's rollouts sampled and trained and its sampling and update seconds."""

@@ -27,7 +27,6 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ, _settle_session_tasks
 from verl.utils import tensordict_utils as tu
 
-from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.planners.base import rollout_metrics
 from pods_rl.budget.rollout_budget import step_generator
 from pods_rl.engines.verl.replay_buffer import PODSReplayBuffer
@@ -80,10 +79,8 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
         if pods_buffer is None:
             raise ValueError(_NO_BUFFER)
         self.buffer = pods_buffer
-        self.costs = CostMeter(pods_buffer.budget) if pods_buffer.budget is not None else None
         self.decisions: list[dict] = []
         self._wave, self._offered = 0, {}
-        self._clock: list | None = None  # [step, its first dispatch (monotonic s), rollouts dispatched] for auto
 
     @classmethod
     def create(cls, *args, pods_buffer: PODSReplayBuffer | None = None, **kwargs):
@@ -102,8 +99,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
             return self._dispatch(prompts)
         ids, step = row_ids(prompts), int(_plain(prompts["global_steps"]))
         self.buffer.resume_ledger(step)  # a resumed run plans its first step from the checkpoint's ledger
-        if self.costs.active:
-            self._observe_costs(step)
+        budget.costs.dispatched(step)  # auto's costs: a step's first dispatch observes the step before it
         # The bound on replacing prompts (skipped rows, dropped pilots): waves of this dispatch's refills, and rows
         # offered this step; past it, rows are admitted whole.
         offered = self._offered.get(step, 0)
@@ -129,8 +125,7 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
                 planned, int(keep.sum()) * self.buffer.plan.n, budget.m, budget.n)
         metrics.update(rollout_metrics(counts))
         metrics["pods/plan_seconds"] = time.perf_counter() - started  # the planners' own time (summed over a step)
-        if self._clock is not None:
-            self._clock[2] += int(counts.sum())
+        budget.costs.sampled(int(counts.sum()))  # what this dispatch samples (auto's costs)
         uids = list(_plain(prompts["uid"]))
         self.decisions.append({"step": step, "wave": self._wave, "uids": uids, "ids": ids, "kept": keep,
                                "counts": counts, "admitted": admit})
@@ -196,18 +191,6 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
                 wanted = set(uids)
                 return tags, [key for key in listing if key.split("_")[0] in wanted]
             time.sleep(_POLL_SECONDS)
-
-    def _observe_costs(self, step: int) -> None:
-        """At a step's first dispatch, the step before it for auto: sampling = first dispatch to the end of the
-        buffer's ``sample()``, update = from there to now (a save or validation there is set aside as a slow step)."""
-        now = self.costs.clock()
-        if self._clock is not None and self._clock[0] == step:
-            return
-        done = self.buffer.sampled_at
-        if self._clock is not None and done is not None and done[0] == self._clock[0]:
-            self.costs.step(sampled=self._clock[2], sample_seconds=done[1] - self._clock[1], trained=done[2],
-                            update_seconds=now - done[1])
-        self._clock = [step, now, 0]
 
 
 def _plain(value):

@@ -37,7 +37,6 @@ _require_supported_verl(_installed_verl())  # before the imports below, which re
 
 import logging  # noqa: E402
 import os  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Mapping  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
@@ -226,7 +225,6 @@ class PODSReplayBuffer(ReplayBuffer):
         else:
             self.ledger = None
         self._ledger_resumed, self._global_steps = False, 0
-        self.sampled_at: tuple[int, float, int] | None = None  # (step, monotonic s, rows) of the last training sample
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         """verl's ``sample``: the kept rollouts and ``pods/*`` metrics; ``batch_size`` counts sampled groups."""
@@ -239,7 +237,8 @@ class PODSReplayBuffer(ReplayBuffer):
         if partition_id != "val":
             metrics.update(self.plan_metrics)
             self.plan_metrics = {}
-            self.sampled_at = (global_steps, time.monotonic(), len(batch.keys))  # auto's cost model
+            if self.budget is not None:
+                self.budget.costs.trained(global_steps, len(batch.keys))  # auto's costs: the step's sampling ends
         return batch, metrics
 
     def save_ledger(self, checkpoint_dir: str) -> str | None:
