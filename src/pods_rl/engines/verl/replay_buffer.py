@@ -43,6 +43,7 @@ from dataclasses import dataclass  # noqa: E402
 import torch  # noqa: E402
 import transfer_queue as tq  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from torch.nn.utils.rnn import pad_sequence  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback  # noqa: E402
 from verl.trainer.ppo.utils import need_critic  # noqa: E402
@@ -273,25 +274,26 @@ class PODSReplayBuffer(ReplayBuffer):
         batch = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
         if partition_id == "val" or not batch.keys:
             return batch  # validation: every rollout, untouched
-        final_keys = _final_keys(batch.keys)
-        rewards, indices = _session_rewards(partition_id, list(final_keys.values()), with_index=self.ledger is not None)
+        sessions, final_keys, table = _sessions_by_prompt(batch.keys, batch.tags, self.pods.response_length)
+        rewards, indices = _session_rewards(partition_id, final_keys, with_index=self.ledger is not None)
+        sizes = table["sizes"]  # (G,) sessions per prompt (a failed one is missing)
+        table["rewards"] = pad_sequence(rewards.split(sizes.tolist()), batch_first=True, padding_value=float("nan"))
         num_groups = kept_groups(len(selected_prompt_uids), self.pods.oversample_prompts)
-        kept, metrics = select_sessions(batch.keys, batch.tags, dict(zip(final_keys, rewards.tolist())),
-                                        self.pods, num_groups, self._generator)
-        if self.ledger is not None:
-            metrics.update(self._record(list(final_keys), rewards, indices))
+        kept, metrics = select_sessions(batch.keys, sessions, table, self.pods, num_groups, self._generator)
+        if self.ledger is not None:  # a group's prompt: its first session's dataset index
+            metrics.update(self._record(torch.tensor(indices)[sizes.cumsum(0) - sizes], table["rewards"], sizes))
         dropped = [key for key, keep in zip(batch.keys, kept) if not keep]
         if dropped:
             tq.kv_clear(keys=dropped, partition_id=partition_id)  # verl clears only the keys it trains on
         self._pods_metrics = metrics
         return KVBatchMeta(partition_id=partition_id, keys=[k for k, keep in zip(batch.keys, kept) if keep],
                            tags=[t for t, keep in zip(batch.tags, kept) if keep])
-
-
-    def _record(self, sessions: list[str], rewards: torch.Tensor, indices: list[int]) -> dict[str, float]:
-        """Every sampled group (all its sessions, before selection) into the ledger: ``sessions`` the batch's
-        ``{uid}_{session}`` names, ``rewards`` (S,) their rewards, ``indices`` (S,) their prompts' dataset index."""
-        ids, table, counts = _groups(sessions, rewards, indices)
+    def _record(self, ids: torch.Tensor, table: torch.Tensor, counts: torch.Tensor) -> dict[str, float]:
+        """Every sampled group (all its sessions, before selection) into the ledger: ``ids`` (G,) their prompts' dataset
+        index, ``table`` (G, n_max) their rewards in session order (the ledger's window is then the same every run)."""
+        if len(ids) > 1 and not bool(ids.any()):
+            raise ValueError(_NO_INDEX + f"every one of the {len(ids)} sampled prompts has index 0, so the ledger "
+                             "would merge them: give each row its extra_info.index (verl's preprocessing scripts do)")
         if self.budget is not None:  # the planners' record: the ledger, then GRESO's adaptation
             return self.budget.record(ids, table, counts, step=self._global_steps, epoch=self._epoch())
         return self.ledger.record(ids, table, counts, step=self._global_steps).metrics
@@ -370,49 +372,6 @@ def _resume_folder(trainer_config, global_steps: int) -> str | None:
     return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
 
 
-def _groups(sessions: list[str], rewards: torch.Tensor, indices: list[int]):
-    """The sessions ``{uid}_{session}`` (S,) with ``rewards`` and dataset ``indices`` (S,) as the ledger takes groups:
-    ids (G,), rewards (G, n_max) NaN-padded in session order, counts (G,)."""
-    by_uid: dict[str, list[int]] = {}
-    for s, name in enumerate(sessions):
-        by_uid.setdefault(name.rsplit("_", 1)[0], []).append(s)
-    # Each group in session order (TransferQueue's order is the order rollouts finished): the ledger's window of
-    # recent outcomes is then the same in every run.
-    groups = [sorted(group, key=lambda s: _session_number(sessions[s])) for group in by_uid.values()]
-    ids = torch.tensor([indices[group[0]] for group in groups], dtype=torch.long)
-    if len(groups) > 1 and not bool(ids.any()):
-        raise ValueError(_NO_INDEX + f"every one of the {len(groups)} sampled prompts has index 0, so the ledger "
-                         "would merge them: give each row its extra_info.index (verl's preprocessing scripts do)")
-    width = max(len(group) for group in groups)
-    table = torch.full((len(groups), width), float("nan"), dtype=torch.float64)
-    for g, group in enumerate(groups):
-        table[g, :len(group)] = rewards[group]
-    counts = torch.tensor([len(group) for group in groups], dtype=torch.long)
-    return ids, table, counts
-
-
-def _session_number(name: str) -> int:
-    """The session id of a ``{uid}_{session}`` name (0 when it is not a number)."""
-    session = name.rsplit("_", 1)[1]
-    return int(session) if session.isdigit() else 0
-
-
-def _split_key(key: str) -> tuple[str, str, int]:
-    uid, session, index = key.rsplit("_", 2)
-    return uid, session, int(index)
-
-
-def _final_keys(keys: list[str]) -> dict[str, str]:
-    """``{uid}_{session}`` -> the key of its last output (the highest index), in order of first appearance."""
-    final: dict[str, tuple[int, str]] = {}
-    for key in keys:
-        uid, session, index = _split_key(key)
-        name = f"{uid}_{session}"
-        if name not in final or final[name][0] < index:
-            final[name] = (index, key)
-    return {name: key for name, (_, key) in final.items()}
-
-
 def _session_rewards(partition_id: str, keys: list[str], with_index: bool = False) -> tuple[torch.Tensor, list]:
     """Each key's reward (B,) float64, the sum of its ``rm_scores``; and, ``with_index``, its prompt's dataset index."""
     fields = ["rm_scores", "index"] if with_index else ["rm_scores"]
@@ -433,18 +392,16 @@ def _session_rewards(partition_id: str, keys: list[str], with_index: bool = Fals
         return rewards, None
     if "index" not in data.keys():
         raise ValueError(_NO_INDEX + "TransferQueue has none for these rollouts")
-    index = data["index"]
-    index = index.tolist() if torch.is_tensor(index) else [int(i) for i in index]
-    return rewards, [int(i) for i in index]
+    return rewards, [int(i) for i in (data["index"].tolist() if torch.is_tensor(data["index"]) else data["index"])]
 
 
-def select_sessions(keys: list[str], tags: list[dict], rewards: dict[str, float], settings: PODSSettings,
+def select_sessions(keys: list[str], sessions: list[list[str]], table: dict[str, torch.Tensor], settings: PODSSettings,
                     num_groups: int, generator: torch.Generator | None = None) -> tuple[list[bool], dict[str, float]]:
     """``select`` on the batch's sessions grouped by prompt: one keep bool per key and the ``pods/*`` metrics.
 
-    ``keys``: ``{uid}_{session}_{index}``; ``rewards``: session -> reward; ``num_groups``: B groups to keep."""
-    sessions, table = _sessions_by_prompt(keys, tags, rewards, settings.response_length)
-    sizes = torch.tensor([len(names) for names in sessions])  # (G,) sessions per prompt (a failed one is missing)
+    ``keys``: ``{uid}_{session}_{index}``; ``sessions``, ``table``: ``_sessions_by_prompt``'s, with (G, n_max)
+    ``rewards``; ``num_groups``: B groups to keep."""
+    sizes = table["sizes"]
     features = {"lengths": table["lengths"], "truncated": table["truncated"]}  # (G, n_max) each
     selection = select(table["rewards"].unsqueeze(2), torch.ones(1, dtype=torch.float64), num_groups,
                        settings.selection, counts=sizes, features=features, generator=generator)
@@ -456,31 +413,25 @@ def select_sessions(keys: list[str], tags: list[dict], rewards: dict[str, float]
                   "pods/groups_ragged": float((sizes < expected).sum())}
 
 
-def _sessions_by_prompt(keys: list[str], tags: list[dict], rewards: dict[str, float], response_length: int | None):
-    """Prompt groups in order of appearance: session names, and (G, n_max) ``rewards`` (NaN-padded), ``lengths``
-    and ``truncated`` (last output reached ``response_length``)."""
+def _sessions_by_prompt(keys: list[str], tags: list[dict], response_length: int | None):
+    """Prompt groups in order of appearance: their session names ``{uid}_{session}`` in session order, each session's
+    last output key (S,) in that order, and a table of (G,) ``sizes`` and (G, n_max) ``lengths`` and ``truncated``
+    (the last output reached ``response_length``)."""
     lengths: dict[str, int] = {}
-    last: dict[str, tuple[int, int]] = {}  # session -> (index, response_len) of its last output
+    last: dict[str, tuple[int, int, str]] = {}  # session -> (index, response_len, key) of its last output
     by_uid: dict[str, list[tuple[int, str]]] = {}
     for key, tag in zip(keys, tags):
-        uid, session, index = _split_key(key)
-        name = f"{uid}_{session}"
-        response_len = int(tag.get("response_len", 0))
+        uid, session, index = key.rsplit("_", 2)
+        name, response_len = f"{uid}_{session}", int(tag.get("response_len", 0))
         if name not in lengths:
             lengths[name] = 0
             by_uid.setdefault(uid, []).append((int(session) if session.isdigit() else 0, name))
         lengths[name] += response_len
-        if name not in last or last[name][0] < index:
-            last[name] = (index, response_len)
+        if name not in last or last[name][0] < int(index):
+            last[name] = (int(index), response_len, key)
     sessions = [[name for _, name in sorted(group)] for group in by_uid.values()]
-    width = max(len(names) for names in sessions)
-    table = {"rewards": torch.full((len(sessions), width), float("nan"), dtype=torch.float64),
-             "lengths": torch.zeros((len(sessions), width), dtype=torch.long),
-             "truncated": torch.zeros((len(sessions), width), dtype=torch.bool)}
-    for g, names in enumerate(sessions):
-        table["rewards"][g, :len(names)] = torch.tensor([rewards[s] for s in names], dtype=torch.float64)
-        table["lengths"][g, :len(names)] = torch.tensor([lengths[s] for s in names], dtype=torch.long)
-        table["truncated"][g, :len(names)] = torch.tensor(
-            [response_length is not None and last[s][1] >= response_length for s in names])
-    return sessions, table
-
+    flat, sizes = [name for names in sessions for name in names], [len(names) for names in sessions]
+    truncated = [response_length is not None and last[name][1] >= response_length for name in flat]
+    table = {field: pad_sequence(torch.tensor(values).split(sizes), batch_first=True)
+             for field, values in (("lengths", [lengths[name] for name in flat]), ("truncated", truncated))}
+    return sessions, [last[name][2] for name in flat], {"sizes": torch.tensor(sizes), **table}
