@@ -52,9 +52,8 @@ class CostMeter:
                   update_seconds=seconds["update"])
 
     def dispatched(self, step: int) -> None:
-        """Rollouts are dispatched for optimizer ``step`` now (then ``sampled``). At a step's first dispatch the step
-        before it is observed: sampling from its first dispatch to its batch (``trained``), update from there to now
-        (a save or validation there is set aside as a slow step)."""
+        """A dispatch of optimizer ``step``'s rollouts now (then ``sampled``); a step's first observes the step before:
+        sampling from that one's first dispatch to its batch (``trained``), update from there to now (a save: slow)."""
         now = self.clock()
         if not self.active or (self.first_dispatch is not None and self.first_dispatch[0] == step):
             return

@@ -1,16 +1,12 @@
-"""The rollout-budget planners on verl (0.9.x, v1 trainer): an agent loop manager that plans before generation, and an
-agent loop worker that samples in rounds.
-
-Load with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=pods_rl.engines.verl.agent_loop.
-PODSAgentLoopManager`` beside the PODS replay buffer, whose ``sampler_kwargs`` name the planners (``pods verl-args``
-prints both). The manager is handed the trainer's buffer (``create``, ``task_runner_buffer``) and plans from its
-``RolloutBudget`` (the planners and the ledger ``PODSTrainer`` runs); the buffer records every sampled group into that
-ledger by the rows' dataset ``index``.
+"""The rollout-budget planners on verl (0.9.x, v1 trainer): an agent loop manager that plans before generation and a
+worker that samples in rounds. Load it as ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` beside the PODS
+replay buffer, whose ``sampler_kwargs`` name the planners (``pods verl-args`` prints both). The manager is handed that
+buffer (``create``, ``task_runner_buffer``) and plans from its ``RolloutBudget`` (``PODSTrainer``'s planners and
+ledger), which the buffer records every sampled group into, by the rows' dataset ``index``.
 
 GRESO's skipped rows never reach a worker (refilled through ``refill_fn``, ``refill_rounds`` waves at most);
 Knapsack-RL and auto set ``__rollout_n__`` per row; Reinforce-Ada's rounds run in the worker's ``_run_prompt``;
-Pilot-Commit's pilots are sampled by the worker and judged once, by the buffer's planner, before their commits are
-dispatched (docs/guides/verl.md, "Rollout budgets").
+Pilot-Commit's pilots are judged once, by the buffer, before their commits are dispatched (docs/guides/verl.md).
 """
 
 from __future__ import annotations
@@ -46,21 +42,17 @@ _NO_REWARD = ("a planner's rounds need each rollout's reward when it is sampled,
 
 def row_ids(batch: TensorDict) -> torch.Tensor:
     """(P,) int64 the rows' dataset ``index`` (verl's RLHFDataset copies it from ``extra_info.index``)."""
-    index = batch["index"]
-    if isinstance(index, NonTensorStack):
-        index = index.tolist()
-    return torch.as_tensor(index, dtype=torch.long).reshape(-1)
+    return torch.as_tensor(_plain(batch["index"]), dtype=torch.long).reshape(-1)
 
 
 def hold_total(counts: torch.Tensor, total: int, low: int, high: int) -> torch.Tensor:
     """(P,) counts moved one rollout at a time, first rows first, until they sum to ``total`` within [low, high]
     (verl counts a mini-batch as ppo_mini_batch_size x rollout.n rows: the step's rollouts must not change)."""
     counts = counts.clamp(low, high).clone()
-    order = list(range(len(counts)))
     while int(counts.sum()) != total:
         gap = total - int(counts.sum())
         step = 1 if gap > 0 else -1
-        movable = [p for p in order if low <= int(counts[p]) + step <= high]
+        movable = [p for p in range(len(counts)) if low <= int(counts[p]) + step <= high]
         if not movable:
             raise ValueError(f"cannot spread {total} rollouts over {len(counts)} prompts within [{low}, {high}]")
         for p in movable[:abs(gap)]:

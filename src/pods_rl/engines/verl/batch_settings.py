@@ -1,9 +1,8 @@
-"""verl's batch settings in kept terms, for ``pods verl-args`` (pure arithmetic; needs no verl).
-
-verl counts batches in *generated* rollouts (an actor mini-batch is ``ppo_mini_batch_size x rollout.n`` rows) and
-pads each update to a multiple of ``lcm(dp, actor rows, critic rows)``; under PODS only m of n rollouts reach the
-update, so settings chosen the usual way train on padding. ``verl_batch_settings`` turns prompts B, n, m, dp and
-kept rows per mini-batch R into verl's overrides, and refuses combinations that would pad::
+"""verl's batch settings in kept terms, for ``pods verl-args`` (pure arithmetic; needs no verl). verl counts batches
+in *generated* rollouts (an actor mini-batch is ``ppo_mini_batch_size x rollout.n`` rows) and pads each update to a
+multiple of ``lcm(dp, actor rows, critic rows)``; under PODS only m of n rollouts reach the update, so settings chosen
+the usual way train on padding. ``verl_batch_settings`` turns prompts B, n, m, dp and kept rows per mini-batch R into
+verl's overrides, and refuses combinations that would pad::
 
     python3 -m verl.trainer.main_ppo ... $(pods verl-args --prompts 32 --n 64 --m 16 --dp 8 --mini-batch 512)
 """
@@ -58,25 +57,17 @@ class VerlBatch:
                 f"{self.kept_rows // rows} actor mini-batch(es) of {rows} rows ({rows // dp} per rank), no padding")
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, *, critic_mini_batch: int | None = None,
                         oversample_prompts: float = 1.0, rule: str = "max_variance", tiebreak: str = "index",
                         trainer_mode: str = "sync", planners: Mapping[str, Any] | None = None) -> VerlBatch:
     """verl overrides that train PODS without padding rows; ValueError (one line) for a combination verl would pad.
-
-    ``prompts``: B groups per update; ``mini_batch`` / ``critic_mini_batch``: kept rows per actor / critic
-    mini-batch (multiples of n and dp; no critic: None); ``trainer_mode``: ``sync`` or ``colocate_async``;
-    ``planners``: the rollout-budget keys (``prompt_planner``, ``rollout_planner``, their ``*_args`` mappings,
-    ``refill_rounds``), checked as the buffer checks them, and printed with PODS's agent loop manager."""
-    for name, value in (("prompts", prompts), ("n", n), ("m", m), ("dp", dp), ("mini_batch", mini_batch)):
-        _positive_int(name, value)
-    if critic_mini_batch is not None:
-        _positive_int("critic_mini_batch", critic_mini_batch)
+    ``prompts``: B groups per update; ``mini_batch`` / ``critic_mini_batch``: kept rows per actor / critic mini-batch
+    (multiples of n and dp; no critic: None); ``trainer_mode``: ``sync`` or ``colocate_async``; ``planners``: the
+    rollout-budget keys (``PLANNER_KEYS``), checked as the buffer checks them, printed with PODS's manager."""
+    for name, value in (("prompts", prompts), ("n", n), ("m", m), ("dp", dp), ("mini_batch", mini_batch),
+                        ("critic_mini_batch", 1 if critic_mini_batch is None else critic_mini_batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if not 2 <= m <= n:
         raise ValueError(f"need 2 <= m <= n, got n={n}, m={m}: PODS keeps m of the n rollouts of each prompt, and one "
                          "kept rollout has no group to compare with")
@@ -87,13 +78,11 @@ def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, 
     if trainer_mode not in TRAINER_MODES:
         raise ValueError(f"trainer_mode must be one of {list(TRAINER_MODES)}, got {trainer_mode!r}")
 
-    kept_rows = prompts * m
     _check_no_padding(prompts, n, m, dp, mini_batch, critic_mini_batch)
     sampled = selection.sampled_prompts(prompts)
-    train_batch_size = sampled
     overrides = [
         f"trainer.v1.trainer_mode={trainer_mode}",
-        f"data.train_batch_size={train_batch_size}",
+        f"data.train_batch_size={sampled}",
         f"actor_rollout_ref.rollout.n={n}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch // n}",
     ]
@@ -110,8 +99,8 @@ def verl_batch_settings(prompts: int, n: int, m: int, dp: int, mini_batch: int, 
     if oversample_prompts != 1:
         overrides.append(f"+trainer.v1.sampler.sampler_kwargs.oversample_prompts={oversample_prompts}")
     overrides += _planner_overrides(planners, n=n, m=m, trainer_mode=trainer_mode)
-    return VerlBatch(train_batch_size=train_batch_size, sampled_per_update=sampled, kept_groups=prompts,
-                     kept_rows=kept_rows, actor_mini_batch=mini_batch // n,
+    return VerlBatch(train_batch_size=sampled, sampled_per_update=sampled, kept_groups=prompts,
+                     kept_rows=prompts * m, actor_mini_batch=mini_batch // n,
                      critic_mini_batch=None if critic_mini_batch is None else critic_mini_batch // n,
                      overrides=tuple(overrides))
 

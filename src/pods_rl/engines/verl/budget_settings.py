@@ -1,9 +1,7 @@
 """The rollout-budget planners on verl, as settings: which ``sampler_kwargs`` name them, what they mean in verl's units
-(``rollout.n``: mini-batches count ``ppo_mini_batch_size x rollout.n`` rows, so a planner keeps the step's rollouts
-at prompts x ``rollout.n`` where it can), and what verl cannot meet: pure checks, no verl, so that ``pods verl-args``
-refuses before anything runs. How each planner is carried (drops and refills, counts per row, rounds in the worker,
-Pilot-Commit's commits): ``agent_loop`` and docs/guides/verl.md, "Rollout budgets".
-"""
+(mini-batches count ``ppo_mini_batch_size x rollout.n`` rows, so a planner keeps a step's rollouts at prompts x
+``rollout.n`` where it can) and what verl cannot meet: pure checks, no verl, so that ``pods verl-args`` refuses before
+anything runs. How each planner is carried: ``agent_loop`` and docs/guides/verl.md, "Rollout budgets"."""
 
 from __future__ import annotations
 
@@ -31,9 +29,8 @@ _NO_SAMPLING_REWARDS = ("{what}, which needs each rollout's reward when it is sa
 
 @dataclass(frozen=True)
 class VerlBudget:
-    """The planners a verl run asked for: ``budget`` (which prompts and counts, run by the agent loop manager; None
-    without), ``rounds`` (the run's Reinforce-Ada, whose stop rule the worker applies; None without), ``n`` (rollout.n),
-    ``refill_rounds`` (refills per dispatch before the rest is admitted)."""
+    """The planners a verl run asked for: ``budget`` (which prompts, how many: the manager's) and ``rounds``
+    (Reinforce-Ada, rounds stopped by the worker), None without; ``n``: rollout.n; ``refill_rounds``: refill waves."""
 
     budget: RolloutBudget | None
     rounds: Any | None

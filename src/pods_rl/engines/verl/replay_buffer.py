@@ -1,9 +1,7 @@
-"""PODS on verl (v1 trainer, 0.9.x): a replay buffer whose ``sample()`` keeps m of each prompt's n rollouts.
-
-Selection (``pods_rl.selection.select``) is by reward per session ``{uid}_{session}`` (an agent loop's outputs,
-scored by the last); dropped rows are cleared from TransferQueue before log-probs, values and advantages.
-Load it with ``pods verl-args``'s overrides; settings, metrics, resume: docs/guides/verl.md.
-"""
+"""PODS on verl (v1 trainer, 0.9.x): a replay buffer whose ``sample()`` keeps m of each prompt's n rollouts, selected
+(``pods_rl.selection.select``) by reward per session ``{uid}_{session}`` (an agent loop's outputs, scored by the last);
+dropped rows are cleared from TransferQueue before log-probs, values and advantages. Load it with ``pods verl-args``'s
+overrides; settings, metrics, resume: docs/guides/verl.md."""
 
 from __future__ import annotations
 
@@ -104,7 +102,6 @@ class PODSSettings:
         selection = SelectionSettings.validated(kwargs["m"], kwargs.get("rule", "max_variance"),
                                                 kwargs.get("tiebreak", "index"), kwargs.get("oversample_prompts", 1.0),
                                                 names=VERL_NAMES)
-        rule = selection.rule
         seed = kwargs.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"sampler_kwargs.seed must be an integer, got {seed!r}")
@@ -113,14 +110,14 @@ class PODSSettings:
             n = int(trainer_config.actor_rollout_ref.rollout.n)
             response_length = int(trainer_config.actor_rollout_ref.rollout.response_length)
         response_length = kwargs.get("response_length", response_length)
-        if rule_takes_features(rule) and response_length is None:
-            raise ValueError(f"rule {rule!r} takes features (lengths, truncated): set "
+        if rule_takes_features(selection.rule) and response_length is None:
+            raise ValueError(f"rule {selection.rule!r} takes features (lengths, truncated): set "
                              "+trainer.v1.sampler.sampler_kwargs.response_length to rollout.response_length")
         ledger, threshold = kwargs.get("ledger", False), kwargs.get("ledger_success_threshold", 0.5)
         if not isinstance(ledger, bool):
             raise ValueError(f"sampler_kwargs.ledger must be true or false, got {ledger!r}")
         check_finite("sampler_kwargs.ledger_success_threshold", threshold)
-        return cls(m=selection.m, rule=rule, tiebreak=selection.tiebreak,
+        return cls(m=selection.m, rule=selection.rule, tiebreak=selection.tiebreak,
                    oversample_prompts=selection.oversample_prompts, seed=seed, rule_module=kwargs.get("rule_module"),
                    ledger=ledger, ledger_success_threshold=float(threshold), n=n, response_length=response_length,
                    planners={key: kwargs[key] for key in PLANNER_KEYS if key in kwargs} or None)
@@ -180,14 +177,6 @@ def check_trainer_config(config: DictConfig, settings: PODSSettings) -> None:
                          "padding rows; `pods verl-args` prints batch settings in kept terms")
 
 
-def _refill_settings(config: DictConfig, trainer_mode: str) -> dict:
-    """The keywords that make verl's sampling honour ``trainer.v1.sampler.sync_refill_failed_groups`` in sync mode
-    (verl hands it, and the ``gen_batch_size=1`` it needs, only to its own buffer)."""
-    if trainer_mode != "sync" or not bool(config.trainer.v1.sampler.get("sync_refill_failed_groups", False)):
-        return {}
-    return {"sync_refill_failed_groups": True, "gen_batch_size": 1}
-
-
 class PODSReplayBuffer(ReplayBuffer):
     """verl's replay buffer keeping m of each group's n rollouts; outside ``sync`` mode a ``PODSReplayBufferAsync``."""
 
@@ -208,7 +197,9 @@ class PODSReplayBuffer(ReplayBuffer):
         self.plan = planners_of(self.pods, config, trainer_mode)
         if config is not None:
             check_trainer_config(config, self.pods)
-            kwargs.update(_refill_settings(config, trainer_mode))
+            # verl hands sync_refill_failed_groups, and the gen_batch_size=1 it needs, only to its own buffer
+            if trainer_mode == "sync" and bool(config.trainer.v1.sampler.get("sync_refill_failed_groups", False)):
+                kwargs.update(sync_refill_failed_groups=True, gen_batch_size=1)
         super().__init__(trainer_mode=trainer_mode, trainer_config=trainer_config,
                          max_off_policy_threshold=max_off_policy_threshold,
                          max_off_policy_strategy=max_off_policy_strategy, sampler_kwargs=sampler_kwargs,
@@ -398,7 +389,6 @@ def _session_rewards(partition_id: str, keys: list[str], with_index: bool = Fals
 def select_sessions(keys: list[str], sessions: list[list[str]], table: dict[str, torch.Tensor], settings: PODSSettings,
                     num_groups: int, generator: torch.Generator | None = None) -> tuple[list[bool], dict[str, float]]:
     """``select`` on the batch's sessions grouped by prompt: one keep bool per key and the ``pods/*`` metrics.
-
     ``keys``: ``{uid}_{session}_{index}``; ``sessions``, ``table``: ``_sessions_by_prompt``'s, with (G, n_max)
     ``rewards``; ``num_groups``: B groups to keep."""
     sizes = table["sizes"]
@@ -414,9 +404,8 @@ def select_sessions(keys: list[str], sessions: list[list[str]], table: dict[str,
 
 
 def _sessions_by_prompt(keys: list[str], tags: list[dict], response_length: int | None):
-    """Prompt groups in order of appearance: their session names ``{uid}_{session}`` in session order, each session's
-    last output key (S,) in that order, and a table of (G,) ``sizes`` and (G, n_max) ``lengths`` and ``truncated``
-    (the last output reached ``response_length``)."""
+    """Prompt groups in order of appearance: session names ``{uid}_{session}`` in order, each one's last output key
+    (S,), and (G,) ``sizes``, (G, n_max) ``lengths`` and ``truncated`` (its last output reached ``response_length``)."""
     lengths: dict[str, int] = {}
     last: dict[str, tuple[int, int, str]] = {}  # session -> (index, response_len, key) of its last output
     by_uid: dict[str, list[tuple[int, str]]] = {}
