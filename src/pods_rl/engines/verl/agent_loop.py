@@ -112,8 +112,8 @@ class PODSAgentLoopManager(AgentLoopManagerTQ):
             planned, allocated = budget.first_counts(ids[keep]) if not budget.commits or pilot else (
                 torch.full((int(keep.sum()),), budget.n, dtype=torch.long), {})
             metrics.update(allocated)
-            # auto spends what pays per measured second; Knapsack-RL's budget is the step's rows x rollout.n.
-            counts[keep] = planned if budget.how_many is None or "costs" in budget.needs else hold_total(
+            # A fixed budget per prompt (Knapsack-RL's: rollout.n) holds the step at rows x rollout.n; auto has none.
+            counts[keep] = planned if budget.budget_per_prompt is None else hold_total(
                 planned, int(keep.sum()) * self.buffer.plan.n, budget.m, budget.n)
         metrics.update(rollout_metrics(counts))
         metrics["pods/plan_seconds"] = time.perf_counter() - started  # the planners' own time (summed over a step)
