@@ -186,14 +186,11 @@ def _names_live_holder(record: dict) -> bool | None:
     return True
 
 
-def _wait_for_holder(path: Path, record: dict | None, wait_s: float | None = None,
-                     settle_s: float | None = None) -> tuple[Lock | None, dict | None]:
+def _wait_for_holder(path: Path, record: dict | None) -> tuple[Lock | None, dict | None]:
     """After a refused ``try_lock(path, record)``: wait until the file names a live holder, retrying the
     lock meanwhile. Returns ``(Lock, None)`` if it became ours, else ``(None, holder)``: the last record read after at
-    most ``wait_s`` (possibly None or stale)."""
-    wait_s = NAME_WAIT_SECONDS if wait_s is None else wait_s
-    settle_s = SETTLE_SECONDS if settle_s is None else settle_s
-    deadline, pause = time.monotonic() + wait_s, 0.01
+    most ``NAME_WAIT_SECONDS`` (possibly None or stale)."""
+    deadline, pause = time.monotonic() + NAME_WAIT_SECONDS, 0.01
     unchanged_since, last = None, None
     while True:
         holder = read_holder(path)
@@ -204,7 +201,7 @@ def _wait_for_holder(path: Path, record: dict | None, wait_s: float | None = Non
             if live is None:  # another host's: believed once it stayed the same long enough
                 if holder != last:
                     unchanged_since = time.monotonic()
-                elif time.monotonic() - unchanged_since >= settle_s:
+                elif time.monotonic() - unchanged_since >= SETTLE_SECONDS:
                     return None, holder
         last = holder
         if time.monotonic() >= deadline:
