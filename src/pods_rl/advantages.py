@@ -105,9 +105,8 @@ ADVANTAGE_BASELINES = ("kept", "sampled")
 def sampled_baseline_advantages(rewards: torch.Tensor, rows, eps: float = 1e-4, scale: bool = True) -> torch.Tensor:
     """(R,) advantages of the kept ``rows`` (flat ``p * n + j``) against every sampled rollout of their prompt.
 
-    Reinforce-Ada's ``global_stat_est``: (r - mean) [/ (std + eps) if ``scale``] over the prompt's scored rewards
-    (P, n) (NaN: padding or unscored); 0 where NaN or the std is undefined, as TRL.
-    """
+    Reinforce-Ada's ``global_stat_est``: (r - mean) [/ (std + eps) if ``scale``] over the prompt's scored rewards (P, n)
+    (NaN: padding or unscored); 0 where NaN or the std is undefined, as TRL."""
     rewards = torch.as_tensor(rewards).float()
     if rewards.dim() != 2:
         raise ValueError(f"rewards must have shape (P, n), got {tuple(rewards.shape)}")
