@@ -79,10 +79,8 @@ def _checked(rewards, eps, scale) -> tuple[torch.Tensor, bool, str]:
             f"rewards must have shape (m,) or (B, m), got a {rewards.dim()}-d tensor of shape "
             f"{tuple(rewards.shape)}"
         )
-    if scale is True:
-        scale = "group"
-    elif scale is False:
-        scale = "none"
+    if isinstance(scale, bool):
+        scale = "group" if scale else "none"
     if scale not in _SCALES:
         raise ValueError(f"scale must be one of {list(_SCALES)} (or True/False), got {scale!r}")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:

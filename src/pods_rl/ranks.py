@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from pods_rl.errors import error_line, exception_chain
+from pods_rl.runlog.lock import process_state
 from pods_rl.runlog.store import write_json_atomic
 
 RANKS_DIR = ".ranks"
@@ -196,21 +197,6 @@ def _peer_records(run_dir, rank: int) -> list[dict]:
     return sorted(records, key=lambda r: r["rank"])
 
 
-def _process_state(pid: int) -> str | None:
-    """The state letter of a local process (R, S, D, T, Z...), or None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat[stat.rindex(")") + 2]
-    except (OSError, ValueError, IndexError):
-        try:
-            os.kill(pid, 0)
-            return "?"
-        except ProcessLookupError:
-            return None
-        except OSError:
-            return "?"
-
-
 def peer_states(run_dir, rank: int) -> list[tuple[dict, str]]:
     """``[(record, what happened)]`` for each other rank of this launch that is gone, stopped, or failed."""
     host = socket.gethostname()
@@ -227,7 +213,7 @@ def peer_states(run_dir, rank: int) -> list[tuple[dict, str]]:
             continue
         if record["host"] != host:
             continue  # another machine: its own ranks report it
-        state = _process_state(int(record["pid"]))
+        state = process_state(int(record["pid"]))
         if state is None or state in "ZX":
             found.append((record, f"{who} {how_it_died(run_dir, record)}"))
         elif state in "Tt":

@@ -58,8 +58,6 @@ def _check_safetensors(path: Path) -> str | None:
 
 
 def _check_torch_zip(path: Path) -> str | None:
-    if path.stat().st_size == 0:
-        return "empty (0 bytes)"
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != b"PK\x03\x04":

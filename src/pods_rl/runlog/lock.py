@@ -163,23 +163,29 @@ def _process_start(pid: int) -> float | None:
         return None
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of a local process (R, S, D, T, Z...), "?" when /proc cannot say, None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2]
+    except (OSError, ValueError, IndexError):
+        try:
+            os.kill(pid, 0)
+            return "?"
+        except ProcessLookupError:
+            return None
+        except OSError:  # EPERM: another user's process, alive
+            return "?"
+
+
 def _names_live_holder(record: dict) -> bool | None:
     """Whether ``record`` names a live process of this host as old as the record (None: cannot tell)."""
     pid = record.get("pid")
     if record.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    state = process_state(pid)
+    if state is None or state in "ZX":  # gone, or exited and not yet reaped: its locks are gone
         return False
-    except OSError:
-        pass  # EPERM: another user's process, alive
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-        if state[state.rindex(")") + 2] in "ZX":  # exited, not yet reaped: its locks are gone
-            return False
-    except (OSError, ValueError, IndexError):
-        pass
     started, since = _process_start(pid), record.get("since_unix")
     if started is not None and isinstance(since, (int, float)) and started > since + 2.0:
         return False  # the pid was reused (after a reboot, say) by a process younger than the record
