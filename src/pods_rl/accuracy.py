@@ -1,7 +1,6 @@
 """The statistics of an evaluation: accuracy over k samples per problem, its standard error, and pass@k.
 
-Pure numpy, no model: ``pods eval`` (``pods_rl.commands.evaluate``) computes each checkpoint's record with it.
-"""
+Pure numpy, no model: ``pods eval`` (``pods_rl.commands.evaluate``) computes each checkpoint's record with it."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def accuracy_stats(correct) -> dict:
     """{"accuracy", "accuracy_stderr", "per_repeat_accuracy", "pass_at_k", "num_problems", "k"} of 0/1 (P, k).
 
-    The standard error is over the k repeats (column j: sample j of every problem); None when k == 1.
-    """
+    The standard error is over the k repeats (column j: sample j of every problem); None when k == 1."""
     correct = np.asarray(correct, dtype=float)  # (P, k)
     if correct.ndim != 2 or correct.shape[0] < 1 or correct.shape[1] < 1:
         raise ValueError(f"correct must be a non-empty 2-D array (num_problems, k), got shape {correct.shape}")

@@ -1,9 +1,8 @@
 """What the main thread is doing now, in words, for the line a stop prints when a step outlived its grace.
 
-The parts of a step that can take long say so while they run (``doing``): generation and scoring (the trainer's
-phases), a reward function (by name), an evaluation. A signal handler reads the innermost one (``current``). Only
-the main thread's work is recorded: the signal handler runs there, and it is the main thread that a stop interrupts.
-"""
+The parts of a step that can take long say so while they run (``doing``): generation and scoring (the trainer's phases),
+a reward function (by name), an evaluation. A signal handler reads the innermost one (``current``). Only the main
+thread's work is recorded: the signal handler runs there, and it is the main thread that a stop interrupts."""
 
 from __future__ import annotations
 

@@ -5,9 +5,8 @@
         ...sample more[p] rollouts of prompt p into columns counts[p]..., counts += more
     keep = downsample_ragged(rewards, counts, m, "max_variance")          # (P, m), indices < counts
 
-Padding and NaN (unscored) rewards are ignored. Rules: ``until_mixed`` (open while below m, or all equal and below
-n) and ``budgeted`` (fixed budget: top up to m, then rounds for all-equal prompts, fewest rollouts first).
-"""
+Padding and NaN (unscored) rewards are ignored. Rules: ``until_mixed`` (open while below m, or all equal and below n)
+and ``budgeted`` (fixed budget: top up to m, then rounds for all-equal prompts, fewest rollouts first)."""
 
 from __future__ import annotations
 
@@ -109,8 +108,7 @@ def plan_round(rewards, counts, m: int, n: int, round_size: int, rule: str = "un
                budget: int | None = None) -> torch.Tensor:
     """(P,) int64 CPU rollouts each prompt gets next (0: closed); ``counts + more <= n``, none below m closed.
 
-    rewards (P, n): columns < counts[p] are real; m: kept group size; n: cap; budget: total rollouts (``budgeted``).
-    """
+    rewards (P, n): columns < counts[p] are real; m: kept group size; n: cap; budget: total rollouts (``budgeted``)."""
     if rule not in _RULES:
         raise ValueError(f"unknown adaptive rule {rule!r}; available: {available_adaptive_rules()}")
     rewards = torch.as_tensor(rewards).detach().cpu()
@@ -135,7 +133,6 @@ def plan_round(rewards, counts, m: int, n: int, round_size: int, rule: str = "un
     return more
 
 
-
 def ranks_within(owners: list[int]) -> list[int]:
     """For each entry, how many earlier entries equal it: [3, 3, 5, 3] -> [0, 1, 0, 2]."""
     seen: dict[int, int] = {}
@@ -144,6 +141,7 @@ def ranks_within(owners: list[int]) -> list[int]:
         ranks.append(seen.get(owner, 0))
         seen[owner] = ranks[-1] + 1
     return ranks
+
 
 # How PODSConfig spells the adaptive settings (the one-line errors name these; other callers pass their own).
 CONFIG_NAMES = {"pilot": "pilot_generations", "n": "num_generations", "m": "downsample_to", "rule": "adaptive_rule",

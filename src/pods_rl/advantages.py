@@ -79,10 +79,8 @@ def _checked(rewards, eps, scale) -> tuple[torch.Tensor, bool, str]:
             f"rewards must have shape (m,) or (B, m), got a {rewards.dim()}-d tensor of shape "
             f"{tuple(rewards.shape)}"
         )
-    if scale is True:
-        scale = "group"
-    elif scale is False:
-        scale = "none"
+    if isinstance(scale, bool):
+        scale = "group" if scale else "none"
     if scale not in _SCALES:
         raise ValueError(f"scale must be one of {list(_SCALES)} (or True/False), got {scale!r}")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
@@ -105,9 +103,8 @@ ADVANTAGE_BASELINES = ("kept", "sampled")
 def sampled_baseline_advantages(rewards: torch.Tensor, rows, eps: float = 1e-4, scale: bool = True) -> torch.Tensor:
     """(R,) advantages of the kept ``rows`` (flat ``p * n + j``) against every sampled rollout of their prompt.
 
-    Reinforce-Ada's ``global_stat_est``: (r - mean) [/ (std + eps) if ``scale``] over the prompt's scored rewards
-    (P, n) (NaN: padding or unscored); 0 where NaN or the std is undefined, as TRL.
-    """
+    Reinforce-Ada's ``global_stat_est``: (r - mean) [/ (std + eps) if ``scale``] over the prompt's scored rewards (P, n)
+    (NaN: padding or unscored); 0 where NaN or the std is undefined, as TRL."""
     rewards = torch.as_tensor(rewards).float()
     if rewards.dim() != 2:
         raise ValueError(f"rewards must have shape (P, n), got {tuple(rewards.shape)}")

@@ -1,8 +1,7 @@
 """What ``rollout_planner="auto"`` would choose on measured costs and pass rates (`pods cost`'s projection):
-``costs_from_rows`` fits `pods cost`'s rows (a + b*N sampling, c_t); ``project_auto`` puts P prompts' k sampled
-outcomes in a ledger and lets ``AutoN`` itself plan them a batch at a time, its signal per second against GRPO's and
-each fixed n's.
-"""
+``costs_from_rows`` fits `pods cost`'s rows (a + b*N sampling, c_t); ``project_auto`` puts P prompts' k sampled outcomes
+in a ledger and lets ``AutoN`` itself plan them a batch at a time, its signal per second against GRPO's and each fixed
+n's."""
 
 from __future__ import annotations
 

@@ -31,8 +31,7 @@ def bootstrap_ci(values_or_callable, statistic: Callable = np.mean, n_boot: int 
     """Percentile bootstrap CI over seeds: (low, high), or None with under 2 values or no valid replicate.
 
     ``values_or_callable`` is per-seed values (S, ...) whose rows are resampled into ``statistic``, or a callable
-    ``replicate(rng) -> float | None``, e.g. ``lambda rng: np.mean(resample(a, rng)) / np.mean(resample(b, rng))``.
-    """
+    ``replicate(rng) -> float | None``, e.g. ``lambda rng: np.mean(resample(a, rng)) / np.mean(resample(b, rng))``."""
     rng = np.random.default_rng(seed)
     if callable(values_or_callable):
         replicates = [values_or_callable(rng) for _ in range(n_boot)]
@@ -71,9 +70,8 @@ def ratio_of_means(values: Sequence[float], base: Sequence[float], n_boot: int =
 def break_even(learning_gain: float | None, learning_ci, step_ratio: float, step_ci) -> dict:
     """Whether PODS pays in wall-clock time: iff its learning per update E exceeds its step-time ratio r.
 
-    Returns {break_even_step_ratio: E, margin: E / r, verdict: "pays" | "does not pay" | "undecided" (the CIs
-    overlap) | "unknown"}.
-    """
+    Returns {break_even_step_ratio: E, margin: E / r, verdict: "pays" | "does not pay" | "undecided" (the CIs overlap) |
+    "unknown"}."""
     if learning_gain is None:
         return {"break_even_step_ratio": None, "margin": None, "verdict": "unknown"}
     e_low, e_high = learning_ci if learning_ci else (learning_gain, learning_gain)
@@ -91,8 +89,7 @@ def break_even(learning_gain: float | None, learning_ci, step_ratio: float, step
 def projection(step_ratios: dict, efficiency: dict) -> dict:
     """Projected speed-up E / r for each step ratio r in ``step_ratios`` and (E, CI) in ``efficiency``.
 
-    Returns {"rows": [{"source", "step_ratio", method: {"speedup", "ci95"}}], "break_even": {method: ...}}.
-    """
+    Returns {"rows": [{"source", "step_ratio", method: {"speedup", "ci95"}}], "break_even": {method: ...}}."""
     rows = []
     for source, r in sorted(step_ratios.items(), key=lambda kv: kv[1]):
         row = {"source": source, "step_ratio": r}

@@ -1,7 +1,6 @@
 """Statistics read on the piecewise-linear curve through a run's evaluations, so they do not move in grid steps.
 
-Curves are (xs (E,) training seconds or optimizer steps, values (E,)); numpy only, no run directories.
-"""
+Curves are (xs (E,) training seconds or optimizer steps, values (E,)); numpy only, no run directories."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ VERDICT_RULE = ("verdicts read off the 95% CI: a speed-up (baseline / method, > 
                 "below 0, 'equal' within [-0.01, +0.01], else 'undecided'")
 
 
-def _curve(xs, values) -> tuple[np.ndarray, np.ndarray]:
+def sorted_curve(xs, values) -> tuple[np.ndarray, np.ndarray]:
     """(xs, values) as float arrays sorted by x (stable), checked 1-D of equal length."""
     xs, values = np.asarray(xs, dtype=float), np.asarray(values, dtype=float)
     if xs.shape != values.shape or xs.ndim != 1:
@@ -33,7 +32,7 @@ def _curve(xs, values) -> tuple[np.ndarray, np.ndarray]:
 
 def interpolated_crossing(xs, values, target: float) -> float:
     """The x where the curve first reaches ``target``, linearly interpolated; ``inf`` when it never does."""
-    xs, values = _curve(xs, values)
+    xs, values = sorted_curve(xs, values)
     reached = np.nonzero(values >= target - TARGET_TOLERANCE)[0]
     if not len(reached):
         return math.inf
@@ -47,7 +46,7 @@ def interpolated_crossing(xs, values, target: float) -> float:
 
 def values_at(xs, values, at) -> np.ndarray:
     """(B,) the curve interpolated at the x values ``at`` (B,); nan outside [xs[0], xs[-1]]."""
-    xs, values = _curve(xs, values)
+    xs, values = sorted_curve(xs, values)
     at = np.atleast_1d(np.asarray(at, dtype=float))
     out = np.interp(at, xs, values)
     out[(at < xs[0]) | (at > xs[-1])] = np.nan
@@ -56,7 +55,7 @@ def values_at(xs, values, at) -> np.ndarray:
 
 def normalized_area(xs, values, start: float, end: float) -> float:
     """The curve's mean over [start, end] (trapezoid area / length); nan when the curve does not cover it."""
-    xs, values = _curve(xs, values)
+    xs, values = sorted_curve(xs, values)
     if end < start:
         raise ValueError(f"the span must have start <= end, got [{start}, {end}]")
     if start < xs[0] or end > xs[-1]:
@@ -102,20 +101,20 @@ def interval_verdict(ci, reference: float = 1.0, margin: float = RATIO_MARGIN, a
     return "undecided"
 
 
-def _finite_or_none(x) -> float | None:
+def finite_or_none(x) -> float | None:
+    """``x`` as a float, or None when it is None, NaN or infinite (what JSON cannot hold)."""
     return float(x) if x is not None and math.isfinite(x) else None
 
 
 def compare_values(values: Sequence, baseline_values: Sequence, n_boot: int = 2000, seed: int = 0) -> dict:
     """Method (S,) vs baseline (S',) per-seed values (None/nan dropped): means, difference, ratio, 95% CIs.
 
-    Returns {mean, baseline_mean, difference, difference_ci95, ratio, ratio_ci95, verdict}; CIs None below 2 seeds.
-    """
+    Returns {mean, baseline_mean, difference, difference_ci95, ratio, ratio_ci95, verdict}; CIs None below 2 seeds."""
     method = [float(v) for v in values if v is not None and not math.isnan(v)]
     base = [float(v) for v in baseline_values if v is not None and not math.isnan(v)]
     if not method or not base:
-        return {"mean": _finite_or_none(np.mean(method)) if method else None,
-                "baseline_mean": _finite_or_none(np.mean(base)) if base else None, "difference": None,
+        return {"mean": finite_or_none(np.mean(method)) if method else None,
+                "baseline_mean": finite_or_none(np.mean(base)) if base else None, "difference": None,
                 "difference_ci95": None, "ratio": None, "ratio_ci95": None, "verdict": "unknown"}
     mean, base_mean = float(np.mean(method)), float(np.mean(base))
     difference_ci = ratio_ci = None
@@ -136,8 +135,7 @@ def curve_comparison(curves_by_label: dict[str, list[tuple]], baseline: str,
                      fractions: Sequence[float] = BUDGET_FRACTIONS, n_boot: int = 2000, seed: int = 0) -> dict:
     """Accuracy at budgets (B,) and normalized area over ``common_span``, each label against ``baseline``.
 
-    Returns {span, fractions, budgets, labels: {label: {at_budget: [per-budget compare_values], area: {...}}}}.
-    """
+    Returns {span, fractions, budgets, labels: {label: {at_budget: [per-budget compare_values], area: {...}}}}."""
     if baseline not in curves_by_label:
         raise ValueError(f"baseline label {baseline!r} is not among {list(curves_by_label)}")
     start, end = common_span([c for curves in curves_by_label.values() for c in curves])
@@ -175,7 +173,7 @@ LEVEL_SUMMARY = ("ratio", "ci95", "verdict", "seeds", "fractions", "censored", "
 def mean_of_curves(curves: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
     """(grid (G,), mean (G,)): the exact seed-mean curve, knots at the union of xs inside ``common_span``."""
     start, end = common_span(curves)
-    sorted_curves = [_curve(xs, values) for xs, values in curves]
+    sorted_curves = [sorted_curve(xs, values) for xs, values in curves]
     grid = np.unique(np.concatenate([xs[(xs >= start) & (xs <= end)] for xs, _ in sorted_curves]))  # (G,)
     return grid, np.mean([np.interp(grid, xs, values) for xs, values in sorted_curves], axis=0)
 
@@ -184,11 +182,10 @@ def level_time_ratio(baseline_curves: Sequence[tuple], method_curves: Sequence[t
                      fractions: Sequence[float] = LEVEL_FRACTIONS, count_seeds: bool = True) -> dict:
     """Geometric mean over levels (L,) of baseline x / method x to reach each, on seed-mean curves (> 1: sooner).
 
-    Levels are start + f x (peak - start) of the baseline's mean curve, which reaches each. A level the method's
-    mean never reaches is censored, not 0: its ratio is below baseline x / ``method_end`` (the mean's end), the bound
+    Levels are start + f x (peak - start) of the baseline's mean curve, which reaches each. A level the method's mean
+    never reaches is censored, not 0: its ratio is below baseline x / ``method_end`` (the mean's end), the bound
     ``per_level`` holds (``per_level_censored``); the geometric mean is then an upper bound (``censored``).
-    ``seeds_not_reached`` (L,) counts the seeds whose own curve misses each level (not with ``count_seeds=False``).
-    """
+    ``seeds_not_reached`` (L,) counts the seeds whose own curve misses each level (not with ``count_seeds=False``)."""
     grid_b, mean_b = mean_of_curves(baseline_curves)
     grid_m, mean_m = mean_of_curves(method_curves)
     start, peak = float(mean_b[0]), float(mean_b.max())
@@ -226,10 +223,9 @@ def paired_level_time_ratio(baseline_by_seed: dict, method_by_seed: dict,
                             fractions: Sequence[float] = LEVEL_FRACTIONS, n_boot: int = 2000, seed: int = 0) -> dict:
     """``level_time_ratio`` on the seeds both sides ran (ValueError if none), with a seed-paired bootstrap 95% CI.
 
-    A censored replicate's ratio lies in [0, its bound]; a percentile end (one replicate) rises with each, so the
-    true end lies between the end with them at 0 and at their bounds (``ci95``); ``ci95_upper_bounds`` marks ends
-    the two differ on. The verdict reads [low at 0, high at the bounds]: censoring never buys a verdict.
-    """
+    A censored replicate's ratio lies in [0, its bound]; a percentile end (one replicate) rises with each, so the true
+    end lies between the end with them at 0 and at their bounds (``ci95``); ``ci95_upper_bounds`` marks ends the two
+    differ on. The verdict reads [low at 0, high at the bounds]: censoring never buys a verdict."""
     seeds = sorted(set(baseline_by_seed) & set(method_by_seed))
     if not seeds:
         raise ValueError("no seed was run by both the baseline and the method: a paired comparison needs shared seeds")
@@ -245,12 +241,12 @@ def paired_level_time_ratio(baseline_by_seed: dict, method_by_seed: dict,
         ci = percentile_interval([r["ratio"] for r in replicates])
         at_zero = percentile_interval([0.0 if r["censored"] else r["ratio"] for r in replicates])
         widest = (at_zero[0], ci[1]) if ci and at_zero else None
-    ci95 = [_finite_or_none(ci[0]), _finite_or_none(ci[1])] if ci else None
+    ci95 = [finite_or_none(ci[0]), finite_or_none(ci[1])] if ci else None
     upper_bounds = [bool(at_zero[i] != ci[i]) for i in (0, 1)] if ci else None
     unpaired = sorted(set(baseline_by_seed) ^ set(method_by_seed))
     return {**point, "ci95": ci95, "ci95_upper_bounds": upper_bounds,
             "replicates": n_boot if ci else 0, "replicates_censored": censored_replicates,
-            "verdict": interval_verdict([_finite_or_none(w) for w in widest] if widest else None), "seeds": seeds,
+            "verdict": interval_verdict([finite_or_none(w) for w in widest] if widest else None), "seeds": seeds,
             "unpaired": unpaired, "fractions": [float(f) for f in fractions]}
 
 

@@ -1,16 +1,15 @@
-"""Wall-clock time limits for code running in the main thread, nestable: a grader's per-item bound inside a
-reward function's per-call budget inside a graceful stop, each firing on its own time.
+"""Wall-clock time limits for code running in the main thread, nestable: a grader's per-item bound inside a reward
+function's per-call budget inside a graceful stop, each firing on its own time.
 
     with time_limit(5.0, lambda: MyTimeout("took over 5 s")) as limit:
         user_code()
     if limit.expired:
         ...  # user_code was interrupted after 5 s
 
-One SIGALRM timer, armed for the earliest deadline, serves every limit; of several expired, the outermost's
-exception is raised. It repeats every ``REPEAT_S`` s after an expiry, so swallowed exceptions recur; they derive
-from ``Expired`` (a ``BaseException``), past ``except Exception``. Only a POSIX main thread gets signals
-(``usable()``; elsewhere ``limit.enforced`` is False), and C code holding the GIL cannot be interrupted.
-"""
+One SIGALRM timer, armed for the earliest deadline, serves every limit; of several expired, the outermost's exception is
+raised. It repeats every ``REPEAT_S`` s after an expiry, so swallowed exceptions recur; they derive from ``Expired`` (a
+``BaseException``), past ``except Exception``. Only a POSIX main thread gets signals (``usable()``; elsewhere
+``limit.enforced`` is False), and C code holding the GIL cannot be interrupted."""
 
 from __future__ import annotations
 

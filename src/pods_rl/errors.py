@@ -1,10 +1,9 @@
 """How a failure reaches the user: one line naming the problem and the fix.
 
-Library code raises ``ValueError`` (bad input) or ``CommandFailed`` (an expected failure whose message already says
-what to do); every command runs its body through ``run_guarded``, which prints that message as one line and exits
-non-zero. This module sits below the commands (``pods_rl.commands.cli`` re-exports it), so that a command or a library
-module can use it without importing a command.
-"""
+Library code raises ``ValueError`` (bad input) or ``CommandFailed`` (an expected failure whose message already says what
+to do); every command runs its body through ``run_guarded``, which prints that message as one line and exits non-zero.
+This module sits below the commands (``pods_rl.commands.cli`` re-exports it), so that a command or a library module can
+use it without importing a command."""
 
 from __future__ import annotations
 
@@ -80,12 +79,6 @@ def storage_fault(err: BaseException) -> tuple[str, str] | None:
             if code == number or any(needle in text for needle in needles):
                 return what, way_on
     return None
-
-
-def disk_full_cause(err: BaseException) -> str | None:
-    """What the storage fault behind ``err`` is (``"disk full"``, ``"disk quota exceeded"``...), or None."""
-    fault = storage_fault(err)
-    return fault[0] if fault else None
 
 
 def error_line(prog: str, err: BaseException) -> tuple[str, int]:

@@ -1,17 +1,17 @@
 """Accuracy of one model on a task: ``k`` samples per problem -> one record (``evaluate_model``).
 
-``k`` samples per problem at ``temperature`` give ``correct`` (num_problems, k); sample ``j`` forms repeat ``j``.
-A record holds ``accuracy``, ``accuracy_stderr`` (std(correct.mean(0), ddof=1) / sqrt(k); None when k == 1),
+``k`` samples per problem at ``temperature`` give ``correct`` (num_problems, k); sample ``j`` forms repeat ``j``. A
+record holds ``accuracy``, ``accuracy_stderr`` (std(correct.mean(0), ddof=1) / sqrt(k); None when k == 1),
 ``format_accuracy``, ``both_accuracy`` (correct and well formatted), ``pass_at_k`` (unbiased, n = k),
 ``mean_completion_tokens`` (through the first EOS), ``step``/``train_seconds`` (``pods_clock.json``; 0 for a plain
-model) and ``eval_seconds``. Generation: vLLM when it runs here, else transformers. `pods eval` runs it over a
-run's checkpoints (``pods_rl.commands.evaluate``); `pods train` runs it while training (``pods_rl.training_run``).
-"""
+model) and ``eval_seconds``. Generation: vLLM when it runs here, else transformers. `pods eval` runs it over a run's
+checkpoints (``pods_rl.commands.evaluate``); `pods train` runs it while training (``pods_rl.training_run``)."""
 
 from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -167,20 +167,13 @@ def _sample_hf(model_path: Path | None, model, tokenizer, prompts: list, samplin
     return texts, completions, lengths
 
 
-class _loading:
+@contextmanager
+def _loading(model_path: Path):
     """Marks an exception raised while reading a model's files with the path (``err.pods_unloadable``): a
     run's damaged checkpoint is then skipped, while a failure to generate or grade still stops the evaluation."""
-
-    def __init__(self, model_path: Path) -> None:
-        self.model_path = model_path
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, err, tb) -> bool:
-        if isinstance(err, Exception):
-            try:
-                err.pods_unloadable = str(self.model_path)
-            except AttributeError:  # an exception type without a __dict__: it is reported as it is
-                pass
-        return False
+    try:
+        yield
+    except Exception as err:
+        with suppress(AttributeError):  # an exception type without a __dict__: it is reported as it is
+            err.pods_unloadable = str(model_path)
+        raise

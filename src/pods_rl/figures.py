@@ -1,11 +1,10 @@
 """Figures of runs: accuracy vs training time or optimizer steps, seconds per step by phase (matplotlib, PNG + PDF).
 
-Accuracy figure: per label, the seed-mean curve (``stats.mean_curve``) with its 95% band (± 1.96 x the
-standard error across seeds; one seed: ± 1.96 x the eval's own standard error; the legend says which), thin
-lines = the seeds, a title (the metric against the x-axis unless one is given); on the
-x-axis training time (``x="time"``) or optimizer steps (``x="steps"``: how much each policy update
-teaches, whatever it costs). The numbers behind them are ``pods_rl.stats``'s; `pods plot` draws them.
-"""
+Accuracy figure: per label, the seed-mean curve (``stats.mean_curve``) with its 95% band (± 1.96 x the standard error
+across seeds; one seed: ± 1.96 x the eval's own standard error; the legend says which), thin lines = the seeds, a title
+(the metric against the x-axis unless one is given); on the x-axis training time (``x="time"``) or optimizer steps
+(``x="steps"``: how much each policy update teaches, whatever it costs). The numbers behind them are
+``pods_rl.stats``'s; `pods plot` draws them."""
 
 from __future__ import annotations
 
@@ -39,12 +38,11 @@ def _save(fig, out, stem: str) -> None:
 
 def plot_accuracy(runs: Sequence, out=None, x: str = "time", metric: str = "accuracy", title: str | None = None,
                   time_unit: str = "min", **load_kwargs):
-    """Mean accuracy per label against training time (``x="time"``) or optimizer steps (``x="steps"``), with
-    a 95% band over seeds (see ``pods_rl.stats``); thin lines = seeds.
+    """Mean accuracy per label against training time (``x="time"``) or optimizer steps (``x="steps"``), with a 95% band
+    over seeds (see ``pods_rl.stats``); thin lines = seeds.
 
     ``runs``: RunData objects or ``RUN_DIR[=LABEL]`` specs. Saves ``out/accuracy_vs_time.{png,pdf}`` (or
-    ``accuracy_vs_steps``; ``<metric>_vs_<x>`` for another metric) when ``out`` is given. Returns the Figure.
-    """
+    ``accuracy_vs_steps``; ``<metric>_vs_<x>`` for another metric) when ``out`` is given. Returns the Figure."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never needs a display
@@ -104,11 +102,10 @@ def plot_accuracy_vs_time(runs: Sequence, out=None, **kwargs):
 
 
 def plot_phase_times(runs: Sequence, out=None, title: str | None = None, **load_kwargs):
-    """Seconds per training step per label as horizontal stacked bars (generation, scoring, selection, update,
-    and "other" = time/step minus the phases when positive), averaged over the logged steps and the seeds.
+    """Seconds per training step per label as horizontal stacked bars (generation, scoring, selection, update, and
+    "other" = time/step minus the phases when positive), averaged over the logged steps and the seeds.
 
-    Saves ``out/step_time_by_phase.{png,pdf}`` when ``out`` is given. Returns the matplotlib Figure.
-    """
+    Saves ``out/step_time_by_phase.{png,pdf}`` when ``out`` is given. Returns the matplotlib Figure."""
     import matplotlib
 
     matplotlib.use("Agg")

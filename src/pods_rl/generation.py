@@ -2,8 +2,7 @@
 
 Both backends get the same ids (``encode_prompts``: chat template with the generation prompt) and sample at pure
 temperature (top-p 1, no top-k; 0 is greedy, repeated k times). Both return (completions: P lists of k str,
-completion_tokens (P, k)); ``choose_backend`` picks vLLM when asked or when it can run the model here.
-"""
+completion_tokens (P, k)); ``choose_backend`` picks vLLM when asked or when it can run the model here."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ def _pad_id(tokenizer) -> int:
 def render_prompt(prompt, tokenizer) -> tuple[str, bool]:
     """Prompt as text: chat messages through the chat template (with the generation prompt), str as is.
 
-    Returns (text, add_special_tokens): chat templates already contain BOS etc., plain text does not.
-    """
+    Returns (text, add_special_tokens): chat templates already contain BOS etc., plain text does not."""
     if isinstance(prompt, str):
         return prompt, True
     if isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt):
@@ -64,8 +62,7 @@ def generate_hf(model, tokenizer, prompt_ids: list[list[int]], k: int, temperatu
                 batch_size: int, seed: int, desc: str = "generate") -> tuple[list[list[str]], np.ndarray]:
     """(completions (P lists of k str), completion_tokens (P, k)) from transformers ``generate``.
 
-    (prompt, sample) pairs in batches of ``batch_size``, left padded by hand (the tokenizer may be the trainer's).
-    """
+    (prompt, sample) pairs in batches of ``batch_size``, left padded by hand (the tokenizer may be the trainer's)."""
     import torch
     from tqdm.auto import tqdm
 

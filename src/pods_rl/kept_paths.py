@@ -2,10 +2,9 @@
 
 ``import pods_rl`` installs ``KeptPathFinder`` first on ``sys.meta_path``, so an old name (``pods_rl.trainer``,
 ``pods_rl.integrations.verl``, ...) imports the module at its new path, one object under both names: imports,
-``mock.patch``, verl's ``pkg://`` paths, vLLM's ``--worker-extension-cls`` and pickles keep working. ``KEPT_PATHS``
-is the one table; an old package's submodules follow it; an old package split several ways (``None``) is an empty
-package of its own. docs/concepts/layout.md lists them.
-"""
+``mock.patch``, verl's ``pkg://`` paths, vLLM's ``--worker-extension-cls`` and pickles keep working. ``KEPT_PATHS`` is
+the one table; an old package's submodules follow it; an old package split several ways (``None``) is an empty package
+of its own. docs/concepts/layout.md lists them."""
 
 from __future__ import annotations
 

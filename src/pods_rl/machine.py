@@ -1,8 +1,7 @@
 """The machine and software a measurement ran on: CPU, cores, RAM, GPU, library versions (no host or user names).
 
-Used by ``pods cost`` and the benchmarks (``benchmarks/_machine.py`` re-exports ``machine_info``), so that
-every timing is stored with what produced it.
-"""
+Used by ``pods cost`` and the benchmarks (``benchmarks/_machine.py`` re-exports ``machine_info``), so that every timing
+is stored with what produced it."""
 
 from __future__ import annotations
 
@@ -50,28 +49,17 @@ def pods_rl_version() -> str:
     return _version("pods-rl") or "0+unknown"
 
 
-def _gpu_name() -> str | None:
-    """Name of CUDA device 0 via torch, or None without torch or CUDA."""
-    try:
-        import torch
-
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception:  # a broken driver must not stop a CPU benchmark
-        return None
-
-
 def machine_info() -> dict:
     """The machine and software a benchmark ran on (no hostname or user names).
 
-    Keys: cpu_model, logical_cores, usable_cores (this process's CPU affinity), torch_threads, ram_gib,
-    gpu (name or None), gpu_count, platform, python, torch, transformers, trl.
-    """
+    Keys: cpu_model, logical_cores, usable_cores (this process's CPU affinity), torch_threads, ram_gib, gpu (name or
+    None), gpu_count, platform, python, torch, transformers, trl."""
     info: dict = {
         "cpu_model": _cpu_model(),
         "logical_cores": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "ram_gib": _ram_gib(),
-        "gpu": _gpu_name(),
+        "gpu": None,
         "gpu_count": 0,
         "platform": f"{platform.system()} {platform.machine()}",
         "python": platform.python_version(),
@@ -83,7 +71,8 @@ def machine_info() -> dict:
         import torch
 
         info["torch_threads"] = torch.get_num_threads()
-        info["gpu_count"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        info["torch_threads"] = None
+        if torch.cuda.is_available():
+            info["gpu"], info["gpu_count"] = torch.cuda.get_device_name(0), torch.cuda.device_count()
+    except Exception:  # no torch, or a broken driver: that must not stop a CPU benchmark
+        info.setdefault("torch_threads", None)
     return info

@@ -5,14 +5,14 @@
     load_model_and_tokenizer(path)  (model in eval mode, tokenizer) for generation; adapters merged
     check_remote_code(name, trust)  refuses a model shipping its own code unless ``--trust_remote_code``
 
-Every load passes ``trust_remote_code`` as an explicit bool: with None transformers prompts on a terminal.
-"""
+Every load passes ``trust_remote_code`` as an explicit bool: with None transformers prompts on a terminal."""
 
 from __future__ import annotations
 
 import json
 import os
 import pickle
+from contextlib import contextmanager
 from pathlib import Path
 
 from pods_rl import tiny
@@ -71,7 +71,6 @@ def check_model_path(name: str, revision: str | None = None, what: str = "--mode
                          "or pass a local model directory") from None
 
 
-
 TRUST_FLAG = "--trust_remote_code"
 
 
@@ -127,13 +126,6 @@ def check_remote_code(name: str, trust_remote_code: bool, revision: str | None =
         raise remote_code_refusal(name, f" ({', '.join(found)}, named by auto_map in its config.json)")
 
 
-def _refused_remote_code(err: Exception, name: str) -> ValueError | None:
-    """transformers' refusal of a model's code (``trust_remote_code=False``) as our one line; None otherwise."""
-    if isinstance(err, ValueError) and "trust_remote_code" in str(err):
-        return remote_code_refusal(name)
-    return None
-
-
 def _refused_pickle(err: Exception, name: str) -> ValueError | None:
     """torch's weights-only refusal of a model file (a pickle that could run code) as one line naming the file,
     never torch's advice to load it unsafely; None for any other error."""
@@ -149,18 +141,28 @@ def _refused_pickle(err: Exception, name: str) -> ValueError | None:
     return ValueError(f"{where}; use the model's .safetensors weights, or a copy from a source you trust")
 
 
+@contextmanager
+def _refusing(name: str):
+    """Inside the block, transformers' refusal of a model's code (``trust_remote_code=False``) and torch's of a
+    pickle become our one line (``remote_code_refusal``, ``_refused_pickle``); other errors pass unchanged."""
+    try:
+        yield
+    except (ValueError, RuntimeError, pickle.UnpicklingError) as err:
+        if isinstance(err, ValueError) and "trust_remote_code" in str(err):
+            raise remote_code_refusal(name) from None
+        refusal = _refused_pickle(err, name)
+        if refusal is None:
+            raise
+        raise refusal from None
+
+
 def load_config(name: str, revision: str | None = None, trust_remote_code: bool = False):
     """The model's ``AutoConfig``; its own code runs only with ``trust_remote_code`` (else one ValueError line
     naming ``--trust_remote_code``; never a terminal prompt)."""
     from transformers import AutoConfig  # seconds to import; only where a config is read
 
-    try:
+    with _refusing(name):
         return AutoConfig.from_pretrained(name, revision=revision, trust_remote_code=bool(trust_remote_code))
-    except ValueError as err:
-        refusal = _refused_remote_code(err, name)
-        if refusal is None:
-            raise
-        raise refusal from None
 
 
 def default_model_path(name: str | None) -> str:
@@ -179,17 +181,11 @@ def load_for_training(model_args, trust_remote_code: bool = False):
     trust = bool(trust_remote_code)  # never None: transformers would ask on a terminal
     check_remote_code(model_path, trust, model_args.model_revision)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision,
-                                                  trust_remote_code=trust)
-        model = AutoModelForCausalLM.from_pretrained(model_path, revision=model_args.model_revision, dtype=dtype,
-                                                     trust_remote_code=trust)
-    except (ValueError, RuntimeError) as err:  # pickle.UnpicklingError is neither: handled below
-        refusal = _refused_remote_code(err, model_path) or _refused_pickle(err, model_path)
-        if refusal is None:
-            raise
-        raise refusal from None
-    except pickle.UnpicklingError as err:
-        raise _refused_pickle(err, model_path) from None
+        with _refusing(model_path):
+            tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision,
+                                                      trust_remote_code=trust)
+            model = AutoModelForCausalLM.from_pretrained(model_path, revision=model_args.model_revision,
+                                                         dtype=dtype, trust_remote_code=trust)
     except OSError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         hint = "" if hub_offline() or looks_local(model_path) else (
@@ -233,7 +229,7 @@ def load_model_and_tokenizer(path, device=None, trust_remote_code: bool = False)
     path_obj = Path(path)
     trust = bool(trust_remote_code)  # never None: transformers would ask on a terminal
     check_remote_code(str(path), trust)
-    try:
+    with _refusing(str(path)):
         if is_adapter_dir(path_obj):
             from peft import PeftModel  # optional dependency, only for adapters
 
@@ -244,13 +240,5 @@ def load_model_and_tokenizer(path, device=None, trust_remote_code: bool = False)
             if path_obj.exists() and not (path_obj / "config.json").is_file():
                 raise ValueError(f"{path_obj} has neither config.json nor adapter_config.json: not a model directory")
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=trust)
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(path_obj) if is_adapter_dir(path_obj) else str(path),
-                                                  trust_remote_code=trust)
-    except (ValueError, RuntimeError) as err:
-        refusal = _refused_remote_code(err, str(path)) or _refused_pickle(err, str(path))
-        if refusal is None:
-            raise
-        raise refusal from None
-    except pickle.UnpicklingError as err:
-        raise _refused_pickle(err, str(path)) from None
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(path_obj), trust_remote_code=trust)
     return model.to(device).eval(), tokenizer

@@ -1,15 +1,14 @@
 """Many processes: when a rank dies, the ranks left say which one, how, and how to resume, in one ``pods`` line.
 
 A dead rank only makes the others' collective fail or time out. So each rank records itself in the run directory
-(``RANKS_DIR/rank<N>.json``: pid, host, launch; and its error line when it fails), and a rank that sees a
-collective fail, or a SIGTERM while a peer is gone, reads those and the peers' /proc:
+(``RANKS_DIR/rank<N>.json``: pid, host, launch; and its error line when it fails), and a rank that sees a collective
+fail, or a SIGTERM while a peer is gone, reads those and the peers' /proc:
 
     rank 1 (pid 4242) exited with code 1 (pods train: error: ...)
     rank 1 (pid 4242) was killed by a signal it cannot catch (SIGKILL: `kill -9`, or the out-of-memory killer)
     rank 1 (pid 4242) is stopped (SIGSTOP) / stopped answering (hung) and the collective waited past ddp_timeout
 
-Plain library code: torch only inside ``bound_collectives`` (the caller passes the rank and the world size).
-"""
+Plain library code: torch only inside ``bound_collectives`` (the caller passes the rank and the world size)."""
 
 from __future__ import annotations
 
@@ -22,6 +21,10 @@ import socket
 import sys
 import time
 from pathlib import Path
+
+from pods_rl.errors import error_line, exception_chain
+from pods_rl.runlog.lock import process_state
+from pods_rl.runlog.store import write_json_atomic
 
 RANKS_DIR = ".ranks"
 logger = logging.getLogger(__name__)
@@ -46,13 +49,6 @@ def _record_path(run_dir, rank: int) -> Path:
     return Path(run_dir) / RANKS_DIR / f"rank{rank}.json"
 
 
-def _write(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, path)
-
-
 def _fault_path(run_dir, rank: int) -> Path:
     return Path(run_dir) / RANKS_DIR / f"rank{rank}.fault"
 
@@ -74,16 +70,17 @@ def oom_kills() -> int | None:
 
 
 def register(run_dir, rank: int, world_size: int) -> None:
-    """Write this rank's record (pid, host, launch, the cgroup's OOM-kill count) when training starts, and have a
-    fatal signal (SIGABRT, SIGSEGV: a C++ abort in a collective, a crash) leave this rank's Python stack in
-    ``rank<N>.fault`` beside it (``faulthandler``), for the ranks left to say what happened; nothing for a single
-    process."""
+    """Write this rank's record (pid, host, launch, the cgroup's OOM-kill count) when training starts, and have a fatal
+    signal (SIGABRT, SIGSEGV: a C++ abort in a collective, a crash) leave this rank's Python stack in ``rank<N>.fault``
+    beside it (``faulthandler``), for the ranks left to say what happened; nothing for a single process."""
     global _fault_file
     if world_size <= 1:
         return
-    _write(_record_path(run_dir, rank), {"rank": rank, "world_size": world_size, "pid": os.getpid(),
-                                         "agent": os.getppid(), "host": socket.gethostname(), "launch": launch_id(),
-                                         "started": time.time(), "oom_kills": oom_kills()})
+    (Path(run_dir) / RANKS_DIR).mkdir(parents=True, exist_ok=True)
+    write_json_atomic(_record_path(run_dir, rank), {"rank": rank, "world_size": world_size, "pid": os.getpid(),
+                                                    "agent": os.getppid(), "host": socket.gethostname(),
+                                                    "launch": launch_id(), "started": time.time(),
+                                                    "oom_kills": oom_kills()})
     try:
         import faulthandler
 
@@ -110,7 +107,7 @@ def record_failure(run_dir, rank: int, exit_code: int, line: str, peer_lost: boo
         return  # never registered (a single process, or it failed before training)
     record.update(exit_code=exit_code, line=line, peer_lost=peer_lost, failed=time.time())
     try:
-        _write(path, record)
+        write_json_atomic(path, record)
     except OSError:
         pass  # the disk may be why it failed: the ranks left still see the process gone
 
@@ -120,8 +117,6 @@ def record_exit(run_dir, err: BaseException | None) -> None:
     and one line), or None for a clean end (exit 0). Nothing for a single process or before the run directory."""
     if not run_dir or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
-    from pods_rl.errors import error_line  # (errors imports nothing of ours either)
-
     if err is None:
         line, code = "pods train: finished", 0
     elif isinstance(err, Exception):
@@ -172,8 +167,7 @@ _step_started: tuple[int, int] | None = None  # (id of the trainer's state, glob
 def start_step_together(state) -> None:
     """Wait until every rank starts the step after ``state.global_step``, once per step however many callbacks ask.
 
-    The step clocks start after it, so rank 0's logging and checkpointing do not count as others' training time.
-    """
+    The step clocks start after it, so rank 0's logging and checkpointing do not count as others' training time."""
     global _step_started
     if world_size() <= 1:
         return
@@ -203,21 +197,6 @@ def _peer_records(run_dir, rank: int) -> list[dict]:
     return sorted(records, key=lambda r: r["rank"])
 
 
-def _process_state(pid: int) -> str | None:
-    """The state letter of a local process (R, S, D, T, Z...), or None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat[stat.rindex(")") + 2]
-    except (OSError, ValueError, IndexError):
-        try:
-            os.kill(pid, 0)
-            return "?"
-        except ProcessLookupError:
-            return None
-        except OSError:
-            return "?"
-
-
 def peer_states(run_dir, rank: int) -> list[tuple[dict, str]]:
     """``[(record, what happened)]`` for each other rank of this launch that is gone, stopped, or failed."""
     host = socket.gethostname()
@@ -234,7 +213,7 @@ def peer_states(run_dir, rank: int) -> list[tuple[dict, str]]:
             continue
         if record["host"] != host:
             continue  # another machine: its own ranks report it
-        state = _process_state(int(record["pid"]))
+        state = process_state(int(record["pid"]))
         if state is None or state in "ZX":
             found.append((record, f"{who} {how_it_died(run_dir, record)}"))
         elif state in "Tt":
@@ -273,18 +252,15 @@ def how_it_died(run_dir, record: dict) -> str:
 
 def peer_lost_error(err: BaseException) -> bool:
     """Whether ``err`` (or an exception it chains) is a collective failing because a peer went away or hung."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, PeerLost):
+    for item in exception_chain(err):
+        if isinstance(item, PeerLost):
             return True
-        kind = type(err).__name__.lower()
-        text = str(err).lower()
+        kind = type(item).__name__.lower()
+        text = str(item).lower()
         if "distbackenderror" in kind or "distnetworkerror" in kind or "diststoreerror" in kind or (
-                isinstance(err, RuntimeError) and any(word in text for word in _PEER_LOST_WORDS)
+                isinstance(item, RuntimeError) and any(word in text for word in _PEER_LOST_WORDS)
                 and ("gloo" in text or "nccl" in text or "c10d" in text or "tcp" in text or "peer" in text)):
             return True
-        err = err.__cause__ or err.__context__
     return False
 
 

@@ -1,7 +1,6 @@
 """One registry for everything looked up by name: down-sampling rules, adaptive round rules, budget planners.
 
-Each entry is checked when registered, so a wrong rule fails then, not at the first training step.
-"""
+Each entry is checked when registered, so a wrong rule fails then, not at the first training step."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Checks of reward tensors shared by the down-sampling rules and the advantages: one-line ValueErrors that name
-the bad groups and the fix. Plain torch (core: imports nothing of ours).
-"""
+"""Checks of reward tensors shared by the down-sampling rules and the advantages: one-line ValueErrors that name the bad
+groups and the fix. Plain torch (core: imports nothing of ours)."""
 
 from __future__ import annotations
 

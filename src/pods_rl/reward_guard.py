@@ -13,12 +13,12 @@
   ``MAX_ABS_REWARD`` (a scale bug that makes training diverge);
 - an exception raised inside is re-raised as a ``RewardFunctionError`` naming the function (the original chained).
 
-Reward models (``nn.Module``) and hub ids are left to TRL. The wrapper keeps the function's ``__name__`` (TRL
-names metrics after it) and its attributes (``reward_weight``).
-"""
+Reward models (``nn.Module``) and hub ids are left to TRL. The wrapper keeps the function's ``__name__`` (TRL names
+metrics after it) and its attributes (``reward_weight``)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -159,14 +159,18 @@ class _Budget:
             log_metric(TIMEOUT_METRIC, 1.0)
         return [None] * (num_completions or 0)
 
-    def ok(self, kwargs: dict) -> None:
+    def ok(self, output, num_completions: int | None, kwargs: dict) -> list[float | None]:
+        """A call within the budget: the streak ends; ``output`` checked (``check_rewards``) when its size is known."""
         self.timeouts_in_a_row = 0
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and self.timeout_s is not None:
             log_metric(TIMEOUT_METRIC, 0.0)
+        return output if num_completions is None else check_rewards(self.name, output, num_completions, _step(kwargs))
 
 
-def _raised(name: str, err: Exception) -> RewardFunctionError:
+def _raised(name: str, err: BaseException) -> RewardFunctionError:
+    if isinstance(err, SystemExit):  # sys.exit() in user code must not end the run without a word
+        return RewardFunctionError(f"reward function {name!r} called sys.exit({err.code!r})")
     first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return RewardFunctionError(f"reward function {name!r} raised {type(err).__name__}: {first}")
 
@@ -195,12 +199,9 @@ def guard_reward_func(func: Callable, timeout_s: float | None = DEFAULT_REWARD_T
                 return budget.timed_out(n, kwargs)
             except RewardFunctionError:
                 raise
-            except SystemExit as err:
-                raise RewardFunctionError(f"reward function {name!r} called sys.exit({err.code!r})") from err
-            except Exception as err:  # noqa: BLE001 - user code: name it
+            except (Exception, SystemExit) as err:  # noqa: BLE001 - user code: name it
                 raise _raised(name, err) from err
-            budget.ok(kwargs)
-            return output if n is None else check_rewards(name, output, n, _step(kwargs))
+            return budget.ok(output, n, kwargs)
     else:
         def guarded(*args, **kwargs):
             n = _count_completions(args, kwargs)
@@ -210,19 +211,14 @@ def guard_reward_func(func: Callable, timeout_s: float | None = DEFAULT_REWARD_T
                     output = func(*args, **kwargs)
             except RewardFunctionError:
                 raise
-            except SystemExit as err:  # sys.exit() in user code must not end the run without a word
-                raise RewardFunctionError(f"reward function {name!r} called sys.exit({err.code!r})") from err
-            except Exception as err:  # noqa: BLE001 - user code: name it
+            except (Exception, SystemExit) as err:  # noqa: BLE001 - user code: name it
                 raise _raised(name, err) from err
             if limit.expired:
                 return budget.timed_out(n, kwargs)
-            budget.ok(kwargs)
-            return output if n is None else check_rewards(name, output, n, _step(kwargs))
+            return budget.ok(output, n, kwargs)
 
-    try:
+    with contextlib.suppress(AttributeError, TypeError):  # a callable object without __name__ / __dict__
         functools.update_wrapper(guarded, func)
-    except (AttributeError, TypeError):  # a callable object without __name__ / __dict__
-        guarded.__name__ = name
     guarded.__name__ = name
     guarded.__pods_guarded__ = True
     guarded.budget = budget

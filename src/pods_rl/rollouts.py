@@ -24,10 +24,9 @@ def rollout_features(completion_ids: list[list[int]], num_prompts: int, *, stop_
                      turns: list[int] | None = None, rewards_per_func=None) -> dict[str, torch.Tensor]:
     """What selection may look at besides the rewards, for N = P*n rollouts listed prompt by prompt.
 
-    ``stop_ids`` end a finished completion (others are ``truncated``); ``tool_calls``/``turns`` default to counts
-    read off ``tool_mask``. Returns ``lengths`` (P, n) (model tokens); with ``rewards_per_func`` (N, F) also
-    ``rewards_per_func`` (P, n, F), ``truncated``, ``tool_calls`` and ``turns`` (P, n).
-    """
+    ``stop_ids`` end a finished completion (others are ``truncated``); ``tool_calls``/``turns`` default to counts read
+    off ``tool_mask``. Returns ``lengths`` (P, n) (model tokens); with ``rewards_per_func`` (N, F) also
+    ``rewards_per_func`` (P, n, F), ``truncated``, ``tool_calls`` and ``turns`` (P, n)."""
     total = len(completion_ids)
     if num_prompts < 1 or total % num_prompts:
         raise ValueError(f"{total} rollouts do not split into {num_prompts} prompts of equal size.")

@@ -33,7 +33,14 @@ from pods_rl.bootstrap import (  # noqa: F401  (re-exported: they lived here bef
     ratio_of_means,
     resample,
 )
-from pods_rl.curves import TARGET_TOLERANCE, interpolated_crossing, paired_level_time_ratio
+from pods_rl.curves import (
+    TARGET_TOLERANCE,
+    finite_or_none,
+    interpolated_crossing,
+    mean_of_curves,
+    paired_level_time_ratio,
+    sorted_curve,
+)
 from pods_rl.runlog import DEFAULT_EVAL_FILE, load_results, load_run_config, read_metrics
 
 PHASES = ("generation", "scoring", "selection", "update")
@@ -52,8 +59,7 @@ X_AXES = {"time": ("seconds", "time_to_target", "last_time"),
 class RunData:
     """One run directory's evaluations: times, values, stderrs (nan: unknown), steps (-1: unknown), all (E,).
 
-    ``source`` is "eval.json", "metrics.jsonl" or None; ``phase_seconds`` the mean seconds per step of each phase.
-    """
+    ``source`` is "eval.json", "metrics.jsonl" or None; ``phase_seconds`` the mean seconds per step of each phase."""
 
     run_dir: Path
     label: str
@@ -139,9 +145,8 @@ def load_run(run_dir, label: str | None = None, metric: str = "accuracy", task: 
         run.source = "metrics.jsonl" if points else None
     points.sort(key=lambda p: (p[0], p[3]))
     if points:
-        times, values, stderrs, steps = (np.array(col) for col in zip(*points))
-        run.times, run.values, run.stderrs, run.steps = times.astype(float), values.astype(float), \
-            stderrs.astype(float), steps.astype(int)
+        columns = np.array(points, dtype=float).T  # (4, E): times, values, stderrs, steps
+        run.times, run.values, run.stderrs, run.steps = columns[0], columns[1], columns[2], columns[3].astype(int)
 
     # Mean seconds per step of each phase over the training log rows that carry it.
     for phase in (*PHASES, "step"):
@@ -173,8 +178,6 @@ def group_by_label(runs: Sequence[RunData]) -> dict[str, list[RunData]]:
     return groups
 
 
-
-
 # ------------------------------------------------------------------------------------------------------------
 # Curves
 # ------------------------------------------------------------------------------------------------------------
@@ -203,15 +206,11 @@ def mean_curve(runs: Sequence[RunData], x: str = "time") -> tuple[np.ndarray, np
     if len(curves) == 1:
         xs, values, stderrs = curves[0]
         return xs.copy(), values.copy(), 1.96 * stderrs
-    start = max(c[0][0] for c in curves)
-    end = min(c[0][-1] for c in curves)
-    if start > end:
+    if max(c[0][0] for c in curves) > min(c[0][-1] for c in curves):
         raise ValueError(f"the seeds of {runs[0].label!r} cover disjoint {x} ranges; cannot average")
-    grid = np.unique(np.concatenate([xs[(xs >= start) & (xs <= end)] for xs, _, _ in curves]))  # (G,)
+    grid, mean = mean_of_curves([c[:2] for c in curves])  # (G,), (G,)
     values = np.stack([np.interp(grid, xs, v) for xs, v, _ in curves])  # (S, G)
-    mean = values.mean(axis=0)
-    half_width = 1.96 * values.std(axis=0, ddof=1) / math.sqrt(len(curves))
-    return grid, mean, half_width
+    return grid, mean, 1.96 * values.std(axis=0, ddof=1) / math.sqrt(len(curves))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -219,12 +218,9 @@ def mean_curve(runs: Sequence[RunData], x: str = "time") -> tuple[np.ndarray, np
 # ------------------------------------------------------------------------------------------------------------
 def time_to_target(times, accs, target: float) -> float:
     """x of the first checkpoint (times (E,), accs (E,), any order) with accuracy >= ``target``; ``inf`` if none."""
-    times, accs = np.asarray(times, dtype=float), np.asarray(accs, dtype=float)
-    if times.shape != accs.shape or times.ndim != 1:
-        raise ValueError(f"times and accs must be 1-D of equal length, got {times.shape} and {accs.shape}")
-    order = np.argsort(times, kind="stable")
-    reached = np.nonzero(accs[order] >= target - TARGET_TOLERANCE)[0]
-    return float(times[order][reached[0]]) if len(reached) else math.inf
+    times, accs = sorted_curve(times, accs)
+    reached = np.nonzero(accs >= target - TARGET_TOLERANCE)[0]
+    return float(times[reached[0]]) if len(reached) else math.inf
 
 
 steps_to_target = time_to_target  # the same first crossing, read on a steps axis
@@ -274,8 +270,7 @@ def compare_runs(runs: Sequence, baseline: str | None = None, target: float | No
     ``baseline`` defaults to the first "GRPO" label; ``target`` to the baseline's peak (see the module docstring).
     Returns a JSON-ready dict: metric, x, baseline, target, target_source, crossing, bootstrap, labels: {label:
     {num_seeds, seeds_not_reached, time_to_target | steps_to_target (null: not reached), speedup, speedup_kind,
-    speedup_ci95, seeds}}.
-    """
+    speedup_ci95, seeds}}."""
     _check_x(x)
     if target is not None and target_gain_fraction is not None:
         raise ValueError("give either target or target_gain_fraction, not both")
@@ -321,24 +316,20 @@ def compare_runs(runs: Sequence, baseline: str | None = None, target: float | No
             xs, values, _ = run_curve(run, x)
             t = crossing(xs, values, target)
             seeds.append({"run_dir": str(run.run_dir), "seed": run.seed, "source": run.source,
-                          to_key: _finite_or_none(t), "reached": math.isfinite(t),
+                          to_key: finite_or_none(t), "reached": math.isfinite(t),
                           "peak": float(values.max()), last_key: float(xs[-1])})
         entry = {"num_seeds": len(label_runs), "seeds_not_reached": sum(not s["reached"] for s in seeds),
-                 to_key: _finite_or_none(label_time),
+                 to_key: finite_or_none(label_time),
                  "reached": math.isfinite(label_time), "peak_mean": float(np.max(mean_curve(label_runs, x)[1])),
                  last_key: label_end, "seeds": seeds}
         if label == baseline:
             entry.update(speedup=1.0, speedup_kind="baseline", speedup_ci95=None)
         else:
             value, kind = speedup(base_time, label_time, base_end, label_end)
-            entry.update(speedup=_finite_or_none(value), speedup_kind=kind)
+            entry.update(speedup=finite_or_none(value), speedup_kind=kind)
             entry.update(speedup_interval(boot_ratios[label], can_bootstrap))
         result["labels"][label] = entry
     return result
-
-
-def _finite_or_none(x):
-    return float(x) if x is not None and math.isfinite(x) else None
 
 
 def speedup_interval(replicates: list, available: bool) -> dict:
@@ -353,7 +344,7 @@ def speedup_interval(replicates: list, available: bool) -> dict:
     note = "percentile bootstrap over seeds"
     if bounded or undefined:
         note += f"; {bounded} replicates were bounds and {undefined} undefined of {len(replicates)}"
-    return {"speedup_ci95": [_finite_or_none(v) for v in interval], "ci_note": note}
+    return {"speedup_ci95": [finite_or_none(v) for v in interval], "ci_note": note}
 
 
 def format_compare_table(result: dict) -> str:
@@ -406,9 +397,8 @@ def second_half_mean(run: RunData) -> float:
 def eval_noise(runs: Sequence[RunData]) -> dict:
     """Evaluation noise (mean eval SE) against the seed spread at equal steps, for one method's seeds.
 
-    Returns {eval_stderr_mean, seed_std_mean_over_steps, seed_std_without_eval_noise, eval_share_of_seed_variance
-    (se^2 / spread^2), seed_std_at_step_0 (evaluation noise alone)}; spread entries None for one seed.
-    """
+    Returns {eval_stderr_mean, seed_std_mean_over_steps, seed_std_without_eval_noise, eval_share_of_seed_variance (se^2
+    / spread^2), seed_std_at_step_0 (evaluation noise alone)}; spread entries None for one seed."""
     se = float(np.nanmean(np.concatenate([r.stderrs for r in runs]))) if runs else float("nan")
     common = sorted(set.intersection(*(set(r.steps.tolist()) for r in runs)) - {0}) if runs else []
     spread = None
@@ -426,8 +416,7 @@ def eval_noise(runs: Sequence[RunData]) -> dict:
 def level_time_ratios(groups: dict[str, list[RunData]], baseline: str, n_boot: int = 2000) -> dict:
     """{method: {"time": ..., "steps": ...}} of ``curves.paired_level_time_ratio`` against ``baseline``.
 
-    Runs without a seed are left out; {} when the baseline has none, None for a method sharing no seed.
-    """
+    Runs without a seed are left out; {} when the baseline has none, None for a method sharing no seed."""
     by_seed = {name: {x: {r.seed: run_curve(r, x)[:2] for r in group if r.seed is not None} for x in X_AXES}
                for name, group in groups.items()}
     if not by_seed.get(baseline, {}).get("time"):

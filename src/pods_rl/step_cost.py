@@ -26,9 +26,8 @@ TRUST_SPREAD = 0.25  # a setting whose interquartile range exceeds this fraction
 def summary(seconds: Sequence[float], slow: float = SLOW_STEP) -> dict:
     """Robust statistics of step times (S,) seconds: steps over ``slow`` x the median are counted, left out.
 
-    Returns {"median", "q25", "q75", "min", "max", "mean" (these three over all S), "spread" (IQR / median),
-    "steps", "slow_steps"}.
-    """
+    Returns {"median", "q25", "q75", "min", "max", "mean" (these three over all S), "spread" (IQR / median), "steps",
+    "slow_steps"}."""
     values = np.asarray(seconds, dtype=float)  # (S,)
     if values.size == 0:
         raise ValueError("no measured steps to summarize")
@@ -75,9 +74,8 @@ def by_step(row: dict) -> dict[int, float]:
 def paired_ratio(setting: dict[int, float], reference: dict[int, float], slow: float = SLOW_STEP) -> dict | None:
     """Step-cost ratio from steps taken in the same turn ({step: seconds} each), so the machine's drift cancels.
 
-    Returns {"value" (interquartile mean of the pair ratios), "low", "high", "pairs", "slow_pairs"}, or None with
-    fewer than 2 usual pairs.
-    """
+    Returns {"value" (interquartile mean of the pair ratios), "low", "high", "pairs", "slow_pairs"}, or None with fewer
+    than 2 usual pairs."""
     common = sorted(set(setting) & set(reference))
     if len(common) < 2:
         return None
@@ -106,8 +104,7 @@ def steady_start(seconds: Sequence[float], min_warmup: int = 1, window: int = ST
                  tolerance: float = STEADY_TOLERANCE, max_extra: int = MAX_EXTRA_WARMUP) -> int | None:
     """Index of the first measured step: the first ``s >= min_warmup`` that is ``steady``, of times (T,).
 
-    None while too few steps; ``min_warmup + max_extra`` when none settled by then.
-    """
+    None while too few steps; ``min_warmup + max_extra`` when none settled by then."""
     last = min_warmup + max_extra
     for s in range(min_warmup, last):
         if len(seconds) < s + 1 + max(1, window):

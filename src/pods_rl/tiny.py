@@ -4,8 +4,7 @@
     build_random_model(out_dir, ...) -> Path  (random Qwen2/Llama + tokenizer, for fast tests)
     model_path()                     -> Path  (the copy shipped in pods_rl/assets/tiny)
 
-Its SFT build (`pods build-tiny`) is ``pods_rl.engines.trl.sft.build_tiny``: TRL trains it.
-"""
+Its SFT build (`pods build-tiny`) is ``pods_rl.engines.trl.sft.build_tiny``: TRL trains it."""
 
 from __future__ import annotations
 
@@ -27,16 +26,9 @@ QWEN2_PRETOKENIZE_REGEX = (
 
 def _byte_alphabet() -> list[str]:
     """The 256 printable stand-ins of GPT-2 byte-level BPE, in byte order (space -> 'Ġ', newline -> 'Ċ')."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1))
-    stand_in, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            stand_in[byte] = chr(byte)
-        else:
-            stand_in[byte] = chr(256 + extra)
-            extra += 1
-    return [stand_in[byte] for byte in range(256)]
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    others = iter(range(256, 512))  # the rest, in byte order, from 256 up
+    return [chr(byte) if byte in printable else chr(next(others)) for byte in range(256)]
 
 
 # Compact chat template: `<s><|system|>SYS\n<|user|>Q\n<|assistant|>A</s>`. Only assistant turns end with eos,
@@ -60,8 +52,7 @@ ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "tiny"
 def make_tokenizer():
     """The byte-level, merge-free ``PreTrainedTokenizerFast``: 267 ids (4 special, 256 bytes, 3 roles, 4 tags).
 
-    Any string round-trips; it reloads identically, also as the Qwen2Tokenizer transformers forces on qwen2.
-    """
+    Any string round-trips; it reloads identically, also as the Qwen2Tokenizer transformers forces on qwen2."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -161,8 +152,7 @@ def sampled_accuracy(model, tokenizer, task, split: str = "test", num_problems: 
                      seed: int = 0) -> dict:
     """{"accuracy", "format", "num_problems", "k", "temperature"} of ``model`` with ``k`` samples per problem.
 
-    ``temperature=0`` decodes greedily (k forced to 1).
-    """
+    ``temperature=0`` decodes greedily (k forced to 1)."""
     import torch
 
     dataset = task.load(split, limit=num_problems)

@@ -266,7 +266,6 @@ class GracefulStop(TrainerCallback):
                 self._hard_exit(signum)
 
     def _hard_exit(self, signum: int) -> None:
-        import os
         import sys
 
         from pods_rl.runlog.store import list_checkpoints

@@ -4,8 +4,6 @@ keyed by KEY_FIELDS, upserted under the file's own lock, written atomically). Pl
 from __future__ import annotations
 
 import json
-import os
-import re
 import sys
 from pathlib import Path
 
@@ -17,7 +15,9 @@ from pods_rl.runlog.store import (
     KEY_FIELDS,
     REUSE_FIELDS,
     clock_problem,
+    is_checkpoint_name,
     load_run_config,
+    write_json_atomic,
 )
 
 
@@ -63,14 +63,8 @@ def load_skips(path) -> list[dict]:
 
 def save_results(path, records: list[dict]) -> None:
     """Write ``records`` to ``path`` atomically: a crash leaves either the old or the new file, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(records, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, records)
 
 
 def upsert_result(path, record: dict) -> list[dict]:
@@ -147,7 +141,7 @@ def find_checkpoints(run_dir, include_base: bool = False, verbose: bool = True,
     (``{"name", "path", "why"}``). A ``final`` with the same step as a checkpoint rides along as its ``"final"``.
     ``include_base`` prepends the run's initial model at step 0."""
     run_dir = Path(run_dir)
-    candidates = [p for p in run_dir.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
+    candidates = [p for p in run_dir.glob("checkpoint-*") if is_checkpoint_name(p.name)]
     found = []
     for path in candidates + [run_dir / "final"]:
         try:

@@ -58,8 +58,6 @@ def _check_safetensors(path: Path) -> str | None:
 
 
 def _check_torch_zip(path: Path) -> str | None:
-    if path.stat().st_size == 0:
-        return "empty (0 bytes)"
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != b"PK\x03\x04":
@@ -225,10 +223,7 @@ def check_resume_checkpoint(run_dir: Path, explicit: Path | None) -> None:
         return
     name, problem = problems[0]
     more = f" (and {len(problems) - 1} more of its files)" if len(problems) > 1 else ""
-    target_step = read_clock(target)["step"]
-    earlier = [c for c in complete if c != target and read_clock(c)["step"] < target_step]
-    intact = next((c for c in reversed(earlier)  # newest first; the reading checks only until one passes
-                   if not checkpoint_problems(c) and not load_problems(c)), None)
+    intact = intact_before(run_dir, target)
     lower = " with a lower --learning_rate (and --accept_config_changes true)" if "non-finite" in problem else ""
     way_on = (f"resume from the last intact one: --resume_from_checkpoint {intact}{lower}" if intact else
               "no earlier checkpoint is intact: restore the file, or start a new run in another --output_dir")

@@ -163,37 +163,40 @@ def _process_start(pid: int) -> float | None:
         return None
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of a local process (R, S, D, T, Z...), "?" when /proc cannot say, None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2]
+    except (OSError, ValueError, IndexError):
+        try:
+            os.kill(pid, 0)
+            return "?"
+        except ProcessLookupError:
+            return None
+        except OSError:  # EPERM: another user's process, alive
+            return "?"
+
+
 def _names_live_holder(record: dict) -> bool | None:
     """Whether ``record`` names a live process of this host as old as the record (None: cannot tell)."""
     pid = record.get("pid")
     if record.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    state = process_state(pid)
+    if state is None or state in "ZX":  # gone, or exited and not yet reaped: its locks are gone
         return False
-    except OSError:
-        pass  # EPERM: another user's process, alive
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-        if state[state.rindex(")") + 2] in "ZX":  # exited, not yet reaped: its locks are gone
-            return False
-    except (OSError, ValueError, IndexError):
-        pass
     started, since = _process_start(pid), record.get("since_unix")
     if started is not None and isinstance(since, (int, float)) and started > since + 2.0:
         return False  # the pid was reused (after a reboot, say) by a process younger than the record
     return True
 
 
-def _wait_for_holder(path: Path, record: dict | None, wait_s: float | None = None,
-                     settle_s: float | None = None) -> tuple[Lock | None, dict | None]:
+def _wait_for_holder(path: Path, record: dict | None) -> tuple[Lock | None, dict | None]:
     """After a refused ``try_lock(path, record)``: wait until the file names a live holder, retrying the
     lock meanwhile. Returns ``(Lock, None)`` if it became ours, else ``(None, holder)``: the last record read after at
-    most ``wait_s`` (possibly None or stale)."""
-    wait_s = NAME_WAIT_SECONDS if wait_s is None else wait_s
-    settle_s = SETTLE_SECONDS if settle_s is None else settle_s
-    deadline, pause = time.monotonic() + wait_s, 0.01
+    most ``NAME_WAIT_SECONDS`` (possibly None or stale)."""
+    deadline, pause = time.monotonic() + NAME_WAIT_SECONDS, 0.01
     unchanged_since, last = None, None
     while True:
         holder = read_holder(path)
@@ -204,7 +207,7 @@ def _wait_for_holder(path: Path, record: dict | None, wait_s: float | None = Non
             if live is None:  # another host's: believed once it stayed the same long enough
                 if holder != last:
                     unchanged_since = time.monotonic()
-                elif time.monotonic() - unchanged_since >= settle_s:
+                elif time.monotonic() - unchanged_since >= SETTLE_SECONDS:
                     return None, holder
         last = holder
         if time.monotonic() >= deadline:

@@ -43,7 +43,7 @@ _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
     """Write ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (never half-written)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # one per process: two writers never share it
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=1, default=json_default)
         f.flush()
@@ -184,15 +184,13 @@ def prepare_resume(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | N
     rows = read_metrics(run_dir)
     keep = [r for r in rows if r.get("step", 0) <= clock["step"]]
     dropped = [r for r in rows if r.get("step", 0) > clock["step"]]
-    if dropped or len(keep) != len(rows) or (run_dir / METRICS_FILE).exists():
-        if dropped:
-            with open(run_dir / "metrics.rolled_back.jsonl", "a") as f:
-                for row in dropped:
-                    f.write(json.dumps(row, default=json_default) + "\n")
+    if dropped:
+        with open(run_dir / "metrics.rolled_back.jsonl", "a") as f:
+            f.writelines(json.dumps(row, default=json_default) + "\n" for row in dropped)
+    if dropped or (run_dir / METRICS_FILE).exists():
         tmp = run_dir / f".{METRICS_FILE}.tmp"
         with open(tmp, "w") as f:
-            for row in keep:
-                f.write(json.dumps(row, default=json_default) + "\n")
+            f.writelines(json.dumps(row, default=json_default) + "\n" for row in keep)
         os.replace(tmp, run_dir / METRICS_FILE)
     return last, float(clock["train_seconds"])
 

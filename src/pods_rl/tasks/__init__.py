@@ -38,8 +38,7 @@ def _resolve(target: str | Callable[..., Task]) -> Callable[..., Task]:
 
 def available_tasks() -> list[str]:
     """Names ``get_task`` accepts (prefixed families shown as ``"jsonl:<path>"`` etc.)."""
-    prefixed = {"jsonl": "jsonl:<path>", "reasoning_gym": "reasoning_gym:<dataset_name>"}
-    return sorted(_REGISTRY) + [prefixed.get(p, f"{p}:<arg>") for p in sorted(_PREFIXES)]
+    return sorted(_REGISTRY) + [f"{prefix}:<{keyword}>" for prefix, (_, keyword) in sorted(_PREFIXES.items())]
 
 
 def register_task(name: str, factory: Callable[..., Task]) -> None:

@@ -1,9 +1,8 @@
 """`arithmetic`: procedurally generated integer arithmetic, the task of the embedded tiny model.
 
 Problems such as ``47+8-23``. A problem is in the test split iff a hash of its text falls in the lowest
-``test_fraction`` of the hash range, so no seed or size can leak a test problem into train. The gold solution
-(the tiny model's SFT target) reduces one operation at a time:
-``<think>47+8=55,55-23=32</think><answer>32</answer>``."""
+``test_fraction`` of the hash range, so no seed or size can leak a test problem into train. The gold solution (the tiny
+model's SFT target) reduces one operation at a time: ``<think>47+8=55,55-23=32</think><answer>32</answer>``."""
 
 from __future__ import annotations
 

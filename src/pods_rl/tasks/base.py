@@ -95,12 +95,9 @@ class Task:
         bound = self.max_row_bytes
         if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
             raise ValueError(f"max_row_bytes must be a positive number of bytes (or None: no bound), got {bound!r}")
-        if not self.grading_timeout_s or self.grading_timeout_s <= 0:
-            raise ValueError(f"grading_timeout_s must be > 0 seconds, got {self.grading_timeout_s!r}")
-        if not self.grading_batch_timeout_s or self.grading_batch_timeout_s <= 0:
-            raise ValueError(
-                f"grading_batch_timeout_s must be > 0 seconds, got {self.grading_batch_timeout_s!r}"
-            )
+        for key in ("grading_timeout_s", "grading_batch_timeout_s"):
+            if not getattr(self, key) or getattr(self, key) <= 0:
+                raise ValueError(f"{key} must be > 0 seconds, got {getattr(self, key)!r}")
         n_funcs = len(self.reward_funcs())
         if len(self.reward_weights) != n_funcs:
             raise ValueError(
@@ -174,9 +171,8 @@ class Task:
         return rewards.answers_match_unbounded(completion, answer)
 
     def reward_funcs(self) -> list[Callable]:
-        """TRL reward functions (correctness, format, tag_count; unweighted scores in [0, 1]), each
-        carrying its ``reward_weight``: ``PODSTrainer(reward_funcs=task.reward_funcs(), ...)`` optimizes what
-        `pods train` does."""
+        """TRL reward functions (correctness, format, tag_count; unweighted scores in [0, 1]), each carrying its
+        ``reward_weight``: ``PODSTrainer(reward_funcs=task.reward_funcs(), ...)`` optimizes what `pods train` does."""
         # The default grader goes through ``answers_match``, which also bounds time off the main thread.
         is_correct = None if type(self).is_correct is Task.is_correct else self.is_correct
         correctness = rewards.make_correctness_reward(

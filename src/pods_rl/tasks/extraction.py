@@ -4,6 +4,7 @@ it is right is ``pods_rl.tasks.grading``'s job."""
 from __future__ import annotations
 
 import re
+from collections import deque
 
 MAX_PARSE_CHARS = 300  # longer answer candidates are not parsed by math_verify (sympy)
 
@@ -65,12 +66,8 @@ def extract_last_boxed(text: str) -> str | None:
 
 def last_number(text: str) -> str | None:
     """The last number in ``text`` with thousands commas removed (e.g. ``"1,234.5"`` -> ``"1234.5"``)."""
-    last = None
-    for last in _NUMBER_RE.finditer(text):  # noqa: B007 - we only want the final match
-        pass
-    if last is None:
-        return None
-    return last.group(0).replace(",", "").rstrip(".")
+    last = deque(_NUMBER_RE.finditer(text), maxlen=1)  # the final match only, however many there are
+    return last[0].group(0).replace(",", "").rstrip(".") if last else None
 
 def _has_exactly_one_number(text: str) -> bool:
     matches = _NUMBER_RE.finditer(text)

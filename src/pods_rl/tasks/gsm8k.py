@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pods_rl.tasks.base import Task
 from pods_rl.tasks.jsonl import gold_answer, pick_field, read_jsonl, rows_to_dataset
+from pods_rl.tasks.math_tasks import load_hub
 
 HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
 
@@ -34,7 +35,7 @@ class GSM8KTask(Task):
             raw = read_jsonl(path, line_numbers=True, max_row_bytes=self.max_row_bytes)
             source = str(path)
         else:
-            raw = list(enumerate(_load_hub(split), start=1))
+            raw = list(enumerate(load_hub(HUB_ID, (HUB_CONFIG,), split, " in the grade-school-math format"), start=1))
             source = f"{HUB_ID}:{split}"
         rows = []
         for line, row in raw:
@@ -48,16 +49,3 @@ class GSM8KTask(Task):
         if not rows:
             raise ValueError(f"gsm8k split {split!r} from {source} is empty")
         return rows_to_dataset(rows)
-
-
-def _load_hub(split: str):
-    """Rows of ``openai/gsm8k`` (main) ``split``; a clear ValueError when offline."""
-    import datasets
-
-    try:
-        return datasets.load_dataset(HUB_ID, HUB_CONFIG, split=split)
-    except Exception as err:  # noqa: BLE001 - offline, no cache, renamed split...: all need the same advice
-        raise ValueError(
-            f"could not load {HUB_ID} ({HUB_CONFIG}) split {split!r} from the Hugging Face hub ({type(err).__name__}: "
-            f"{err}); pass data_dir=<dir with {split}.jsonl in the grade-school-math format> to load local files"
-        ) from err

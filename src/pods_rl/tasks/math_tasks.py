@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from pods_rl.tasks.base import DEFAULT_MAX_ROW_BYTES, Task, row_too_long
 from pods_rl.tasks.jsonl import gold_answer, pick_field, read_jsonl, rows_to_dataset
@@ -85,8 +86,9 @@ def load_local(data_dir: str, split: str, task_name: str,
     )
 
 
-def load_hub(hub_id: str, configs: tuple[str | None, ...], split: str):
-    """Rows of ``hub_id`` ``split``, concatenated over ``configs``; a clear ValueError when offline."""
+def load_hub(hub_id: str, configs: tuple[str | None, ...], split: str, local_format: str = ""):
+    """Rows of ``hub_id`` ``split``, concatenated over ``configs``; a clear ValueError when offline (naming the
+    local files that would do instead: ``{split}.jsonl``, ``local_format`` said after it)."""
     import datasets
 
     try:
@@ -94,7 +96,7 @@ def load_hub(hub_id: str, configs: tuple[str | None, ...], split: str):
     except Exception as err:  # noqa: BLE001 - offline, no cache, missing split: all need the same advice
         raise ValueError(
             f"could not load {hub_id} split {split!r} from the Hugging Face hub ({type(err).__name__}: {err}); "
-            f"pass data_dir=<dir with {split}.jsonl> to load local files"
+            f"pass data_dir=<dir with {split}.jsonl{local_format}> to load local files"
         ) from err
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
@@ -107,15 +109,13 @@ class MATHTask(Task):
     name: str = "math"
     data_dir: str | None = None
     hub_id: str = "EleutherAI/hendrycks_math"
-
-    def _hub_configs(self) -> tuple[str | None, ...]:
-        return MATH_SUBJECTS
+    hub_configs: ClassVar[tuple[str | None, ...]] = MATH_SUBJECTS  # the hub dataset's configs, concatenated
 
     def _load_raw(self, split: str):
         if self.data_dir is not None:
             raw, source = load_local(self.data_dir, split, self.name, self.max_row_bytes)
         else:
-            raw, source = load_hub(self.hub_id, self._hub_configs(), split), f"{self.hub_id}:{split}"
+            raw, source = load_hub(self.hub_id, self.hub_configs, split), f"{self.hub_id}:{split}"
         return rows_to_dataset(normalize_math_rows(raw, source))
 
 
@@ -126,9 +126,7 @@ class MATH500Task(MATHTask):
     name: str = "math500"
     hub_id: str = "HuggingFaceH4/MATH-500"
     splits: tuple[str, ...] = ("test",)
-
-    def _hub_configs(self) -> tuple[str | None, ...]:
-        return (None,)
+    hub_configs: ClassVar[tuple[str | None, ...]] = (None,)
 
 
 @dataclass
@@ -139,6 +137,4 @@ class AMC23Task(MATHTask):
     name: str = "amc23"
     hub_id: str = "math-ai/amc23"
     splits: tuple[str, ...] = ("test",)
-
-    def _hub_configs(self) -> tuple[str | None, ...]:
-        return (None,)
+    hub_configs: ClassVar[tuple[str | None, ...]] = (None,)

@@ -3,13 +3,12 @@
 Each has TRL's signature ``f(prompts, completions, answer, **kwargs) -> list[float | None]`` and returns unweighted
 scores in [0, 1] (the paper's weights: 1.0, 0.1, 0.1); ``completions`` are strings or chat message lists.
 
-Grading never hangs or crashes a run on adversarial output (``9^{9^{9^9}}``, huge numbers, deep nesting, junk),
-cheapest defence first: linear scans (``extraction``); a fast exact / numeric comparison and never handing sympy
-over-long or explosive candidates (``grading``); a wall-clock limit per item (``time_limits``: SIGALRM, or a
-killable worker off the main thread); and a budget per ``correctness_reward`` call. Items cut short score 0 and
-are counted (``GRADING_METRIC`` through TRL's ``log_metric``); the grader loads outside every limit and a short item
-cut by its limit is retried once (``RETRY_METRIC``). This module holds the reward functions and re-exports the others'
-public names."""
+Grading never hangs or crashes a run on adversarial output (``9^{9^{9^9}}``, huge numbers, deep nesting, junk), cheapest
+defence first: linear scans (``extraction``); a fast exact / numeric comparison and never handing sympy over-long or
+explosive candidates (``grading``); a wall-clock limit per item (``time_limits``: SIGALRM, or a killable worker off the
+main thread); and a budget per ``correctness_reward`` call. Items cut short score 0 and are counted (``GRADING_METRIC``
+through TRL's ``log_metric``); the grader loads outside every limit and a short item cut by its limit is retried once
+(``RETRY_METRIC``). This module holds the reward functions and re-exports the others' public names."""
 
 from __future__ import annotations
 

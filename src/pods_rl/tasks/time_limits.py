@@ -1,6 +1,5 @@
-"""Grading within a wall-clock limit: a ``SIGALRM`` timer in the main thread, a killable worker subprocess
-off it. A timed-out item scores 0 and logs a warning; nothing a model writes can hang or crash a run.
-"""
+"""Grading within a wall-clock limit: a ``SIGALRM`` timer in the main thread, a killable worker subprocess off it. A
+timed-out item scores 0 and logs a warning; nothing a model writes can hang or crash a run."""
 
 from __future__ import annotations
 
@@ -152,9 +151,7 @@ def run_limited(fn: Callable, args: tuple, kwargs: dict, timeout_s: float) -> tu
             if limit.expired:
                 return None, "timeout"
         return fn(*args, **kwargs), None
-    except GradingTimeout:  # raised by the grading worker (off the main thread)
-        return None, "timeout"
-    except RecursionError:
+    except (GradingTimeout, RecursionError):  # GradingTimeout: raised by the grading worker (off the main thread)
         return None, "timeout"
     except Exception as err:  # noqa: BLE001 - a grader bug must not kill a training run
         logger.warning("Grading raised %s: %s; scoring 0", type(err).__name__, err)
