@@ -450,21 +450,6 @@ def resolve_ns(text: str | None, m: int) -> list[int]:
     return sorted({m, *ns})
 
 
-def _pop_pilot(argv: list[str]) -> tuple[list[str], int | None]:
-    """Take ``--pilot_generations K`` out of the recipe flags (cost sets it per setting): (the rest, K or None)."""
-    rest, pilot, i = [], None, 0
-    while i < len(argv):
-        flag = argv[i]
-        if flag == "--pilot_generations" or flag.startswith("--pilot_generations="):
-            text = flag.split("=", 1)[1] if "=" in flag else (argv[i + 1] if i + 1 < len(argv) else "")
-            i += 1 if "=" in flag else 2
-            pilot = _int_at_least("--pilot_generations", text, low=0) or None
-            continue
-        rest.append(flag)
-        i += 1
-    return rest, pilot
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``pods cost``; returns the exit code (0, 2 on bad input, 1 on another failure)."""
     return run_guarded("pods cost", _main, argv)
@@ -499,6 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--auto_samples", default=str(DEFAULT_AUTO_SAMPLES),
                         help=f"samples per prompt for those pass rates (default {DEFAULT_AUTO_SAMPLES})")
     parser.add_argument("--out", default=None, help="write the result as JSON here")
+    # a `pods train` flag (listed under the recipe's) that cost sets per setting: taken out of the recipe here
+    parser.add_argument("--pilot_generations", default=None, help=argparse.SUPPRESS)
     one_line_parser_errors(parser)
     return parser
 
@@ -509,7 +496,8 @@ def _main(argv: list[str]) -> int:
     warmup = _int_at_least("--warmup", args.warmup, low=0)
     auto_prompts = _int_at_least("--auto_prompts", args.auto_prompts, low=0)
     auto_samples = _int_at_least("--auto_samples", args.auto_samples)
-    recipe_argv, pilot = _pop_pilot(recipe_argv)
+    pilot = None if args.pilot_generations is None else \
+        _int_at_least("--pilot_generations", args.pilot_generations, low=0) or None
     _, config, _ = parse_args(recipe_argv)  # the recipe as the user gave it: its m, and early errors
     m = config.downsample_to if args.m is None else _int_at_least("--m", args.m, low=2)
     ns = resolve_ns(args.n, m)

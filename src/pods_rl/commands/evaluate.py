@@ -60,6 +60,9 @@ def _still_there(ckpt: dict) -> bool:
     return ckpt["name"] == "base" or (path.is_dir() and (path / CLOCK_FILE).is_file())
 
 
+REMOVED = "removed while pods eval ran (the training run's save_total_limit rotation deletes older checkpoints)"
+
+
 def checkpoint_damage(ckpt: dict) -> str | None:
     """Why a run's checkpoint (from ``find_checkpoints``) cannot be evaluated, as a short phrase, or
     None when it looks whole. Cheap: reads headers and JSON, never tensor data."""
@@ -68,8 +71,7 @@ def checkpoint_damage(ckpt: dict) -> str | None:
     path = Path(ckpt["path"])
     try:
         if not path.is_dir():
-            return "removed while pods eval ran (the training run's save_total_limit rotation deletes older " \
-                   "checkpoints)"
+            return REMOVED
         if not is_model_dir(path):
             return "no config.json or adapter_config.json (not a complete model)"
         problems = checkpoint_problems(path)
@@ -79,8 +81,7 @@ def checkpoint_damage(ckpt: dict) -> str | None:
         checkpoint_clock(path)  # a clock removed or rewritten since the scan
     except (OSError, ValueError) as err:
         if not path.is_dir():
-            return "removed while pods eval ran (the training run's save_total_limit rotation deletes older " \
-                   "checkpoints)"
+            return REMOVED
         return f"it cannot be read ({type(err).__name__}: {str(err)[:100]})"
     return None
 
@@ -120,7 +121,7 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                                            seed=seed, task_args=task_args, backend=backend,
                                            trust_remote_code=trust_remote_code)
         if why is not None:
-            if why.startswith("removed while"):
+            if why == REMOVED:
                 print(f"note: {ckpt['path']} was {why}; skipped", file=sys.stderr)
             else:
                 print(f"warning: skipping {ckpt['path']}: {why}", file=sys.stderr)
@@ -173,13 +174,9 @@ def _evaluate_or_why(ckpt: dict, task_obj, name: str, trust_remote_code: bool = 
         return checkpoint_damage(ckpt) or f"it failed to load ({type(err).__name__}: {str(err)[:100]})", None
 
 
-def evaluate_run(run_dir, task, split: str = "test", k: int = 5, temperature: float = 0.9,
-                 max_new_tokens: int = 512, limit: int | None = None, batch_size: int = 64, seed: int = 0,
-                 out=None, force: bool = False, task_args: dict | None = None, backend: str = "auto",
-                 include_base: bool = False, verbose: bool = True, trust_remote_code: bool = False,
-                 skipped: list | None = None) -> list[dict]:
+def evaluate_run(run_dir, task, out=None, include_base: bool = False, **settings) -> list[dict]:
     """Evaluate every checkpoint (+ final) of ``run_dir`` by step into ``run_dir/eval.json`` (or ``out``);
-    returns the records in step order. Skips are as in ``evaluate_checkpoints``."""
+    returns the records in step order. ``settings`` (k, split, ...) and skips are as in ``evaluate_checkpoints``."""
     run_dir = Path(run_dir)
     scan_skips: list[dict] = []
     checkpoints = find_checkpoints(run_dir, include_base=include_base, verbose=False, skipped=scan_skips)
@@ -187,10 +184,7 @@ def evaluate_run(run_dir, task, split: str = "test", k: int = 5, temperature: fl
         for skip in scan_skips:
             print(f"warning: skipping {skip['path']}: {skip['why']}", file=sys.stderr)
         raise ValueError(f"{run_dir} has no checkpoint-*/ or final/ model directories to evaluate")
-    return evaluate_checkpoints([*scan_skips, *checkpoints], task, out or run_dir / DEFAULT_EVAL_FILE, split=split,
-                                k=k, temperature=temperature, max_new_tokens=max_new_tokens, limit=limit,
-                                batch_size=batch_size, seed=seed, task_args=task_args, backend=backend,
-                                force=force, verbose=verbose, trust_remote_code=trust_remote_code, skipped=skipped)
+    return evaluate_checkpoints([*scan_skips, *checkpoints], task, out or run_dir / DEFAULT_EVAL_FILE, **settings)
 
 
 # --- terminal table -----------------------------------------------------------------------------------------

@@ -104,9 +104,7 @@ def cost_stage(plan: Plan) -> None:
     log_path = plan.out / "cost.log"
     with open(log_path, "w") as log:
         if plan.in_process:
-            from pods_rl.commands.cost import main as cost_main
-
-            returncode = redirected(cost_main, argv, log)
+            returncode = redirected("cost", argv, log)
         else:
             returncode = subprocess.run([sys.executable, "-m", "pods_rl.commands.cli", "cost", *argv], env=env,
                                         stdout=log, stderr=subprocess.STDOUT).returncode

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pods_rl.commands.study_priced import without_flag
 from pods_rl.commands.study_runner import visible_gpus
 
 RULE_CODES = {"mv": "max_variance", "random": "random", "maxreward": "max_reward"}
@@ -127,14 +128,7 @@ class Plan:
 
     def settings(self) -> dict:
         """What must not change between invocations on the same ``out`` (seeds and methods may grow)."""
-        recipe, skip = [], False
-        for arg in self.recipe_argv:  # the learning rate is a setting of its own (study_lr)
-            if skip:
-                skip = False
-            elif arg == "--learning_rate":
-                skip = True
-            elif not arg.startswith("--learning_rate="):
-                recipe.append(arg)
+        recipe = without_flag(self.recipe_argv, "--learning_rate")  # the learning rate: a setting of its own
         settings = {"recipe_argv": recipe, "m": self.m, "prompts_per_step": self.prompts_per_step,
                     "updates": self.updates, "eval_every": self.eval_every, "eval_problems": self.eval_problems,
                     "eval_k": self.eval_k}

@@ -71,12 +71,11 @@ def cost_summary(cost: dict | None) -> dict | None:
         return None
     rows = [{"n": r["n"], "m": r["m"], "step_seconds": r["seconds"]["step"], "step_ratio": r["step_ratio"],
              "generation_seconds": r["seconds"]["generation"], "update_seconds": r["seconds"]["update"],
-             "update_peak_gb": r.get("update_peak_gb"), "frac_zero_std_kept": r.get("frac_zero_std_kept")}
+             "update_peak_gb": r.get("update_peak_gb"), "frac_zero_std_kept": r.get("frac_zero_std_kept"),
+             # adaptive rollouts: what its rounds sampled
+             **({"pilot_generations": r["pilot_generations"], "sampled_per_step": r["sampled_per_step"],
+                 "rounds": r.get("rounds")} if r.get("pilot_generations") else {})}
             for r in cost["rows"] if r.get("oversample_prompts", 1.0) == 1.0]
-    for row, source in zip(rows, [r for r in cost["rows"] if r.get("oversample_prompts", 1.0) == 1.0]):
-        if source.get("pilot_generations"):  # adaptive rollouts: what its rounds sampled
-            row.update(pilot_generations=source["pilot_generations"], sampled_per_step=source["sampled_per_step"],
-                       rounds=source.get("rounds"))
     return {"settings": cost.get("settings"), "device": cost.get("machine", {}).get("device"), "rows": rows}
 
 
@@ -112,9 +111,7 @@ def _rollouts_per_update(run: stats.RunData) -> float | None:
 
 def _ratio_entry(values: list, base: list, n_boot: int) -> dict:
     values, base = [v for v in values if v is not None], [b for b in base if b is not None]
-    if not values or not base:
-        return {"mean": stats.mean_se(values), "ratio_to_baseline": None, "ci95": None}
-    ratio, ci = stats.ratio_of_means(values, base, n_boot=n_boot)
+    ratio, ci = stats.ratio_of_means(values, base, n_boot=n_boot) if values and base else (None, None)
     return {"mean": stats.mean_se(values), "ratio_to_baseline": ratio, "ci95": ci}
 
 
@@ -214,11 +211,7 @@ def _metric_keys(run: stats.RunData) -> set:
 
 
 def seeds_per_method(counts: list[int]) -> str:
-    """The figures' "N seeds per method" (a range "N-M" when methods have different numbers of seeds).
-
-    Args:
-        counts: (L,) finished seeds of each method.
-    """
+    """The figures' "N seeds per method" from each method's finished seeds ``counts`` (L,); "N-M" when they differ."""
     low, high = min(counts), max(counts)
     return f"{low} seeds per method" if low == high else f"{low}-{high} seeds per method"
 
@@ -349,7 +342,6 @@ def format_report(report: dict) -> str:
 
         lines += priced_lines(study["priced"], {name: e["label"] for name, e in study["methods"].items()})
     return "\n".join(lines + machine_lines(study))
-
 
 
 def _setup_lines(report: dict) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import json
 import os
 import shlex
@@ -146,18 +147,14 @@ def drop_weights(run_dir: Path) -> None:
             shutil.rmtree(path)
 
 
-def _train_here(argv: list[str], log) -> int:
-    """``pods train ARGV`` in this process (the same code as the command), its output to ``log``."""
-    from pods_rl.commands.train import (
-        main as train_main,  # a command (TRL, seconds to import): only when asked
-    )
+def redirected(command: str, argv: list[str], log) -> int:
+    """``pods COMMAND ARGV`` in this process (the command's own code, imported only now: TRL takes seconds) with
+    this process's output (file descriptors 1 and 2, so that logging handlers and C libraries follow) going to the
+    open file ``log``; returns its exit code."""
+    from pods_rl.commands.cli import COMMANDS
 
-    return redirected(train_main, argv, log)
-
-
-def redirected(main, argv: list[str], log) -> int:
-    """``main(argv)`` (a command's entry point) with this process's output (file descriptors 1 and 2, so that
-    logging handlers and C libraries follow) going to the open file ``log``; returns its exit code."""
+    module, name = COMMANDS[command]
+    main = getattr(importlib.import_module(module), name)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -278,7 +275,7 @@ class Runner:
         start = time.monotonic()
         with open(log_path, "a" if resume else "w") as log:
             if self.in_process:
-                returncode = _train_here(argv, log)
+                returncode = redirected("train", argv, log)
             else:
                 # A new session: a Ctrl-C in the terminal reaches only the study, which stops the runs itself
                 # with one SIGTERM (a second signal would make `pods train` abort without a checkpoint).
