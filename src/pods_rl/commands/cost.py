@@ -161,13 +161,10 @@ def step_rows(run_dir: Path, warmup: int, steps: int | None = None) -> tuple[lis
 
 def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: float = 1.0,
               sampled_per_step: int | None = None, pilot: int | None = None, steady: bool = True) -> dict:
-    """One table row from a setting's per-step rows (``"warmup": True`` flags warm-up): median cost per
-    phase, spread, seconds per sampled / kept rollout, peak update memory, selection statistics; ``per_step`` keeps
-    every step.
-
-    ``steady``: whether the warm-up ended in steady steps. ``kept_per_step``: rollouts trained on per optimizer step.
-    ``sampled_per_step``: default kept_per_step x n / m x oversample; adaptive rows (``pilot``) use the measured
-    mean."""
+    """One table row from a setting's per-step rows (``"warmup": True`` flags warm-up): median cost per phase, spread,
+    seconds per sampled / kept rollout, peak update memory, selection statistics; ``per_step`` keeps every step.
+    ``steady``: the warm-up ended in steady steps. ``sampled_per_step``: default kept_per_step x n / m x oversample;
+    adaptive rows (``pilot``) use the measured mean."""
     import numpy as np
 
     all_rows, rows = rows, [r for r in rows if not r.get("warmup")]
@@ -188,12 +185,8 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
     if pilot and measured_sampled is not None:
         sampled_per_step = float(measured_sampled.mean())  # what the rounds needed, not n per prompt
 
-    def mean_of(*keys):
-        for key in keys:  # the PODS metric when the trainer selected, else TRL's (n = m: all kept)
-            values = column(key)
-            if values is not None:
-                return float(values.mean())
-        return None
+    def mean_of(*keys):  # the PODS metric when the trainer selected, else TRL's (n = m: all kept)
+        return next((float(values.mean()) for values in map(column, keys) if values is not None), None)
 
     memory = column("memory/update_peak_gb")
     return {
@@ -248,8 +241,7 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
         raise ValueError(f"the n list {list(ns)} must include n = m = {m}, the GRPO reference")
     cases = [(n, o, None) for n in ns for o in ([1.0, float(oversample)] if oversample > 1 else [1.0])]
     cases += [(n, 1.0, pilot) for n in ns if pilot and n > m and n >= pilot]  # (n, oversample, pilot)
-    collected = {c: [] for c in cases}  # case -> every per-step row, each flagged "warmup"
-    steady, described = {c: True for c in cases}, {}
+    seen = {c: {"rows": [], "steady": True} for c in cases}  # case -> its rows (each flagged "warmup"), steadiness
     with tempfile.TemporaryDirectory(prefix="pods-cost-") as tmp:
         passes, round_index = 1, 0
         while round_index < passes:  # sequential: `passes` rounds in alternation; interleaved: one
@@ -270,7 +262,7 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
                 trainer.add_callback(step_cost.stop_when_measured(per_pass, warmup))
                 if schedule == "sequential":  # train now and free it: the next setting gets the device alone
                     trainer.train()
-                    _collect(collected, steady, described, case, trainer, run_dir, warmup, per_pass)
+                    _collect(seen[case], trainer, run_dir, warmup, per_pass)
                     trainer.release_vllm_engine()  # deleting the trainer alone leaves its engine in memory
                     del trainer
                     _free_memory()
@@ -279,28 +271,27 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
             if waiting:
                 train_interleaved([trainer for _, trainer, _ in waiting])
                 for case, trainer, run_dir in waiting:
-                    _collect(collected, steady, described, case, trainer, run_dir, warmup, per_pass)
+                    _collect(seen[case], trainer, run_dir, warmup, per_pass)
                 del waiting, trainer
                 _free_memory()
             round_index += 1
-        rows = [summarize(collected[c], c[0], m, described[c]["kept_per_step"], oversample=c[1],
-                          sampled_per_step=described[c]["sampled_per_step"], pilot=c[2], steady=steady[c])
+        rows = [summarize(seen[c]["rows"], c[0], m, seen[c]["kept_per_step"], oversample=c[1],
+                          sampled_per_step=seen[c]["sampled_per_step"], pilot=c[2], steady=seen[c]["steady"])
                 for c in cases]
-    machine = {**machine_info(), "device": described[cases[0]]["device"]}
+    machine = {**machine_info(), "device": seen[cases[0]]["device"]}
     settings = {"m": m, "n": list(ns), "oversample_prompts": float(oversample), "pilot_generations": pilot,
                 "steps": steps, "warmup": warmup, "estimator": ESTIMATOR, "schedule": schedule,
                 "rounds": passes, "recipe_argv": list(recipe_argv)}
     return {"machine": machine, "settings": settings, "rows": add_ratios(rows, paired=schedule == "interleaved")}
 
 
-def _collect(collected: dict, steady: dict, described: dict, case, trainer, run_dir: Path, warmup: int,
-             steps: int) -> None:
-    """Add one trained setting's per-step rows (warm-up flagged) to ``collected[case]``."""
+def _collect(seen: dict, trainer, run_dir: Path, warmup: int, steps: int) -> None:
+    """Add one trained setting's per-step rows (warm-up flagged), steadiness and ``describe_trainer`` to ``seen``."""
     rows, start = step_rows(run_dir, warmup, steps)
     seconds = [float(r["time/step"]) for r in rows]
-    steady[case] = steady[case] and step_cost.steady(seconds, start, step_cost.window_for(steps))
-    collected[case] += [{**r, "warmup": i < start} for i, r in enumerate(rows)]  # (round r's rows after r-1's)
-    described[case] = describe_trainer(trainer)
+    seen["steady"] = seen["steady"] and step_cost.steady(seconds, start, step_cost.window_for(steps))
+    seen["rows"] += [{**r, "warmup": i < start} for i, r in enumerate(rows)]  # (round r's rows after r-1's)
+    seen.update(describe_trainer(trainer))
 
 
 def describe_trainer(trainer) -> dict:

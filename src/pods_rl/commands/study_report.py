@@ -22,8 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from pods_rl import curves, stats
+from pods_rl.commands.study_paths import portable
 from pods_rl.commands.study_runner import machine_lines, same_machine_pairs
-from pods_rl.runlog import run_finished
+from pods_rl.machine import machine_info
+from pods_rl.runlog import read_metrics, run_finished
+from pods_rl.runlog.packed import runs_root
 
 GAIN_FRACTION = 0.8
 TARGETS = {"peak": None, "gain80": GAIN_FRACTION}  # target name -> fraction of the baseline's gain (None = peak)
@@ -84,8 +87,6 @@ def cost_summary(cost: dict | None) -> dict | None:
 # ------------------------------------------------------------------------------------------------------------
 def _train_mean(run: stats.RunData, key: str) -> float | None:
     """Mean over a run's logged training rows of ``key`` (e.g. completions/mean_length), None if never logged."""
-    from pods_rl.runlog import read_metrics
-
     values = [row[key] for row in read_metrics(run.run_dir) if key in row]
     return float(np.mean(values)) if values else None
 
@@ -134,14 +135,12 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
         return None
     labels = labels or {}
     runs = [run for group in groups.values() for run in group]
-    comparisons = {f"{x}/{target}": stats.compare_runs(runs, baseline=baseline, x=x, target_gain_fraction=fraction,
-                                                          n_boot=n_boot)
-                   for x in ("steps", "time") for target, fraction in TARGETS.items()}
-    # The same, the x at target interpolated between evaluations (what the table shows), and the accuracy at
-    # equal budgets and the area under the curve, read on each seed's curve over the span all runs cover.
-    interpolated = {key: stats.compare_runs(runs, baseline=baseline, x=key.split("/")[0], n_boot=n_boot,
-                                            target_gain_fraction=TARGETS[key.split("/")[1]], interpolate=True)
-                    for key in comparisons}
+    # At evaluation resolution, and the x at target interpolated between evaluations (what the table shows); below,
+    # the accuracy at equal budgets and the area under the curve, read on each seed's curve over the span all cover.
+    comparisons, interpolated = ({f"{x}/{target}": stats.compare_runs(runs, baseline=baseline, x=x, n_boot=n_boot,
+                                                                      target_gain_fraction=fraction, interpolate=at)
+                                  for x in ("steps", "time") for target, fraction in TARGETS.items()}
+                                 for at in (False, True))
     curve_stats = {x: curves.curve_comparison({name: [stats.run_curve(r, x)[:2] for r in group]
                                                for name, group in groups.items()}, baseline, n_boot=n_boot)
                    for x in ("steps", "time")}
@@ -205,8 +204,6 @@ def _to_target(label: dict) -> dict:
 
 
 def _metric_keys(run: stats.RunData) -> set:
-    from pods_rl.runlog import read_metrics
-
     return {k for row in read_metrics(run.run_dir) for k in row}
 
 
@@ -246,12 +243,10 @@ def headline(study: dict) -> dict:
         if name == study["baseline"]:
             continue
         numbers[name] = {
-            "learning_per_update": {"value": e["steps/peak"]["ratio"], "ci95": e["steps/peak"]["ci95"],
-                                    "kind": e["steps/peak"]["kind"], "updates_to_target": e["steps/peak"]["to_target"]},
+            "learning_per_update": _number(e["steps/peak"], updates_to_target=e["steps/peak"]["to_target"]),
             "step_time_ratio": {"value": e["step_ratio"], "ci95": e["step_ratio_ci95"],
                                 "seconds_per_step": e["seconds_per_step"][0]},
-            "wall_clock_speedup": {"value": e["time/peak"]["ratio"], "ci95": e["time/peak"]["ci95"],
-                                   "kind": e["time/peak"]["kind"], "seconds_to_target": e["time/peak"]["to_target"]},
+            "wall_clock_speedup": _number(e["time/peak"], seconds_to_target=e["time/peak"]["to_target"]),
             "break_even": e["break_even/peak"],
             # rollouts generated per update (PODS: n per prompt; adaptive: what its rounds needed), over seeds
             "rollouts_per_update": e.get("rollouts_per_update"),
@@ -259,10 +254,10 @@ def headline(study: dict) -> dict:
         i = e.get("interpolated")
         if i:  # a report computed before interpolation was added has none
             numbers[name].update({
-                "learning_per_update_interpolated": {**_number(i["steps/peak"]),
-                                                     "updates_to_target": i["steps/peak"]["to_target"]},
-                "wall_clock_speedup_interpolated": {**_number(i["time/peak"]),
-                                                    "seconds_to_target": i["time/peak"]["to_target"]},
+                "learning_per_update_interpolated": _number(i["steps/peak"], verdict=i["steps/peak"]["verdict"],
+                                                            updates_to_target=i["steps/peak"]["to_target"]),
+                "wall_clock_speedup_interpolated": _number(i["time/peak"], verdict=i["time/peak"]["verdict"],
+                                                           seconds_to_target=i["time/peak"]["to_target"]),
                 "break_even_interpolated": i["break_even/peak"],
                 "accuracy_at_equal_updates": e["accuracy_at_equal_updates"],
                 "accuracy_at_equal_time": e["accuracy_at_equal_time"], "area_vs_time": e["area_vs_time"]})
@@ -273,8 +268,8 @@ def headline(study: dict) -> dict:
     return numbers
 
 
-def _number(entry: dict) -> dict:
-    return {"value": entry["ratio"], "ci95": entry["ci95"], "kind": entry["kind"], "verdict": entry["verdict"]}
+def _number(entry: dict, **more) -> dict:
+    return {"value": entry["ratio"], "ci95": entry["ci95"], "kind": entry["kind"], **more}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -493,10 +488,6 @@ def write_report(out: Path, plan_info: dict | None = None, command: str | None =
     """Compute the report from ``out/{sweep,study}/runs`` (or ``out/runs.tar.xz``) and ``out/cost.json``; write
     ``out/study.json``, ``out/report.txt`` and the figures; print the table. ``plan_info``: baseline, labels...;
     ``priced``: ``study_priced.PricedCosts`` to price time at too."""
-    from pods_rl.commands.study_paths import portable
-    from pods_rl.machine import machine_info
-    from pods_rl.runlog.packed import runs_root
-
     out = Path(out)
     plan_info = portable(plan_info or {})
     cost = json.loads((out / "cost.json").read_text()) if (out / "cost.json").is_file() else None
