@@ -59,11 +59,8 @@ class _Turns:
 
     def pass_on(self, i: int) -> None:
         with self.cond:
-            count = len(self.done)
-            for j in range(1, count + 1):
-                if not self.done[(i + j) % count]:
-                    self.turn = (i + j) % count
-                    break
+            following = [(i + j) % len(self.done) for j in range(1, len(self.done) + 1)]  # the others, then i
+            self.turn = next((j for j in following if not self.done[j]), self.turn)
             self.cond.notify_all()
 
     def finish(self, i: int) -> None:
@@ -299,9 +296,7 @@ def describe_trainer(trainer) -> dict:
     import torch
 
     args, device = trainer.args, trainer.accelerator.device
-    name = str(device)
-    if device.type == "cuda":
-        name += f" ({torch.cuda.get_device_name(device)})"
+    name = f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
     processes = trainer.accelerator.num_processes
     kept_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
     # Sampled = kept x n / m, times the prompts sampled per kept group (oversample_prompts, rounded up per process).

@@ -80,9 +80,7 @@ def checkpoint_damage(ckpt: dict) -> str | None:
             return f"{file} is corrupt ({problem})"
         checkpoint_clock(path)  # a clock removed or rewritten since the scan
     except (OSError, ValueError) as err:
-        if not path.is_dir():
-            return REMOVED
-        return f"it cannot be read ({type(err).__name__}: {str(err)[:100]})"
+        return REMOVED if not path.is_dir() else f"it cannot be read ({type(err).__name__}: {str(err)[:100]})"
     return None
 
 

@@ -384,20 +384,18 @@ def _numbers_lines(study: dict, others: dict) -> list[str]:
             f"{'(3) wall-clock speed-up':<31} {'(1)/(2)':>7}  break-even: pays iff (1) > (2)")
     lines += [head, "  " + "-" * (len(head) - 2)]
     for name, e in study["methods"].items():
-        i = e["interpolated"]
-        if name == study["baseline"]:
-            one = f"1 ({i['steps/peak']['to_target']:.0f} updates)" if i["steps/peak"]["to_target"] else "1"
-            wall = f"1 ({i['time/peak']['to_target']:.0f} s)" if i["time/peak"]["to_target"] else "1"
-            per_step = f"1 ({e['seconds_per_step'][0]:.3f} s/step)"
-            lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {one:<31} {per_step:<22} "
-                         f"{wall:<31} {'1':>7}  (baseline)")
-            continue
-        learning = f"{_fmt_ratio(i['steps/peak'])} {fmt_ci(i['steps/peak']['ci95'])} {i['steps/peak']['verdict']}"
-        step = f"{e['step_ratio']:.2f} {fmt_ci(e['step_ratio_ci95'])}"
-        wall = f"{_fmt_ratio(i['time/peak'])} {fmt_ci(i['time/peak']['ci95'])} {i['time/peak']['verdict']}"
-        pred = i["predicted_wall_speedup/peak"]
-        lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {learning:<31} {step:<22} {wall:<31} "
-                     f"{'—' if pred is None else format(pred, '.2f') + 'x':>7}  {i['break_even/peak']['verdict']}")
+        i, pred = e["interpolated"], e["interpolated"]["predicted_wall_speedup/peak"]
+        if name == study["baseline"]:  # (1), (2), (3), (1)/(2), break-even
+            cells = (f"1 ({i['steps/peak']['to_target']:.0f} updates)" if i["steps/peak"]["to_target"] else "1",
+                     f"1 ({e['seconds_per_step'][0]:.3f} s/step)",
+                     f"1 ({i['time/peak']['to_target']:.0f} s)" if i["time/peak"]["to_target"] else "1",
+                     "1", "(baseline)")
+        else:
+            cells = (f"{_fmt_ratio(i['steps/peak'])} {fmt_ci(i['steps/peak']['ci95'])} {i['steps/peak']['verdict']}",
+                     f"{e['step_ratio']:.2f} {fmt_ci(e['step_ratio_ci95'])}",
+                     f"{_fmt_ratio(i['time/peak'])} {fmt_ci(i['time/peak']['ci95'])} {i['time/peak']['verdict']}",
+                     "—" if pred is None else format(pred, ".2f") + "x", i["break_even/peak"]["verdict"])
+        lines.append("  {:<34} {:>5}  {:<31} {:<22} {:<31} {:>7}  {}".format(e["label"][:34], e["seeds"], *cells))
     lines.append("  at evaluation resolution (the first evaluation reaching the target: values on the evaluation "
                  "grid): " + "; ".join(f"{e['label']}: (1) {_fmt_ratio(e['steps/peak'])} "
                                        f"{fmt_ci(e['steps/peak']['ci95'])}, (3) {_fmt_ratio(e['time/peak'])} "

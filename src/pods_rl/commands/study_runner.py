@@ -157,18 +157,17 @@ def redirected(command: str, argv: list[str], log) -> int:
     main = getattr(importlib.import_module(module), name)
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
+    saved = [os.dup(fd) for fd in (1, 2)]
+    for fd in (1, 2):
+        os.dup2(log.fileno(), fd)
     try:
         return int(main(list(argv)) or 0)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def prepare(run: Run) -> tuple[list[str], bool]:
