@@ -5,18 +5,16 @@
     pods cost --n 16 --oversample_prompts 2              # what sampling 2x the prompts adds to a step
     pods cost --n 32 --pilot_generations 8               # adaptive rollouts: pilot of 8, up to 32, keep m
 
-For each n (always with n = m, the GRPO reference) it builds the real ``pods train`` trainer with
-``num_generations=n``, ``downsample_to=m``, no evaluation or checkpoints, in a temporary run directory, trains it,
-and reads back the per-step ``time/*``, ``memory/*`` and reward statistics ``PODSTrainer`` logs to metrics.jsonl:
-there is no second timing code path.
-
-Schedule: ``interleaved`` (all trainers in one process, stepping round-robin, so a noisy machine slows all alike),
-``sequential`` (one setting after another, in alternating ``rounds``), or ``auto``. Each setting warms up until its
-step times are steady; its cost is the median step (``pods_rl.step_cost``), with quartile ranges. ``ratio`` = step
-seconds / those of n = m: PODS pays off when its progress per step exceeds it. ``--oversample_prompts`` and
-``--pilot_generations`` add rows measured with them. Then what ``rollout_planner="auto"`` would choose on the
-measured costs and the starting model's pass rates on ``--auto_prompts`` training prompts (``auto_projection``):
-its n per prompt and predicted signal per second against GRPO. docs/guides/cost.md explains the table and estimator."""
+For each n (and n = m, the GRPO reference) it trains the real ``pods train`` trainer (``num_generations=n``,
+``downsample_to=m``, no evaluation or checkpoints, a temporary run directory) and reads back the per-step ``time/*``,
+``memory/*`` and reward statistics ``PODSTrainer`` logs to metrics.jsonl: no second timing code path. Schedule:
+``interleaved`` (all trainers in one process, stepping round-robin: a noisy machine slows all alike), ``sequential``
+(one setting after another, in alternating ``rounds``) or ``auto``. A setting warms up until its step times are
+steady; its cost is the median step (``pods_rl.step_cost``), with quartile ranges; ``ratio`` = step seconds / those
+of n = m (PODS pays off when its progress per step exceeds it). ``--oversample_prompts`` and ``--pilot_generations``
+add rows measured with them. Then what ``rollout_planner="auto"`` would choose on the measured costs and the starting
+model's pass rates on ``--auto_prompts`` training prompts (``auto_projection``): its n per prompt and predicted
+signal per second against GRPO. docs/guides/cost.md explains the table and estimator."""
 
 from __future__ import annotations
 

@@ -7,14 +7,12 @@
     pods study --n 32 --pilot 8 --out st              # + adaptive rollouts (pilot 8, up to 32) and its control
     pods study ... --price_at h200_cost.json          # + time priced at another machine's step costs
 
-Any other `pods train` flag sets the recipe. The stages, each skipped when its results are in ``--out``:
-``cost`` (`pods cost` for every n: ``OUT/cost.json``), ``sweep`` (with ``--lrs``: GRPO's learning rate, best
-second-half held-out accuracy), ``runs`` (GRPO n = m, PODS n -> m and controls, ``--seeds`` seeds each, equal
-updates and kept rows per update) and ``report`` (``pods_rl.commands.study_report``).
-
-Each run is `pods train` in its own process, seed-major (seed 0 of every method, then seed 1, ...) so that a
-shared machine's slow periods hit all methods alike; ``study_runner`` runs them, resumably. docs/guides/study.md
-explains the design and the numbers.
+Any other `pods train` flag sets the recipe. The stages, each skipped when its results are in ``--out``: ``cost``
+(`pods cost` for every n: ``OUT/cost.json``), ``sweep`` (with ``--lrs``: GRPO's learning rate, best second-half
+held-out accuracy), ``runs`` (GRPO n = m, PODS n -> m and controls, ``--seeds`` seeds each, equal updates and kept
+rows per update) and ``report`` (``study_report``). Each run is `pods train` in its own process, seed-major (seed 0
+of every method, then seed 1, ...) so that a shared machine's slow periods hit all methods alike; ``study_runner``
+runs them, resumably. docs/guides/study.md explains the design and the numbers.
 """
 
 from __future__ import annotations

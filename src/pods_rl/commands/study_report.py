@@ -4,12 +4,11 @@ For each method against the baseline (GRPO, n = m, unless ``--baseline`` names a
 per update (updates to the target, baseline / method), (2) the step-time ratio (seconds per optimizer step, method /
 baseline), (3) the wall-clock speed-up (training time to the target), and the break-even (PODS pays iff (1) > (2));
 targets: the baseline's peak seed-mean accuracy and 80% of its gain, read at the first evaluation reaching them and
-interpolated between evaluations. Also the accuracy at equal updates and time, the area under accuracy vs time,
-time to every accuracy level, evaluation noise, selection against its random control, a projection onto other
-step-time ratios, the sweep and figures; CIs are percentile bootstraps over seeds (``pods_rl.stats``,
-``pods_rl.curves``). A seed's methods are paired only when they ran on the same machine. Written as
-``study.json``, PNGs and ``report.txt``; docs/guides/study.md reads them.
-"""
+interpolated between them. Also accuracy at equal updates and time, area under accuracy vs time, time to every
+accuracy level, evaluation noise, selection against its random control, a projection onto other step-time ratios,
+the sweep and figures; CIs: percentile bootstraps over seeds (``pods_rl.stats``, ``pods_rl.curves``), a seed's
+methods paired only when they ran on the same machine. Written as ``study.json``, PNGs and ``report.txt``, which
+docs/guides/study.md reads."""
 
 from __future__ import annotations
 
@@ -120,16 +119,11 @@ def _ratio_entry(values: list, base: list, n_boot: int) -> dict:
 def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[str, str] | None = None,
                  cost: dict | None = None, title: str = "", n_boot: int = 2000, figures: bool = True,
                  priced=None) -> dict | None:
-    """The three numbers, break-even, noise, controls, projection and figures for the finished study runs.
-
-    Args:
-        runs_dir: the study's run directories (``<method>-s<seed>``); out: where the figures go (with ``figures``).
-        baseline: the method the others are compared against (GRPO n = m).
-        labels: {method: human label} for the figures. cost: the `pods cost` JSON, if measured.
-        n_boot: bootstrap replicates per confidence interval (0: no intervals).
-        priced: a ``study_priced.PricedCosts``: also time priced at another machine's costs (``result["priced"]``).
-    Returns None unless the baseline and one other method have finished runs.
-    """
+    """The three numbers, break-even, noise, controls, projection and figures of the finished runs in ``runs_dir``
+    (``<method>-s<seed>``) against ``baseline`` (GRPO n = m); None unless it and one other method have finished runs.
+    Figures go to ``out`` (with ``figures``), named by ``labels`` ({method: label}); ``cost``: the `pods cost` JSON, if
+    measured; ``n_boot``: bootstrap replicates per CI (0: none); ``priced``: a ``study_priced.PricedCosts`` to also
+    price time at another machine's costs (``result["priced"]``)."""
     groups, machines = same_machine_pairs(load_groups(runs_dir), baseline)
     if baseline not in groups or len(groups) < 2:
         return None
@@ -236,8 +230,7 @@ def headline(study: dict) -> dict:
     """The three numbers of each method against the baseline, to GRPO's peak: {method: {learning_per_update,
     step_time_ratio, wall_clock_speedup, break_even}}, each number as {value, ci95, ...}, at evaluation
     resolution; the same interpolated between evaluations (``*_interpolated``, with their verdicts), and the
-    accuracy at equal updates and training time and the area under accuracy vs training time against the baseline.
-    """
+    accuracy at equal updates and training time and the area under accuracy vs training time against the baseline."""
     numbers = {}
     for name, e in study["methods"].items():
         if name == study["baseline"]:

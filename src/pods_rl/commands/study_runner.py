@@ -1,14 +1,12 @@
 """How `pods study` runs its training runs: `pods train` subprocesses over parallel slots, resumable.
 
-A slot is a CPU share (``OMP_NUM_THREADS``) or a GPU (``CUDA_VISIBLE_DEVICES``): ``jobs`` slots run at once, on
-CPU one per core by default, on CUDA one per visible GPU (slot i -> GPU i mod count), so that a single GPU runs
-one run after another. A run whose directory holds a summary.json of a finished run is skipped; one with a
-complete checkpoint resumes from it (``--resume_from_checkpoint true``); one stopped before its first checkpoint
-is moved to ``_incomplete/`` and started over. A deadline (or Ctrl-C) stops the runs in flight gracefully:
-SIGTERM makes `pods train` finish its step, save a checkpoint and exit, so the same command continues them.
-Progress: one line per finished run and every ``progress_every`` seconds (runs done / total, the updates of
-the runs in flight, time left from the updates done so far).
-"""
+A slot is a CPU share (``OMP_NUM_THREADS``) or a GPU (``CUDA_VISIBLE_DEVICES``): ``jobs`` slots run at once, on CPU
+one per core by default, on CUDA one per visible GPU (slot i -> GPU i mod count: one GPU runs one run after another).
+A run whose directory holds a finished run's summary.json is skipped; one with a complete checkpoint resumes from it
+(``--resume_from_checkpoint true``); one stopped before its first checkpoint is moved to ``_incomplete/`` and
+started over. A deadline (or Ctrl-C) stops the runs in flight gracefully: SIGTERM makes `pods train` finish its
+step, save a checkpoint and exit, so the same command continues them. Progress: a line per finished run and every
+``progress_every`` seconds (runs done / total, the updates of the runs in flight, time left from those done)."""
 
 from __future__ import annotations
 
