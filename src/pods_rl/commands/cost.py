@@ -89,15 +89,6 @@ def _turn_callback(turns: _Turns, i: int):
 # ------------------------------------------------------------------------------------------------------------
 # Measuring
 # ------------------------------------------------------------------------------------------------------------
-def _settings_argv(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path,
-                   oversample: float = 1.0, pilot: int | None = None) -> list[str]:
-    """The `pods train` flags of one measured setting: the user's recipe + overrides (later flags win)."""
-    return [*recipe_argv, "--num_generations", str(n), "--downsample_to", str(m), "--max_steps", str(max_steps),
-            "--oversample_prompts", repr(float(oversample)), "--pilot_generations", str(pilot or 0),
-            "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
-            "--eval_before_after", "false", "--output_dir", str(output_dir)]
-
-
 def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path, oversample: float = 1.0,
                   pilot: int | None = None):
     """The real `pods train` trainer for one setting (n -> m), without evaluation, checkpoints or a time limit.
@@ -108,7 +99,12 @@ def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output
         PrinterCallback,  # seconds to import; `pods cost --help` needs none
     )
 
-    run, config, model_args = parse_args(_settings_argv(recipe_argv, n, m, max_steps, output_dir, oversample, pilot))
+    # the user's recipe, then this setting's `pods train` flags (later flags win)
+    run, config, model_args = parse_args([
+        *recipe_argv, "--num_generations", str(n), "--downsample_to", str(m), "--max_steps", str(max_steps),
+        "--oversample_prompts", repr(float(oversample)), "--pilot_generations", str(pilot or 0),
+        "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+        "--eval_before_after", "false", "--output_dir", str(output_dir)])
     run.eval_every_seconds = run.eval_every_steps = None
     config.max_train_seconds = config.save_every_seconds = None  # stop by steps, never save
     trainer, clock, _ = training_run.build(run, config, model_args)

@@ -147,7 +147,7 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
     return results
 
 
-def _evaluate_or_why(ckpt: dict, task_obj, name: str, trust_remote_code: bool = False, **settings):
+def _evaluate_or_why(ckpt: dict, task_obj, name: str, **settings):
     """``(None, record)`` for a checkpoint evaluated, or ``(why, None)`` for a run's checkpoint that
     cannot be. The one model asked for by itself (``step`` None) raises instead."""
     if ckpt.get("step") is None:  # the one model asked for: what is wrong with it is an error
@@ -160,8 +160,7 @@ def _evaluate_or_why(ckpt: dict, task_obj, name: str, trust_remote_code: bool = 
         if why is not None:
             return why, None
     try:
-        return None, evaluate_model(ckpt["path"], task_obj, name=name, trust_remote_code=trust_remote_code,
-                                    **settings)
+        return None, evaluate_model(ckpt["path"], task_obj, name=name, **settings)
     except Exception as err:
         # A run that is still training rotates its checkpoints (save_total_limit): one listed at the start may be
         # gone by the time its turn comes, or while it loads; or its weights fail to load. Neither is an error of

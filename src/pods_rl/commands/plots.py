@@ -81,9 +81,8 @@ def _plot_main(argv: list[str]) -> int:
     parser.add_argument(*spellings("--time-unit"), choices=list(TIME_UNITS), default="min")
     args = parser.parse_args(argv)
     runs = load_runs(args.runs, metric=args.metric, **_selection(args))
-    written = []
-    if any(len(r.times) for r in runs):
-        with_evals = [r for r in runs if len(r.times)]
+    with_evals, written = [r for r in runs if len(r.times)], []
+    if with_evals:
         if len(with_evals) < len(runs):
             skipped = [str(r.run_dir) for r in runs if not len(r.times)]
             print(f"warning: no evaluations in {skipped}; left out of the accuracy figure", file=sys.stderr)

@@ -37,8 +37,9 @@ from pods_rl.runlog import run_finished
 STAGES = ("cost", "sweep", "runs", "report")
 
 
-def train_argv(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> list[str]:
-    """The `pods train` flags of one run: the recipe, then what the study fixes (later flags win)."""
+def make_run(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> Run:
+    """One run of the study: ``method`` at ``seed`` and learning rate ``lr``, with its `pods train` flags: the
+    recipe, then what the study fixes (later flags win)."""
     argv = [*plan.recipe_argv, "--output_dir", str(run_dir), "--num_generations", str(method.n),
             "--downsample_to", str(method.m), "--downsample_rule", method.rule, "--seed", str(seed),
             "--learning_rate", f"{lr:g}", "--per_device_train_batch_size", str(plan.prompts_per_step * method.m),
@@ -49,13 +50,7 @@ def train_argv(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, 
             "--eval_k", str(plan.eval_k), "--disable_tqdm", "true", "--run_figure", "false"]
     if plan.device == "cpu" and plan.threads:
         argv += ["--torch_threads", str(plan.threads)]
-    return argv + list(method.extra)
-
-
-def make_run(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> Run:
-    """One run of the study: ``method`` at ``seed`` and learning rate ``lr``, with its `pods train` command."""
-    return Run(method.name, seed, lr, run_dir, updates,
-               tuple(train_argv(plan, method, seed, lr, run_dir, updates)))
+    return Run(method.name, seed, lr, run_dir, updates, (*argv, *method.extra))
 
 
 def lr_name(lr: float) -> str:

@@ -166,10 +166,9 @@ def _methods(args: argparse.Namespace, variants: dict, m: int, pilot: int | None
     adaptive variants of ``--pilot``. Returns (methods, the PODS n values, m)."""
     if args.methods:
         methods = [parse_method(name.strip(), variants) for name in args.methods.split(",") if name.strip()]
-        if {meth.m for meth in methods} != {m}:
-            m = methods[0].m
-            if any(meth.m != m for meth in methods):
-                raise ValueError("--methods must all keep the same m (equal kept rollouts per update)")
+        if len({meth.m for meth in methods}) > 1:
+            raise ValueError("--methods must all keep the same m (equal kept rollouts per update)")
+        m = methods[0].m
         return methods, sorted({meth.n for meth in methods if meth.n != m}), m
     ns = _ints("--n", args.n) if args.n else [4 * m]
     if any(n <= m for n in ns):

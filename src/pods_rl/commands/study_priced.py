@@ -222,8 +222,7 @@ def priced_lines(priced: dict | None, labels: dict[str, str]) -> list[str]:
              f"ms x rollouts sampled + c_t {c['train_ms']:g} ms x rollouts trained ({c['source']}); learning as "
              "measured here:"]
     for name, entry in priced["methods"].items():
-        seconds = entry["seconds_per_step"][0]
-        levels = entry["to_levels"]
+        seconds, levels = entry["seconds_per_step"][0], entry["to_levels"]
         ratio = "baseline" if levels is None else (
             f"priced time to levels: {levels['ratio']:.2f}x the baseline's speed" + (
                 f" [{levels['ci95'][0]:.2f}, {levels['ci95'][1]:.2f}]" if levels.get("ci95") and None not in

@@ -54,13 +54,11 @@ def sweep_report(runs_dir: Path) -> dict | None:
     groups = load_groups(runs_dir)
     if not groups:
         return None
-    rows = {}
-    for prefix, runs in groups.items():
-        rows[prefix] = {"lr": float(prefix.split("-lr", 1)[1]), "seeds": len(runs),
-                        "second_half_mean_accuracy": stats.mean_se([stats.second_half_mean(r) for r in runs]),
-                        "start": stats.mean_se([float(r.values[0]) for r in runs]),
-                        "peak": stats.mean_se([float(r.values.max()) for r in runs]),
-                        "final": stats.mean_se([float(r.values[-1]) for r in runs])}
+    rows = {prefix: {"lr": float(prefix.split("-lr", 1)[1]), "seeds": len(runs),
+                     "second_half_mean_accuracy": stats.mean_se([stats.second_half_mean(r) for r in runs]),
+                     "start": stats.mean_se([float(r.values[0]) for r in runs]),
+                     "peak": stats.mean_se([float(r.values.max()) for r in runs]),
+                     "final": stats.mean_se([float(r.values[-1]) for r in runs])} for prefix, runs in groups.items()}
     best = max(rows.values(), key=lambda row: row["second_half_mean_accuracy"][0])
     return {"criterion": "mean held-out accuracy over the evaluations of the second half of training, mean over "
                          "seeds", "learning_rates": dict(sorted(rows.items(), key=lambda kv: kv[1]["lr"])),
@@ -140,7 +138,7 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
                    for x in ("steps", "time")}
     to_levels = stats.level_time_ratios(groups, baseline, n_boot=n_boot)
     seconds = {name: [r.phase_seconds["step"] for r in group] for name, group in groups.items()}
-    pods_keys = sorted({k for r in runs for k in _metric_keys(r) if k.startswith("pods/")})
+    pods_keys = sorted({k for r in runs for row in read_metrics(r.run_dir) for k in row if k.startswith("pods/")})
     lengths = {name: {"train_kept": [_train_mean(r, "completions/mean_length") for r in group],
                       "held_out_second_half": [_held_out_length(r) for r in group]} for name, group in groups.items()}
     rollouts = {name: [_rollouts_per_update(r) for r in group] for name, group in groups.items()}
@@ -195,10 +193,6 @@ def _to_target(label: dict) -> dict:
     return {"to_target": label.get("steps_to_target", label.get("time_to_target")), "ratio": label["speedup"],
             "kind": label["speedup_kind"], "ci95": ci,
             "verdict": "baseline" if label["speedup_kind"] == "baseline" else curves.interval_verdict(ci)}
-
-
-def _metric_keys(run: stats.RunData) -> set:
-    return {k for row in read_metrics(run.run_dir) for k in row}
 
 
 def seeds_per_method(counts: list[int]) -> str:
@@ -303,9 +297,8 @@ def _projection(methods: dict, baseline: str, cost: dict | None) -> dict:
                   for name, e in methods.items() if name != baseline}
     ratios = {f"paper 1xGPU GSM8K, n={n} -> 16 ({sec} s / 7.6 s)": round(sec / PAPER_GPU_STEP_SECONDS[16], 3)
               for n, sec in PAPER_GPU_STEP_SECONDS.items() if n > 16}
-    for name, e in methods.items():
-        if name != baseline:
-            ratios[f"this study's runs, {name}"] = round(e["step_ratio"], 3)
+    ratios.update({f"this study's runs, {name}": round(e["step_ratio"], 3) for name, e in methods.items()
+                   if name != baseline})
     for row in (cost or {}).get("rows", []):
         if row["n"] != row["m"]:
             pilot = f" k{row['pilot_generations']}" if row.get("pilot_generations") else ""

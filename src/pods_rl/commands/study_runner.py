@@ -84,10 +84,8 @@ def run_machine(device: str) -> dict:
     from pods_rl.machine import machine_info
 
     info = machine_info()
-    if device != "cpu" and info.get("gpu"):
-        label = f"{info['gpu']} x{info['gpu_count']}"
-    else:
-        label = f"{info['cpu_model']}, {info['usable_cores']} cores"
+    on_gpu = device != "cpu" and info.get("gpu")
+    label = f"{info['gpu']} x{info['gpu_count']}" if on_gpu else f"{info['cpu_model']}, {info['usable_cores']} cores"
     boot = Path("/proc/sys/kernel/random/boot_id")
     boot_hash = hashlib.sha256(boot.read_bytes()).hexdigest()[:8] if boot.is_file() else None
     return {"label": label, "boot": boot_hash, "info": info}
@@ -307,9 +305,8 @@ class Runner:
         return record
 
     def _report_done(self, record: dict, done: int, total: int, todo, start_steps, started) -> None:
-        summary = {}
-        if record["status"] == "done":
-            summary = json.loads((Path(record["run_dir"]) / "summary.json").read_text())
+        done_run = record["status"] == "done"
+        summary = json.loads((Path(record["run_dir"]) / "summary.json").read_text()) if done_run else {}
         before, after = summary.get("accuracy_before"), summary.get("accuracy_after")
         accuracy = f", accuracy {before:.3f} -> {after:.3f}" if before is not None and after is not None else ""
         print(f"[{done}/{total}] {record['name']}: {record['status']} in {record['wall_seconds']:.0f} s{accuracy}; "
