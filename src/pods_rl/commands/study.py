@@ -18,6 +18,7 @@ runs them, resumably. docs/guides/study.md explains the design and the numbers.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -28,11 +29,14 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from pods_rl.commands import study_priced
 from pods_rl.commands.study_paths import portable
 from pods_rl.commands.study_plan import STUDY_FLAGS, Method, Plan, make_plan
+from pods_rl.commands.study_report import load_groups, sweep_report, write_report
 from pods_rl.commands.study_runner import Run, Runner, redirected, slot_envs
 from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.runlog import run_finished
+from pods_rl.runlog.packed import ARCHIVE, holds_runs, runs_root, unpack_runs
 
 STAGES = ("cost", "sweep", "runs", "report")
 
@@ -110,8 +114,6 @@ def cost_stage(plan: Plan) -> None:
 
 def sweep_stage(plan: Plan, runner: Runner, command: str | None = None) -> float | None:
     """GRPO at each rate of ``plan.lrs``; returns the best rate once every sweep run finished (else None)."""
-    from pods_rl.commands.study_report import sweep_report
-
     runs = sweep_runs(plan)
     records = runner.run_all(runs, "sweep")
     _log_invocation(plan, "sweep", records, command)
@@ -184,8 +186,6 @@ def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float |
         print("pods study: stopped before the end; run the same command again to continue", flush=True)
     if "report" not in stages:
         return None
-    from pods_rl.commands.study_report import write_report
-
     return write_report(plan.out, report_info(plan, lr), command, priced=priced)
 
 
@@ -209,8 +209,6 @@ def _sigterm_as_interrupt():
 def _unpack_to_continue(out: Path) -> None:
     """A study whose runs are packed (``OUT/runs.tar.xz``, no run files beside it): unpack them in place first, so
     that its finished runs are skipped, not run again. (A report alone reads the archive where it is.)"""
-    from pods_rl.runlog.packed import ARCHIVE, holds_runs, unpack_runs
-
     if (out / ARCHIVE).is_file() and not holds_runs(out):
         print(f"pods study: unpacking {out / ARCHIVE} to continue the study (pack it again with `python -m "
               f"pods_rl.runlog.packed pack {out}`)", flush=True)
@@ -345,18 +343,11 @@ def _main(argv: list[str]) -> int:
 def _priced_plan(plan: Plan, spec: str):
     """``--price_at``: the costs (one line on bad ones), a warning where they were measured on another model or
     task, the runs already in ``OUT`` checked for the counts pricing needs, and auto methods given the costs."""
-    import dataclasses
-
-    from pods_rl.commands import study_priced
-    from pods_rl.commands.study_report import load_groups
-
     costs = study_priced.parse_priced_costs(spec)
     warning = study_priced.cost_file_mismatch(costs, plan.recipe_argv)
     if warning:
         print(warning, file=sys.stderr, flush=True)
     if plan.out.is_dir():  # the runs already there (packed or not) must tell what pricing needs
-        from pods_rl.runlog.packed import runs_root
-
         with runs_root(plan.out) as root:
             if (root / "study" / "runs").is_dir():
                 study_priced.check_runs_logged(load_groups(root / "study" / "runs"))

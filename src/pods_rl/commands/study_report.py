@@ -22,6 +22,7 @@ import numpy as np
 
 from pods_rl import curves, stats
 from pods_rl.commands.study_paths import portable
+from pods_rl.commands.study_priced import priced_lines, priced_report
 from pods_rl.commands.study_runner import machine_lines, same_machine_pairs
 from pods_rl.machine import machine_info
 from pods_rl.runlog import read_metrics, run_finished
@@ -178,8 +179,6 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
         result["machines"] = machines
 
     if priced is not None:
-        from pods_rl.commands.study_priced import priced_report
-
         result["priced"] = priced_report(groups, baseline, priced, n_boot=n_boot)
     result["selection_vs_random"] = _selection_vs_random(groups, runs, n_boot)
     result["projection"] = _projection(methods, baseline, cost)
@@ -319,8 +318,6 @@ def format_report(report: dict) -> str:
     lines += _curve_lines(study, others)
     lines += _noise_and_projection_lines(study)
     if study.get("priced"):
-        from pods_rl.commands.study_priced import priced_lines
-
         lines += priced_lines(study["priced"], {name: e["label"] for name, e in study["methods"].items()})
     return "\n".join(lines + machine_lines(study))
 
