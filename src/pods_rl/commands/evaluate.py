@@ -119,10 +119,8 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                                            seed=seed, task_args=task_args, backend=backend,
                                            trust_remote_code=trust_remote_code)
         if why is not None:
-            if why == REMOVED:
-                print(f"note: {ckpt['path']} was {why}; skipped", file=sys.stderr)
-            else:
-                print(f"warning: skipping {ckpt['path']}: {why}", file=sys.stderr)
+            print(f"note: {ckpt['path']} was {why}; skipped" if why == REMOVED else
+                  f"warning: skipping {ckpt['path']}: {why}", file=sys.stderr)
             stand_in = ckpt.get("final")
             skips.append({"checkpoint": name, "checkpoint_path": str(ckpt["path"]), "task": task_name,
                           "split": split, "k": int(k), "temperature": float(temperature), **settings,

@@ -49,7 +49,10 @@ from pods_rl.stats import (  # noqa: F401  (re-exported: the API of pods_rl.comm
 # ------------------------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------------------------
-def _add_selection_args(parser: argparse.ArgumentParser) -> None:
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A parser of the runs and the eval.json records both commands read, its errors one line."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    one_line_parser_errors(parser)
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR[=LABEL]",
                         help="run directories; runs with the same label are seeds of one method")
     parser.add_argument("--metric", choices=METRICS, default="accuracy")
@@ -60,6 +63,7 @@ def _add_selection_args(parser: argparse.ArgumentParser) -> None:
                         help="use only eval.json records with this temperature")
     parser.add_argument("--x", choices=list(X_AXES), default="time",
                         help="x-axis: training time (default) or optimizer steps (policy updates)")
+    return parser
 
 
 def _selection(args) -> dict:
@@ -73,9 +77,7 @@ def plot_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _plot_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="pods plot", description=__doc__.split("\n\n")[0])
-    one_line_parser_errors(parser)
-    _add_selection_args(parser)
+    parser = _parser("pods plot", __doc__.split("\n\n")[0])
     parser.add_argument("--out", default="figures", help="output folder (default ./figures)")
     parser.add_argument("--title", default=None)
     parser.add_argument(*spellings("--time-unit"), choices=list(TIME_UNITS), default="min")
@@ -112,12 +114,9 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _compare_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="pods compare",
-        description="Training time (--x time) or optimizer steps (--x steps) for each label to first reach a "
-        "target accuracy (default: the baseline's peak mean accuracy) and the speed-up baseline / method "
-        "with a percentile-bootstrap 95%% CI over seeds.")
-    _add_selection_args(parser)
+    parser = _parser("pods compare", "Training time (--x time) or optimizer steps (--x steps) for each label to first "
+                     "reach a target accuracy (default: the baseline's peak mean accuracy) and the speed-up baseline "
+                     "/ method with a percentile-bootstrap 95%% CI over seeds.")
     parser.add_argument("--baseline", default=None, help="baseline label (default: first label starting GRPO)")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--target", type=float, default=None, help="target accuracy (default: baseline peak)")
@@ -126,7 +125,6 @@ def _compare_main(argv: list[str]) -> int:
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates (0 = no CI)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed")
     parser.add_argument("--out", default="compare.json", help="JSON output (default ./compare.json)")
-    one_line_parser_errors(parser)
     args = parser.parse_args(argv)
     result = compare_runs(args.runs, baseline=args.baseline, target=args.target,
                           target_gain_fraction=args.target_gain_fraction, x=args.x, metric=args.metric,

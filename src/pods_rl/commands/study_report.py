@@ -276,17 +276,13 @@ def _fmt_ratio(entry: dict) -> str:
 def _selection_vs_random(groups: dict, runs: list, n_boot: int) -> dict:
     """Selection against its control: the same n -> m generation, max_variance vs a random choice of the kept;
     updates to the control's target, at evaluation resolution and interpolated."""
-    controls = {}
-    for name in groups:
-        if name.startswith("pods-random-"):
-            selected = name.replace("pods-random-", "pods-mv-", 1)
-            if selected in groups:
-                pair = [r for r in runs if r.label in (name, selected)]
-                controls[f"{selected} vs {name}"] = {
-                    f"steps/{target}{suffix}": stats.compare_runs(pair, baseline=name, x="steps", n_boot=n_boot,
-                                                                  target_gain_fraction=f, interpolate=bool(suffix))
-                    for target, f in TARGETS.items() for suffix in ("", "/interpolated")}
-    return controls
+    pairs = {name.replace("pods-random-", "pods-mv-", 1): name for name in groups if name.startswith("pods-random-")}
+    return {f"{selected} vs {name}": {
+        f"steps/{target}{suffix}": stats.compare_runs([r for r in runs if r.label in (name, selected)], baseline=name,
+                                                      x="steps", n_boot=n_boot, target_gain_fraction=f,
+                                                      interpolate=bool(suffix))
+        for target, f in TARGETS.items() for suffix in ("", "/interpolated")}
+        for selected, name in pairs.items() if selected in groups}
 
 
 def _projection(methods: dict, baseline: str, cost: dict | None) -> dict:
