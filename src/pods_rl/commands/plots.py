@@ -4,8 +4,7 @@ and the compare table.
 The figures are drawn by ``pods_rl.figures``; the curves, time (steps) to target, speed-ups and bootstrap CIs are
 computed in ``pods_rl.stats`` (see its docstring for the definitions). The names below are re-exported from
 there, so ``pods_rl.commands.plots.compare_runs``, ``pods_rl.commands.plots.plot_accuracy`` etc. keep working.
-On the x-axis: training time (``--x time``, default) or optimizer steps (``--x steps``).
-"""
+On the x-axis: training time (``--x time``, default) or optimizer steps (``--x steps``)."""
 
 from __future__ import annotations
 

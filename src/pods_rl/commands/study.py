@@ -140,13 +140,11 @@ def _log_invocation(plan: Plan, stage: str, records: list[dict], command: str | 
 def report_info(plan: Plan, lr: float | None) -> dict:
     """What the report shows of the plan."""
     recipe = next((plan.recipe_argv[i + 1] for i, a in enumerate(plan.recipe_argv[:-1]) if a == "--config"), "tiny")
-    return {"recipe": recipe, "recipe_argv": plan.recipe_argv, "m": plan.m, "prompts_per_step": plan.prompts_per_step,
-            "updates": plan.updates, "seeds": plan.seeds, "first_seed": plan.first_seed, "lr": lr,
-            "eval_every": plan.eval_every, "eval_problems": plan.eval_problems, "eval_k": plan.eval_k,
-            "device": plan.device, "jobs": plan.jobs,
-            "baseline": plan.baseline, "methods": [m.name for m in plan.methods],
-            "labels": {m.name: m.label for m in plan.methods}, "title": f"{recipe}, {plan.updates} updates",
-            "bootstrap": plan.bootstrap}
+    fields = ("recipe_argv", "m", "prompts_per_step", "updates", "seeds", "first_seed", "lr", "eval_every",
+              "eval_problems", "eval_k", "device", "jobs", "baseline")  # "lr": the study's, below
+    return {"recipe": recipe, **{key: getattr(plan, key) for key in fields}, "lr": lr,
+            "methods": [m.name for m in plan.methods], "labels": {m.name: m.label for m in plan.methods},
+            "title": f"{recipe}, {plan.updates} updates", "bootstrap": plan.bootstrap}
 
 
 def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float | None = None,
@@ -326,9 +324,8 @@ def _main(argv: list[str]) -> int:
     if unknown:
         raise ValueError(f"--stage {args.stage!r}: unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
     plan = make_plan(args, recipe_argv)
-    priced = None
-    if args.price_at is not None:  # checked before any run starts
-        plan, priced = _priced_plan(plan, args.price_at)
+    # --price_at: checked before any run starts
+    plan, priced = _priced_plan(plan, args.price_at) if args.price_at is not None else (plan, None)
     if args.dry_run:
         lrs = plan.lrs and sweep_runs(plan)
         for run in [*(lrs or []), *study_runs(plan, plan.lr if plan.lr is not None else float("nan"))]:

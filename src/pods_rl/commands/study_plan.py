@@ -1,9 +1,6 @@
 """The plan of a `pods study`: the methods (GRPO, PODS n -> m, controls, adaptive variants), their run names, and
-``Plan``: everything the study runs, resolved from the command line and the recipe before anything runs.
-
-Kept apart from ``pods_rl.commands.study`` (the stages that run it) because the plan is one idea: what runs,
-checked up front; the study module is how the stages run it.
-"""
+``Plan``: everything the study runs, resolved from the command line and the recipe and checked before anything runs.
+One idea, what runs, kept apart from how the stages run it (``pods_rl.commands.study``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Priced time for `pods study --price_at COSTS`: each method's training timed at ANOTHER machine's step costs.
 
 The learning is measured here; a step costs c0 + c_s x rollouts sampled + c_t x rollouts trained there, from `pods
-cost`'s JSON or ``c0_ms,sample_ms,train_ms``; auto methods plan at the same costs. Shapes: R logged rows, E evals.
-"""
+cost`'s JSON or ``c0_ms,sample_ms,train_ms``; auto methods plan at the same costs. Shapes: R logged rows, E evals."""
 
 from __future__ import annotations
 
