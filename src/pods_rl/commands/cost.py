@@ -91,10 +91,9 @@ def _turn_callback(turns: _Turns, i: int):
 # ------------------------------------------------------------------------------------------------------------
 def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path, oversample: float = 1.0,
                   pilot: int | None = None):
-    """The real `pods train` trainer for one setting (n -> m), without evaluation, checkpoints or a time limit.
-
-    Returns ``(trainer, run_dir)``; its per-step phase times land in ``run_dir/metrics.jsonl`` (see ``step_rows``).
-    Also used by benchmarks/bench_generation.py."""
+    """The real `pods train` trainer for one setting (n -> m), without evaluation, checkpoints or a time limit:
+    ``(trainer, run_dir)``; its per-step phase times land in ``run_dir/metrics.jsonl`` (see ``step_rows``). Also used
+    by benchmarks/bench_generation.py."""
     from transformers.trainer_callback import (
         PrinterCallback,  # seconds to import; `pods cost --help` needs none
     )
@@ -224,7 +223,6 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
             warmup: int = DEFAULT_WARMUP, schedule: str = "auto", oversample: float = 1.0,
             pilot: int | None = None, rounds: int | None = None) -> dict:
     """Train the recipe at each n (keeping m) through its warm-up and ``steps`` measured steps; summarize the cost.
-
     ``ns`` must include m (the GRPO reference). ``schedule``: "interleaved", "sequential" or "auto". ``oversample`` > 1
     and ``pilot`` add settings measured with them. ``rounds`` (sequential): alternating passes over the settings.
     Returns ``{"machine", "settings", "rows": [one dict per setting, see summarize()]}``."""

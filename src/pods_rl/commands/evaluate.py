@@ -91,7 +91,6 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                          backend: str = "auto", force: bool = False, verbose: bool = True,
                          trust_remote_code: bool = False, skipped: list | None = None) -> list[dict]:
     """Evaluate each of ``checkpoints`` (from ``find_checkpoints``) in order, saving after each; return the records.
-
     Records already in ``out`` are reused unless ``force``. A run's checkpoint that fails is skipped with a warning
     and a skip entry (also in ``skipped``; ``final`` stands in); a lone model (``step`` None) raises, as does nothing
     evaluated (``out`` unchanged)."""

@@ -130,11 +130,10 @@ def _log_invocation(plan: Plan, stage: str, records: list[dict], command: str | 
     """Append this invocation's command, its runs and their exact commands to ``OUT/commands.jsonl``."""
     if not records:
         return
+    entry = portable({"command": command, "stage": stage, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                      "runs": {r["name"]: {"status": r["status"], "command": r["command"]} for r in records}})
     with open(plan.out / "commands.jsonl", "a") as f:
-        f.write(json.dumps(portable({"command": command, "stage": stage, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                     "runs": {r["name"]: {"status": r["status"], "command": r["command"]}
-                                              for r in records}}))
-                + "\n")
+        f.write(json.dumps(entry) + "\n")
 
 
 def report_info(plan: Plan, lr: float | None) -> dict:

@@ -68,8 +68,7 @@ def parse_method(name: str, variants: dict[str, tuple[str, ...]] | None = None) 
     variants = variants or {}
     grpo = re.fullmatch(r"grpo-n(\d+)", name)
     if grpo:
-        n = int(grpo.group(1))
-        return Method(name, n, n)
+        return Method(name, int(grpo.group(1)), int(grpo.group(1)))
     pods = re.fullmatch(r"pods-([a-z_]+)-n(\d+)m(\d+)(?:-([A-Za-z0-9_.]+))?", name)
     if not pods:
         raise ValueError(f"unknown method {name!r}: write grpo-n<M> or pods-<{'|'.join(RULE_CODES)}>-n<N>m<M>"
