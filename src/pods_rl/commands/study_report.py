@@ -177,7 +177,6 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
               "noise": {name: stats.eval_noise(group) for name, group in groups.items()}}
     if machines:
         result["machines"] = machines
-
     if priced is not None:
         result["priced"] = priced_report(groups, baseline, priced, n_boot=n_boot)
     result["selection_vs_random"] = _selection_vs_random(groups, runs, n_boot)
