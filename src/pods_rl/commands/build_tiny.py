@@ -18,11 +18,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="pods build-tiny", description=build_tiny.__doc__.split("\n")[0])
-    parser.add_argument("--out", default=None, help=f"output directory (default: the shipped copy, {ASSETS_DIR})")
+    parser.add_argument("--out", dest="out_dir", metavar="OUT", default=None,
+                        help=f"output directory (default: the shipped copy, {ASSETS_DIR})")
     parser.add_argument("--steps", type=int, default=4000,
                         help="SFT optimizer steps (the model shipped before issue #24, 4 heads, had 1500)")
     parser.add_argument(*spellings("--batch-size"), type=int, default=64)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--lr", dest="learning_rate", metavar="LR", type=float, default=3e-3)
     parser.add_argument(*spellings("--wrong-fraction"), type=float, default=0.3,
                         help="share of SFT targets whose final result is off by 1..10 (makes the model partly right)")
     parser.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2")
@@ -42,9 +43,5 @@ def _main(argv: list[str]) -> int:
     one_line_parser_errors(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub
-    build_tiny(args.out, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
-               wrong_fraction=args.wrong_fraction, arch=args.arch,
-               hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed, num_heads=args.num_heads,
-               device=args.device, max_seconds=args.max_seconds, eval_problems=args.eval_problems,
-               threads=args.threads)
+    build_tiny(**vars(args))  # each flag's dest is build_tiny's keyword
     return 0

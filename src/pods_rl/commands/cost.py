@@ -5,18 +5,16 @@
     pods cost --n 16 --oversample_prompts 2              # what sampling 2x the prompts adds to a step
     pods cost --n 32 --pilot_generations 8               # adaptive rollouts: pilot of 8, up to 32, keep m
 
-For each n (always with n = m, the GRPO reference) it builds the real ``pods train`` trainer with
-``num_generations=n``, ``downsample_to=m``, no evaluation or checkpoints, in a temporary run directory, trains it,
-and reads back the per-step ``time/*``, ``memory/*`` and reward statistics ``PODSTrainer`` logs to metrics.jsonl:
-there is no second timing code path.
-
-Schedule: ``interleaved`` (all trainers in one process, stepping round-robin, so a noisy machine slows all alike),
-``sequential`` (one setting after another, in alternating ``rounds``), or ``auto``. Each setting warms up until its
-step times are steady; its cost is the median step (``pods_rl.step_cost``), with quartile ranges. ``ratio`` = step
-seconds / those of n = m: PODS pays off when its progress per step exceeds it. ``--oversample_prompts`` and
-``--pilot_generations`` add rows measured with them. Then what ``rollout_planner="auto"`` would choose on the
-measured costs and the starting model's pass rates on ``--auto_prompts`` training prompts (``auto_projection``):
-its n per prompt and predicted signal per second against GRPO. docs/guides/cost.md explains the table and estimator."""
+For each n (and n = m, the GRPO reference) it trains the real ``pods train`` trainer (``num_generations=n``,
+``downsample_to=m``, no evaluation or checkpoints, a temporary run directory) and reads back the per-step ``time/*``,
+``memory/*`` and reward statistics ``PODSTrainer`` logs to metrics.jsonl: no second timing code path. Schedule:
+``interleaved`` (all trainers in one process, stepping round-robin: a noisy machine slows all alike), ``sequential``
+(one setting after another, in alternating ``rounds``) or ``auto``. A setting warms up until its step times are
+steady; its cost is the median step (``pods_rl.step_cost``), with quartile ranges; ``ratio`` = step seconds / those
+of n = m (PODS pays off when its progress per step exceeds it). ``--oversample_prompts`` and ``--pilot_generations``
+add rows measured with them. Then what ``rollout_planner="auto"`` would choose on the measured costs and the starting
+model's pass rates on ``--auto_prompts`` training prompts (``auto_projection``): its n per prompt and predicted
+signal per second against GRPO. docs/guides/cost.md explains the table and estimator."""
 
 from __future__ import annotations
 
@@ -59,11 +57,8 @@ class _Turns:
 
     def pass_on(self, i: int) -> None:
         with self.cond:
-            count = len(self.done)
-            for j in range(1, count + 1):
-                if not self.done[(i + j) % count]:
-                    self.turn = (i + j) % count
-                    break
+            following = [(i + j) % len(self.done) for j in range(1, len(self.done) + 1)]  # the others, then i
+            self.turn = next((j for j in following if not self.done[j]), self.turn)
             self.cond.notify_all()
 
     def finish(self, i: int) -> None:
@@ -94,26 +89,21 @@ def _turn_callback(turns: _Turns, i: int):
 # ------------------------------------------------------------------------------------------------------------
 # Measuring
 # ------------------------------------------------------------------------------------------------------------
-def _settings_argv(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path,
-                   oversample: float = 1.0, pilot: int | None = None) -> list[str]:
-    """The `pods train` flags of one measured setting: the user's recipe + overrides (later flags win)."""
-    return [*recipe_argv, "--num_generations", str(n), "--downsample_to", str(m), "--max_steps", str(max_steps),
-            "--oversample_prompts", repr(float(oversample)), "--pilot_generations", str(pilot or 0),
-            "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
-            "--eval_before_after", "false", "--output_dir", str(output_dir)]
-
-
 def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output_dir: Path, oversample: float = 1.0,
                   pilot: int | None = None):
-    """The real `pods train` trainer for one setting (n -> m), without evaluation, checkpoints or a time limit.
-
-    Returns ``(trainer, run_dir)``; its per-step phase times land in ``run_dir/metrics.jsonl`` (see ``step_rows``).
-    Also used by benchmarks/bench_generation.py."""
+    """The real `pods train` trainer for one setting (n -> m), without evaluation, checkpoints or a time limit:
+    ``(trainer, run_dir)``; its per-step phase times land in ``run_dir/metrics.jsonl`` (see ``step_rows``). Also used
+    by benchmarks/bench_generation.py."""
     from transformers.trainer_callback import (
         PrinterCallback,  # seconds to import; `pods cost --help` needs none
     )
 
-    run, config, model_args = parse_args(_settings_argv(recipe_argv, n, m, max_steps, output_dir, oversample, pilot))
+    # the user's recipe, then this setting's `pods train` flags (later flags win)
+    run, config, model_args = parse_args([
+        *recipe_argv, "--num_generations", str(n), "--downsample_to", str(m), "--max_steps", str(max_steps),
+        "--oversample_prompts", repr(float(oversample)), "--pilot_generations", str(pilot or 0),
+        "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+        "--eval_before_after", "false", "--output_dir", str(output_dir)])
     run.eval_every_seconds = run.eval_every_steps = None
     config.max_train_seconds = config.save_every_seconds = None  # stop by steps, never save
     trainer, clock, _ = training_run.build(run, config, model_args)
@@ -161,13 +151,10 @@ def step_rows(run_dir: Path, warmup: int, steps: int | None = None) -> tuple[lis
 
 def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: float = 1.0,
               sampled_per_step: int | None = None, pilot: int | None = None, steady: bool = True) -> dict:
-    """One table row from a setting's per-step rows (``"warmup": True`` flags warm-up): median cost per
-    phase, spread, seconds per sampled / kept rollout, peak update memory, selection statistics; ``per_step`` keeps
-    every step.
-
-    ``steady``: whether the warm-up ended in steady steps. ``kept_per_step``: rollouts trained on per optimizer step.
-    ``sampled_per_step``: default kept_per_step x n / m x oversample; adaptive rows (``pilot``) use the measured
-    mean."""
+    """One table row from a setting's per-step rows (``"warmup": True`` flags warm-up): median cost per phase, spread,
+    seconds per sampled / kept rollout, peak update memory, selection statistics; ``per_step`` keeps every step.
+    ``steady``: the warm-up ended in steady steps. ``sampled_per_step``: default kept_per_step x n / m x oversample;
+    adaptive rows (``pilot``) use the measured mean."""
     import numpy as np
 
     all_rows, rows = rows, [r for r in rows if not r.get("warmup")]
@@ -188,12 +175,8 @@ def summarize(rows: list[dict], n: int, m: int, kept_per_step: int, oversample: 
     if pilot and measured_sampled is not None:
         sampled_per_step = float(measured_sampled.mean())  # what the rounds needed, not n per prompt
 
-    def mean_of(*keys):
-        for key in keys:  # the PODS metric when the trainer selected, else TRL's (n = m: all kept)
-            values = column(key)
-            if values is not None:
-                return float(values.mean())
-        return None
+    def mean_of(*keys):  # the PODS metric when the trainer selected, else TRL's (n = m: all kept)
+        return next((float(values.mean()) for values in map(column, keys) if values is not None), None)
 
     memory = column("memory/update_peak_gb")
     return {
@@ -240,7 +223,6 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
             warmup: int = DEFAULT_WARMUP, schedule: str = "auto", oversample: float = 1.0,
             pilot: int | None = None, rounds: int | None = None) -> dict:
     """Train the recipe at each n (keeping m) through its warm-up and ``steps`` measured steps; summarize the cost.
-
     ``ns`` must include m (the GRPO reference). ``schedule``: "interleaved", "sequential" or "auto". ``oversample`` > 1
     and ``pilot`` add settings measured with them. ``rounds`` (sequential): alternating passes over the settings.
     Returns ``{"machine", "settings", "rows": [one dict per setting, see summarize()]}``."""
@@ -248,8 +230,7 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
         raise ValueError(f"the n list {list(ns)} must include n = m = {m}, the GRPO reference")
     cases = [(n, o, None) for n in ns for o in ([1.0, float(oversample)] if oversample > 1 else [1.0])]
     cases += [(n, 1.0, pilot) for n in ns if pilot and n > m and n >= pilot]  # (n, oversample, pilot)
-    collected = {c: [] for c in cases}  # case -> every per-step row, each flagged "warmup"
-    steady, described = {c: True for c in cases}, {}
+    seen = {c: {"rows": [], "steady": True} for c in cases}  # case -> its rows (each flagged "warmup"), steadiness
     with tempfile.TemporaryDirectory(prefix="pods-cost-") as tmp:
         passes, round_index = 1, 0
         while round_index < passes:  # sequential: `passes` rounds in alternation; interleaved: one
@@ -270,7 +251,7 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
                 trainer.add_callback(step_cost.stop_when_measured(per_pass, warmup))
                 if schedule == "sequential":  # train now and free it: the next setting gets the device alone
                     trainer.train()
-                    _collect(collected, steady, described, case, trainer, run_dir, warmup, per_pass)
+                    _collect(seen[case], trainer, run_dir, warmup, per_pass)
                     trainer.release_vllm_engine()  # deleting the trainer alone leaves its engine in memory
                     del trainer
                     _free_memory()
@@ -279,28 +260,27 @@ def measure(recipe_argv: Sequence[str], ns: Sequence[int], m: int, steps: int = 
             if waiting:
                 train_interleaved([trainer for _, trainer, _ in waiting])
                 for case, trainer, run_dir in waiting:
-                    _collect(collected, steady, described, case, trainer, run_dir, warmup, per_pass)
+                    _collect(seen[case], trainer, run_dir, warmup, per_pass)
                 del waiting, trainer
                 _free_memory()
             round_index += 1
-        rows = [summarize(collected[c], c[0], m, described[c]["kept_per_step"], oversample=c[1],
-                          sampled_per_step=described[c]["sampled_per_step"], pilot=c[2], steady=steady[c])
+        rows = [summarize(seen[c]["rows"], c[0], m, seen[c]["kept_per_step"], oversample=c[1],
+                          sampled_per_step=seen[c]["sampled_per_step"], pilot=c[2], steady=seen[c]["steady"])
                 for c in cases]
-    machine = {**machine_info(), "device": described[cases[0]]["device"]}
+    machine = {**machine_info(), "device": seen[cases[0]]["device"]}
     settings = {"m": m, "n": list(ns), "oversample_prompts": float(oversample), "pilot_generations": pilot,
                 "steps": steps, "warmup": warmup, "estimator": ESTIMATOR, "schedule": schedule,
                 "rounds": passes, "recipe_argv": list(recipe_argv)}
     return {"machine": machine, "settings": settings, "rows": add_ratios(rows, paired=schedule == "interleaved")}
 
 
-def _collect(collected: dict, steady: dict, described: dict, case, trainer, run_dir: Path, warmup: int,
-             steps: int) -> None:
-    """Add one trained setting's per-step rows (warm-up flagged) to ``collected[case]``."""
+def _collect(seen: dict, trainer, run_dir: Path, warmup: int, steps: int) -> None:
+    """Add one trained setting's per-step rows (warm-up flagged), steadiness and ``describe_trainer`` to ``seen``."""
     rows, start = step_rows(run_dir, warmup, steps)
     seconds = [float(r["time/step"]) for r in rows]
-    steady[case] = steady[case] and step_cost.steady(seconds, start, step_cost.window_for(steps))
-    collected[case] += [{**r, "warmup": i < start} for i, r in enumerate(rows)]  # (round r's rows after r-1's)
-    described[case] = describe_trainer(trainer)
+    seen["steady"] = seen["steady"] and step_cost.steady(seconds, start, step_cost.window_for(steps))
+    seen["rows"] += [{**r, "warmup": i < start} for i, r in enumerate(rows)]  # (round r's rows after r-1's)
+    seen.update(describe_trainer(trainer))
 
 
 def describe_trainer(trainer) -> dict:
@@ -308,9 +288,7 @@ def describe_trainer(trainer) -> dict:
     import torch
 
     args, device = trainer.args, trainer.accelerator.device
-    name = str(device)
-    if device.type == "cuda":
-        name += f" ({torch.cuda.get_device_name(device)})"
+    name = f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
     processes = trainer.accelerator.num_processes
     kept_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
     # Sampled = kept x n / m, times the prompts sampled per kept group (oversample_prompts, rounded up per process).
@@ -450,21 +428,6 @@ def resolve_ns(text: str | None, m: int) -> list[int]:
     return sorted({m, *ns})
 
 
-def _pop_pilot(argv: list[str]) -> tuple[list[str], int | None]:
-    """Take ``--pilot_generations K`` out of the recipe flags (cost sets it per setting): (the rest, K or None)."""
-    rest, pilot, i = [], None, 0
-    while i < len(argv):
-        flag = argv[i]
-        if flag == "--pilot_generations" or flag.startswith("--pilot_generations="):
-            text = flag.split("=", 1)[1] if "=" in flag else (argv[i + 1] if i + 1 < len(argv) else "")
-            i += 1 if "=" in flag else 2
-            pilot = _int_at_least("--pilot_generations", text, low=0) or None
-            continue
-        rest.append(flag)
-        i += 1
-    return rest, pilot
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``pods cost``; returns the exit code (0, 2 on bad input, 1 on another failure)."""
     return run_guarded("pods cost", _main, argv)
@@ -499,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--auto_samples", default=str(DEFAULT_AUTO_SAMPLES),
                         help=f"samples per prompt for those pass rates (default {DEFAULT_AUTO_SAMPLES})")
     parser.add_argument("--out", default=None, help="write the result as JSON here")
+    # a `pods train` flag (listed under the recipe's) that cost sets per setting: taken out of the recipe here
+    parser.add_argument("--pilot_generations", default=None, help=argparse.SUPPRESS)
     one_line_parser_errors(parser)
     return parser
 
@@ -509,7 +474,8 @@ def _main(argv: list[str]) -> int:
     warmup = _int_at_least("--warmup", args.warmup, low=0)
     auto_prompts = _int_at_least("--auto_prompts", args.auto_prompts, low=0)
     auto_samples = _int_at_least("--auto_samples", args.auto_samples)
-    recipe_argv, pilot = _pop_pilot(recipe_argv)
+    pilot = None if args.pilot_generations is None else \
+        _int_at_least("--pilot_generations", args.pilot_generations, low=0) or None
     _, config, _ = parse_args(recipe_argv)  # the recipe as the user gave it: its m, and early errors
     m = config.downsample_to if args.m is None else _int_at_least("--m", args.m, low=2)
     ns = resolve_ns(args.n, m)

@@ -60,6 +60,9 @@ def _still_there(ckpt: dict) -> bool:
     return ckpt["name"] == "base" or (path.is_dir() and (path / CLOCK_FILE).is_file())
 
 
+REMOVED = "removed while pods eval ran (the training run's save_total_limit rotation deletes older checkpoints)"
+
+
 def checkpoint_damage(ckpt: dict) -> str | None:
     """Why a run's checkpoint (from ``find_checkpoints``) cannot be evaluated, as a short phrase, or
     None when it looks whole. Cheap: reads headers and JSON, never tensor data."""
@@ -68,8 +71,7 @@ def checkpoint_damage(ckpt: dict) -> str | None:
     path = Path(ckpt["path"])
     try:
         if not path.is_dir():
-            return "removed while pods eval ran (the training run's save_total_limit rotation deletes older " \
-                   "checkpoints)"
+            return REMOVED
         if not is_model_dir(path):
             return "no config.json or adapter_config.json (not a complete model)"
         problems = checkpoint_problems(path)
@@ -78,10 +80,7 @@ def checkpoint_damage(ckpt: dict) -> str | None:
             return f"{file} is corrupt ({problem})"
         checkpoint_clock(path)  # a clock removed or rewritten since the scan
     except (OSError, ValueError) as err:
-        if not path.is_dir():
-            return "removed while pods eval ran (the training run's save_total_limit rotation deletes older " \
-                   "checkpoints)"
-        return f"it cannot be read ({type(err).__name__}: {str(err)[:100]})"
+        return REMOVED if not path.is_dir() else f"it cannot be read ({type(err).__name__}: {str(err)[:100]})"
     return None
 
 
@@ -92,7 +91,6 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                          backend: str = "auto", force: bool = False, verbose: bool = True,
                          trust_remote_code: bool = False, skipped: list | None = None) -> list[dict]:
     """Evaluate each of ``checkpoints`` (from ``find_checkpoints``) in order, saving after each; return the records.
-
     Records already in ``out`` are reused unless ``force``. A run's checkpoint that fails is skipped with a warning
     and a skip entry (also in ``skipped``; ``final`` stands in); a lone model (``step`` None) raises, as does nothing
     evaluated (``out`` unchanged)."""
@@ -120,10 +118,8 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
                                            seed=seed, task_args=task_args, backend=backend,
                                            trust_remote_code=trust_remote_code)
         if why is not None:
-            if why.startswith("removed while"):
-                print(f"note: {ckpt['path']} was {why}; skipped", file=sys.stderr)
-            else:
-                print(f"warning: skipping {ckpt['path']}: {why}", file=sys.stderr)
+            print(f"note: {ckpt['path']} was {why}; skipped" if why == REMOVED else
+                  f"warning: skipping {ckpt['path']}: {why}", file=sys.stderr)
             stand_in = ckpt.get("final")
             skips.append({"checkpoint": name, "checkpoint_path": str(ckpt["path"]), "task": task_name,
                           "split": split, "k": int(k), "temperature": float(temperature), **settings,
@@ -148,7 +144,7 @@ def evaluate_checkpoints(checkpoints: list[dict], task, out, split: str = "test"
     return results
 
 
-def _evaluate_or_why(ckpt: dict, task_obj, name: str, trust_remote_code: bool = False, **settings):
+def _evaluate_or_why(ckpt: dict, task_obj, name: str, **settings):
     """``(None, record)`` for a checkpoint evaluated, or ``(why, None)`` for a run's checkpoint that
     cannot be. The one model asked for by itself (``step`` None) raises instead."""
     if ckpt.get("step") is None:  # the one model asked for: what is wrong with it is an error
@@ -161,8 +157,7 @@ def _evaluate_or_why(ckpt: dict, task_obj, name: str, trust_remote_code: bool = 
         if why is not None:
             return why, None
     try:
-        return None, evaluate_model(ckpt["path"], task_obj, name=name, trust_remote_code=trust_remote_code,
-                                    **settings)
+        return None, evaluate_model(ckpt["path"], task_obj, name=name, **settings)
     except Exception as err:
         # A run that is still training rotates its checkpoints (save_total_limit): one listed at the start may be
         # gone by the time its turn comes, or while it loads; or its weights fail to load. Neither is an error of
@@ -173,13 +168,9 @@ def _evaluate_or_why(ckpt: dict, task_obj, name: str, trust_remote_code: bool = 
         return checkpoint_damage(ckpt) or f"it failed to load ({type(err).__name__}: {str(err)[:100]})", None
 
 
-def evaluate_run(run_dir, task, split: str = "test", k: int = 5, temperature: float = 0.9,
-                 max_new_tokens: int = 512, limit: int | None = None, batch_size: int = 64, seed: int = 0,
-                 out=None, force: bool = False, task_args: dict | None = None, backend: str = "auto",
-                 include_base: bool = False, verbose: bool = True, trust_remote_code: bool = False,
-                 skipped: list | None = None) -> list[dict]:
+def evaluate_run(run_dir, task, out=None, include_base: bool = False, **settings) -> list[dict]:
     """Evaluate every checkpoint (+ final) of ``run_dir`` by step into ``run_dir/eval.json`` (or ``out``);
-    returns the records in step order. Skips are as in ``evaluate_checkpoints``."""
+    returns the records in step order. ``settings`` (k, split, ...) and skips are as in ``evaluate_checkpoints``."""
     run_dir = Path(run_dir)
     scan_skips: list[dict] = []
     checkpoints = find_checkpoints(run_dir, include_base=include_base, verbose=False, skipped=scan_skips)
@@ -187,10 +178,7 @@ def evaluate_run(run_dir, task, split: str = "test", k: int = 5, temperature: fl
         for skip in scan_skips:
             print(f"warning: skipping {skip['path']}: {skip['why']}", file=sys.stderr)
         raise ValueError(f"{run_dir} has no checkpoint-*/ or final/ model directories to evaluate")
-    return evaluate_checkpoints([*scan_skips, *checkpoints], task, out or run_dir / DEFAULT_EVAL_FILE, split=split,
-                                k=k, temperature=temperature, max_new_tokens=max_new_tokens, limit=limit,
-                                batch_size=batch_size, seed=seed, task_args=task_args, backend=backend,
-                                force=force, verbose=verbose, trust_remote_code=trust_remote_code, skipped=skipped)
+    return evaluate_checkpoints([*scan_skips, *checkpoints], task, out or run_dir / DEFAULT_EVAL_FILE, **settings)
 
 
 # --- terminal table -----------------------------------------------------------------------------------------

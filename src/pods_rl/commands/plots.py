@@ -4,8 +4,7 @@ and the compare table.
 The figures are drawn by ``pods_rl.figures``; the curves, time (steps) to target, speed-ups and bootstrap CIs are
 computed in ``pods_rl.stats`` (see its docstring for the definitions). The names below are re-exported from
 there, so ``pods_rl.commands.plots.compare_runs``, ``pods_rl.commands.plots.plot_accuracy`` etc. keep working.
-On the x-axis: training time (``--x time``, default) or optimizer steps (``--x steps``).
-"""
+On the x-axis: training time (``--x time``, default) or optimizer steps (``--x steps``)."""
 
 from __future__ import annotations
 
@@ -49,7 +48,10 @@ from pods_rl.stats import (  # noqa: F401  (re-exported: the API of pods_rl.comm
 # ------------------------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------------------------
-def _add_selection_args(parser: argparse.ArgumentParser) -> None:
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A parser of the runs and the eval.json records both commands read, its errors one line."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    one_line_parser_errors(parser)
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR[=LABEL]",
                         help="run directories; runs with the same label are seeds of one method")
     parser.add_argument("--metric", choices=METRICS, default="accuracy")
@@ -60,6 +62,7 @@ def _add_selection_args(parser: argparse.ArgumentParser) -> None:
                         help="use only eval.json records with this temperature")
     parser.add_argument("--x", choices=list(X_AXES), default="time",
                         help="x-axis: training time (default) or optimizer steps (policy updates)")
+    return parser
 
 
 def _selection(args) -> dict:
@@ -73,17 +76,14 @@ def plot_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _plot_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="pods plot", description=__doc__.split("\n\n")[0])
-    one_line_parser_errors(parser)
-    _add_selection_args(parser)
+    parser = _parser("pods plot", __doc__.split("\n\n")[0])
     parser.add_argument("--out", default="figures", help="output folder (default ./figures)")
     parser.add_argument("--title", default=None)
     parser.add_argument(*spellings("--time-unit"), choices=list(TIME_UNITS), default="min")
     args = parser.parse_args(argv)
     runs = load_runs(args.runs, metric=args.metric, **_selection(args))
-    written = []
-    if any(len(r.times) for r in runs):
-        with_evals = [r for r in runs if len(r.times)]
+    with_evals, written = [r for r in runs if len(r.times)], []
+    if with_evals:
         if len(with_evals) < len(runs):
             skipped = [str(r.run_dir) for r in runs if not len(r.times)]
             print(f"warning: no evaluations in {skipped}; left out of the accuracy figure", file=sys.stderr)
@@ -113,12 +113,9 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _compare_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="pods compare",
-        description="Training time (--x time) or optimizer steps (--x steps) for each label to first reach a "
-        "target accuracy (default: the baseline's peak mean accuracy) and the speed-up baseline / method "
-        "with a percentile-bootstrap 95%% CI over seeds.")
-    _add_selection_args(parser)
+    parser = _parser("pods compare", "Training time (--x time) or optimizer steps (--x steps) for each label to first "
+                     "reach a target accuracy (default: the baseline's peak mean accuracy) and the speed-up baseline "
+                     "/ method with a percentile-bootstrap 95%% CI over seeds.")
     parser.add_argument("--baseline", default=None, help="baseline label (default: first label starting GRPO)")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--target", type=float, default=None, help="target accuracy (default: baseline peak)")
@@ -127,7 +124,6 @@ def _compare_main(argv: list[str]) -> int:
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates (0 = no CI)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed")
     parser.add_argument("--out", default="compare.json", help="JSON output (default ./compare.json)")
-    one_line_parser_errors(parser)
     args = parser.parse_args(argv)
     result = compare_runs(args.runs, baseline=args.baseline, target=args.target,
                           target_gain_fraction=args.target_gain_fraction, x=args.x, metric=args.metric,

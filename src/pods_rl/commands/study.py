@@ -7,19 +7,18 @@
     pods study --n 32 --pilot 8 --out st              # + adaptive rollouts (pilot 8, up to 32) and its control
     pods study ... --price_at h200_cost.json          # + time priced at another machine's step costs
 
-Any other `pods train` flag sets the recipe. The stages, each skipped when its results are in ``--out``:
-``cost`` (`pods cost` for every n: ``OUT/cost.json``), ``sweep`` (with ``--lrs``: GRPO's learning rate, best
-second-half held-out accuracy), ``runs`` (GRPO n = m, PODS n -> m and controls, ``--seeds`` seeds each, equal
-updates and kept rows per update) and ``report`` (``pods_rl.commands.study_report``).
-
-Each run is `pods train` in its own process, seed-major (seed 0 of every method, then seed 1, ...) so that a
-shared machine's slow periods hit all methods alike; ``study_runner`` runs them, resumably. docs/guides/study.md
-explains the design and the numbers.
+Any other `pods train` flag sets the recipe. The stages, each skipped when its results are in ``--out``: ``cost``
+(`pods cost` for every n: ``OUT/cost.json``), ``sweep`` (with ``--lrs``: GRPO's learning rate, best second-half
+held-out accuracy), ``runs`` (GRPO n = m, PODS n -> m and controls, ``--seeds`` seeds each, equal updates and kept
+rows per update) and ``report`` (``study_report``). Each run is `pods train` in its own process, seed-major (seed 0
+of every method, then seed 1, ...) so that a shared machine's slow periods hit all methods alike; ``study_runner``
+runs them, resumably. docs/guides/study.md explains the design and the numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -30,17 +29,21 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from pods_rl.commands import study_priced
 from pods_rl.commands.study_paths import portable
 from pods_rl.commands.study_plan import STUDY_FLAGS, Method, Plan, make_plan
+from pods_rl.commands.study_report import load_groups, sweep_report, write_report
 from pods_rl.commands.study_runner import Run, Runner, redirected, slot_envs
 from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
 from pods_rl.runlog import run_finished
+from pods_rl.runlog.packed import ARCHIVE, holds_runs, runs_root, unpack_runs
 
 STAGES = ("cost", "sweep", "runs", "report")
 
 
-def train_argv(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> list[str]:
-    """The `pods train` flags of one run: the recipe, then what the study fixes (later flags win)."""
+def make_run(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> Run:
+    """One run of the study: ``method`` at ``seed`` and learning rate ``lr``, with its `pods train` flags: the
+    recipe, then what the study fixes (later flags win)."""
     argv = [*plan.recipe_argv, "--output_dir", str(run_dir), "--num_generations", str(method.n),
             "--downsample_to", str(method.m), "--downsample_rule", method.rule, "--seed", str(seed),
             "--learning_rate", f"{lr:g}", "--per_device_train_batch_size", str(plan.prompts_per_step * method.m),
@@ -51,13 +54,7 @@ def train_argv(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, 
             "--eval_k", str(plan.eval_k), "--disable_tqdm", "true", "--run_figure", "false"]
     if plan.device == "cpu" and plan.threads:
         argv += ["--torch_threads", str(plan.threads)]
-    return argv + list(method.extra)
-
-
-def make_run(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> Run:
-    """One run of the study: ``method`` at ``seed`` and learning rate ``lr``, with its `pods train` command."""
-    return Run(method.name, seed, lr, run_dir, updates,
-               tuple(train_argv(plan, method, seed, lr, run_dir, updates)))
+    return Run(method.name, seed, lr, run_dir, updates, (*argv, *method.extra))
 
 
 def lr_name(lr: float) -> str:
@@ -104,9 +101,7 @@ def cost_stage(plan: Plan) -> None:
     log_path = plan.out / "cost.log"
     with open(log_path, "w") as log:
         if plan.in_process:
-            from pods_rl.commands.cost import main as cost_main
-
-            returncode = redirected(cost_main, argv, log)
+            returncode = redirected("cost", argv, log)
         else:
             returncode = subprocess.run([sys.executable, "-m", "pods_rl.commands.cli", "cost", *argv], env=env,
                                         stdout=log, stderr=subprocess.STDOUT).returncode
@@ -119,8 +114,6 @@ def cost_stage(plan: Plan) -> None:
 
 def sweep_stage(plan: Plan, runner: Runner, command: str | None = None) -> float | None:
     """GRPO at each rate of ``plan.lrs``; returns the best rate once every sweep run finished (else None)."""
-    from pods_rl.commands.study_report import sweep_report
-
     runs = sweep_runs(plan)
     records = runner.run_all(runs, "sweep")
     _log_invocation(plan, "sweep", records, command)
@@ -137,23 +130,20 @@ def _log_invocation(plan: Plan, stage: str, records: list[dict], command: str | 
     """Append this invocation's command, its runs and their exact commands to ``OUT/commands.jsonl``."""
     if not records:
         return
+    entry = portable({"command": command, "stage": stage, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                      "runs": {r["name"]: {"status": r["status"], "command": r["command"]} for r in records}})
     with open(plan.out / "commands.jsonl", "a") as f:
-        f.write(json.dumps(portable({"command": command, "stage": stage, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                     "runs": {r["name"]: {"status": r["status"], "command": r["command"]}
-                                              for r in records}}))
-                + "\n")
+        f.write(json.dumps(entry) + "\n")
 
 
 def report_info(plan: Plan, lr: float | None) -> dict:
     """What the report shows of the plan."""
     recipe = next((plan.recipe_argv[i + 1] for i, a in enumerate(plan.recipe_argv[:-1]) if a == "--config"), "tiny")
-    return {"recipe": recipe, "recipe_argv": plan.recipe_argv, "m": plan.m, "prompts_per_step": plan.prompts_per_step,
-            "updates": plan.updates, "seeds": plan.seeds, "first_seed": plan.first_seed, "lr": lr,
-            "eval_every": plan.eval_every, "eval_problems": plan.eval_problems, "eval_k": plan.eval_k,
-            "device": plan.device, "jobs": plan.jobs,
-            "baseline": plan.baseline, "methods": [m.name for m in plan.methods],
-            "labels": {m.name: m.label for m in plan.methods}, "title": f"{recipe}, {plan.updates} updates",
-            "bootstrap": plan.bootstrap}
+    fields = ("recipe_argv", "m", "prompts_per_step", "updates", "seeds", "first_seed", "lr", "eval_every",
+              "eval_problems", "eval_k", "device", "jobs", "baseline")  # "lr": the study's, below
+    return {"recipe": recipe, **{key: getattr(plan, key) for key in fields}, "lr": lr,
+            "methods": [m.name for m in plan.methods], "labels": {m.name: m.label for m in plan.methods},
+            "title": f"{recipe}, {plan.updates} updates", "bootstrap": plan.bootstrap}
 
 
 def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float | None = None,
@@ -193,8 +183,6 @@ def run_study(plan: Plan, stages: tuple[str, ...] = STAGES, max_minutes: float |
         print("pods study: stopped before the end; run the same command again to continue", flush=True)
     if "report" not in stages:
         return None
-    from pods_rl.commands.study_report import write_report
-
     return write_report(plan.out, report_info(plan, lr), command, priced=priced)
 
 
@@ -218,8 +206,6 @@ def _sigterm_as_interrupt():
 def _unpack_to_continue(out: Path) -> None:
     """A study whose runs are packed (``OUT/runs.tar.xz``, no run files beside it): unpack them in place first, so
     that its finished runs are skipped, not run again. (A report alone reads the archive where it is.)"""
-    from pods_rl.runlog.packed import ARCHIVE, holds_runs, unpack_runs
-
     if (out / ARCHIVE).is_file() and not holds_runs(out):
         print(f"pods study: unpacking {out / ARCHIVE} to continue the study (pack it again with `python -m "
               f"pods_rl.runlog.packed pack {out}`)", flush=True)
@@ -337,9 +323,8 @@ def _main(argv: list[str]) -> int:
     if unknown:
         raise ValueError(f"--stage {args.stage!r}: unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
     plan = make_plan(args, recipe_argv)
-    priced = None
-    if args.price_at is not None:  # checked before any run starts
-        plan, priced = _priced_plan(plan, args.price_at)
+    # --price_at: checked before any run starts
+    plan, priced = _priced_plan(plan, args.price_at) if args.price_at is not None else (plan, None)
     if args.dry_run:
         lrs = plan.lrs and sweep_runs(plan)
         for run in [*(lrs or []), *study_runs(plan, plan.lr if plan.lr is not None else float("nan"))]:
@@ -354,18 +339,11 @@ def _main(argv: list[str]) -> int:
 def _priced_plan(plan: Plan, spec: str):
     """``--price_at``: the costs (one line on bad ones), a warning where they were measured on another model or
     task, the runs already in ``OUT`` checked for the counts pricing needs, and auto methods given the costs."""
-    import dataclasses
-
-    from pods_rl.commands import study_priced
-    from pods_rl.commands.study_report import load_groups
-
     costs = study_priced.parse_priced_costs(spec)
     warning = study_priced.cost_file_mismatch(costs, plan.recipe_argv)
     if warning:
         print(warning, file=sys.stderr, flush=True)
     if plan.out.is_dir():  # the runs already there (packed or not) must tell what pricing needs
-        from pods_rl.runlog.packed import runs_root
-
         with runs_root(plan.out) as root:
             if (root / "study" / "runs").is_dir():
                 study_priced.check_runs_logged(load_groups(root / "study" / "runs"))

@@ -3,8 +3,7 @@
 `pods study` writes its command, its plan, its runs' commands and the report's run folders into files that are
 filed with the results (``commands.jsonl``, ``plan.json``, ``study_run.json``, ``study.json``). A path under the
 folder the study ran from (the checkout, where the study scripts start) is recorded relative to that folder, a run
-folder in ``study.json`` relative to the study's folder: the same study run from another clone writes the same text.
-"""
+folder in ``study.json`` relative to the study's folder: the same study run from another clone writes the same text."""
 
 from __future__ import annotations
 
@@ -25,9 +24,7 @@ def portable(value, base: str | os.PathLike | None = None):
     def rewrite(text: str) -> str:
         return pattern.sub(lambda m: "" if m.group(0).endswith(os.sep) else ".", text)
 
-    if isinstance(value, str):
-        return rewrite(value)
-    if isinstance(value, os.PathLike):
+    if isinstance(value, (str, os.PathLike)):
         return rewrite(os.fspath(value))
     if isinstance(value, dict):
         return {key: portable(item, base) for key, item in value.items()}

@@ -1,9 +1,6 @@
 """The plan of a `pods study`: the methods (GRPO, PODS n -> m, controls, adaptive variants), their run names, and
-``Plan``: everything the study runs, resolved from the command line and the recipe before anything runs.
-
-Kept apart from ``pods_rl.commands.study`` (the stages that run it) because the plan is one idea: what runs,
-checked up front; the study module is how the stages run it.
-"""
+``Plan``: everything the study runs, resolved from the command line and the recipe and checked before anything runs.
+One idea, what runs, kept apart from how the stages run it (``pods_rl.commands.study``)."""
 
 from __future__ import annotations
 
@@ -13,6 +10,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pods_rl.commands.study_priced import without_flag
 from pods_rl.commands.study_runner import visible_gpus
 
 RULE_CODES = {"mv": "max_variance", "random": "random", "maxreward": "max_reward"}
@@ -70,8 +68,7 @@ def parse_method(name: str, variants: dict[str, tuple[str, ...]] | None = None) 
     variants = variants or {}
     grpo = re.fullmatch(r"grpo-n(\d+)", name)
     if grpo:
-        n = int(grpo.group(1))
-        return Method(name, n, n)
+        return Method(name, int(grpo.group(1)), int(grpo.group(1)))
     pods = re.fullmatch(r"pods-([a-z_]+)-n(\d+)m(\d+)(?:-([A-Za-z0-9_.]+))?", name)
     if not pods:
         raise ValueError(f"unknown method {name!r}: write grpo-n<M> or pods-<{'|'.join(RULE_CODES)}>-n<N>m<M>"
@@ -127,14 +124,7 @@ class Plan:
 
     def settings(self) -> dict:
         """What must not change between invocations on the same ``out`` (seeds and methods may grow)."""
-        recipe, skip = [], False
-        for arg in self.recipe_argv:  # the learning rate is a setting of its own (study_lr)
-            if skip:
-                skip = False
-            elif arg == "--learning_rate":
-                skip = True
-            elif not arg.startswith("--learning_rate="):
-                recipe.append(arg)
+        recipe = without_flag(self.recipe_argv, "--learning_rate")  # the learning rate: a setting of its own
         settings = {"recipe_argv": recipe, "m": self.m, "prompts_per_step": self.prompts_per_step,
                     "updates": self.updates, "eval_every": self.eval_every, "eval_problems": self.eval_problems,
                     "eval_k": self.eval_k}
@@ -172,10 +162,9 @@ def _methods(args: argparse.Namespace, variants: dict, m: int, pilot: int | None
     adaptive variants of ``--pilot``. Returns (methods, the PODS n values, m)."""
     if args.methods:
         methods = [parse_method(name.strip(), variants) for name in args.methods.split(",") if name.strip()]
-        if {meth.m for meth in methods} != {m}:
-            m = methods[0].m
-            if any(meth.m != m for meth in methods):
-                raise ValueError("--methods must all keep the same m (equal kept rollouts per update)")
+        if len({meth.m for meth in methods}) > 1:
+            raise ValueError("--methods must all keep the same m (equal kept rollouts per update)")
+        m = methods[0].m
         return methods, sorted({meth.n for meth in methods if meth.n != m}), m
     ns = _ints("--n", args.n) if args.n else [4 * m]
     if any(n <= m for n in ns):

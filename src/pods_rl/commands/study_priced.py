@@ -1,8 +1,7 @@
 """Priced time for `pods study --price_at COSTS`: each method's training timed at ANOTHER machine's step costs.
 
 The learning is measured here; a step costs c0 + c_s x rollouts sampled + c_t x rollouts trained there, from `pods
-cost`'s JSON or ``c0_ms,sample_ms,train_ms``; auto methods plan at the same costs. Shapes: R logged rows, E evals.
-"""
+cost`'s JSON or ``c0_ms,sample_ms,train_ms``; auto methods plan at the same costs. Shapes: R logged rows, E evals."""
 
 from __future__ import annotations
 
@@ -82,7 +81,7 @@ def _from_cost_file(path: Path, fix: str) -> PricedCosts:
                               f"{sorted(set(fitted['totals']))})", recipe_argv=tuple(recipe) if recipe else None)
 
 
-def _flag(argv, name: str) -> str | None:
+def flag_value(argv, name: str) -> str | None:
     """The last value of ``--name`` (or ``--name=value``) in ``argv``."""
     value = None
     for i, arg in enumerate(argv):
@@ -93,13 +92,26 @@ def _flag(argv, name: str) -> str | None:
     return value
 
 
+def without_flag(argv, name: str) -> list[str]:
+    """``argv`` without ``--name value`` and ``--name=value``."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(name + "="):
+            kept.append(arg)
+    return kept
+
+
 def cost_file_mismatch(costs: PricedCosts, recipe_argv) -> str | None:
     """A warning line where the cost file's ``--config``, ``--model_name_or_path`` or ``--task`` is not the study's."""
     if costs.recipe_argv is None:
         return None
     differ = []
     for name in ("--config", "--model_name_or_path", "--task"):
-        theirs, ours = _flag(costs.recipe_argv, name), _flag(list(recipe_argv), name)
+        theirs, ours = flag_value(costs.recipe_argv, name), flag_value(list(recipe_argv), name)
         if theirs != ours:
             differ.append(f"{name} {theirs or '(default)'} there, {ours or '(default)'} here")
     if not differ:
@@ -113,24 +125,17 @@ def priced_planner_argv(extra, costs: PricedCosts) -> tuple[str, ...]:
     from pods_rl.budget.planners import needs_of
 
     extra = list(extra)
-    if "costs" not in needs_of(_flag(extra, "--rollout_planner")):  # auto: it plans from these costs
+    if "costs" not in needs_of(flag_value(extra, "--rollout_planner")):  # auto: it plans from these costs
         return tuple(extra)
-    given = _flag(extra, "--rollout_planner_args")
+    given = flag_value(extra, "--rollout_planner_args")
     try:
         knobs = json.loads(given) if given else {}
     except ValueError:
         raise ValueError(f"--rollout_planner_args {given!r} is not JSON: {FLAG} merges its costs into it; give it as "
                          "a JSON object, e.g. '{\"max_n\": 64}'") from None
     knobs.update(fixed_ms=costs.fixed_ms, sample_ms=costs.sample_ms, train_ms=costs.train_ms)
-    kept, skip = [], False
-    for arg in extra:  # drop the old --rollout_planner_args (either spelling); the merged one goes last
-        if skip:
-            skip = False
-        elif arg == "--rollout_planner_args":
-            skip = True
-        elif not arg.startswith("--rollout_planner_args="):
-            kept.append(arg)
-    return (*kept, "--rollout_planner_args", json.dumps(knobs, sort_keys=True))
+    # the old --rollout_planner_args (either spelling) goes; the merged one goes last
+    return *without_flag(extra, "--rollout_planner_args"), "--rollout_planner_args", json.dumps(knobs, sort_keys=True)
 
 
 def step_counts(run: stats.RunData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -216,8 +221,7 @@ def priced_lines(priced: dict | None, labels: dict[str, str]) -> list[str]:
              f"ms x rollouts sampled + c_t {c['train_ms']:g} ms x rollouts trained ({c['source']}); learning as "
              "measured here:"]
     for name, entry in priced["methods"].items():
-        seconds = entry["seconds_per_step"][0]
-        levels = entry["to_levels"]
+        seconds, levels = entry["seconds_per_step"][0], entry["to_levels"]
         ratio = "baseline" if levels is None else (
             f"priced time to levels: {levels['ratio']:.2f}x the baseline's speed" + (
                 f" [{levels['ci95'][0]:.2f}, {levels['ci95'][1]:.2f}]" if levels.get("ci95") and None not in

@@ -4,12 +4,11 @@ For each method against the baseline (GRPO, n = m, unless ``--baseline`` names a
 per update (updates to the target, baseline / method), (2) the step-time ratio (seconds per optimizer step, method /
 baseline), (3) the wall-clock speed-up (training time to the target), and the break-even (PODS pays iff (1) > (2));
 targets: the baseline's peak seed-mean accuracy and 80% of its gain, read at the first evaluation reaching them and
-interpolated between evaluations. Also the accuracy at equal updates and time, the area under accuracy vs time,
-time to every accuracy level, evaluation noise, selection against its random control, a projection onto other
-step-time ratios, the sweep and figures; CIs are percentile bootstraps over seeds (``pods_rl.stats``,
-``pods_rl.curves``). A seed's methods are paired only when they ran on the same machine. Written as
-``study.json``, PNGs and ``report.txt``; docs/guides/study.md reads them.
-"""
+interpolated between them. Also accuracy at equal updates and time, area under accuracy vs time, time to every
+accuracy level, evaluation noise, selection against its random control, a projection onto other step-time ratios,
+the sweep and figures; CIs: percentile bootstraps over seeds (``pods_rl.stats``, ``pods_rl.curves``), a seed's
+methods paired only when they ran on the same machine. Written as ``study.json``, PNGs and ``report.txt``, which
+docs/guides/study.md reads."""
 
 from __future__ import annotations
 
@@ -22,8 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from pods_rl import curves, stats
+from pods_rl.commands.study_paths import portable
+from pods_rl.commands.study_priced import priced_lines, priced_report
 from pods_rl.commands.study_runner import machine_lines, same_machine_pairs
-from pods_rl.runlog import run_finished
+from pods_rl.machine import machine_info
+from pods_rl.runlog import read_metrics, run_finished
+from pods_rl.runlog.packed import runs_root
 
 GAIN_FRACTION = 0.8
 TARGETS = {"peak": None, "gain80": GAIN_FRACTION}  # target name -> fraction of the baseline's gain (None = peak)
@@ -52,13 +55,11 @@ def sweep_report(runs_dir: Path) -> dict | None:
     groups = load_groups(runs_dir)
     if not groups:
         return None
-    rows = {}
-    for prefix, runs in groups.items():
-        rows[prefix] = {"lr": float(prefix.split("-lr", 1)[1]), "seeds": len(runs),
-                        "second_half_mean_accuracy": stats.mean_se([stats.second_half_mean(r) for r in runs]),
-                        "start": stats.mean_se([float(r.values[0]) for r in runs]),
-                        "peak": stats.mean_se([float(r.values.max()) for r in runs]),
-                        "final": stats.mean_se([float(r.values[-1]) for r in runs])}
+    rows = {prefix: {"lr": float(prefix.split("-lr", 1)[1]), "seeds": len(runs),
+                     "second_half_mean_accuracy": stats.mean_se([stats.second_half_mean(r) for r in runs]),
+                     "start": stats.mean_se([float(r.values[0]) for r in runs]),
+                     "peak": stats.mean_se([float(r.values.max()) for r in runs]),
+                     "final": stats.mean_se([float(r.values[-1]) for r in runs])} for prefix, runs in groups.items()}
     best = max(rows.values(), key=lambda row: row["second_half_mean_accuracy"][0])
     return {"criterion": "mean held-out accuracy over the evaluations of the second half of training, mean over "
                          "seeds", "learning_rates": dict(sorted(rows.items(), key=lambda kv: kv[1]["lr"])),
@@ -71,12 +72,11 @@ def cost_summary(cost: dict | None) -> dict | None:
         return None
     rows = [{"n": r["n"], "m": r["m"], "step_seconds": r["seconds"]["step"], "step_ratio": r["step_ratio"],
              "generation_seconds": r["seconds"]["generation"], "update_seconds": r["seconds"]["update"],
-             "update_peak_gb": r.get("update_peak_gb"), "frac_zero_std_kept": r.get("frac_zero_std_kept")}
+             "update_peak_gb": r.get("update_peak_gb"), "frac_zero_std_kept": r.get("frac_zero_std_kept"),
+             # adaptive rollouts: what its rounds sampled
+             **({"pilot_generations": r["pilot_generations"], "sampled_per_step": r["sampled_per_step"],
+                 "rounds": r.get("rounds")} if r.get("pilot_generations") else {})}
             for r in cost["rows"] if r.get("oversample_prompts", 1.0) == 1.0]
-    for row, source in zip(rows, [r for r in cost["rows"] if r.get("oversample_prompts", 1.0) == 1.0]):
-        if source.get("pilot_generations"):  # adaptive rollouts: what its rounds sampled
-            row.update(pilot_generations=source["pilot_generations"], sampled_per_step=source["sampled_per_step"],
-                       rounds=source.get("rounds"))
     return {"settings": cost.get("settings"), "device": cost.get("machine", {}).get("device"), "rows": rows}
 
 
@@ -85,8 +85,6 @@ def cost_summary(cost: dict | None) -> dict | None:
 # ------------------------------------------------------------------------------------------------------------
 def _train_mean(run: stats.RunData, key: str) -> float | None:
     """Mean over a run's logged training rows of ``key`` (e.g. completions/mean_length), None if never logged."""
-    from pods_rl.runlog import read_metrics
-
     values = [row[key] for row in read_metrics(run.run_dir) if key in row]
     return float(np.mean(values)) if values else None
 
@@ -112,9 +110,7 @@ def _rollouts_per_update(run: stats.RunData) -> float | None:
 
 def _ratio_entry(values: list, base: list, n_boot: int) -> dict:
     values, base = [v for v in values if v is not None], [b for b in base if b is not None]
-    if not values or not base:
-        return {"mean": stats.mean_se(values), "ratio_to_baseline": None, "ci95": None}
-    ratio, ci = stats.ratio_of_means(values, base, n_boot=n_boot)
+    ratio, ci = stats.ratio_of_means(values, base, n_boot=n_boot) if values and base else (None, None)
     return {"mean": stats.mean_se(values), "ratio_to_baseline": ratio, "ci95": ci}
 
 
@@ -122,35 +118,28 @@ def _ratio_entry(values: list, base: list, n_boot: int) -> dict:
 def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[str, str] | None = None,
                  cost: dict | None = None, title: str = "", n_boot: int = 2000, figures: bool = True,
                  priced=None) -> dict | None:
-    """The three numbers, break-even, noise, controls, projection and figures for the finished study runs.
-
-    Args:
-        runs_dir: the study's run directories (``<method>-s<seed>``); out: where the figures go (with ``figures``).
-        baseline: the method the others are compared against (GRPO n = m).
-        labels: {method: human label} for the figures. cost: the `pods cost` JSON, if measured.
-        n_boot: bootstrap replicates per confidence interval (0: no intervals).
-        priced: a ``study_priced.PricedCosts``: also time priced at another machine's costs (``result["priced"]``).
-    Returns None unless the baseline and one other method have finished runs.
-    """
+    """The three numbers, break-even, noise, controls, projection and figures of the finished runs in ``runs_dir``
+    (``<method>-s<seed>``) against ``baseline`` (GRPO n = m); None unless it and one other method have finished runs.
+    Figures go to ``out`` (with ``figures``), named by ``labels`` ({method: label}); ``cost``: the `pods cost` JSON, if
+    measured; ``n_boot``: bootstrap replicates per CI (0: none); ``priced``: a ``study_priced.PricedCosts`` to also
+    price time at another machine's costs (``result["priced"]``)."""
     groups, machines = same_machine_pairs(load_groups(runs_dir), baseline)
     if baseline not in groups or len(groups) < 2:
         return None
     labels = labels or {}
     runs = [run for group in groups.values() for run in group]
-    comparisons = {f"{x}/{target}": stats.compare_runs(runs, baseline=baseline, x=x, target_gain_fraction=fraction,
-                                                          n_boot=n_boot)
-                   for x in ("steps", "time") for target, fraction in TARGETS.items()}
-    # The same, the x at target interpolated between evaluations (what the table shows), and the accuracy at
-    # equal budgets and the area under the curve, read on each seed's curve over the span all runs cover.
-    interpolated = {key: stats.compare_runs(runs, baseline=baseline, x=key.split("/")[0], n_boot=n_boot,
-                                            target_gain_fraction=TARGETS[key.split("/")[1]], interpolate=True)
-                    for key in comparisons}
+    # At evaluation resolution, and the x at target interpolated between evaluations (what the table shows); below,
+    # the accuracy at equal budgets and the area under the curve, read on each seed's curve over the span all cover.
+    comparisons, interpolated = ({f"{x}/{target}": stats.compare_runs(runs, baseline=baseline, x=x, n_boot=n_boot,
+                                                                      target_gain_fraction=fraction, interpolate=at)
+                                  for x in ("steps", "time") for target, fraction in TARGETS.items()}
+                                 for at in (False, True))
     curve_stats = {x: curves.curve_comparison({name: [stats.run_curve(r, x)[:2] for r in group]
                                                for name, group in groups.items()}, baseline, n_boot=n_boot)
                    for x in ("steps", "time")}
     to_levels = stats.level_time_ratios(groups, baseline, n_boot=n_boot)
     seconds = {name: [r.phase_seconds["step"] for r in group] for name, group in groups.items()}
-    pods_keys = sorted({k for r in runs for k in _metric_keys(r) if k.startswith("pods/")})
+    pods_keys = sorted({k for r in runs for row in read_metrics(r.run_dir) for k in row if k.startswith("pods/")})
     lengths = {name: {"train_kept": [_train_mean(r, "completions/mean_length") for r in group],
                       "held_out_second_half": [_held_out_length(r) for r in group]} for name, group in groups.items()}
     rollouts = {name: [_rollouts_per_update(r) for r in group] for name, group in groups.items()}
@@ -188,10 +177,7 @@ def study_report(runs_dir: Path, out: Path | None, baseline: str, labels: dict[s
               "noise": {name: stats.eval_noise(group) for name, group in groups.items()}}
     if machines:
         result["machines"] = machines
-
     if priced is not None:
-        from pods_rl.commands.study_priced import priced_report
-
         result["priced"] = priced_report(groups, baseline, priced, n_boot=n_boot)
     result["selection_vs_random"] = _selection_vs_random(groups, runs, n_boot)
     result["projection"] = _projection(methods, baseline, cost)
@@ -207,18 +193,8 @@ def _to_target(label: dict) -> dict:
             "verdict": "baseline" if label["speedup_kind"] == "baseline" else curves.interval_verdict(ci)}
 
 
-def _metric_keys(run: stats.RunData) -> set:
-    from pods_rl.runlog import read_metrics
-
-    return {k for row in read_metrics(run.run_dir) for k in row}
-
-
 def seeds_per_method(counts: list[int]) -> str:
-    """The figures' "N seeds per method" (a range "N-M" when methods have different numbers of seeds).
-
-    Args:
-        counts: (L,) finished seeds of each method.
-    """
+    """The figures' "N seeds per method" from each method's finished seeds ``counts`` (L,); "N-M" when they differ."""
     low, high = min(counts), max(counts)
     return f"{low} seeds per method" if low == high else f"{low}-{high} seeds per method"
 
@@ -246,19 +222,16 @@ def headline(study: dict) -> dict:
     """The three numbers of each method against the baseline, to GRPO's peak: {method: {learning_per_update,
     step_time_ratio, wall_clock_speedup, break_even}}, each number as {value, ci95, ...}, at evaluation
     resolution; the same interpolated between evaluations (``*_interpolated``, with their verdicts), and the
-    accuracy at equal updates and training time and the area under accuracy vs training time against the baseline.
-    """
+    accuracy at equal updates and training time and the area under accuracy vs training time against the baseline."""
     numbers = {}
     for name, e in study["methods"].items():
         if name == study["baseline"]:
             continue
         numbers[name] = {
-            "learning_per_update": {"value": e["steps/peak"]["ratio"], "ci95": e["steps/peak"]["ci95"],
-                                    "kind": e["steps/peak"]["kind"], "updates_to_target": e["steps/peak"]["to_target"]},
+            "learning_per_update": _number(e["steps/peak"], updates_to_target=e["steps/peak"]["to_target"]),
             "step_time_ratio": {"value": e["step_ratio"], "ci95": e["step_ratio_ci95"],
                                 "seconds_per_step": e["seconds_per_step"][0]},
-            "wall_clock_speedup": {"value": e["time/peak"]["ratio"], "ci95": e["time/peak"]["ci95"],
-                                   "kind": e["time/peak"]["kind"], "seconds_to_target": e["time/peak"]["to_target"]},
+            "wall_clock_speedup": _number(e["time/peak"], seconds_to_target=e["time/peak"]["to_target"]),
             "break_even": e["break_even/peak"],
             # rollouts generated per update (PODS: n per prompt; adaptive: what its rounds needed), over seeds
             "rollouts_per_update": e.get("rollouts_per_update"),
@@ -266,10 +239,10 @@ def headline(study: dict) -> dict:
         i = e.get("interpolated")
         if i:  # a report computed before interpolation was added has none
             numbers[name].update({
-                "learning_per_update_interpolated": {**_number(i["steps/peak"]),
-                                                     "updates_to_target": i["steps/peak"]["to_target"]},
-                "wall_clock_speedup_interpolated": {**_number(i["time/peak"]),
-                                                    "seconds_to_target": i["time/peak"]["to_target"]},
+                "learning_per_update_interpolated": _number(i["steps/peak"], verdict=i["steps/peak"]["verdict"],
+                                                            updates_to_target=i["steps/peak"]["to_target"]),
+                "wall_clock_speedup_interpolated": _number(i["time/peak"], verdict=i["time/peak"]["verdict"],
+                                                           seconds_to_target=i["time/peak"]["to_target"]),
                 "break_even_interpolated": i["break_even/peak"],
                 "accuracy_at_equal_updates": e["accuracy_at_equal_updates"],
                 "accuracy_at_equal_time": e["accuracy_at_equal_time"], "area_vs_time": e["area_vs_time"]})
@@ -280,8 +253,8 @@ def headline(study: dict) -> dict:
     return numbers
 
 
-def _number(entry: dict) -> dict:
-    return {"value": entry["ratio"], "ci95": entry["ci95"], "kind": entry["kind"], "verdict": entry["verdict"]}
+def _number(entry: dict, **more) -> dict:
+    return {"value": entry["ratio"], "ci95": entry["ci95"], "kind": entry["kind"], **more}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -302,17 +275,13 @@ def _fmt_ratio(entry: dict) -> str:
 def _selection_vs_random(groups: dict, runs: list, n_boot: int) -> dict:
     """Selection against its control: the same n -> m generation, max_variance vs a random choice of the kept;
     updates to the control's target, at evaluation resolution and interpolated."""
-    controls = {}
-    for name in groups:
-        if name.startswith("pods-random-"):
-            selected = name.replace("pods-random-", "pods-mv-", 1)
-            if selected in groups:
-                pair = [r for r in runs if r.label in (name, selected)]
-                controls[f"{selected} vs {name}"] = {
-                    f"steps/{target}{suffix}": stats.compare_runs(pair, baseline=name, x="steps", n_boot=n_boot,
-                                                                  target_gain_fraction=f, interpolate=bool(suffix))
-                    for target, f in TARGETS.items() for suffix in ("", "/interpolated")}
-    return controls
+    pairs = {name.replace("pods-random-", "pods-mv-", 1): name for name in groups if name.startswith("pods-random-")}
+    return {f"{selected} vs {name}": {
+        f"steps/{target}{suffix}": stats.compare_runs([r for r in runs if r.label in (name, selected)], baseline=name,
+                                                      x="steps", n_boot=n_boot, target_gain_fraction=f,
+                                                      interpolate=bool(suffix))
+        for target, f in TARGETS.items() for suffix in ("", "/interpolated")}
+        for selected, name in pairs.items() if selected in groups}
 
 
 def _projection(methods: dict, baseline: str, cost: dict | None) -> dict:
@@ -322,9 +291,8 @@ def _projection(methods: dict, baseline: str, cost: dict | None) -> dict:
                   for name, e in methods.items() if name != baseline}
     ratios = {f"paper 1xGPU GSM8K, n={n} -> 16 ({sec} s / 7.6 s)": round(sec / PAPER_GPU_STEP_SECONDS[16], 3)
               for n, sec in PAPER_GPU_STEP_SECONDS.items() if n > 16}
-    for name, e in methods.items():
-        if name != baseline:
-            ratios[f"this study's runs, {name}"] = round(e["step_ratio"], 3)
+    ratios.update({f"this study's runs, {name}": round(e["step_ratio"], 3) for name, e in methods.items()
+                   if name != baseline})
     for row in (cost or {}).get("rows", []):
         if row["n"] != row["m"]:
             pilot = f" k{row['pilot_generations']}" if row.get("pilot_generations") else ""
@@ -345,11 +313,8 @@ def format_report(report: dict) -> str:
     lines += _curve_lines(study, others)
     lines += _noise_and_projection_lines(study)
     if study.get("priced"):
-        from pods_rl.commands.study_priced import priced_lines
-
         lines += priced_lines(study["priced"], {name: e["label"] for name, e in study["methods"].items()})
     return "\n".join(lines + machine_lines(study))
-
 
 
 def _setup_lines(report: dict) -> list[str]:
@@ -397,20 +362,18 @@ def _numbers_lines(study: dict, others: dict) -> list[str]:
             f"{'(3) wall-clock speed-up':<31} {'(1)/(2)':>7}  break-even: pays iff (1) > (2)")
     lines += [head, "  " + "-" * (len(head) - 2)]
     for name, e in study["methods"].items():
-        i = e["interpolated"]
-        if name == study["baseline"]:
-            one = f"1 ({i['steps/peak']['to_target']:.0f} updates)" if i["steps/peak"]["to_target"] else "1"
-            wall = f"1 ({i['time/peak']['to_target']:.0f} s)" if i["time/peak"]["to_target"] else "1"
-            per_step = f"1 ({e['seconds_per_step'][0]:.3f} s/step)"
-            lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {one:<31} {per_step:<22} "
-                         f"{wall:<31} {'1':>7}  (baseline)")
-            continue
-        learning = f"{_fmt_ratio(i['steps/peak'])} {fmt_ci(i['steps/peak']['ci95'])} {i['steps/peak']['verdict']}"
-        step = f"{e['step_ratio']:.2f} {fmt_ci(e['step_ratio_ci95'])}"
-        wall = f"{_fmt_ratio(i['time/peak'])} {fmt_ci(i['time/peak']['ci95'])} {i['time/peak']['verdict']}"
-        pred = i["predicted_wall_speedup/peak"]
-        lines.append(f"  {e['label'][:34]:<34} {e['seeds']:>5}  {learning:<31} {step:<22} {wall:<31} "
-                     f"{'—' if pred is None else format(pred, '.2f') + 'x':>7}  {i['break_even/peak']['verdict']}")
+        i, pred = e["interpolated"], e["interpolated"]["predicted_wall_speedup/peak"]
+        if name == study["baseline"]:  # (1), (2), (3), (1)/(2), break-even
+            cells = (f"1 ({i['steps/peak']['to_target']:.0f} updates)" if i["steps/peak"]["to_target"] else "1",
+                     f"1 ({e['seconds_per_step'][0]:.3f} s/step)",
+                     f"1 ({i['time/peak']['to_target']:.0f} s)" if i["time/peak"]["to_target"] else "1",
+                     "1", "(baseline)")
+        else:
+            cells = (f"{_fmt_ratio(i['steps/peak'])} {fmt_ci(i['steps/peak']['ci95'])} {i['steps/peak']['verdict']}",
+                     f"{e['step_ratio']:.2f} {fmt_ci(e['step_ratio_ci95'])}",
+                     f"{_fmt_ratio(i['time/peak'])} {fmt_ci(i['time/peak']['ci95'])} {i['time/peak']['verdict']}",
+                     "—" if pred is None else format(pred, ".2f") + "x", i["break_even/peak"]["verdict"])
+        lines.append("  {:<34} {:>5}  {:<31} {:<22} {:<31} {:>7}  {}".format(e["label"][:34], e["seeds"], *cells))
     lines.append("  at evaluation resolution (the first evaluation reaching the target: values on the evaluation "
                  "grid): " + "; ".join(f"{e['label']}: (1) {_fmt_ratio(e['steps/peak'])} "
                                        f"{fmt_ci(e['steps/peak']['ci95'])}, (3) {_fmt_ratio(e['time/peak'])} "
@@ -501,10 +464,6 @@ def write_report(out: Path, plan_info: dict | None = None, command: str | None =
     """Compute the report from ``out/{sweep,study}/runs`` (or ``out/runs.tar.xz``) and ``out/cost.json``; write
     ``out/study.json``, ``out/report.txt`` and the figures; print the table. ``plan_info``: baseline, labels...;
     ``priced``: ``study_priced.PricedCosts`` to price time at too."""
-    from pods_rl.commands.study_paths import portable
-    from pods_rl.machine import machine_info
-    from pods_rl.runlog.packed import runs_root
-
     out = Path(out)
     plan_info = portable(plan_info or {})
     cost = json.loads((out / "cost.json").read_text()) if (out / "cost.json").is_file() else None

@@ -1,19 +1,18 @@
 """How `pods study` runs its training runs: `pods train` subprocesses over parallel slots, resumable.
 
-A slot is a CPU share (``OMP_NUM_THREADS``) or a GPU (``CUDA_VISIBLE_DEVICES``): ``jobs`` slots run at once, on
-CPU one per core by default, on CUDA one per visible GPU (slot i -> GPU i mod count), so that a single GPU runs
-one run after another. A run whose directory holds a summary.json of a finished run is skipped; one with a
-complete checkpoint resumes from it (``--resume_from_checkpoint true``); one stopped before its first checkpoint
-is moved to ``_incomplete/`` and started over. A deadline (or Ctrl-C) stops the runs in flight gracefully:
-SIGTERM makes `pods train` finish its step, save a checkpoint and exit, so the same command continues them.
-Progress: one line per finished run and every ``progress_every`` seconds (runs done / total, the updates of
-the runs in flight, time left from the updates done so far).
-"""
+A slot is a CPU share (``OMP_NUM_THREADS``) or a GPU (``CUDA_VISIBLE_DEVICES``): ``jobs`` slots run at once, on CPU
+one per core by default, on CUDA one per visible GPU (slot i -> GPU i mod count: one GPU runs one run after another).
+A run whose directory holds a finished run's summary.json is skipped; one with a complete checkpoint resumes from it
+(``--resume_from_checkpoint true``); one stopped before its first checkpoint is moved to ``_incomplete/`` and
+started over. A deadline (or Ctrl-C) stops the runs in flight gracefully: SIGTERM makes `pods train` finish its
+step, save a checkpoint and exit, so the same command continues them. Progress: a line per finished run and every
+``progress_every`` seconds (runs done / total, the updates of the runs in flight, time left from those done)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import json
 import os
 import shlex
@@ -85,10 +84,8 @@ def run_machine(device: str) -> dict:
     from pods_rl.machine import machine_info
 
     info = machine_info()
-    if device != "cpu" and info.get("gpu"):
-        label = f"{info['gpu']} x{info['gpu_count']}"
-    else:
-        label = f"{info['cpu_model']}, {info['usable_cores']} cores"
+    on_gpu = device != "cpu" and info.get("gpu")
+    label = f"{info['gpu']} x{info['gpu_count']}" if on_gpu else f"{info['cpu_model']}, {info['usable_cores']} cores"
     boot = Path("/proc/sys/kernel/random/boot_id")
     boot_hash = hashlib.sha256(boot.read_bytes()).hexdigest()[:8] if boot.is_file() else None
     return {"label": label, "boot": boot_hash, "info": info}
@@ -146,32 +143,27 @@ def drop_weights(run_dir: Path) -> None:
             shutil.rmtree(path)
 
 
-def _train_here(argv: list[str], log) -> int:
-    """``pods train ARGV`` in this process (the same code as the command), its output to ``log``."""
-    from pods_rl.commands.train import (
-        main as train_main,  # a command (TRL, seconds to import): only when asked
-    )
+def redirected(command: str, argv: list[str], log) -> int:
+    """``pods COMMAND ARGV`` in this process (the command's own code, imported only now: TRL takes seconds) with
+    this process's output (file descriptors 1 and 2, so that logging handlers and C libraries follow) going to the
+    open file ``log``; returns its exit code."""
+    from pods_rl.commands.cli import COMMANDS
 
-    return redirected(train_main, argv, log)
-
-
-def redirected(main, argv: list[str], log) -> int:
-    """``main(argv)`` (a command's entry point) with this process's output (file descriptors 1 and 2, so that
-    logging handlers and C libraries follow) going to the open file ``log``; returns its exit code."""
+    module, name = COMMANDS[command]
+    main = getattr(importlib.import_module(module), name)
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
+    saved = [os.dup(fd) for fd in (1, 2)]
+    for fd in (1, 2):
+        os.dup2(log.fileno(), fd)
     try:
         return int(main(list(argv)) or 0)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def prepare(run: Run) -> tuple[list[str], bool]:
@@ -278,7 +270,7 @@ class Runner:
         start = time.monotonic()
         with open(log_path, "a" if resume else "w") as log:
             if self.in_process:
-                returncode = _train_here(argv, log)
+                returncode = redirected("train", argv, log)
             else:
                 # A new session: a Ctrl-C in the terminal reaches only the study, which stops the runs itself
                 # with one SIGTERM (a second signal would make `pods train` abort without a checkpoint).
@@ -313,9 +305,8 @@ class Runner:
         return record
 
     def _report_done(self, record: dict, done: int, total: int, todo, start_steps, started) -> None:
-        summary = {}
-        if record["status"] == "done":
-            summary = json.loads((Path(record["run_dir"]) / "summary.json").read_text())
+        done_run = record["status"] == "done"
+        summary = json.loads((Path(record["run_dir"]) / "summary.json").read_text()) if done_run else {}
         before, after = summary.get("accuracy_before"), summary.get("accuracy_after")
         accuracy = f", accuracy {before:.3f} -> {after:.3f}" if before is not None and after is not None else ""
         print(f"[{done}/{total}] {record['name']}: {record['status']} in {record['wall_seconds']:.0f} s{accuracy}; "

@@ -5,8 +5,7 @@
     pods train --config my.yaml --output_dir runs/x --resume_from_checkpoint true
 
 Flags are the fields of ``RunArguments``, ``pods_rl.PODSConfig`` and ``trl.ModelConfig`` (``pods_rl.recipes``).
-The run itself is ``pods_rl.training_run``; this module parses, handles signals and exit codes, and prints.
-"""
+The run itself is ``pods_rl.training_run``; this module parses, handles signals and exit codes, and prints."""
 
 from __future__ import annotations
 

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 from pods_rl.engines.verl.batch_settings import verl_batch_settings
+from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
+
+# the flags verl_batch_settings takes as ``planners``, by their argparse names
+PLANNER_KEYS = ("prompt_planner", "prompt_planner_args", "rollout_planner", "rollout_planner_args", "refill_rounds")
 
 
 def main(argv: list[str] | None = None) -> int:
     """`pods verl-args`: print verl's batch overrides in kept terms, one per line; returns the exit code."""
-    from pods_rl.errors import run_guarded
-
     return run_guarded("pods verl-args", _main, argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `pods verl-args` argument parser."""
-    from pods_rl.errors import one_line_parser_errors, spellings
-
     parser = argparse.ArgumentParser(
         prog="pods verl-args",
         description="Print verl overrides (one per line) that train PODS without padding rows; a one-line summary "
@@ -55,8 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _json_mapping(text: str) -> dict:
     """A planner's settings: a JSON object."""
-    import json
-
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:
@@ -67,18 +67,12 @@ def _json_mapping(text: str) -> dict:
 
 
 def _main(argv: list[str]) -> int:
-    import sys
-
     args = build_parser().parse_args(argv)
     oversample = int(args.oversample) if float(args.oversample).is_integer() else args.oversample
     batch = verl_batch_settings(args.prompts, args.n, args.m, args.dp, args.mini_batch,
                                 critic_mini_batch=args.critic_mini_batch, oversample_prompts=oversample,
                                 rule=args.rule, tiebreak=args.tiebreak, trainer_mode=args.trainer_mode,
-                                planners={"prompt_planner": args.prompt_planner,
-                                          "prompt_planner_args": args.prompt_planner_args,
-                                          "rollout_planner": args.rollout_planner,
-                                          "rollout_planner_args": args.rollout_planner_args,
-                                          "refill_rounds": args.refill_rounds})
+                                planners={key: getattr(args, key) for key in PLANNER_KEYS})
     print("\n".join(batch.overrides))
     print(batch.summary(args.n, args.m, args.dp), file=sys.stderr)
     return 0
