@@ -151,7 +151,9 @@ def cost_both_backends(model_dir: Path, ns: list[int], m: int, steps: int, warmu
         rows = {"hf": [], "vllm": []}
         for backend, n, trainer, run_dir in built:
             described = cost.describe_trainer(trainer)
-            rows[backend].append(cost.summarize(cost.step_rows(run_dir, warmup), n, m, described["kept_per_step"],
+            steps_logged, start = cost.step_rows(run_dir, warmup)  # (rows, how many are warm-up)
+            flagged = [{**r, "warmup": i < start} for i, r in enumerate(steps_logged)]
+            rows[backend].append(cost.summarize(flagged, n, m, described["kept_per_step"],
                                                 sampled_per_step=described["sampled_per_step"]))
             trainer.release_vllm_engine()
     return {backend: cost.add_ratios(backend_rows) for backend, backend_rows in rows.items()}
