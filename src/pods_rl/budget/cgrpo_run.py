@@ -1,7 +1,7 @@
-"""C-GRPO as an engine runs it, written once for every engine: its inputs checked (``check_cgrpo_inputs``, one line
-each in the engine's spelling) and ``CGRPORun``: the calibration (which prompts each process samples, their answers
+"""C-GRPO as an engine runs it, written once for every engine: its inputs checked (``check_calibration_inputs``, one
+line each in the engine's spelling) and ``CGRPORun``: the calibration (which prompts each process samples, their answers
 through the engine's "sample these prompts k times", the thresholds fitted, the metrics to log) and the stop rule
-after a round. An engine keeps its sampling and where the calibration runs in its step; the planner's math is
+after a round. ``RolloutBudget`` holds it and speaks for it to the engines; the planner's math is
 ``planners/cgrpo.py``.
 """
 
@@ -17,7 +17,7 @@ from pods_rl.budget.ledger import prompt_key
 from pods_rl.budget.planners.base import CONFIG_NAMES
 from pods_rl.budget.planners.cgrpo import CGRPO, CGRPOSettings, encode_answers
 
-__all__ = ["CGRPORun", "CalibrationSet", "check_cgrpo_inputs"]
+__all__ = ["CGRPORun", "CalibrationSet", "check_calibration_inputs"]
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,9 @@ class CalibrationSet:
     answer_extractor: Callable
 
 
-def check_cgrpo_inputs(settings: CGRPOSettings | None, calibration_dataset, answer_extractor, train_dataset, *,
-                       environment: bool = False, names: Mapping[str, str] | None = None) -> CalibrationSet | None:
+def check_calibration_inputs(settings: CGRPOSettings | None, calibration_dataset, answer_extractor, train_dataset,
+                             *, environment: bool = False,
+                             names: Mapping[str, str] | None = None) -> CalibrationSet | None:
     """C-GRPO's inputs checked, one line each in the engine's spelling ``names`` (default ``CONFIG_NAMES``):
     ``settings`` (None: the run has no C-GRPO, so neither input may be given; else ``score="aps"``), no environment,
     an answer extractor, the calibration prompts (a map-style dataset or a list of dicts with ``prompt`` and the gold

@@ -6,6 +6,7 @@ Engine-neutral; an engine samples what it is told and says what it cost::
     first, metrics = budget.plan(ids, num_groups, ...)    # (P,) a step's first round (draw: a window, prompt by prompt)
     ... generate and score them; after each round ...
     more, trainable, metrics = budget.next_round(...)     # C-GRPO's budgets, Pilot-Commit's commit (judge_one: one)
+    check_inputs(budget, calibration_dataset, ...)        # a planner's inputs beside the prompts; then calibrate(...)
     metrics = budget.record(ids, rewards, counts, ...)    # every rank records every rank's groups
     budget.costs.sampled(...) / .phases(...) / .close(...)  # what it cost (costs.CostMeter), for auto
     budget.save(checkpoint_dir) / budget.load(checkpoint_dir)
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 
+from pods_rl.budget.cgrpo_run import CalibrationSet, CGRPORun, check_calibration_inputs
 from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.ledger import (
     LEDGER_FILE,
@@ -44,8 +46,9 @@ from pods_rl.budget.planners.base import (
 )
 from pods_rl.budget.planners.pilot_commit import PLAIN_REASONS, check_pilot_commit
 
-__all__ = ["CONFIG_NAMES", "PLAIN_REASONS", "BudgetSettings", "RolloutBudget", "candidate_ids", "check_pilot_commit",
-           "check_planner_settings", "check_rollout_planner", "step_generator"]
+__all__ = ["CONFIG_NAMES", "PLAIN_REASONS", "BudgetSettings", "CalibrationSet", "RolloutBudget", "candidate_ids",
+           "check_calibration_inputs", "check_inputs", "check_pilot_commit", "check_planner_settings",
+           "check_rollout_planner", "step_generator"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +116,7 @@ class RolloutBudget:
         self.budget_per_prompt = budget_per_prompt
         self.needs = needs_of(which) | needs_of(how_many)  # what the engine must offer (engines.settings.OFFERS)
         self.costs = CostMeter(self, clock)  # what sampling and training cost, as each engine measures it
-        self.cgrpo = None  # C-GRPO's run (cgrpo_run.CGRPORun), set by an engine with its checked calibration
+        self.answers = None  # completions' answers read for "calibration" and "answer_rounds" (set by check_inputs)
 
     @classmethod
     def from_config(cls, config, *, names: Mapping[str, str] | None = None,
@@ -165,8 +168,8 @@ class RolloutBudget:
             metrics["pods/prompts_readmitted"] = float(max(missing, 0))
         else:
             chosen[:] = True
-        if self.cgrpo is not None:
-            self.cgrpo.start_step(P, self.n)
+        if self.answers is not None:
+            self.answers.start_step(P, self.n)
         first = torch.zeros(P, dtype=torch.long)
         counts, allocated = self.first_counts(ids[chosen], pilot=pilot)
         metrics.update({k: v for k, v in allocated.items() if k not in metrics})
@@ -305,11 +308,41 @@ class RolloutBudget:
         """After a round of a step's rounds (``last`` (P,) its rollouts, their ``completions`` in ``slots``; ``first``:
         the first round): (P,) rollouts of the next, (P,) bool which may train (None: every sampled one) and metrics:
         C-GRPO's next budgets, Pilot-Commit's commit after its pilot (``commit``), else none."""
-        if self.cgrpo is not None:
-            return self.cgrpo.next_round(completions, slots, counts, last), None, {}
+        if self.answers is not None:
+            return self.answers.next_round(completions, slots, counts, last), None, {}
         if first and self.commits:
             return self.commit(ids, rewards, counts, num_groups, step=step, rank=rank, gather=gather, device=device)
         return torch.zeros_like(last), None, {}
+
+    def calibrate(self, sample: Callable[[list[dict], int], list], *, step: int, rank: int = 0, processes: int = 1,
+                  per_device_rows: int | None = None, gather: Callable | None = None) -> dict[str, float]:
+        """A planner's calibration before ``step`` when due ({} otherwise): its held-out prompts sampled through
+        the engine's ``sample(rows, k)`` (a collective under several processes; ``CGRPORun.calibrate``); metrics."""
+        if self.calibration_rows(step) is None:
+            return {}
+        return self.answers.calibrate(sample, step=step, rank=rank, processes=processes,
+                                      per_device_rows=per_device_rows, gather=gather)
+
+    def calibration_rows(self, step: int) -> tuple[list[dict], int] | None:
+        """The held-out prompts to sample before ``step`` and rollouts of each (None: none due), for an engine that
+        samples them itself and hands them to ``fit_calibration``."""
+        if self.answers is None or not self.how_many.calibration_due(step):
+            return None
+        return self.answers.share()[0], self.how_many.settings.k_max
+
+    def fit_calibration(self, rows: list[dict], completions: list, *, step: int) -> dict[str, float]:
+        """The planner calibrated on ``rows``' completions (each row's k in turn); its metrics."""
+        return self.answers.fit(rows, completions, len(rows), step=step)
+
+    def group_more(self, completions: list) -> int:
+        """Rollouts one group of ``completions`` gets next, judged alone by its answers (0: it stops)."""
+        return self.answers.group_more(completions)
+
+    def round_metrics(self, counts: torch.Tensor, padding_rows: float) -> dict[str, float]:
+        """The answer rounds' metrics of a step: every process's (P*processes,) rollouts per prompt and the rows
+        that pad a group that stopped below m."""
+        return {**self.how_many.round_metrics(counts), "pods/cgrpo_padding_rows": padding_rows,
+                "pods/cgrpo_calibration_rollouts_total": float(self.how_many.calibration_rollouts)}
 
     def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
         """One optimizer step's rollouts sampled (0: none this step) and trained, and its sampling (generation +
@@ -377,3 +410,16 @@ class RolloutBudget:
         """The planners and their settings, for a run's records."""
         return {name: {"planner": type(p).__name__, **dataclasses.asdict(p.settings)}
                 for name, p in (("prompt_planner", self.which), ("rollout_planner", self.how_many)) if p is not None}
+
+
+def check_inputs(budget: RolloutBudget | None, calibration_dataset, answer_extractor, train_dataset, *,
+                 text: Callable[[object], str], environment: bool = False,
+                 names: Mapping[str, str] | None = None) -> None:
+    """The inputs a run's planner reads beside its prompts (held-out prompts, an answer extractor), checked once
+    before any model loads (without a planner that needs "calibration", neither may be given), handed to ``budget``
+    with ``text(completion) -> str``: the engine's reading of a completion, the one its rewards read."""
+    calibrates = budget is not None and "calibration" in budget.needs
+    checked = check_calibration_inputs(budget.how_many.settings if calibrates else None, calibration_dataset,
+                                       answer_extractor, train_dataset, environment=environment, names=names)
+    if checked is not None:
+        budget.answers = CGRPORun(budget.how_many, checked, text)

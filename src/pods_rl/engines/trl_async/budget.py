@@ -28,24 +28,23 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from pods_rl.budget.cgrpo_run import CalibrationSet, check_cgrpo_inputs
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
 from pods_rl.budget.planners.base import needs_of
-from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_rollout_planner
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_inputs, check_rollout_planner
 from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
+from pods_rl.tasks.extraction import completion_text
 
-__all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings",
-           "checked_budget"]
+__all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
 
 logger = logging.getLogger("pods_rl")
 
-CGRPO_KEYS = ("pods_calibration_dataset", "pods_answer_extractor")  # the worker's keywords of C-GRPO's inputs
+INPUT_KEYS = ("pods_calibration_dataset", "pods_answer_extractor")  # the worker's keywords of a planner's inputs
 # The worker's budget keywords (PODSRolloutLoop pops them before TRL's __init__); pods_seed, pods_adaptive_reward
 # and pods_adaptive_budget are shared with selection and the adaptive rounds.
 BUDGET_KEYS = ("pods_prompt_planner", "pods_prompt_planner_args", "pods_rollout_planner", "pods_rollout_planner_args",
                "pods_ledger_success_threshold", "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume",
-               *CGRPO_KEYS)
+               *INPUT_KEYS)
 SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after recorded groups
 
 
@@ -61,22 +60,17 @@ def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_plann
         num_generations=n, downsample_to=m, seed=0 if pods_seed is None else int(pods_seed))
 
 
-def check_budget_settings(n: int, m: int, **settings) -> RolloutBudget | None:
-    """Refuse planner settings the worker cannot carry out; return their budget (None without planners)."""
-    return checked_budget(n, m, **settings)[0]
-
-
-def checked_budget(n: int, m: int, *, pilot: int | None = None, environment_factory=None, dataset=None,
-                   reward_names=None, **settings) -> tuple[RolloutBudget | None, CalibrationSet | None]:
-    """``check_budget_settings``, also returning C-GRPO's checked calibration set (None without C-GRPO).
-    ``settings``: ``BUDGET_KEYS`` plus ``pods_adaptive_budget``, ``pods_adaptive_reward``, ``pods_seed``."""
+def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environment_factory=None, dataset=None,
+                          reward_names=None, **settings) -> RolloutBudget | None:
+    """Refuse planner settings the worker cannot carry out; return their budget (None without planners), with its
+    planner's checked inputs. ``settings``: ``BUDGET_KEYS``, ``pods_adaptive_{budget,reward}``, ``pods_seed``."""
     unknown = sorted(set(settings) - {*BUDGET_KEYS, "pods_adaptive_budget", "pods_adaptive_reward", "pods_seed"})
     if unknown:
         raise TypeError(f"unexpected keyword argument {unknown[0]!r} for the PODS worker")
     check_planners("trl_async", {"which_prompts": settings.get("pods_prompt_planner"),
                                  "how_many": settings.get("pods_rollout_planner")}, available_planners)
     if settings.get("pods_prompt_planner") is None and settings.get("pods_rollout_planner") is None:
-        return None, None
+        return None
     names, reasons = spelled("trl_async", "budget"), PILOT_COMMIT_REASONS["trl_async"]
     check_rollout_planner(settings.get("pods_rollout_planner"), pilot=pilot is not None, n=n, m=m, names=names)
     how_many = settings.get("pods_rollout_planner")
@@ -108,24 +102,18 @@ def checked_budget(n: int, m: int, *, pilot: int | None = None, environment_fact
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{key} must be a positive integer (groups per training step), got {value!r}")
     config = budget_config(n, m, pilot=pilot, **{k: v for k, v in settings.items() if k not in (
-        "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward", *CGRPO_KEYS)})
+        "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward", *INPUT_KEYS)})
     budget = RolloutBudget.from_config(config, names=names, reasons=reasons,
                                        environment=environment_factory is not None)
-    cgrpo = budget.how_many.settings if "calibration" in budget.needs else None
-    return budget, _calibration(cgrpo, settings, dataset, environment=environment_factory is not None, names=names)
-
-
-def _calibration(cgrpo, settings: dict, dataset, *, environment: bool, names: dict) -> CalibrationSet | None:
-    """C-GRPO's calibration set checked in the worker's spelling (``cgrpo``: its settings, or None); it must pickle."""
-    calibration = check_cgrpo_inputs(cgrpo, settings.get(CGRPO_KEYS[0]), settings.get(CGRPO_KEYS[1]), dataset,
-                                     environment=environment, names=names)
-    if calibration is not None:
-        try:  # the worker's child receives it pickled: a lambda or a local function would fail at its start
-            pickle.dumps(calibration.answer_extractor)
-        except Exception as err:  # noqa: BLE001 - pickling raises several types; each means the same here
-            raise ValueError(f"pods_answer_extractor must pickle (the worker's child receives it): define it at a "
-                             f"module's top level ({type(err).__name__}: {err})") from None
-    return calibration
+    extractor = settings.get(INPUT_KEYS[1])
+    check_inputs(budget, settings.get(INPUT_KEYS[0]), extractor, dataset, text=completion_text,
+                 environment=environment_factory is not None, names=names)
+    try:  # the worker's child receives it pickled: a lambda or a local function would fail at its start
+        pickle.dumps(extractor)
+    except Exception as err:  # noqa: BLE001 - pickling raises several types; each means the same here
+        raise ValueError(f"pods_answer_extractor must pickle (the worker's child receives it): define it at a "
+                         f"module's top level ({type(err).__name__}: {err})") from None
+    return budget
 
 
 class WorkerBudget:
