@@ -147,8 +147,7 @@ def _check_run_dir(run_dir: Path, config, resume: bool, output_dir_given: bool):
 
 def _load_data(run: RunArguments, config):
     """The task, its training split (rows bounded while they load), the data's fingerprint and the trainer's inputs
-    of a planner's (its held-out prompts and answer extractor); a broken or missing
-    held-out split fails here too, before the model loads."""
+    of a planner's (``_planner_inputs``); a broken or missing held-out split fails here too, before the model loads."""
     task = get_task(run.task, **parse_task_args(run.task_args))
     if run.max_row_bytes is not None:
         task.max_row_bytes = run.max_row_bytes
@@ -168,9 +167,8 @@ def _load_data(run: RunArguments, config):
 
 
 def _planner_inputs(run: RunArguments, config, task, train_dataset) -> dict:
-    """With a rollout planner that needs "calibration": PODSTrainer's ``calibration_dataset``, checked here once,
-    before the model loads (the rows of ``calibration_split``, default the evaluation split past the problems
-    evaluation uses, with the task's answer extractor); {} otherwise."""
+    """A "calibration" planner's ``calibration_dataset`` (rows of ``calibration_split``, default the evaluation split
+    past the problems evaluation uses; the task's answer extractor), checked once before the model loads; else {}."""
     from pods_rl.budget.planners import make_planner, needs_of
     from pods_rl.budget.rollout_budget import check_calibration_inputs
 

@@ -1,9 +1,6 @@
-"""C-GRPO as an engine runs it, written once for every engine: its inputs checked (``check_calibration_inputs``, one
-line each in the engine's spelling) and ``CGRPORun``: the calibration (which prompts each process samples, their answers
-through the engine's "sample these prompts k times", the thresholds fitted, the metrics to log) and the stop rule
-after a round. ``RolloutBudget`` holds it and speaks for it to the engines; the planner's math is
-``planners/cgrpo.py``.
-"""
+"""C-GRPO's run, once for every engine: its inputs checked (``check_calibration_inputs``, in the engine's spelling)
+and ``CGRPORun`` (the calibration, the stop rule after a round), which ``RolloutBudget`` holds and speaks for to the
+engines; the planner's math is ``planners/cgrpo.py``."""
 
 from __future__ import annotations
 
@@ -103,9 +100,8 @@ class CGRPORun:
 
     def calibrate(self, sample: Callable[[list[dict], int], list], *, step: int, rank: int = 0, processes: int = 1,
                   per_device_rows: int | None = None, gather: Callable | None = None) -> dict[str, float]:
-        """Sample this process's share through the engine's ``sample(rows, k)`` -> each row's k completions in turn
-        (a collective under several processes: each calls it equally often), ``calibration_batch_size`` prompts a
-        call (default per_device_rows // k_max, else all), then ``fit``. Returns the metrics to log."""
+        """This process's share sampled by ``sample(rows, k)`` -> each row's k completions in turn (a collective),
+        ``calibration_batch_size`` prompts a call (default per_device_rows // k_max, else all); ``fit``'s metrics."""
         s = self.planner.settings
         rows, valid = self.share(rank, processes)
         per_call = s.calibration_batch_size or max(1, (per_device_rows or len(rows) * s.k_max) // s.k_max)
@@ -115,9 +111,8 @@ class CGRPORun:
 
     def fit(self, rows: list[dict], completions: list, valid: int, *, step: int, processes: int = 1,
             gather: Callable | None = None) -> dict[str, float]:
-        """The thresholds from ``rows``' completions (len(rows) * k_max, each row's in turn; the first ``valid`` rows
-        this process's own). With ``gather`` (a collective): every process's, in the calibration set's order, and
-        every process takes the first one's thresholds. Returns the metrics to log."""
+        """The thresholds from ``rows``' k_max completions each (the first ``valid`` rows this process's own; with
+        ``gather``, a collective: every process's, and all take the first process's thresholds); metrics to log."""
         s, k = self.planner.settings, self.planner.settings.k_max
         answers = [[self._answer(c) for c in completions[i * k:(i + 1) * k]] for i in range(len(rows))]
         codes, gold = encode_answers(answers, k, [row[s.calibration_answer_column] for row in rows])  # (R, k), (R,)

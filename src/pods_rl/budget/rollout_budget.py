@@ -324,8 +324,7 @@ class RolloutBudget:
                                       per_device_rows=per_device_rows, gather=gather)
 
     def calibration_rows(self, step: int) -> tuple[list[dict], int] | None:
-        """The held-out prompts to sample before ``step`` and rollouts of each (None: none due), for an engine that
-        samples them itself and hands them to ``fit_calibration``."""
+        """(held-out rows, k) to sample before ``step`` (None: none due), by an engine that then ``fit_calibration``."""
         if self.answers is None or not self.how_many.calibration_due(step):
             return None
         return self.answers.share()[0], self.how_many.settings.k_max
@@ -339,8 +338,7 @@ class RolloutBudget:
         return self.answers.group_more(completions)
 
     def round_metrics(self, counts: torch.Tensor, padding_rows: float) -> dict[str, float]:
-        """The answer rounds' metrics of a step: every process's (P*processes,) rollouts per prompt and the rows
-        that pad a group that stopped below m."""
+        """A step's answer-round metrics from every process's rollouts per prompt (P*processes,), padding's share."""
         return {**self.how_many.round_metrics(counts), "pods/cgrpo_padding_rows": padding_rows,
                 "pods/cgrpo_calibration_rollouts_total": float(self.how_many.calibration_rollouts)}
 
@@ -415,9 +413,8 @@ class RolloutBudget:
 def check_inputs(budget: RolloutBudget | None, calibration_dataset, answer_extractor, train_dataset, *,
                  text: Callable[[object], str], environment: bool = False,
                  names: Mapping[str, str] | None = None) -> None:
-    """The inputs a run's planner reads beside its prompts (held-out prompts, an answer extractor), checked once
-    before any model loads (without a planner that needs "calibration", neither may be given), handed to ``budget``
-    with ``text(completion) -> str``: the engine's reading of a completion, the one its rewards read."""
+    """A planner's held-out prompts and answer extractor checked once, before any model loads (neither without a
+    "calibration" planner), handed to ``budget`` with ``text(completion) -> str``: what the rewards read."""
     calibrates = budget is not None and "calibration" in budget.needs
     checked = check_calibration_inputs(budget.how_many.settings if calibrates else None, calibration_dataset,
                                        answer_extractor, train_dataset, environment=environment, names=names)

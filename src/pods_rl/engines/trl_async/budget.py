@@ -17,6 +17,7 @@ the planner prices their sum (exact on one shared device, elsewhere erring towar
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -46,18 +47,6 @@ BUDGET_KEYS = ("pods_prompt_planner", "pods_prompt_planner_args", "pods_rollout_
                "pods_ledger_success_threshold", "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume",
                *INPUT_KEYS)
 SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after recorded groups
-
-
-def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_planner_args=None,
-                  pods_rollout_planner=None, pods_rollout_planner_args=None, pods_ledger_success_threshold=0.5,
-                  pods_adaptive_budget=None, pods_seed=None, pilot: int | None = None) -> BudgetSettings:
-    """The worker's budget keywords as ``BudgetSettings`` (``pilot``: pods_pilot)."""
-    return BudgetSettings(
-        pilot_generations=pilot,
-        prompt_planner=pods_prompt_planner, prompt_planner_args=pods_prompt_planner_args,
-        rollout_planner=pods_rollout_planner, rollout_planner_args=pods_rollout_planner_args,
-        ledger_success_threshold=pods_ledger_success_threshold, adaptive_budget=pods_adaptive_budget,
-        num_generations=n, downsample_to=m, seed=0 if pods_seed is None else int(pods_seed))
 
 
 def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environment_factory=None, dataset=None,
@@ -97,12 +86,14 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
     if dataset is not None and not hasattr(dataset, "__len__"):
         raise ValueError("the rollout-budget planners need a dataset with a length (a Dataset, not an "
                          "IterableDataset): the ledger knows a prompt by its dataset index")
-    for key in ("pods_groups_per_step",):
-        value = settings.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{key} must be a positive integer (groups per training step), got {value!r}")
-    config = budget_config(n, m, pilot=pilot, **{k: v for k, v in settings.items() if k not in (
-        "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward", *INPUT_KEYS)})
+    value = settings.get("pods_groups_per_step")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"pods_groups_per_step must be a positive integer (groups per training step), got {value!r}")
+    # the worker's budget keywords: BudgetSettings' fields, prefixed "pods_"
+    fields = {field.name for field in dataclasses.fields(BudgetSettings)}
+    given = {key.removeprefix("pods_"): v for key, v in settings.items() if key.removeprefix("pods_") in fields}
+    config = BudgetSettings(**{**given, "seed": int(given.get("seed") or 0)}, num_generations=n, downsample_to=m,
+                            pilot_generations=pilot)
     budget = RolloutBudget.from_config(config, names=names, reasons=reasons,
                                        environment=environment_factory is not None)
     extractor = settings.get(INPUT_KEYS[1])

@@ -98,8 +98,7 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
                          ledger_resume=planners.get("pods_ledger_resume"), logger=logger)
 
     async def _calibrate(self) -> None:
-        """A planner's calibration when due: its held-out prompts sampled with the server's current weights (in this
-        event loop, beside the groups' rollouts); its metrics pushed."""
+        """A planner's calibration when due, its held-out prompts sampled with the server's current weights."""
         wanted = self.budget.budget.calibration_rows(self.model_version)
         if wanted is None:
             return
