@@ -28,10 +28,9 @@ class CalibrationSet:
 def check_calibration_inputs(settings: CGRPOSettings | None, calibration_dataset, answer_extractor, train_dataset,
                              *, environment: bool = False,
                              names: Mapping[str, str] | None = None) -> CalibrationSet | None:
-    """C-GRPO's inputs checked, one line each in the engine's spelling ``names`` (default ``CONFIG_NAMES``):
-    ``settings`` (None: the run has no C-GRPO, so neither input may be given; else ``score="aps"``), no environment,
-    an answer extractor, the calibration prompts (a map-style dataset or a list of dicts with ``prompt`` and the gold
-    answer column, none of ``train_dataset``'s). Returns them checked (a ``CalibrationSet`` given: as it is)."""
+    """C-GRPO's inputs checked, one line each in the spelling ``names``: ``settings`` (None: no C-GRPO, no inputs),
+    no environment, an answer extractor, calibration prompts (a map-style dataset or list of dicts: ``prompt``, the
+    gold answer column; none of ``train_dataset``'s). Returns them checked (a ``CalibrationSet``: as it is)."""
     names = CONFIG_NAMES if names is None else names
     planner, data, extractor = (f"{names['rollout_planner']}='cgrpo'", names["calibration_dataset"],
                                 names["answer_extractor"])
@@ -77,8 +76,7 @@ def check_calibration_inputs(settings: CGRPOSettings | None, calibration_dataset
 
 
 class CGRPORun:
-    """C-GRPO's part of an engine's run: the planner, the checked calibration set and ``text(completion) -> str`` (the
-    engine's reading of a completion, the one its rewards read); this step's answers for the rounds."""
+    """C-GRPO's part of a run: the planner, the calibration set, the engine's ``text(completion) -> str``; answers."""
 
     def __init__(self, planner: CGRPO, calibration: CalibrationSet, text: Callable[[object], str]):
         self.planner, self.rows, self.text = planner, calibration.rows, text
@@ -91,8 +89,8 @@ class CGRPORun:
     # ---- the calibration ----------------------------------------------------------------------------------------
 
     def share(self, rank: int = 0, processes: int = 1) -> tuple[list[dict], int]:
-        """This process's calibration rows, its share of the first ``calibration_size`` (the last processes' padded
-        with the first prompt: every process samples equally often), and how many of them are its own."""
+        """This process's share of the first ``calibration_size`` rows (padded with row 0: as many on every process)
+        and how many of them are its own."""
         N = self.planner.calibration_size(len(self.rows))
         size = math.ceil(N / processes)
         mine = list(range(rank * size, min((rank + 1) * size, N)))
@@ -138,8 +136,8 @@ class CGRPORun:
 
     def next_round(self, completions: list, slots: list[int], counts: torch.Tensor,
                    last: torch.Tensor) -> torch.Tensor:
-        """The round just drawn (its completions in ``slots``, ``last`` (P,) rollouts it gave each prompt) ->
-        (P,) rollouts of the next round: to the next budget for the prompts not resolved."""
+        """(P,) rollouts of the next round, to the next budget where unresolved, after the round just drawn
+        (``completions`` in ``slots``; ``last`` (P,) its rollouts per prompt)."""
         n = len(self.answers[0]) if self.answers else 1
         for slot, completion in zip(slots, completions):
             self.answers[slot // n][slot % n] = self._answer(completion)

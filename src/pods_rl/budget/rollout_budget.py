@@ -117,6 +117,7 @@ class RolloutBudget:
         self.needs = needs_of(which) | needs_of(how_many)  # what the engine must offer (engines.settings.OFFERS)
         self.costs = CostMeter(self, clock)  # what sampling and training cost, as each engine measures it
         self.answers = None  # completions' answers read for "calibration" and "answer_rounds" (set by check_inputs)
+        self.pending: list[tuple[int, list[float], int, int]] = []  # noted groups: (prompt id, rewards, step, epoch)
 
     @classmethod
     def from_config(cls, config, *, names: Mapping[str, str] | None = None,
@@ -351,21 +352,18 @@ class RolloutBudget:
 
     def allocate(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """(S,) rollouts in [m, n] per prompt of ``ids`` (S,) within ``adaptive_budget`` (n) each; and metrics."""
-        needs, name = needs_of(self.how_many), type(self.how_many).__name__
+        needs, low, knobs = needs_of(self.how_many), self.m, {"n": self.n}
         if "costs" in needs:  # auto: no fixed budget, the counts with the most signal per measured second
-            plan = self.how_many.plan(ids, self.ledger, n=self.n, m=self.m)
-            check_plan(name, plan, len(ids), self.m, self.n)
-            return plan.rollouts, plan.metrics
-        if needs & {"answer_rounds", "reward_rounds"}:  # its first round; the engine runs the others
-            plan = self.how_many.plan(ids, self.ledger, n=self.n)
-            check_plan(name, plan, len(ids), 1, self.n)
-            return plan.rollouts, plan.metrics
-        # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
-        # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
-        per_prompt = min(self.n, max(self.m, round(self.budget_per_prompt or self.n)))
-        budget = round((self.budget_per_prompt or self.n) * len(ids))
-        plan = self.how_many.plan(ids, self.ledger, n=per_prompt, total_budget=budget)
-        check_plan(name, plan, len(ids), self.m, self.n)
+            knobs["m"] = self.m
+        elif needs & {"answer_rounds", "reward_rounds"}:  # its first round; the engine runs the others
+            low = 1
+        else:
+            # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
+            # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
+            knobs = {"n": min(self.n, max(self.m, round(self.budget_per_prompt or self.n))),
+                     "total_budget": round((self.budget_per_prompt or self.n) * len(ids))}
+        plan = self.how_many.plan(ids, self.ledger, **knobs)
+        check_plan(type(self.how_many).__name__, plan, len(ids), low, self.n)
         return plan.rollouts, plan.metrics
 
     def record(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, *, step: int, epoch: int,
@@ -378,15 +376,40 @@ class RolloutBudget:
             metrics.update(member(self.which, "update")(summary, epoch=epoch))
         return metrics
 
+    def note(self, prompt: int, rewards: list[float], *, step: int, epoch: int, every: int = 1) -> dict[str, float]:
+        """Note a scored group's deciding rewards (NaN: unscored); ``flush``'s metrics once ``every`` wait, else {}."""
+        self.pending.append((int(prompt), [float(r) for r in rewards], int(step), int(epoch)))
+        return self.flush() if len(self.pending) >= every else {}
+
+    def flush(self) -> dict[str, float]:
+        """Record the noted groups in the ledger now, in one call (GRESO adapts once); their metrics."""
+        if not self.pending:
+            return {}
+        pending, self.pending = self.pending, []
+        rewards = torch.nn.utils.rnn.pad_sequence(  # (G, the most rollouts of one, at least 1), NaN past each's
+            [torch.tensor(values or [float("nan")], dtype=torch.float64) for _, values, _, _ in pending],
+            batch_first=True, padding_value=float("nan"))
+        ids = torch.tensor([prompt for prompt, *_ in pending], dtype=torch.long)
+        counts = torch.tensor([len(values) for _, values, _, _ in pending], dtype=torch.long)
+        return self.record(ids, rewards, counts, step=max(p[2] for p in pending), epoch=max(p[3] for p in pending))
+
     def state_dict(self) -> dict:
-        """The ledger's and the planners' state."""
+        """The ledger's and the planners' state, and the groups noted and not yet recorded."""
+        pending = self.pending
         return {"ledger": self.ledger.state_dict(),
                 "which": member(self.which, "state_dict")() if self.which is not None else None,
-                "how_many": member(self.how_many, "state_dict")() if self.how_many is not None else None}
+                "how_many": member(self.how_many, "state_dict")() if self.how_many is not None else None,
+                "pending": {"ids": torch.tensor([p[0] for p in pending], dtype=torch.long),
+                            "rewards": [torch.tensor(p[1], dtype=torch.float64) for p in pending],
+                            "steps": torch.tensor([p[2] for p in pending], dtype=torch.long),
+                            "epochs": torch.tensor([p[3] for p in pending], dtype=torch.long)}}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict``."""
+        """Restore ``state_dict`` (one saved before groups were noted: none pending)."""
         self.ledger.load_state_dict(state["ledger"])
+        pending = state.get("pending") or {"ids": [], "rewards": [], "steps": [], "epochs": []}
+        self.pending = [(int(p), r.tolist(), int(s), int(e)) for p, r, s, e in zip(
+            pending["ids"], pending["rewards"], pending["steps"], pending["epochs"], strict=True)]
         for name in ("which", "how_many"):
             planner = getattr(self, name)
             if planner is not None and state.get(name) is not None:

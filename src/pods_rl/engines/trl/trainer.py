@@ -46,17 +46,13 @@ from pods_rl.engines.trl.config import PODSConfig, eval_batch_problem, quiet_che
 from pods_rl.engines.trl.phase_clock import PhaseClock
 from pods_rl.engines.trl.step import PODSStep
 from pods_rl.machine import pods_rl_version
-from pods_rl.reward_guard import (
-    guard_reward_funcs,
-    reward_weights_of,
-)
+from pods_rl.reward_guard import guard_reward_funcs, reward_weights_of
 from pods_rl.runlog.integrity import reading_checkpoint
 from pods_rl.tasks.extraction import completion_text
 
 __all__ = ["PODSConfig", "PODSTrainer", "card_example_prompt", "rollouts_per_generation"]
 
 logger = logging.getLogger(__name__)
-
 
 
 def rollouts_per_generation(config: PODSConfig) -> int:
@@ -142,10 +138,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             raise TypeError(f"PODSTrainer needs args=PODSConfig(...) (or None for the defaults), got "
                             f"{type(config).__name__}.")
         # Reward functions are user code: a time budget per call, checked return values, named errors.
-        if "reward_funcs" in kwargs:
-            reward_funcs = kwargs["reward_funcs"]
-        else:
-            reward_funcs = args[1] if len(args) > 1 else None
+        reward_funcs = kwargs["reward_funcs"] if "reward_funcs" in kwargs else (args[1] if len(args) > 1 else None)
         if reward_funcs is not None:
             if config.reward_weights is None:
                 # A task's functions carry its weights (Task.reward_funcs): the same objective as `pods train`.

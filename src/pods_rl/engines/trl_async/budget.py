@@ -122,7 +122,6 @@ class WorkerBudget:
         self.committed: list[int] = []  # committed id (this session) -> the position of its prompt
         self.unjudged: dict[int, int] = {}  # group id -> position, for the pilots drawn and not yet judged
         self.generator = torch.Generator().manual_seed(seed)
-        self.pending: list[tuple[int, int, list[float], int]] = []  # (prompt id, position, rewards, step) not recorded
 
     def prompt_id(self, position: int) -> int:
         """The ledger id of the prompt at ``position``: its dataset index."""
@@ -171,40 +170,20 @@ class WorkerBudget:
         return committed, metrics
 
     def record(self, group_id: int, rewards: list[float], *, step: int) -> dict[str, float]:
-        """Note a group's deciding rewards; every W groups, record them in the ledger together and return metrics."""
+        """Note a group's deciding rewards (``RolloutBudget.note``): every W groups, recorded together; metrics."""
         position = self.positions[group_id]
-        self.pending.append((self.prompt_id(position), position, [float(r) for r in rewards], int(step)))
-        if len(self.pending) < self.window:
-            return {}
-        return self.flush()
-
-    def flush(self) -> dict[str, float]:
-        """Record the noted groups in the ledger now (one call: GRESO adapts once); their metrics."""
-        if not self.pending:
-            return {}
-        pending, self.pending = self.pending, []
-        rewards = torch.nn.utils.rnn.pad_sequence(  # (G, the most rollouts of one, at least 1), NaN past each's
-            [torch.tensor(values or [float("nan")], dtype=torch.float64) for _, _, values, _ in pending],
-            batch_first=True, padding_value=float("nan"))
-        ids = torch.tensor([prompt for prompt, _, _, _ in pending], dtype=torch.long)
-        counts = torch.tensor([len(values) for _, _, values, _ in pending], dtype=torch.long)
-        epoch = max(position for _, position, _, _ in pending) // self.dataset_size
-        return self.budget.record(ids, rewards, counts, step=max(step for *_, step in pending), epoch=epoch)
+        return self.budget.note(self.prompt_id(position), rewards, step=step, epoch=position // self.dataset_size,
+                                every=self.window)
 
     # ---- state: saved by the worker, copied into checkpoints, loaded on resume ------------------------------------
 
     def state_dict(self) -> dict:
-        """The budget's and generator's state, this session's positions and the unrecorded groups."""
-        pending = self.pending
+        """The budget's state (the unrecorded groups too), the generator's and this session's positions."""
         return {"budget": self.budget.state_dict(), "generator": self.generator.get_state(),
                 "start_index": self.start_index, "next_position": self.next_position,
                 "positions": torch.tensor(self.positions, dtype=torch.long),
                 "committed": torch.tensor(self.committed, dtype=torch.long),
-                "unjudged": torch.tensor(sorted(self.unjudged.values()), dtype=torch.long),
-                "pending_ids": torch.tensor([p for p, _, _, _ in pending], dtype=torch.long),
-                "pending_positions": torch.tensor([q for _, q, _, _ in pending], dtype=torch.long),
-                "pending_steps": torch.tensor([s for *_, s in pending], dtype=torch.long),
-                "pending_rewards": [torch.tensor(r, dtype=torch.float64) for _, _, r, _ in pending]}
+                "unjudged": torch.tensor(sorted(self.unjudged.values()), dtype=torch.long)}
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``state_dict`` to ``path`` atomically."""
@@ -212,15 +191,11 @@ class WorkerBudget:
         return save_atomically(self.state_dict(), path)
 
     def resume(self, path: str | os.PathLike, dataset_start_index: int) -> tuple[int, bool]:
-        """Restore the state at ``path`` for a session TRL starts at ``dataset_start_index`` (saved start + first
-        untrained group, committed groups with Pilot-Commit, where unjudged pilots are drawn again). Returns the
-        position to draw from and whether the saved groups knew it."""
+        """Restore ``path``'s state for a session TRL starts at ``dataset_start_index`` (saved start + groups trained;
+        Pilot-Commit: committed ones, unjudged pilots drawn again) -> (position to draw from, whether it was known)."""
         state = torch.load(Path(path), weights_only=True)
         self.budget.load_state_dict(state["budget"])
         self.generator.set_state(state["generator"])
-        self.pending = [(int(p), int(q), r.tolist(), int(s)) for p, q, s, r in zip(
-            state["pending_ids"], state["pending_positions"], state["pending_steps"], state["pending_rewards"],
-            strict=True)]
         positions = (state["committed"] if self.commits else state["positions"]).tolist()
         offset = dataset_start_index - int(state["start_index"])
         found = 0 <= offset <= len(positions)
