@@ -89,8 +89,7 @@ class CGRPORun:
     # ---- the calibration ----------------------------------------------------------------------------------------
 
     def share(self, rank: int = 0, processes: int = 1) -> tuple[list[dict], int]:
-        """This process's share of the first ``calibration_size`` rows (padded with row 0: as many on every process)
-        and how many of them are its own."""
+        """This process's rows of the first ``calibration_size`` (row 0 pads to equal shares), how many are its own."""
         N = self.planner.calibration_size(len(self.rows))
         size = math.ceil(N / processes)
         mine = list(range(rank * size, min((rank + 1) * size, N)))

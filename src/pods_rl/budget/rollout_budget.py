@@ -198,10 +198,9 @@ class RolloutBudget:
     # Long because skipping, GRESO's counters and Knapsack-RL's counts share the window's locals.
     def draw(self, candidates: Callable[[int], torch.Tensor], want: int, generator: torch.Generator | None, *,
              patience: int) -> tuple[list[int], torch.Tensor, dict]:
-        """A window planned prompt by prompt (an engine sampling while it trains): ``candidates(k)`` the next k ids
-        (k,), screened by the prompt planner, a skipped one replaced by the next (after ``patience`` skipped in a row,
-        admitted anyway: never stalls), until ``want`` are chosen. Returns their indices among all drawn, (want,)
-        first-round rollouts (Pilot-Commit: its pilot) and metrics."""
+        """A window planned prompt by prompt (an engine sampling while it trains): ``candidates(k)`` the next k ids,
+        screened, a skipped one replaced by the next (after ``patience`` skips in a row, admitted: never stalls), until
+        ``want`` are chosen -> their indices among all drawn, (want,) first rollouts (Pilot-Commit's pilot), metrics."""
         which, own = self.which, {}  # own: the prompt planner's metrics beyond the counters (GRESO's p's)
         chosen: list[int] = []  # their indices among the drawn
         ids_chosen: list[int] = []
@@ -306,9 +305,8 @@ class RolloutBudget:
     def next_round(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, last: torch.Tensor,
                    completions: list, slots: list[int], num_groups: int, *, first: bool, step: int, rank: int = 0,
                    gather=None, device=None) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
-        """After a round of a step's rounds (``last`` (P,) its rollouts, their ``completions`` in ``slots``; ``first``:
-        the first round): (P,) rollouts of the next, (P,) bool which may train (None: every sampled one) and metrics:
-        C-GRPO's next budgets, Pilot-Commit's commit after its pilot (``commit``), else none."""
+        """After a round (``last`` (P,) its rollouts, ``completions`` in ``slots``; ``first``: the step's first): (P,)
+        next rollouts (answer rounds', Pilot-Commit's commit, else 0), (P,) may train (None: all sampled), metrics."""
         if self.answers is not None:
             return self.answers.next_round(completions, slots, counts, last), None, {}
         if first and self.commits:
@@ -317,8 +315,7 @@ class RolloutBudget:
 
     def calibrate(self, sample: Callable[[list[dict], int], list], *, step: int, rank: int = 0, processes: int = 1,
                   per_device_rows: int | None = None, gather: Callable | None = None) -> dict[str, float]:
-        """A planner's calibration before ``step`` when due ({} otherwise): its held-out prompts sampled through
-        the engine's ``sample(rows, k)`` (a collective under several processes; ``CGRPORun.calibrate``); metrics."""
+        """A planner's calibration when due (else {}): rows sampled by the engine's ``sample(rows, k)`` (collective)."""
         if self.calibration_rows(step) is None:
             return {}
         return self.answers.calibrate(sample, step=step, rank=rank, processes=processes,

@@ -236,9 +236,8 @@ class PODSStep:
 
     def _sample_rollouts(self, inputs: list[dict], prompts: list, num_sampled: int,
                          first: torch.Tensor | None = None, ids: torch.Tensor | None = None) -> Sampled:
-        """Generate and score the P*n rollouts of ``inputs``: one ``_generate`` + ``_calculate_rewards``, or rounds
-        (adaptive, or the planners' ``first`` (P,) per prompt). What TRL buffers per rollout (generation metrics,
-        ``log_extra``, ``log_metric``) is taken out, for the kept rows to get theirs back."""
+        """The P*n rollouts of ``inputs`` generated and scored: in one call, or rounds (adaptive, or the planners'
+        ``first`` (P,)). TRL's per-rollout buffers (metrics, ``log_extra``) taken out: the kept rows get theirs back."""
         if self.args.is_adaptive or first is not None:
             sampled = self._sample_in_rounds(inputs, prompts, first, ids)
             with self._phase("selection"):

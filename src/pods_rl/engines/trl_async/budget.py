@@ -128,8 +128,7 @@ class WorkerBudget:
         return position % self.dataset_size
 
     def draw(self, next_row: Callable[[], dict]) -> tuple[list[tuple[int, dict, int]], dict]:
-        """The next window's ``(group_id, row, rollouts)`` (skipped prompts replaced: ``RolloutBudget.draw``) and the
-        planners' metrics."""
+        """The next window's ``(group_id, row, rollouts)`` (``RolloutBudget.draw``) and the planners' metrics."""
         rows: list[tuple[int, dict]] = []  # (position, row), every one drawn
 
         def candidates(k: int) -> torch.Tensor:
@@ -149,8 +148,7 @@ class WorkerBudget:
         return groups, metrics
 
     def close(self, group_id: int, *, sampled: int, trained: int) -> dict[str, float]:
-        """A group is done: ``CostMeter.close`` (auto's costs; no update seconds, which the worker never sees: auto
-        uses ``train_ms``)."""
+        """A group is done: ``CostMeter.close`` (auto's costs; the worker sees no update seconds: ``train_ms``)."""
         return self.costs.close(group_id, sampled=sampled, trained=trained)
 
     @property
