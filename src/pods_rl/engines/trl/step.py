@@ -115,7 +115,7 @@ class PODSStep:
         if kept.padded is not None:  # padding rows out of the loss; the answer rounds' metrics (collectives)
             padding = mask_padding(output, kept.padded, self._gather)
             counts = self._gather(sampled.counts.reshape(-1)).cpu()  # (P * processes,)
-            self._log_train_metrics(self._budget.round_metrics(counts, padding))
+            log_train_metrics(self, self._budget.round_metrics(counts, padding))
         if self.args.advantage_baseline == "sampled":  # 6. advantages baselined on every sampled rollout instead
             self._use_sampled_baseline(output, sampled, kept.rows, len(inputs))
         return output
@@ -135,13 +135,13 @@ class PODSStep:
             return None, None
         ids = candidate_ids(inputs, self.num_generations)  # (P,)
         # a planner's calibration, when due: with the current policy, before the step that needs it
-        self._log_train_metrics(self._budget.calibrate(
+        log_train_metrics(self, self._budget.calibrate(
             self._sample_held_out, step=self.state.global_step, rank=self.accelerator.process_index,
             processes=self.accelerator.num_processes, per_device_rows=self.args.per_device_train_batch_size,
             gather=self._gather))
         first, metrics = self._budget.plan(ids, self._kept_groups_per_process, step=self.state.global_step,
                                            rank=self.accelerator.process_index, pilot=self.args.pilot_generations)
-        self._log_train_metrics(metrics)
+        log_train_metrics(self, metrics)
         return ids, first
 
     def _select_kept(self, inputs: list[dict], prompts: list, sampled: Sampled,
@@ -158,7 +158,7 @@ class PODSStep:
                                features=self._rollout_features(sampled.generated, local_rewards_per_func,
                                                                num_sampled, n),
                                generator=self._selection_generator, gather=self._gather)
-            self._log_train_metrics(selection.metrics)
+            log_train_metrics(self, selection.metrics)
             kept_rows, padded = selection.kept_rows, None  # (B*m,)
             if self._budget is not None and "answer_rounds" in self._budget.needs:  # stopped below m: padding rows
                 kept_rows, padded = padded_kept_rows(selection.kept, selection.groups, n)
@@ -223,14 +223,11 @@ class PODSStep:
         """Whether ``flag`` is true on any process (a collective: every process calls it)."""
         return bool(self._gather(torch.tensor([float(flag)])).max() > 0)
 
-    def _log_train_metrics(self, metrics: dict[str, float]) -> None:
-        log_train_metrics(self, metrics)
-
     def _record_in_ledger(self, ids: torch.Tensor, sampled: Sampled, num_sampled: int, n: int) -> None:
         """Every process's scored groups into the prompt ledger (one collective), by their deciding reward."""
         deciding = self._deciding_rewards(sampled.rewards_per_func, self.reward_weights.cpu().double())
         deciding = deciding.view(num_sampled, n)
-        self._log_train_metrics(self._budget.record(
+        log_train_metrics(self, self._budget.record(
             ids, deciding, sampled.counts, step=self.state.global_step, epoch=int(self.state.epoch or 0),
             gather=gather, device=self.accelerator.device))
 
@@ -245,7 +242,7 @@ class PODSStep:
         else:
             scored = self._generate_and_score(inputs, prompts)
             every_process = scored.gathered_rewards  # (P*n*processes, F)
-            self._log_train_metrics({"pods/rollouts_sampled": float(every_process.shape[0]), "pods/rounds": 1.0})
+            log_train_metrics(self, {"pods/rollouts_sampled": float(every_process.shape[0]), "pods/rounds": 1.0})
             counts = torch.full((num_sampled,), self.num_generations, dtype=torch.long)
             sampled = Sampled(scored.generated, self._local_rows(every_process, len(inputs)), counts,
                               scored.extra_logs, scored.user_metrics)
@@ -263,7 +260,7 @@ class PODSStep:
                               phase=self._phase, next_round=None if self._budget is None else self._next_round)
             rounds = Rounds(self.args, self.num_generations, self.downsample_to, self.accelerator.process_index, host)
             sampled, metrics = rounds.sample(inputs, first, ids)
-        self._log_train_metrics(metrics)
+        log_train_metrics(self, metrics)
         return sampled
 
     def _sample_round(self, batch: dict, inputs: list[dict], prompts: list, slots: list[int], padding: int,
@@ -297,7 +294,7 @@ class PODSStep:
         more, trainable, metrics = self._budget.next_round(
             *args, self._kept_groups_per_process, first=first, step=self.state.global_step,
             rank=self.accelerator.process_index, gather=gather, device=self.accelerator.device)
-        self._log_train_metrics(metrics)
+        log_train_metrics(self, metrics)
         return more, trainable
 
     def _deciding_rewards(self, rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -56,20 +56,19 @@ def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environme
     unknown = sorted(set(settings) - {*BUDGET_KEYS, "pods_adaptive_budget", "pods_adaptive_reward", "pods_seed"})
     if unknown:
         raise TypeError(f"unexpected keyword argument {unknown[0]!r} for the PODS worker")
-    check_planners("trl_async", {"which_prompts": settings.get("pods_prompt_planner"),
-                                 "how_many": settings.get("pods_rollout_planner")}, available_planners)
-    if settings.get("pods_prompt_planner") is None and settings.get("pods_rollout_planner") is None:
+    which, how_many = settings.get("pods_prompt_planner"), settings.get("pods_rollout_planner")
+    check_planners("trl_async", {"which_prompts": which, "how_many": how_many}, available_planners)
+    if which is None and how_many is None:
         return None
     names, reasons = spelled("trl_async", "budget"), PILOT_COMMIT_REASONS["trl_async"]
-    check_rollout_planner(settings.get("pods_rollout_planner"), pilot=pilot is not None, n=n, m=m, names=names)
-    how_many = settings.get("pods_rollout_planner")
+    check_rollout_planner(how_many, pilot=pilot is not None, n=n, m=m, names=names)
     if "costs" in needs_of(how_many) and (settings.get("pods_rollout_planner_args") or {}).get(
             "train_ms") is None:  # the "a run that logs no phase times": the worker logs no update time
         raise ValueError(f"pods_rollout_planner={how_many!r} in the asynchronous worker needs "
                          "pods_rollout_planner_args={'train_ms': MS}, the trainer's milliseconds per trained rollout: "
                          "the worker samples in its own process and sees no update times; measure them with `pods "
                          "cost` (its upd/kept column)")
-    if settings.get("pods_rollout_planner") is not None:
+    if how_many is not None:
         if environment_factory is not None:
             raise ValueError("pods_rollout_planner does not support environment_factory: the worker samples m of each "
                              "prompt and tops the group up to its count outside TRL's generate loop, which draws and "
