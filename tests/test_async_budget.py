@@ -189,7 +189,7 @@ def test_the_state_resumes_and_maps_trls_resume_point_back_to_the_prompt(tmp_pat
         assert again.budget.ledger.state_dict().keys() == wb.budget.ledger.state_dict().keys()
         assert all(torch.equal(a, b) for a, b in zip(again.budget.ledger.state_dict().values(),
                                                       wb.budget.ledger.state_dict().values()) if torch.is_tensor(a))
-        assert again.pending == wb.pending and len(again.pending) == 1
+        assert again.budget.pending == wb.budget.pending and len(again.budget.pending) == 1
         assert torch.equal(again.generator.get_state(), wb.generator.get_state())
 
 

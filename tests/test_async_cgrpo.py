@@ -67,7 +67,7 @@ def test_groups_climb_the_grid_and_stop_at_a_singleton_set(tmp_path, monkeypatch
         rows = run_loops(loop, groups=3)
     finally:
         close_loop(loop)
-    planner = loop.cgrpo.planner
+    planner = loop.budget.budget.how_many
     assert loop.calibration_drawn == dict.fromkeys(CALIBRATION_SCRIPT, 8)
     calibrations = [m for m in pushed(loop) if "pods/cgrpo_calibration_rollouts" in m]
     assert [m["pods/cgrpo_calibration_rollouts"] for m in calibrations] == [24.0]

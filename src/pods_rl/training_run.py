@@ -147,8 +147,7 @@ def _check_run_dir(run_dir: Path, config, resume: bool, output_dir_given: bool):
 
 def _load_data(run: RunArguments, config):
     """The task, its training split (rows bounded while they load), the data's fingerprint and the trainer's inputs
-    of a planner's (C-GRPO's calibration set and answer extractor); a broken or missing
-    held-out split fails here too, before the model loads."""
+    of a planner's (``_planner_inputs``); a broken or missing held-out split fails here too, before the model loads."""
     task = get_task(run.task, **parse_task_args(run.task_args))
     if run.max_row_bytes is not None:
         task.max_row_bytes = run.max_row_bytes
@@ -164,24 +163,23 @@ def _load_data(run: RunArguments, config):
                   f"evaluation uses {held_out}, not the {run.eval_num_problems} of --eval_num_problems")
     if config.reward_weights is None:
         config.reward_weights = list(task.reward_weights)
-    return task, train_dataset, data, _cgrpo_inputs(run, config, task, train_dataset)
+    return task, train_dataset, data, _planner_inputs(run, config, task, train_dataset)
 
 
-def _cgrpo_inputs(run: RunArguments, config, task, train_dataset) -> dict:
-    """With ``--rollout_planner cgrpo``: PODSTrainer's ``calibration_dataset``, checked here once, before the model
-    loads (the rows of ``calibration_split``, default the evaluation split past the problems evaluation uses, with
-    the task's answer extractor); {} otherwise."""
-    from pods_rl.budget.cgrpo_run import check_cgrpo_inputs
+def _planner_inputs(run: RunArguments, config, task, train_dataset) -> dict:
+    """A "calibration" planner's ``calibration_dataset`` (rows of ``calibration_split``, default the evaluation split
+    past the problems evaluation uses; the task's answer extractor), checked once before the model loads; else {}."""
     from pods_rl.budget.planners import make_planner, needs_of
+    from pods_rl.budget.rollout_budget import check_calibration_inputs
 
     if "calibration" not in needs_of(config.rollout_planner):
         return {}
 
     extractor = task.answer_extractor()
     if extractor is None:
-        raise ValueError(f"--rollout_planner cgrpo compares the final answers of a prompt's completions, but task "
-                         f"{run.task!r} has no answer extractor (its answers do not compare as strings): choose "
-                         "another planner, or a task whose answer_extractor() returns one")
+        raise ValueError(f"--rollout_planner {config.rollout_planner} compares the final answers of a prompt's "
+                         f"completions, but task {run.task!r} has no answer extractor (its answers do not compare "
+                         "as strings): choose another planner, or a task whose answer_extractor() returns one")
     settings = make_planner(config.rollout_planner, **(config.rollout_planner_args or {})).settings
     split = settings.calibration_split or run.eval_split
     if split not in task.splits:
@@ -195,7 +193,7 @@ def _cgrpo_inputs(run: RunArguments, config, task, train_dataset) -> dict:
         raise ValueError(f"split {split!r} of task {run.task!r} has no rows past the {skip} evaluation problems to "
                          "calibrate C-GRPO on: lower --eval_num_problems, or set calibration_split in "
                          "--rollout_planner_args")
-    checked = check_cgrpo_inputs(settings, held_out.select(range(skip, end)), extractor, train_dataset)
+    checked = check_calibration_inputs(settings, held_out.select(range(skip, end)), extractor, train_dataset)
     return {"calibration_dataset": checked}  # a CalibrationSet: PODSTrainer checks its rows no more
 
 
@@ -270,7 +268,7 @@ def _record_run(run_dir: Path, config, flat: dict, resume: bool, explicit, main_
 def _build_trainer(run: RunArguments, config, model_args, task, train_dataset, model, tokenizer, stop,
                    run_dir: Path, train_seconds: float, changes: dict, trainer_inputs: dict | None = None):
     """The clock (evaluations, time-based saves and stop), the stop on signals, the divergence guard and the
-    trainer (``trainer_inputs``: its keywords of a planner's, C-GRPO's). Returns (trainer, clock, eval_fn)."""
+    trainer (``trainer_inputs``: its keywords of a planner's inputs). Returns (trainer, clock, eval_fn)."""
     from transformers.trainer_callback import PrinterCallback
 
     from pods_rl.engines.trl.config import peft_config

@@ -1,9 +1,6 @@
-"""C-GRPO as an engine runs it, written once for every engine: its inputs checked (``check_cgrpo_inputs``, one line
-each in the engine's spelling) and ``CGRPORun``: the calibration (which prompts each process samples, their answers
-through the engine's "sample these prompts k times", the thresholds fitted, the metrics to log) and the stop rule
-after a round. An engine keeps its sampling and where the calibration runs in its step; the planner's math is
-``planners/cgrpo.py``.
-"""
+"""C-GRPO's run, once for every engine: its inputs checked (``check_calibration_inputs``, in the engine's spelling)
+and ``CGRPORun`` (the calibration, the stop rule after a round), which ``RolloutBudget`` holds and speaks for to the
+engines; the planner's math is ``planners/cgrpo.py``."""
 
 from __future__ import annotations
 
@@ -17,7 +14,7 @@ from pods_rl.budget.ledger import prompt_key
 from pods_rl.budget.planners.base import CONFIG_NAMES
 from pods_rl.budget.planners.cgrpo import CGRPO, CGRPOSettings, encode_answers
 
-__all__ = ["CGRPORun", "CalibrationSet", "check_cgrpo_inputs"]
+__all__ = ["CGRPORun", "CalibrationSet", "check_calibration_inputs"]
 
 
 @dataclass(frozen=True)
@@ -28,12 +25,12 @@ class CalibrationSet:
     answer_extractor: Callable
 
 
-def check_cgrpo_inputs(settings: CGRPOSettings | None, calibration_dataset, answer_extractor, train_dataset, *,
-                       environment: bool = False, names: Mapping[str, str] | None = None) -> CalibrationSet | None:
-    """C-GRPO's inputs checked, one line each in the engine's spelling ``names`` (default ``CONFIG_NAMES``):
-    ``settings`` (None: the run has no C-GRPO, so neither input may be given; else ``score="aps"``), no environment,
-    an answer extractor, the calibration prompts (a map-style dataset or a list of dicts with ``prompt`` and the gold
-    answer column, none of ``train_dataset``'s). Returns them checked (a ``CalibrationSet`` given: as it is)."""
+def check_calibration_inputs(settings: CGRPOSettings | None, calibration_dataset, answer_extractor, train_dataset,
+                             *, environment: bool = False,
+                             names: Mapping[str, str] | None = None) -> CalibrationSet | None:
+    """C-GRPO's inputs checked, one line each in the spelling ``names``: ``settings`` (None: no C-GRPO, no inputs),
+    no environment, an answer extractor, calibration prompts (a map-style dataset or list of dicts: ``prompt``, the
+    gold answer column; none of ``train_dataset``'s). Returns them checked (a ``CalibrationSet``: as it is)."""
     names = CONFIG_NAMES if names is None else names
     planner, data, extractor = (f"{names['rollout_planner']}='cgrpo'", names["calibration_dataset"],
                                 names["answer_extractor"])
@@ -79,8 +76,7 @@ def check_cgrpo_inputs(settings: CGRPOSettings | None, calibration_dataset, answ
 
 
 class CGRPORun:
-    """C-GRPO's part of an engine's run: the planner, the checked calibration set and ``text(completion) -> str`` (the
-    engine's reading of a completion, the one its rewards read); this step's answers for the rounds."""
+    """C-GRPO's part of a run: the planner, the calibration set, the engine's ``text(completion) -> str``; answers."""
 
     def __init__(self, planner: CGRPO, calibration: CalibrationSet, text: Callable[[object], str]):
         self.planner, self.rows, self.text = planner, calibration.rows, text
@@ -93,8 +89,7 @@ class CGRPORun:
     # ---- the calibration ----------------------------------------------------------------------------------------
 
     def share(self, rank: int = 0, processes: int = 1) -> tuple[list[dict], int]:
-        """This process's calibration rows, its share of the first ``calibration_size`` (the last processes' padded
-        with the first prompt: every process samples equally often), and how many of them are its own."""
+        """This process's rows of the first ``calibration_size`` (row 0 pads to equal shares), how many are its own."""
         N = self.planner.calibration_size(len(self.rows))
         size = math.ceil(N / processes)
         mine = list(range(rank * size, min((rank + 1) * size, N)))
@@ -102,9 +97,8 @@ class CGRPORun:
 
     def calibrate(self, sample: Callable[[list[dict], int], list], *, step: int, rank: int = 0, processes: int = 1,
                   per_device_rows: int | None = None, gather: Callable | None = None) -> dict[str, float]:
-        """Sample this process's share through the engine's ``sample(rows, k)`` -> each row's k completions in turn
-        (a collective under several processes: each calls it equally often), ``calibration_batch_size`` prompts a
-        call (default per_device_rows // k_max, else all), then ``fit``. Returns the metrics to log."""
+        """This process's share sampled by ``sample(rows, k)`` -> each row's k completions in turn (a collective),
+        ``calibration_batch_size`` prompts a call (default per_device_rows // k_max, else all); ``fit``'s metrics."""
         s = self.planner.settings
         rows, valid = self.share(rank, processes)
         per_call = s.calibration_batch_size or max(1, (per_device_rows or len(rows) * s.k_max) // s.k_max)
@@ -114,9 +108,8 @@ class CGRPORun:
 
     def fit(self, rows: list[dict], completions: list, valid: int, *, step: int, processes: int = 1,
             gather: Callable | None = None) -> dict[str, float]:
-        """The thresholds from ``rows``' completions (len(rows) * k_max, each row's in turn; the first ``valid`` rows
-        this process's own). With ``gather`` (a collective): every process's, in the calibration set's order, and
-        every process takes the first one's thresholds. Returns the metrics to log."""
+        """The thresholds from ``rows``' k_max completions each (the first ``valid`` rows this process's own; with
+        ``gather``, a collective: every process's, and all take the first process's thresholds); metrics to log."""
         s, k = self.planner.settings, self.planner.settings.k_max
         answers = [[self._answer(c) for c in completions[i * k:(i + 1) * k]] for i in range(len(rows))]
         codes, gold = encode_answers(answers, k, [row[s.calibration_answer_column] for row in rows])  # (R, k), (R,)
@@ -142,8 +135,8 @@ class CGRPORun:
 
     def next_round(self, completions: list, slots: list[int], counts: torch.Tensor,
                    last: torch.Tensor) -> torch.Tensor:
-        """The round just drawn (its completions in ``slots``, ``last`` (P,) rollouts it gave each prompt) ->
-        (P,) rollouts of the next round: to the next budget for the prompts not resolved."""
+        """(P,) rollouts of the next round, to the next budget where unresolved, after the round just drawn
+        (``completions`` in ``slots``; ``last`` (P,) its rollouts per prompt)."""
         n = len(self.answers[0]) if self.answers else 1
         for slot, completion in zip(slots, completions):
             self.answers[slot // n][slot % n] = self._answer(completion)

@@ -6,6 +6,7 @@ Engine-neutral; an engine samples what it is told and says what it cost::
     first, metrics = budget.plan(ids, num_groups, ...)    # (P,) a step's first round (draw: a window, prompt by prompt)
     ... generate and score them; after each round ...
     more, trainable, metrics = budget.next_round(...)     # C-GRPO's budgets, Pilot-Commit's commit (judge_one: one)
+    check_inputs(budget, calibration_dataset, ...)        # a planner's inputs beside the prompts; then calibrate(...)
     metrics = budget.record(ids, rewards, counts, ...)    # every rank records every rank's groups
     budget.costs.sampled(...) / .phases(...) / .close(...)  # what it cost (costs.CostMeter), for auto
     budget.save(checkpoint_dir) / budget.load(checkpoint_dir)
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 
+from pods_rl.budget.cgrpo_run import CalibrationSet, CGRPORun, check_calibration_inputs
 from pods_rl.budget.costs import CostMeter
 from pods_rl.budget.ledger import (
     LEDGER_FILE,
@@ -44,8 +46,9 @@ from pods_rl.budget.planners.base import (
 )
 from pods_rl.budget.planners.pilot_commit import PLAIN_REASONS, check_pilot_commit
 
-__all__ = ["CONFIG_NAMES", "PLAIN_REASONS", "BudgetSettings", "RolloutBudget", "candidate_ids", "check_pilot_commit",
-           "check_planner_settings", "check_rollout_planner", "step_generator"]
+__all__ = ["CONFIG_NAMES", "PLAIN_REASONS", "BudgetSettings", "CalibrationSet", "RolloutBudget", "candidate_ids",
+           "check_calibration_inputs", "check_inputs", "check_pilot_commit", "check_planner_settings",
+           "check_rollout_planner", "step_generator"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +116,8 @@ class RolloutBudget:
         self.budget_per_prompt = budget_per_prompt
         self.needs = needs_of(which) | needs_of(how_many)  # what the engine must offer (engines.settings.OFFERS)
         self.costs = CostMeter(self, clock)  # what sampling and training cost, as each engine measures it
-        self.cgrpo = None  # C-GRPO's run (cgrpo_run.CGRPORun), set by an engine with its checked calibration
+        self.answers = None  # completions' answers read for "calibration" and "answer_rounds" (set by check_inputs)
+        self.pending: list[tuple[int, list[float], int, int]] = []  # noted groups: (prompt id, rewards, step, epoch)
 
     @classmethod
     def from_config(cls, config, *, names: Mapping[str, str] | None = None,
@@ -165,8 +169,8 @@ class RolloutBudget:
             metrics["pods/prompts_readmitted"] = float(max(missing, 0))
         else:
             chosen[:] = True
-        if self.cgrpo is not None:
-            self.cgrpo.start_step(P, self.n)
+        if self.answers is not None:
+            self.answers.start_step(P, self.n)
         first = torch.zeros(P, dtype=torch.long)
         counts, allocated = self.first_counts(ids[chosen], pilot=pilot)
         metrics.update({k: v for k, v in allocated.items() if k not in metrics})
@@ -194,10 +198,9 @@ class RolloutBudget:
     # Long because skipping, GRESO's counters and Knapsack-RL's counts share the window's locals.
     def draw(self, candidates: Callable[[int], torch.Tensor], want: int, generator: torch.Generator | None, *,
              patience: int) -> tuple[list[int], torch.Tensor, dict]:
-        """A window planned prompt by prompt (an engine sampling while it trains): ``candidates(k)`` the next k ids
-        (k,), screened by the prompt planner, a skipped one replaced by the next (after ``patience`` skipped in a row,
-        admitted anyway: never stalls), until ``want`` are chosen. Returns their indices among all drawn, (want,)
-        first-round rollouts (Pilot-Commit: its pilot) and metrics."""
+        """A window planned prompt by prompt (an engine sampling while it trains): ``candidates(k)`` the next k ids,
+        screened, a skipped one replaced by the next (after ``patience`` skips in a row, admitted: never stalls), until
+        ``want`` are chosen -> their indices among all drawn, (want,) first rollouts (Pilot-Commit's pilot), metrics."""
         which, own = self.which, {}  # own: the prompt planner's metrics beyond the counters (GRESO's p's)
         chosen: list[int] = []  # their indices among the drawn
         ids_chosen: list[int] = []
@@ -302,14 +305,40 @@ class RolloutBudget:
     def next_round(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, last: torch.Tensor,
                    completions: list, slots: list[int], num_groups: int, *, first: bool, step: int, rank: int = 0,
                    gather=None, device=None) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
-        """After a round of a step's rounds (``last`` (P,) its rollouts, their ``completions`` in ``slots``; ``first``:
-        the first round): (P,) rollouts of the next, (P,) bool which may train (None: every sampled one) and metrics:
-        C-GRPO's next budgets, Pilot-Commit's commit after its pilot (``commit``), else none."""
-        if self.cgrpo is not None:
-            return self.cgrpo.next_round(completions, slots, counts, last), None, {}
+        """After a round (``last`` (P,) its rollouts, ``completions`` in ``slots``; ``first``: the step's first): (P,)
+        next rollouts (answer rounds', Pilot-Commit's commit, else 0), (P,) may train (None: all sampled), metrics."""
+        if self.answers is not None:
+            return self.answers.next_round(completions, slots, counts, last), None, {}
         if first and self.commits:
             return self.commit(ids, rewards, counts, num_groups, step=step, rank=rank, gather=gather, device=device)
         return torch.zeros_like(last), None, {}
+
+    def calibrate(self, sample: Callable[[list[dict], int], list], *, step: int, rank: int = 0, processes: int = 1,
+                  per_device_rows: int | None = None, gather: Callable | None = None) -> dict[str, float]:
+        """A planner's calibration when due (else {}): rows sampled by the engine's ``sample(rows, k)`` (collective)."""
+        if self.calibration_rows(step) is None:
+            return {}
+        return self.answers.calibrate(sample, step=step, rank=rank, processes=processes,
+                                      per_device_rows=per_device_rows, gather=gather)
+
+    def calibration_rows(self, step: int) -> tuple[list[dict], int] | None:
+        """(held-out rows, k) to sample before ``step`` (None: none due), by an engine that then ``fit_calibration``."""
+        if self.answers is None or not self.how_many.calibration_due(step):
+            return None
+        return self.answers.share()[0], self.how_many.settings.k_max
+
+    def fit_calibration(self, rows: list[dict], completions: list, *, step: int) -> dict[str, float]:
+        """The planner calibrated on ``rows``' completions (each row's k in turn); its metrics."""
+        return self.answers.fit(rows, completions, len(rows), step=step)
+
+    def group_more(self, completions: list) -> int:
+        """Rollouts one group of ``completions`` gets next, judged alone by its answers (0: it stops)."""
+        return self.answers.group_more(completions)
+
+    def round_metrics(self, counts: torch.Tensor, padding_rows: float) -> dict[str, float]:
+        """A step's answer-round metrics from every process's rollouts per prompt (P*processes,), padding's share."""
+        return {**self.how_many.round_metrics(counts), "pods/cgrpo_padding_rows": padding_rows,
+                "pods/cgrpo_calibration_rollouts_total": float(self.how_many.calibration_rollouts)}
 
     def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
         """One optimizer step's rollouts sampled (0: none this step) and trained, and its sampling (generation +
@@ -320,21 +349,18 @@ class RolloutBudget:
 
     def allocate(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """(S,) rollouts in [m, n] per prompt of ``ids`` (S,) within ``adaptive_budget`` (n) each; and metrics."""
-        needs, name = needs_of(self.how_many), type(self.how_many).__name__
+        needs, low, knobs = needs_of(self.how_many), self.m, {"n": self.n}
         if "costs" in needs:  # auto: no fixed budget, the counts with the most signal per measured second
-            plan = self.how_many.plan(ids, self.ledger, n=self.n, m=self.m)
-            check_plan(name, plan, len(ids), self.m, self.n)
-            return plan.rollouts, plan.metrics
-        if needs & {"answer_rounds", "reward_rounds"}:  # its first round; the engine runs the others
-            plan = self.how_many.plan(ids, self.ledger, n=self.n)
-            check_plan(name, plan, len(ids), 1, self.n)
-            return plan.rollouts, plan.metrics
-        # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
-        # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
-        per_prompt = min(self.n, max(self.m, round(self.budget_per_prompt or self.n)))
-        budget = round((self.budget_per_prompt or self.n) * len(ids))
-        plan = self.how_many.plan(ids, self.ledger, n=per_prompt, total_budget=budget)
-        check_plan(name, plan, len(ids), self.m, self.n)
+            knobs["m"] = self.m
+        elif needs & {"answer_rounds", "reward_rounds"}:  # its first round; the engine runs the others
+            low = 1
+        else:
+            # A prompt the ledger cannot estimate yet gets the average (Knapsack-RL's code gives it its n: here the
+            # budget per prompt, so that the budget holds from the first step); max_n caps the others at n.
+            knobs = {"n": min(self.n, max(self.m, round(self.budget_per_prompt or self.n))),
+                     "total_budget": round((self.budget_per_prompt or self.n) * len(ids))}
+        plan = self.how_many.plan(ids, self.ledger, **knobs)
+        check_plan(type(self.how_many).__name__, plan, len(ids), low, self.n)
         return plan.rollouts, plan.metrics
 
     def record(self, ids: torch.Tensor, rewards: torch.Tensor, counts: torch.Tensor, *, step: int, epoch: int,
@@ -347,15 +373,40 @@ class RolloutBudget:
             metrics.update(member(self.which, "update")(summary, epoch=epoch))
         return metrics
 
+    def note(self, prompt: int, rewards: list[float], *, step: int, epoch: int, every: int = 1) -> dict[str, float]:
+        """Note a scored group's deciding rewards (NaN: unscored); ``flush``'s metrics once ``every`` wait, else {}."""
+        self.pending.append((int(prompt), [float(r) for r in rewards], int(step), int(epoch)))
+        return self.flush() if len(self.pending) >= every else {}
+
+    def flush(self) -> dict[str, float]:
+        """Record the noted groups in the ledger now, in one call (GRESO adapts once); their metrics."""
+        if not self.pending:
+            return {}
+        pending, self.pending = self.pending, []
+        rewards = torch.nn.utils.rnn.pad_sequence(  # (G, the most rollouts of one, at least 1), NaN past each's
+            [torch.tensor(values or [float("nan")], dtype=torch.float64) for _, values, _, _ in pending],
+            batch_first=True, padding_value=float("nan"))
+        ids = torch.tensor([prompt for prompt, *_ in pending], dtype=torch.long)
+        counts = torch.tensor([len(values) for _, values, _, _ in pending], dtype=torch.long)
+        return self.record(ids, rewards, counts, step=max(p[2] for p in pending), epoch=max(p[3] for p in pending))
+
     def state_dict(self) -> dict:
-        """The ledger's and the planners' state."""
+        """The ledger's and the planners' state, and the groups noted and not yet recorded."""
+        pending = self.pending
         return {"ledger": self.ledger.state_dict(),
                 "which": member(self.which, "state_dict")() if self.which is not None else None,
-                "how_many": member(self.how_many, "state_dict")() if self.how_many is not None else None}
+                "how_many": member(self.how_many, "state_dict")() if self.how_many is not None else None,
+                "pending": {"ids": torch.tensor([p[0] for p in pending], dtype=torch.long),
+                            "rewards": [torch.tensor(p[1], dtype=torch.float64) for p in pending],
+                            "steps": torch.tensor([p[2] for p in pending], dtype=torch.long),
+                            "epochs": torch.tensor([p[3] for p in pending], dtype=torch.long)}}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict``."""
+        """Restore ``state_dict`` (one saved before groups were noted: none pending)."""
         self.ledger.load_state_dict(state["ledger"])
+        pending = state.get("pending") or {"ids": [], "rewards": [], "steps": [], "epochs": []}
+        self.pending = [(int(p), r.tolist(), int(s), int(e)) for p, r, s, e in zip(
+            pending["ids"], pending["rewards"], pending["steps"], pending["epochs"], strict=True)]
         for name in ("which", "how_many"):
             planner = getattr(self, name)
             if planner is not None and state.get(name) is not None:
@@ -377,3 +428,15 @@ class RolloutBudget:
         """The planners and their settings, for a run's records."""
         return {name: {"planner": type(p).__name__, **dataclasses.asdict(p.settings)}
                 for name, p in (("prompt_planner", self.which), ("rollout_planner", self.how_many)) if p is not None}
+
+
+def check_inputs(budget: RolloutBudget | None, calibration_dataset, answer_extractor, train_dataset, *,
+                 text: Callable[[object], str], environment: bool = False,
+                 names: Mapping[str, str] | None = None) -> None:
+    """A planner's held-out prompts and answer extractor checked once, before any model loads (neither without a
+    "calibration" planner), handed to ``budget`` with ``text(completion) -> str``: what the rewards read."""
+    calibrates = budget is not None and "calibration" in budget.needs
+    checked = check_calibration_inputs(budget.how_many.settings if calibrates else None, calibration_dataset,
+                                       answer_extractor, train_dataset, environment=environment, names=names)
+    if checked is not None:
+        budget.answers = CGRPORun(budget.how_many, checked, text)

@@ -43,7 +43,7 @@ SPELLINGS: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = {
     ("budget", "success_threshold"): ("ledger_success_threshold", "pods_ledger_success_threshold",
                                       "sampler_kwargs.ledger_success_threshold"),
     ("budget", "adaptive_budget"): ("adaptive_budget", "pods_adaptive_budget", "actor_rollout_ref.rollout.n"),
-    # C-GRPO's inputs: PODSTrainer's own keywords, the worker's; verl does not run C-GRPO
+    # a planner's inputs beside its prompts ("calibration"): PODSTrainer's own keywords, the worker's; none on verl
     ("budget", "calibration_dataset"): ("calibration_dataset", "pods_calibration_dataset", None),
     ("budget", "answer_extractor"): ("answer_extractor", "pods_answer_extractor", None),
 }

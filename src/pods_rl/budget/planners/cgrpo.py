@@ -199,6 +199,10 @@ class CGRPO(Planner):
         check_width(knobs, layout.n, layout.names)
         return knobs
 
+    def first_round(self, n: int) -> int:
+        """The first budget of the grid."""
+        return self.settings.budget_grid[0]
+
     def use_seed(self, seed: int) -> None:
         """Restart the random stream from ``seed`` (the run's), as the released trainer seeds it."""
         self.rng = random.Random(seed)

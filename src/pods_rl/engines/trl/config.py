@@ -58,9 +58,9 @@ from pods_rl.selection import TIEBREAKS, SelectionSettings, sampled_prompts
 
 # How PODSConfig's users spell the selection settings (SelectionSettings' errors name them so).
 CONFIG_NAMES = spelled("trl", "selection")
-# The losses C-GRPO's padding rows drop out of exactly: their normalizer counts tokens through the completion mask.
-# The per-sequence ones would be diluted by them (trl-cgrpo refuses the same).
-CGRPO_LOSS_TYPES = ("dapo", "bnpo", "cispo", "vespo")
+# The losses that padding rows (an "answer_rounds" planner's) drop out of exactly: their normalizer counts tokens
+# through the completion mask. The per-sequence ones would be diluted by them (the planner's released code agrees).
+PADDED_LOSS_TYPES = ("dapo", "bnpo", "cispo", "vespo")
 
 
 @dataclass
@@ -245,10 +245,10 @@ class PODSConfig(GRPOConfig):
         check_planners("trl", {"which_prompts": self.prompt_planner, "how_many": self.rollout_planner},
                        available_planners)
         check_planner_settings(self, names=spelled("trl", "budget"), reasons=PILOT_COMMIT_REASONS["trl"])
-        if "answer_rounds" in needs_of(self.rollout_planner) and self.loss_type not in CGRPO_LOSS_TYPES:
+        if "answer_rounds" in needs_of(self.rollout_planner) and self.loss_type not in PADDED_LOSS_TYPES:
             raise ValueError(f"rollout_planner={self.rollout_planner!r} pads prompts that stop early with masked "
                              "rows, which only the token-normalized losses exclude exactly: set loss_type to one of "
-                             f"{list(CGRPO_LOSS_TYPES)} (got {self.loss_type!r})")
+                             f"{list(PADDED_LOSS_TYPES)} (got {self.loss_type!r})")
         for name in ("save_every_seconds", "max_train_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:

@@ -114,7 +114,7 @@ class Rounds:
                 if args.is_adaptive:
                     book.more = plan_round(book.rewards, book.counts, self.m, n, self._round_size, args.adaptive_rule,
                                            budget=self._budget(num_sampled)) * planned
-                elif host.next_round is not None:  # C-GRPO's budgets, Pilot-Commit's commit, else none
+                elif host.next_round is not None:  # answer rounds, a pilot's commit, else none
                     book.more, judged = host.next_round(ids, book.rewards, book.counts, book.more,
                                                         scored.generated.completions[:len(slots)], slots,
                                                         first=len(book.outputs) == 1)

@@ -138,8 +138,8 @@ def tool_calls_and_failures(completions: list, tool_names: list[set], max_iterat
     return calls, failures
 
 
-# ---- C-GRPO's padding rows: a prompt that stops at k < m trains with m - k of them masked out of the loss, as
-# trl-cgrpo pads (one that stops above m is down-sampled to m by PODS's rule) --------------------------------------
+# ---- answer rounds' padding rows: a prompt that stops at k < m trains with m - k of them masked out of the loss, as
+# the planner's released code pads (one that stops above m is down-sampled to m by PODS's rule) --------------------
 
 
 def padded_kept_rows(kept: torch.Tensor, groups: torch.Tensor, n: int) -> tuple[list[int], list[bool]]:

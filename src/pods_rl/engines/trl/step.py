@@ -73,7 +73,7 @@ class KeptRollouts:
     tool_calls: list[int] | None = None  # (B*m,) with tools: each kept rollout's tool calls and failed calls, as
     tool_failures: list[int] | None = None  # TRL's tool loop counted them
     rows: list[int] | None = None  # (B*m,) the kept rows' indices among the P*n sampled
-    padded: list[bool] | None = None  # (B*m,) C-GRPO: rows that pad a group that stopped below m
+    padded: list[bool] | None = None  # (B*m,) answer rounds: rows that pad a group that stopped below m
 
 
 class PODSStep:
@@ -83,7 +83,6 @@ class PODSStep:
     # Class-level defaults, so that a trainer built without __init__ (TRL's tests build GRPOTrainers with
     # object.__new__) behaves as plain GRPO.
     _budget = None  # the planners and the prompt ledger (budget.RolloutBudget), None without planners
-    _cgrpo = None  # C-GRPO's calibration and stop rule (budget.cgrpo_run.CGRPORun), None without it
     _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
     _selects = False
     phase_clock = None
@@ -113,8 +112,10 @@ class PODSStep:
         kept = self._select_kept(inputs, prompts, sampled, raised)  # kept.rows (B*m,)
         # 5. TRL's own step on the kept rows: log-probs, advantages grouped by m, metrics
         output = self._train_on_kept(inputs, prompts, sampled, kept)
-        if self._cgrpo is not None:  # C-GRPO's padding rows out of the loss (a collective)
-            self._log_train_metrics(self._cgrpo_step_metrics(output, sampled, kept))
+        if kept.padded is not None:  # padding rows out of the loss; the answer rounds' metrics (collectives)
+            padding = mask_padding(output, kept.padded, self._gather)
+            counts = self._gather(sampled.counts.reshape(-1)).cpu()  # (P * processes,)
+            log_train_metrics(self, self._budget.round_metrics(counts, padding))
         if self.args.advantage_baseline == "sampled":  # 6. advantages baselined on every sampled rollout instead
             self._use_sampled_baseline(output, sampled, kept.rows, len(inputs))
         return output
@@ -133,11 +134,14 @@ class PODSStep:
         if self._budget is None:
             return None, None
         ids = candidate_ids(inputs, self.num_generations)  # (P,)
-        if self._cgrpo is not None:  # thresholds with the current policy before the step that needs them
-            self._calibrate_cgrpo()
+        # a planner's calibration, when due: with the current policy, before the step that needs it
+        log_train_metrics(self, self._budget.calibrate(
+            self._sample_held_out, step=self.state.global_step, rank=self.accelerator.process_index,
+            processes=self.accelerator.num_processes, per_device_rows=self.args.per_device_train_batch_size,
+            gather=self._gather))
         first, metrics = self._budget.plan(ids, self._kept_groups_per_process, step=self.state.global_step,
                                            rank=self.accelerator.process_index, pilot=self.args.pilot_generations)
-        self._log_train_metrics(metrics)
+        log_train_metrics(self, metrics)
         return ids, first
 
     def _select_kept(self, inputs: list[dict], prompts: list, sampled: Sampled,
@@ -154,9 +158,9 @@ class PODSStep:
                                features=self._rollout_features(sampled.generated, local_rewards_per_func,
                                                                num_sampled, n),
                                generator=self._selection_generator, gather=self._gather)
-            self._log_train_metrics(selection.metrics)
+            log_train_metrics(self, selection.metrics)
             kept_rows, padded = selection.kept_rows, None  # (B*m,)
-            if self._cgrpo is not None:  # a group that stopped below m trains with padding rows
+            if self._budget is not None and "answer_rounds" in self._budget.needs:  # stopped below m: padding rows
                 kept_rows, padded = padded_kept_rows(selection.kept, selection.groups, n)
             generated = select_rows(sampled.generated, kept_rows, len(inputs))
             kept = KeptRollouts(generated=with_dataset_images(generated, prompts, kept_rows),
@@ -219,22 +223,18 @@ class PODSStep:
         """Whether ``flag`` is true on any process (a collective: every process calls it)."""
         return bool(self._gather(torch.tensor([float(flag)])).max() > 0)
 
-    def _log_train_metrics(self, metrics: dict[str, float]) -> None:
-        log_train_metrics(self, metrics)
-
     def _record_in_ledger(self, ids: torch.Tensor, sampled: Sampled, num_sampled: int, n: int) -> None:
         """Every process's scored groups into the prompt ledger (one collective), by their deciding reward."""
         deciding = self._deciding_rewards(sampled.rewards_per_func, self.reward_weights.cpu().double())
         deciding = deciding.view(num_sampled, n)
-        self._log_train_metrics(self._budget.record(
+        log_train_metrics(self, self._budget.record(
             ids, deciding, sampled.counts, step=self.state.global_step, epoch=int(self.state.epoch or 0),
             gather=gather, device=self.accelerator.device))
 
     def _sample_rollouts(self, inputs: list[dict], prompts: list, num_sampled: int,
                          first: torch.Tensor | None = None, ids: torch.Tensor | None = None) -> Sampled:
-        """Generate and score the P*n rollouts of ``inputs``: one ``_generate`` + ``_calculate_rewards``, or rounds
-        (adaptive, or the planners' ``first`` (P,) per prompt). What TRL buffers per rollout (generation metrics,
-        ``log_extra``, ``log_metric``) is taken out, for the kept rows to get theirs back."""
+        """The P*n rollouts of ``inputs`` generated and scored: in one call, or rounds (adaptive, or the planners'
+        ``first`` (P,)). TRL's per-rollout buffers (metrics, ``log_extra``) taken out: the kept rows get theirs back."""
         if self.args.is_adaptive or first is not None:
             sampled = self._sample_in_rounds(inputs, prompts, first, ids)
             with self._phase("selection"):
@@ -242,7 +242,7 @@ class PODSStep:
         else:
             scored = self._generate_and_score(inputs, prompts)
             every_process = scored.gathered_rewards  # (P*n*processes, F)
-            self._log_train_metrics({"pods/rollouts_sampled": float(every_process.shape[0]), "pods/rounds": 1.0})
+            log_train_metrics(self, {"pods/rollouts_sampled": float(every_process.shape[0]), "pods/rounds": 1.0})
             counts = torch.full((num_sampled,), self.num_generations, dtype=torch.long)
             sampled = Sampled(scored.generated, self._local_rows(every_process, len(inputs)), counts,
                               scored.extra_logs, scored.user_metrics)
@@ -260,7 +260,7 @@ class PODSStep:
                               phase=self._phase, next_round=None if self._budget is None else self._next_round)
             rounds = Rounds(self.args, self.num_generations, self.downsample_to, self.accelerator.process_index, host)
             sampled, metrics = rounds.sample(inputs, first, ids)
-        self._log_train_metrics(metrics)
+        log_train_metrics(self, metrics)
         return sampled
 
     def _sample_round(self, batch: dict, inputs: list[dict], prompts: list, slots: list[int], padding: int,
@@ -282,35 +282,19 @@ class PODSStep:
         put_back_metrics(self, logged, owned=True)
         return Scored(generated, gathered_rewards, extra_logs, any(not name.startswith("pods/") for name in logged))
 
-    def _calibrate_cgrpo(self) -> None:
-        """C-GRPO's thresholds, when due: its calibration prompts sampled by the current policy through TRL's own
-        ``_generate`` (timed as generation; its rollouts logged as pods/cgrpo_calibration_rollouts)."""
-        if not self._cgrpo.planner.calibration_due(self.state.global_step):
-            return
-
-        def generate(rows: list[dict], k: int) -> list:  # each row's k completions in turn
-            prompts = self._rollout_prompts([dict(row) for row in rows for _ in range(k)])
-            with grouped_by(self, k), generation_metrics_dropped(self):
-                return Generated(*self._generate(prompts)).completions
-
-        self._log_train_metrics(self._cgrpo.calibrate(
-            generate, step=self.state.global_step, rank=self.accelerator.process_index,
-            processes=self.accelerator.num_processes, per_device_rows=self.args.per_device_train_batch_size,
-            gather=self._gather))
-
-    def _cgrpo_step_metrics(self, output: dict, sampled: Sampled, kept: KeptRollouts) -> dict[str, float]:
-        """Mask C-GRPO's padding rows in TRL's batch; its budgets this step, every process's (collectives)."""
-        padding = mask_padding(output, kept.padded, self._gather)
-        counts = self._gather(sampled.counts.reshape(-1)).cpu()  # (P * processes,)
-        return {**self._cgrpo.planner.round_metrics(counts), "pods/cgrpo_padding_rows": padding,
-                "pods/cgrpo_calibration_rollouts_total": float(self._cgrpo.planner.calibration_rollouts)}
+    def _sample_held_out(self, rows: list[dict], k: int) -> list:
+        """A planner's held-out ``rows``, k completions each in turn, sampled by the current policy through TRL's own
+        ``_generate`` (timed as generation; a collective under several processes)."""
+        prompts = self._rollout_prompts([dict(row) for row in rows for _ in range(k)])
+        with grouped_by(self, k), generation_metrics_dropped(self):
+            return Generated(*self._generate(prompts)).completions
 
     def _next_round(self, *args, first: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The planners' next round after one of the rounds (``RolloutBudget.next_round``), its metrics logged."""
         more, trainable, metrics = self._budget.next_round(
             *args, self._kept_groups_per_process, first=first, step=self.state.global_step,
             rank=self.accelerator.process_index, gather=gather, device=self.accelerator.device)
-        self._log_train_metrics(metrics)
+        log_train_metrics(self, metrics)
         return more, trainable
 
     def _deciding_rewards(self, rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -41,23 +41,18 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
 from pods_rl import tiny
-from pods_rl.budget.cgrpo_run import CGRPORun, check_cgrpo_inputs
-from pods_rl.budget.rollout_budget import RolloutBudget
+from pods_rl.budget.rollout_budget import RolloutBudget, check_inputs
 from pods_rl.engines.trl.config import PODSConfig, eval_batch_problem, quiet_checkpointing_deprecations
 from pods_rl.engines.trl.phase_clock import PhaseClock
 from pods_rl.engines.trl.step import PODSStep
 from pods_rl.machine import pods_rl_version
-from pods_rl.reward_guard import (
-    guard_reward_funcs,
-    reward_weights_of,
-)
+from pods_rl.reward_guard import guard_reward_funcs, reward_weights_of
 from pods_rl.runlog.integrity import reading_checkpoint
 from pods_rl.tasks.extraction import completion_text
 
 __all__ = ["PODSConfig", "PODSTrainer", "card_example_prompt", "rollouts_per_generation"]
 
 logger = logging.getLogger(__name__)
-
 
 
 def rollouts_per_generation(config: PODSConfig) -> int:
@@ -143,10 +138,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             raise TypeError(f"PODSTrainer needs args=PODSConfig(...) (or None for the defaults), got "
                             f"{type(config).__name__}.")
         # Reward functions are user code: a time budget per call, checked return values, named errors.
-        if "reward_funcs" in kwargs:
-            reward_funcs = kwargs["reward_funcs"]
-        else:
-            reward_funcs = args[1] if len(args) > 1 else None
+        reward_funcs = kwargs["reward_funcs"] if "reward_funcs" in kwargs else (args[1] if len(args) > 1 else None)
         if reward_funcs is not None:
             if config.reward_weights is None:
                 # A task's functions carry its weights (Task.reward_funcs): the same objective as `pods train`.
@@ -157,11 +149,9 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             else:
                 args = (*args[:1], reward_funcs, *args[2:])
         budget = RolloutBudget.from_config(config)  # the planners and the prompt ledger, None without planners
-        # C-GRPO's calibration prompts and answer extractor (keywords of PODSTrainer's own), checked before any load
-        calibration = check_cgrpo_inputs(
-            budget.how_many.settings if budget is not None and "calibration" in budget.needs else None,
-            calibration_dataset, answer_extractor, _train_dataset(args, kwargs),
-            environment=bool(kwargs.get("environment_factory") or kwargs.get("tools")))
+        # A planner's held-out prompts and answer extractor (keywords of PODSTrainer's own), checked before any load
+        check_inputs(budget, calibration_dataset, answer_extractor, _train_dataset(args, kwargs), text=completion_text,
+                     environment=bool(kwargs.get("environment_factory") or kwargs.get("tools")))
         if config.has_planner and _train_dataset(args, kwargs) is None and kwargs.get("environment_factory"):
             raise ValueError("prompt_planner / rollout_planner tell prompts apart by their text, but the environment "
                              "owns the data here (train_dataset=None: every row is the same placeholder); pass a "
@@ -182,13 +172,11 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         quiet_checkpointing_deprecations()
         with engine_setup, _colocated_engine_sized_for(config):
             super().__init__(*args, **kwargs)
-        self._set_up_pods(config, _train_dataset(args, kwargs) is not None, budget, calibration)
+        self._set_up_pods(config, _train_dataset(args, kwargs) is not None, budget)
 
-    def _set_up_pods(self, config: PODSConfig, has_train_dataset: bool, budget: RolloutBudget | None,
-                     calibration) -> None:
+    def _set_up_pods(self, config: PODSConfig, has_train_dataset: bool, budget: RolloutBudget | None) -> None:
         """What PODSTrainer adds once GRPOTrainer is built: m and the rule, the placeholder data of environments that
-        own theirs, the deciding reward, the planners and ledger (``budget``; C-GRPO's checked ``calibration``), the
-        phase clock."""
+        own theirs, the deciding reward, the planners and ledger (``budget``), the phase clock."""
         # Evaluation samples what a GRPO run with m samples (PODSConfig validated the eval batch in these terms).
         self.num_generations_eval = config.eval_generations
         self.downsample_to = config.downsample_to
@@ -210,8 +198,6 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             self._adaptive_reward_index = self.reward_func_names.index(config.adaptive_reward)
         self._selects = config.selects
         self._budget = budget
-        if calibration is not None:
-            self._cgrpo = budget.cgrpo = CGRPORun(budget.how_many, calibration, completion_text)
         # Selection runs on CPU (a (B, n) tensor is tiny): a CPU generator makes `random` reproducible.
         self._selection_generator = torch.Generator().manual_seed(config.seed + self.accelerator.process_index)
         self.phase_clock = PhaseClock(self)

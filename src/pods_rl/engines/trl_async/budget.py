@@ -17,6 +17,7 @@ the planner prices their sum (exact on one shared device, elsewhere erring towar
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -28,65 +29,46 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from pods_rl.budget.cgrpo_run import CalibrationSet, check_cgrpo_inputs
 from pods_rl.budget.ledger import LEDGER_FILE, save_atomically
 from pods_rl.budget.planners import available_planners
 from pods_rl.budget.planners.base import needs_of
-from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_rollout_planner
+from pods_rl.budget.rollout_budget import BudgetSettings, RolloutBudget, check_inputs, check_rollout_planner
 from pods_rl.engines.settings import PILOT_COMMIT_REASONS, check_planners, spelled
+from pods_rl.tasks.extraction import completion_text
 
-__all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings",
-           "checked_budget"]
+__all__ = ["BUDGET_KEYS", "BudgetLoop", "PODSLedgerCallback", "WorkerBudget", "check_budget_settings"]
 
 logger = logging.getLogger("pods_rl")
 
-CGRPO_KEYS = ("pods_calibration_dataset", "pods_answer_extractor")  # the worker's keywords of C-GRPO's inputs
+INPUT_KEYS = ("pods_calibration_dataset", "pods_answer_extractor")  # the worker's keywords of a planner's inputs
 # The worker's budget keywords (PODSRolloutLoop pops them before TRL's __init__); pods_seed, pods_adaptive_reward
 # and pods_adaptive_budget are shared with selection and the adaptive rounds.
 BUDGET_KEYS = ("pods_prompt_planner", "pods_prompt_planner_args", "pods_rollout_planner", "pods_rollout_planner_args",
                "pods_ledger_success_threshold", "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume",
-               *CGRPO_KEYS)
+               *INPUT_KEYS)
 SAVE_INTERVAL_S = 1.0  # the least time between two writes of the state after recorded groups
 
 
-def budget_config(n: int, m: int, *, pods_prompt_planner=None, pods_prompt_planner_args=None,
-                  pods_rollout_planner=None, pods_rollout_planner_args=None, pods_ledger_success_threshold=0.5,
-                  pods_adaptive_budget=None, pods_seed=None, pilot: int | None = None) -> BudgetSettings:
-    """The worker's budget keywords as ``BudgetSettings`` (``pilot``: pods_pilot)."""
-    return BudgetSettings(
-        pilot_generations=pilot,
-        prompt_planner=pods_prompt_planner, prompt_planner_args=pods_prompt_planner_args,
-        rollout_planner=pods_rollout_planner, rollout_planner_args=pods_rollout_planner_args,
-        ledger_success_threshold=pods_ledger_success_threshold, adaptive_budget=pods_adaptive_budget,
-        num_generations=n, downsample_to=m, seed=0 if pods_seed is None else int(pods_seed))
-
-
-def check_budget_settings(n: int, m: int, **settings) -> RolloutBudget | None:
-    """Refuse planner settings the worker cannot carry out; return their budget (None without planners)."""
-    return checked_budget(n, m, **settings)[0]
-
-
-def checked_budget(n: int, m: int, *, pilot: int | None = None, environment_factory=None, dataset=None,
-                   reward_names=None, **settings) -> tuple[RolloutBudget | None, CalibrationSet | None]:
-    """``check_budget_settings``, also returning C-GRPO's checked calibration set (None without C-GRPO).
-    ``settings``: ``BUDGET_KEYS`` plus ``pods_adaptive_budget``, ``pods_adaptive_reward``, ``pods_seed``."""
+def check_budget_settings(n: int, m: int, *, pilot: int | None = None, environment_factory=None, dataset=None,
+                          reward_names=None, **settings) -> RolloutBudget | None:
+    """Refuse planner settings the worker cannot carry out; return their budget (None without planners), with its
+    planner's checked inputs. ``settings``: ``BUDGET_KEYS``, ``pods_adaptive_{budget,reward}``, ``pods_seed``."""
     unknown = sorted(set(settings) - {*BUDGET_KEYS, "pods_adaptive_budget", "pods_adaptive_reward", "pods_seed"})
     if unknown:
         raise TypeError(f"unexpected keyword argument {unknown[0]!r} for the PODS worker")
-    check_planners("trl_async", {"which_prompts": settings.get("pods_prompt_planner"),
-                                 "how_many": settings.get("pods_rollout_planner")}, available_planners)
-    if settings.get("pods_prompt_planner") is None and settings.get("pods_rollout_planner") is None:
-        return None, None
+    which, how_many = settings.get("pods_prompt_planner"), settings.get("pods_rollout_planner")
+    check_planners("trl_async", {"which_prompts": which, "how_many": how_many}, available_planners)
+    if which is None and how_many is None:
+        return None
     names, reasons = spelled("trl_async", "budget"), PILOT_COMMIT_REASONS["trl_async"]
-    check_rollout_planner(settings.get("pods_rollout_planner"), pilot=pilot is not None, n=n, m=m, names=names)
-    how_many = settings.get("pods_rollout_planner")
+    check_rollout_planner(how_many, pilot=pilot is not None, n=n, m=m, names=names)
     if "costs" in needs_of(how_many) and (settings.get("pods_rollout_planner_args") or {}).get(
             "train_ms") is None:  # the issue's "a run that logs no phase times": the worker logs no update time
         raise ValueError(f"pods_rollout_planner={how_many!r} in the asynchronous worker needs "
                          "pods_rollout_planner_args={'train_ms': MS}, the trainer's milliseconds per trained rollout: "
                          "the worker samples in its own process and sees no update times; measure them with `pods "
                          "cost` (its upd/kept column)")
-    if settings.get("pods_rollout_planner") is not None:
+    if how_many is not None:
         if environment_factory is not None:
             raise ValueError("pods_rollout_planner does not support environment_factory: the worker samples m of each "
                              "prompt and tops the group up to its count outside TRL's generate loop, which draws and "
@@ -103,29 +85,25 @@ def checked_budget(n: int, m: int, *, pilot: int | None = None, environment_fact
     if dataset is not None and not hasattr(dataset, "__len__"):
         raise ValueError("the rollout-budget planners need a dataset with a length (a Dataset, not an "
                          "IterableDataset): the ledger knows a prompt by its dataset index")
-    for key in ("pods_groups_per_step",):
-        value = settings.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{key} must be a positive integer (groups per training step), got {value!r}")
-    config = budget_config(n, m, pilot=pilot, **{k: v for k, v in settings.items() if k not in (
-        "pods_groups_per_step", "pods_ledger_path", "pods_ledger_resume", "pods_adaptive_reward", *CGRPO_KEYS)})
+    value = settings.get("pods_groups_per_step")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"pods_groups_per_step must be a positive integer (groups per training step), got {value!r}")
+    # the worker's budget keywords: BudgetSettings' fields, prefixed "pods_"
+    fields = {field.name for field in dataclasses.fields(BudgetSettings)}
+    given = {key.removeprefix("pods_"): v for key, v in settings.items() if key.removeprefix("pods_") in fields}
+    config = BudgetSettings(**{**given, "seed": int(given.get("seed") or 0)}, num_generations=n, downsample_to=m,
+                            pilot_generations=pilot)
     budget = RolloutBudget.from_config(config, names=names, reasons=reasons,
                                        environment=environment_factory is not None)
-    cgrpo = budget.how_many.settings if "calibration" in budget.needs else None
-    return budget, _calibration(cgrpo, settings, dataset, environment=environment_factory is not None, names=names)
-
-
-def _calibration(cgrpo, settings: dict, dataset, *, environment: bool, names: dict) -> CalibrationSet | None:
-    """C-GRPO's calibration set checked in the worker's spelling (``cgrpo``: its settings, or None); it must pickle."""
-    calibration = check_cgrpo_inputs(cgrpo, settings.get(CGRPO_KEYS[0]), settings.get(CGRPO_KEYS[1]), dataset,
-                                     environment=environment, names=names)
-    if calibration is not None:
-        try:  # the worker's child receives it pickled: a lambda or a local function would fail at its start
-            pickle.dumps(calibration.answer_extractor)
-        except Exception as err:  # noqa: BLE001 - pickling raises several types; each means the same here
-            raise ValueError(f"pods_answer_extractor must pickle (the worker's child receives it): define it at a "
-                             f"module's top level ({type(err).__name__}: {err})") from None
-    return calibration
+    extractor = settings.get(INPUT_KEYS[1])
+    check_inputs(budget, settings.get(INPUT_KEYS[0]), extractor, dataset, text=completion_text,
+                 environment=environment_factory is not None, names=names)
+    try:  # the worker's child receives it pickled: a lambda or a local function would fail at its start
+        pickle.dumps(extractor)
+    except Exception as err:  # noqa: BLE001 - pickling raises several types; each means the same here
+        raise ValueError(f"pods_answer_extractor must pickle (the worker's child receives it): define it at a "
+                         f"module's top level ({type(err).__name__}: {err})") from None
+    return budget
 
 
 class WorkerBudget:
@@ -143,15 +121,13 @@ class WorkerBudget:
         self.committed: list[int] = []  # committed id (this session) -> the position of its prompt
         self.unjudged: dict[int, int] = {}  # group id -> position, for the pilots drawn and not yet judged
         self.generator = torch.Generator().manual_seed(seed)
-        self.pending: list[tuple[int, int, list[float], int]] = []  # (prompt id, position, rewards, step) not recorded
 
     def prompt_id(self, position: int) -> int:
         """The ledger id of the prompt at ``position``: its dataset index."""
         return position % self.dataset_size
 
     def draw(self, next_row: Callable[[], dict]) -> tuple[list[tuple[int, dict, int]], dict]:
-        """The next window's ``(group_id, row, rollouts)`` (skipped prompts replaced: ``RolloutBudget.draw``) and the
-        planners' metrics."""
+        """The next window's ``(group_id, row, rollouts)`` (``RolloutBudget.draw``) and the planners' metrics."""
         rows: list[tuple[int, dict]] = []  # (position, row), every one drawn
 
         def candidates(k: int) -> torch.Tensor:
@@ -171,8 +147,7 @@ class WorkerBudget:
         return groups, metrics
 
     def close(self, group_id: int, *, sampled: int, trained: int) -> dict[str, float]:
-        """A group is done: ``CostMeter.close`` (auto's costs; no update seconds, which the worker never sees: auto
-        uses ``train_ms``)."""
+        """A group is done: ``CostMeter.close`` (auto's costs; the worker sees no update seconds: ``train_ms``)."""
         return self.costs.close(group_id, sampled=sampled, trained=trained)
 
     @property
@@ -192,40 +167,20 @@ class WorkerBudget:
         return committed, metrics
 
     def record(self, group_id: int, rewards: list[float], *, step: int) -> dict[str, float]:
-        """Note a group's deciding rewards; every W groups, record them in the ledger together and return metrics."""
+        """Note a group's deciding rewards (``RolloutBudget.note``): every W groups, recorded together; metrics."""
         position = self.positions[group_id]
-        self.pending.append((self.prompt_id(position), position, [float(r) for r in rewards], int(step)))
-        if len(self.pending) < self.window:
-            return {}
-        return self.flush()
-
-    def flush(self) -> dict[str, float]:
-        """Record the noted groups in the ledger now (one call: GRESO adapts once); their metrics."""
-        if not self.pending:
-            return {}
-        pending, self.pending = self.pending, []
-        rewards = torch.nn.utils.rnn.pad_sequence(  # (G, the most rollouts of one, at least 1), NaN past each's
-            [torch.tensor(values or [float("nan")], dtype=torch.float64) for _, _, values, _ in pending],
-            batch_first=True, padding_value=float("nan"))
-        ids = torch.tensor([prompt for prompt, _, _, _ in pending], dtype=torch.long)
-        counts = torch.tensor([len(values) for _, _, values, _ in pending], dtype=torch.long)
-        epoch = max(position for _, position, _, _ in pending) // self.dataset_size
-        return self.budget.record(ids, rewards, counts, step=max(step for *_, step in pending), epoch=epoch)
+        return self.budget.note(self.prompt_id(position), rewards, step=step, epoch=position // self.dataset_size,
+                                every=self.window)
 
     # ---- state: saved by the worker, copied into checkpoints, loaded on resume ------------------------------------
 
     def state_dict(self) -> dict:
-        """The budget's and generator's state, this session's positions and the unrecorded groups."""
-        pending = self.pending
+        """The budget's state (the unrecorded groups too), the generator's and this session's positions."""
         return {"budget": self.budget.state_dict(), "generator": self.generator.get_state(),
                 "start_index": self.start_index, "next_position": self.next_position,
                 "positions": torch.tensor(self.positions, dtype=torch.long),
                 "committed": torch.tensor(self.committed, dtype=torch.long),
-                "unjudged": torch.tensor(sorted(self.unjudged.values()), dtype=torch.long),
-                "pending_ids": torch.tensor([p for p, _, _, _ in pending], dtype=torch.long),
-                "pending_positions": torch.tensor([q for _, q, _, _ in pending], dtype=torch.long),
-                "pending_steps": torch.tensor([s for *_, s in pending], dtype=torch.long),
-                "pending_rewards": [torch.tensor(r, dtype=torch.float64) for _, _, r, _ in pending]}
+                "unjudged": torch.tensor(sorted(self.unjudged.values()), dtype=torch.long)}
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``state_dict`` to ``path`` atomically."""
@@ -233,15 +188,11 @@ class WorkerBudget:
         return save_atomically(self.state_dict(), path)
 
     def resume(self, path: str | os.PathLike, dataset_start_index: int) -> tuple[int, bool]:
-        """Restore the state at ``path`` for a session TRL starts at ``dataset_start_index`` (saved start + first
-        untrained group, committed groups with Pilot-Commit, where unjudged pilots are drawn again). Returns the
-        position to draw from and whether the saved groups knew it."""
+        """Restore ``path``'s state for a session TRL starts at ``dataset_start_index`` (saved start + groups trained;
+        Pilot-Commit: committed ones, unjudged pilots drawn again) -> (position to draw from, whether it was known)."""
         state = torch.load(Path(path), weights_only=True)
         self.budget.load_state_dict(state["budget"])
         self.generator.set_state(state["generator"])
-        self.pending = [(int(p), int(q), r.tolist(), int(s)) for p, q, s, r in zip(
-            state["pending_ids"], state["pending_positions"], state["pending_steps"], state["pending_rewards"],
-            strict=True)]
         positions = (state["committed"] if self.commits else state["positions"]).tolist()
         offset = dataset_start_index - int(state["start_index"])
         found = 0 <= offset <= len(positions)

@@ -29,14 +29,14 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 )
 
 from pods_rl.adaptive import group_is_mixed, plan_round
-from pods_rl.budget.cgrpo_run import CGRPORun
 from pods_rl.budget.ledger import LEDGER_FILE
+from pods_rl.budget.planners.base import member
 from pods_rl.downsample import rule_takes_features
 from pods_rl.engines.trl_async.budget import (
     BUDGET_KEYS,
     BudgetLoop,
     PODSLedgerCallback,
-    checked_budget,
+    check_budget_settings,
 )
 from pods_rl.engines.trl_async.scoring import (
     ScoredConversation,
@@ -55,7 +55,6 @@ from pods_rl.engines.trl_async.settings import (
 )
 from pods_rl.rollouts import rollout_features
 from pods_rl.selection import select
-from pods_rl.tasks.extraction import completion_text
 
 __all__ = ["PODSLedgerCallback", "PODSRolloutLoop", "PODSRolloutWorker", "pods_rollout_worker", "pods_worker_kwargs",
            "pods_settings"]
@@ -80,22 +79,16 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         self.adaptive = adaptive_settings(pods_pilot, n, pods_m, pods_adaptive_rule, pods_round_size,
                                           pods_adaptive_budget, pods_adaptive_reward,
                                           environment_factory=kwargs.get("environment_factory"))
-        budget, calibration = checked_budget(n, pods_m, pilot=pods_pilot, environment_factory=kwargs.get(
+        budget = check_budget_settings(n, pods_m, pilot=pods_pilot, environment_factory=kwargs.get(
             "environment_factory"), dataset=kwargs.get("dataset"), pods_adaptive_budget=pods_adaptive_budget,
             pods_seed=pods_seed, **planners)
         super().__init__(**kwargs)
         self.deciding_key = "reward" if pods_adaptive_reward is None else f"rewards/{pods_adaptive_reward}"
-        self.cgrpo = None
         if self.adaptive is not None:
             self.adaptive.check_reward(self.reward_func_names, ADAPTIVE_NAMES)
-            self.init_top_ups(n, self.adaptive.pilot)
-        elif calibration is not None:  # C-GRPO: up its grid
-            self.init_top_ups(n, budget.how_many.settings.budget_grid[0])
-            self.cgrpo = budget.cgrpo = CGRPORun(budget.how_many, calibration, completion_text)
-        elif budget is not None and budget.how_many is not None:
-            self.init_top_ups(n, pods_m)  # Knapsack-RL: m from TRL's generate loop, the rest topped up
-        elif budget is not None and budget.commits:
-            self.init_top_ups(n, budget.which.settings.n_explore)  # Pilot-Commit: the pilot, then the commit
+        if self.adaptive is not None or (budget is not None and (budget.how_many is not None or budget.commits)):
+            # in rounds: TRL's generate loop samples a group's first, the worker tops it up
+            self.init_top_ups(n, _rollouts_a_group_starts(n, pods_m, budget, pods_pilot=pods_pilot, **planners))
         if budget is not None and pods_adaptive_reward not in (None, *self.reward_func_names):
             raise ValueError(f"pods_adaptive_reward {pods_adaptive_reward!r} is not one of this run's reward "
                              f"functions {list(self.reward_func_names)}: the planners' ledger counts successes by it")
@@ -104,19 +97,15 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
                          ledger_path=planners.get("pods_ledger_path"),
                          ledger_resume=planners.get("pods_ledger_resume"), logger=logger)
 
-    async def _calibrate_cgrpo(self) -> dict[str, float]:
-        """C-GRPO's thresholds: each calibration prompt sampled k_max times with the server's current weights (in
-        this event loop, beside the groups' rollouts); its rollouts pushed as pods/cgrpo_calibration_rollouts."""
-        rows, valid = self.cgrpo.share()
-        k = self.cgrpo.planner.settings.k_max
-        tool_dict = {tool.__name__: tool for tool in self._standalone_tools}
-
-        async def one(prompt):
-            async with self._top_up_slots:
-                return await self._generate_one(prompt, tool_dict=tool_dict, tools=self.tools, group_id=-1)
-
-        replies = await asyncio.gather(*(one(row["prompt"]) for row in rows for _ in range(k)))
-        return self.cgrpo.fit(rows, [reply[0] for reply in replies], valid, step=self.model_version)
+    async def _calibrate(self) -> None:
+        """A planner's calibration when due, its held-out prompts sampled with the server's current weights."""
+        wanted = self.budget.budget.calibration_rows(self.model_version)
+        if wanted is None:
+            return
+        rows, k = wanted
+        replies = await asyncio.gather(*(self._sample(row["prompt"], k, group_id=-1) for row in rows))
+        completions = [reply[0] for replies_of_row in replies for reply in replies_of_row]  # each row's k in turn
+        self._push_metrics(self.budget.budget.fit_calibration(rows, completions, step=self.model_version))
 
     def init_pods(self, m: int, rule: str = "max_variance", tiebreak: str = "index", seed: int | None = None,
                   rule_module: str | None = None, n: int | None = None, advantage_baseline: str = "kept") -> None:
@@ -160,10 +149,9 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
             more = self.judge_pilot(group.group_id, scored)
             if not more:
                 return []
-        elif self.cgrpo is not None:
-            if self.cgrpo.planner.calibration_due(self.model_version):  # before the first group it judges
-                self._push_metrics(await self._calibrate_cgrpo())
-            more = self.cgrpo.group_more(group.completions)
+        elif self.budget is not None and "answer_rounds" in self.budget.budget.needs:
+            await self._calibrate()  # before the first group it judges
+            more = self.budget.budget.group_more(group.completions)
         else:
             more = self.plan_top_up(scored, group.group_id)
         if more:  # all equal so far / short of its count: sample more in the background, score them when they arrive
@@ -251,15 +239,8 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
 
     async def top_up(self, group: RolloutGroup, more: int) -> None:
         """Sample ``more`` conversations of the prompt, append them and queue the group (its pilot's version) again."""
-        tool_dict = {tool.__name__: tool for tool in self._standalone_tools}
-
-        async def one():
-            async with self._top_up_slots:
-                return await self._generate_one(group.prompts[0], tool_dict=tool_dict, tools=self.tools,
-                                                group_id=group.group_id)
-
-        for completion, ids, sequences, calls, failures, rollout_reward in await asyncio.gather(
-                *(one() for _ in range(more))):
+        for completion, ids, sequences, calls, failures, rollout_reward in await self._sample(
+                group.prompts[0], more, group_id=group.group_id):
             group.prompts.append(group.prompts[0])
             group.completions.append(completion)
             group.completions_ids.append(ids)
@@ -273,6 +254,16 @@ class PODSRolloutLoop(BudgetLoop, _AsyncRolloutLoop):
         for values in group.reward_kwargs.values():
             values.extend(values[:1] * more)
         await self._groups_to_score.put(group)
+
+    async def _sample(self, prompt, k: int, *, group_id: int) -> list[tuple]:
+        """k replies of TRL's ``_generate_one`` for ``prompt``, beside the groups' rollouts (``max_inflight_tasks``)."""
+        tool_dict = {tool.__name__: tool for tool in self._standalone_tools}
+
+        async def one():
+            async with self._top_up_slots:
+                return await self._generate_one(prompt, tool_dict=tool_dict, tools=self.tools, group_id=group_id)
+
+        return await asyncio.gather(*(one() for _ in range(k)))
 
     def _top_up_done(self, task: asyncio.Task) -> None:
         self._top_ups.discard(task)
@@ -386,11 +377,10 @@ def pods_worker_kwargs(model: str, reward_funcs, args, train_dataset=None, proce
 
 
 def _rollouts_a_group_starts(n: int, m: int, budget, **pods: Any) -> int:
-    """Rollouts TRL's generate loop samples per group before top-ups: n, the pilot k, m (Knapsack), or n_explore."""
-    if budget is not None and budget.commits:
-        return budget.which.settings.n_explore
-    if budget is not None and "answer_rounds" in budget.needs:  # C-GRPO: its first budget
-        return budget.how_many.settings.budget_grid[0]
+    """Rollouts TRL's generate loop samples per group before top-ups: n, the pilot k, m (Knapsack), n_explore
+    (Pilot-Commit's pilot) or an "answer_rounds" planner's first round."""
+    if budget is not None and (budget.commits or "answer_rounds" in budget.needs):
+        return member(budget.which if budget.commits else budget.how_many, "first_round")(n)
     return pods.get("pods_pilot") or (m if pods.get("pods_rollout_planner") else n)
 
 
