@@ -7,8 +7,8 @@ Engine-neutral; an engine samples what it is told and says what it cost::
     ... generate and score them; after each round ...
     more, trainable, metrics = budget.next_round(...)     # C-GRPO's budgets, Pilot-Commit's commit (judge_one: one)
     check_inputs(budget, calibration_dataset, ...)        # a planner's inputs beside the prompts; then calibrate(...)
-    metrics = budget.record(ids, rewards, counts, ...)    # every rank records every rank's groups
-    budget.costs.sampled(...) / .phases(...) / .close(...)  # what it cost (costs.CostMeter), for auto
+    metrics = budget.record(ids, rewards, counts, ...)    # every rank's groups (note/flush: groups one by one)
+    budget.costs.sampled / .phases / .close / .dispatched / .trained  # what it cost (costs.CostMeter), for auto
     budget.save(checkpoint_dir) / budget.load(checkpoint_dir)
 """
 
