@@ -127,6 +127,12 @@ class CGRPORun:
                                for budget, q in zip(s.budget_grid, self.planner.qhats.tolist())}})
         return metrics
 
+    def due(self, step: int) -> tuple[list[dict], int] | None:
+        """(this process's calibration rows, k_max) when the thresholds are due before ``step``; None otherwise."""
+        if not self.planner.calibration_due(step):
+            return None
+        return self.share()[0], self.planner.settings.k_max
+
     # ---- the rounds ---------------------------------------------------------------------------------------------
 
     def start_step(self, num_prompts: int, n: int) -> None:
@@ -151,3 +157,8 @@ class CGRPORun:
             return next((k - count for k in grid if k > count), 0)
         codes, _ = encode_answers([[self._answer(c) for c in completions]], k_max)
         return int(self.planner.next_round(codes, torch.tensor([count]), torch.tensor([True]))[0])
+
+    def step_metrics(self, counts: torch.Tensor, padding_rows: float) -> dict[str, float]:
+        """A step's metrics from every process's rollouts per prompt (P*processes,) and the padding rows' share."""
+        return {**self.planner.round_metrics(counts), "pods/cgrpo_padding_rows": padding_rows,
+                "pods/cgrpo_calibration_rollouts_total": float(self.planner.calibration_rollouts)}

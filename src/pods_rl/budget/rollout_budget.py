@@ -323,9 +323,7 @@ class RolloutBudget:
 
     def calibration_rows(self, step: int) -> tuple[list[dict], int] | None:
         """(held-out rows, k) to sample before ``step`` (None: none due), by an engine that then ``fit_calibration``."""
-        if self.answers is None or not self.how_many.calibration_due(step):
-            return None
-        return self.answers.share()[0], self.how_many.settings.k_max
+        return None if self.answers is None else self.answers.due(step)
 
     def fit_calibration(self, rows: list[dict], completions: list, *, step: int) -> dict[str, float]:
         """The planner calibrated on ``rows``' completions (each row's k in turn); its metrics."""
@@ -337,8 +335,7 @@ class RolloutBudget:
 
     def round_metrics(self, counts: torch.Tensor, padding_rows: float) -> dict[str, float]:
         """A step's answer-round metrics from every process's rollouts per prompt (P*processes,), padding's share."""
-        return {**self.how_many.round_metrics(counts), "pods/cgrpo_padding_rows": padding_rows,
-                "pods/cgrpo_calibration_rollouts_total": float(self.how_many.calibration_rollouts)}
+        return self.answers.step_metrics(counts, padding_rows)
 
     def observe(self, *, sampled: int, sample_seconds: float, trained: int, update_seconds: float) -> None:
         """One optimizer step's rollouts sampled (0: none this step) and trained, and its sampling (generation +
