@@ -45,8 +45,11 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pods`` console script. With no sub-command, runs ``pods train``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help", "-V", "--version"):
-        print(__doc__ if argv[0] in ("-h", "--help") else pods_rl.__version__)
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if argv and argv[0] in ("-V", "--version"):
+        print(pods_rl.__version__)
         return 0
     command = "train" if not argv or argv[0].startswith("-") else argv.pop(0)
     if command not in COMMANDS:

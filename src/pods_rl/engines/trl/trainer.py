@@ -138,7 +138,10 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             raise TypeError(f"PODSTrainer needs args=PODSConfig(...) (or None for the defaults), got "
                             f"{type(config).__name__}.")
         # Reward functions are user code: a time budget per call, checked return values, named errors.
-        reward_funcs = kwargs["reward_funcs"] if "reward_funcs" in kwargs else (args[1] if len(args) > 1 else None)
+        if "reward_funcs" in kwargs:
+            reward_funcs = kwargs["reward_funcs"]
+        else:
+            reward_funcs = args[1] if len(args) > 1 else None
         if reward_funcs is not None:
             if config.reward_weights is None:
                 # A task's functions carry its weights (Task.reward_funcs): the same objective as `pods train`.
