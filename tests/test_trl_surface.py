@@ -60,6 +60,7 @@ OVERRIDDEN = {
     "_generate_and_score_completions": ["self", "inputs"],
     "get_train_dataloader": ["self"],
     "_get_train_sampler": ["self", "dataset"],
+    "_prepare_inputs": ["self", "generation_batch"],
     "create_model_card": ["self", "model_name", "dataset_name", "tags"],
     "evaluate": ["self", "eval_dataset", "ignore_keys", "metric_key_prefix"],
 }

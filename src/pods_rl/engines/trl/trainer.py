@@ -6,7 +6,8 @@ The TRL surface this package relies on, written only here (``tests/test_trl_surf
   overridden   _generate_and_score_completions (the step: TRL's body runs on the kept rows); _generate -> 8-tuple (read
                by name, rows.Generated) and _calculate_rewards -> (N, F), timed; answered per call (instance attributes)
                in TRL's body on the kept rows and to stop it at _generate (adapter.py, trl_*); get_train_dataloader /
-               _get_train_sampler (n rollouts per prompt, via Trainer._get_dataloader); create_model_card, save_model;
+               _get_train_sampler (one row per prompt, via Trainer._get_dataloader) and _prepare_inputs (each row n
+               times); create_model_card, save_model;
                evaluate; _save_checkpoint; transformers' _load_from_checkpoint, _load_optimizer_and_scheduler,
                _load_scaler, _load_rng_state (errors become runlog.CheckpointUnreadable)
   order        _generate_and_score_completions prepares environments (_environment_pool, reset), tool dicts and images
@@ -229,7 +230,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-    # ---- batching: the dataloader yields n rollouts per prompt, the batch sizes count the m kept --------
+    # ---- batching: the dataloader yields each prompt once, the batch sizes count the m kept ---------------
 
     def _prompts_per_generation_round(self) -> int:
         # Global, whole groups: each process samples its kept groups times oversample_prompts.
@@ -238,9 +239,9 @@ class PODSTrainer(PODSStep, GRPOTrainer):
     def _get_train_sampler(self, dataset=None):
         if not self._selects:
             return super()._get_train_sampler(dataset)
-        return RepeatSampler(
+        return RepeatSampler(  # one row per prompt: _prepare_inputs repeats it n times
             data_source=self.train_dataset if dataset is None else dataset,
-            mini_repeat_count=self.num_generations,
+            mini_repeat_count=1,
             batch_size=self._prompts_per_generation_round(),
             repeat_count=self.num_iterations * self.args.steps_per_generation,
             shuffle=self.shuffle_dataset,
@@ -248,7 +249,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
         )
 
     def get_train_dataloader(self):
-        """TRL's dataloader, sized in sampled rows: per process and round, the sampled prompts x n."""
+        """TRL's dataloader, sized in prompts: per process and round, the sampled prompts, one row each."""
         if not self._selects:
             return super().get_train_dataloader()
         from datasets import IterableDataset
@@ -259,18 +260,26 @@ class PODSTrainer(PODSStep, GRPOTrainer):
                 dataset = dataset.shuffle(seed=self.args.seed)
             dataset = repeat_iterable_dataset(
                 dataset,
-                mini_repeat_count=self.num_generations,
+                mini_repeat_count=1,
                 batch_size=self._prompts_per_generation_round(),
                 repeat_count=self.num_iterations * self.args.steps_per_generation,
             )
-        # Per process and generation round: (kept rows / m) * oversample_prompts prompts x n rollouts each.
+        # Per process and generation round: (kept rows / m) * oversample_prompts prompts.
         return self._get_dataloader(
             dataset=dataset,
             description="Training",
-            batch_size=self.args.sampled_prompts_per_process() * self.num_generations,
+            batch_size=self.args.sampled_prompts_per_process(),
             sampler_fn=self._get_train_sampler,
             is_training=True,
         )
+
+    def _prepare_inputs(self, generation_batch):
+        """TRL's ``_prepare_inputs`` on each prompt's row repeated n times (the P*n rows of its
+        ``_generate_and_score_completions``): the loader yields one row per prompt, so that a step fetches and moves P
+        rows, not P*n copies (with n = 4m, as auto runs, the copies cost more than the planner)."""
+        if self.model.training and self._selects:
+            generation_batch = [row for row in generation_batch for _ in range(self.num_generations)]
+        return super()._prepare_inputs(generation_batch)
 
     # ---- model card (TRL's conventions: same metadata, sections and badges; PODS, n, m and the rule added) ----
 
