@@ -7,6 +7,7 @@ wherever a page runs Python."""
 from __future__ import annotations
 
 import json
+import lzma
 import re
 from pathlib import Path
 
@@ -50,13 +51,19 @@ def test_one_wording_for_what_a_rollout_costs():
         assert ROLLOUT_COST in text(ROOT / relative), relative
 
 
+def studies() -> list[dict]:
+    """Every study's JSON under RESULTS: ``study.json``, or ``study.json.xz`` (earlier stages, packed for the tree's
+    size)."""
+    return [json.loads(path.read_text()) for path in RESULTS.rglob("study.json")] + \
+        [json.loads(lzma.decompress(path.read_bytes())) for path in RESULTS.rglob("study.json.xz")]
+
+
 def study_starts() -> dict[str, list[float]]:
     """Every measured start on the two evaluation sets of the current models, from the JSON: {"shipped": the
     shipped model on 400 problems x 4 samples (`pods study`'s studies and the H200's runs), "strong": the strong
     model (evidence/strong/model) on 500 x 8}."""
     starts = {"shipped": [], "strong": []}
-    for path in RESULTS.rglob("study.json"):
-        data = json.loads(path.read_text())
+    for data in studies():
         plan = data.get("plan") or {}
         argv = plan.get("recipe_argv") or []
         model = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--model_name_or_path"), None)
@@ -103,8 +110,8 @@ def test_one_starting_accuracy_statement_per_evaluation_set():
         assert strong_500 in text(ROOT / relative), (relative, strong_500)
     assert "200 held-out problems x 4 samples" in text(ROOT / "docs/get-started.md")
     measured = {f"{value:.3f}" for values in starts.values() for value in values}
-    measured |= {f"{m['start_accuracy'][0]:.3f}" for path in RESULTS.rglob("study.json")
-                 for m in json.loads(path.read_text())["study"]["methods"].values() if m.get("start_accuracy")}
+    measured |= {f"{m['start_accuracy'][0]:.3f}" for data in studies()
+                 for m in data["study"]["methods"].values() if m.get("start_accuracy")}
     asynchronous = json.loads((RESULTS / "async" / "initial_eval.json").read_text())  # 1500 problems x 4
     assert (asynchronous["settings"]["eval_problems"], asynchronous["settings"]["eval_k"]) == (1500, 4)
     assert f"(start {asynchronous['eval']['accuracy']:.4f} on 1500 problems x 4 samples)" in text(
