@@ -107,6 +107,21 @@ def test_update_phase_sees_exactly_kept_rows(tmp_path, tiny_model_dir, num_itera
     assert forward_rows == [prompts_per_step * m] * 4
 
 
+def test_loader_yields_each_prompt_once_and_the_step_gets_whole_groups(tmp_path, tiny_model_dir):
+    # PODS's loader hands over P rows, not P*n copies (auto samples up to n = 4m); _prepare_inputs repeats them.
+    n, m = 8, 4
+    trainer = make_trainer(tmp_path, tiny_model_dir, num_generations=n, downsample_to=m,
+                           per_device_train_batch_size=2 * m, max_steps=1)
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert len(batch) == 2 and batch[0]["prompt"] != batch[1]["prompt"]  # B = 2 kept groups, one row each
+    seen = []
+    step = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: seen.append([x["prompt"] for x in inputs]) or step(inputs)
+    trainer.train()
+    assert len(seen) == 1 and len(seen[0]) == 2 * n
+    assert [seen[0][i * n:(i + 1) * n] for i in range(2)] == [[p] * n for p in (seen[0][0], seen[0][n])]
+
+
 def test_kept_rows_advantages_and_loss_by_hand(tmp_path, tiny_model_dir):
     n, m = 8, 4
     trainer = make_trainer(tmp_path, tiny_model_dir, reward_funcs=(digit_reward, length_reward),

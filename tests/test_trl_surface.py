@@ -375,7 +375,12 @@ def test_repeat_sampler_takes_our_arguments_and_repeats_groups():
     sampler = trl_utils.RepeatSampler(data_source=list(range(4)), mini_repeat_count=3, batch_size=2,
                                       repeat_count=1, shuffle=False, seed=0)
     assert list(sampler) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3], (
-        "trl RepeatSampler no longer yields each prompt mini_repeat_count times in a row; PODS needs whole groups")
+        "trl RepeatSampler no longer yields each prompt mini_repeat_count times in a row (GRPO's whole groups)")
+    # PODS's: one row per prompt (its _prepare_inputs repeats each n times), each round's prompts once per micro-step
+    sampler = trl_utils.RepeatSampler(data_source=list(range(4)), mini_repeat_count=1, batch_size=2,
+                                      repeat_count=2, shuffle=False, seed=0)
+    assert list(sampler) == [0, 1, 0, 1, 2, 3, 2, 3], (
+        "trl RepeatSampler no longer repeats each batch of prompts repeat_count times; PODSTrainer's loader needs it")
 
 
 def test_repeat_iterable_dataset_takes_our_arguments():
