@@ -74,8 +74,9 @@ def test_each_cpu_row_is_its_study(name, machine, folder, method):
 
 
 def test_the_auto_row_is_its_study():
-    """auto's row (issue #67's CPU study, on another VM: a 2-core Intel Xeon) is its study's numbers, seeds and set."""
-    folder, method = "../cpu-2core-intel-xeon/auto/strong", "pods-mv-n64m16-auto"
+    """auto's row (its second version's wall-clock study, #74, on another VM: a 2-core Intel Xeon) is its study's
+    numbers, seeds and set."""
+    folder, method = "../cpu-2core-intel-xeon/auto_v2/strong/measured2", "pods-mv-n64m16-auto"
     data = study(folder)
     entry = data["study"]["methods"][method]
     step = ratio({"value": entry["step_ratio"], "ci95": entry["step_ratio_ci95"]})
