@@ -5,7 +5,8 @@
 For every method against GRPO, on the priced axis (each step c0 + c_s x sampled + c_t x trained, learning as
 measured): the whole-rise speed ratio (20-90% of GRPO's gain, seed-paired bootstrap 95% CI), the ratio at each level
 from 40% to 90% alone (with its CI), and auto's regret: the best fixed method's priced speed over auto's (> 1: a
-fixed n was faster). auto's mean n after update 50 and its share of logged steps at m (``benchmarks/auto_choices.py``).
+fixed n was faster), with a seed-paired bootstrap 95% CI. auto's mean n after update 50 and its share of logged steps
+at m (``benchmarks/auto_choices.py``).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import numpy as np  # noqa: E402
 from auto_choices import run_choices  # noqa: E402
 
 from pods_rl import stats  # noqa: E402
+from pods_rl.bootstrap import percentile_interval, resample  # noqa: E402
 from pods_rl.commands.study_priced import parse_priced_costs, priced_times  # noqa: E402
 from pods_rl.commands.study_report import load_groups  # noqa: E402
-from pods_rl.curves import paired_level_time_ratio  # noqa: E402
+from pods_rl.curves import level_time_ratio, paired_level_time_ratio  # noqa: E402
 
 LEVELS = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 WARMUP = 50
@@ -53,6 +56,21 @@ def auto_mean_n(group: list[stats.RunData], m: int) -> dict:
         at_m.append(sum(abs(x - m) < 1e-9 for x in settled) / len(settled))
     return {"n_mean_after_warmup": sum(means) / len(means), "share_at_m": sum(at_m) / len(at_m),
             "per_run": [run_choices(Path(run.run_dir) / "metrics.jsonl", m) for run in group]}
+
+
+def paired_regret(base: dict, best: dict, auto: dict, n_boot: int = 2000, seed: int = 0) -> dict:
+    """The best fixed method's whole-rise speed over auto's (both against GRPO, > 1: the fixed n was faster), with a
+    95% CI from one bootstrap of the seeds all three ran (each replicate draws the same seeds for all three)."""
+    seeds = sorted(set(base) & set(best) & set(auto))
+
+    def regret(drawn: list) -> float:
+        curves = [base[s] for s in drawn]
+        fixed = level_time_ratio(curves, [best[s] for s in drawn], count_seeds=False)["ratio"]
+        return fixed / level_time_ratio(curves, [auto[s] for s in drawn], count_seeds=False)["ratio"]
+
+    rng = np.random.default_rng(seed)
+    ci = percentile_interval([regret(resample(seeds, rng)) for _ in range(n_boot)]) if len(seeds) >= 2 else None
+    return {"ratio": regret(seeds), "ci95": list(ci) if ci else None, "seeds": seeds}
 
 
 def main(argv=None) -> int:
@@ -84,6 +102,9 @@ def main(argv=None) -> int:
     for name in autos:
         entry = result["methods"][name]
         entry["regret_vs_best_fixed"] = {"best_fixed": best, "ratio": fixed[best] / entry["whole_rise"]["ratio"]}
+        if best != baseline:  # the point estimate above, the same seeds' joint bootstrap for its interval
+            regret = paired_regret(base, by_seed(groups[best]), by_seed(groups[name]))
+            entry["regret_vs_best_fixed"].update(ci95=regret["ci95"], ci_seeds=regret["seeds"])
     for name, entry in result["methods"].items():
         w = entry["whole_rise"]
         by_level = ", ".join(f"{k}: {v['ratio']:.2f}x [{v['ci95'][0]:.2f}, {v['ci95'][1]:.2f}]"
@@ -93,7 +114,9 @@ def main(argv=None) -> int:
         if "auto" in entry:
             print(f"  auto: mean n after update {WARMUP} {entry['auto']['n_mean_after_warmup']:.1f}, "
                   f"{100 * entry['auto']['share_at_m']:.0f}% of logged steps at m; regret vs the best fixed "
-                  f"({best}): {entry['regret_vs_best_fixed']['ratio']:.3f}")
+                  f"({best}): {entry['regret_vs_best_fixed']['ratio']:.3f}"
+                  + (" [{:.3f}, {:.3f}]".format(*entry["regret_vs_best_fixed"]["ci95"])
+                     if entry["regret_vs_best_fixed"].get("ci95") else ""))
     out = Path(args.out) if args.out else Path(args.study) / "priced.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
