@@ -90,6 +90,19 @@ def test_auto_measures_its_costs_and_plans_between_m_and_n(tmp_path, tiny_model_
     assert saved["plans"] == 6 and saved["probes"] >= 2 and len(saved["costs"]["sampled"]) == 6
 
 
+def test_auto_at_m_runs_grpos_own_step_and_still_records(tmp_path, tiny_model_dir):
+    """Where auto gives every prompt m (sampling priced far above any gain), the step is GRPOTrainer's own on each
+    prompt's m rows: no selection ran (its metrics absent), yet the ledger holds every group and the planner its N."""
+    trainer = trainer_for(tmp_path, tiny_model_dir, rollout_planner="auto",
+                          rollout_planner_args={"sample_ms": 1e6, "train_ms": 1.0})
+    trainer.train()
+    assert logged(trainer, "pods/rollouts_sampled") == [B * M] * 4 and logged(trainer, "pods/auto_n_max") == [M] * 4
+    assert not logged(trainer, "pods/frac_zero_std_kept")  # select() never ran
+    stats = trainer._budget.ledger.stats(trainer._budget.ledger.ids)
+    assert int(stats.groups.sum()) == B * 4 and int(stats.rollouts.sum()) == B * M * 4
+    assert [row[0] for row in trainer._budget.how_many.costs.sampled] == [B * M] * 4  # the phase clock's N
+
+
 def test_the_ledger_resumes_exactly(tmp_path, tiny_model_dir):
     """4 steps straight, or 2 steps, a checkpoint, and 2 more from it: the same ledger, GRESO's state and plans (its
     second epoch skips prompts: what it skips depends on the ledger of the first)."""

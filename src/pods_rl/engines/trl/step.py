@@ -86,6 +86,7 @@ class PODSStep:
     _adaptive_reward_index = None  # column of rewards_per_func that decides "mixed" (None: the total)
     _selects = False
     phase_clock = None
+    _at_m = None  # while a step runs as GRPO's own (``_grpo_step_at_m``): the rewards TRL's scoring returned
     _no_variance_rounds = 0  # generation rounds in a row in which no group's rewards varied
     _warned_no_variance = False
     # Generation rounds in a row without any reward variance before the terminal hears of it (once per run).
@@ -103,6 +104,8 @@ class PODSStep:
         raised = count_tool_exceptions(self, len(inputs)) if self.tools else None  # (P*n,) live, with tools
         # 2. the planners: which prompts get rollouts and how many (None, None without planners)
         ids, first = self._plan_rollouts(inputs)  # (P,), (P,)
+        if self._plain_at_m(first):  # m for each of the B prompts: nothing to select, GRPO's own step
+            return self._grpo_step_at_m(inputs, ids)
         # 3. generate and score n per prompt (or in rounds)
         sampled = self._sample_rollouts(inputs, prompts, num_sampled, first, ids)  # P*n rollouts, rewards, logs
         if self._budget is not None:
@@ -143,6 +146,37 @@ class PODSStep:
                                            rank=self.accelerator.process_index, pilot=self.args.pilot_generations)
         log_train_metrics(self, metrics)
         return ids, first
+
+    def _plain_at_m(self, first: torch.Tensor | None) -> bool:
+        """Whether the step is GRPO's own on every process: the planners gave each of exactly B prompts m rollouts
+        and nothing decides later (no rounds, answer rounds, sampled baseline, tools or environments)."""
+        if first is None or self.args.is_adaptive or self.args.advantage_baseline == "sampled" or self.tools:
+            return False
+        if self._budget.needs & {"pilot", "answer_rounds", "reward_rounds"} or getattr(self, "environments", None):
+            return False
+        at_m = len(first) == self._kept_groups_per_process and bool((first == self.downsample_to).all())
+        return not self._any_process(not at_m)
+
+    def _grpo_step_at_m(self, inputs: list[dict], ids: torch.Tensor) -> dict:
+        """GRPOTrainer's own step on each prompt's first m rows (auto where sampling does not pay: GRPO, not PODS
+        with nothing to choose); its rewards go to the ledger and the cost meter as a sampled step's do."""
+        n, m, num_prompts = self.num_generations, self.downsample_to, len(ids)
+        self._at_m = []
+        try:
+            with grouped_by(self, m):  # TRL's advantages, grouped by the m rows each prompt has
+                output = super()._generate_and_score_completions(
+                    [inputs[p * n + j] for p in range(num_prompts) for j in range(m)])
+            every_process = self._at_m[0]  # (P*m*processes, F)
+        finally:
+            self._at_m = None
+        log_train_metrics(self, {"pods/rollouts_sampled": float(every_process.shape[0]), "pods/rounds": 1.0})
+        self._budget.costs.sampled(num_prompts * m)
+        rewards = self._deciding_rewards(self._local_rows(every_process, num_prompts * m),
+                                         self.reward_weights.cpu().double()).view(num_prompts, m)  # (P, m)
+        log_train_metrics(self, self._budget.record(
+            ids, rewards, torch.full((num_prompts,), m), step=self.state.global_step,
+            epoch=int(self.state.epoch or 0), gather=gather, device=self.accelerator.device))
+        return output
 
     def _select_kept(self, inputs: list[dict], prompts: list, sampled: Sampled,
                      raised: list[int] | None) -> KeptRollouts:
@@ -328,8 +362,10 @@ class PODSStep:
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         with self._phase("scoring"):
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self.model.training and not self._selects:  # TRL's own step (GRPO); PODS's notes it once per step
-            self._note_reward_variance(rewards_per_func)  # (N, F), gathered over processes
+        if self.model.training and (not self._selects or self._at_m is not None):  # TRL's own step (GRPO)
+            self._note_reward_variance(rewards_per_func)  # (N, F), gathered over processes; PODS's: once a step
+            if self._at_m is not None:
+                self._at_m.append(rewards_per_func)
         return rewards_per_func
 
     def _rescore_for_metrics(self, inputs, prompts, completions, completion_ids_list) -> None:
