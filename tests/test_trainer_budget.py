@@ -101,6 +101,10 @@ def test_auto_at_m_runs_grpos_own_step_and_still_records(tmp_path, tiny_model_di
     stats = trainer._budget.ledger.stats(trainer._budget.ledger.ids)
     assert int(stats.groups.sum()) == B * 4 and int(stats.rollouts.sum()) == B * M * 4
     assert [row[0] for row in trainer._budget.how_many.costs.sampled] == [B * M] * 4  # the phase clock's N
+    grpo = trainer_for(tmp_path / "grpo", tiny_model_dir, num_generations=M)  # GRPO with m, the same seed and data
+    grpo.train()
+    for key in ("reward", "loss", "completions/mean_length"):  # GRPO's trajectory, step for step
+        assert logged(trainer, key) == logged(grpo, key) and len(logged(grpo, key)) == 4, key
 
 
 def test_the_ledger_resumes_exactly(tmp_path, tiny_model_dir):
