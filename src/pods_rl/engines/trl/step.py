@@ -110,7 +110,7 @@ class PODSStep:
         sampled = self._sample_rollouts(inputs, prompts, num_sampled, first, ids)  # P*n rollouts, rewards, logs
         if self._budget is not None:
             self._budget.costs.sampled(int(sampled.counts.sum()))  # the auto planner's N (the phase clock's step)
-            self._record_in_ledger(ids, sampled, num_sampled, n)
+            self._record_in_ledger(ids, sampled.rewards_per_func, sampled.counts, n)
         # 4. select: m of each group's n, B of the P groups
         kept = self._select_kept(inputs, prompts, sampled, raised)  # kept.rows (B*m,)
         # 5. TRL's own step on the kept rows: log-probs, advantages grouped by m, metrics
@@ -171,11 +171,8 @@ class PODSStep:
             self._at_m = None
         log_train_metrics(self, {"pods/rollouts_sampled": float(every_process.shape[0]), "pods/rounds": 1.0})
         self._budget.costs.sampled(num_prompts * m)
-        rewards = self._deciding_rewards(self._local_rows(every_process, num_prompts * m),
-                                         self.reward_weights.cpu().double()).view(num_prompts, m)  # (P, m)
-        log_train_metrics(self, self._budget.record(
-            ids, rewards, torch.full((num_prompts,), m), step=self.state.global_step,
-            epoch=int(self.state.epoch or 0), gather=gather, device=self.accelerator.device))
+        self._record_in_ledger(ids, self._local_rows(every_process, num_prompts * m),
+                               torch.full((num_prompts,), m), m)
         return output
 
     def _select_kept(self, inputs: list[dict], prompts: list, sampled: Sampled,
@@ -257,13 +254,14 @@ class PODSStep:
         """Whether ``flag`` is true on any process (a collective: every process calls it)."""
         return bool(self._gather(torch.tensor([float(flag)])).max() > 0)
 
-    def _record_in_ledger(self, ids: torch.Tensor, sampled: Sampled, num_sampled: int, n: int) -> None:
-        """Every process's scored groups into the prompt ledger (one collective), by their deciding reward."""
-        deciding = self._deciding_rewards(sampled.rewards_per_func, self.reward_weights.cpu().double())
-        deciding = deciding.view(num_sampled, n)
+    def _record_in_ledger(self, ids: torch.Tensor, rewards_per_func: torch.Tensor, counts: torch.Tensor,
+                          width: int) -> None:
+        """Every process's scored groups into the prompt ledger (one collective), by their deciding reward:
+        ``rewards_per_func`` (P*width, F) this process's, ``counts`` (P,) the real rollouts of each group."""
+        deciding = self._deciding_rewards(rewards_per_func, self.reward_weights.cpu().double())
         log_train_metrics(self, self._budget.record(
-            ids, deciding, sampled.counts, step=self.state.global_step, epoch=int(self.state.epoch or 0),
-            gather=gather, device=self.accelerator.device))
+            ids, deciding.view(len(ids), width), counts, step=self.state.global_step,
+            epoch=int(self.state.epoch or 0), gather=gather, device=self.accelerator.device))
 
     def _sample_rollouts(self, inputs: list[dict], prompts: list, num_sampled: int,
                          first: torch.Tensor | None = None, ids: torch.Tensor | None = None) -> Sampled:
