@@ -212,6 +212,26 @@ def test_a_prompt_near_one_half_at_a_high_cost_ratio_gets_m_unless_the_gain_is_s
     assert sure.tolist() == [8] * 8 and int(expected.max()) > 8, (sure, expected)
 
 
+def test_where_n_for_every_prompt_is_nearly_free_every_prompt_gets_n():
+    """At one H200's costs (c0 202 ms, c_s 0.056, c_t 0.526 ms; m = 16 of up to 64, 8 prompts) the gain model gives
+    some prompts fewer than 64, and 64 for every prompt costs under 3% more step: every prompt gets 64. At
+    c_s / c_t = 0.3 the same top-up would cost more than 3%: the plan stands."""
+    ledger = ledger_with([0.9, 0.85, 0.8, 0.95, 0.75, 0.9, 0.85, 0.7])  # the strong tiny model's range
+    h200 = dict(sample_ms=0.056, train_ms=0.526, fixed_ms=202.0)
+    exact = make_planner("auto", min_n=16, max_n=64, free_share=None, **h200).plan(torch.arange(8), ledger, n=64, m=16)
+    assert int(exact.rollouts.min()) < 64, exact.rollouts
+    extra_ms = 0.056 * float((64 - exact.rollouts).sum())
+    step_ms = 202.0 + 0.526 * 16 * 8 + 0.056 * float(exact.rollouts.sum())
+    assert extra_ms <= 0.03 * step_ms  # the case the rule is for
+    topped = make_planner("auto", min_n=16, max_n=64, **h200).plan(torch.arange(8), ledger, n=64, m=16)
+    assert topped.rollouts.tolist() == [64] * 8 and topped.metrics["pods/auto_topped_up"] == 1.0
+    dear = dict(h200, sample_ms=0.158)
+    exact = make_planner("auto", min_n=16, max_n=64, free_share=None, **dear).plan(torch.arange(8), ledger, n=64, m=16)
+    plan = make_planner("auto", min_n=16, max_n=64, **dear).plan(torch.arange(8), ledger, n=64, m=16)
+    assert plan.rollouts.tolist() == exact.rollouts.tolist() and plan.metrics["pods/auto_topped_up"] == 0.0
+    assert 0.158 * float((64 - plan.rollouts).sum()) > 0.03 * (202.0 + 0.526 * 128 + 0.158 * float(plan.rollouts.sum()))
+
+
 def test_the_cost_fit_reads_the_slope_under_a_rising_load():
     """Sampling seconds a + b * N + drift * step: the load rises 8 ms per step (about 2% of a step at m); the
     probes (4x the total) are early, as the planner's are, the later steps at m. The slope from close steps is

@@ -8,8 +8,9 @@ calibrated on the CPU studies, and the choice is made at its lower bound ``effic
 confident gain). c_s is the *marginal* second of a sampled rollout: sampling seconds fitted as a + b * N, the slope
 from steps close in time at different totals N (slow steps set aside; bounded probes while the slope is unknown,
 none where no slope could change the choice); c_t the median update seconds per trained rollout.
-Where its models predict that sampling does not pay it chooses m everywhere: GRPO. The derivation, assumptions and
-limits: docs/concepts/auto-n.md. Shapes: P prompts, K candidate counts.
+Where its models predict that sampling does not pay it chooses m everywhere: GRPO. Where giving every prompt n would
+lengthen the step by at most ``free_share`` (3%), every prompt gets n: near-free rollouts insure the gain model's
+error. The derivation, assumptions and limits: docs/concepts/auto-n.md. Shapes: P prompts, K candidate counts.
 """
 
 from __future__ import annotations
@@ -298,6 +299,7 @@ class AutoSettings:
     efficiency: float = 0.435  # fitted to the CPU studies: benchmarks/results/cpu-2core-amd-epyc/auto_calibration
     efficiency_low: float | None = 0.20  # the calibration's lower 95% bound: more than m only on a confident gain
     age_half_life: float | None = 16.0  # updates after which a ledger outcome counts half (None: never fades)
+    free_share: float | None = 0.03  # max_n for every prompt where that lengthens the step by at most this share
     prior_strength: float = 2.0
     warmup_steps: int = 2
     probe_gap: int = 3
@@ -320,6 +322,8 @@ class AutoSettings:
         if self.age_half_life is not None:
             check_number(_OWNER, "age_half_life", self.age_half_life, 0.0, 1e9, low_open=True)
         check_number(_OWNER, "prior_strength", self.prior_strength, 0.0, 1e6, low_open=True)
+        if self.free_share is not None:
+            check_number(_OWNER, "free_share", self.free_share, 0.0, 1.0)
         check_int(_OWNER, "warmup_steps", self.warmup_steps, 0)
         check_int(_OWNER, "probe_gap", self.probe_gap, 1)
         check_int(_OWNER, "max_probes", self.max_probes, 0)
@@ -417,6 +421,7 @@ class AutoN(Planner):
             fixed = estimate.fixed + trained_seconds
             chosen, ratio = allocate_for_signal(signal, counts, sample_seconds=estimate.per_sampled,
                                                 fixed_seconds=fixed)
+            chosen, topped_up = self._top_up(chosen, estimate, fixed, max_n)
             rollouts[live] = chosen
             ratio = float(expected[torch.arange(len(chosen)), chosen - min_n].sum()) / (
                 fixed + estimate.per_sampled * float(chosen.sum())) if len(chosen) else 0.0
@@ -425,6 +430,7 @@ class AutoN(Planner):
                             "pods/auto_train_ms": 1e3 * estimate.per_trained,
                             "pods/auto_fixed_ms": 1e3 * estimate.fixed,
                             "pods/auto_slope_known": float(estimate.slope_known),
+                            "pods/auto_topped_up": float(topped_up),
                             "pods/auto_signal_per_second_vs_m": ratio / base if base > 0 else 1.0})
             if (not estimate.slope_known and not s.fixed_costs and s.sample_ms is None and self.probes < s.max_probes
                     and self.plans - self.last_probe >= s.probe_gap and max_n > min_n
@@ -444,6 +450,21 @@ class AutoN(Planner):
                         "pods/auto_warmup": float(warming or estimate is None)})
         return make_plan(ids, rollouts, skipped=torch.zeros(len(ids), dtype=torch.bool), evicted=stats["evicted"],
                          extra={"success_rate": torch.from_numpy(a / (a + b))}, metrics=metrics)
+
+    def _top_up(self, chosen: torch.Tensor, estimate: CostEstimate, fixed_seconds: float,
+                max_n: int) -> tuple[torch.Tensor, bool]:
+        """chosen (L,) -> every prompt at max_n where that lengthens the predicted step by at most ``free_share``
+        (the marginal rollout known), else chosen as it is; and whether it topped up. Where sampling is nearly free
+        the gain model's error is cheap to insure: it reads the variance a prompt's posterior predicts, not the
+        learning that more rollouts bring where that posterior is wrong (docs/concepts/auto-n.md)."""
+        share = self.settings.free_share
+        if share is None or not estimate.slope_known or len(chosen) == 0 or bool((chosen == max_n).all()):
+            return chosen, False
+        step_seconds = fixed_seconds + estimate.per_sampled * float(chosen.sum())
+        top_up_seconds = estimate.per_sampled * float((max_n - chosen).sum())
+        if top_up_seconds > share * step_seconds:
+            return chosen, False
+        return torch.full_like(chosen, max_n), True
 
     @staticmethod
     def _probe_could_matter(signal: torch.Tensor, counts: torch.Tensor, fixed_seconds: float) -> bool:
