@@ -1,23 +1,17 @@
 """benchmarks/auto_top_up_share.py: the share by which every prompt at max_n would lengthen a logged step, equal to
 a hand computation, and rows without a known slope left out."""
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("auto_top_up_share", ROOT / "benchmarks" / "auto_top_up_share.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import auto_top_up_share as share  # noqa: E402
 
 
 def test_the_share_is_the_hand_computation_and_unknown_slopes_are_left_out():
-    share = _load()
     costs = {"pods/auto_fixed_ms": 202.0, "pods/auto_sample_ms": 0.056, "pods/auto_train_ms": 0.526}
     rows = [{"pods/auto_n_mean": 54.4, "pods/auto_slope_known": 1.0, **costs},
             {"pods/auto_n_mean": 16.0, "pods/auto_slope_known": 0.0, **costs},  # slope unknown: never fires
