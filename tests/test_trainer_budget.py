@@ -107,6 +107,30 @@ def test_auto_at_m_runs_grpos_own_step_and_still_records(tmp_path, tiny_model_di
         assert logged(trainer, key) == logged(grpo, key) and len(logged(grpo, key)) == 4, key
 
 
+def always_right(completions, **kwargs):
+    """1.0 for every completion: beside solved_by_parity, every total is above the ledger's 0.5."""
+    return [1.0] * len(completions)
+
+
+def test_adaptive_reward_decides_the_ledgers_successes_under_a_planner(tmp_path, tiny_model_dir):
+    """With a planner and no pilot, the ledger counts a success by adaptive_reward's reward, not by the total (on
+    which always_right would make every rollout a success); a name that is not a reward function is refused."""
+    counts = {}
+    for decider in (None, "solved_by_parity"):
+        trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                              reward_funcs=[solved_by_parity, always_right], train_dataset=dataset(),
+                              processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                              args=config(tmp_path / str(decider), rollout_planner="auto", adaptive_reward=decider,
+                                          max_steps=2))
+        trainer.train()
+        stats = trainer._budget.ledger.stats(trainer._budget.ledger.ids)
+        counts[decider] = (int(stats.successes.sum()), int(stats.rollouts.sum()))
+    assert counts[None][0] == counts[None][1] > 0, counts  # on the total: every rollout
+    assert 0 < counts["solved_by_parity"][0] < counts["solved_by_parity"][1], counts  # odd prompts: some fail
+    with pytest.raises(ValueError, match="adaptive_reward 'nope' is not one of this run's reward functions"):
+        trainer_for(tmp_path / "bad", tiny_model_dir, rollout_planner="auto", adaptive_reward="nope")
+
+
 def test_the_ledger_resumes_exactly(tmp_path, tiny_model_dir):
     """4 steps straight, or 2 steps, a checkpoint, and 2 more from it: the same ledger, GRESO's state and plans (its
     second epoch skips prompts: what it skips depends on the ledger of the first)."""

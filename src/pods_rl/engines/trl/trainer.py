@@ -194,7 +194,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
 
             rows = self._prompts_per_generation_round()
             self.train_dataset = Dataset.from_dict({"prompt": [PLACEHOLDER_PROMPT] * rows})
-        if config.is_adaptive and config.adaptive_reward is not None:
+        if (config.is_adaptive or config.has_planner) and config.adaptive_reward is not None:
             if config.adaptive_reward not in self.reward_func_names:
                 raise ValueError(f"adaptive_reward {config.adaptive_reward!r} is not one of this run's reward "
                                  f"functions {self.reward_func_names}; name one of them, or drop it to use the total "
