@@ -131,7 +131,8 @@ def build_trainer(model_path: str, recipe: str, device: torch.device, num_genera
     from pods_rl.tasks import get_task
 
     argv = ["--config", recipe, "--model_name_or_path", model_path, "--output_dir", output_dir,
-            "--num_generations", str(num_generations), "--downsample_to", str(downsample_to),
+            "--rollout_planner", "none", "--num_generations", str(num_generations),
+            "--downsample_to", str(downsample_to),
             "--per_device_train_batch_size", str(per_device_train_batch_size), "--gradient_accumulation_steps", "1",
             "--report_to", "none", "--use_cpu", "true" if device.type == "cpu" else "false"]
     run, config, _ = parse_args(argv)

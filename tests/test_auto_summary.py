@@ -56,3 +56,17 @@ def test_pods_train_with_auto_ends_with_the_line(tmp_path, tiny_model_dir, capsy
     logged = [r["pods/auto_n_mean"] for r in runlog.read_metrics(run_dir) if "pods/auto_n_mean" in r]
     assert auto["n_mean"] == sum(logged) / len(logged) and 4 <= auto["n_mean"] <= 8
     assert 4 <= auto["at_h200_n_mean"] <= 8 and auto["line"] == printed[-1]
+
+
+def test_the_embedded_default_is_auto_and_ends_with_the_line(tmp_path, tiny_model_dir, capsys):
+    """`pods train` with no recipe named runs auto (m = 8 .. n = 32) and its last printed line is auto's summary."""
+    run_dir = tmp_path / "run"
+    assert train_main(["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(run_dir), "--max_steps", "3",
+                       "--per_device_train_batch_size", "32", "--eval_num_problems", "8", "--eval_batch_size", "16",
+                       "--eval_k", "2", "--logging_steps", "1", "--run_figure", "false"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1].startswith("auto chose n = ") and "(m = 8, up to n = 32;" in printed[-1], printed[-1]
+    assert "at one H200's measured costs" in printed[-1]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 3 and 8 <= summary["auto"]["n_mean"] <= 32
+    assert "rollout_planner: auto" in (run_dir / "config.yaml").read_text()

@@ -193,7 +193,9 @@ def test_pods_train_is_quiet_and_reports_to_tensorboard(tmp_path, tiny_model_dir
         acc = EventAccumulator(str(path))
         acc.Reload()
         scalars |= set(acc.Tags()["scalars"])
-    assert {"train/pods/frac_zero_std_all", "train/pods/frac_zero_std_kept", "train/time/step",
+    # the embedded recipe's auto: its choices, the rollouts sampled, TRL's own zero-std share (a step at m is
+    # GRPOTrainer's) and the phase times
+    assert {"train/pods/auto_n_mean", "train/pods/rollouts_sampled", "train/frac_reward_zero_std", "train/time/step",
             "train/time/generation", "train/time/update"} <= scalars, sorted(scalars)
     assert "GRPO-PODS" in (run_dir / "final" / "README.md").read_text()
 

@@ -66,6 +66,18 @@ def test_plan_gives_every_method_the_same_updates_and_kept_rows(tmp_path):
     assert {r.argv[r.argv.index("--num_generations") + 1] for r in runs} == {"16", "32", "64"}
 
 
+def test_methods_run_without_the_recipes_planner_but_with_a_variants(tmp_path):
+    """The embedded recipe plans with auto; a study's GRPO and fixed-n runs must not, its auto variant must."""
+    from pods_rl.recipes import parse_args
+
+    plan = _plan(tmp_path, "--methods", "grpo-n8,pods-mv-n32m8,pods-mv-n32m8-auto", "--variant",
+                 "auto=--rollout_planner auto", "--updates", "4")
+    planners = {run.method: parse_args(list(run.argv))[1].rollout_planner for run in study_runs(plan, plan.lr)}
+    assert planners == {"grpo-n8": None, "pods-mv-n32m8": None, "pods-mv-n32m8-auto": "auto"}
+    with pytest.raises(ValueError, match="^--rollout_planner is set by pods study for each run; use --variant"):
+        _plan(tmp_path, "--rollout_planner", "auto")
+
+
 def test_first_seed_runs_fresh_seeds_seed_major(tmp_path):
     """A new study beside an old one runs fresh seeds: --first-seed 32 --seeds 2 gives seeds 32 and 33, passed to
     `pods train` and named in the run folders, every method's seed before the next seed."""

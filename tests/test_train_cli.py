@@ -41,6 +41,27 @@ def test_recipe_parsing_and_overrides():
     assert parse_task_args("data_dir=x/y,size=3") == {"data_dir": "x/y", "size": 3}
 
 
+def test_the_embedded_default_is_auto_and_a_flag_turns_it_off(tmp_path):
+    """`pods train`'s default planner is auto (each prompt m = 8 .. n = 32 rollouts); `--rollout_planner none` gives
+    the fixed n, and GRPO with n = m; PODSConfig's own default stays no planner (it keeps what its user sets)."""
+    from pods_rl.engines.trl.config import PODSConfig
+
+    _, config, _ = parse_args([])
+    assert (config.rollout_planner, config.num_generations, config.downsample_to) == ("auto", 32, 8)
+    assert config.has_planner
+    assert PODSConfig(output_dir=str(tmp_path), use_cpu=True).rollout_planner is None
+    for spelling in ("none", "None", "null"):
+        _, fixed, _ = parse_args(["--rollout_planner", spelling])
+        assert fixed.rollout_planner is None and not fixed.has_planner, spelling
+        assert (fixed.num_generations, fixed.downsample_to) == (32, 8) and fixed.is_pods
+    _, grpo, _ = parse_args(["--rollout_planner", "none", "--num_generations", "8"])
+    assert not grpo.is_pods and not grpo.selects
+    # n = m under the default's auto leaves it nothing to choose: one line naming both ways out
+    with pytest.raises(ValueError, match=r"raise num_generations above downsample_to, or turn the planner off "
+                                         r"\(rollout_planner unset; `pods train`: --rollout_planner none\)"):
+        parse_args(["--num_generations", "8"])
+
+
 def test_bad_recipe_and_flags_give_one_line_errors(capsys):
     assert train_main(["--config", "no/such/recipe"]) == 2
     assert "packaged recipes" in capsys.readouterr().err

@@ -98,9 +98,11 @@ def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output
         PrinterCallback,  # seconds to import; `pods cost --help` needs none
     )
 
-    # the user's recipe, then this setting's `pods train` flags (later flags win)
+    # no rollout planner (a fixed n) unless the recipe's flags name one, then the user's recipe, then this
+    # setting's `pods train` flags (later flags win; any flag wins over the recipe's YAML)
     run, config, model_args = parse_args([
-        *recipe_argv, "--num_generations", str(n), "--downsample_to", str(m), "--max_steps", str(max_steps),
+        "--rollout_planner", "none", *recipe_argv, "--num_generations", str(n), "--downsample_to", str(m),
+        "--max_steps", str(max_steps),
         "--oversample_prompts", repr(float(oversample)), "--pilot_generations", str(pilot or 0),
         "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
         "--eval_before_after", "false", "--output_dir", str(output_dir)])

@@ -43,8 +43,10 @@ STAGES = ("cost", "sweep", "runs", "report")
 
 def make_run(plan: Plan, method: Method, seed: int, lr: float, run_dir: Path, updates: int) -> Run:
     """One run of the study: ``method`` at ``seed`` and learning rate ``lr``, with its `pods train` flags: the
-    recipe, then what the study fixes (later flags win)."""
-    argv = [*plan.recipe_argv, "--output_dir", str(run_dir), "--num_generations", str(method.n),
+    recipe, then what the study fixes (later flags win): n and m, and no rollout planner but a variant's (the
+    embedded recipe's auto would otherwise choose every method's n)."""
+    argv = [*plan.recipe_argv, "--output_dir", str(run_dir), "--rollout_planner", "none",
+            "--num_generations", str(method.n),
             "--downsample_to", str(method.m), "--downsample_rule", method.rule, "--seed", str(seed),
             "--learning_rate", f"{lr:g}", "--per_device_train_batch_size", str(plan.prompts_per_step * method.m),
             "--max_steps", str(updates), "--max_train_seconds", "1e9",

@@ -21,7 +21,8 @@ RULE_CODES = {"mv": "max_variance", "random": "random", "maxreward": "max_reward
 # --pilot, --save_every_seconds --checkpoint-every), so never reach the recipe.
 STUDY_FLAGS = {"--num_generations": "--n / --m", "--downsample_rule": "--methods", "--seed": "--seeds",
                "--output_dir": "--out", "--per_device_train_batch_size": "--prompts-per-step",
-               "--resume_from_checkpoint": "(resuming is automatic)"}
+               "--resume_from_checkpoint": "(resuming is automatic)",
+               "--rollout_planner": "--variant NAME='--rollout_planner auto' and a method pods-mv-n32m8-NAME"}
 SMOKE = dict(m=4, n=[8], prompts_per_step=2, seeds=2, updates=2, eval_every=2, eval_problems=8, eval_k=2,
              cost_steps=1, cost_warmup=1, bootstrap=200,
              recipe=["--max_completion_length", "12", "--eval_batch_size", "64"])

@@ -104,7 +104,9 @@ def between_m_and_n(knobs: dict, layout: Layout, title: str) -> dict:
     m, n, names, where = layout.m, layout.n, layout.names, layout.names["rollout_planner_args"]
     if m >= n:
         raise ValueError(f"{names['rollout_planner']} spends between {names['m']} (m={m}) and {names['n']} (n={n}) "
-                         f"rollouts per prompt: with m = n every prompt gets n; raise {names['n']} above {names['m']}")
+                         f"rollouts per prompt: with m = n every prompt gets n; raise {names['n']} above {names['m']}, "
+                         f"or turn the planner off ({names['rollout_planner']} unset; `pods train`: --rollout_planner "
+                         "none)")
     for key, default in (("min_n", m), ("max_n", n)):
         value = knobs.setdefault(key, default)
         if not (isinstance(value, int) and m <= value <= n):

@@ -61,6 +61,7 @@ CONFIG_NAMES = spelled("trl", "selection")
 # The losses that padding rows (an "answer_rounds" planner's) drop out of exactly: their normalizer counts tokens
 # through the completion mask. The per-sequence ones would be diluted by them (the planner's released code agrees).
 PADDED_LOSS_TYPES = ("dapo", "bnpo", "cispo", "vespo")
+PLANNER_OFF = ("none", "null", "")  # a planner field's spellings of "no planner" (YAML's null is None already)
 
 
 @dataclass
@@ -128,7 +129,8 @@ class PODSConfig(GRPOConfig):
                   "planner of pods_rl.budget.planners): greso (skip prompts whose recent groups were all-equal, "
                   "re-admitting some; GRESO) or pilot_commit (pilot every candidate with n_explore rollouts, commit "
                   "B of those whose pilot was mixed to n_commit more, in the same step; Pilot-Commit). Needs "
-                  "oversample_prompts > 1: the candidates that replace the skipped prompts."},
+                  "oversample_prompts > 1: the candidates that replace the skipped prompts. none: no planner (turns a "
+                  "recipe's planner off)."},
     )
     prompt_planner_args: dict | str | None = field(
         default=None,
@@ -144,7 +146,8 @@ class PODSConfig(GRPOConfig):
                   "where its cost and gain models predict that sampling does not pay, more where they predict it "
                   "does; docs: PODS that picks its own n) or cgrpo (C-GRPO: rounds up budget_grid until a prompt's "
                   "conformal prediction set is a singleton, num_generations = max(budget_grid); PODSTrainer needs "
-                  "calibration_dataset= and answer_extractor=)."},
+                  "calibration_dataset= and answer_extractor=). none: no planner, every prompt gets num_generations "
+                  "(turns a recipe's planner off)."},
     )
     rollout_planner_args: dict | str | None = field(
         default=None,
@@ -229,6 +232,10 @@ class PODSConfig(GRPOConfig):
 
     def _check_planners_and_limits(self) -> None:
         """Validate the planners and their settings (JSON strings parsed), time limits, reward weights and timeout."""
+        for name in ("prompt_planner", "rollout_planner"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value.strip().lower() in PLANNER_OFF:
+                setattr(self, name, None)  # off, so that a flag can turn a recipe's planner off
         for name in ("prompt_planner_args", "rollout_planner_args"):
             value = getattr(self, name)
             if isinstance(value, str):
