@@ -164,10 +164,13 @@ def test_rounds_are_arranged_into_n_rows_per_prompt():
     assert merged[2] is None and merged[7] == []  # absent / per-batch entries come from the first round
 
 
-def test_default_run_dir_names_the_pilot(tmp_path):
+def test_default_run_dir_names_the_pilot_and_the_planner(tmp_path):
     from pods_rl.recipes import RunArguments
     from pods_rl.training_run import default_run_dir
 
     config = PODSConfig(**common_args(tmp_path, num_generations=8, downsample_to=4, per_device_train_batch_size=8,
                                       pilot_generations=4))
     assert "-pods-max_variance-n8m4-pilot4-seed3-" in default_run_dir(RunArguments(task="arithmetic"), config).name
+    auto = PODSConfig(**common_args(tmp_path, num_generations=8, downsample_to=4, per_device_train_batch_size=8,
+                                    rollout_planner="auto"))
+    assert "-pods-max_variance-n8m4-auto-seed3-" in default_run_dir(RunArguments(task="arithmetic"), auto).name

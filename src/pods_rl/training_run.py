@@ -45,11 +45,13 @@ EVAL_KEYS = ("accuracy", "accuracy_stderr", "format_accuracy", "both_accuracy", 
 
 
 def default_run_dir(run: RunArguments, config) -> Path:
-    """``runs/<task>-<method>-<timestamp>``."""
+    """``runs/<task>-<method>-<timestamp>``; the method names its planners (``...-n32m8-auto``) and pilot."""
     method = (f"pods-{config.downsample_rule}-n{config.num_generations}m{config.downsample_to}" if config.is_pods
               else f"grpo-n{config.num_generations}")
     if getattr(config, "is_adaptive", False):
         method += f"-pilot{config.pilot_generations}"  # adaptive rollouts: a different method, a different name
+    for planner in (getattr(config, "prompt_planner", None), getattr(config, "rollout_planner", None)):
+        method += f"-{planner}" if planner else ""  # so is a planner's (auto's n is not every prompt's)
     task = run.task.replace(":", "-").replace("/", "-")
     return Path("runs") / f"{task}-{method}-seed{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
