@@ -72,24 +72,33 @@ def wall_time(folder: str) -> str:
 
 
 def test_the_default_run_is_quoted_from_its_summary():
-    """The README's "How long" and the default run's page quote the quiet run and `make train` on a shared VM (the
-    accuracy before and after, the steps, the wall time), each from its own summary.json and time.txt."""
-    quiet, shared, loaded = (default_run(f) for f in ("default_run_quiet", "make_train_shared", "default_run"))
+    """The README's "How long" and the default run's page quote `make train` with auto (the default) and the previous
+    default's quiet and shared-VM runs (the accuracy before and after, the steps, the wall time), each from its own
+    summary.json and time.txt; the README's printed lines end with the auto run's own last two."""
+    auto, quiet, shared, loaded = (default_run(f) for f in ("make_train_auto", "default_run_quiet",
+                                                            "make_train_shared", "default_run"))
     readme = page("README.md").replace("**", "")
-    how_long = readme[readme.index("How long:"):][:700]
-    for run, folder in ((quiet, "default_run_quiet"), (shared, "make_train_shared")):
+    how_long = readme[readme.index("How long:"):][:800]
+    for run, folder in ((auto, "make_train_auto"), (quiet, "default_run_quiet"), (shared, "make_train_shared")):
         for quoted in (run["accuracy"], run["steps"], wall_time(folder)):
             assert quoted in how_long, f"README's 'How long' does not say {quoted!r} ({folder}): {how_long}"
-    printed = (RESULTS / "tiny_model" / "make_train_shared" / "train.log").read_text()
-    last = printed.strip().splitlines()[-1]
-    assert last.startswith("held-out accuracy: before") and last in (ROOT / "README.md").read_text(), last
+    printed = (RESULTS / "tiny_model" / "make_train_auto" / "train.log").read_text().strip().splitlines()
+    accuracy, chose = printed[-2:]
+    assert accuracy.startswith("held-out accuracy: before") and chose.startswith("auto chose n = "), printed[-2:]
+    assert f"{accuracy}\n{chose}" in (ROOT / "README.md").read_text()
+    summary = json.loads((RESULTS / "tiny_model" / "make_train_auto" / "summary.json").read_text())
+    assert summary["auto"]["line"] == chose
     results = page("docs/results/default-run.md").replace("**", "")
-    headline = results[results.index("The embedded default"):][:600]
-    for quoted in (quiet["accuracy"], quiet["steps"], wall_time("default_run_quiet"), f"{quiet['train_seconds']} s"):
+    headline = results[results.index("The embedded default"):][:800]
+    for quoted in (auto["accuracy"], auto["steps"], wall_time("make_train_auto"), f"{auto['train_seconds']} s",
+                   f"{summary['auto']['n_mean']:.1f} per prompt", f"{100 * summary['auto']['share_at_m']:.0f}%",
+                   f"{summary['auto']['at_h200_n_mean']:.1f} of 32"):
         assert quoted in headline, f"default-run.md's headline does not say {quoted!r}: {headline}"
-    for quoted in (shared["accuracy"], shared["steps"], wall_time("make_train_shared"),  # the shared VM's run
+    previous = results[results.index("The previous default"):]
+    for quoted in (quiet["accuracy"], quiet["steps"], wall_time("default_run_quiet"), f"{quiet['train_seconds']} s",
+                   shared["accuracy"], shared["steps"], wall_time("make_train_shared"),  # the shared VM's run
                    loaded["accuracy"], loaded["steps"]):  # and the loaded run, given beside it
-        assert quoted in results, f"default-run.md does not quote {quoted!r}"
+        assert quoted in previous, f"default-run.md does not quote {quoted!r} for the previous default"
 
 
 def test_the_number_formats_are_what_the_pages_write():
