@@ -41,7 +41,7 @@ def test_shipped_model_greedy_completions_match_hf():
 
 
 def test_default_recipe_trains_through_vllm(tmp_path):
-    """`pods train --use_vllm true` on the embedded default (the shipped model, arithmetic, PODS 16 -> 8): steps run,
+    """`pods train --use_vllm true` on the embedded default (the shipped model, arithmetic, auto 8..32): steps run,
     the kept rows' vLLM log-probs match the trainer's, and held-out evaluation runs before and after."""
     run_dir = tmp_path / "run"
     argv = ["train", "--output_dir", str(run_dir), "--use_vllm", "true", "--vllm_mode", "colocate",
