@@ -85,6 +85,16 @@ def test_model_card_names_pods_rule_n_m_base_model_and_cites_the_paper(tmp_path,
     assert re.search(r"- pods-rl: \S+", card) and re.search(r"- TRL: 1\.1\d", card)
 
 
+def test_model_card_of_a_planner_run_says_n_is_the_most_a_prompt_got(tmp_path, tiny_model_dir):
+    trainer = _card_trainer(tmp_path, tiny_model_dir, "Qwen/Qwen2.5-0.5B-Instruct", rollout_planner="auto")
+    trainer.create_model_card(model_name="auto-run")
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "between m = 4 and n = 8 completions (as many as the `auto` rollout planner chose)" in card
+    assert "| the most completions sampled per prompt, n (`num_generations`) | 8 |" in card
+    assert "| completions per prompt chosen by (`rollout_planner`) | `auto` |" in card
+    assert "n = 8 completions were sampled" not in card and "prompt_planner" not in card
+
+
 def test_model_card_of_a_local_base_model_and_of_plain_grpo(tmp_path, tiny_model_dir):
     trainer = _card_trainer(tmp_path, tiny_model_dir, str(tiny_model_dir), downsample_to=8,
                             per_device_train_batch_size=8)

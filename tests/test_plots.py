@@ -49,6 +49,11 @@ def test_default_label():
     assert plots.default_label({"num_generations": 64, "downsample_to": 16, "downsample_rule": "max_variance"}) \
         == "PODS max_variance (n=64→m=16)"
     assert plots.default_label({}, fallback="myrun") == "myrun"
+    # a planner's run is not every prompt at n: the label says which planner ran
+    assert plots.default_label({"num_generations": 32, "downsample_to": 8, "rollout_planner": "auto"}) \
+        == "PODS max_variance (n=32→m=8) +auto"
+    assert plots.default_label({"num_generations": 8, "downsample_to": 8, "prompt_planner": "greso",
+                                "rollout_planner": None}) == "GRPO (n=8) +greso"
 
 
 def test_parse_run_spec(tmp_path):

@@ -75,15 +75,17 @@ class RunData:
 
 
 def default_label(config: dict, fallback: str = "run") -> str:
-    """``GRPO (n=16)`` or ``PODS <rule> (n=64→m=16)`` from a run config; ``fallback`` without num_generations."""
+    """``GRPO (n=16)`` or ``PODS <rule> (n=64→m=16)`` from a run config, `` +<planner>`` for each planner it ran
+    (``PODS max_variance (n=32→m=8) +auto``: n is then the most a prompt got); ``fallback`` without num_generations."""
     n = config.get("num_generations")
     if n is None:
         return fallback
     m = config.get("downsample_to")
+    planners = "".join(f" +{config[key]}" for key in ("prompt_planner", "rollout_planner") if config.get(key))
     if m is None or int(m) == int(n):
-        return f"GRPO (n={n})"
+        return f"GRPO (n={n}){planners}"
     rule = config.get("downsample_rule", "max_variance")
-    return f"PODS {rule} (n={n}→m={m})"
+    return f"PODS {rule} (n={n}→m={m}){planners}"
 
 
 def parse_run_spec(spec) -> tuple[Path, str | None]:

@@ -409,6 +409,8 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             rule=args.downsample_rule,
             tiebreak=getattr(args, "downsample_tiebreak", "index"),
             oversample_prompts=getattr(args, "oversample_prompts", 1),
+            rollout_planner=getattr(args, "rollout_planner", None),
+            prompt_planner=getattr(args, "prompt_planner", None),
             per_device_train_batch_size=args.per_device_train_batch_size,
             learning_rate=args.learning_rate,
             beta=args.beta,
