@@ -403,18 +403,7 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             wandb_url=wandb_url,
             trackio_url=trackio_url,
             comet_url=get_comet_experiment_url(),
-            is_pods=args.is_pods,
-            n=args.num_generations,
-            m=args.downsample_to,
-            rule=args.downsample_rule,
-            tiebreak=getattr(args, "downsample_tiebreak", "index"),
-            oversample_prompts=getattr(args, "oversample_prompts", 1),
-            rollout_planner=getattr(args, "rollout_planner", None),
-            prompt_planner=getattr(args, "prompt_planner", None),
-            per_device_train_batch_size=args.per_device_train_batch_size,
-            learning_rate=args.learning_rate,
-            beta=args.beta,
-            loss_type=args.loss_type,
+            **_card_settings(args),
             paper_title=self._paper["title"],
             paper_id=self._paper["id"],
             grpo_paper_title=grpo_paper["title"],
@@ -429,3 +418,13 @@ class PODSTrainer(PODSStep, GRPOTrainer):
             tokenizers_version=version("tokenizers"),
         )
 
+
+def _card_settings(args) -> dict:
+    """The model card's training settings of ``args`` (a PODSConfig): PODS's n, m, rule and planners, and the rest."""
+    return {"is_pods": args.is_pods, "n": args.num_generations, "m": args.downsample_to, "rule": args.downsample_rule,
+            "tiebreak": getattr(args, "downsample_tiebreak", "index"),
+            "oversample_prompts": getattr(args, "oversample_prompts", 1),
+            "rollout_planner": getattr(args, "rollout_planner", None),
+            "prompt_planner": getattr(args, "prompt_planner", None),
+            "per_device_train_batch_size": args.per_device_train_batch_size, "learning_rate": args.learning_rate,
+            "beta": args.beta, "loss_type": args.loss_type}
