@@ -137,7 +137,8 @@ def summary(values: list[float], rollouts: int) -> dict:
 def cost_both_backends(model_dir: Path, ns: list[int], m: int, steps: int, warmup: int, threads: int) -> dict:
     """`pods cost` on the tiny recipe with ``model_dir``, for transformers and vLLM generation, all trainers
     interleaved step by step. Returns {"hf": rows, "vllm": rows} (pods cost's rows, ratios against n = m)."""
-    from pods_rl.commands import cost  # its trainer builder and round-robin schedule
+    from pods_rl.commands import cost  # its trainer builder
+    from pods_rl.interleaved import train_interleaved  # its schedule of turns
 
     recipe = ["--config", "tiny", "--model_name_or_path", str(model_dir), "--torch_threads", str(threads)]
     with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
@@ -147,7 +148,7 @@ def cost_both_backends(model_dir: Path, ns: list[int], m: int, steps: int, warmu
             for n in ns:
                 trainer, run_dir = cost.build_trainer(argv, n, m, warmup + steps, Path(tmp) / f"{backend}-n{n}")
                 built.append((backend, n, trainer, run_dir))
-        cost.train_interleaved([trainer for _, _, trainer, _ in built])
+        train_interleaved([trainer for _, _, trainer, _ in built])
         rows = {"hf": [], "vllm": []}
         for backend, n, trainer, run_dir in built:
             described = cost.describe_trainer(trainer)

@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from pods_rl import step_cost
+from pods_rl import interleaved, step_cost
 from pods_rl.auto_projection import auto_projection
 from pods_rl.commands import cost
 
 
-def test_turns_are_round_robin_and_skip_finished():
-    turns, order = cost._Turns(3), []
+def test_turns_are_a_serpentine_and_skip_finished():
+    turns, order = interleaved.Turns(3), []
     steps = {0: 3, 1: 1, 2: 2}  # trainer 1 finishes early and must be skipped afterwards
 
     def trainer(i):
@@ -30,7 +30,44 @@ def test_turns_are_round_robin_and_skip_finished():
     for t in threads:
         t.join(timeout=10)
     assert not any(t.is_alive() for t in threads)
-    assert order == [0, 1, 2, 0, 2, 0]
+    # the first pass lines the trainers up at their first step; then 2 1 0, back 0 (1 done) 2, then 0 alone
+    assert order == [2, 1, 0, 0, 2, 0]
+
+
+def test_interleaved_trainers_draw_from_their_own_random_streams():
+    """Trainers in turn share one process's generators: each must sample as it would alone (its own seed), else two
+    runs of one recipe sample different completions and their step times differ by the work, not the speed."""
+    import random
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+    from transformers import set_seed
+
+    def draws(seed_value, steps=4):  # what one trainer draws per step, alone
+        set_seed(seed_value)
+        return [(torch.rand(2).tolist(), float(np.random.rand()), random.random()) for _ in range(steps)]
+
+    seeds = [7, 7, 11]  # two of one recipe, one other
+    expected = [draws(s) for s in seeds]
+    turns, got = interleaved.Turns(len(seeds)), [[] for _ in seeds]
+
+    def trainer(i):
+        callback, args = interleaved.take_turns(turns, i), SimpleNamespace(seed=seeds[i])
+        callback.on_train_begin(args, None, None)
+        for _ in range(4):
+            callback.on_step_begin(args, None, None)
+            got[i].append((torch.rand(2).tolist(), float(np.random.rand()), random.random()))
+        callback.on_train_end(args, None, None)
+
+    threads = [threading.Thread(target=trainer, args=(i,)) for i in range(len(seeds))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
+    assert got == expected
+    assert got[0] == got[1] != got[2]
 
 
 def row(step, gen, upd, **extra):

@@ -8,8 +8,9 @@
 For each n (and n = m, the GRPO reference) it trains the real ``pods train`` trainer (``num_generations=n``,
 ``downsample_to=m``, no evaluation or checkpoints, a temporary run directory) and reads back the per-step ``time/*``,
 ``memory/*`` and reward statistics ``PODSTrainer`` logs to metrics.jsonl: no second timing code path. Schedule:
-``interleaved`` (all trainers in one process, stepping round-robin: a noisy machine slows all alike), ``sequential``
-(one setting after another, in alternating ``rounds``) or ``auto``. A setting warms up until its step times are
+``interleaved`` (all trainers in one process, stepping in turn, each from its own random streams: a noisy machine
+slows all alike; ``pods_rl.interleaved``), ``sequential`` (one setting after another, in alternating ``rounds``) or
+``auto``. A setting warms up until its step times are
 steady; its cost is the median step (``pods_rl.step_cost``), with quartile ranges; ``ratio`` = step seconds / those
 of n = m (PODS pays off when its progress per step exceeds it). ``--oversample_prompts`` and ``--pilot_generations``
 add rows measured with them. Then what ``rollout_planner="auto"`` would choose on the measured costs and the starting
@@ -22,13 +23,13 @@ import argparse
 import gc
 import json
 import tempfile
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from pods_rl import step_cost, training_run
 from pods_rl.auto_projection import DEFAULT_AUTO_PROMPTS, DEFAULT_AUTO_SAMPLES, auto_projection
 from pods_rl.errors import one_line_parser_errors, run_guarded, spellings
+from pods_rl.interleaved import train_interleaved
 from pods_rl.machine import machine_info
 from pods_rl.recipes import parse_args
 from pods_rl.runlog import read_metrics
@@ -38,52 +39,6 @@ DEFAULT_STEPS = 5
 DEFAULT_WARMUP = 1
 ESTIMATOR = ("median step time (split into phases by the middle steps' shares); warm-up until steady; "
              "interleaved: ratio turn by turn (interquartile mean), else ratio of medians; range from the quartiles")
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Round-robin turns between trainers that live in threads of one process
-# ------------------------------------------------------------------------------------------------------------
-class _Turns:
-    """A baton passed round-robin: trainer ``i`` runs only while ``turn == i``; finished trainers are skipped."""
-
-    def __init__(self, count: int):
-        self.cond = threading.Condition()
-        self.turn = 0
-        self.done = [False] * count
-
-    def wait(self, i: int) -> None:
-        with self.cond:
-            self.cond.wait_for(lambda: self.turn == i)
-
-    def pass_on(self, i: int) -> None:
-        with self.cond:
-            following = [(i + j) % len(self.done) for j in range(1, len(self.done) + 1)]  # the others, then i
-            self.turn = next((j for j in following if not self.done[j]), self.turn)
-            self.cond.notify_all()
-
-    def finish(self, i: int) -> None:
-        with self.cond:
-            self.done[i] = True
-            if self.turn == i:
-                self.pass_on(i)  # re-entrant: Condition wraps an RLock
-
-
-def _turn_callback(turns: _Turns, i: int):
-    """A TrainerCallback that waits for trainer ``i``'s turn before each step (before its clocks start)."""
-    from transformers import TrainerCallback
-
-    class TakeTurns(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
-            turns.wait(i)
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            turns.pass_on(i)  # everything since our last step (logging, the next batch) ran in our turn
-            turns.wait(i)
-
-        def on_train_end(self, args, state, control, **kwargs):
-            turns.finish(i)
-
-    return TakeTurns()
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -113,31 +68,6 @@ def build_trainer(recipe_argv: list[str], n: int, m: int, max_steps: int, output
         clock.run_lock.release()  # a private temporary directory: no `fit` here to release it at the end
     trainer.remove_callback(PrinterCallback)  # the per-step log dicts go to metrics.jsonl only
     return trainer, clock.run_dir
-
-
-def train_interleaved(trainers: list) -> None:
-    """``trainer.train()`` for every trainer, each in a thread, taking optimizer steps in turn (round-robin)."""
-    turns = _Turns(len(trainers))
-    errors: list[BaseException] = []
-    for i, trainer in enumerate(trainers):
-        # First in line: the wait must come before PODSTrainer's phase clock starts timing the step.
-        trainer.callback_handler.callbacks.insert(0, _turn_callback(turns, i))
-
-    def work(i: int, trainer) -> None:
-        try:
-            trainer.train()
-        except BaseException as err:  # re-raised after all threads end; never leave the others waiting
-            errors.append(err)
-        finally:
-            turns.finish(i)
-
-    threads = [threading.Thread(target=work, args=(i, t), daemon=True) for i, t in enumerate(trainers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
 
 
 def step_rows(run_dir: Path, warmup: int, steps: int | None = None) -> tuple[list[dict], int]:
