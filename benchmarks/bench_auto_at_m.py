@@ -7,8 +7,9 @@ every prompt gets m. Reported: the step-cost ratio turn by turn (``step_cost.pai
 phase's median, and the seconds each trainer spends fetching its next batch, outside ``time/step``. Both orders of the
 pair run, ``--rounds`` times each. Prints a table; JSON to benchmarks/results/<machine>/bench_auto_at_m.json.
 
-At m everywhere auto's trajectory is GRPO's, step for step (the same rewards, lengths and losses), so the two do the
-same work but auto's own: the plan, the ledger, and where a step is not GRPO's own, selection. That work is also
+At m everywhere auto's trajectory is GRPO's, step for step (the same rewards, lengths and losses: each trainer samples
+from its own random streams, ``pods_rl.interleaved``; checked, ``same_trajectory``), so the two do the same work but
+auto's own: the plan, the ledger, and where a step is not GRPO's own, selection. That work is also
 accounted directly, in CPU seconds of the training thread (``time.thread_time``): per step, and as a share of GRPO's
 step CPU. A trainer's wall-clock speed varies by a few percent from one build to the next, more than the effect; the
 accounting does not.
@@ -21,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _machine
@@ -34,7 +37,8 @@ from _machine import add_threads_argument, machine_info, results_dir  # noqa: E4
 
 from pods_rl import step_cost  # noqa: E402
 from pods_rl.bootstrap import bootstrap_ci  # noqa: E402
-from pods_rl.commands.cost import PHASES, build_trainer, step_rows, train_interleaved  # noqa: E402
+from pods_rl.commands.cost import PHASES, build_trainer, step_rows  # noqa: E402
+from pods_rl.interleaved import train_interleaved  # noqa: E402
 
 STRONG = Path(__file__).resolve().parent / "results" / "cpu-2core-amd-epyc" / "evidence" / "strong" / "model"
 AT_M = '{"sample_ms": 1000000, "train_ms": 1}'  # a rollout dearer than any gain: auto gives every prompt m
@@ -62,6 +66,7 @@ def timed_batches(trainer) -> list[float]:
 
 
 OWN_WORK = ("_plan_rollouts", "_plain_at_m", "_select_kept")  # auto's own per-step work on the trainer; the ledger
+OWN_KEYS = {name.lstrip("_") for name in OWN_WORK} | {"ledger"}
 
 
 def cpu_clock(trainer) -> dict[str, list[float]]:
@@ -82,6 +87,8 @@ def cpu_clock(trainer) -> dict[str, list[float]]:
         setattr(owner, name, wrapper)
 
     timed(trainer, "training_step", "step")
+    timed(trainer, "compute_loss", "loss")  # the same work in both trainers (the same rows): the work around it is
+    timed(trainer.accelerator, "backward", "backward")  # what differs (``around_trl``)
     for name in OWN_WORK:
         if hasattr(trainer, name):
             timed(trainer, name, name.lstrip("_"))
@@ -90,24 +97,63 @@ def cpu_clock(trainer) -> dict[str, list[float]]:
     return seconds
 
 
+@contextmanager
+def trl_step_clock(seconds_of: dict[int, dict[str, list[float]]]):
+    """Inside: CPU seconds of each call of TRL's own ``GRPOTrainer._generate_and_score_completions`` that returns (the
+    rows' generation, scoring and advantages; not the calls that only prepare prompts, which stop early) under the key
+    ``trl`` of ``seconds_of[id(trainer)]``. Patched on the class: ``PODSTrainer`` reaches it through ``super()``."""
+    from trl import GRPOTrainer
+
+    original = GRPOTrainer._generate_and_score_completions
+
+    def timed(self, *args, **kwargs):
+        start = time.thread_time()
+        output = original(self, *args, **kwargs)
+        seconds_of[id(self)].setdefault("trl", []).append(time.thread_time() - start)
+        return output
+
+    GRPOTrainer._generate_and_score_completions = timed
+    try:
+        yield
+    finally:
+        GRPOTrainer._generate_and_score_completions = original
+
+
+def around_trl(seconds: dict[str, list[float]], start: int) -> dict[int, float]:
+    """{step index: CPU seconds of ``training_step`` outside TRL's own step, loss and backward}, from step ``start``
+    on: in GRPO, Trainer's and TRL's glue; in auto, the same glue and all that auto adds to the step."""
+    parts = [seconds.get(key, []) for key in ("step", "trl", "loss", "backward")]
+    if len({len(part) for part in parts}) != 1:  # one of each per optimizer step (no accumulation, one generation)
+        raise RuntimeError(f"calls per step differ: {[len(part) for part in parts]} (step, trl, loss, backward)")
+    return {k: step - trl - loss - backward for k, (step, trl, loss, backward) in enumerate(zip(*parts)) if k >= start}
+
+
+def added_around_trl(result: dict, name: str) -> list[float]:
+    """Per step measured in both trainers (``one_round``'s ``result``): the CPU seconds trainer ``name`` spends around
+    TRL's step, loss and backward less GRPO's. For auto: everything it adds to ``training_step``, accounted or not;
+    for the control (GRPO built again): 0 but for the clock's noise."""
+    other, grpo = result[name]["around_trl"], result["grpo"]["around_trl"]
+    return [other[k] - grpo[k] for k in sorted(set(other) & set(grpo))]
+
+
 def own_work_per_step(seconds: dict[str, list[float]], steps: int, start: int) -> dict[str, float]:
     """{part: CPU seconds per measured step} of auto's own work, the first ``start`` steps left out (one call a step,
     ``_select_kept`` only where a step is not GRPO's own)."""
     total = max(len(seconds.get("step", [])) - start, 1)
-    return {key: sum(values[start:]) / total for key, values in seconds.items() if key != "step"}
+    return {key: sum(values[start:]) / total for key, values in seconds.items() if key in OWN_KEYS}
 
 
-def one_round(model: str, m: int, steps: int, auto_first: bool, tmp: Path) -> dict:
-    """GRPO and auto-at-m trained in turn for ``steps`` measured steps: their per-step rows and batch seconds."""
+def one_round(model: str, m: int, steps: int, order: list[str], tmp: Path) -> dict:
+    """GRPO, auto at m and (if in ``order``) the control, GRPO built again, trained in turn for ``steps`` measured
+    steps (built in ``order``): their per-step rows, CPU clocks and batch seconds."""
     base = recipe(model, m)
     auto = ["--rollout_planner", "auto", "--adaptive_reward", "correctness_reward", "--rollout_planner_args", AT_M]
-    settings = {"grpo": (base, m), "auto": (base + auto, 4 * m)}
-    order = ["auto", "grpo"] if auto_first else ["grpo", "auto"]
-    built = {name: build_trainer(settings[name][0], settings[name][1], m, steps + 4, tmp / name)
-             for name in order}
+    settings = {"grpo": (base, m), "auto": (base + auto, 4 * m), "control": (base, m)}
+    built = {name: build_trainer(settings[name][0], settings[name][1], m, steps + 4, tmp / name) for name in order}
     batches = {name: timed_batches(trainer) for name, (trainer, _) in built.items()}
     cpu = {name: cpu_clock(trainer) for name, (trainer, _) in built.items()}
-    train_interleaved([built[name][0] for name in order])
+    with trl_step_clock({id(trainer): cpu[name] for name, (trainer, _) in built.items()}):
+        train_interleaved([built[name][0] for name in order])
     out = {}
     for name, (_, run_dir) in built.items():
         rows, start = step_rows(run_dir, warmup=2)
@@ -118,8 +164,39 @@ def one_round(model: str, m: int, steps: int, auto_first: bool, tmp: Path) -> di
                      "phases": {p: [float(r[f"time/{p}"]) for r in rows[start:]] for p in PHASES},
                      "batch_seconds": batches[name][start:], "n_mean": statistics.mean(n_means) if n_means else m,
                      "cpu_steps": {int(r["step"]): s for r, s in zip(rows[start:], cpu[name]["step"][start:])},
-                     "own_work": own_work_per_step(cpu[name], steps, start)}
+                     "own_work": own_work_per_step(cpu[name], steps, start), "around_trl": around_trl(cpu[name], start),
+                     "trajectory": {int(r["step"]): (r.get("reward"), r.get("loss"), r.get("completions/mean_length"))
+                                    for r in rows}}
     return out
+
+
+def round_summary(result: dict) -> dict:
+    """One round's numbers: auto's and the control's step ratios to GRPO (wall clock and thread CPU, turn by turn), the
+    CPU they add around TRL's step (ms), auto's accounted own work, and the share of steps that match GRPO's."""
+    summary = {"n_mean": result["auto"]["n_mean"], "own_work": result["auto"]["own_work"]}
+    for name in ("auto", "control"):
+        if name not in result:
+            continue
+        same = [result[name]["trajectory"].get(step) == logged for step, logged in result["grpo"]["trajectory"].items()]
+        summary[name] = {"ratio": step_cost.paired_ratio(result[name]["steps"], result["grpo"]["steps"]),
+                         "cpu_ratio": step_cost.paired_ratio(result[name]["cpu_steps"], result["grpo"]["cpu_steps"]),
+                         "added_ms": 1e3 * statistics.mean(added_around_trl(result, name)),
+                         "same_trajectory": sum(same) / max(len(same), 1)}  # steps whose reward, loss, length match
+    return summary
+
+
+def round_line(k: int, order: list[str], summary: dict) -> str:
+    """One printed line of round ``k``'s ``round_summary``."""
+    parts = [f"{name}/GRPO step {summary[name]['ratio']['value']:.4f}, CPU {summary[name]['cpu_ratio']['value']:.4f}, "
+             f"adds {summary[name]['added_ms']:+.2f} ms around TRL's step, steps as GRPO's "
+             f"{100 * summary[name]['same_trajectory']:.0f}%" for name in ("auto", "control") if name in summary]
+    return (f"round {k + 1} (built {', '.join(order)}): " + "; ".join(parts) + f"; auto's mean n "
+            f"{summary['n_mean']:.2f}, own work {1e3 * sum(summary['own_work'].values()):.2f} ms")
+
+
+def mean_ci(values: list[float]) -> dict:
+    """{"mean", "ci"}: the mean of ``values`` and its bootstrap 95% interval."""
+    return {"mean": statistics.mean(values), "ci": list(bootstrap_ci(values))}
 
 
 def main(argv=None) -> int:
@@ -127,67 +204,62 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default=str(STRONG), help="a local model folder (default: the strong tiny model)")
     parser.add_argument("--m", type=int, default=16)
     parser.add_argument("--steps", type=int, default=20, help="measured steps per trainer and round")
-    parser.add_argument("--rounds", type=int, default=6, help="pairs of rounds (one in each order): each round "
-                        "builds both trainers anew, and a trainer's own speed varies by a few % between builds")
+    parser.add_argument("--rounds", type=int, default=6, help="pairs of rounds (built in one order, then the other): "
+                        "each round builds the trainers anew, and a trainer's own speed varies between builds")
+    parser.add_argument("--no-control", dest="control", action="store_false",
+                        help="leave out the control (GRPO built again): faster, but no measure of the noise")
     add_threads_argument(parser)
     args = parser.parse_args(argv)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    ratios, phases, batches, n_means = [], {"grpo": {}, "auto": {}}, {"grpo": [], "auto": []}, []
-    cpu_ratios, own, grpo_cpu = [], [], []
+    names = ["grpo", "auto"] + (["control"] if args.control else [])
+    rounds, phases, batches, grpo_cpu = [], {name: {} for name in names}, {name: [] for name in names}, []
     with tempfile.TemporaryDirectory(prefix="pods-auto-at-m-") as tmp:
         for k in range(2 * args.rounds):
-            result = one_round(args.model, args.m, args.steps, auto_first=k % 2 == 1, tmp=Path(tmp) / f"round{k}")
-            ratio = step_cost.paired_ratio(result["auto"]["steps"], result["grpo"]["steps"])
-            ratios.append(ratio)
-            cpu_ratios.append(step_cost.paired_ratio(result["auto"]["cpu_steps"], result["grpo"]["cpu_steps"]))
-            own.append(result["auto"]["own_work"])
+            order = names if k % 2 == 0 else names[::-1]
+            result = one_round(args.model, args.m, args.steps, order, tmp=Path(tmp) / f"round{k}")
+            rounds.append(round_summary(result))
             grpo_cpu.extend(result["grpo"]["cpu_steps"].values())
-            n_means.append(result["auto"]["n_mean"])
-            for name in phases:
+            for name in names:
                 for p, values in result[name]["phases"].items():
                     phases[name].setdefault(p, []).extend(values)
                 batches[name].extend(result[name]["batch_seconds"])
-            print(f"round {k + 1}: auto/GRPO step {ratio['value']:.4f} [{ratio['low']:.4f}, {ratio['high']:.4f}] "
-                  f"over {ratio['pairs']} pairs, CPU {cpu_ratios[-1]['value']:.4f} (auto first: {k % 2 == 1}; "
-                  f"auto's mean n {n_means[-1]:.2f}; its own work {1e3 * sum(own[-1].values()):.2f} ms a step)",
-                  flush=True)
-    value = statistics.mean(r["value"] for r in ratios)
-    interval = bootstrap_ci([r["value"] for r in ratios])  # over rounds: the builds' spread dominates
-    cpu_value = statistics.mean(r["value"] for r in cpu_ratios)
-    cpu_interval = bootstrap_ci([r["value"] for r in cpu_ratios])
-    parts = sorted({part for o in own for part in o})
-    own_ms = {part: 1e3 * statistics.mean(o.get(part, 0.0) for o in own) for part in parts}
-    own_ci = bootstrap_ci([1e3 * sum(o.values()) for o in own])
+            print(round_line(k, order, rounds[-1]), flush=True)
     grpo_cpu_ms = 1e3 * statistics.median(grpo_cpu)
-    ms = {name: {p: 1e3 * statistics.median(v) for p, v in phases[name].items()} for name in phases}
+    report = {name: {key: mean_ci([r[name][key]["value"] if isinstance(r[name][key], dict) else r[name][key]
+                                   for r in rounds]) for key in ("ratio", "cpu_ratio", "added_ms", "same_trajectory")}
+              for name in names[1:]}
+    parts = sorted({part for r in rounds for part in r["own_work"]})
+    own_ms = {part: 1e3 * statistics.mean(r["own_work"].get(part, 0.0) for r in rounds) for part in parts}
+    ms = {name: {p: 1e3 * statistics.median(v) for p, v in phases[name].items()} for name in names}
     batch_ms = {name: 1e3 * statistics.median(v) for name, v in batches.items()}
-    each = ", ".join(f"{r['value']:.4f}" for r in ratios)
-    print(f"\nauto at m against GRPO (m = {args.m}; interleaved pairs, {len(ratios)} rounds): step-cost ratio "
-          f"{value:.4f} [{interval[0]:.4f}, {interval[1]:.4f}] (95% CI, bootstrap over rounds; rounds: {each})")
-    print(f"{'phase (median ms)':<20}{'GRPO':>10}{'auto':>10}{'auto - GRPO':>14}")
+    print(f"\n{len(rounds)} rounds of {args.steps} measured steps, m = {args.m}; means over rounds [95% CI]:")
+    for name, numbers in report.items():
+        print(f"  {name:<8} step ratio {numbers['ratio']['mean']:.4f} {_ci(numbers['ratio'])}, CPU ratio "
+              f"{numbers['cpu_ratio']['mean']:.4f} {_ci(numbers['cpu_ratio'])}; adds "
+              f"{numbers['added_ms']['mean']:+.2f} ms {_ci(numbers['added_ms'], '+.2f')} of CPU around TRL's step "
+              f"({100 * numbers['added_ms']['mean'] / grpo_cpu_ms:+.2f}% of GRPO's {grpo_cpu_ms:.1f} ms)")
+    print(f"  auto's accounted own work: {sum(own_ms.values()):.2f} ms a step "
+          f"({', '.join(f'{k} {v:.2f}' for k, v in own_ms.items())})")
+    print(f"{'phase (median ms)':<20}" + "".join(f"{name:>10}" for name in names))
     for p in PHASES:
-        print(f"{p:<20}{ms['grpo'][p]:>10.1f}{ms['auto'][p]:>10.1f}{ms['auto'][p] - ms['grpo'][p]:>+14.1f}")
-    print(f"{'next batch':<20}{batch_ms['grpo']:>10.1f}{batch_ms['auto']:>10.1f}"
-          f"{batch_ms['auto'] - batch_ms['grpo']:>+14.1f}   (outside time/step)")
-    print(f"CPU seconds of the training thread: auto/GRPO step {cpu_value:.4f} [{cpu_interval[0]:.4f}, "
-          f"{cpu_interval[1]:.4f}]; auto's own work {sum(own_ms.values()):.2f} ms a step [{own_ci[0]:.2f}, "
-          f"{own_ci[1]:.2f}] ({', '.join(f'{k} {v:.2f}' for k, v in own_ms.items())}), "
-          f"{100 * sum(own_ms.values()) / grpo_cpu_ms:.2f}% of GRPO's step ({grpo_cpu_ms:.1f} ms CPU, median)")
+        print(f"{p:<20}" + "".join(f"{ms[name][p]:>10.1f}" for name in names))
+    print(f"{'next batch':<20}" + "".join(f"{batch_ms[name]:>10.1f}" for name in names) + "   (outside time/step)")
     out = results_dir() / "bench_auto_at_m.json"
     out.write_text(json.dumps({"machine": machine_info(), "command": "python benchmarks/bench_auto_at_m.py " +
-                               " ".join(argv if argv is not None else sys.argv[1:]),
-                               "m": args.m, "steps": args.steps, "step_ratio": value, "step_ratio_ci": list(interval),
-                               "rounds": ratios,
-                               "auto_n_mean": n_means, "phase_ms": ms, "next_batch_ms": batch_ms,
-                               "cpu_step_ratio": cpu_value, "cpu_step_ratio_ci": list(cpu_interval),
-                               "cpu_rounds": cpu_ratios, "own_work_ms": own_ms, "own_work_ms_ci": list(own_ci),
-                               "grpo_step_cpu_ms": grpo_cpu_ms,
-                               "own_work_share": sum(own_ms.values()) / grpo_cpu_ms}, indent=1) + "\n")
+                               " ".join(argv if argv is not None else sys.argv[1:]), "m": args.m, "steps": args.steps,
+                               "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
+                               "report": report, "grpo_step_cpu_ms": grpo_cpu_ms, "own_work_ms": own_ms,
+                               "phase_ms": ms, "next_batch_ms": batch_ms, "rounds": rounds}, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
+
+
+def _ci(numbers: dict, spec: str = ".4f") -> str:
+    low, high = numbers["ci"]
+    return f"[{low:{spec}}, {high:{spec}}]"
 
 
 if __name__ == "__main__":
