@@ -218,6 +218,11 @@ class PromptLedger:
                 column[~seen] = empty[name][0]
         return {"seen": seen, **out}
 
+    def every(self, *names: str) -> dict[str, torch.Tensor]:
+        """The named columns of every prompt recorded so far, (N,) each in ``ids`` order: views of the ledger's own
+        storage, to read only (``columns(ledger.ids, ...)`` without looking each id up)."""
+        return {name: self._data[name][: self._size] for name in names}
+
     def evict(self, ids) -> None:
         """Mark ``ids`` (P,) evicted: planners never sample them again (Pilot-Commit's solved prompts)."""
         rows = self.rows(ids, create=True)

@@ -135,7 +135,7 @@ def success_posterior(window: torch.Tensor, prior_strength: float, age=None, hal
 
 def ledger_now(ledger: PromptLedger) -> tuple[int, float | None]:
     """The ledger's latest step and the pass rate of the groups recorded at it (None before any): "now" for aging."""
-    stats = ledger.columns(ledger.ids, "last_step", "last_group_rollouts", "last_group_successes")
+    stats = ledger.every("last_step", "last_group_rollouts", "last_group_successes")
     if len(stats["last_step"]) == 0:
         return -1, None
     now = int(stats["last_step"].max())
@@ -256,14 +256,16 @@ class RolloutCostModel:
         x, y, t = self._columns()
         usual = y / x <= SLOW_STEP * np.median(y / x)
         unknown = CostEstimate(0.0, float(np.median((y / x)[usual])), per_trained, False, len(x))
-        if not self.slope_known():
+        i, j = local_pairs(x, t, self.pair_gap, self.spread) if len(x) >= 4 else (np.zeros(0, dtype=int),) * 2
+        if len(i) < 2:  # the slope is not known (``slope_known``)
             return unknown
-        slope = local_slope(x, y, t, self.pair_gap, self.spread)
+        slope = float(np.quantile((y[j] - y[i]) / (x[j] - x[i]), 0.75))  # ``local_slope`` on these pairs
         latest = t >= t.max() - self.recent + 1
         intercept = float(np.median((y - slope * x)[latest]))
         usual = y <= SLOW_STEP * np.maximum(intercept + slope * x, 1e-12)  # interruptions set aside, then refit
-        refit = local_slope(x[usual], y[usual], t[usual], self.pair_gap, self.spread)
-        slope = refit if refit is not None else slope
+        if not usual.all():  # else the refit is the fit
+            refit = local_slope(x[usual], y[usual], t[usual], self.pair_gap, self.spread)
+            slope = refit if refit is not None else slope
         if slope <= 0:  # a rollout costs something: a slope <= 0 is noise, not a free rollout; the average bounds it
             return unknown
         keep = usual & latest if (usual & latest).any() else usual

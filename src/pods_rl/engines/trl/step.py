@@ -252,6 +252,8 @@ class PODSStep:
 
     def _any_process(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any process (a collective: every process calls it)."""
+        if self.accelerator.num_processes == 1:
+            return bool(flag)
         return bool(self._gather(torch.tensor([float(flag)])).max() > 0)
 
     def _record_in_ledger(self, ids: torch.Tensor, rewards_per_func: torch.Tensor, counts: torch.Tensor,
@@ -261,7 +263,8 @@ class PODSStep:
         deciding = self._deciding_rewards(rewards_per_func, self.reward_weights.cpu().double())
         log_train_metrics(self, self._budget.record(
             ids, deciding.view(len(ids), width), counts, step=self.state.global_step,
-            epoch=int(self.state.epoch or 0), gather=gather, device=self.accelerator.device))
+            epoch=int(self.state.epoch or 0), gather=gather if self.accelerator.num_processes > 1 else None,
+            device=self.accelerator.device))
 
     def _sample_rollouts(self, inputs: list[dict], prompts: list, num_sampled: int,
                          first: torch.Tensor | None = None, ids: torch.Tensor | None = None) -> Sampled:
