@@ -1,18 +1,22 @@
-"""What ``rollout_planner="auto"`` costs where it chooses m everywhere: its step against GRPO's, in interleaved pairs.
+"""What ``rollout_planner="auto"`` costs where it chooses m everywhere: its step against GRPO's, in interleaved turns.
 
-Issue #74 asks auto to be free where PODS does not pay: at m everywhere its step within 1% of a GRPO step. Two real
-``pods train`` trainers (``pods cost``'s ``build_trainer``) take optimizer steps in turn (``train_interleaved``), so
-a load that drifts slows both alike: GRPO (n = m) and auto (n = 4m) with a sampling cost so dear (``sample_ms``) that
-every prompt gets m. Reported: the step-cost ratio turn by turn (``step_cost.paired_ratio``, as ``pods cost``), each
-phase's median, and the seconds each trainer spends fetching its next batch, outside ``time/step``. Both orders of the
-pair run, ``--rounds`` times each. Prints a table; JSON to benchmarks/results/<machine>/bench_auto_at_m.json.
+Issue #74 asks auto to be free where PODS does not pay: at m everywhere its step within 1% of a GRPO step. Real
+``pods train`` trainers (``pods cost``'s ``build_trainer``) take optimizer steps in turn (``pods_rl.interleaved``), so
+a load that drifts slows all alike: GRPO (n = m), auto (n = 4m) with a sampling cost so dear (``sample_ms``) that every
+prompt gets m, and a control, GRPO built a second time (``--no-control`` leaves it out). Each round builds them anew,
+in one order, the next round in the reverse order. Reported per round and as means over rounds with bootstrap 95%
+intervals: each one's step-cost ratio to GRPO turn by turn (``step_cost.paired_ratio``, as ``pods cost``), in
+wall-clock and in CPU seconds of the training thread; the CPU it spends in ``training_step`` around TRL's own step,
+loss and backward, less GRPO's (``around_trl``); each phase's median, and the seconds fetching the next batch, outside
+``time/step``. Prints a table; JSON (with any ``MALLOC_*`` setting) to benchmarks/results/<machine>/
+bench_auto_at_m.json.
 
-At m everywhere auto's trajectory is GRPO's, step for step (the same rewards, lengths and losses: each trainer samples
-from its own random streams, ``pods_rl.interleaved``; checked, ``same_trajectory``), so the two do the same work but
-auto's own: the plan, the ledger, and where a step is not GRPO's own, selection. That work is also
-accounted directly, in CPU seconds of the training thread (``time.thread_time``): per step, and as a share of GRPO's
-step CPU. A trainer's wall-clock speed varies by a few percent from one build to the next, more than the effect; the
-accounting does not.
+Each trainer samples from its own random streams, so at m everywhere auto's trajectory is GRPO's, step for step (the
+same rewards, lengths and losses; checked, ``same_trajectory``), and so is the control's: they do the same work but
+auto's own, which is what the CPU around TRL's step measures whole (the control's reads 0 but for the clock's noise).
+The wall clock of two builds of one trainer differs by a few percent, more than the effect, partly through glibc's
+per-thread malloc arenas: ``MALLOC_ARENA_MAX=1`` with fixed ``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_``
+narrow it.
 
     python benchmarks/bench_auto_at_m.py                     # the strong tiny model of the auto studies, m = 16
     python benchmarks/bench_auto_at_m.py --steps 20 --rounds 1   # a quick look
