@@ -10,12 +10,12 @@ For each n (and n = m, the GRPO reference) it trains the real ``pods train`` tra
 ``memory/*`` and reward statistics ``PODSTrainer`` logs to metrics.jsonl: no second timing code path. Schedule:
 ``interleaved`` (all trainers in one process, stepping in turn, each from its own random streams: a noisy machine
 slows all alike; ``pods_rl.interleaved``), ``sequential`` (one setting after another, in alternating ``rounds``) or
-``auto``. A setting warms up until its step times are
-steady; its cost is the median step (``pods_rl.step_cost``), with quartile ranges; ``ratio`` = step seconds / those
-of n = m (PODS pays off when its progress per step exceeds it). ``--oversample_prompts`` and ``--pilot_generations``
-add rows measured with them. Then what ``rollout_planner="auto"`` would choose on the measured costs and the starting
-model's pass rates on ``--auto_prompts`` training prompts (``auto_projection``): its n per prompt and predicted
-signal per second against GRPO. docs/guides/cost.md explains the table and estimator."""
+``auto``. A setting warms up until its step times are steady; its cost is the median step (``pods_rl.step_cost``),
+with quartile ranges; ``ratio`` = step seconds / those of n = m (PODS pays off when its progress per step exceeds
+it). ``--oversample_prompts`` and ``--pilot_generations`` add rows measured with them. Then what
+``rollout_planner="auto"`` would choose on the measured costs and the starting model's pass rates on
+``--auto_prompts`` training prompts (``auto_projection``): its n per prompt and predicted signal per second against
+GRPO. docs/guides/cost.md explains the table and estimator."""
 
 from __future__ import annotations
 
