@@ -37,7 +37,7 @@ from pods_rl.budget.planners.base import (
 
 __all__ = ["AutoN", "AutoSettings", "CostEstimate", "RolloutCostModel", "allocate_for_signal", "beta_binomial_pmf",
            "binomial_pmf", "expected_selected_variance", "selected_variance_table", "signal_table",
-           "ledger_now", "local_slope", "success_posterior", "theil_sen"]
+           "ledger_now", "local_slope", "pairs_slope", "success_posterior", "theil_sen"]
 
 _OWNER = "auto"
 SLOW_STEP = 2.0  # step_cost's rule: a step over 2x the fitted time is an interruption, set aside
@@ -211,7 +211,11 @@ def local_slope(x: np.ndarray, y: np.ndarray, t: np.ndarray, gap: int, spread: f
     """(N,) totals, seconds, step indices -> the upper quartile of the slopes over ``local_pairs`` (None: none)."""
     # Close pairs: a load that drifts between distant steps cancels between close ones. The upper quartile: where
     # they disagree (timing noise), the dearer reading, so that noise does not buy rollouts.
-    i, j = local_pairs(x, t, gap, spread)
+    return pairs_slope(x, y, *local_pairs(x, t, gap, spread))
+
+
+def pairs_slope(x: np.ndarray, y: np.ndarray, i: np.ndarray, j: np.ndarray) -> float | None:
+    """(N,) totals, seconds and pairs (i, j) of them -> the upper quartile of the pairs' slopes (None: no pair)."""
     return float(np.quantile((y[j] - y[i]) / (x[j] - x[i]), 0.75)) if len(i) else None
 
 
@@ -259,7 +263,7 @@ class RolloutCostModel:
         i, j = local_pairs(x, t, self.pair_gap, self.spread) if len(x) >= 4 else (np.zeros(0, dtype=int),) * 2
         if len(i) < 2:  # the slope is not known (``slope_known``)
             return unknown
-        slope = float(np.quantile((y[j] - y[i]) / (x[j] - x[i]), 0.75))  # ``local_slope`` on these pairs
+        slope = pairs_slope(x, y, i, j)  # ``local_slope``, on the pairs found once
         latest = t >= t.max() - self.recent + 1
         intercept = float(np.median((y - slope * x)[latest]))
         usual = y <= SLOW_STEP * np.maximum(intercept + slope * x, 1e-12)  # interruptions set aside, then refit
