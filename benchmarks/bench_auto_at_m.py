@@ -4,7 +4,8 @@ Issue #74 asks auto to be free where PODS does not pay: at m everywhere its step
 ``pods train`` trainers (``pods cost``'s ``build_trainer``) take optimizer steps in turn (``pods_rl.interleaved``), so
 a load that drifts slows all alike: GRPO (n = m), auto (n = 4m) with a sampling cost so dear (``sample_ms``) that every
 prompt gets m, and a control, GRPO built a second time (``--no-control`` leaves it out). Each round builds them anew,
-in one order, the next round in the reverse order. Reported per round and as means over rounds with bootstrap 95%
+the rounds cycling through every order of the trainers, so that each takes each place in the turns (with three, the
+one in the middle never takes two turns in a row) equally often. Reported per round and as means over rounds with bootstrap 95%
 intervals: each one's step-cost ratio to GRPO turn by turn (``step_cost.paired_ratio``, as ``pods cost``), in
 wall-clock and in CPU seconds of the training thread; the CPU it spends in ``training_step`` around TRL's own step,
 loss and backward, less GRPO's (``around_trl``); each phase's median, and the seconds fetching the next batch, outside
@@ -25,6 +26,7 @@ narrow it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -208,8 +210,10 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default=str(STRONG), help="a local model folder (default: the strong tiny model)")
     parser.add_argument("--m", type=int, default=16)
     parser.add_argument("--steps", type=int, default=20, help="measured steps per trainer and round")
-    parser.add_argument("--rounds", type=int, default=6, help="pairs of rounds (built in one order, then the other): "
-                        "each round builds the trainers anew, and a trainer's own speed varies between builds")
+    parser.add_argument("--rounds", type=int, default=6, help="pairs of rounds, cycling through every order of the "
+                        "trainers (6 pairs: each of the 6 orders of three twice): each round builds them anew, and a "
+                        "trainer's own speed varies between builds")
+    parser.add_argument("--out", default="bench_auto_at_m.json", help="the JSON's name in the machine's results folder")
     parser.add_argument("--no-control", dest="control", action="store_false",
                         help="leave out the control (GRPO built again): faster, but no measure of the noise")
     add_threads_argument(parser)
@@ -221,8 +225,9 @@ def main(argv=None) -> int:
     names = ["grpo", "auto"] + (["control"] if args.control else [])
     rounds, phases, batches, grpo_cpu = [], {name: {} for name in names}, {name: [] for name in names}, []
     with tempfile.TemporaryDirectory(prefix="pods-auto-at-m-") as tmp:
+        orders = list(itertools.permutations(names))
         for k in range(2 * args.rounds):
-            order = names if k % 2 == 0 else names[::-1]
+            order = list(orders[k % len(orders)])
             result = one_round(args.model, args.m, args.steps, order, tmp=Path(tmp) / f"round{k}")
             rounds.append(round_summary(result))
             grpo_cpu.extend(result["grpo"]["cpu_steps"].values())
@@ -251,7 +256,7 @@ def main(argv=None) -> int:
     for p in PHASES:
         print(f"{p:<20}" + "".join(f"{ms[name][p]:>10.1f}" for name in names))
     print(f"{'next batch':<20}" + "".join(f"{batch_ms[name]:>10.1f}" for name in names) + "   (outside time/step)")
-    out = results_dir() / "bench_auto_at_m.json"
+    out = results_dir() / args.out
     out.write_text(json.dumps({"machine": machine_info(), "command": "python benchmarks/bench_auto_at_m.py " +
                                " ".join(argv if argv is not None else sys.argv[1:]), "m": args.m, "steps": args.steps,
                                "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},

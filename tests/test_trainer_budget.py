@@ -92,10 +92,14 @@ def test_auto_measures_its_costs_and_plans_between_m_and_n(tmp_path, tiny_model_
 
 def test_auto_at_m_runs_grpos_own_step_and_still_records(tmp_path, tiny_model_dir):
     """Where auto gives every prompt m (sampling priced far above any gain), the step is GRPOTrainer's own on each
-    prompt's m rows: no selection ran (its metrics absent), yet the ledger holds every group and the planner its N."""
+    prompt's m rows: no selection ran (its metrics absent), yet the ledger holds every group and the planner its N;
+    the plan comes first, so no prompt is prepared for the n rows a sampling step would have (TRL prepares the m)."""
     trainer = trainer_for(tmp_path, tiny_model_dir, rollout_planner="auto",
                           rollout_planner_args={"sample_ms": 1e6, "train_ms": 1.0})
+    prepared = []
+    trainer._rollout_prompts = lambda inputs: prepared.append(len(inputs))
     trainer.train()
+    assert prepared == []
     assert logged(trainer, "pods/rollouts_sampled") == [B * M] * 4 and logged(trainer, "pods/auto_n_max") == [M] * 4
     assert not logged(trainer, "pods/frac_zero_std_kept")  # select() never ran
     stats = trainer._budget.ledger.stats(trainer._budget.ledger.ids)

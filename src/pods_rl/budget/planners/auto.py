@@ -383,9 +383,10 @@ class AutoN(Planner):
 
     def estimate(self) -> CostEstimate | None:
         """The costs the next plan uses: the fixed ``*_ms`` knobs where set, else the measured fit."""
-        s, measured = self.settings, self.costs.estimate()
-        if s.fixed_costs:
+        s = self.settings
+        if s.fixed_costs:  # nothing measured is read: no fit
             return CostEstimate((s.fixed_ms or 0.0) / 1e3, s.sample_ms / 1e3, s.train_ms / 1e3, True, 0)
+        measured = self.costs.estimate()
         if measured is None:
             return None
         if s.sample_ms is not None:

@@ -97,15 +97,17 @@ class PODSStep:
         if not self.model.training or not self._selects:
             return super()._generate_and_score_completions(inputs)  # evaluation, or GRPO (m = n)
         n = self.num_generations
-        inputs = self._whole_groups(inputs)  # P*n rows: P prompts (B kept groups x oversample_prompts), n times each
+        self._check_whole_groups(inputs)  # P*n rows: P prompts (B kept groups x oversample_prompts), n times each
         num_sampled = len(inputs) // n  # P
-        # 1. the prompts, prepared by TRL's own code (environments, tool dicts, images)
-        prompts = self._rollout_prompts(inputs)  # (P*n,)
-        raised = count_tool_exceptions(self, len(inputs)) if self.tools else None  # (P*n,) live, with tools
-        # 2. the planners: which prompts get rollouts and how many (None, None without planners)
+        # 1. the planners: which prompts get rollouts and how many (None, None without planners); first, so that a
+        # step at m prepares only the rows GRPO would
         ids, first = self._plan_rollouts(inputs)  # (P,), (P,)
         if self._plain_at_m(first):  # m for each of the B prompts: nothing to select, GRPO's own step
             return self._grpo_step_at_m(inputs, ids)
+        # 2. the prompts, prepared by TRL's own code (environments, tool dicts, images) on copies the step annotates
+        inputs = [dict(x) for x in inputs]
+        prompts = self._rollout_prompts(inputs)  # (P*n,)
+        raised = count_tool_exceptions(self, len(inputs)) if self.tools else None  # (P*n,) live, with tools
         # 3. generate and score n per prompt (or in rounds)
         sampled = self._sample_rollouts(inputs, prompts, num_sampled, first, ids)  # P*n rollouts, rewards, logs
         if self._budget is not None:
@@ -123,14 +125,13 @@ class PODSStep:
             self._use_sampled_baseline(output, sampled, kept.rows, len(inputs))
         return output
 
-    def _whole_groups(self, inputs: list[dict]) -> list[dict]:
-        """``inputs`` copied (the step annotates its rows), once checked to hold at least B whole groups of n."""
+    def _check_whole_groups(self, inputs: list[dict]) -> None:
+        """Raise unless ``inputs`` holds at least B whole groups of n rows."""
         n, num_groups = self.num_generations, self._kept_groups_per_process  # B, local
         if len(inputs) % n != 0:
             raise RuntimeError(f"PODS expects whole groups of n={n} rollouts per process, got {len(inputs)} rows.")
         if len(inputs) // n < num_groups:
             raise RuntimeError(f"PODS expects at least {num_groups} groups per process, got {len(inputs) // n}.")
-        return [dict(x) for x in inputs]
 
     def _plan_rollouts(self, inputs: list[dict]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The candidates' ``ids`` (P,) and the planners' rollouts per prompt (P,); None, None without planners."""
@@ -163,9 +164,9 @@ class PODSStep:
         n, m, num_prompts = self.num_generations, self.downsample_to, len(ids)
         self._at_m = []
         try:
-            with grouped_by(self, m):  # TRL's advantages, grouped by the m rows each prompt has
-                output = super()._generate_and_score_completions(
-                    [inputs[p * n + j] for p in range(num_prompts) for j in range(m)])
+            with grouped_by(self, m):  # TRL's advantages, grouped by the m rows each prompt has; rows of their own,
+                output = super()._generate_and_score_completions(  # as GRPO's loader gives them
+                    [dict(inputs[p * n + j]) for p in range(num_prompts) for j in range(m)])
             every_process = self._at_m[0]  # (P*m*processes, F)
         finally:
             self._at_m = None
