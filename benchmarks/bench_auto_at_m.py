@@ -1,16 +1,16 @@
 """What ``rollout_planner="auto"`` costs where it chooses m everywhere: its step against GRPO's, in interleaved turns.
 
-Issue #74 asks auto to be free where PODS does not pay: at m everywhere its step within 1% of a GRPO step. Real
-``pods train`` trainers (``pods cost``'s ``build_trainer``) take optimizer steps in turn (``pods_rl.interleaved``), so
-a load that drifts slows all alike: GRPO (n = m), auto (n = 4m) with a sampling cost so dear (``sample_ms``) that every
+Issue #74 asks auto to be free where PODS does not pay: at m everywhere its step within 1% of a GRPO step. Real ``pods
+train`` trainers (``pods cost``'s ``build_trainer``) take optimizer steps in turn (``pods_rl.interleaved``), so a load
+that drifts slows all alike: GRPO (n = m), auto (n = 4m) with a sampling cost so dear (``sample_ms``) that every
 prompt gets m, and a control, GRPO built a second time (``--no-control`` leaves it out). Each round builds them anew,
 the rounds cycling through every order of the trainers, so that each takes each place in the turns (with three, the
-one in the middle never takes two turns in a row) equally often. Reported per round and as means over rounds with bootstrap 95%
-intervals: each one's step-cost ratio to GRPO turn by turn (``step_cost.paired_ratio``, as ``pods cost``), in
-wall-clock and in CPU seconds of the training thread; the CPU it spends in ``training_step`` around TRL's own step,
-loss and backward, less GRPO's (``around_trl``); each phase's median, and the seconds fetching the next batch, outside
-``time/step``. Prints a table; JSON (with any ``MALLOC_*`` setting) to benchmarks/results/<machine>/
-bench_auto_at_m.json.
+one in the middle never takes two turns in a row) equally often. Reported per round and as means over rounds with
+bootstrap 95% intervals: each one's step-cost ratio to GRPO turn by turn (``step_cost.paired_ratio``, as ``pods
+cost``), in wall-clock and in CPU seconds of the training thread; the CPU it spends in ``training_step`` around TRL's
+own step, loss and backward, less GRPO's (``around_trl``); each phase's median, and the seconds fetching the next
+batch, outside ``time/step``. Prints a table; JSON (with any ``MALLOC_*`` setting) to benchmarks/results/<machine>/
+bench_auto_at_m.json (``--out``).
 
 Each trainer samples from its own random streams, so at m everywhere auto's trajectory is GRPO's, step for step (the
 same rewards, lengths and losses; checked, ``same_trajectory``), and so is the control's: they do the same work but
