@@ -1,9 +1,10 @@
 """The PODS step of ``PODSTrainer`` (``PODSStep``, a mixin before ``GRPOTrainer``), in
-``PODSStep._generate_and_score_completions``: prepare the prompts as TRL does, sample n per prompt and score them
-(phases "generation", "scoring"), select m ("selection"), then run GRPOTrainer's own method on the B*m kept rows
-with num_generations = m, its ``_generate`` and ``_calculate_rewards`` answered from ``KeptRollouts``; TRL's loss,
-backward and optimizer step follow ("update"). The GRPOTrainer internals it touches are listed in ``trainer.py``'s
-docstring; ``docs/concepts/follow-a-step.md`` walks the step.
+``PODSStep._generate_and_score_completions``: the planners first (where they give every prompt m, GRPO's own step on
+those m rows), then prepare the prompts as TRL does, sample n per prompt and score them (phases "generation",
+"scoring"), select m ("selection"), then run GRPOTrainer's own method on the B*m kept rows with num_generations = m,
+its ``_generate`` and ``_calculate_rewards`` answered from ``KeptRollouts``; TRL's loss, backward and optimizer step
+follow ("update"). The GRPOTrainer internals it touches are listed in ``trainer.py``'s docstring;
+``docs/concepts/follow-a-step.md`` walks the step.
 
 The contract (``tests/test_contract.py``): on the rows it keeps, the step produces what GRPOTrainer with m produces on
 those rollouts, so whatever TRL keeps per rollout is cut to the kept rows first (``rows.py``). Nothing is computed for
