@@ -11,7 +11,7 @@ from pods_rl.auto_projection import auto_projection
 from pods_rl.commands import cost
 
 
-def test_turns_are_a_serpentine_and_skip_finished():
+def test_turns_rotate_and_skip_finished():
     turns, order = interleaved.Turns(3), []
     steps = {0: 3, 1: 1, 2: 2}  # trainer 1 finishes early and must be skipped afterwards
 
@@ -30,8 +30,8 @@ def test_turns_are_a_serpentine_and_skip_finished():
     for t in threads:
         t.join(timeout=10)
     assert not any(t.is_alive() for t in threads)
-    # the first pass lines the trainers up at their first step; then 2 1 0, back 0 (1 done) 2, then 0 alone
-    assert order == [2, 1, 0, 0, 2, 0]
+    # the first pass (0 1 2) lines the trainers up at their first step; then 1 2 0, 2 0 (1 done), then 0 alone
+    assert order == [1, 2, 0, 2, 0, 0]
 
 
 def test_interleaved_trainers_draw_from_their_own_random_streams():
@@ -307,3 +307,16 @@ def test_one_measured_total_skips_the_projection_in_one_line():
     auto = auto_projection({"settings": {"m": 8}, "rows": rows}, [])
     assert "two or more totals N" in auto["skipped"]
     assert cost.format_auto(auto) == [f"auto (rollout_planner='auto'): not projected: {auto['skipped']}"]
+
+
+def test_turns_give_each_trainer_each_place_and_none_two_in_a_row():
+    """Three trainers over three sweeps: each takes each place of a sweep once, and no trainer follows itself."""
+    turns = interleaved.Turns(3)
+    order = [turns.turn]
+    for _ in range(3 * 3 - 1):
+        turns.pass_on(turns.turn)
+        order.append(turns.turn)
+    sweeps = [order[k:k + 3] for k in range(0, 9, 3)]
+    assert all(sorted(sweep) == [0, 1, 2] for sweep in sweeps)
+    assert all(sorted(place) == [0, 1, 2] for place in zip(*sweeps))
+    assert all(a != b for a, b in zip(order, order[1:]))

@@ -1,8 +1,10 @@
 """Trainers that take optimizer steps in turn, each in a thread of one process (``pods cost``'s interleaved schedule).
 
-Turns make a load that drifts slow every setting alike, so step times compare turn by turn. The order is a serpentine
-(A B, B A, A B, ...), not a round (A B, A B, ...): whichever runs second on a step's batch may find the machine in
-another state than the first did, so each trainer takes each place equally often.
+Turns make a load that drifts slow every setting alike, so step times compare turn by turn. The order rotates
+(A B C, B C A, C A B, ...; with two, A B, B A), not a round (A B C, A B C, ...): whichever runs first on a step's batch
+may find the machine in another state than the last does, so each trainer takes each place equally often; and with
+three or more none takes two turns in a row (a serpentine, A B C, C B A, gives the ends two in a row, warm, and the
+middle never).
 
 The threads share one process's random number generators (Python's, NumPy's, torch's CPU and CUDA): without care each
 trainer would draw from where the previous turn left the stream, and two runs of the same recipe would sample
@@ -24,15 +26,14 @@ __all__ = ["Turns", "rng_state", "set_rng_state", "take_turns", "train_interleav
 
 
 class Turns:
-    """A baton passed in serpentine order: trainer ``i`` runs only while ``turn == i``; the order runs 0..N-1, then
-    back N-1..0, and so on (the trainer at either end takes two turns in a row), so that over any two optimizer steps
-    each trainer runs once before and once after each other one on the same step's batch; finished trainers are
-    skipped."""
+    """A baton passed in rotating order: trainer ``i`` runs only while ``turn == i``; sweep k runs k, k+1, ..., N-1,
+    0, ..., k-1 (mod N), so that over N sweeps each trainer takes each place once, and with N >= 3 no trainer takes two
+    turns in a row; finished trainers are skipped."""
 
     def __init__(self, count: int):
         self.cond = threading.Condition()
         self.turn = 0
-        self.position = 0  # turns handed out so far: with the count, where in the serpentine the baton is
+        self.position = 0  # turns handed out so far: with the count, where in the rotation the baton is
         self.done = [False] * count
 
     def wait(self, i: int) -> None:
@@ -41,13 +42,13 @@ class Turns:
             self.cond.wait_for(lambda: self.turn == i)
 
     def pass_on(self, i: int) -> None:
-        """Trainer ``i`` hands the turn to the next trainer in the serpentine that has not finished."""
+        """Trainer ``i`` hands the turn to the next trainer in the rotation that has not finished."""
         with self.cond:
             count = len(self.done)
-            for _ in range(2 * count):  # at most one sweep each way to find one that has not finished
+            for _ in range(2 * count):  # two sweeps at most to find one that has not finished
                 self.position += 1
                 sweep, offset = divmod(self.position, count)
-                following = offset if sweep % 2 == 0 else count - 1 - offset
+                following = (sweep + offset) % count
                 if not self.done[following]:
                     self.turn = following
                     break
