@@ -21,6 +21,7 @@ narrow it.
 
     python benchmarks/bench_auto_at_m.py                     # the strong tiny model of the auto studies, m = 16
     python benchmarks/bench_auto_at_m.py --steps 20 --rounds 1   # a quick look
+    python benchmarks/bench_auto_at_m.py --model src/pods_rl/assets/tiny --m 8 --prompts 16   # the shipped model
 """
 
 from __future__ import annotations
@@ -50,10 +51,10 @@ STRONG = Path(__file__).resolve().parent / "results" / "cpu-2core-amd-epyc" / "e
 AT_M = '{"sample_ms": 1000000, "train_ms": 1}'  # a rollout dearer than any gain: auto gives every prompt m
 
 
-def recipe(model: str, m: int) -> list[str]:
-    """The auto studies' recipe (8 prompts x m kept rollouts per update), as ``pods train`` flags."""
+def recipe(model: str, m: int, prompts: int = 8) -> list[str]:
+    """The auto studies' recipe (``prompts`` x m kept rollouts per update), as ``pods train`` flags."""
     return ["--config", "tiny", "--model_name_or_path", model, "--learning_rate", "1e-4", "--train_limit", "512",
-            "--per_device_train_batch_size", str(8 * m), "--downsample_rule", "max_variance", "--seed", "80"]
+            "--per_device_train_batch_size", str(prompts * m), "--downsample_rule", "max_variance", "--seed", "80"]
 
 
 def timed_batches(trainer) -> list[float]:
@@ -149,10 +150,10 @@ def own_work_per_step(seconds: dict[str, list[float]], steps: int, start: int) -
     return {key: sum(values[start:]) / total for key, values in seconds.items() if key in OWN_KEYS}
 
 
-def one_round(model: str, m: int, steps: int, order: list[str], tmp: Path) -> dict:
+def one_round(model: str, m: int, steps: int, order: list[str], tmp: Path, prompts: int = 8) -> dict:
     """GRPO, auto at m and (if in ``order``) the control, GRPO built again, trained in turn for ``steps`` measured
     steps (built in ``order``): their per-step rows, CPU clocks and batch seconds."""
-    base = recipe(model, m)
+    base = recipe(model, m, prompts)
     auto = ["--rollout_planner", "auto", "--adaptive_reward", "correctness_reward", "--rollout_planner_args", AT_M]
     settings = {"grpo": (base, m), "auto": (base + auto, 4 * m), "control": (base, m)}
     built = {name: build_trainer(settings[name][0], settings[name][1], m, steps + 4, tmp / name) for name in order}
@@ -209,6 +210,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(STRONG), help="a local model folder (default: the strong tiny model)")
     parser.add_argument("--m", type=int, default=16)
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per update (the shipped model's studies: 16)")
     parser.add_argument("--steps", type=int, default=20, help="measured steps per trainer and round")
     parser.add_argument("--rounds", type=int, default=6, help="pairs of rounds, cycling through every order of the "
                         "trainers (6 pairs: each of the 6 orders of three twice): each round builds them anew, and a "
@@ -228,7 +230,8 @@ def main(argv=None) -> int:
         orders = list(itertools.permutations(names))
         for k in range(2 * args.rounds):
             order = list(orders[k % len(orders)])
-            result = one_round(args.model, args.m, args.steps, order, tmp=Path(tmp) / f"round{k}")
+            result = one_round(args.model, args.m, args.steps, order, tmp=Path(tmp) / f"round{k}",
+                               prompts=args.prompts)
             rounds.append(round_summary(result))
             grpo_cpu.extend(result["grpo"]["cpu_steps"].values())
             for name in names:
@@ -258,7 +261,8 @@ def main(argv=None) -> int:
     print(f"{'next batch':<20}" + "".join(f"{batch_ms[name]:>10.1f}" for name in names) + "   (outside time/step)")
     out = results_dir() / args.out
     out.write_text(json.dumps({"machine": machine_info(), "command": "python benchmarks/bench_auto_at_m.py " +
-                               " ".join(argv if argv is not None else sys.argv[1:]), "m": args.m, "steps": args.steps,
+                               " ".join(argv if argv is not None else sys.argv[1:]), "m": args.m,
+                               "prompts": args.prompts, "steps": args.steps,
                                "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
                                "report": report, "grpo_step_cpu_ms": grpo_cpu_ms, "own_work_ms": own_ms,
                                "phase_ms": ms, "next_batch_ms": batch_ms, "rounds": rounds}, indent=1) + "\n")

@@ -172,7 +172,10 @@ class PromptLedger:
         rows = self.rows(ids, create=True)
         # A prompt twice in one call: add its groups in passes (the first occurrences, then the second, ...).
         occurrence = _occurrence(rows)
-        for k in range(int(occurrence.max()) + 1 if len(rows) else 0):
+        passes = int(occurrence.max()) + 1 if len(rows) else 0
+        if passes == 1:  # every prompt once (the usual step): one pass, nothing to pick out
+            self._update(rows, rewards, scored, success, step)
+        for k in range(passes if passes > 1 else 0):
             chosen = occurrence == k
             self._update(rows[chosen], rewards[chosen], scored[chosen], success[chosen], step)
         return _summary(ids, rewards, scored, success)

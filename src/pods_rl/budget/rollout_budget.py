@@ -152,11 +152,10 @@ class RolloutBudget:
              pilot: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """(P,) first-round rollouts per candidate (0: not sampled) and metrics: ``which``'s first B survivors,
         counted by ``how_many``, else n or the pilot k."""
-        generator = step_generator(self.seed, step, rank)
         P, metrics = len(ids), {}
         chosen = torch.zeros(P, dtype=torch.bool)
         if self.which is not None:
-            plan = self.screen(ids, generator)
+            plan = self.screen(ids, step_generator(self.seed, step, rank))
             metrics.update(plan.metrics)
             # Pilot-Commit pilots every candidate it has not evicted; GRESO samples the first B it keeps.
             survivors = torch.nonzero(plan.rollouts > 0).flatten()[:None if self.commits else num_groups]

@@ -120,22 +120,23 @@ def success_posterior(window: torch.Tensor, prior_strength: float, age=None, hal
     """(P, W) recent outcomes (1, 0, -1 empty) -> (P,) Beta posterior (a, b): a prior of ``prior_strength`` at
     ``pass_rate_now`` (None: these outcomes' rate; 1/2 without any); each outcome weighs 0.5 ** (``age`` (P,) /
     ``half_life``), so an old pass rate fades into the batch's current one."""
-    recent = window
-    weight = torch.ones(len(window), dtype=torch.float64)
+    recent = np.asarray(window)  # (P, W)
+    weight = np.ones(len(recent))
     if age is not None and half_life is not None:
-        weight = 0.5 ** (torch.as_tensor(age, dtype=torch.float64).clamp(min=0) / half_life)
-    successes = (recent == 1).sum(dim=1).double() * weight
-    failures = (recent == 0).sum(dim=1).double() * weight
+        weight = 0.5 ** (np.maximum(np.asarray(age, dtype=np.float64), 0.0) / half_life)
+    successes = (recent == 1).sum(axis=1) * weight  # (P,) float64
+    failures = (recent == 0).sum(axis=1) * weight
     outcomes = float((successes + failures).sum())
     pass_rate = pass_rate_now if pass_rate_now is not None else (
         float(successes.sum()) / outcomes if outcomes > 0 else 0.5)
     pass_rate = min(max(pass_rate, 1e-3), 1 - 1e-3)  # keep the prior proper
-    return (prior_strength * pass_rate + successes).numpy(), (prior_strength * (1 - pass_rate) + failures).numpy()
+    return prior_strength * pass_rate + successes, prior_strength * (1 - pass_rate) + failures
 
 
 def ledger_now(ledger: PromptLedger) -> tuple[int, float | None]:
     """The ledger's latest step and the pass rate of the groups recorded at it (None before any): "now" for aging."""
-    stats = ledger.every("last_step", "last_group_rollouts", "last_group_successes")
+    stats = {name: column.numpy() for name, column in
+             ledger.every("last_step", "last_group_rollouts", "last_group_successes").items()}  # (N,) each
     if len(stats["last_step"]) == 0:
         return -1, None
     now = int(stats["last_step"].max())
@@ -409,28 +410,28 @@ class AutoN(Planner):
             raise ValueError(f"{_OWNER} needs 1 <= m <= min_n <= max_n, got m={m}, min_n={min_n}, max_n={max_n}")
         ids = as_ids(ids)
         stats = ledger.columns(ids, "window", "evicted", "last_step")
-        live = ~stats["evicted"]
+        live = ~stats["evicted"].numpy()  # (P,); the plan is a few dozen operations on (P, K): NumPy's, not torch's
         now, pass_rate_now = ledger_now(ledger) if s.age_half_life is not None else (0, None)
         a, b = success_posterior(stats["window"], s.prior_strength, age=now - stats["last_step"],
                                  half_life=s.age_half_life, pass_rate_now=pass_rate_now)
         estimate = self.estimate()
         self.plans += 1
-        rollouts = torch.full((len(ids),), min_n, dtype=torch.long)
+        rollouts = np.full(len(ids), min_n, dtype=np.int64)  # (P,)
         metrics = {"pods/auto_probe": 0.0}
-        gains = signal_table(a[live.numpy()], b[live.numpy()], m, max_n, 1.0, min_n) if bool(
-            live.any()) else torch.zeros(0, max_n - min_n + 1, dtype=torch.float64)  # (L, K) g(n) itself
+        gains = signal_table(a[live], b[live], m, max_n, 1.0, min_n).numpy() if live.any() else np.zeros(
+            (0, max_n - min_n + 1))  # (L, K) g(n) itself
         signal = gains[:, :1] + s.decision_efficiency * (gains - gains[:, :1])  # what it decides on
         expected = gains[:, :1] + s.efficiency * (gains - gains[:, :1])  # what it reports
-        counts = torch.arange(min_n, max_n + 1)
+        counts = np.arange(min_n, max_n + 1)
         warming = self.plans <= s.warmup_steps and not s.fixed_costs
         if estimate is not None and not warming:
             trained_seconds = estimate.per_trained * m * int(live.sum())
             fixed = estimate.fixed + trained_seconds
             chosen, ratio = allocate_for_signal(signal, counts, sample_seconds=estimate.per_sampled,
                                                 fixed_seconds=fixed)
-            chosen, topped_up = self._top_up(chosen, estimate, fixed, max_n)
+            chosen, topped_up = self._top_up(chosen.numpy(), estimate, fixed, max_n)
             rollouts[live] = chosen
-            ratio = float(expected[torch.arange(len(chosen)), chosen - min_n].sum()) / (
+            ratio = float(expected[np.arange(len(chosen)), chosen - min_n].sum()) / (
                 fixed + estimate.per_sampled * float(chosen.sum())) if len(chosen) else 0.0
             base = float(expected[:, 0].sum()) / (fixed + estimate.per_sampled * min_n * int(live.sum()))
             metrics.update({"pods/auto_sample_ms": 1e3 * estimate.per_sampled,
@@ -445,21 +446,22 @@ class AutoN(Planner):
                 planned = estimate.per_sampled * float(rollouts[live].sum())
                 # a probe: the slope needs a step at another total, twice this one's (the cost model's spread is
                 # 1.25x); every prompt at max_n would pay for rollouts the slope does not need
-                rollouts[live] = torch.clamp(2 * rollouts[live], max=max_n)
+                rollouts[live] = np.minimum(2 * rollouts[live], max_n)
                 self.probes, self.last_probe = self.probes + 1, self.plans
                 metrics.update({"pods/auto_probe": 1.0, "pods/auto_probe_extra_s":
                                 estimate.per_sampled * float(rollouts[live].sum()) - planned})
         rollouts[~live] = 0
-        chosen_live = rollouts[live].double()
+        chosen_live = rollouts[live].astype(np.float64)
         metrics.update({"pods/auto_n_mean": float(chosen_live.mean()) if len(chosen_live) else float("nan"),
                         "pods/auto_n_max": float(chosen_live.max()) if len(chosen_live) else float("nan"),
                         "pods/auto_probes": float(self.probes),
                         "pods/auto_warmup": float(warming or estimate is None)})
-        return make_plan(ids, rollouts, skipped=torch.zeros(len(ids), dtype=torch.bool), evicted=stats["evicted"],
-                         extra={"success_rate": torch.from_numpy(a / (a + b))}, metrics=metrics)
+        return make_plan(ids, torch.from_numpy(rollouts), skipped=torch.zeros(len(ids), dtype=torch.bool),
+                         evicted=stats["evicted"], extra={"success_rate": torch.from_numpy(a / (a + b))},
+                         metrics=metrics)
 
-    def _top_up(self, chosen: torch.Tensor, estimate: CostEstimate, fixed_seconds: float,
-                max_n: int) -> tuple[torch.Tensor, bool]:
+    def _top_up(self, chosen: np.ndarray, estimate: CostEstimate, fixed_seconds: float,
+                max_n: int) -> tuple[np.ndarray, bool]:
         """chosen (L,) -> every prompt at max_n where that lengthens the predicted step by at most ``free_share``
         (the marginal rollout known), else chosen as it is; and whether it topped up. Where sampling is nearly free
         the gain model's error is cheap to insure: it reads the variance a prompt's posterior predicts, not the
@@ -471,10 +473,10 @@ class AutoN(Planner):
         top_up_seconds = estimate.per_sampled * float((max_n - chosen).sum())
         if top_up_seconds > share * step_seconds:
             return chosen, False
-        return torch.full_like(chosen, max_n), True
+        return np.full_like(chosen, max_n), True
 
     @staticmethod
-    def _probe_could_matter(signal: torch.Tensor, counts: torch.Tensor, fixed_seconds: float) -> bool:
+    def _probe_could_matter(signal: np.ndarray, counts: np.ndarray, fixed_seconds: float) -> bool:
         """Whether any slope could change the choice: with the marginal rollout free (the slope's lowest value) some
         prompt gets more than min_n. Where even then every prompt gets min_n, a probe would teach nothing."""
         chosen, _ = allocate_for_signal(signal, counts, sample_seconds=0.0, fixed_seconds=max(fixed_seconds, 1e-12))
