@@ -484,3 +484,28 @@ def test_the_auto_study_is_quoted_from_its_json(folder):
     assert levels(auto, "time", folder) in concepts and levels(fixed, "time", folder) in concepts, folder
     verdict = data["study"]["methods"][auto]["to_levels"]["time"]["verdict"]
     assert verdict == ("undecided" if folder.endswith("shipped") else "slower"), (folder, verdict)
+
+
+# --- auto at m against GRPO in interleaved turns (benchmarks/bench_auto_at_m.py) ---------------------------------
+
+def at_m_quotes(name: str) -> dict[str, str]:
+    """The strings the pages quote from one ``bench_auto_at_m`` JSON: each ratio's mean [95% CI] (4 places), the CPU
+    auto adds (ms, 2 places) and its share of GRPO's step."""
+    data = json.loads((RESULTS / name).read_text())
+    report = data["report"]
+
+    def interval(numbers: dict, spec: str) -> str:
+        return f"{numbers['mean']:{spec}} [{numbers['ci'][0]:{spec}}, {numbers['ci'][1]:{spec}}]"
+
+    added = report["auto"]["added_ms"]
+    return {"auto": interval(report["auto"]["ratio"], ".4f"), "control": interval(report["control"]["ratio"], ".4f"),
+            "added": interval(added, ".2f").replace(" [", " ms [", 1),
+            "share": f"{100 * added['mean'] / data['grpo_step_cpu_ms']:.2f}%"}
+
+
+@pytest.mark.parametrize("name", ["bench_auto_at_m_permuted_builds.json", "bench_auto_at_m_rotating.json",
+                                  "bench_auto_at_m_shipped.json"])
+def test_auto_at_m_is_quoted_from_its_json(name):
+    text = page("docs/concepts/auto-n.md")
+    for key, quote in at_m_quotes(name).items():
+        assert quote in text, f"docs/concepts/auto-n.md does not quote {quote!r} ({key}, {name})"

@@ -456,9 +456,8 @@ class AutoN(Planner):
                         "pods/auto_n_max": float(chosen_live.max()) if len(chosen_live) else float("nan"),
                         "pods/auto_probes": float(self.probes),
                         "pods/auto_warmup": float(warming or estimate is None)})
-        return make_plan(ids, torch.from_numpy(rollouts), skipped=torch.zeros(len(ids), dtype=torch.bool),
-                         evicted=stats["evicted"], extra={"success_rate": torch.from_numpy(a / (a + b))},
-                         metrics=metrics)
+        return make_plan(ids, torch.from_numpy(rollouts), evicted=stats["evicted"],  # skipped: none
+                         extra={"success_rate": torch.from_numpy(a / (a + b))}, metrics=metrics)
 
     def _top_up(self, chosen: np.ndarray, estimate: CostEstimate, fixed_seconds: float,
                 max_n: int) -> tuple[np.ndarray, bool]:
