@@ -4,8 +4,8 @@ Issue #74 asks auto to be free where PODS does not pay: at m everywhere its step
 train`` trainers (``pods cost``'s ``build_trainer``) take optimizer steps in turn (``pods_rl.interleaved``), so a load
 that drifts slows all alike: GRPO (n = m), auto (n = 4m) with a sampling cost so dear (``sample_ms``) that every
 prompt gets m, and a control, GRPO built a second time (``--no-control`` leaves it out). Each round builds them anew,
-the rounds cycling through every order of the trainers, so that each takes each place in the turns (with three, the
-one in the middle never takes two turns in a row) equally often. Reported per round and as means over rounds with
+the rounds cycling through every order of the trainers (the one built first ran about 1% faster), so that each is
+built, and takes its turns, in each place equally often. Reported per round and as means over rounds with
 bootstrap 95% intervals: each one's step-cost ratio to GRPO turn by turn (``step_cost.paired_ratio``, as ``pods
 cost``), in wall-clock and in CPU seconds of the training thread; the CPU it spends in ``training_step`` around TRL's
 own step, loss and backward, less GRPO's (``around_trl``); each phase's median, and the seconds fetching the next

@@ -175,9 +175,10 @@ class PromptLedger:
         passes = int(occurrence.max()) + 1 if len(rows) else 0
         if passes == 1:  # every prompt once (the usual step): one pass, nothing to pick out
             self._update(rows, rewards, scored, success, step)
-        for k in range(passes if passes > 1 else 0):
-            chosen = occurrence == k
-            self._update(rows[chosen], rewards[chosen], scored[chosen], success[chosen], step)
+        else:
+            for k in range(passes):
+                chosen = occurrence == k
+                self._update(rows[chosen], rewards[chosen], scored[chosen], success[chosen], step)
         return _summary(ids, rewards, scored, success)
 
     def _update(self, rows, rewards, scored, success, step: int) -> None:
