@@ -475,16 +475,19 @@ class ScriptedLoop(PODSRolloutLoop):
         return [reply], ids, rows, 0, 0, None
 
 
-def run_loops(loop, groups: int, timeout: float = 30.0) -> dict[int, list[RolloutSample]]:
+def run_loops(loop, groups: int, timeout: float = 30.0, until=lambda: True) -> dict[int, list[RolloutSample]]:
     """TRL's generate and score loops (PODS's scoring) until the groups with ids below ``groups`` reached the
-    rollout buffer (later ones may have too: the dataset cycles); each group's rows."""
+    rollout buffer (later ones may have too: the dataset cycles) and ``until()`` holds; each group's rows.
+
+    Rewards are computed in threads, so how far generation runs ahead of scoring depends on the machine's load:
+    a test that needs an event after another (a draw after a verdict) says so in ``until``, not by timing."""
     rows = {}
 
     async def drive():
         stop = asyncio.Event()
         loops = asyncio.gather(loop._generate_loop(stop), loop._score_loop(stop))
         deadline = time.monotonic() + timeout
-        while not set(range(groups)) <= set(rows):
+        while not (set(range(groups)) <= set(rows) and until()):
             if loops.done():
                 loops.result()  # a loop that ended raises its error here
             while not loop.rollout_buffer.empty():

@@ -133,6 +133,24 @@ def test_rank_zero_killed_while_the_other_is_in_a_long_step_is_named_at_once(tmp
 
 
 @pytest.mark.slow
+def test_a_rank_slow_to_leave_after_its_peer_died_still_prints_its_line(tmp_path, tiny_model_dir):
+    """Rank 1 dies while rank 0 waits for it in a collective; rank 0 takes 4 s to record its own failure. The
+    launcher's SIGTERM comes within a second: it must not kill rank 0 before its line is out (it did, under load)."""
+    run_dir, mark = tmp_path / "run", tmp_path / "sleeping"
+    proc = _launch(run_dir, tiny_model_dir, "--max_steps", "40", fault="sleep", fault_step=3,
+                   env={"PODS_SLEEP_RANK": "1", "PODS_FAULT_MARK": str(mark), "PODS_EXIT_SECONDS": "4"})
+    _wait_for(mark, proc)
+    time.sleep(2)  # rank 0 reaches the step's first collective and waits there for rank 1
+    pid = _rank_pid(run_dir, 1)
+    os.kill(pid, signal.SIGKILL)
+    _, err = _end(proc, timeout=120)
+    lines = [line for line in _pods_lines(err) if line.startswith(f"pods train: error: rank 1 (pid {pid}) was killed")]
+    assert len(lines) == 1 and "resume with: " in lines[0], err[-3000:]
+    rank0 = _rank_pid(run_dir, 0)
+    assert f"exitcode  : 1 (pid: {rank0})" in err, err[-3000:]  # its own exit, not the launcher's SIGTERM (-15)
+
+
+@pytest.mark.slow
 def test_a_rank_aborted_by_a_collective_mismatch_is_named_as_such(tmp_path, tiny_model_dir):
     """Rank 1 reduces 64 values where rank 0 reduces 1 (what a decision taken by one rank alone leads to): gloo
     aborts a rank (SIGABRT, no Python exception); the line says so, not "SIGKILL or the out-of-memory killer"."""

@@ -225,6 +225,25 @@ def test_signal_handling_first_notes_second_aborts():
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
 
 
+@pytest.mark.parametrize("world_size", ["1", "2"])
+def test_a_rank_leaving_with_an_error_ignores_the_launchers_sigterm(monkeypatch, world_size):
+    """Several ranks: a collective fails when a peer dies, and the launcher's SIGTERM follows at once; between the
+    block's exit and the rank's line it must not kill the rank (it did: no line, exit -15). One process: restored."""
+    monkeypatch.setenv("WORLD_SIZE", world_size)
+    stop = runlog.GracefulStop()
+    try:
+        with pytest.raises(RuntimeError), stop.handling_signals():
+            raise RuntimeError("[gloo] Connection closed by peer")
+        expected = signal.SIG_IGN if world_size == "2" else signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) is expected
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C still interrupts
+        with stop.handling_signals():
+            pass
+        assert signal.getsignal(signal.SIGTERM) is expected  # a clean exit restores what was there
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def test_signal_while_starting_aborts_and_leaves_no_run_dir(tmp_path, tiny_model_dir, capsys, monkeypatch):
     def signalled_trainer(*args, **kwargs):  # the run directory exists by now
         os.kill(os.getpid(), signal.SIGTERM)

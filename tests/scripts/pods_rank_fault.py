@@ -7,7 +7,9 @@ disk or a large checkpoint does; the other rank waits for it inside its next ste
 after the trainer's own save and its barrier: a slow shared file system; training time must not count it)
 ``mismatch`` (from its ``PODS_FAULT_STEP``-th clock agreement on, rank ``PODS_FAULT_RANK`` reduces 64 values where
 its peer reduces 1: a collective mismatch, which gloo answers with an abort) or ``none`` (no fault: a plain run,
-for the SIGKILL / SIGSTOP cases)."""
+for the SIGKILL / SIGSTOP cases). With any of them, ``PODS_EXIT_SECONDS``: rank 0 takes that much longer to
+record its own failure (a slow shared file system), after its signal handlers are gone and before its line is
+printed: the launcher's SIGTERM for a dead peer arrives in between."""
 
 import os
 import sys
@@ -73,4 +75,14 @@ if os.environ.get("PODS_FAULT") == "mismatch" and os.environ.get("RANK") == os.e
         return agree(values)[:1]
 
     ranks.agree_max = mismatched_agree_max
+if os.environ.get("PODS_EXIT_SECONDS") and os.environ.get("RANK") == "0":
+    from pods_rl import ranks
+
+    record_exit = ranks.record_exit
+
+    def slow_record_exit(*args, **kwargs):
+        time.sleep(float(os.environ["PODS_EXIT_SECONDS"]))
+        record_exit(*args, **kwargs)
+
+    ranks.record_exit = slow_record_exit
 sys.exit(main(sys.argv[1:]))

@@ -282,16 +282,23 @@ class GracefulStop(TrainerCallback):
 
     @contextmanager
     def handling_signals(self):
-        """Route SIGTERM and SIGINT to this callback inside the block (no-op off the main thread)."""
+        """Route SIGTERM and SIGINT to this callback inside the block (no-op off the main thread); after it, the
+        handlers before it, except that a rank of several leaving the block by an error ignores SIGTERM."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
         self._main_thread_id = threading.get_ident()
         previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+        failed = True
         try:
             yield
+            failed = False
         finally:
             self.finish()  # the watchdog must never signal a process whose handlers are no longer ours
+            if failed and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                # A rank leaving with an error (most often a collective failing because a peer died) is about to
+                # get the launcher's SIGTERM: ignore it, or it kills the rank before the rank's line is printed.
+                previous[signal.SIGTERM] = signal.SIG_IGN
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
