@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The vLLM lane: vLLM's CPU build and pods-rl in an environment of their own (.venv-vllm), then the tests marked
 # for vLLM (tests/vllm: real vLLM generation through PODSTrainer, pods train/cost/eval). Run from the repository
-# root: CI=true bash .ci/lane-vllm.sh. About 7 minutes on 2 CPU cores, install included: 424 s on 2026-12-06 from a
-# clean .venv-vllm (install 78 s, tests 330 s, of which the asynchronous guide's example 137 s; trl 1.14 16 s), on a
-# 2-core VM shared with other jobs (load average 1.9-3.7).
+# root: CI=true bash .ci/lane-vllm.sh. About 10 minutes on 2 CPU cores, install included: 635 s on 2026-12-07 from a
+# clean .venv-vllm on a 2-core AMD EPYC VM (install 151 s, tests 456 s, of which the asynchronous guide's example,
+# then 20 steps, 203 s; trl 1.14 28 s); its example now trains 10 steps (110 s alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS

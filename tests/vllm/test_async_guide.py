@@ -56,9 +56,9 @@ def test_the_cpu_example_trains_against_the_server_it_starts(tmp_path):
                                 text=True, timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
-    # 20 steps, the weights synced to the server after each (and once cold, before the first)
-    assert "trained 20 steps; weights synced to the server 21 times" in output, output[-3000:]
+    # 10 steps, the weights synced to the server after each (and once cold, before the first)
+    assert "trained 10 steps; weights synced to the server 11 times" in output, output[-3000:]
     printed = re.search(r"mean reward of all 16 rollouts per prompt, every 5 steps: ([\d.]+(?: -> [\d.]+)*)", output)
     assert printed, output[-3000:]
     rewards = [float(r) for r in printed.group(1).split(" -> ")]
-    assert len(rewards) == 4 and all(0 <= r <= 1 for r in rewards), rewards  # logged every 5 steps
+    assert len(rewards) == 2 and all(0 <= r <= 1 for r in rewards), rewards  # logged every 5 steps
