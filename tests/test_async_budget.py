@@ -42,6 +42,7 @@ from tests.test_async_pods import (  # noqa: E402
     _config,
     accelerate_state,  # noqa: F401  (a module fixture)
     close_loop,
+    drew_after,
     real_loop,
     run_loops,
     scored_value,
@@ -228,13 +229,9 @@ def test_the_worker_never_generates_a_prompt_after_greso_recorded_it_all_equal(t
         events.append(("record", ["mixed", "flat"][loop.budget.positions[group_id] % 2], rewards))
         return record(group_id, rewards, step=step)
 
-    def drew_after_flat_was_recorded():
-        flat = [i for i, event in enumerate(events) if event[:2] == ("record", "flat")]
-        return bool(flat) and any(event[0] == "draw" for event in events[flat[0]:])
-
     loop.budget.draw, loop.budget.record = logged_draw, logged_record
     try:
-        rows_by_group = run_loops(loop, groups=6, until=drew_after_flat_was_recorded)
+        rows_by_group = run_loops(loop, groups=6, until=lambda: drew_after(events, ("record", "flat")))
     finally:
         close_loop(loop)
     recorded = [event for event in events if event[0] == "record"]

@@ -25,6 +25,7 @@ from tests.test_async_pods import (  # noqa: E402
     _config,
     accelerate_state,  # noqa: F401  (a module fixture)
     close_loop,
+    drew_after,
     run_loops,
     value,
 )
@@ -102,12 +103,8 @@ def test_the_loop_commits_passing_pilots_by_top_ups_and_trains_nothing_of_the_ot
             events.append(("judged", ["mixed", "flat", "late"][loop.budget.positions[group_id] % 3], committed))
             return committed, metrics
 
-        def drew_after_late_was_judged():
-            late = [i for i, event in enumerate(events) if event[:2] == ("judged", "late")]
-            return bool(late) and any(event[0] == "draw" for event in events[late[0]:])
-
         loop.budget.draw, loop.budget.judge_pilot = logged_draw, logged_judge
-        rows_by_group = run_loops(loop, groups=3, until=drew_after_late_was_judged)
+        rows_by_group = run_loops(loop, groups=3, until=lambda: drew_after(events, ("judged", "late")))
     finally:
         close_loop(loop)
     budget = loop.budget

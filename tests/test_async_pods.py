@@ -475,6 +475,12 @@ class ScriptedLoop(PODSRolloutLoop):
         return [reply], ids, rows, 0, 0, None
 
 
+def drew_after(events: list[tuple], first: tuple) -> bool:
+    """Whether ``events`` hold a ("draw", ...) after the first event that starts with ``first``."""
+    at = next((i for i, event in enumerate(events) if event[:len(first)] == first), None)
+    return at is not None and any(event[0] == "draw" for event in events[at:])
+
+
 def run_loops(loop, groups: int, timeout: float = 30.0, until=lambda: True) -> dict[int, list[RolloutSample]]:
     """TRL's generate and score loops (PODS's scoring) until the groups with ids below ``groups`` reached the
     rollout buffer (later ones may have too: the dataset cycles) and ``until()`` holds; each group's rows.
